@@ -1,0 +1,49 @@
+# Tempest — build, test and run. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+# Packages with tests; integration/ joins once the roles exist.
+PKGS := ./...
+FUZZTIME ?= 20s
+TEST_TIMEOUT ?= 15m
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-z][a-zA-Z_-]*:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## Build every binary into bin/
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+.PHONY: demo
+demo: build ## Build and run the local demo (real nodes, printed result)
+	./$(BIN)/tempest demo
+
+.PHONY: test
+test: ## Run every test with the race detector
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: bench
+bench: ## Run benchmarks and the side-by-side transport comparison
+	./bench/run.sh
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 20s)
+	./scripts/fuzz.sh $(FUZZTIME)
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+.PHONY: chaos
+chaos: ## Longer soak: thousands of seeded election simulations, repeated transport fault tests
+	TEMPEST_SIM_ITERS=5000 $(GO) test -race -count=1 -timeout 60m -run 'Simulation' ./leadership/
+	$(GO) test -race -count=20 -timeout 60m -run 'Breaker|Replay|Flood|Oversized|Close' ./transport/
+
+.PHONY: clean
+clean: ## Remove build output
+	rm -rf $(BIN) bench/results

@@ -1,0 +1,80 @@
+// Command tempest is Tempest's client CLI. Today it carries the parts that
+// exist: `secret generate`, and `demo`, which runs real nodes of the secure
+// wire and the election layer and reports what happened.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"tempest/security"
+)
+
+// Exit codes (SPEC §9): 3 is usage or connection error.
+const (
+	exitOK    = 0
+	exitUsage = 3
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "demo":
+		return runDemo(ctx, args[1:], stdout, stderr)
+	case "secret":
+		return runSecret(args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "tempest: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: tempest <command> [flags]
+
+commands:
+  demo              run a local demo of the secure wire and leader election
+  secret generate   print a strong random AUTH_SECRET
+`)
+}
+
+func runSecret(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("secret", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 1 || fs.Arg(0) != "generate" {
+		fmt.Fprintln(stderr, "usage: tempest secret generate")
+		return exitUsage
+	}
+	s, err := security.GenerateSecret()
+	if err != nil {
+		fmt.Fprintf(stderr, "tempest: generate secret: %v\n", err)
+		return exitUsage
+	}
+	fmt.Fprintln(stdout, s)
+	return exitOK
+}
+
+// errUsage marks errors that are the caller's to fix.
+var errUsage = errors.New("usage")

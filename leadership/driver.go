@@ -1,0 +1,520 @@
+package leadership
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// Goroutines of a running Elector, all started by Run and all finished
+// before Run returns:
+//
+//   - the election loop (Run's own goroutine) owns the Machine: ticks,
+//     inbound messages and LHM updates reach it through channels, so the
+//     Machine needs no lock;
+//   - one sender per peer, so a slow or unreachable peer delays only its own
+//     messages, never the loop or other peers;
+//   - one callback goroutine, so user callbacks never stall elections.
+//
+// Locks: Elector.mu guards the lifecycle fields and the published status;
+// eventQueue.mu guards the callback queue. Neither is ever held while taking
+// the other or while calling out (transport, storage, callbacks).
+
+// Clock makes ticks. The default uses time.Ticker; tests may inject a manual
+// one to drive the Elector tick by tick.
+type Clock interface {
+	// NewTicker returns a channel that delivers a tick every d, and a
+	// function that stops it.
+	NewTicker(d time.Duration) (<-chan time.Time, func())
+}
+
+type realClock struct{}
+
+func (realClock) NewTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
+// ElectorConfig configures an Elector.
+type ElectorConfig struct {
+	// Cluster names the election group, e.g. "managers/dc-east" or "gates".
+	Cluster string
+	// Transport carries election messages; this node's id is its LocalID.
+	// The Elector registers handlers for the six election message types.
+	Transport transport.Transport
+	// Peers maps every configured member's id (including this node's) to its
+	// transport address. Its size fixes the quorum.
+	Peers map[string]string
+	// Profile sets the timings; the zero Profile means LANProfile().
+	Profile Profile
+	// Storage keeps term and vote durably; use a BoltStorage in production.
+	Storage Storage
+	// Logger receives election events; nil means slog.Default().
+	Logger *slog.Logger
+	// Clock makes ticks; nil means real time.
+	Clock Clock
+	// Rand randomizes election timeouts; nil means a randomly seeded one.
+	Rand *rand.Rand
+
+	// Callbacks, all optional. See Elector for the ordering guarantees.
+	OnBecomeLeader   func(term uint64)
+	OnLoseLeadership func(term uint64)
+	// OnLeaderChange reports a new leader (possibly this node), or "" when
+	// the node no longer knows of a live leader.
+	OnLeaderChange func(leader string, term uint64)
+}
+
+// Validate reports every problem with c at once.
+func (c ElectorConfig) Validate() error {
+	var errs []error
+	if c.Cluster == "" {
+		errs = append(errs, errors.New("Cluster: must not be empty"))
+	}
+	if c.Transport == nil {
+		errs = append(errs, errors.New("Transport: must not be nil"))
+	} else if _, ok := c.Peers[c.Transport.LocalID()]; !ok {
+		errs = append(errs, fmt.Errorf("Peers: must include this node %q", c.Transport.LocalID()))
+	}
+	for id, addr := range c.Peers {
+		if id == "" || addr == "" {
+			errs = append(errs, fmt.Errorf("Peers: empty id or address in %q=%q", id, addr))
+		}
+	}
+	if c.Storage == nil {
+		errs = append(errs, errors.New("Storage: must not be nil"))
+	}
+	if c.Profile != (Profile{}) && c.Profile.TickInterval <= 0 {
+		errs = append(errs, fmt.Errorf("Profile.TickInterval: must be positive, got %s", c.Profile.TickInterval))
+	}
+	return errors.Join(errs...)
+}
+
+// Sentinel errors of the Elector's lifecycle.
+var (
+	ErrAlreadyRunning = errors.New("elector already running")
+	ErrStopped        = errors.New("elector stopped")
+)
+
+// inboxSize bounds messages waiting for the loop. A full inbox drops: the
+// sender repeats heartbeats and campaigns on its own schedule, and blocking
+// would hold transport goroutines hostage to a busy loop.
+const (
+	inboxSize  = 256
+	outboxSize = 64
+)
+
+type inbound struct {
+	from string
+	msg  wire.Message
+}
+
+type eventKind uint8
+
+const (
+	evLoseLeadership eventKind = iota
+	evLeaderChange
+	evBecomeLeader
+)
+
+type event struct {
+	kind   eventKind
+	term   uint64
+	leader string
+}
+
+// Elector runs a Machine on a clock over a Transport.
+//
+// Callback guarantees: callbacks run one at a time on a goroutine of the
+// Elector's own, never on the election loop, in the order the transitions
+// happened. For one transition the order is OnLoseLeadership, then
+// OnLeaderChange, then OnBecomeLeader. Every OnBecomeLeader(t) is followed by
+// exactly one OnLoseLeadership(t), at the latest while Run shuts down, and no
+// callback runs after Run returns. Callbacks lag the election: by the time
+// one runs, Status may already be newer, so act on the term passed in and
+// check FenceToken before issuing commands. A callback may call any Elector
+// method except Stop (which waits for callbacks to finish).
+type Elector struct {
+	cfg     ElectorConfig
+	id      string
+	profile Profile
+	log     *slog.Logger
+	clock   Clock
+	m       *Machine // owned by the loop once Run starts
+
+	inbox chan inbound
+	lhm   chan int // capacity 1, newest value wins
+
+	mu      sync.Mutex
+	status  Status
+	running bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+
+	// Owned by the loop.
+	senders     map[string]chan wire.Message
+	saveFailing bool
+	events      *eventQueue
+}
+
+// New builds an Elector, loads its durable state and registers its message
+// handlers on the transport. Messages arriving before Run are buffered up to
+// a bound and then dropped.
+func New(cfg ElectorConfig) (*Elector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("leadership elector config: %w", err)
+	}
+	p := cfg.Profile
+	if p == (Profile{}) {
+		p = LANProfile()
+	}
+	id := cfg.Transport.LocalID()
+	r := cfg.Rand
+	if r == nil {
+		r = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	m, err := NewMachine(Config{
+		ID:                id,
+		Cluster:           cfg.Cluster,
+		Peers:             slices.Sorted(maps.Keys(cfg.Peers)),
+		ElectionTicks:     p.ElectionTicks,
+		HeartbeatTicks:    p.HeartbeatTicks,
+		Rand:              r,
+		MaxLeaderLHM:      p.MaxLeaderLHM,
+		FlapMaxChanges:    p.FlapMaxChanges,
+		FlapWindowTicks:   p.FlapWindowTicks,
+		FlapCooldownTicks: p.FlapCooldownTicks,
+	}, cfg.Storage)
+	if err != nil {
+		return nil, fmt.Errorf("leadership elector %s/%s: %w", cfg.Cluster, id, err)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = realClock{}
+	}
+	e := &Elector{
+		cfg:     cfg,
+		id:      id,
+		profile: p,
+		log:     logger.With("component", "leadership", "cluster", cfg.Cluster, "node", id),
+		clock:   clock,
+		m:       m,
+		inbox:   make(chan inbound, inboxSize),
+		lhm:     make(chan int, 1),
+		status:  m.Status(),
+		done:    make(chan struct{}),
+	}
+	for _, t := range []wire.MsgType{
+		wire.TypePreVoteRequest, wire.TypePreVoteResponse,
+		wire.TypeVoteRequest, wire.TypeVoteResponse,
+		wire.TypeLeaderHeartbeat, wire.TypeLeaderHeartbeatAck,
+	} {
+		cfg.Transport.Handle(t, e.handle)
+	}
+	return e, nil
+}
+
+// handle runs on transport goroutines; it only hands the message to the
+// loop. Election messages are one-way: answers travel as their own Sends.
+func (e *Elector) handle(_ context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
+	select {
+	case e.inbox <- inbound{from: from.NodeID, msg: msg}:
+	default:
+		e.log.Debug("election inbox full, dropping message", "from", from.NodeID, "type", msg.Type())
+	}
+	return nil, nil
+}
+
+// Run elects until ctx ends or Stop is called, then returns nil. It can run
+// once per Elector.
+func (e *Elector) Run(ctx context.Context) error {
+	e.mu.Lock()
+	switch {
+	case e.stopped:
+		e.mu.Unlock()
+		return ErrStopped
+	case e.running:
+		e.mu.Unlock()
+		return ErrAlreadyRunning
+	}
+	e.running = true
+	ctx, cancel := context.WithCancel(ctx)
+	e.cancel = cancel
+	e.mu.Unlock()
+	defer close(e.done)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	e.events = newEventQueue()
+	wg.Go(func() { e.deliverCallbacks() })
+	e.senders = make(map[string]chan wire.Message, len(e.cfg.Peers))
+	for id, addr := range e.cfg.Peers {
+		if id == e.id {
+			continue
+		}
+		ch := make(chan wire.Message, outboxSize)
+		e.senders[id] = ch
+		wg.Go(func() { e.sendLoop(ctx, id, addr, ch) })
+	}
+
+	st := e.Status()
+	e.log.Info("election started", "term", st.Term, "profile", e.profile.Name,
+		"members", len(e.cfg.Peers), "quorum", e.m.Quorum())
+	e.loop(ctx)
+
+	// Shutting down is losing leadership as far as callers are concerned:
+	// they must stop acting as leader before Run returns.
+	e.mu.Lock()
+	last := e.status
+	e.status = Status{ID: e.id, State: Follower, Term: last.Term}
+	e.mu.Unlock()
+	if last.State == Leader {
+		e.log.Info("leadership given up on shutdown", "term", last.Term)
+		e.events.push(event{kind: evLoseLeadership, term: last.Term})
+	}
+	e.events.close()
+	wg.Wait()
+	e.log.Info("election stopped", "term", last.Term)
+	return nil
+}
+
+// Stop ends Run and waits for it to return. It is safe to call more than
+// once, and before or without Run.
+func (e *Elector) Stop() {
+	e.mu.Lock()
+	e.stopped = true
+	cancel, running := e.cancel, e.running
+	e.mu.Unlock()
+	if running {
+		cancel()
+		<-e.done
+	}
+}
+
+func (e *Elector) loop(ctx context.Context) {
+	ticks, stop := e.clock.NewTicker(e.profile.TickInterval)
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticks:
+			e.m.Tick()
+		case in := <-e.inbox:
+			e.m.Step(in.from, in.msg)
+		case v := <-e.lhm:
+			e.m.SetLHM(v)
+		}
+		e.process()
+	}
+}
+
+// process takes the Machine's output: Ready has already made the term and
+// vote durable, so every message it returns may be sent.
+func (e *Elector) process() {
+	rd, err := e.m.Ready()
+	if err != nil {
+		// Logged on the edge only: this repeats every tick while the disk is bad.
+		if !e.saveFailing {
+			e.log.Error("cannot persist election state; not voting or campaigning until it can",
+				"term", e.m.Status().Term, "err", err)
+		}
+		e.saveFailing = true
+		return
+	}
+	if e.saveFailing {
+		e.log.Info("election state persisted again", "term", e.m.Status().Term)
+		e.saveFailing = false
+	}
+	for _, o := range rd.Messages {
+		select {
+		case e.senders[o.To] <- o.Msg:
+		default:
+			e.log.Debug("outbox full, dropping message", "to", o.To, "type", o.Msg.Type())
+		}
+	}
+	if rd.StateChange != nil {
+		e.publish(*rd.StateChange)
+	}
+}
+
+// publish makes st visible to Status and queues the callbacks it implies.
+func (e *Elector) publish(st Status) {
+	e.mu.Lock()
+	prev := e.status
+	e.status = st
+	e.mu.Unlock()
+
+	if prev.State != st.State || prev.Term != st.Term {
+		e.log.Info("election state changed", "state", st.State, "term", st.Term,
+			"from_state", prev.State, "from_term", prev.Term)
+	}
+	wasLeader := prev.State == Leader
+	isLeader := st.State == Leader
+	if wasLeader && (!isLeader || prev.Term != st.Term) {
+		e.log.Info("lost leadership", "term", prev.Term, "fence_token", prev.FenceToken)
+		e.events.push(event{kind: evLoseLeadership, term: prev.Term})
+	}
+	if st.Leader != prev.Leader || (st.Leader != "" && st.Term != prev.Term) {
+		e.log.Info("leader changed", "leader", st.Leader, "term", st.Term)
+		e.events.push(event{kind: evLeaderChange, leader: st.Leader, term: st.Term})
+	}
+	if isLeader && (!wasLeader || prev.Term != st.Term) {
+		e.log.Info("became leader", "term", st.Term, "fence_token", st.FenceToken)
+		e.events.push(event{kind: evBecomeLeader, term: st.Term})
+	}
+}
+
+func (e *Elector) sendLoop(ctx context.Context, id, addr string, ch <-chan wire.Message) {
+	// A message older than a heartbeat interval has been superseded; giving
+	// up then keeps an unreachable peer from backing up its queue.
+	timeout := e.profile.HeartbeatInterval()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case msg := <-ch:
+			sctx, cancel := context.WithTimeout(ctx, timeout)
+			err := e.cfg.Transport.Send(sctx, addr, msg)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				e.log.Debug("election send failed", "to", id, "type", msg.Type(), "err", err)
+			}
+		}
+	}
+}
+
+func (e *Elector) deliverCallbacks() {
+	for {
+		ev, ok := e.events.pop()
+		if !ok {
+			return
+		}
+		switch ev.kind {
+		case evLoseLeadership:
+			if f := e.cfg.OnLoseLeadership; f != nil {
+				f(ev.term)
+			}
+		case evLeaderChange:
+			if f := e.cfg.OnLeaderChange; f != nil {
+				f(ev.leader, ev.term)
+			}
+		case evBecomeLeader:
+			if f := e.cfg.OnBecomeLeader; f != nil {
+				f(ev.term)
+			}
+		}
+	}
+}
+
+// Status is the latest durable view of this node's election state.
+func (e *Elector) Status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status
+}
+
+// IsLeader reports whether this node currently leads its group.
+func (e *Elector) IsLeader() bool { return e.Status().State == Leader }
+
+// Leader returns the id and address of the leader this node follows, or
+// empty strings when it knows of none.
+func (e *Elector) Leader() (id, addr string) {
+	st := e.Status()
+	if st.Leader == "" {
+		return "", ""
+	}
+	return st.Leader, e.cfg.Peers[st.Leader]
+}
+
+// FenceToken is the token to stamp on commands while this node leads, zero
+// when it does not. Receivers reject tokens older than the newest they saw.
+func (e *Elector) FenceToken() uint64 { return e.Status().FenceToken }
+
+// NotLeaderError is the typed error a non-leader returns to redirect a
+// caller: CodeNotLeader with the current leader's id and address, if known.
+func (e *Elector) NotLeaderError() *wire.Error {
+	id, addr := e.Leader()
+	return &wire.Error{Code: wire.CodeNotLeader, Message: "not the " + e.cfg.Cluster + " leader", Leader: id, LeaderAddr: addr}
+}
+
+// SetLHM passes this node's Lifeguard local health score to the election.
+// It never blocks; if updates outpace the loop, only the newest is applied.
+func (e *Elector) SetLHM(lhm int) {
+	for {
+		select {
+		case e.lhm <- lhm:
+			return
+		default:
+		}
+		select {
+		case <-e.lhm:
+		default:
+		}
+	}
+}
+
+// eventQueue is an unbounded FIFO between the loop and the callback
+// goroutine: the loop must never block on a slow callback, and dropping a
+// leadership event would break the pairing promised to callers.
+type eventQueue struct {
+	mu     sync.Mutex
+	q      []event
+	closed bool
+	wake   chan struct{}
+}
+
+func newEventQueue() *eventQueue { return &eventQueue{wake: make(chan struct{}, 1)} }
+
+func (q *eventQueue) push(ev event) {
+	q.mu.Lock()
+	q.q = append(q.q, ev)
+	q.mu.Unlock()
+	q.signal()
+}
+
+// close lets pop drain what is queued and then report false.
+func (q *eventQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *eventQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *eventQueue) pop() (event, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.q) > 0 {
+			ev := q.q[0]
+			q.q = q.q[1:]
+			q.mu.Unlock()
+			return ev, true
+		}
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return event{}, false
+		}
+		<-q.wake
+	}
+}

@@ -1,0 +1,616 @@
+package leadership
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+
+	"tempest/wire"
+)
+
+// State is a node's role in its election group.
+type State uint8
+
+const (
+	Follower State = iota
+	PreCandidate
+	Candidate
+	Leader
+)
+
+func (s State) String() string {
+	switch s {
+	case Follower:
+		return "follower"
+	case PreCandidate:
+		return "pre-candidate"
+	case Candidate:
+		return "candidate"
+	case Leader:
+		return "leader"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Status is what a node believes about its election group.
+type Status struct {
+	ID    string
+	State State
+	Term  uint64
+	// Leader is the leader this node currently follows (itself when it
+	// leads); empty when it knows of no live leader.
+	Leader string
+	// FenceToken is the term at which this node became leader, and zero
+	// whenever it is not leader, so a node that lost leadership cannot stamp
+	// commands by accident. Tokens grow across leaders because terms do.
+	FenceToken uint64
+}
+
+// Outbound is a message the machine wants delivered to peer To.
+type Outbound struct {
+	To  string
+	Msg wire.Message
+}
+
+// Ready is what the machine has produced since the last call to
+// Machine.Ready: messages to send and, if anything in Status changed, the new
+// Status.
+type Ready struct {
+	Messages    []Outbound
+	StateChange *Status
+}
+
+// Config configures a Machine. Times are in ticks; the driver decides how
+// long a tick is (see Profile).
+type Config struct {
+	// ID is this node's id; it must be one of Peers.
+	ID string
+	// Cluster names the election group ("managers/dc-east", "gates"); every
+	// message carries it, and messages for another group are ignored.
+	Cluster string
+	// Peers lists every configured member including ID. Quorum is a
+	// majority of len(Peers), never of the members currently alive.
+	Peers []string
+	// ElectionTicks is the base election timeout: a follower that hears no
+	// leader for a random time in [ElectionTicks, 2*ElectionTicks) starts a
+	// pre-vote, and a leader that has not heard from a majority within
+	// ElectionTicks steps down.
+	ElectionTicks int
+	// HeartbeatTicks is how often a leader asserts itself; it must be well
+	// below ElectionTicks so a few lost heartbeats do not cost the lease.
+	HeartbeatTicks int
+	// Rand randomizes election timeouts. Seed it for reproducible runs; nil
+	// means a generator seeded from ID, which is still deterministic.
+	Rand *rand.Rand
+	// MaxLeaderLHM is the highest Lifeguard local health score at which a
+	// node may lead or stand for election.
+	MaxLeaderLHM int
+	// FlapMaxChanges leadership changes seen within FlapWindowTicks are
+	// tolerated; one more starts a cooldown of FlapCooldownTicks during which
+	// this node starts no elections. Zero disables flap detection.
+	FlapMaxChanges    int
+	FlapWindowTicks   int
+	FlapCooldownTicks int
+}
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.ID == "" {
+		bad("ID", "must not be empty")
+	}
+	seen := make(map[string]bool, len(c.Peers))
+	for _, p := range c.Peers {
+		if p == "" {
+			bad("Peers", "contains an empty id")
+		}
+		if seen[p] {
+			bad("Peers", "lists %q twice", p)
+		}
+		seen[p] = true
+	}
+	if c.ID != "" && !seen[c.ID] {
+		bad("Peers", "must include ID %q", c.ID)
+	}
+	if c.ElectionTicks < 2 {
+		bad("ElectionTicks", "must be at least 2, got %d", c.ElectionTicks)
+	}
+	if c.HeartbeatTicks < 1 || c.HeartbeatTicks >= c.ElectionTicks {
+		bad("HeartbeatTicks", "must be in [1, ElectionTicks), got %d", c.HeartbeatTicks)
+	}
+	if c.MaxLeaderLHM < 0 {
+		bad("MaxLeaderLHM", "must not be negative, got %d", c.MaxLeaderLHM)
+	}
+	if c.FlapMaxChanges < 0 {
+		bad("FlapMaxChanges", "must not be negative, got %d", c.FlapMaxChanges)
+	}
+	if c.FlapMaxChanges > 0 {
+		if c.FlapWindowTicks < 1 {
+			bad("FlapWindowTicks", "must be positive when flap detection is on, got %d", c.FlapWindowTicks)
+		}
+		if c.FlapCooldownTicks < 1 {
+			bad("FlapCooldownTicks", "must be positive when flap detection is on, got %d", c.FlapCooldownTicks)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Machine is the election state machine. It is deliberately inert: no
+// goroutines, no clock, no network. Time arrives as Tick, messages as Step,
+// and everything it wants done leaves through Ready, so the same code runs
+// under the real driver and under a deterministic simulation.
+//
+// The only side effect is Storage.Save, called from Ready: the term and vote
+// are made durable there before any message is handed out, because a vote
+// that is sent but forgotten in a crash lets a node vote twice in one term.
+//
+// A Machine is not safe for concurrent use.
+type Machine struct {
+	cfg     Config
+	peers   []string // sorted, includes self: iteration order must be deterministic
+	quorum  int
+	storage Storage
+	rand    *rand.Rand
+
+	state    State
+	term     uint64
+	votedFor string
+	lead     string
+	saved    HardState // last HardState known durable
+
+	now              int // ticks since construction; the flap window's clock
+	electionElapsed  int
+	heartbeatElapsed int
+	electionTimeout  int // randomized, in [ElectionTicks, 2*ElectionTicks)
+
+	votes map[string]bool // responses in the current pre-vote or vote round
+	acks  map[string]bool // followers heard from in the current check-quorum window
+	lhm   int
+	hbSeq uint64
+
+	// Flap detection: ticks at which a new (leader, term) was observed.
+	leaderChanges  []int
+	lastLeader     string
+	lastLeaderTerm uint64
+	cooldownUntil  int
+
+	msgs     []Outbound
+	reported Status
+}
+
+// NewMachine loads the durable term and vote from st and returns a follower.
+func NewMachine(cfg Config, st Storage) (*Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("leadership config: %w", err)
+	}
+	if st == nil {
+		return nil, errors.New("leadership: nil Storage")
+	}
+	hs, err := st.Load()
+	if err != nil {
+		return nil, fmt.Errorf("load hard state for %s: %w", cfg.ID, err)
+	}
+	r := cfg.Rand
+	if r == nil {
+		h := fnv.New64a()
+		h.Write([]byte(cfg.ID))
+		r = rand.New(rand.NewPCG(h.Sum64(), 0x5851f42d4c957f2d))
+	}
+	peers := slices.Clone(cfg.Peers)
+	slices.Sort(peers)
+	m := &Machine{
+		cfg:      cfg,
+		peers:    peers,
+		quorum:   len(peers)/2 + 1,
+		storage:  st,
+		rand:     r,
+		term:     hs.Term,
+		votedFor: hs.VotedFor,
+		saved:    hs,
+	}
+	m.becomeFollower(hs.Term, "")
+	m.reported = m.Status()
+	return m, nil
+}
+
+// Status reports the machine's current view. Unlike the StateChange in
+// Ready it may include a term or vote that is not yet durable.
+func (m *Machine) Status() Status {
+	s := Status{ID: m.cfg.ID, State: m.state, Term: m.term, Leader: m.lead}
+	if m.state == Leader {
+		s.FenceToken = m.term
+	}
+	return s
+}
+
+// Quorum is the number of votes that wins an election: a majority of the
+// configured members.
+func (m *Machine) Quorum() int { return m.quorum }
+
+// CoolingDown reports whether flap detection currently forbids this node to
+// start elections.
+func (m *Machine) CoolingDown() bool { return m.now < m.cooldownUntil }
+
+// Ready persists the term and vote if they changed, then hands out pending
+// messages and any Status change. Call it after every Tick, Step and SetLHM;
+// states passed through between two calls are not reported.
+//
+// If Save fails, Ready returns the error and discards the pending messages:
+// they may depend on the unsaved vote, and elections tolerate loss. The next
+// Ready retries the save.
+func (m *Machine) Ready() (Ready, error) {
+	hs := HardState{Term: m.term, VotedFor: m.votedFor}
+	if hs != m.saved {
+		if err := m.storage.Save(hs); err != nil {
+			m.msgs = nil
+			return Ready{}, fmt.Errorf("persist term %d vote %q: %w", hs.Term, hs.VotedFor, err)
+		}
+		m.saved = hs
+	}
+	var rd Ready
+	rd.Messages, m.msgs = m.msgs, nil
+	if st := m.Status(); st != m.reported {
+		m.reported = st
+		rd.StateChange = &st
+	}
+	return rd, nil
+}
+
+// SetLHM records this node's Lifeguard local health score. A node above
+// MaxLeaderLHM is too degraded to lead: it stops campaigning, and a leader
+// steps down so a healthier member can take over.
+func (m *Machine) SetLHM(lhm int) {
+	m.lhm = lhm
+	if !m.healthy() && m.state != Follower {
+		m.becomeFollower(m.term, "")
+	}
+}
+
+// Tick advances logical time by one tick.
+func (m *Machine) Tick() {
+	m.now++
+	if m.state == Leader {
+		m.tickLeader()
+	} else {
+		m.tickElection()
+	}
+}
+
+func (m *Machine) tickElection() {
+	m.electionElapsed++
+	if m.lead != "" && m.electionElapsed >= m.cfg.ElectionTicks {
+		// The leader's lease has lapsed: stop naming it, and (see inLease)
+		// start granting pre-votes to others.
+		m.lead = ""
+	}
+	if m.electionElapsed < m.electionTimeout {
+		return
+	}
+	m.electionElapsed = 0
+	m.resetElectionTimeout()
+	if m.healthy() && !m.CoolingDown() {
+		m.startPreVote()
+	}
+}
+
+func (m *Machine) tickLeader() {
+	m.electionElapsed++
+	m.heartbeatElapsed++
+	if m.electionElapsed >= m.cfg.ElectionTicks {
+		m.electionElapsed = 0
+		// Check-quorum: a leader that a majority has not answered within an
+		// election timeout may already have been replaced on the other side
+		// of a partition, so it must stop acting as leader.
+		if len(m.acks)+1 < m.quorum {
+			m.becomeFollower(m.term, "")
+			return
+		}
+		clear(m.acks)
+	}
+	if m.heartbeatElapsed >= m.cfg.HeartbeatTicks {
+		m.heartbeatElapsed = 0
+		m.broadcastHeartbeat()
+	}
+}
+
+// Step feeds one message received from peer from. Messages from non-members,
+// for another election group, or whose sender field disagrees with the
+// authenticated sender are ignored.
+func (m *Machine) Step(from string, msg wire.Message) {
+	if from == m.cfg.ID || !slices.Contains(m.peers, from) {
+		return
+	}
+	switch msg := msg.(type) {
+	case *wire.PreVoteRequest:
+		if msg.Cluster == m.cfg.Cluster && msg.Candidate == from {
+			m.onPreVoteRequest(from, msg)
+		}
+	case *wire.PreVoteResponse:
+		if msg.Cluster == m.cfg.Cluster && msg.Voter == from {
+			m.onPreVoteResponse(from, msg)
+		}
+	case *wire.VoteRequest:
+		if msg.Cluster == m.cfg.Cluster && msg.Candidate == from {
+			m.onVoteRequest(from, msg)
+		}
+	case *wire.VoteResponse:
+		if msg.Cluster == m.cfg.Cluster && msg.Voter == from {
+			m.onVoteResponse(from, msg)
+		}
+	case *wire.LeaderHeartbeat:
+		if msg.Cluster == m.cfg.Cluster && msg.Leader == from {
+			m.onHeartbeat(from, msg)
+		}
+	case *wire.LeaderHeartbeatAck:
+		if msg.Cluster == m.cfg.Cluster && msg.Follower == from {
+			m.onHeartbeatAck(from, msg)
+		}
+	}
+}
+
+// inLease reports whether this node has heard from a live leader within an
+// election timeout. Such a node refuses to help anyone unseat that leader,
+// which is what stops a flaky or rejoining node from disrupting a healthy
+// cluster.
+func (m *Machine) inLease() bool {
+	return m.state == Leader || (m.lead != "" && m.electionElapsed < m.cfg.ElectionTicks)
+}
+
+func (m *Machine) healthy() bool { return m.lhm <= m.cfg.MaxLeaderLHM }
+
+// onPreVoteRequest answers without changing term or vote: a pre-vote is a
+// question ("could I win?"), not an election. The request's Term is the
+// term the candidate would use, so Term > m.term means the candidate's
+// current term is at least ours.
+func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
+	resp := &wire.PreVoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID}
+	switch {
+	case req.Term <= m.term:
+		// Our term tells a stale candidate to catch up.
+		resp.Reason = "stale term"
+	case m.inLease():
+		resp.Reason = "leader alive"
+	case req.LHM > m.cfg.MaxLeaderLHM:
+		resp.Reason = "candidate unhealthy"
+	default:
+		// A grant echoes the proposed term (as etcd-raft does) so the
+		// candidate can tell it from a grant for an earlier round.
+		resp.Granted = true
+		resp.Term = req.Term
+	}
+	m.send(from, resp)
+}
+
+func (m *Machine) onPreVoteResponse(from string, resp *wire.PreVoteResponse) {
+	if !resp.Granted && resp.Term > m.term {
+		m.becomeFollower(resp.Term, "")
+		return
+	}
+	if m.state != PreCandidate {
+		return
+	}
+	if resp.Granted && resp.Term != m.term+1 {
+		return
+	}
+	m.votes[from] = resp.Granted
+	switch m.tally() {
+	case won:
+		m.becomeCandidate()
+	case lost:
+		m.becomeFollower(m.term, "")
+	}
+}
+
+func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
+	if req.Term > m.term {
+		if m.inLease() {
+			// With pre-vote a candidate only gets here if a majority saw no
+			// leader; this node still does, so it neither bumps its term nor
+			// answers (as etcd-raft does with check-quorum).
+			return
+		}
+		m.becomeFollower(req.Term, "")
+	}
+	resp := &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID}
+	switch {
+	case req.Term < m.term:
+		resp.Reason = "stale term"
+	case m.votedFor != "" && m.votedFor != req.Candidate:
+		resp.Reason = "already voted"
+	case m.votedFor == "" && m.lead != "":
+		resp.Reason = "leader known"
+	case req.LHM > m.cfg.MaxLeaderLHM:
+		resp.Reason = "candidate unhealthy"
+	default:
+		// One vote per term. Ready saves it before this response leaves.
+		m.votedFor = req.Candidate
+		m.electionElapsed = 0
+		resp.Granted = true
+	}
+	m.send(from, resp)
+}
+
+func (m *Machine) onVoteResponse(from string, resp *wire.VoteResponse) {
+	if resp.Term > m.term {
+		m.becomeFollower(resp.Term, "")
+		return
+	}
+	if resp.Term < m.term || m.state != Candidate {
+		return
+	}
+	m.votes[from] = resp.Granted
+	switch m.tally() {
+	case won:
+		m.becomeLeader()
+	case lost:
+		m.becomeFollower(m.term, "")
+	}
+}
+
+func (m *Machine) onHeartbeat(from string, hb *wire.LeaderHeartbeat) {
+	if hb.Term < m.term {
+		// A deposed leader cut off by a partition learns it is stale from
+		// the first follower it reaches.
+		m.send(from, &wire.LeaderHeartbeatAck{Cluster: m.cfg.Cluster, Term: m.term, Follower: m.cfg.ID, Seq: hb.Seq})
+		return
+	}
+	if hb.Term == m.term && m.state == Leader {
+		// Two leaders in one term would need two majorities; refuse to
+		// acknowledge rather than guess which one is real.
+		return
+	}
+	if hb.Term > m.term || m.state != Follower || m.lead != from {
+		m.becomeFollower(hb.Term, from)
+	}
+	m.electionElapsed = 0
+	m.send(from, &wire.LeaderHeartbeatAck{Cluster: m.cfg.Cluster, Term: m.term, Follower: m.cfg.ID, Success: true, Seq: hb.Seq})
+}
+
+func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
+	if ack.Term > m.term {
+		m.becomeFollower(ack.Term, "")
+		return
+	}
+	if m.state == Leader && ack.Term == m.term && ack.Success {
+		m.acks[from] = true
+	}
+}
+
+type outcome uint8
+
+const (
+	pending outcome = iota
+	won
+	lost
+)
+
+// tally counts the current round against the configured membership: absent
+// members count as neither grant nor rejection.
+func (m *Machine) tally() outcome {
+	var granted, rejected int
+	for _, g := range m.votes {
+		if g {
+			granted++
+		} else {
+			rejected++
+		}
+	}
+	switch {
+	case granted >= m.quorum:
+		return won
+	case rejected > len(m.peers)-m.quorum:
+		return lost
+	}
+	return pending
+}
+
+func (m *Machine) becomeFollower(term uint64, lead string) {
+	if term > m.term {
+		m.term = term
+		m.votedFor = ""
+	}
+	m.state = Follower
+	m.lead = lead
+	m.votes = nil
+	m.acks = nil
+	m.electionElapsed = 0
+	m.heartbeatElapsed = 0
+	m.resetElectionTimeout()
+	if lead != "" {
+		m.observeLeader(lead, m.term)
+	}
+}
+
+// startPreVote asks whether we could win term+1 without touching our term,
+// so a node that cannot reach a majority (isolated, or in a minority) never
+// inflates terms and disrupts the cluster when it comes back.
+func (m *Machine) startPreVote() {
+	m.state = PreCandidate
+	m.lead = ""
+	m.votes = map[string]bool{m.cfg.ID: true}
+	if m.tally() == won {
+		m.becomeCandidate()
+		return
+	}
+	m.broadcast(func() wire.Message {
+		return &wire.PreVoteRequest{Cluster: m.cfg.Cluster, Term: m.term + 1, Candidate: m.cfg.ID, LHM: m.lhm}
+	})
+}
+
+func (m *Machine) becomeCandidate() {
+	m.term++
+	m.votedFor = m.cfg.ID
+	m.state = Candidate
+	m.lead = ""
+	m.electionElapsed = 0
+	m.votes = map[string]bool{m.cfg.ID: true}
+	if m.tally() == won {
+		m.becomeLeader()
+		return
+	}
+	m.broadcast(func() wire.Message {
+		return &wire.VoteRequest{Cluster: m.cfg.Cluster, Term: m.term, Candidate: m.cfg.ID, LHM: m.lhm}
+	})
+}
+
+func (m *Machine) becomeLeader() {
+	m.state = Leader
+	m.lead = m.cfg.ID
+	m.votes = nil
+	m.acks = make(map[string]bool, len(m.peers))
+	m.electionElapsed = 0
+	m.heartbeatElapsed = 0
+	m.observeLeader(m.cfg.ID, m.term)
+	// Announce at once rather than after HeartbeatTicks, so followers and
+	// other pre-candidates settle quickly.
+	m.broadcastHeartbeat()
+}
+
+func (m *Machine) broadcastHeartbeat() {
+	m.hbSeq++
+	m.broadcast(func() wire.Message {
+		return &wire.LeaderHeartbeat{Cluster: m.cfg.Cluster, Term: m.term, Leader: m.cfg.ID, Seq: m.hbSeq}
+	})
+}
+
+// observeLeader feeds flap detection with each new (leader, term) this node
+// accepts. Too many in one window means the group is oscillating (a flaky
+// link, a leader whose health keeps dipping); holding back our own elections
+// for a while lets it settle instead of feeding the oscillation.
+func (m *Machine) observeLeader(lead string, term uint64) {
+	if lead == m.lastLeader && term == m.lastLeaderTerm {
+		return
+	}
+	m.lastLeader, m.lastLeaderTerm = lead, term
+	if m.cfg.FlapMaxChanges == 0 {
+		return
+	}
+	cutoff := m.now - m.cfg.FlapWindowTicks
+	m.leaderChanges = slices.DeleteFunc(m.leaderChanges, func(t int) bool { return t <= cutoff })
+	m.leaderChanges = append(m.leaderChanges, m.now)
+	if len(m.leaderChanges) > m.cfg.FlapMaxChanges {
+		m.cooldownUntil = m.now + m.cfg.FlapCooldownTicks
+		m.leaderChanges = m.leaderChanges[:0]
+	}
+}
+
+func (m *Machine) resetElectionTimeout() {
+	m.electionTimeout = m.cfg.ElectionTicks + m.rand.IntN(m.cfg.ElectionTicks)
+}
+
+func (m *Machine) broadcast(mk func() wire.Message) {
+	for _, p := range m.peers {
+		if p != m.cfg.ID {
+			m.send(p, mk())
+		}
+	}
+}
+
+func (m *Machine) send(to string, msg wire.Message) {
+	m.msgs = append(m.msgs, Outbound{To: to, Msg: msg})
+}

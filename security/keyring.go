@@ -1,0 +1,260 @@
+package security
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"golang.org/x/crypto/hkdf"
+)
+
+// Sizes of the sealed fields that travel in an envelope.
+const (
+	SaltSize  = 16 // random per message; input to HKDF
+	NonceSize = 12 // AES-GCM standard nonce
+	TagSize   = 16 // AES-GCM tag, appended to the ciphertext
+)
+
+const (
+	keySize = 32 // AES-256 and memberlist's AES-256 keyring
+	// The HKDF info strings separate the key families derived from one
+	// secret, so an envelope key can never equal a gossip key. They are
+	// versioned: changing one is a wire-incompatible change.
+	envelopeInfo   = "tempest envelope v1"
+	memberlistInfo = "tempest memberlist keyring v1"
+)
+
+// Errors from Open. They are returned wrapped with context; test with
+// errors.Is.
+var (
+	// ErrUnknownKey: the envelope names a key id this node does not accept,
+	// usually a peer on the other side of an incomplete rotation.
+	ErrUnknownKey = errors.New("unknown key id")
+	// ErrAuthFailed: the GCM tag did not verify. The sender does not hold the
+	// secret its key id names, or the envelope was altered.
+	ErrAuthFailed = errors.New("message authentication failed")
+	// ErrBadSealedFields: salt, nonce or ciphertext has an impossible length,
+	// so the envelope is malformed before any cryptography runs.
+	ErrBadSealedFields = errors.New("malformed sealed fields")
+)
+
+// Sealed is one sealed message: everything the receiver needs besides the
+// associated data, which it rebuilds from the envelope header.
+type Sealed struct {
+	KeyID uint32
+	Salt  []byte // SaltSize bytes
+	Nonce []byte // NonceSize bytes
+	// Ciphertext is dst from Seal with the ciphertext and tag appended, in
+	// the manner of append and cipher.AEAD.Seal.
+	Ciphertext []byte
+}
+
+// Keyring seals with the current secret and opens with the current or the
+// previous one. It is safe for concurrent use, including Reload during
+// Seal and Open. Build one with NewKeyring; the zero value holds no keys.
+type Keyring struct {
+	// keys is swapped whole by Reload and never mutated after publication,
+	// so readers need no lock and each call sees one consistent set.
+	keys atomic.Pointer[keySet]
+}
+
+// keySet is immutable once built.
+type keySet struct {
+	send   *secretKey
+	accept []*secretKey // send first, then the previous secret if any
+}
+
+type secretKey struct {
+	id         uint32
+	secret     []byte
+	memberlist []byte // keySize bytes
+}
+
+// NewKeyring builds a keyring that sends with current and accepts current
+// and, unless empty, previous. Both are checked with ValidateSecret; errors
+// name AUTH_SECRET or AUTH_SECRET_PREVIOUS so an operator knows which to fix.
+func NewKeyring(current, previous string) (*Keyring, error) {
+	ks, err := newKeySet(current, previous)
+	if err != nil {
+		return nil, fmt.Errorf("load keyring: %w", err)
+	}
+	k := &Keyring{}
+	k.keys.Store(ks)
+	return k, nil
+}
+
+// Reload replaces the secrets, as on SIGHUP during a rotation. Seal and Open
+// calls in flight finish with the set they started with. If the new secrets
+// are refused the keyring keeps its current ones and returns the error.
+func (k *Keyring) Reload(current, previous string) error {
+	ks, err := newKeySet(current, previous)
+	if err != nil {
+		return fmt.Errorf("reload keyring: %w", err)
+	}
+	k.keys.Store(ks)
+	return nil
+}
+
+func newKeySet(current, previous string) (*keySet, error) {
+	if err := validateSecret("AUTH_SECRET", current); err != nil {
+		return nil, err
+	}
+	cur, err := newSecretKey(current)
+	if err != nil {
+		return nil, err
+	}
+	ks := &keySet{send: cur, accept: []*secretKey{cur}}
+	// Setting both to the same value is harmless (an operator may do it
+	// mid-rotation); keep one copy so key ids stay unique.
+	if previous == "" || previous == current {
+		return ks, nil
+	}
+	if err := validateSecret("AUTH_SECRET_PREVIOUS", previous); err != nil {
+		return nil, err
+	}
+	prev, err := newSecretKey(previous)
+	if err != nil {
+		return nil, err
+	}
+	if prev.id == cur.id {
+		// Open picks a key by id alone, so two secrets with one id would make
+		// one of them unusable. A 1-in-2^32 accident; a new secret fixes it.
+		return nil, fmt.Errorf("AUTH_SECRET and AUTH_SECRET_PREVIOUS differ but share key id %08x; generate a new AUTH_SECRET", cur.id)
+	}
+	ks.accept = append(ks.accept, prev)
+	return ks, nil
+}
+
+func newSecretKey(secret string) (*secretKey, error) {
+	sk := &secretKey{secret: []byte(secret), memberlist: make([]byte, keySize)}
+	sk.id = keyID(sk.secret)
+	if _, err := io.ReadFull(hkdf.New(sha256.New, sk.secret, nil, []byte(memberlistInfo)), sk.memberlist); err != nil {
+		return nil, fmt.Errorf("derive memberlist key for %08x: %w", sk.id, err)
+	}
+	return sk, nil
+}
+
+// SendKeyID is the id of the secret Seal uses.
+func (k *Keyring) SendKeyID() uint32 {
+	return k.keys.Load().send.id
+}
+
+// AcceptedKeyIDs lists the ids Open accepts, the sending key first.
+func (k *Keyring) AcceptedKeyIDs() []uint32 {
+	ks := k.keys.Load()
+	ids := make([]uint32, len(ks.accept))
+	for i, sk := range ks.accept {
+		ids[i] = sk.id
+	}
+	return ids
+}
+
+// MemberlistKeys returns 32-byte keys for memberlist's gossip keyring,
+// derived from the accepted secrets, current first: memberlist encrypts with
+// the first and decrypts with any, which matches how envelopes rotate. The
+// slices are fresh copies.
+func (k *Keyring) MemberlistKeys() [][]byte {
+	ks := k.keys.Load()
+	keys := make([][]byte, len(ks.accept))
+	for i, sk := range ks.accept {
+		keys[i] = append([]byte(nil), sk.memberlist...)
+	}
+	return keys
+}
+
+// Seal encrypts plaintext with the current secret and authenticates aad with
+// it. The ciphertext and tag are appended to dst (pass nil, or buf[:0] to
+// reuse a buffer; plaintext[:0] seals in place); salt and nonce are fresh
+// from crypto/rand.
+func (k *Keyring) Seal(dst, aad, plaintext []byte) (Sealed, error) {
+	sk := k.keys.Load().send
+	// One allocation for both fields; they are handed to the caller.
+	fields := make([]byte, SaltSize+NonceSize)
+	if _, err := rand.Read(fields); err != nil {
+		return Sealed{}, fmt.Errorf("seal with key %08x: read salt and nonce: %w", sk.id, err)
+	}
+	salt, nonce := fields[:SaltSize:SaltSize], fields[SaltSize:]
+	aead, err := sk.aead(salt)
+	if err != nil {
+		return Sealed{}, fmt.Errorf("seal with key %08x: %w", sk.id, err)
+	}
+	// The key is derived from a fresh random salt, so it seals this message
+	// and no other: a nonce can never repeat under one key, whatever the
+	// number of senders, restarts or messages. The nonce is still random
+	// rather than zero so that a salt collision (2^-128 per pair) would
+	// also need a nonce collision to do harm.
+	ct := aead.Seal(dst, nonce, plaintext, aad)
+	return Sealed{KeyID: sk.id, Salt: salt, Nonce: nonce, Ciphertext: ct}, nil
+}
+
+// Open checks and decrypts a message sealed by a holder of the secret named
+// by keyID, appending the plaintext to dst (ciphertext[:0] opens in place;
+// other overlaps are not allowed, as with cipher.AEAD). Only the key whose id
+// matches is tried. Errors wrap ErrBadSealedFields, ErrUnknownKey or
+// ErrAuthFailed; dst is not returned on error.
+func (k *Keyring) Open(keyID uint32, salt, nonce, aad, ciphertext, dst []byte) ([]byte, error) {
+	switch {
+	case len(salt) != SaltSize:
+		return nil, fmt.Errorf("open: salt is %d bytes, want %d: %w", len(salt), SaltSize, ErrBadSealedFields)
+	case len(nonce) != NonceSize:
+		return nil, fmt.Errorf("open: nonce is %d bytes, want %d: %w", len(nonce), NonceSize, ErrBadSealedFields)
+	case len(ciphertext) < TagSize:
+		return nil, fmt.Errorf("open: ciphertext is %d bytes, shorter than the %d-byte tag: %w", len(ciphertext), TagSize, ErrBadSealedFields)
+	}
+	ks := k.keys.Load()
+	sk := ks.lookup(keyID)
+	if sk == nil {
+		return nil, fmt.Errorf("open: key id %08x is not accepted (accepting %s): %w", keyID, ks.idList(), ErrUnknownKey)
+	}
+	aead, err := sk.aead(salt)
+	if err != nil {
+		return nil, fmt.Errorf("open with key %08x: %w", keyID, err)
+	}
+	out, err := aead.Open(dst, nonce, ciphertext, aad)
+	if err != nil {
+		return nil, fmt.Errorf("open with key %08x: %w", keyID, ErrAuthFailed)
+	}
+	return out, nil
+}
+
+func (ks *keySet) lookup(id uint32) *secretKey {
+	for _, sk := range ks.accept {
+		if sk.id == id {
+			return sk
+		}
+	}
+	return nil
+}
+
+func (ks *keySet) idList() string {
+	s := ""
+	for i, sk := range ks.accept {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%08x", sk.id)
+	}
+	return s
+}
+
+// aead derives this message's key from the secret and salt.
+func (sk *secretKey) aead(salt []byte) (cipher.AEAD, error) {
+	var key [keySize]byte
+	if _, err := io.ReadFull(hkdf.New(sha256.New, sk.secret, salt, []byte(envelopeInfo)), key[:]); err != nil {
+		return nil, fmt.Errorf("derive message key: %w", err)
+	}
+	block, err := aes.NewCipher(key[:])
+	if err != nil {
+		return nil, fmt.Errorf("aes: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("gcm: %w", err)
+	}
+	return aead, nil
+}

@@ -1,0 +1,428 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/sony/gobreaker/v2"
+
+	"tempest/wire"
+)
+
+// Errors a caller may branch on.
+var (
+	// ErrCircuitOpen: the breaker for this peer and class is open; the call
+	// failed fast without touching the network.
+	ErrCircuitOpen = errors.New("circuit open")
+	// ErrNotDelivered: the request certainly never reached the peer's
+	// handler (dial or stream open failed), so it is always safe to retry.
+	ErrNotDelivered = errors.New("not delivered")
+	// ErrConnLost: the connection failed while the call was in flight; the
+	// peer may or may not have run it.
+	ErrConnLost = errors.New("connection lost")
+)
+
+// Call implements Transport.
+func (t *QUIC) Call(ctx context.Context, addr string, req wire.Message, opts ...CallOption) (wire.Message, error) {
+	o := applyCallOptions(opts)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.cfg.CallTimeout)
+		defer cancel()
+	}
+	cb := t.breaker(addr, req.Type().Class())
+	for attempt := 0; ; attempt++ {
+		resp, err := cb.cb.Execute(func() (wire.Message, error) { return t.roundTrip(ctx, addr, req) })
+		if err == nil {
+			return resp, nil
+		}
+		if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+			err = fmt.Errorf("call %s to %s: %w", req.Type(), addr, ErrCircuitOpen)
+		}
+		wait, retry := t.retryable(err, o, attempt)
+		if !retry {
+			t.stats.callErrors.Add(1)
+			return nil, err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			t.stats.callErrors.Add(1)
+			return nil, fmt.Errorf("call %s to %s: %w (last error: %v)", req.Type(), addr, ctx.Err(), err)
+		case <-t.ctx.Done():
+			timer.Stop()
+			return nil, ErrClosed
+		}
+	}
+}
+
+// retryable decides whether to try again and how long to wait first.
+func (t *QUIC) retryable(err error, o callOptions, attempt int) (time.Duration, bool) {
+	if attempt >= o.retries || errors.Is(err, ErrCircuitOpen) || errors.Is(err, ErrClosed) {
+		return 0, false
+	}
+	wait := t.backoff(attempt)
+	var we *wire.Error
+	switch {
+	case errors.As(err, &we):
+		if we.Code != wire.CodeRateLimited && we.Code != wire.CodeUnavailable {
+			return 0, false // the peer answered; repeating will not change its mind
+		}
+		if we.RetryAfter > wait {
+			wait = we.RetryAfter
+		}
+		return wait, true
+	case errors.Is(err, ErrNotDelivered):
+		return wait, true
+	case o.idempotent && (errors.Is(err, ErrConnLost) || errors.Is(err, context.DeadlineExceeded)):
+		return wait, true
+	}
+	return 0, false
+}
+
+// backoff is "full jitter": uniform in [0, min(Max, Base*2^attempt)), which
+// spreads a herd of retrying callers better than a fixed delay.
+func (t *QUIC) backoff(attempt int) time.Duration {
+	ceil := t.cfg.Backoff.Base << min(attempt, 30)
+	if ceil <= 0 || ceil > t.cfg.Backoff.Max {
+		ceil = t.cfg.Backoff.Max
+	}
+	return time.Duration(rand.Int64N(int64(ceil)) + 1)
+}
+
+// Send implements Transport.
+func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t.cfg.CallTimeout)
+		defer cancel()
+	}
+	cb := t.breaker(addr, msg.Type().Class())
+	_, err := cb.cb.Execute(func() (wire.Message, error) {
+		s, err := t.stream(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		_, frame, err := t.seal(msg, 0, wire.FlagOneWay)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.w.write(frame); err != nil {
+			s.fail(err)
+			return nil, fmt.Errorf("send %s to %s: %w: %v", msg.Type(), addr, ErrConnLost, err)
+		}
+		t.stats.messagesOut.Add(1)
+		t.stats.bytesOut.Add(uint64(len(frame)))
+		return nil, nil
+	})
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		err = fmt.Errorf("send %s to %s: %w", msg.Type(), addr, ErrCircuitOpen)
+	}
+	return err
+}
+
+// roundTrip sends one request on a pooled stream and waits for its reply.
+func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wire.Message, error) {
+	s, err := t.stream(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	id, frame, err := t.seal(req, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan result, 1)
+	if err := s.register(id, ch); err != nil {
+		return nil, fmt.Errorf("call %s to %s: %w", req.Type(), addr, err)
+	}
+	defer s.unregister(id)
+	sent := time.Now()
+	if err := s.w.write(frame); err != nil {
+		s.fail(err)
+		return nil, fmt.Errorf("call %s to %s: %w: %v", req.Type(), addr, ErrConnLost, err)
+	}
+	t.stats.messagesOut.Add(1)
+	t.stats.bytesOut.Add(uint64(len(frame)))
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return r.msg, nil
+	case <-ctx.Done():
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && s.silentSince(sent) {
+			// Nothing at all came back on this stream while we waited: the
+			// peer is likely gone (a crashed process leaves QUIC waiting for
+			// its idle timeout). Drop the stream and its connection so the
+			// next attempt redials instead of queueing behind a corpse.
+			s.owner.dropConn(s)
+		}
+		return nil, fmt.Errorf("call %s to %s: %w", req.Type(), addr, ctx.Err())
+	}
+}
+
+// ---- breakers ------------------------------------------------------------
+
+type breaker struct {
+	cb *gobreaker.CircuitBreaker[wire.Message]
+}
+
+func (t *QUIC) breaker(addr string, class wire.Class) *breaker {
+	k := breakerKey{peer: addr, class: class}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b, ok := t.breakers[k]; ok {
+		return b
+	}
+	threshold := t.cfg.Breaker.ConsecutiveFailures
+	b := &breaker{cb: gobreaker.NewCircuitBreaker[wire.Message](gobreaker.Settings{
+		Name:        addr + "/" + class.String(),
+		MaxRequests: 1,
+		Timeout:     t.cfg.Breaker.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= threshold },
+		// A typed reply means the peer is alive and answering: not a
+		// failure of the path, whatever it says.
+		IsSuccessful: func(err error) bool {
+			var we *wire.Error
+			return err == nil || errors.As(err, &we)
+		},
+		// The caller giving up says nothing about the peer.
+		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			t.stats.breaker.Add(1)
+			t.stats.setBreaker(k, to.String())
+			t.log.Info("circuit breaker state change", "breaker", name, "from", from.String(), "to", to.String())
+		},
+	})}
+	t.breakers[k] = b
+	return b
+}
+
+// ---- outbound connections and streams --------------------------------------
+
+type result struct {
+	msg wire.Message
+	err error
+}
+
+// peer is our outbound side to one address: one QUIC connection and a small
+// pool of long-lived streams.
+type peer struct {
+	addr string
+
+	mu      sync.Mutex
+	conn    *quic.Conn
+	streams []*clientStream
+	next    atomic.Uint32
+}
+
+// dropConn closes the connection s belongs to, if it is still current.
+func (p *peer) dropConn(s *clientStream) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cs := range p.streams {
+		if cs == s {
+			if p.conn != nil {
+				p.conn.CloseWithError(codeNormalClose, "peer silent")
+			}
+			p.conn = nil
+			p.streams = nil
+			return
+		}
+	}
+}
+
+func (p *peer) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil {
+		p.conn.CloseWithError(codeNormalClose, "node closing")
+		p.conn = nil
+	}
+	p.streams = nil
+}
+
+// clientStream is one long-lived stream with its pending calls.
+type clientStream struct {
+	w        *streamWriter
+	owner    *peer
+	lastRecv atomic.Int64 // unix nanoseconds of the last frame read
+
+	mu      sync.Mutex
+	pending map[uint64]chan result
+	err     error // set once the stream is dead
+}
+
+func (s *clientStream) register(id uint64, ch chan result) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return fmt.Errorf("%w: %v", ErrNotDelivered, s.err)
+	}
+	s.pending[id] = ch
+	return nil
+}
+
+func (s *clientStream) unregister(id uint64) {
+	s.mu.Lock()
+	delete(s.pending, id)
+	s.mu.Unlock()
+}
+
+// silentSince reports whether no frame has arrived since t.
+func (s *clientStream) silentSince(t time.Time) bool {
+	return s.lastRecv.Load() < t.UnixNano()
+}
+
+func (s *clientStream) dead() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err != nil
+}
+
+// deliver hands a reply to its waiting caller; a reply nobody waits for
+// (the caller timed out) is dropped.
+func (s *clientStream) deliver(id uint64, r result) {
+	s.mu.Lock()
+	ch, ok := s.pending[id]
+	delete(s.pending, id)
+	s.mu.Unlock()
+	if ok {
+		ch <- r
+	}
+}
+
+// fail marks the stream dead and fails every pending call with err.
+func (s *clientStream) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	pending := s.pending
+	s.pending = map[uint64]chan result{}
+	s.mu.Unlock()
+	s.w.s.CancelRead(codeStreamClosed)
+	s.w.s.Close()
+	for _, ch := range pending {
+		ch <- result{err: err}
+	}
+}
+
+// stream returns a live stream to addr, dialing and opening as needed.
+func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p, ok := t.peers[addr]
+	if !ok {
+		p = &peer{addr: addr}
+		t.peers[addr] = p
+	}
+	t.mu.Unlock()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil || p.conn.Context().Err() != nil || p.streams == nil {
+		conn, err := t.dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		p.conn = conn
+		p.streams = make([]*clientStream, t.cfg.StreamsPerPeer)
+	}
+	i := int(p.next.Add(1)) % len(p.streams)
+	if s := p.streams[i]; s != nil && !s.dead() {
+		return s, nil
+	}
+	qs, err := p.conn.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open stream to %s: %w: %v", addr, ErrNotDelivered, err)
+	}
+	s := &clientStream{w: &streamWriter{s: qs}, owner: p, pending: make(map[uint64]chan result)}
+	p.streams[i] = s
+	t.wg.Add(1)
+	go t.readReplies(addr, s)
+	return s, nil
+}
+
+func (t *QUIC) dial(ctx context.Context, addr string) (*quic.Conn, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w: %v", addr, ErrNotDelivered, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
+	defer cancel()
+	conn, err := t.tr.Dial(dctx, ua, t.clientTLS, t.quicConf)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, err)
+	}
+	return conn, nil
+}
+
+// readReplies demultiplexes replies on one outbound stream to their callers.
+func (t *QUIC) readReplies(addr string, s *clientStream) {
+	defer t.wg.Done()
+	var buf []byte
+	for {
+		frame, nb, err := readFrame(s.w.s, buf)
+		buf = nb
+		if err != nil {
+			s.fail(fmt.Errorf("stream to %s: %w: %v", addr, ErrConnLost, err))
+			return
+		}
+		s.lastRecv.Store(time.Now().UnixNano())
+		t.stats.messagesIn.Add(1)
+		t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
+		env, err := wire.DecodeEnvelope(frame)
+		if err != nil {
+			t.stats.malformed.Add(1)
+			continue
+		}
+		if env.Flags&wire.FlagPlainError != 0 {
+			var e wire.Error
+			if uerr := wire.Unmarshal(env.Body, &e); uerr != nil {
+				t.stats.malformed.Add(1)
+				continue
+			}
+			if env.ReplyTo == 0 {
+				// The peer reset the whole stream (e.g. an oversized frame).
+				s.fail(&e)
+				return
+			}
+			s.deliver(env.ReplyTo, result{err: &e})
+			continue
+		}
+		body, err := t.keys.Open(env.KeyID, env.Salt, env.Nonce, env.AAD(nil), env.Body, nil)
+		if err != nil {
+			t.stats.authFailures.Add(1)
+			s.deliver(env.ReplyTo, result{err: &wire.Error{Code: wire.CodeUnauthenticated, Message: "reply from " + addr + " did not open with any accepted key"}})
+			continue
+		}
+		if err := t.replay.Check(env.Sender, env.ID, wire.SnowflakeTime(env.ID)); err != nil {
+			t.stats.replaysDropped.Add(1)
+			continue
+		}
+		msg, err := wire.Decode(env.Type, body)
+		if err != nil {
+			t.stats.malformed.Add(1)
+			s.deliver(env.ReplyTo, result{err: asTyped(err)})
+			continue
+		}
+		if e, ok := msg.(*wire.Error); ok {
+			s.deliver(env.ReplyTo, result{err: e})
+			continue
+		}
+		s.deliver(env.ReplyTo, result{msg: msg})
+	}
+}

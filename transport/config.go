@@ -1,0 +1,171 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"tempest/security"
+)
+
+// Config configures the QUIC transport. Zero fields take the defaults of
+// DefaultConfig.
+type Config struct {
+	// NodeID is stamped on every envelope and is how receivers know us.
+	NodeID string
+	// ListenAddr is the UDP address to bind ("127.0.0.1:0" picks a port).
+	// The same socket dials out, so peers see this address as our source.
+	ListenAddr string
+	// AdvertiseAddr is what Addr returns; defaults to the bound address.
+	AdvertiseAddr string
+	// Keyring seals outgoing and opens incoming envelopes. Reloading it
+	// (SIGHUP) takes effect on the next message.
+	Keyring *security.Keyring
+
+	Replay    security.ReplayConfig
+	RateLimit security.RateLimitConfig
+
+	// StreamsPerPeer long-lived streams are opened to each peer and calls
+	// are spread over them; several streams avoid head-of-line blocking
+	// behind a large message without paying a stream open per call.
+	StreamsPerPeer int
+	// MaxInflight bounds concurrently running handlers; past it, reading
+	// stops and QUIC flow control pushes back on senders.
+	MaxInflight int
+
+	DialTimeout  time.Duration
+	CallTimeout  time.Duration // applied when the caller's ctx has no deadline
+	IdleTimeout  time.Duration
+	KeepAlive    time.Duration
+	DrainTimeout time.Duration // Close waits this long for in-flight handlers
+	Linger       time.Duration // then this long for their replies to leave
+
+	Breaker BreakerConfig
+	Backoff BackoffConfig
+
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// BreakerConfig tunes the per-peer, per-class circuit breakers.
+type BreakerConfig struct {
+	// ConsecutiveFailures trips the breaker.
+	ConsecutiveFailures uint32
+	// OpenFor is how long an open breaker fails fast before letting one
+	// probe call through (half-open).
+	OpenFor time.Duration
+}
+
+// BackoffConfig shapes retries: wait = rand[0, min(Max, Base*2^attempt)).
+type BackoffConfig struct {
+	Base time.Duration
+	Max  time.Duration
+}
+
+// DefaultConfig returns settings that work for a cluster on one LAN.
+func DefaultConfig() Config {
+	return Config{
+		ListenAddr:     "127.0.0.1:0",
+		Replay:         security.ReplayConfig{Window: 60 * time.Second, MaxEntries: 1 << 20},
+		RateLimit:      security.DefaultRateLimitConfig(numClasses()),
+		StreamsPerPeer: 4,
+		MaxInflight:    1024,
+		DialTimeout:    3 * time.Second,
+		CallTimeout:    10 * time.Second,
+		IdleTimeout:    30 * time.Second,
+		KeepAlive:      5 * time.Second,
+		DrainTimeout:   5 * time.Second,
+		Linger:         200 * time.Millisecond,
+		Breaker:        BreakerConfig{ConsecutiveFailures: 5, OpenFor: 5 * time.Second},
+		Backoff:        BackoffConfig{Base: 50 * time.Millisecond, Max: 2 * time.Second},
+		Logger:         slog.Default(),
+		Now:            time.Now,
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.ListenAddr == "" {
+		c.ListenAddr = d.ListenAddr
+	}
+	if c.Replay.Window == 0 {
+		c.Replay.Window = d.Replay.Window
+	}
+	if c.Replay.MaxEntries == 0 {
+		c.Replay.MaxEntries = d.Replay.MaxEntries
+	}
+	if c.Replay.Now == nil {
+		c.Replay.Now = c.Now
+	}
+	if c.RateLimit.Limits == nil {
+		c.RateLimit = d.RateLimit
+	}
+	if c.StreamsPerPeer <= 0 {
+		c.StreamsPerPeer = d.StreamsPerPeer
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = d.MaxInflight
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = d.DialTimeout
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = d.CallTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = d.KeepAlive
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = d.DrainTimeout
+	}
+	if c.Linger <= 0 {
+		c.Linger = d.Linger
+	}
+	if c.Breaker.ConsecutiveFailures == 0 {
+		c.Breaker.ConsecutiveFailures = d.Breaker.ConsecutiveFailures
+	}
+	if c.Breaker.OpenFor <= 0 {
+		c.Breaker.OpenFor = d.Breaker.OpenFor
+	}
+	if c.Backoff.Base <= 0 {
+		c.Backoff.Base = d.Backoff.Base
+	}
+	if c.Backoff.Max <= 0 {
+		c.Backoff.Max = d.Backoff.Max
+	}
+	if c.Logger == nil {
+		c.Logger = d.Logger
+	}
+	if c.Now == nil {
+		c.Now = d.Now
+	}
+	if c.Replay.Now == nil {
+		c.Replay.Now = c.Now
+	}
+	if c.RateLimit.Now == nil {
+		c.RateLimit.Now = c.Now
+	}
+	return c
+}
+
+// Validate reports every problem at once, naming the field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NodeID == "" {
+		errs = append(errs, errors.New("NodeID: required"))
+	} else if len(c.NodeID) > 255 {
+		errs = append(errs, fmt.Errorf("NodeID: %d bytes, at most 255", len(c.NodeID)))
+	}
+	if c.Keyring == nil {
+		errs = append(errs, errors.New("Keyring: required (built from AUTH_SECRET)"))
+	}
+	if len(c.RateLimit.Limits) != 0 && len(c.RateLimit.Limits) < numClasses() {
+		errs = append(errs, fmt.Errorf("RateLimit.Limits: %d entries, need one per message class (%d)", len(c.RateLimit.Limits), numClasses()))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,570 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"tempest/security"
+	"tempest/testutil"
+	"tempest/wire"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+const (
+	secretOld = "old-secret-7f3a9c1e5b2d8f4a6c0e9b1d3f5a7c9e"
+	secretNew = "new-secret-2b4d6f8a0c1e3f5b7d9a2c4e6f8b0d1a"
+	secretBad = "bad-secret-9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b"
+)
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+type nodeOpts struct {
+	current, previous string
+	listen            string
+	tweak             func(*Config)
+}
+
+func newNode(t *testing.T, id string, o nodeOpts) *QUIC {
+	t.Helper()
+	if o.current == "" {
+		o.current = secretOld
+	}
+	kr, err := security.NewKeyring(o.current, o.previous)
+	if err != nil {
+		t.Fatalf("keyring: %v", err)
+	}
+	cfg := DefaultConfig()
+	cfg.NodeID = id
+	cfg.Keyring = kr
+	cfg.Logger = quietLogger()
+	cfg.CallTimeout = 3 * time.Second
+	cfg.DrainTimeout = time.Second
+	if o.listen != "" {
+		cfg.ListenAddr = o.listen
+	}
+	if o.tweak != nil {
+		o.tweak(&cfg)
+	}
+	tr, err := NewQUIC(cfg)
+	if err != nil {
+		t.Fatalf("new transport %s: %v", id, err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// echo registers a handler for every type that answers with the request
+// itself and counts one-way arrivals.
+func echo(tr Transport, oneway *sync.Map) {
+	for _, typ := range wire.Types() {
+		typ := typ
+		tr.Handle(typ, func(ctx context.Context, from Peer, msg wire.Message) (wire.Message, error) {
+			if oneway != nil {
+				v, _ := oneway.LoadOrStore(typ, new(atomic.Int64))
+				v.(*atomic.Int64).Add(1)
+			}
+			return msg, nil
+		})
+	}
+}
+
+func ping(ctx context.Context, tr Transport, addr string) error {
+	resp, err := tr.Call(ctx, addr, &wire.Ping{Seq: 7, Payload: []byte("hi")})
+	if err != nil {
+		return err
+	}
+	p, ok := resp.(*wire.Ping)
+	if !ok || p.Seq != 7 {
+		return fmt.Errorf("unexpected reply %#v", resp)
+	}
+	return nil
+}
+
+func TestExchangeEveryMessageBothWays(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{})
+	var aSeen, bSeen sync.Map
+	echo(a, &aSeen)
+	echo(b, &bSeen)
+	ctx := context.Background()
+	pairs := []struct {
+		from, to *QUIC
+		seen     *sync.Map
+	}{{a, b, &bSeen}, {b, a, &aSeen}}
+	for _, p := range pairs {
+		for _, typ := range wire.Types() {
+			if typ == wire.TypeError {
+				continue // a reply type: as a request it would read as a failure
+			}
+			req, _ := wire.New(typ)
+			resp, err := p.from.Call(ctx, p.to.Addr(), req)
+			if err != nil {
+				t.Fatalf("%s -> %s call %s: %v", p.from.LocalID(), p.to.LocalID(), typ, err)
+			}
+			if resp.Type() != typ {
+				t.Fatalf("%s: reply type %s", typ, resp.Type())
+			}
+			if err := p.from.Send(ctx, p.to.Addr(), req); err != nil {
+				t.Fatalf("%s -> %s send %s: %v", p.from.LocalID(), p.to.LocalID(), typ, err)
+			}
+		}
+	}
+	// Every type arrived twice at each side: once as a call, once one-way.
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		for _, p := range pairs {
+			for _, typ := range wire.Types() {
+				if typ == wire.TypeError {
+					continue
+				}
+				v, ok := p.seen.Load(typ)
+				if !ok || v.(*atomic.Int64).Load() != 2 {
+					return fmt.Errorf("%s at %s: not yet seen twice", typ, p.to.LocalID())
+				}
+			}
+		}
+		return nil
+	})
+	if s := b.Stats(); s.AuthFailures+s.ReplaysDropped+s.Malformed != 0 {
+		t.Fatalf("clean exchange counted refusals: %+v", s)
+	}
+}
+
+func TestHandlerErrorsAreTyped(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{})
+	b.Handle(wire.TypePing, func(ctx context.Context, from Peer, msg wire.Message) (wire.Message, error) {
+		return nil, &wire.Error{Code: wire.CodeNotLeader, Leader: "m2", LeaderAddr: "10.0.0.2:1"}
+	})
+	b.Handle(wire.TypeJobSubmission, func(ctx context.Context, from Peer, msg wire.Message) (wire.Message, error) {
+		return nil, errors.New("disk on fire")
+	})
+	ctx := context.Background()
+	_, err := a.Call(ctx, b.Addr(), &wire.Ping{})
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeNotLeader || we.Leader != "m2" {
+		t.Fatalf("want not-leader error naming m2, got %v", err)
+	}
+	_, err = a.Call(ctx, b.Addr(), &wire.JobSubmission{JobID: "j1"})
+	if wire.CodeOf(err) != wire.CodeInternal {
+		t.Fatalf("want internal error, got %v", err)
+	}
+	_, err = a.Call(ctx, b.Addr(), &wire.CancelJob{JobID: "j1"})
+	if wire.CodeOf(err) != wire.CodeNoHandler {
+		t.Fatalf("want no-handler error, got %v", err)
+	}
+}
+
+func TestWrongSecretGetsNothingThrough(t *testing.T) {
+	b := newNode(t, "b", nodeOpts{})
+	a := newNode(t, "a", nodeOpts{})
+	evil := newNode(t, "evil", nodeOpts{current: secretBad})
+	var served atomic.Int64
+	b.Handle(wire.TypePing, func(ctx context.Context, from Peer, msg wire.Message) (wire.Message, error) {
+		served.Add(1)
+		return msg, nil
+	})
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		_, err := evil.Call(ctx, b.Addr(), &wire.Ping{Seq: uint64(i)})
+		if wire.CodeOf(err) != wire.CodeUnauthenticated {
+			t.Fatalf("wrong secret: want unauthenticated, got %v", err)
+		}
+		if err := evil.Send(ctx, b.Addr(), &wire.Ping{}); err != nil {
+			t.Fatalf("one-way send should leave without error, got %v", err)
+		}
+	}
+	testutil.Eventually(t, 3*time.Second, 10*time.Millisecond, func() error {
+		if n := b.Stats().AuthFailures; n < 10 {
+			return fmt.Errorf("auth failures counted %d, want 10", n)
+		}
+		return nil
+	})
+	if served.Load() != 0 {
+		t.Fatalf("handler ran %d times for a peer without the secret", served.Load())
+	}
+	if err := ping(ctx, a, b.Addr()); err != nil {
+		t.Fatalf("legitimate peer refused after attack: %v", err)
+	}
+}
+
+// rawClient speaks QUIC to a transport without the envelope layer, to feed
+// it captured, forged or broken frames.
+type rawClient struct {
+	conn *quic.Conn
+	s    *quic.Stream
+}
+
+func dialRaw(t *testing.T, addr string) *rawClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{alpn}}, nil)
+	if err != nil {
+		t.Fatalf("raw dial: %v", err)
+	}
+	s, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatalf("raw stream: %v", err)
+	}
+	t.Cleanup(func() { conn.CloseWithError(0, "") })
+	return &rawClient{conn: conn, s: s}
+}
+
+func (r *rawClient) write(t *testing.T, frame []byte) {
+	t.Helper()
+	if _, err := r.s.Write(frame); err != nil {
+		t.Fatalf("raw write: %v", err)
+	}
+}
+
+// readReply reads one reply envelope.
+func (r *rawClient) readReply(t *testing.T) *wire.Envelope {
+	t.Helper()
+	r.s.SetReadDeadline(time.Now().Add(3 * time.Second))
+	frame, _, err := readFrame(r.s, nil)
+	if err != nil {
+		t.Fatalf("raw read: %v", err)
+	}
+	env, err := wire.DecodeEnvelope(frame)
+	if err != nil {
+		t.Fatalf("raw decode: %v", err)
+	}
+	return env
+}
+
+func TestReplayedEnvelopesAreDropped(t *testing.T) {
+	b := newNode(t, "b", nodeOpts{})
+	var served atomic.Int64
+	b.Handle(wire.TypePing, func(ctx context.Context, from Peer, msg wire.Message) (wire.Message, error) {
+		served.Add(1)
+		return msg, nil
+	})
+	// The attacker captured a genuine frame from node a.
+	a := newNode(t, "a", nodeOpts{})
+	_, captured, err := a.seal(&wire.Ping{Seq: 1}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// And one from node "late", whose clock (and so snowflake) is 2 minutes
+	// behind: outside the default 60 s window.
+	late := newNode(t, "late", nodeOpts{tweak: func(c *Config) {
+		c.Now = func() time.Time { return time.Now().Add(-2 * time.Minute) }
+	}})
+	_, stale, err := late.seal(&wire.Ping{Seq: 2}, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	raw := dialRaw(t, b.Addr())
+	raw.write(t, captured)
+	if env := raw.readReply(t); env.Type != wire.TypePing {
+		t.Fatalf("first delivery should be served, got %s", env.Type)
+	}
+	raw.write(t, captured) // inside the window: a replay
+	raw.write(t, stale)    // outside the window
+	testutil.Eventually(t, 3*time.Second, 10*time.Millisecond, func() error {
+		if n := b.Stats().ReplaysDropped; n != 2 {
+			return fmt.Errorf("replays dropped %d, want 2", n)
+		}
+		return nil
+	})
+	if served.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1", served.Load())
+	}
+}
+
+func TestRotationThreePasses(t *testing.T) {
+	// Two nodes roll one at a time through install / use / remove. At every
+	// step both directions must work.
+	type keys struct{ cur, prev string }
+	steps := []struct {
+		name string
+		a, b keys
+	}{
+		{"start", keys{secretOld, ""}, keys{secretOld, ""}},
+		{"install a", keys{secretOld, secretNew}, keys{secretOld, ""}},
+		{"install b", keys{secretOld, secretNew}, keys{secretOld, secretNew}},
+		{"use a", keys{secretNew, secretOld}, keys{secretOld, secretNew}},
+		{"use b", keys{secretNew, secretOld}, keys{secretNew, secretOld}},
+		{"remove a", keys{secretNew, ""}, keys{secretNew, secretOld}},
+		{"remove b", keys{secretNew, ""}, keys{secretNew, ""}},
+	}
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{})
+	echo(a, nil)
+	echo(b, nil)
+	ctx := context.Background()
+	for _, st := range steps {
+		if err := a.keys.Reload(st.a.cur, st.a.prev); err != nil {
+			t.Fatalf("%s: reload a: %v", st.name, err)
+		}
+		if err := b.keys.Reload(st.b.cur, st.b.prev); err != nil {
+			t.Fatalf("%s: reload b: %v", st.name, err)
+		}
+		if err := ping(ctx, a, b.Addr()); err != nil {
+			t.Fatalf("%s: a -> b: %v", st.name, err)
+		}
+		if err := ping(ctx, b, a.Addr()); err != nil {
+			t.Fatalf("%s: b -> a: %v", st.name, err)
+		}
+	}
+	// A node left on the old secret alone is refused once pass 3 is done.
+	straggler := newNode(t, "straggler", nodeOpts{current: secretOld})
+	if err := ping(ctx, straggler, a.Addr()); wire.CodeOf(err) != wire.CodeUnauthenticated {
+		t.Fatalf("old-secret node after rotation: want unauthenticated, got %v", err)
+	}
+}
+
+func TestRotationIssueScenario(t *testing.T) {
+	// Node A holds new and previous, B only the old: they talk both ways.
+	// Once A drops the previous secret, B's traffic is refused.
+	a := newNode(t, "a", nodeOpts{current: secretOld, previous: secretNew})
+	b := newNode(t, "b", nodeOpts{current: secretOld})
+	echo(a, nil)
+	echo(b, nil)
+	ctx := context.Background()
+	if err := ping(ctx, a, b.Addr()); err != nil {
+		t.Fatalf("a -> b: %v", err)
+	}
+	if err := ping(ctx, b, a.Addr()); err != nil {
+		t.Fatalf("b -> a: %v", err)
+	}
+	if err := a.keys.Reload(secretNew, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(ctx, b, a.Addr()); wire.CodeOf(err) != wire.CodeUnauthenticated {
+		t.Fatalf("after A dropped the old secret, B should be refused, got %v", err)
+	}
+}
+
+func TestFloodIsRateLimitedPerSource(t *testing.T) {
+	limits := security.DefaultRateLimitConfig(wire.NumClasses)
+	limits.Limits[wire.ClassDiag] = security.Limit{PerSecond: 20, Burst: 10}
+	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.RateLimit = limits }})
+	echo(b, nil)
+	flooder := newNode(t, "flooder", nodeOpts{})
+	polite := newNode(t, "polite", nodeOpts{})
+	ctx := context.Background()
+
+	var limited, ok atomic.Int64
+	var retryAfter atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				err := ping(ctx, flooder, b.Addr())
+				var we *wire.Error
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case errors.As(err, &we) && we.Code == wire.CodeRateLimited:
+					limited.Add(1)
+					retryAfter.Store(int64(we.RetryAfter))
+				default:
+					t.Errorf("flood call: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if limited.Load() == 0 || retryAfter.Load() <= 0 {
+		t.Fatalf("flood of 200 calls: %d limited (retry-after %v), want some refused with a retry-after", limited.Load(), time.Duration(retryAfter.Load()))
+	}
+	if ok.Load() == 0 {
+		t.Fatalf("flood: the burst should have been served")
+	}
+	if err := ping(ctx, polite, b.Addr()); err != nil {
+		t.Fatalf("another source was refused during the flood: %v", err)
+	}
+	if b.Stats().RateLimited != uint64(limited.Load()) {
+		t.Fatalf("counter %d != refusals seen %d", b.Stats().RateLimited, limited.Load())
+	}
+	// A retrying caller honours retry-after and gets through.
+	if _, err := flooder.Call(ctx, b.Addr(), &wire.Ping{}, WithRetries(10)); err != nil {
+		t.Fatalf("retrying call after flood: %v", err)
+	}
+}
+
+func TestOversizedAndMalformedInput(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{})
+	echo(b, nil)
+	ctx := context.Background()
+
+	// The sender refuses a body over the cap before it leaves.
+	_, err := a.Call(ctx, b.Addr(), &wire.Ping{Payload: make([]byte, wire.MaxMessageSize+1)})
+	if wire.CodeOf(err) != wire.CodeTooLarge {
+		t.Fatalf("oversized call: want too_large, got %v", err)
+	}
+
+	// Garbage frame, then a frame with a valid envelope but a body that is
+	// not the CBOR its type says: counted, answered where possible, and the
+	// stream keeps serving.
+	raw := dialRaw(t, b.Addr())
+	raw.write(t, appendFrame(nil, []byte("\xff\x00not cbor at all")))
+	body := []byte{0xa1, 0x01, 0x61} // truncated map
+	env := &wire.Envelope{Version: wire.ProtocolVersion, KeyID: a.keys.SendKeyID(), Sender: "a", Type: wire.TypePing, ID: a.ids.Next()}
+	sealed, err := a.keys.Seal(nil, env.AAD(nil), body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Salt, env.Nonce, env.Body = sealed.Salt, sealed.Nonce, sealed.Ciphertext
+	eb, _ := wire.EncodeEnvelope(env)
+	raw.write(t, appendFrame(nil, eb))
+	reply := raw.readReply(t)
+	if reply.Type != wire.TypeError || reply.ReplyTo != env.ID {
+		t.Fatalf("malformed body: want error reply to %d, got %s reply to %d", env.ID, reply.Type, reply.ReplyTo)
+	}
+	plain, err := a.keys.Open(reply.KeyID, reply.Salt, reply.Nonce, reply.AAD(nil), reply.Body, nil)
+	if err != nil {
+		t.Fatalf("open error reply: %v", err)
+	}
+	var we wire.Error
+	if err := wire.Unmarshal(plain, &we); err != nil || we.Code != wire.CodeMalformed {
+		t.Fatalf("malformed body: want malformed code, got %v (%v)", we.Code, err)
+	}
+	// An announced frame over the cap: the stream is reset with a typed error.
+	hdr := []byte{0x7f, 0xff, 0xff, 0xff}
+	raw.write(t, hdr)
+	reply = raw.readReply(t)
+	if reply.Flags&wire.FlagPlainError == 0 {
+		t.Fatalf("oversized frame: want plain error reply, got flags %v", reply.Flags)
+	}
+	var big wire.Error
+	if err := wire.Unmarshal(reply.Body, &big); err != nil || big.Code != wire.CodeTooLarge {
+		t.Fatalf("oversized frame: want too_large, got %v (%v)", big.Code, err)
+	}
+	s := b.Stats()
+	if s.Malformed < 2 || s.TooLarge != 1 {
+		t.Fatalf("counters: malformed %d (want >= 2), too large %d (want 1)", s.Malformed, s.TooLarge)
+	}
+	if err := ping(ctx, a, b.Addr()); err != nil {
+		t.Fatalf("node stopped serving after bad input: %v", err)
+	}
+}
+
+func TestBreakerOpensOnDeadPeerAndClosesOnReturn(t *testing.T) {
+	fast := func(c *Config) {
+		c.Breaker = BreakerConfig{ConsecutiveFailures: 3, OpenFor: 300 * time.Millisecond}
+		c.DialTimeout = 300 * time.Millisecond
+	}
+	a := newNode(t, "a", nodeOpts{tweak: fast})
+	b := newNode(t, "b", nodeOpts{})
+	echo(b, nil)
+	addr := b.Addr()
+	ctx := context.Background()
+	if err := ping(ctx, a, addr); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	call := func() error {
+		cctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		defer cancel()
+		return ping(cctx, a, addr)
+	}
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if err := call(); !errors.Is(err, ErrCircuitOpen) {
+			return fmt.Errorf("breaker not open yet: %v", err)
+		}
+		return nil
+	})
+	// Open means fast: no dial, no wait.
+	start := time.Now()
+	if err := call(); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("want fail-fast, got %v", err)
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Logf("open breaker took %s to fail (expected near zero)", d)
+	}
+	if len(a.Stats().Breakers) == 0 {
+		t.Fatalf("open breaker not visible in stats")
+	}
+
+	// The peer returns on the same address; a half-open probe succeeds.
+	b2 := newNode(t, "b", nodeOpts{listen: addr})
+	echo(b2, nil)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return call() })
+	if s := a.Stats(); len(s.Breakers) != 0 || s.BreakerChanges < 3 {
+		t.Fatalf("breaker should be closed after recovery with >= 3 transitions: %+v", s)
+	}
+}
+
+func TestConcurrentCallsShareStreams(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{})
+	echo(b, nil)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				payload := bytes.Repeat([]byte{byte(g)}, 100+i)
+				resp, err := a.Call(ctx, b.Addr(), &wire.Ping{Seq: uint64(g*1000 + i), Payload: payload})
+				if err != nil {
+					t.Errorf("call: %v", err)
+					return
+				}
+				p := resp.(*wire.Ping)
+				if p.Seq != uint64(g*1000+i) || !bytes.Equal(p.Payload, payload) {
+					t.Errorf("reply mixed up: seq %d", p.Seq)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	a.mu.Lock()
+	conns := len(a.peers)
+	a.mu.Unlock()
+	if conns != 1 {
+		t.Fatalf("want one connection per peer, have %d", conns)
+	}
+}
+
+func TestCloseIsGracefulAndIdempotent(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{})
+	release := make(chan struct{})
+	started := make(chan struct{})
+	b.Handle(wire.TypePing, func(ctx context.Context, from Peer, msg wire.Message) (wire.Message, error) {
+		close(started)
+		<-release
+		return msg, nil
+	})
+	done := make(chan error, 1)
+	go func() { done <- ping(context.Background(), a, b.Addr()) }()
+	<-started
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	// In-flight work finishes before Close returns.
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("in-flight call during graceful close: %v", err)
+	}
+	<-closed
+	if err := b.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if _, err := b.Call(context.Background(), a.Addr(), &wire.Ping{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("call on closed transport: want ErrClosed, got %v", err)
+	}
+}
+
+func securityKeyring(secret string) (*security.Keyring, error) { return security.NewKeyring(secret, "") }

@@ -1,0 +1,127 @@
+package wire
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+// seedMessages returns, for every catalogue type, the encodings of a zero
+// value, of two fully populated values, and of one carrying unknown keys.
+func seedMessages(tb testing.TB) map[MsgType][][]byte {
+	tb.Helper()
+	out := map[MsgType][][]byte{}
+	for _, typ := range sortedTypes() {
+		zero, _ := New(typ)
+		full := mustMarshal(tb, filledMessage(tb, typ, 11))
+		out[typ] = [][]byte{
+			mustMarshal(tb, zero),
+			full,
+			mustMarshal(tb, filledMessage(tb, typ, 12)),
+			withExtraKeys(tb, full, map[int64]any{99: []any{"future", uint64(1)}}, true),
+		}
+	}
+	return out
+}
+
+func FuzzDecodeEnvelope(f *testing.F) {
+	g := NewSnowflakeGenerator("fuzz", nil)
+	for _, typ := range sortedTypes() {
+		for i, body := range seedMessages(f)[typ] {
+			e := &Envelope{
+				Version: ProtocolVersion, KeyID: uint32(i), Sender: "gate-" + typ.String(), Type: typ,
+				ID: g.Next(), ReplyTo: uint64(i), Flags: Flags(i), Body: body,
+			}
+			if i%2 == 1 {
+				e.Salt, e.Nonce = bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 12)
+			}
+			f.Add(mustMarshal(f, e))
+			f.Add(body) // a bare message is not an envelope
+		}
+	}
+	for _, h := range []string{"", "a0", "f6", "a3 01 01 03 61 61 05 01", "a3 01 02 03 61 61 05 01", "a3 01 01 03 60 05 01", "bf ff", "c1 a0"} {
+		f.Add(unhex(f, h))
+	}
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		e, err := DecodeEnvelope(data)
+		if err != nil {
+			if e != nil {
+				t.Fatalf("envelope returned with error %v", err)
+			}
+			if c := CodeOf(err); c != CodeMalformed && c != CodeTooLarge {
+				t.Fatalf("error %v has code %s, want malformed or too_large", err, c)
+			}
+			return
+		}
+		if e.Version != ProtocolVersion || e.Sender == "" || len(e.Sender) > MaxSenderLen || e.ID == 0 {
+			t.Fatalf("accepted an envelope that breaks the header rules: %#v", e)
+		}
+		b, err := EncodeEnvelope(e)
+		if err != nil {
+			t.Fatalf("re-encode of an accepted envelope: %v", err)
+		}
+		e2, err := DecodeEnvelope(b)
+		if err != nil {
+			t.Fatalf("re-encoded envelope refused: %v", err)
+		}
+		if !wireEqual(reflect.ValueOf(e), reflect.ValueOf(e2)) {
+			t.Fatalf("round trip differs\nfirst:  %#v\nsecond: %#v", e, e2)
+		}
+		if b2, _ := EncodeEnvelope(e2); !bytes.Equal(b, b2) {
+			t.Fatal("encoding is not stable across a round trip")
+		}
+		if !bytes.Equal(e.AAD(nil), e2.AAD(nil)) {
+			t.Fatal("AAD changed across a round trip")
+		}
+	})
+}
+
+func FuzzDecode(f *testing.F) {
+	for typ, bodies := range seedMessages(f) {
+		for _, b := range bodies {
+			f.Add(uint16(typ), b)
+		}
+	}
+	// Unknown types, and bodies of one type offered as another.
+	ping := mustMarshal(f, filledMessage(f, TypePing, 1))
+	f.Add(uint16(0), ping)
+	f.Add(uint16(65535), ping)
+	f.Add(uint16(TypeStateSyncResponse), ping)
+	f.Add(uint16(TypePing), mustMarshal(f, filledMessage(f, TypeStateSyncResponse, 1)))
+
+	f.Fuzz(func(t *testing.T, rawType uint16, data []byte) {
+		typ := MsgType(rawType)
+		m, err := Decode(typ, data)
+		if err != nil {
+			if m != nil {
+				t.Fatalf("message returned with error %v", err)
+			}
+			switch c := CodeOf(err); {
+			case c == CodeUnknownType && !typ.Known():
+			case (c == CodeMalformed || c == CodeTooLarge) && typ.Known():
+			default:
+				t.Fatalf("type %s: error %v has code %s", typ, err, c)
+			}
+			return
+		}
+		if !typ.Known() || m.Type() != typ {
+			t.Fatalf("Decode(%d) gave a %T", rawType, m)
+		}
+		b1, err := Marshal(m)
+		if err != nil {
+			t.Fatalf("re-encode of an accepted %s: %v", typ, err)
+		}
+		m2, err := Decode(typ, b1)
+		if err != nil {
+			t.Fatalf("re-encoded %s refused: %v", typ, err)
+		}
+		if !wireEqual(reflect.ValueOf(m), reflect.ValueOf(m2)) {
+			t.Fatalf("round trip differs\nfirst:  %#v\nsecond: %#v", m, m2)
+		}
+		b2, err := Marshal(m2)
+		if err != nil || !bytes.Equal(b1, b2) {
+			t.Fatalf("encoding of %s is not stable across a round trip (%v)", typ, err)
+		}
+	})
+}

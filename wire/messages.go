@@ -1,0 +1,480 @@
+package wire
+
+import "time"
+
+// Enumerations carried as strings so logs and JSON stay readable.
+type (
+	NodeRole       string
+	JobStatus      string
+	WorkflowStatus string
+	WorkerState    string
+)
+
+const (
+	RoleGate    NodeRole = "gate"
+	RoleManager NodeRole = "manager"
+	RoleWorker  NodeRole = "worker"
+
+	JobSubmitted   JobStatus = "SUBMITTED"
+	JobQueued      JobStatus = "QUEUED"
+	JobDispatching JobStatus = "DISPATCHING"
+	JobRunning     JobStatus = "RUNNING"
+	JobCompleting  JobStatus = "COMPLETING"
+	JobCompleted   JobStatus = "COMPLETED"
+	JobFailed      JobStatus = "FAILED"
+	JobCancelled   JobStatus = "CANCELLED"
+	JobTimeout     JobStatus = "TIMEOUT"
+
+	WorkflowPending   WorkflowStatus = "PENDING"
+	WorkflowAssigned  WorkflowStatus = "ASSIGNED"
+	WorkflowRunning   WorkflowStatus = "RUNNING"
+	WorkflowCompleted WorkflowStatus = "COMPLETED"
+	WorkflowFailed    WorkflowStatus = "FAILED"
+	WorkflowCancelled WorkflowStatus = "CANCELLED"
+
+	WorkerHealthy  WorkerState = "HEALTHY"
+	WorkerDegraded WorkerState = "DEGRADED"
+	WorkerDraining WorkerState = "DRAINING"
+	WorkerOffline  WorkerState = "OFFLINE"
+)
+
+// Terminal reports whether a job in status s will never change again.
+func (s JobStatus) Terminal() bool {
+	switch s {
+	case JobCompleted, JobFailed, JobCancelled, JobTimeout:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether a workflow in status s will never change again.
+func (s WorkflowStatus) Terminal() bool {
+	switch s {
+	case WorkflowCompleted, WorkflowFailed, WorkflowCancelled:
+		return true
+	}
+	return false
+}
+
+// ---- Diagnostics -----------------------------------------------------------
+
+// Ping asks a peer to echo Payload back; used by benchmarks and health checks.
+type Ping struct {
+	Seq     uint64 `cbor:"1,keyasint"`
+	Payload []byte `cbor:"2,keyasint,omitempty"`
+}
+
+// Pong answers a Ping.
+type Pong struct {
+	Seq     uint64 `cbor:"1,keyasint"`
+	Payload []byte `cbor:"2,keyasint,omitempty"`
+}
+
+func (*Ping) Type() MsgType { return TypePing }
+func (*Pong) Type() MsgType { return TypePong }
+
+// ---- Job lifecycle -------------------------------------------------------------
+
+// WorkflowSpec describes one workflow of a job. Params holds the
+// type-specific parameters (CBOR) that the workflow type's registry decodes.
+type WorkflowSpec struct {
+	Name    string        `cbor:"1,keyasint"`
+	Type    string        `cbor:"2,keyasint"`
+	Cores   int           `cbor:"3,keyasint"`
+	Timeout time.Duration `cbor:"4,keyasint,omitempty"`
+	Params  []byte        `cbor:"5,keyasint,omitempty"`
+}
+
+// JobSubmission carries a job from a client or gate to a manager (or gate).
+type JobSubmission struct {
+	JobID           string         `cbor:"1,keyasint"`
+	Name            string         `cbor:"2,keyasint,omitempty"`
+	Workflows       []WorkflowSpec `cbor:"3,keyasint"`
+	Timeout         time.Duration  `cbor:"4,keyasint,omitempty"`
+	DatacenterCount int            `cbor:"5,keyasint,omitempty"`
+	Datacenters     []string       `cbor:"6,keyasint,omitempty"`
+	// FenceToken is the gate's lease token for this datacenter (0 when a
+	// client submits straight to a manager).
+	FenceToken  uint64 `cbor:"7,keyasint,omitempty"`
+	Origin      string `cbor:"8,keyasint,omitempty"` // gate node id holding the lease
+	SubmittedAt int64  `cbor:"9,keyasint,omitempty"` // unix nanoseconds
+}
+
+// JobAck answers a JobSubmission.
+type JobAck struct {
+	JobID          string   `cbor:"1,keyasint"`
+	Accepted       bool     `cbor:"2,keyasint"`
+	Error          string   `cbor:"3,keyasint,omitempty"`
+	QueuedPosition int      `cbor:"4,keyasint,omitempty"`
+	Datacenters    []string `cbor:"5,keyasint,omitempty"`
+}
+
+// CancelJob asks for a job to stop everywhere.
+type CancelJob struct {
+	JobID      string `cbor:"1,keyasint"`
+	Reason     string `cbor:"2,keyasint,omitempty"`
+	FenceToken uint64 `cbor:"3,keyasint,omitempty"`
+	// WorkflowID narrows the cancel to one workflow (manager to worker).
+	WorkflowID string `cbor:"4,keyasint,omitempty"`
+}
+
+// CancelAck answers a CancelJob.
+type CancelAck struct {
+	JobID              string `cbor:"1,keyasint"`
+	Cancelled          bool   `cbor:"2,keyasint"`
+	WorkflowsCancelled int    `cbor:"3,keyasint,omitempty"`
+	Error              string `cbor:"4,keyasint,omitempty"`
+}
+
+func (*JobSubmission) Type() MsgType { return TypeJobSubmission }
+func (*JobAck) Type() MsgType        { return TypeJobAck }
+func (*CancelJob) Type() MsgType     { return TypeCancelJob }
+func (*CancelAck) Type() MsgType     { return TypeCancelAck }
+
+// ---- Workflow dispatch -----------------------------------------------------------
+
+// WorkflowDispatch hands one workflow to a worker. The manager keeps the
+// encoded bytes so a retry re-sends exactly what was first sent.
+type WorkflowDispatch struct {
+	JobID      string        `cbor:"1,keyasint"`
+	WorkflowID string        `cbor:"2,keyasint"`
+	Workflow   WorkflowSpec  `cbor:"3,keyasint"`
+	Context    []byte        `cbor:"4,keyasint,omitempty"`
+	Cores      int           `cbor:"5,keyasint"`
+	Timeout    time.Duration `cbor:"6,keyasint,omitempty"`
+	FenceToken uint64        `cbor:"7,keyasint"`
+	Attempt    int           `cbor:"8,keyasint,omitempty"`
+}
+
+// WorkflowDispatchAck answers a WorkflowDispatch.
+type WorkflowDispatchAck struct {
+	WorkflowID     string `cbor:"1,keyasint"`
+	Accepted       bool   `cbor:"2,keyasint"`
+	Error          string `cbor:"3,keyasint,omitempty"`
+	CoresAssigned  []int  `cbor:"4,keyasint,omitempty"`
+	AvailableCores int    `cbor:"5,keyasint"`
+}
+
+func (*WorkflowDispatch) Type() MsgType    { return TypeWorkflowDispatch }
+func (*WorkflowDispatchAck) Type() MsgType { return TypeWorkflowDispatchAck }
+
+// ---- Progress and status ------------------------------------------------------------
+
+// StepStats counts one step of a workflow.
+type StepStats struct {
+	StepName       string `cbor:"1,keyasint"`
+	CompletedCount int64  `cbor:"2,keyasint,omitempty"`
+	FailedCount    int64  `cbor:"3,keyasint,omitempty"`
+	TotalCount     int64  `cbor:"4,keyasint,omitempty"`
+	// Histogram is an encoded latency histogram (delta or cumulative as the
+	// sender documents); merged, never averaged.
+	Histogram []byte `cbor:"5,keyasint,omitempty"`
+}
+
+// WorkflowProgress reports a workflow's counters from its worker.
+type WorkflowProgress struct {
+	JobID          string         `cbor:"1,keyasint"`
+	WorkflowID     string         `cbor:"2,keyasint"`
+	WorkflowName   string         `cbor:"3,keyasint,omitempty"`
+	Status         WorkflowStatus `cbor:"4,keyasint"`
+	CompletedCount int64          `cbor:"5,keyasint,omitempty"`
+	FailedCount    int64          `cbor:"6,keyasint,omitempty"`
+	RatePerSecond  float64        `cbor:"7,keyasint,omitempty"`
+	Elapsed        time.Duration  `cbor:"8,keyasint,omitempty"`
+	StepStats      []StepStats    `cbor:"9,keyasint,omitempty"`
+	Timestamp      int64          `cbor:"10,keyasint,omitempty"` // unix nanoseconds
+	AssignedCores  []int          `cbor:"11,keyasint,omitempty"`
+	WorkerID       string         `cbor:"12,keyasint,omitempty"`
+	FenceToken     uint64         `cbor:"13,keyasint,omitempty"`
+	Error          string         `cbor:"14,keyasint,omitempty"`
+	Final          bool           `cbor:"15,keyasint,omitempty"`
+}
+
+// JobProgress aggregates a job's workflows within one datacenter.
+type JobProgress struct {
+	JobID          string             `cbor:"1,keyasint"`
+	Datacenter     string             `cbor:"2,keyasint"`
+	Status         JobStatus          `cbor:"3,keyasint"`
+	Workflows      []WorkflowProgress `cbor:"4,keyasint,omitempty"`
+	TotalCompleted int64              `cbor:"5,keyasint,omitempty"`
+	TotalFailed    int64              `cbor:"6,keyasint,omitempty"`
+	OverallRate    float64            `cbor:"7,keyasint,omitempty"`
+	Elapsed        time.Duration      `cbor:"8,keyasint,omitempty"`
+	Timestamp      int64              `cbor:"9,keyasint,omitempty"`
+	FenceToken     uint64             `cbor:"10,keyasint,omitempty"`
+	Error          string             `cbor:"11,keyasint,omitempty"`
+}
+
+// GlobalJobStatus aggregates a job across datacenters (gate view).
+type GlobalJobStatus struct {
+	JobID                string        `cbor:"1,keyasint"`
+	Status               JobStatus     `cbor:"2,keyasint"`
+	Datacenters          []JobProgress `cbor:"3,keyasint,omitempty"`
+	TotalCompleted       int64         `cbor:"4,keyasint,omitempty"`
+	TotalFailed          int64         `cbor:"5,keyasint,omitempty"`
+	OverallRate          float64       `cbor:"6,keyasint,omitempty"`
+	Elapsed              time.Duration `cbor:"7,keyasint,omitempty"`
+	CompletedDatacenters int           `cbor:"8,keyasint,omitempty"`
+	FailedDatacenters    int           `cbor:"9,keyasint,omitempty"`
+}
+
+// ProgressAck acknowledges a progress report; Leader tells a worker that
+// reported to a stale leader where to go.
+type ProgressAck struct {
+	WorkflowID string `cbor:"1,keyasint"`
+	Leader     string `cbor:"2,keyasint,omitempty"`
+	// Cancel asks the worker to stop the workflow (job cancelled or fenced out).
+	Cancel bool `cbor:"3,keyasint,omitempty"`
+}
+
+func (*WorkflowProgress) Type() MsgType { return TypeWorkflowProgress }
+func (*JobProgress) Type() MsgType      { return TypeJobProgress }
+func (*GlobalJobStatus) Type() MsgType  { return TypeGlobalJobStatus }
+func (*ProgressAck) Type() MsgType      { return TypeProgressAck }
+
+// ---- Quorum provisioning --------------------------------------------------------------
+
+// ProvisionRequest asks a peer manager to confirm a placement.
+type ProvisionRequest struct {
+	JobID         string `cbor:"1,keyasint"`
+	WorkflowID    string `cbor:"2,keyasint"`
+	TargetWorker  string `cbor:"3,keyasint"`
+	CoresRequired int    `cbor:"4,keyasint"`
+	FenceToken    uint64 `cbor:"5,keyasint"`
+	Version       uint64 `cbor:"6,keyasint"`
+}
+
+// ProvisionConfirm is a peer's answer to a ProvisionRequest.
+type ProvisionConfirm struct {
+	JobID          string `cbor:"1,keyasint"`
+	WorkflowID     string `cbor:"2,keyasint"`
+	ConfirmingNode string `cbor:"3,keyasint"`
+	Confirmed      bool   `cbor:"4,keyasint"`
+	Version        uint64 `cbor:"5,keyasint"`
+	Error          string `cbor:"6,keyasint,omitempty"`
+}
+
+// ProvisionCommit tells peers a placement reached quorum; they store it so
+// any of them can take over.
+type ProvisionCommit struct {
+	JobID            string `cbor:"1,keyasint"`
+	WorkflowID       string `cbor:"2,keyasint"`
+	TargetWorker     string `cbor:"3,keyasint"`
+	CoresAssigned    int    `cbor:"4,keyasint"`
+	FenceToken       uint64 `cbor:"5,keyasint"`
+	CommittedVersion uint64 `cbor:"6,keyasint"`
+}
+
+// CommitAck acknowledges a ProvisionCommit once it is durable.
+type CommitAck struct {
+	WorkflowID string `cbor:"1,keyasint"`
+	NodeID     string `cbor:"2,keyasint"`
+}
+
+func (*ProvisionRequest) Type() MsgType { return TypeProvisionRequest }
+func (*ProvisionConfirm) Type() MsgType { return TypeProvisionConfirm }
+func (*ProvisionCommit) Type() MsgType  { return TypeProvisionCommit }
+func (*CommitAck) Type() MsgType        { return TypeCommitAck }
+
+// ---- State sync ----------------------------------------------------------------------
+
+// StateSyncRequest asks a worker or peer for its state after an election.
+type StateSyncRequest struct {
+	RequesterID   string   `cbor:"1,keyasint"`
+	RequesterRole NodeRole `cbor:"2,keyasint"`
+	SinceVersion  uint64   `cbor:"3,keyasint,omitempty"`
+	Term          uint64   `cbor:"4,keyasint,omitempty"`
+}
+
+// StateSyncResponse carries exactly one of the snapshots.
+type StateSyncResponse struct {
+	ResponderID    string                `cbor:"1,keyasint"`
+	CurrentVersion uint64                `cbor:"2,keyasint"`
+	WorkerState    *WorkerStateSnapshot  `cbor:"3,keyasint,omitempty"`
+	ManagerState   *ManagerStateSnapshot `cbor:"4,keyasint,omitempty"`
+}
+
+// WorkerStateSnapshot is a worker's truth about the work it runs.
+type WorkerStateSnapshot struct {
+	NodeID          string                      `cbor:"1,keyasint"`
+	State           WorkerState                 `cbor:"2,keyasint"`
+	TotalCores      int                         `cbor:"3,keyasint"`
+	AvailableCores  int                         `cbor:"4,keyasint"`
+	Version         uint64                      `cbor:"5,keyasint"`
+	ActiveWorkflows map[string]WorkflowProgress `cbor:"6,keyasint,omitempty"`
+	Addr            string                      `cbor:"7,keyasint,omitempty"`
+}
+
+// ManagerStateSnapshot is a manager's view: registered workers and jobs.
+type ManagerStateSnapshot struct {
+	NodeID     string                 `cbor:"1,keyasint"`
+	Datacenter string                 `cbor:"2,keyasint"`
+	IsLeader   bool                   `cbor:"3,keyasint"`
+	Term       uint64                 `cbor:"4,keyasint"`
+	Version    uint64                 `cbor:"5,keyasint"`
+	Workers    []WorkerStateSnapshot  `cbor:"6,keyasint,omitempty"`
+	Jobs       map[string]JobProgress `cbor:"7,keyasint,omitempty"`
+	// Jobs' original submissions and retry counts, so a new leader can retry.
+	Submissions []JobSubmission   `cbor:"8,keyasint,omitempty"`
+	Retries     map[string]int    `cbor:"9,keyasint,omitempty"`
+	Commits     []ProvisionCommit `cbor:"10,keyasint,omitempty"`
+}
+
+func (*StateSyncRequest) Type() MsgType  { return TypeStateSyncRequest }
+func (*StateSyncResponse) Type() MsgType { return TypeStateSyncResponse }
+
+// ---- Leases (gates) ------------------------------------------------------------------
+
+// DatacenterLease grants a gate the right to drive a job in one datacenter.
+type DatacenterLease struct {
+	JobID       string `cbor:"1,keyasint"`
+	Datacenter  string `cbor:"2,keyasint"`
+	LeaseHolder string `cbor:"3,keyasint"`
+	FenceToken  uint64 `cbor:"4,keyasint"`
+	ExpiresAt   int64  `cbor:"5,keyasint"` // unix nanoseconds
+	Version     uint64 `cbor:"6,keyasint"`
+}
+
+// LeaseTransfer moves a lease to a new gate leader with a newer token.
+type LeaseTransfer struct {
+	JobID         string `cbor:"1,keyasint"`
+	Datacenter    string `cbor:"2,keyasint"`
+	FromGate      string `cbor:"3,keyasint"`
+	ToGate        string `cbor:"4,keyasint"`
+	NewFenceToken uint64 `cbor:"5,keyasint"`
+	Version       uint64 `cbor:"6,keyasint"`
+}
+
+// LeaseAck answers a lease or lease transfer.
+type LeaseAck struct {
+	JobID      string `cbor:"1,keyasint"`
+	Datacenter string `cbor:"2,keyasint"`
+	Accepted   bool   `cbor:"3,keyasint"`
+	Error      string `cbor:"4,keyasint,omitempty"`
+}
+
+func (*DatacenterLease) Type() MsgType { return TypeDatacenterLease }
+func (*LeaseTransfer) Type() MsgType   { return TypeLeaseTransfer }
+func (*LeaseAck) Type() MsgType        { return TypeLeaseAck }
+
+// ---- Registration and heartbeats ---------------------------------------------------------
+
+// WorkerRegistration announces a worker to a manager.
+type WorkerRegistration struct {
+	NodeID     string `cbor:"1,keyasint"`
+	Addr       string `cbor:"2,keyasint"` // QUIC address
+	SwimAddr   string `cbor:"3,keyasint,omitempty"`
+	Datacenter string `cbor:"4,keyasint"`
+	TotalCores int    `cbor:"5,keyasint"`
+	Version    uint64 `cbor:"6,keyasint,omitempty"`
+	// ActiveWorkflows lets a worker re-home its running work after failover.
+	ActiveWorkflows []WorkflowProgress `cbor:"7,keyasint,omitempty"`
+}
+
+// RegistrationAck answers a WorkerRegistration.
+type RegistrationAck struct {
+	Accepted   bool     `cbor:"1,keyasint"`
+	Leader     string   `cbor:"2,keyasint,omitempty"`
+	LeaderAddr string   `cbor:"3,keyasint,omitempty"`
+	Managers   []string `cbor:"4,keyasint,omitempty"` // QUIC addresses of known managers
+	Error      string   `cbor:"5,keyasint,omitempty"`
+	Term       uint64   `cbor:"6,keyasint,omitempty"`
+}
+
+// WorkerHeartbeat is a worker's state, embedded in SWIM acks.
+type WorkerHeartbeat struct {
+	NodeID          string            `cbor:"1,keyasint"`
+	State           WorkerState       `cbor:"2,keyasint"`
+	TotalCores      int               `cbor:"3,keyasint"`
+	AvailableCores  int               `cbor:"4,keyasint"`
+	QueueDepth      int               `cbor:"5,keyasint,omitempty"`
+	CPUPercent      float64           `cbor:"6,keyasint,omitempty"`
+	MemoryPercent   float64           `cbor:"7,keyasint,omitempty"`
+	Version         uint64            `cbor:"8,keyasint"`
+	ActiveWorkflows map[string]string `cbor:"9,keyasint,omitempty"` // workflow id -> status
+	Datacenter      string            `cbor:"10,keyasint,omitempty"`
+	Addr            string            `cbor:"11,keyasint,omitempty"`
+}
+
+// ManagerHeartbeat is a manager's state, embedded in SWIM acks.
+type ManagerHeartbeat struct {
+	NodeID          string `cbor:"1,keyasint"`
+	Datacenter      string `cbor:"2,keyasint"`
+	IsLeader        bool   `cbor:"3,keyasint"`
+	Term            uint64 `cbor:"4,keyasint"`
+	Version         uint64 `cbor:"5,keyasint"`
+	ActiveJobs      int    `cbor:"6,keyasint,omitempty"`
+	ActiveWorkflows int    `cbor:"7,keyasint,omitempty"`
+	WorkerCount     int    `cbor:"8,keyasint,omitempty"`
+	AvailableCores  int    `cbor:"9,keyasint,omitempty"`
+	Addr            string `cbor:"10,keyasint,omitempty"`
+	LeaderID        string `cbor:"11,keyasint,omitempty"`
+}
+
+func (*WorkerRegistration) Type() MsgType { return TypeWorkerRegistration }
+func (*RegistrationAck) Type() MsgType    { return TypeRegistrationAck }
+func (*WorkerHeartbeat) Type() MsgType    { return TypeWorkerHeartbeat }
+func (*ManagerHeartbeat) Type() MsgType   { return TypeManagerHeartbeat }
+
+// ---- Leader election -------------------------------------------------------------------------
+
+// PreVoteRequest asks whether the sender could win an election for Term
+// without anyone bumping their term.
+type PreVoteRequest struct {
+	Cluster   string  `cbor:"1,keyasint"`
+	Term      uint64  `cbor:"2,keyasint"` // the term the candidate would use
+	Candidate string  `cbor:"3,keyasint"`
+	LHM       int     `cbor:"4,keyasint,omitempty"`
+	Health    float64 `cbor:"5,keyasint,omitempty"`
+}
+
+// PreVoteResponse answers a PreVoteRequest.
+type PreVoteResponse struct {
+	Cluster string `cbor:"1,keyasint"`
+	Term    uint64 `cbor:"2,keyasint"` // the voter's current term
+	Voter   string `cbor:"3,keyasint"`
+	Granted bool   `cbor:"4,keyasint"`
+	Reason  string `cbor:"5,keyasint,omitempty"`
+}
+
+// VoteRequest asks for a vote in Term.
+type VoteRequest struct {
+	Cluster   string `cbor:"1,keyasint"`
+	Term      uint64 `cbor:"2,keyasint"`
+	Candidate string `cbor:"3,keyasint"`
+	LHM       int    `cbor:"4,keyasint,omitempty"`
+}
+
+// VoteResponse answers a VoteRequest.
+type VoteResponse struct {
+	Cluster string `cbor:"1,keyasint"`
+	Term    uint64 `cbor:"2,keyasint"`
+	Voter   string `cbor:"3,keyasint"`
+	Granted bool   `cbor:"4,keyasint"`
+	Reason  string `cbor:"5,keyasint,omitempty"`
+}
+
+// LeaderHeartbeat asserts leadership for Term.
+type LeaderHeartbeat struct {
+	Cluster    string `cbor:"1,keyasint"`
+	Term       uint64 `cbor:"2,keyasint"`
+	Leader     string `cbor:"3,keyasint"`
+	LeaderAddr string `cbor:"4,keyasint,omitempty"`
+	Seq        uint64 `cbor:"5,keyasint,omitempty"`
+}
+
+// LeaderHeartbeatAck lets a leader count who still follows it (check-quorum).
+type LeaderHeartbeatAck struct {
+	Cluster  string `cbor:"1,keyasint"`
+	Term     uint64 `cbor:"2,keyasint"`
+	Follower string `cbor:"3,keyasint"`
+	Success  bool   `cbor:"4,keyasint"`
+	Seq      uint64 `cbor:"5,keyasint,omitempty"`
+}
+
+func (*PreVoteRequest) Type() MsgType     { return TypePreVoteRequest }
+func (*PreVoteResponse) Type() MsgType    { return TypePreVoteResponse }
+func (*VoteRequest) Type() MsgType        { return TypeVoteRequest }
+func (*VoteResponse) Type() MsgType       { return TypeVoteResponse }
+func (*LeaderHeartbeat) Type() MsgType    { return TypeLeaderHeartbeat }
+func (*LeaderHeartbeatAck) Type() MsgType { return TypeLeaderHeartbeatAck }

@@ -1,0 +1,211 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+)
+
+// MsgType identifies a message in the catalogue. Values are part of the wire
+// contract: never renumber, only append.
+type MsgType uint16
+
+const (
+	TypeInvalid MsgType = 0
+
+	// Diagnostics.
+	TypePing MsgType = 1
+	TypePong MsgType = 2
+
+	// Typed error reply to any request.
+	TypeError MsgType = 9
+
+	// Job lifecycle.
+	TypeJobSubmission MsgType = 10
+	TypeJobAck        MsgType = 11
+	TypeCancelJob     MsgType = 12
+	TypeCancelAck     MsgType = 13
+
+	// Workflow dispatch.
+	TypeWorkflowDispatch    MsgType = 20
+	TypeWorkflowDispatchAck MsgType = 21
+
+	// Progress and status.
+	TypeWorkflowProgress MsgType = 30
+	TypeJobProgress      MsgType = 31
+	TypeGlobalJobStatus  MsgType = 32
+	TypeProgressAck      MsgType = 33
+
+	// Quorum provisioning.
+	TypeProvisionRequest MsgType = 40
+	TypeProvisionConfirm MsgType = 41
+	TypeProvisionCommit  MsgType = 42
+	TypeCommitAck        MsgType = 43
+
+	// State sync.
+	TypeStateSyncRequest  MsgType = 50
+	TypeStateSyncResponse MsgType = 51
+
+	// Gate leases.
+	TypeDatacenterLease MsgType = 60
+	TypeLeaseTransfer   MsgType = 61
+	TypeLeaseAck        MsgType = 62
+
+	// Registration and heartbeats (heartbeats normally ride in SWIM acks).
+	TypeWorkerRegistration MsgType = 70
+	TypeRegistrationAck    MsgType = 71
+	TypeWorkerHeartbeat    MsgType = 72
+	TypeManagerHeartbeat   MsgType = 73
+
+	// Leader election.
+	TypePreVoteRequest     MsgType = 80
+	TypePreVoteResponse    MsgType = 81
+	TypeVoteRequest        MsgType = 82
+	TypeVoteResponse       MsgType = 83
+	TypeLeaderHeartbeat    MsgType = 84
+	TypeLeaderHeartbeatAck MsgType = 85
+)
+
+// Class groups message types for rate limiting and circuit breaking: a flood
+// of progress updates must not starve elections, and a breaker tripped by slow
+// dispatches must not block heartbeats.
+type Class uint8
+
+const (
+	ClassControl  Class = iota // jobs, cancels, provisioning, state sync, leases, registration
+	ClassElection              // votes and leader heartbeats
+	ClassDispatch              // workflow dispatch to workers
+	ClassProgress              // progress streams and heartbeats
+	ClassDiag                  // ping/pong
+	numClasses
+)
+
+// NumClasses is the number of message classes, for sizing per-class tables.
+const NumClasses = int(numClasses)
+
+func (c Class) String() string {
+	switch c {
+	case ClassControl:
+		return "control"
+	case ClassElection:
+		return "election"
+	case ClassDispatch:
+		return "dispatch"
+	case ClassProgress:
+		return "progress"
+	case ClassDiag:
+		return "diag"
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+type typeInfo struct {
+	name  string
+	class Class
+	new   func() Message
+}
+
+// catalogue is an immutable table built once; it is the single place that
+// maps a type number to its Go struct.
+var catalogue = map[MsgType]typeInfo{
+	TypePing:  {"Ping", ClassDiag, func() Message { return new(Ping) }},
+	TypePong:  {"Pong", ClassDiag, func() Message { return new(Pong) }},
+	TypeError: {"Error", ClassControl, func() Message { return new(Error) }},
+
+	TypeJobSubmission: {"JobSubmission", ClassControl, func() Message { return new(JobSubmission) }},
+	TypeJobAck:        {"JobAck", ClassControl, func() Message { return new(JobAck) }},
+	TypeCancelJob:     {"CancelJob", ClassControl, func() Message { return new(CancelJob) }},
+	TypeCancelAck:     {"CancelAck", ClassControl, func() Message { return new(CancelAck) }},
+
+	TypeWorkflowDispatch:    {"WorkflowDispatch", ClassDispatch, func() Message { return new(WorkflowDispatch) }},
+	TypeWorkflowDispatchAck: {"WorkflowDispatchAck", ClassDispatch, func() Message { return new(WorkflowDispatchAck) }},
+
+	TypeWorkflowProgress: {"WorkflowProgress", ClassProgress, func() Message { return new(WorkflowProgress) }},
+	TypeJobProgress:      {"JobProgress", ClassProgress, func() Message { return new(JobProgress) }},
+	TypeGlobalJobStatus:  {"GlobalJobStatus", ClassProgress, func() Message { return new(GlobalJobStatus) }},
+	TypeProgressAck:      {"ProgressAck", ClassProgress, func() Message { return new(ProgressAck) }},
+
+	TypeProvisionRequest: {"ProvisionRequest", ClassControl, func() Message { return new(ProvisionRequest) }},
+	TypeProvisionConfirm: {"ProvisionConfirm", ClassControl, func() Message { return new(ProvisionConfirm) }},
+	TypeProvisionCommit:  {"ProvisionCommit", ClassControl, func() Message { return new(ProvisionCommit) }},
+	TypeCommitAck:        {"CommitAck", ClassControl, func() Message { return new(CommitAck) }},
+
+	TypeStateSyncRequest:  {"StateSyncRequest", ClassControl, func() Message { return new(StateSyncRequest) }},
+	TypeStateSyncResponse: {"StateSyncResponse", ClassControl, func() Message { return new(StateSyncResponse) }},
+
+	TypeDatacenterLease: {"DatacenterLease", ClassControl, func() Message { return new(DatacenterLease) }},
+	TypeLeaseTransfer:   {"LeaseTransfer", ClassControl, func() Message { return new(LeaseTransfer) }},
+	TypeLeaseAck:        {"LeaseAck", ClassControl, func() Message { return new(LeaseAck) }},
+
+	TypeWorkerRegistration: {"WorkerRegistration", ClassControl, func() Message { return new(WorkerRegistration) }},
+	TypeRegistrationAck:    {"RegistrationAck", ClassControl, func() Message { return new(RegistrationAck) }},
+	TypeWorkerHeartbeat:    {"WorkerHeartbeat", ClassProgress, func() Message { return new(WorkerHeartbeat) }},
+	TypeManagerHeartbeat:   {"ManagerHeartbeat", ClassProgress, func() Message { return new(ManagerHeartbeat) }},
+
+	TypePreVoteRequest:     {"PreVoteRequest", ClassElection, func() Message { return new(PreVoteRequest) }},
+	TypePreVoteResponse:    {"PreVoteResponse", ClassElection, func() Message { return new(PreVoteResponse) }},
+	TypeVoteRequest:        {"VoteRequest", ClassElection, func() Message { return new(VoteRequest) }},
+	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
+	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
+	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+}
+
+func (t MsgType) String() string {
+	if ti, ok := catalogue[t]; ok {
+		return ti.name
+	}
+	return fmt.Sprintf("MsgType(%d)", uint16(t))
+}
+
+// Class reports the rate-limit and breaker class of t. Unknown types are
+// control class so they share the strictest bucket.
+func (t MsgType) Class() Class {
+	if ti, ok := catalogue[t]; ok {
+		return ti.class
+	}
+	return ClassControl
+}
+
+// Known reports whether t is in the catalogue.
+func (t MsgType) Known() bool {
+	_, ok := catalogue[t]
+	return ok
+}
+
+// Types lists every message type in the catalogue, for tests and fuzzers.
+func Types() []MsgType {
+	out := make([]MsgType, 0, len(catalogue))
+	for t := range catalogue {
+		out = append(out, t)
+	}
+	return out
+}
+
+// Message is implemented by every struct in the catalogue.
+type Message interface {
+	Type() MsgType
+}
+
+// New returns a zero message of type t, ready to decode into.
+func New(t MsgType) (Message, error) {
+	ti, ok := catalogue[t]
+	if !ok {
+		return nil, &Error{Code: CodeUnknownType, Message: fmt.Sprintf("unknown message type %d", uint16(t))}
+	}
+	return ti.new(), nil
+}
+
+// Decode decodes an untrusted body of type t.
+func Decode(t MsgType, body []byte) (Message, error) {
+	m, err := New(t)
+	if err != nil {
+		return nil, err
+	}
+	if err := Unmarshal(body, m); err != nil {
+		code := CodeMalformed
+		if errors.Is(err, ErrTooLarge) {
+			code = CodeTooLarge
+		}
+		return nil, &Error{Code: code, Message: fmt.Sprintf("%s: %v", t, err)}
+	}
+	return m, nil
+}
