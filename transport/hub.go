@@ -266,4 +266,3 @@ func (n *memTransport) Close() error {
 	n.wg.Wait()
 	return nil
 }
-

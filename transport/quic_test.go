@@ -567,4 +567,6 @@ func TestCloseIsGracefulAndIdempotent(t *testing.T) {
 	}
 }
 
-func securityKeyring(secret string) (*security.Keyring, error) { return security.NewKeyring(secret, "") }
+func securityKeyring(secret string) (*security.Keyring, error) {
+	return security.NewKeyring(secret, "")
+}
