@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/sony/gobreaker/v2"
 
+	"tempest/security"
 	"tempest/wire"
 )
 
@@ -112,7 +113,7 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 		if err != nil {
 			return nil, err
 		}
-		_, frame, err := t.seal(msg, 0, wire.FlagOneWay)
+		_, frame, err := t.seal(s.w.sealer, msg, 0, wire.FlagOneWay)
 		if err != nil {
 			return nil, err
 		}
@@ -136,7 +137,7 @@ func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wi
 	if err != nil {
 		return nil, err
 	}
-	id, frame, err := t.seal(req, 0, 0)
+	id, frame, err := t.seal(s.w.sealer, req, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -254,6 +255,7 @@ func (p *peer) close() {
 // clientStream is one long-lived stream with its pending calls.
 type clientStream struct {
 	w        *streamWriter
+	opener   *security.StreamOpener
 	owner    *peer
 	lastRecv atomic.Int64 // unix nanoseconds of the last frame read
 
@@ -349,7 +351,12 @@ func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open stream to %s: %w: %v", addr, ErrNotDelivered, err)
 	}
-	s := &clientStream{w: &streamWriter{s: qs}, owner: p, pending: make(map[uint64]chan result)}
+	s := &clientStream{
+		w:       newStreamWriter(qs, t.keys.NewStreamSealer()),
+		opener:  t.keys.NewStreamOpener(),
+		owner:   p,
+		pending: make(map[uint64]chan result),
+	}
 	p.streams[i] = s
 	t.wg.Add(1)
 	go t.readReplies(addr, s)
@@ -403,7 +410,7 @@ func (t *QUIC) readReplies(addr string, s *clientStream) {
 			s.deliver(env.ReplyTo, result{err: &e})
 			continue
 		}
-		body, err := t.keys.Open(env.KeyID, env.Salt, env.Nonce, env.AAD(nil), env.Body, nil)
+		body, err := s.opener.Open(env.KeyID, env.Salt, env.Nonce, env.AAD(nil), env.Body, nil)
 		if err != nil {
 			t.stats.authFailures.Add(1)
 			s.deliver(env.ReplyTo, result{err: &wire.Error{Code: wire.CodeUnauthenticated, Message: "reply from " + addr + " did not open with any accepted key"}})

@@ -15,7 +15,7 @@ func FuzzOpenFrame(f *testing.F) {
 	sender := newFuzzNode(f, "fuzz-sender")
 	for _, typ := range wire.Types() {
 		m, _ := wire.New(typ)
-		_, frame, err := sender.seal(m, 0, 0)
+		_, frame, err := sender.seal(sender.keys.NewStreamSealer(), m, 0, 0)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -30,7 +30,7 @@ func FuzzOpenFrame(f *testing.F) {
 		if err != nil {
 			return
 		}
-		env, msg, oerr := recv.open(payload, "fuzz")
+		env, msg, oerr := recv.open(payload, "fuzz", recv.keys.NewStreamOpener())
 		if oerr == nil {
 			if env == nil || msg == nil || msg.Type() != env.Type {
 				t.Fatalf("opened inconsistently: %v %v", env, msg)

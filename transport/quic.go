@@ -265,7 +265,8 @@ func (t *QUIC) serveConn(conn *quic.Conn) {
 // share the stream under its write lock.
 func (t *QUIC) serveStream(conn *quic.Conn, s *quic.Stream, remote string) {
 	defer t.wg.Done()
-	w := &streamWriter{s: s}
+	w := newStreamWriter(s, t.keys.NewStreamSealer())
+	opener := t.keys.NewStreamOpener()
 	defer s.Close()
 	var buf []byte
 	for {
@@ -285,7 +286,7 @@ func (t *QUIC) serveStream(conn *quic.Conn, s *quic.Stream, remote string) {
 		}
 		t.stats.messagesIn.Add(1)
 		t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
-		env, msg, perr := t.open(frame, remote)
+		env, msg, perr := t.open(frame, remote, opener)
 		if perr != nil {
 			if env != nil && env.Flags&wire.FlagOneWay == 0 && perr.reply != nil {
 				t.replyError(w, env, perr.reply, perr.plain)
@@ -317,7 +318,7 @@ type openError struct {
 
 // open runs every check an inbound envelope must pass, cheapest first:
 // header decode, rate limit, authenticate, replay, body decode. It counts each refusal.
-func (t *QUIC) open(frame []byte, remote string) (*wire.Envelope, wire.Message, *openError) {
+func (t *QUIC) open(frame []byte, remote string, opener *security.StreamOpener) (*wire.Envelope, wire.Message, *openError) {
 	env, err := wire.DecodeEnvelope(frame)
 	if err != nil {
 		t.stats.malformed.Add(1)
@@ -332,7 +333,7 @@ func (t *QUIC) open(frame []byte, remote string) (*wire.Envelope, wire.Message, 
 		// Unsealed errors are only meaningful as replies to our calls.
 		return env, nil, &openError{}
 	}
-	body, err := t.keys.Open(env.KeyID, env.Salt, env.Nonce, env.AAD(nil), env.Body, nil)
+	body, err := opener.Open(env.KeyID, env.Salt, env.Nonce, env.AAD(nil), env.Body, nil)
 	if err != nil {
 		t.stats.authFailures.Add(1)
 		t.log.Debug("envelope failed authentication", "remote", remote, "claimed_sender", env.Sender, "key_id", env.KeyID, "err", err)
@@ -416,8 +417,8 @@ func (t *QUIC) writePlainError(w *streamWriter, replyTo uint64, e *wire.Error) {
 	}
 }
 
-// seal builds the sealed frame for msg.
-func (t *QUIC) seal(msg wire.Message, replyTo uint64, flags wire.Flags) (id uint64, frame []byte, err error) {
+// seal builds the sealed frame for msg with a stream's sealer.
+func (t *QUIC) seal(sealer *security.StreamSealer, msg wire.Message, replyTo uint64, flags wire.Flags) (id uint64, frame []byte, err error) {
 	body, err := wire.Marshal(msg)
 	if err != nil {
 		return 0, nil, err
@@ -427,26 +428,17 @@ func (t *QUIC) seal(msg wire.Message, replyTo uint64, flags wire.Flags) (id uint
 	}
 	env := &wire.Envelope{
 		Version: wire.ProtocolVersion,
-		KeyID:   t.keys.SendKeyID(),
 		Sender:  t.cfg.NodeID,
 		Type:    msg.Type(),
 		ID:      t.ids.Next(),
 		ReplyTo: replyTo,
 		Flags:   flags,
 	}
-	sealed, err := t.keys.Seal(nil, env.AAD(nil), body)
+	sealed, err := sealer.Seal(nil, env.AAD(nil), body)
 	if err != nil {
 		return 0, nil, fmt.Errorf("seal %s: %w", msg.Type(), err)
 	}
-	// The key id must be the one the seal used: a reload between the two
-	// calls above would otherwise mislabel the envelope.
-	if sealed.KeyID != env.KeyID {
-		env.KeyID = sealed.KeyID
-		if sealed, err = t.keys.Seal(nil, env.AAD(nil), body); err != nil {
-			return 0, nil, fmt.Errorf("seal %s: %w", msg.Type(), err)
-		}
-	}
-	env.Salt, env.Nonce, env.Body = sealed.Salt, sealed.Nonce, sealed.Ciphertext
+	env.KeyID, env.Salt, env.Nonce, env.Body = sealed.KeyID, sealed.Salt, sealed.Nonce, sealed.Ciphertext
 	b, err := wire.EncodeEnvelope(env)
 	if err != nil {
 		return 0, nil, err
@@ -455,7 +447,7 @@ func (t *QUIC) seal(msg wire.Message, replyTo uint64, flags wire.Flags) (id uint
 }
 
 func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, flags wire.Flags) error {
-	_, frame, err := t.seal(msg, replyTo, flags)
+	_, frame, err := t.seal(w.sealer, msg, replyTo, flags)
 	if err != nil {
 		return err
 	}
@@ -468,17 +460,74 @@ func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, f
 }
 
 // streamWriter serialises whole frames onto a stream shared by many
-// goroutines.
+// goroutines, and owns the stream's sealer. Writers combine: whoever finds
+// the stream idle writes every frame queued meanwhile, a batch per Write, so
+// concurrent callers share one pass through quic-go's send path instead of
+// queueing for it one frame at a time.
 type streamWriter struct {
-	mu sync.Mutex
-	s  *quic.Stream
+	s      *quic.Stream
+	sealer *security.StreamSealer
+
+	mu      sync.Mutex
+	pending *writeBatch // frames waiting for the current write to finish
+	writing bool
 }
 
+type writeBatch struct {
+	buf  []byte
+	done chan struct{}
+	err  error
+}
+
+func newStreamWriter(s *quic.Stream, sealer *security.StreamSealer) *streamWriter {
+	return &streamWriter{s: s, sealer: sealer}
+}
+
+// write returns once frame has been handed to QUIC (or failed to be).
 func (w *streamWriter) write(frame []byte) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	_, err := w.s.Write(frame)
-	return err
+	if !w.writing && w.pending == nil {
+		// Idle stream: write our frame as it is, no copy, then lead any
+		// batch that formed behind it.
+		w.writing = true
+		w.mu.Unlock()
+		_, err := w.s.Write(frame)
+		w.mu.Lock()
+		w.drain()
+		w.mu.Unlock()
+		return err
+	}
+	if w.pending == nil {
+		w.pending = &writeBatch{done: make(chan struct{})}
+	}
+	b := w.pending
+	b.buf = append(b.buf, frame...)
+	if w.writing {
+		w.mu.Unlock()
+		<-b.done
+		return b.err
+	}
+	// Lead: write batches until none is waiting. Under sustained load the
+	// leader may write others' frames for a while; they are all on one
+	// stream, so someone has to, and it costs the leader only latency.
+	w.writing = true
+	w.drain()
+	w.mu.Unlock()
+	return b.err
+}
+
+// drain writes queued batches until none is left, then gives up the lead.
+// Called with mu held and writing set; returns with mu held.
+func (w *streamWriter) drain() {
+	for w.pending != nil {
+		batch := w.pending
+		w.pending = nil
+		w.mu.Unlock()
+		_, batch.err = w.s.Write(batch.buf)
+		close(batch.done)
+		w.mu.Lock()
+	}
+	w.writing = false
 }
 
 // asTyped passes a *wire.Error through and turns anything else into a

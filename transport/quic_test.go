@@ -253,7 +253,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 	})
 	// The attacker captured a genuine frame from node a.
 	a := newNode(t, "a", nodeOpts{})
-	_, captured, err := a.seal(&wire.Ping{Seq: 1}, 0, 0)
+	_, captured, err := a.seal(a.keys.NewStreamSealer(), &wire.Ping{Seq: 1}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 	late := newNode(t, "late", nodeOpts{tweak: func(c *Config) {
 		c.Now = func() time.Time { return time.Now().Add(-2 * time.Minute) }
 	}})
-	_, stale, err := late.seal(&wire.Ping{Seq: 2}, 0, 0)
+	_, stale, err := late.seal(late.keys.NewStreamSealer(), &wire.Ping{Seq: 2}, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,8 +417,9 @@ func TestOversizedAndMalformedInput(t *testing.T) {
 	raw := dialRaw(t, b.Addr())
 	raw.write(t, appendFrame(nil, []byte("\xff\x00not cbor at all")))
 	body := []byte{0xa1, 0x01, 0x61} // truncated map
-	env := &wire.Envelope{Version: wire.ProtocolVersion, KeyID: a.keys.SendKeyID(), Sender: "a", Type: wire.TypePing, ID: a.ids.Next()}
+	env := &wire.Envelope{Version: wire.ProtocolVersion, Sender: "a", Type: wire.TypePing, ID: a.ids.Next()}
 	sealed, err := a.keys.Seal(nil, env.AAD(nil), body)
+	env.KeyID = sealed.KeyID
 	if err != nil {
 		t.Fatal(err)
 	}

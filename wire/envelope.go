@@ -48,10 +48,11 @@ type Envelope struct {
 
 // AAD appends the header fields that the seal authenticates. Binding the
 // type, ids and sender to the ciphertext stops an attacker from replaying a
-// body under another header (say, turning a reply into a request).
+// body under another header (say, turning a reply into a request). KeyID is
+// left out: it picks the key, so a changed id already fails to open, and
+// leaving it out lets a sealer choose the key after the header is built.
 func (e *Envelope) AAD(dst []byte) []byte {
 	dst = append(dst, 't', 'm', 'p', 's', e.Version)
-	dst = binary.BigEndian.AppendUint32(dst, e.KeyID)
 	dst = binary.AppendUvarint(dst, uint64(len(e.Sender)))
 	dst = append(dst, e.Sender...)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(e.Type))

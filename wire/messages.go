@@ -431,7 +431,9 @@ type PreVoteRequest struct {
 // PreVoteResponse answers a PreVoteRequest.
 type PreVoteResponse struct {
 	Cluster string `cbor:"1,keyasint"`
-	Term    uint64 `cbor:"2,keyasint"` // the voter's current term
+	// Term is the proposed term when granted (so a candidate can ignore
+	// grants from an earlier round), the voter's own term when refused.
+	Term    uint64 `cbor:"2,keyasint"`
 	Voter   string `cbor:"3,keyasint"`
 	Granted bool   `cbor:"4,keyasint"`
 	Reason  string `cbor:"5,keyasint,omitempty"`

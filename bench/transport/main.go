@@ -24,10 +24,14 @@
 // process) per round trip, and alloc/rt the bytes allocated per round trip:
 // both are less sensitive to a noisy neighbour than rt/s.
 //
-// With -cpuprofile DIR, one extra, untimed pass per secure cell is run under
-// the CPU profiler and written to DIR/secure-<size>B-c<concurrency>.pprof;
-// the profiled passes never feed the table. -profile-tcp adds the same for
-// the floor.
+// With -cpuprofile DIR, one extra pass per secure cell is run under the CPU
+// profiler and written to DIR/secure-<size>B-c<concurrency>.pprof; profiled
+// passes never feed the medians. -profile-tcp adds the same for the floors.
+//
+// -quic-floor adds a third, diagnostic kind: bare quic-go (same quic.Config,
+// one stream per caller, the TCP floor's framing, no Tempest layers). It
+// splits the gap into what quic-go itself costs (quic/tcp) and what Tempest
+// adds on top (secure/quic).
 package main
 
 import (
@@ -67,8 +71,9 @@ func main() {
 		reps       = flag.Int("reps", 3, "repetitions per cell; medians are reported")
 		concList   = flag.String("concurrency", "1,16", "comma-separated numbers of concurrent callers")
 		sizeList   = flag.String("sizes", "1024,65536", "comma-separated payload sizes in bytes")
-		profileDir = flag.String("cpuprofile", "", "directory for one CPU profile per secure cell (extra untimed pass)")
-		profileTCP = flag.Bool("profile-tcp", false, "with -cpuprofile, also profile the TCP floor cells")
+		profileDir = flag.String("cpuprofile", "", "directory for one CPU profile per secure cell (an extra pass per cell, not counted in the medians)")
+		profileTCP = flag.Bool("profile-tcp", false, "with -cpuprofile, also profile the floor cells (tcp, and quic with -quic-floor)")
+		quicFloor  = flag.Bool("quic-floor", false, "also run a third, diagnostic floor: bare quic-go streams (TLS 1.3, no envelope, no Tempest layers)")
 	)
 	flag.Parse()
 	concs, err := parseInts(*concList)
@@ -102,17 +107,23 @@ func main() {
 	fmt.Printf("# duration=%s warmup=%s reps=%d concurrency=%v sizes=%v\n", *duration, *warmup, *reps, concs, sizes)
 	fmt.Printf("# secure = transport.QUIC (TLS1.3 + HKDF/AES-GCM envelope), 2 nodes, StreamsPerPeer=%d\n", transport.DefaultConfig().StreamsPerPeer)
 	fmt.Printf("# tcp    = plain TCP loopback, one long-lived connection per caller, 4-byte BE length + CBOR wire.Ping, no crypto\n")
+	if *quicFloor {
+		fmt.Printf("# quic   = bare quic-go: one connection, one stream per caller, same framing as tcp; only QUIC's own TLS 1.3 packet protection\n")
+	}
 	fmt.Printf("# MB/s = (request+response payload bytes)/s / 1e6; cpu/rt = process user+sys CPU per round trip; alloc/rt = heap bytes allocated per round trip\n\n")
 
 	var cells []cell
 	for _, size := range sizes {
 		for _, conc := range concs {
 			c := cell{size: size, conc: conc}
+			kinds := []string{"secure", "tcp"}
+			if *quicFloor {
+				kinds = append(kinds, "quic")
+			}
 			for rep := 0; rep < *reps; rep++ {
-				order := []string{"secure", "tcp"}
-				if rep%2 == 1 {
-					order = []string{"tcp", "secure"}
-				}
+				// Rotate the order each rep (with two kinds: alternate) so
+				// no kind always runs first or always after the same one.
+				order := append(slices.Clone(kinds[rep%len(kinds):]), kinds[:rep%len(kinds)]...)
 				for _, kind := range order {
 					r, err := run(kind, secret, size, conc, *warmup, *duration, "")
 					if err != nil {
@@ -123,20 +134,23 @@ func main() {
 					if r.errs > 0 {
 						fmt.Printf("       first error: %v\n", r.firstErr)
 					}
-					if kind == "secure" {
+					switch kind {
+					case "secure":
 						c.secure = append(c.secure, r)
-					} else {
+					case "tcp":
 						c.tcp = append(c.tcp, r)
+					case "quic":
+						c.quic = append(c.quic, r)
 					}
 				}
 			}
 			cells = append(cells, c)
 			if *profileDir != "" {
-				kinds := []string{"secure"}
+				profiled := []string{"secure"}
 				if *profileTCP {
-					kinds = append(kinds, "tcp")
+					profiled = kinds
 				}
-				for _, kind := range kinds {
+				for _, kind := range profiled {
 					path := filepath.Join(*profileDir, fmt.Sprintf("%s-%dB-c%d.pprof", kind, size, conc))
 					r, err := run(kind, secret, size, conc, *warmup, *duration, path)
 					if err != nil {
@@ -165,12 +179,28 @@ func main() {
 	}
 	tw.Flush()
 	fmt.Println("\n(ratio = median secure rt/s / median tcp rt/s; paired ratio = median over reps of secure/tcp within the same rep)")
+	if *quicFloor {
+		fmt.Println("\n## diagnostic: bare quic-go floor")
+		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "size\tconc\tquic rt/s\tquic MB/s\tquic/tcp\tsecure/quic\tquic cpu/rt\tquic alloc/rt\t")
+		for _, c := range cells {
+			q := median(c.quic, result.rate)
+			fmt.Fprintf(tw, "%d\t%d\t%.0f\t%.1f\t%.2f\t%.2f\t%.1fµs\t%.1fKiB\t\n",
+				c.size, c.conc, q, q*2*float64(c.size)/1e6, q/median(c.tcp, result.rate), median(c.secure, result.rate)/q,
+				median(c.quic, result.cpuPerOp), median(c.quic, result.allocPerOp)/1024)
+		}
+		tw.Flush()
+	}
 	fmt.Println("\n## per-rep rt/s")
 	for _, c := range cells {
-		fmt.Printf("size=%-6d conc=%-3d secure %s | tcp %s\n", c.size, c.conc, joinRates(c.secure), joinRates(c.tcp))
+		line := fmt.Sprintf("size=%-6d conc=%-3d secure %s | tcp %s", c.size, c.conc, joinRates(c.secure), joinRates(c.tcp))
+		if len(c.quic) > 0 {
+			line += " | quic " + joinRates(c.quic)
+		}
+		fmt.Println(line)
 	}
 	for _, c := range cells {
-		for _, rs := range [][]result{c.secure, c.tcp} {
+		for _, rs := range [][]result{c.secure, c.tcp, c.quic} {
 			for _, r := range rs {
 				if r.errs > 0 {
 					fmt.Printf("\nWARNING: size=%d conc=%d had failed calls; see the per-rep lines above\n", c.size, c.conc)
@@ -182,8 +212,8 @@ func main() {
 }
 
 type cell struct {
-	size, conc  int
-	secure, tcp []result
+	size, conc        int
+	secure, tcp, quic []result
 }
 
 type result struct {
@@ -255,6 +285,8 @@ func run(kind, secret string, size, conc int, warmup, window time.Duration, prof
 		callers, cleanup, err = newSecure(secret, payload, conc)
 	case "tcp":
 		callers, cleanup, err = newTCP(payload, conc)
+	case "quic":
+		callers, cleanup, err = newQUICFloor(payload, conc)
 	default:
 		err = fmt.Errorf("unknown kind %q", kind)
 	}
@@ -488,40 +520,50 @@ func newTCP(payload []byte, conc int) ([]caller, func(), error) {
 			return nil, nil, err
 		}
 		clients = append(clients, c)
-		br := bufio.NewReaderSize(c, 64<<10)
-		var wbuf, rbuf []byte
-		req := &wire.Ping{Payload: payload}
-		callers[i] = func(seq uint64) error {
-			req.Seq = seq
-			body, err := wire.Marshal(req)
-			if err != nil {
-				return err
-			}
-			wbuf = appendFrame(wbuf[:0], body)
-			if _, err := c.Write(wbuf); err != nil {
-				return err
-			}
-			var frame []byte
-			frame, rbuf, err = readFrame(br, rbuf)
-			if err != nil {
-				return err
-			}
-			var resp wire.Ping
-			if err := wire.Unmarshal(frame, &resp); err != nil {
-				return err
-			}
-			return checkEcho(&resp, seq, len(payload))
-		}
+		callers[i] = framedCaller(c, bufio.NewReaderSize(c, 64<<10), payload)
 	}
 	return callers, cleanup, nil
 }
 
+// framedCaller sends length-prefixed CBOR Pings on w and reads the echoes
+// from r: the floors' client side.
+func framedCaller(w io.Writer, r io.Reader, payload []byte) caller {
+	var wbuf, rbuf []byte
+	req := &wire.Ping{Payload: payload}
+	return func(seq uint64) error {
+		req.Seq = seq
+		body, err := wire.Marshal(req)
+		if err != nil {
+			return err
+		}
+		wbuf = appendFrame(wbuf[:0], body)
+		if _, err := w.Write(wbuf); err != nil {
+			return err
+		}
+		var frame []byte
+		frame, rbuf, err = readFrame(r, rbuf)
+		if err != nil {
+			return err
+		}
+		var resp wire.Ping
+		if err := wire.Unmarshal(frame, &resp); err != nil {
+			return err
+		}
+		return checkEcho(&resp, seq, len(payload))
+	}
+}
+
 // serveTCP echoes Ping frames until the connection closes.
 func serveTCP(c net.Conn) {
-	br := bufio.NewReaderSize(c, 64<<10)
+	serveEcho(c, bufio.NewReaderSize(c, 64<<10))
+}
+
+// serveEcho is the floors' server side: decode each Ping frame from r,
+// encode it again and write it to w.
+func serveEcho(w io.Writer, r io.Reader) {
 	var rbuf, wbuf []byte
 	for {
-		frame, nb, err := readFrame(br, rbuf)
+		frame, nb, err := readFrame(r, rbuf)
 		rbuf = nb
 		if err != nil {
 			return
@@ -535,7 +577,7 @@ func serveTCP(c net.Conn) {
 			return
 		}
 		wbuf = appendFrame(wbuf[:0], body)
-		if _, err := c.Write(wbuf); err != nil {
+		if _, err := w.Write(wbuf); err != nil {
 			return
 		}
 	}
