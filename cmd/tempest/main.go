@@ -39,6 +39,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "secret":
 		return runSecret(args[1:], stdout, stderr)
+	case "target":
+		return runTarget(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return exitOK
@@ -54,6 +56,7 @@ func usage(w io.Writer) {
 commands:
   demo              run a local demo of the secure wire and leader election
   secret generate   print a strong random AUTH_SECRET
+  target            run the built-in HTTP target (counts requests; GET /__stats)
 `)
 }
 
