@@ -223,6 +223,8 @@ type peer struct {
 	mu      sync.Mutex
 	conn    *quic.Conn
 	streams []*clientStream
+	dialing chan struct{} // closed when the dial in progress ends
+	dialErr error         // outcome of the last dial
 	next    atomic.Uint32
 }
 
@@ -320,6 +322,13 @@ func (s *clientStream) fail(err error) {
 }
 
 // stream returns a live stream to addr, dialing and opening as needed.
+//
+// Dials run in the background, owned by the transport and bounded by
+// DialTimeout rather than by the caller's context: a caller with a short
+// deadline (an election message lives for one heartbeat) may give up
+// waiting, but the handshake carries on, so the next message finds the
+// connection ready instead of starting a handshake that can never finish
+// in time on a lossy network.
 func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
 	t.mu.Lock()
 	if t.closing {
@@ -333,23 +342,64 @@ func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
 	}
 	t.mu.Unlock()
 
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn == nil || p.conn.Context().Err() != nil || p.streams == nil {
-		conn, err := t.dial(ctx, addr)
-		if err != nil {
-			return nil, err
+	for {
+		p.mu.Lock()
+		if p.conn != nil && p.conn.Context().Err() == nil && p.streams != nil {
+			s, err := t.pickStream(ctx, p)
+			p.mu.Unlock()
+			return s, err
 		}
+		if p.dialing == nil {
+			done := make(chan struct{})
+			if !t.goOwned(func() { t.dialPeer(p, done) }) {
+				p.mu.Unlock()
+				return nil, ErrClosed
+			}
+			p.dialing = done
+		}
+		dialing := p.dialing
+		p.mu.Unlock()
+		select {
+		case <-dialing:
+			p.mu.Lock()
+			err := p.dialErr
+			p.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, ctx.Err())
+		}
+	}
+}
+
+// dialPeer connects p in the background and publishes the outcome.
+func (t *QUIC) dialPeer(p *peer, done chan struct{}) {
+	conn, err := t.dial(t.ctx, p.addr)
+	if err == nil && t.isClosing() {
+		conn.CloseWithError(codeNormalClose, "node closing")
+		conn, err = nil, ErrClosed
+	}
+	p.mu.Lock()
+	p.dialing, p.dialErr = nil, err
+	if err == nil {
 		p.conn = conn
 		p.streams = make([]*clientStream, t.cfg.StreamsPerPeer)
 	}
+	p.mu.Unlock()
+	close(done)
+}
+
+// pickStream returns the next pooled stream of p's connection, opening it
+// if needed. Caller holds p.mu.
+func (t *QUIC) pickStream(ctx context.Context, p *peer) (*clientStream, error) {
 	i := int(p.next.Add(1)) % len(p.streams)
 	if s := p.streams[i]; s != nil && !s.dead() {
 		return s, nil
 	}
 	qs, err := p.conn.OpenStreamSync(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("open stream to %s: %w: %v", addr, ErrNotDelivered, err)
+		return nil, fmt.Errorf("open stream to %s: %w: %v", p.addr, ErrNotDelivered, err)
 	}
 	s := &clientStream{
 		w:       newStreamWriter(qs, t.keys.NewStreamSealer()),
@@ -357,9 +407,12 @@ func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
 		owner:   p,
 		pending: make(map[uint64]chan result),
 	}
+	if !t.goOwned(func() { t.readReplies(p.addr, s) }) {
+		qs.CancelRead(codeStreamClosed)
+		qs.Close()
+		return nil, ErrClosed
+	}
 	p.streams[i] = s
-	t.wg.Add(1)
-	go t.readReplies(addr, s)
 	return s, nil
 }
 
@@ -379,7 +432,6 @@ func (t *QUIC) dial(ctx context.Context, addr string) (*quic.Conn, error) {
 
 // readReplies demultiplexes replies on one outbound stream to their callers.
 func (t *QUIC) readReplies(addr string, s *clientStream) {
-	defer t.wg.Done()
 	var buf []byte
 	for {
 		frame, nb, err := readFrame(s.w.s, buf)

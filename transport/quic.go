@@ -211,6 +211,23 @@ func (t *QUIC) Close() error {
 	return err
 }
 
+// goOwned runs f in a goroutine counted by the transport's WaitGroup, unless
+// the transport is closing. Checking and adding under mu is what keeps an Add
+// from racing Close's Wait.
+func (t *QUIC) goOwned(f func()) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}
+
 func (t *QUIC) isClosing() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
