@@ -3,12 +3,14 @@ module tempest
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/fxamacker/cbor/v2 v2.9.6
 	github.com/hashicorp/memberlist v0.7.0
 	github.com/quic-go/quic-go v0.65.0
 	github.com/sony/gobreaker/v2 v2.4.0
 	go.etcd.io/bbolt v1.5.0
 	go.uber.org/goleak v1.3.0
+	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/crypto v0.58.0
 	golang.org/x/time v0.16.0
 )

@@ -1,0 +1,5 @@
+//go:build !race
+
+package jobfile
+
+const raceEnabled = false

@@ -1,0 +1,83 @@
+// Package workflow holds the workflow types a worker runs (sleep and http
+// so far), the registry that finds them by name, and the statistics they
+// report: per-step counts and HDR latency histograms that merge exactly.
+//
+// # Types, params and the registry
+//
+// A Type turns the type-specific keys of a job file into params
+// (ParseParams), decodes params that arrived over the network
+// (DecodeParams) and builds a Runner for one run (New). DefaultRegistry
+// holds the built-in types; there is no package-level registry, so a test
+// or a worker can register its own without touching anyone else's.
+//
+// Params are stored in wire.WorkflowSpec.Params as CBOR bytes rather than as
+// a field per type in the spec. Managers and gates carry, persist and
+// forward specs without knowing any type, so a new type (or a new field of
+// one) needs no change to the wire catalogue, the manager or the gate; only
+// the worker and the job-file parser, which both hold the registry, decode
+// them. The bytes are decoded with the strict wire codec and validated in
+// New as well as in jobfile, because a spec may come from any API client,
+// not only from a parsed file. Params use integer keys with omitempty, and a
+// field added later must read its zero value as "not set": old specs still
+// decode, and an old worker ignores keys it does not know.
+//
+// Job files reach types through Fields, a reader over a plain tree (Node)
+// that jobfile builds from YAML with line numbers. Types read keys through
+// it and run the same Validate the network path runs; Fields places each
+// problem at its line and reports keys nobody read as unknown.
+//
+// # Running
+//
+// Runner.Run gets an Env from the worker: its cores, a Report callback
+// (every ReportInterval, 100 ms by default, and once at the end), a logger
+// and a clock. Run returns what it counted when the workflow ends or its
+// context does; cancel and timeout interrupt requests in flight rather
+// than waiting for them.
+//
+// The http type runs the closed model: VUs goroutines, each looping over the
+// steps in order, one request at a time. With iterations, the total is
+// divided up front: VU i does iterations/vus passes, the first
+// iterations%vus VUs one more, so the total is exact. With duration, VUs
+// stop starting requests when it passes and finish the ones in flight. The
+// executor interface is where the load-test issue's open models go.
+//
+// # Counting
+//
+// Every request the runner starts is counted exactly once: completed if the
+// response has an expected status, failed otherwise (unexpected status,
+// connection refused, timeout, unreadable body), by step and by error class.
+// When the run's context is cancelled, requests in flight are aborted and
+// counted as failed with class "cancelled"; the target may or may not have
+// seen them. So after a natural end the target's request count equals
+// completed+failed, and after a cancel it lies between completed+failed
+// minus the VUs that were mid-request, and completed+failed. (One caveat
+// from net/http: it resends an idempotent request once if a reused
+// connection turns out to have been closed by the server before answering;
+// a target that closes connections mid-request may see such a request
+// twice. The leaner client planned for the load-test issue will not retry.)
+//
+// # Histograms
+//
+// Latencies go into HDR histograms with one geometry everywhere: 1µs to 60s
+// at 3 significant digits. Because every histogram has the same buckets,
+// merging is adding counts bucket by bucket, and the merge of shards is
+// exactly the histogram one recorder of all the samples would have built;
+// percentiles are read from merged histograms and never averaged. Workers
+// report cumulative histograms (since the run started), so a lost or
+// repeated progress message costs nothing; managers and gates combine
+// workflows and datacenters with MergeStepStats.
+//
+// Histogram is the library's packed form, which keeps only populated
+// buckets (a few KiB for real traffic, against 136 KiB for all 17408). On
+// the wire it is CBOR holding the geometry and the populated buckets as
+// varint (value delta, count) pairs; HdrHistogram's own V2 format was not
+// used because its zlib stage allocates most of a megabyte per encode.
+// DecodeHistogram treats its input as hostile: size capped, geometry fixed,
+// values ascending and in range (so decoding stays linear), counts checked
+// for overflow.
+//
+// Inside a runner, VUs record into dense histograms (an array increment per
+// sample), sharded by core so they rarely share a lock. A snapshot swaps
+// each shard's dense histogram for an empty one under the lock and folds
+// the samples into the step's cumulative histogram outside it.
+package workflow

@@ -1,0 +1,62 @@
+package workflow
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"tempest/wire"
+)
+
+// FuzzDecodeHistogram feeds DecodeHistogram what a hostile peer could put in
+// wire.StepStats.Histogram. It must never panic or allocate without bound,
+// and whatever it accepts must be a histogram that encodes back to an
+// equal one.
+func FuzzDecodeHistogram(f *testing.F) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 100, 5000} {
+		h := NewHistogram()
+		for range n {
+			h.Record(latencySample(rng))
+		}
+		b, err := h.Encode()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, buckets := range [][]byte{uvarints(5, 0), uvarints(5, 1, 0, 1), uvarints(uint64(highestMicros), 1), uvarints(1, 1<<63), uvarints(0, 1, 1, 2, 1000, 3), {0x80}} {
+		f.Add(encodeWire(f, geometry(buckets)))
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0xa0})
+	f.Add([]byte{0xbf, 0xff})
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := DecodeHistogram(data)
+		if err != nil {
+			if h != nil {
+				t.Fatal("histogram returned with an error")
+			}
+			return
+		}
+		if h.Count() < 0 {
+			t.Fatalf("negative count %d", h.Count())
+		}
+		b, err := h.Encode()
+		if err != nil {
+			t.Fatalf("accepted histogram does not encode: %v", err)
+		}
+		again, err := DecodeHistogram(b)
+		if err != nil {
+			t.Fatalf("re-encoded histogram does not decode: %v", err)
+		}
+		if !sameBuckets(again, h) {
+			t.Fatal("histogram changed across encode and decode")
+		}
+		// Merging accepted input must not panic either (managers do it).
+		if _, err := MergeStepStats([]wire.StepStats{{StepName: "a", Histogram: data}}, []wire.StepStats{{StepName: "a", Histogram: b}}); err != nil && h.Count() <= math.MaxInt64/2 {
+			t.Fatalf("merge of an accepted histogram with itself failed: %v", err)
+		}
+	})
+}

@@ -1,0 +1,169 @@
+package workflow
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"tempest/wire"
+)
+
+// ErrorClass says why a request (or action) failed.
+type ErrorClass string
+
+// Failure classes. Only classes that occurred appear in StepSnapshot.Errors.
+const (
+	// ErrorStatus: a response arrived with a status the step does not expect.
+	ErrorStatus ErrorClass = "status"
+	// ErrorTimeout: the per-request timeout passed.
+	ErrorTimeout ErrorClass = "timeout"
+	// ErrorCancelled: the run was cancelled while the request was in flight.
+	// The target may or may not have seen it.
+	ErrorCancelled ErrorClass = "cancelled"
+	// ErrorConnect: resolving or dialling the target failed (e.g. refused).
+	ErrorConnect ErrorClass = "connect"
+	// ErrorBody: the response started but its body could not be read.
+	ErrorBody ErrorClass = "body"
+	// ErrorTransport: any other request error.
+	ErrorTransport ErrorClass = "transport"
+)
+
+// Snapshot is a workflow's counters since its run started. Every count is
+// cumulative, so a later snapshot supersedes an earlier one and a lost
+// progress message loses nothing.
+type Snapshot struct {
+	Elapsed   time.Duration
+	Completed int64
+	Failed    int64
+	Steps     []StepSnapshot
+}
+
+// StepSnapshot counts one step.
+type StepSnapshot struct {
+	Name      string
+	Completed int64
+	Failed    int64
+	// Errors counts failures by class; nil when there were none.
+	Errors map[ErrorClass]int64
+	// Latency holds one sample per response received (whatever its status),
+	// cumulative since the run started. Failures without a response
+	// (refused, timed out, cancelled) have no meaningful latency and are not
+	// in it, so Latency.Count() <= Completed+Failed. The snapshot owns it:
+	// the runner never touches it again.
+	Latency *Histogram
+}
+
+// Result is what a run counted when it ended.
+type Result struct {
+	Snapshot
+}
+
+// StepStats converts the snapshot to wire form. Histograms are cumulative
+// since the run started (not deltas), so a receiver replaces its previous
+// view of this workflow rather than adding to it; merging across workflows
+// or datacenters is MergeStepStats.
+func (s Snapshot) StepStats() ([]wire.StepStats, error) {
+	out := make([]wire.StepStats, len(s.Steps))
+	for i, st := range s.Steps {
+		out[i] = wire.StepStats{
+			StepName:       st.Name,
+			CompletedCount: st.Completed,
+			FailedCount:    st.Failed,
+			TotalCount:     st.Completed + st.Failed,
+		}
+		if st.Latency != nil && st.Latency.Count() > 0 {
+			b, err := st.Latency.Encode()
+			if err != nil {
+				return nil, fmt.Errorf("step %q: %w", st.Name, err)
+			}
+			out[i].Histogram = b
+		}
+	}
+	return out, nil
+}
+
+// MaxMergeSteps bounds the distinct step names MergeStepStats accepts: each
+// costs a histogram decode, merge and encode, and a hostile peer must not
+// turn one message into minutes of work.
+const MaxMergeSteps = 1024
+
+// MergeStepStats merges two step lists by step name: counts add and
+// histograms merge bucket by bucket, which is exact (the merged histogram
+// is the one a single recorder of every sample would have built). Steps keep
+// a's order, then b's new names in b's order; entries repeating a name within
+// one list merge too. Inputs may come from the network: negative or
+// overflowing counts and undecodable histograms are errors, and the output
+// always holds freshly encoded histograms.
+func MergeStepStats(a, b []wire.StepStats) ([]wire.StepStats, error) {
+	var order []string
+	groups := map[string][]wire.StepStats{}
+	for _, list := range [][]wire.StepStats{a, b} {
+		for _, st := range list {
+			if _, seen := groups[st.StepName]; !seen {
+				if len(order) == MaxMergeSteps {
+					return nil, fmt.Errorf("merge step stats: more than %d steps", MaxMergeSteps)
+				}
+				order = append(order, st.StepName)
+			}
+			groups[st.StepName] = append(groups[st.StepName], st)
+		}
+	}
+	out := make([]wire.StepStats, 0, len(order))
+	for _, name := range order {
+		merged, err := mergeStep(name, groups[name])
+		if err != nil {
+			return nil, fmt.Errorf("merge step stats: step %q: %w", truncate(name, 40), err)
+		}
+		out = append(out, merged)
+	}
+	return out, nil
+}
+
+func mergeStep(name string, parts []wire.StepStats) (wire.StepStats, error) {
+	m := wire.StepStats{StepName: name}
+	var hist *Histogram
+	for _, p := range parts {
+		var err error
+		if m.CompletedCount, err = addCount(m.CompletedCount, p.CompletedCount); err != nil {
+			return m, fmt.Errorf("completed: %w", err)
+		}
+		if m.FailedCount, err = addCount(m.FailedCount, p.FailedCount); err != nil {
+			return m, fmt.Errorf("failed: %w", err)
+		}
+		if m.TotalCount, err = addCount(m.TotalCount, p.TotalCount); err != nil {
+			return m, fmt.Errorf("total: %w", err)
+		}
+		if len(p.Histogram) == 0 {
+			continue
+		}
+		h, err := DecodeHistogram(p.Histogram)
+		if err != nil {
+			return m, err
+		}
+		if hist == nil {
+			hist = h
+			continue
+		}
+		if err := hist.Merge(h); err != nil {
+			return m, err
+		}
+	}
+	if hist != nil && hist.Count() > 0 {
+		b, err := hist.Encode()
+		if err != nil {
+			return m, err
+		}
+		m.Histogram = b
+	}
+	return m, nil
+}
+
+func addCount(a, b int64) (int64, error) {
+	if b < 0 {
+		return 0, fmt.Errorf("negative count %d", b)
+	}
+	if b > math.MaxInt64-a {
+		return 0, fmt.Errorf("count overflows")
+	}
+	return a + b, nil
+}
