@@ -1,6 +1,6 @@
-// Command tempest is Tempest's client CLI. Today it carries the parts that
-// exist: `secret generate`, and `demo`, which runs real nodes of the secure
-// wire and the election layer and reports what happened.
+// Command tempest is Tempest's client CLI: job commands against a cluster's
+// API (TEMPEST_API / TEMPEST_TOKEN or --api / --token), plus `dev` (a local
+// cluster of real processes), `demo`, `target` and `secret generate`.
 package main
 
 import (
@@ -35,10 +35,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch args[0] {
+	case "submit":
+		return runSubmit(ctx, args[1:], stdout, stderr)
+	case "status":
+		return runStatus(ctx, args[1:], stdout, stderr)
+	case "watch":
+		return runWatch(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		return runCancel(ctx, args[1:], stdout, stderr)
+	case "results":
+		return runResults(ctx, args[1:], stdout, stderr)
+	case "jobs":
+		return runJobs(ctx, args[1:], stdout, stderr)
+	case "cluster":
+		return runCluster(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "secret":
 		return runSecret(args[1:], stdout, stderr)
+	case "dev":
+		return runDev(ctx, args[1:], stdout, stderr)
 	case "target":
 		return runTarget(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
@@ -54,9 +70,17 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage: tempest <command> [flags]
 
 commands:
-  demo              run a local demo of the secure wire and leader election
-  secret generate   print a strong random AUTH_SECRET
-  target            run the built-in HTTP target (counts requests; GET /__stats)
+  submit FILE [--wait] [--json]   submit a job file; --wait follows it to the end
+  status ID [--json]              show a job
+  watch ID [--json]               follow a job's progress until it ends
+  cancel ID                       cancel a job
+  results ID [--format json|csv]  download a job's results
+  jobs [--json]                   list jobs
+  cluster [--json]                list nodes, leaders, cores and key ids
+  dev --dir DIR                   run a local cluster of real processes until Ctrl-C
+  demo                            run a local demo and print what happened
+  target                          run the built-in HTTP target (counts requests; GET /__stats)
+  secret generate                 print a strong random AUTH_SECRET
 `)
 }
 

@@ -1,0 +1,107 @@
+// Package api is Tempest's client API: HTTP/1.1 JSON over TCP with bearer
+// tokens (SPEC §9). The server serves any Backend — the manager today, the
+// gate later — and the Go client is what the tempest CLI uses.
+package api
+
+import (
+	"context"
+
+	"tempest/wire"
+)
+
+// Backend is what a role must provide for the API to serve it. Methods
+// return *wire.Error for failures a client should see typed (not leader, no
+// quorum, not found, rejected); anything else is a 500.
+type Backend interface {
+	// Submit places a parsed job. The backend assigns the job id.
+	Submit(ctx context.Context, job *wire.JobSubmission) (*wire.JobAck, error)
+	// Jobs lists every job the backend knows, newest first.
+	Jobs(ctx context.Context) ([]JobStatus, error)
+	// Job returns one job's status, or a CodeNotFound error.
+	Job(ctx context.Context, id string) (*JobStatus, error)
+	// Watch streams a job's status: the current one at once, then one per
+	// change, closing the channel after the terminal status or when ctx ends.
+	Watch(ctx context.Context, id string) (<-chan JobStatus, error)
+	// Cancel stops a job everywhere.
+	Cancel(ctx context.Context, id, reason string) (*wire.CancelAck, error)
+	// Results returns a finished (or running) job's per-step results.
+	Results(ctx context.Context, id string) (*Results, error)
+	// Cluster describes every node this backend knows.
+	Cluster(ctx context.Context) (*ClusterView, error)
+	// Leader tells the API whether to serve locally or forward: when this
+	// node is not the leader, leaderAPI is the leader's API base URL
+	// ("http://host:port"), or "" if no leader is known.
+	Leader() (isLeader bool, leaderAPI string)
+}
+
+// JobStatus is the JSON shape of a job, shared by `tempest status --json`,
+// `submit --wait --json` and the event stream.
+type JobStatus struct {
+	JobID          string           `json:"job_id"`
+	Name           string           `json:"name"`
+	Status         wire.JobStatus   `json:"status"`
+	TotalCompleted int64            `json:"total_completed"`
+	TotalFailed    int64            `json:"total_failed"`
+	ElapsedSeconds float64          `json:"elapsed_seconds"`
+	SubmittedAt    string           `json:"submitted_at,omitempty"` // RFC 3339
+	Datacenter     string           `json:"datacenter,omitempty"`
+	Workflows      []WorkflowStatus `json:"workflows"`
+	Error          string           `json:"error,omitempty"`
+}
+
+// WorkflowStatus is one workflow within a JobStatus.
+type WorkflowStatus struct {
+	Name           string              `json:"name"`
+	WorkflowID     string              `json:"workflow_id"`
+	Type           string              `json:"type"`
+	Status         wire.WorkflowStatus `json:"status"`
+	CompletedCount int64               `json:"completed_count"`
+	FailedCount    int64               `json:"failed_count"`
+	Attempts       int                 `json:"attempts"`
+	Worker         string              `json:"worker"`
+	Cores          []int               `json:"cores,omitempty"`
+	Steps          []StepSummary       `json:"steps,omitempty"`
+	Error          string              `json:"error,omitempty"`
+}
+
+// StepSummary is one step's counts and latency percentiles (milliseconds,
+// from the merged HDR histogram).
+type StepSummary struct {
+	Name      string  `json:"name"`
+	Completed int64   `json:"completed"`
+	Failed    int64   `json:"failed"`
+	P50Ms     float64 `json:"p50_ms"`
+	P90Ms     float64 `json:"p90_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	MaxMs     float64 `json:"max_ms"`
+}
+
+// Results is the downloadable outcome of a job.
+type Results struct {
+	JobID     string           `json:"job_id"`
+	Status    wire.JobStatus   `json:"status"`
+	Workflows []WorkflowStatus `json:"workflows"`
+}
+
+// ClusterView is the answer to GET /v1/cluster.
+type ClusterView struct {
+	Nodes []NodeView `json:"nodes"`
+}
+
+// NodeView is one node as a role sees it.
+type NodeView struct {
+	Name           string `json:"name"`
+	Role           string `json:"role"`
+	DC             string `json:"dc"`
+	State          string `json:"state"` // alive/dead for SWIM; HEALTHY/DEGRADED/DRAINING for workers
+	IsLeader       bool   `json:"is_leader"`
+	AvailableCores int    `json:"available_cores"`
+	TotalCores     int    `json:"total_cores"`
+	Addr           string `json:"addr,omitempty"` // QUIC
+	API            string `json:"api,omitempty"`
+	Term           uint64 `json:"term,omitempty"`
+	// Key ids this node sends with and accepts (hex), for watching rotations.
+	SendKey      string   `json:"send_key,omitempty"`
+	AcceptKeys   []string `json:"accept_keys,omitempty"`
+	OpenBreakers []string `json:"open_breakers,omitempty"`
+}

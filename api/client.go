@@ -1,0 +1,474 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// maxResponseBytes caps what the client reads from one answer; results of a
+// big job are the largest, far below this.
+const maxResponseBytes = 64 << 20
+
+// Client talks to the API of one cluster through several endpoints (gates or
+// managers). A call goes to the endpoint that answered last, and moves on to
+// the next when one cannot be reached, so losing a node costs one failed
+// connection rather than the call. It is safe for concurrent use.
+type Client struct {
+	endpoints []string
+	token     string
+	hc        *http.Client
+	// first is the index of the endpoint to try first: the last that
+	// answered.
+	first atomic.Int64
+
+	requestTimeout time.Duration
+	streamIdle     time.Duration
+	watchGiveUp    time.Duration
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	now            func() time.Time
+}
+
+// ClientOption adjusts a Client.
+type ClientOption func(*Client)
+
+// WithHTTPClient uses hc (its Transport, Jar...) instead of a private
+// client. Its Timeout should be zero, since event streams are long; the
+// client bounds other calls itself (WithRequestTimeout). Its CheckRedirect is
+// replaced, so redirects to the leader keep the bearer token.
+func WithHTTPClient(hc *http.Client) ClientOption {
+	return func(c *Client) {
+		cp := *hc
+		c.hc = &cp
+	}
+}
+
+// WithTLSConfig sets the TLS config for https endpoints (a private CA, say).
+func WithTLSConfig(cfg *tls.Config) ClientOption {
+	return func(c *Client) {
+		if tr, ok := c.hc.Transport.(*http.Transport); ok {
+			tr.TLSClientConfig = cfg.Clone()
+		}
+	}
+}
+
+// WithRequestTimeout bounds each attempt of a call other than Watch
+// (default 30 s).
+func WithRequestTimeout(d time.Duration) ClientOption {
+	return func(c *Client) { c.requestTimeout = d }
+}
+
+// WithStreamIdleTimeout is how long Watch waits for any byte, heartbeats
+// included, before it takes a stream for dead and reconnects (default 45 s,
+// three server heartbeats). It is what detects a node that vanished without
+// closing its connections.
+func WithStreamIdleTimeout(d time.Duration) ClientOption {
+	return func(c *Client) { c.streamIdle = d }
+}
+
+// WithWatchGiveUp is how long Watch keeps reconnecting while no endpoint
+// serves the stream (default 60 s), and the backoff between rounds.
+func WithWatchGiveUp(giveUp, backoffMin, backoffMax time.Duration) ClientOption {
+	return func(c *Client) {
+		c.watchGiveUp, c.backoffMin, c.backoffMax = giveUp, backoffMin, backoffMax
+	}
+}
+
+// NewClient builds a client for the given base URLs ("http://host:port";
+// a bare "host:port" means http), tried in order.
+func NewClient(baseURLs []string, token string, opts ...ClientOption) (*Client, error) {
+	var endpoints []string
+	seen := make(map[string]bool)
+	for _, raw := range baseURLs {
+		raw = strings.TrimSpace(raw)
+		if raw == "" {
+			continue
+		}
+		ep, err := normalizeEndpoint(raw)
+		if err != nil {
+			return nil, err
+		}
+		if !seen[ep] {
+			seen[ep] = true
+			endpoints = append(endpoints, ep)
+		}
+	}
+	if len(endpoints) == 0 {
+		return nil, errors.New("api client: no endpoint given")
+	}
+	if token == "" {
+		return nil, errors.New("api client: no token given")
+	}
+	tr := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   5 * time.Second,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	c := &Client{
+		endpoints:      endpoints,
+		token:          token,
+		hc:             &http.Client{Transport: tr},
+		requestTimeout: 30 * time.Second,
+		streamIdle:     45 * time.Second,
+		watchGiveUp:    time.Minute,
+		backoffMin:     200 * time.Millisecond,
+		backoffMax:     5 * time.Second,
+		now:            time.Now,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	c.hc.CheckRedirect = c.checkRedirect
+	return c, nil
+}
+
+func normalizeEndpoint(raw string) (string, error) {
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("api client: endpoint %q: %w", raw, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("api client: endpoint %q: want http(s)://host:port", raw)
+	}
+	return strings.TrimSuffix(u.Scheme+"://"+u.Host+u.Path, "/"), nil
+}
+
+// Endpoints lists the base URLs in the order given.
+func (c *Client) Endpoints() []string { return append([]string(nil), c.endpoints...) }
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// checkRedirect follows a not-leader 307 to the leader with the token: Go
+// drops Authorization on a redirect to another host, and the leader is one.
+// It never downgrades https to http, which would expose the token.
+func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 5 {
+		return errors.New("stopped after 5 redirects")
+	}
+	if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
+		return fmt.Errorf("refusing redirect from %s to %s: it would send the token in clear", via[0].URL, req.URL)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	return nil
+}
+
+// UnreachableError says no endpoint could be reached.
+type UnreachableError struct {
+	Endpoints []string
+	Err       error // the last endpoint's error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("cannot reach the Tempest API at %s: %v", strings.Join(e.Endpoints, ", "), rootCause(e.Err))
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// rootCause shortens net/http's "Get \"http://...\": dial tcp ...: connect:
+// connection refused" to its useful end for one-line messages.
+func rootCause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		err = op.Err
+	}
+	var sys *os.SyscallError
+	if errors.As(err, &sys) && sys.Err != nil {
+		err = sys.Err
+	}
+	return err
+}
+
+// request is one API call, re-sendable to any endpoint.
+type request struct {
+	method string
+	path   string // escaped
+	query  url.Values
+	body   []byte
+	header http.Header
+	// idempotent calls may be re-sent after an error that leaves unknown
+	// whether the first attempt ran; a submit must not be.
+	idempotent bool
+}
+
+// answer is an HTTP answer that ended the search for an endpoint.
+type answer struct {
+	status   int
+	header   http.Header
+	body     []byte
+	endpoint string
+}
+
+// exchange sends req to the endpoints in turn, starting with the last that
+// answered, until one gives an answer that is not a reason to try the next.
+func (c *Client) exchange(ctx context.Context, req request) (*answer, error) {
+	n := len(c.endpoints)
+	start := int(c.first.Load())
+	var lastErr error
+	var lastAnswer *Error
+	for i := range n {
+		idx := (start + i) % n
+		ep := c.endpoints[idx]
+		a, err := c.attempt(ctx, ep, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			lastErr = err
+			if req.idempotent || isDialError(err) {
+				continue
+			}
+			return nil, fmt.Errorf("%s %s at %s (it may or may not have run): %w", req.method, req.path, ep, err)
+		}
+		if a.status < 300 {
+			c.first.Store(int64(idx))
+			return a, nil
+		}
+		apiErr := decodeError(a)
+		if failoverAnswer(apiErr, req.idempotent) {
+			lastAnswer = apiErr
+			continue
+		}
+		return nil, apiErr
+	}
+	if lastAnswer != nil {
+		return nil, lastAnswer
+	}
+	return nil, &UnreachableError{Endpoints: c.Endpoints(), Err: lastErr}
+}
+
+func (c *Client) attempt(ctx context.Context, ep string, req request) (*answer, error) {
+	actx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+	defer cancel()
+	hreq, err := c.newRequest(actx, ep, req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read answer from %s: %w", ep, err)
+	}
+	if len(body) > maxResponseBytes {
+		return nil, fmt.Errorf("answer from %s larger than %d bytes", ep, maxResponseBytes)
+	}
+	return &answer{status: resp.StatusCode, header: resp.Header, body: body, endpoint: ep}, nil
+}
+
+func (c *Client) newRequest(ctx context.Context, ep string, req request) (*http.Request, error) {
+	u := ep + req.path
+	if len(req.query) > 0 {
+		u += "?" + req.query.Encode()
+	}
+	var body io.Reader
+	if req.body != nil {
+		body = bytes.NewReader(req.body) // also sets GetBody, so a 307 re-sends it
+	}
+	hreq, err := http.NewRequestWithContext(ctx, req.method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("build request %s %s: %w", req.method, u, err)
+	}
+	for k, vs := range req.header {
+		hreq.Header[k] = vs
+	}
+	hreq.Header.Set("Authorization", "Bearer "+c.token)
+	if hreq.Header.Get("Accept") == "" {
+		hreq.Header.Set("Accept", "application/json")
+	}
+	return hreq, nil
+}
+
+// failoverAnswer reports whether an error answer means "ask another node":
+// this node knows no leader, is shutting down, or could not reach the
+// leader. Those 503s promise the request did not run, so even a submit may
+// go elsewhere; a 502 makes no such promise.
+func failoverAnswer(e *Error, idempotent bool) bool {
+	switch e.Status {
+	case http.StatusServiceUnavailable:
+		return e.Code == CodeNoLeader || e.Code == CodeNotLeader || e.Code == CodeUnavailable
+	case http.StatusBadGateway:
+		return idempotent
+	}
+	return false
+}
+
+// isDialError reports whether err happened before a request left: then it
+// certainly did not run, and any call may be re-sent.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// decodeError turns an error answer into *Error, whatever its body.
+func decodeError(a *answer) *Error {
+	e := &Error{Status: a.status, Endpoint: a.endpoint, RetryAfter: parseRetryAfter(a.header.Get("Retry-After"))}
+	var body ErrorBody
+	if err := json.Unmarshal(a.body, &body); err == nil && (body.Code != "" || body.Error != "") {
+		e.Code, e.Message, e.Problems, e.Leader = body.Code, body.Error, body.Problems, body.Leader
+		return e
+	}
+	// Not ours: a proxy or a foreign server. Keep a bounded, printable
+	// excerpt so the message stays one readable line.
+	msg := strings.TrimSpace(strings.ToValidUTF8(string(a.body[:min(len(a.body), 200)]), ""))
+	msg = strings.Join(strings.Fields(msg), " ")
+	if msg == "" {
+		msg = http.StatusText(a.status)
+	}
+	e.Message = fmt.Sprintf("%s answered %d: %s", a.endpoint, a.status, msg)
+	return e
+}
+
+func (c *Client) getJSON(ctx context.Context, path string, query url.Values, v any) error {
+	a, err := c.exchange(ctx, request{method: http.MethodGet, path: path, query: query, idempotent: true})
+	if err != nil {
+		return err
+	}
+	return decodeAnswer(a, v)
+}
+
+func decodeAnswer(a *answer, v any) error {
+	if err := json.Unmarshal(a.body, v); err != nil {
+		return fmt.Errorf("decode answer from %s: %w", a.endpoint, err)
+	}
+	return nil
+}
+
+// Submit sends a job file (YAML or JSON) and returns the job id. filename
+// only labels problems in a 400 answer (*Error with Problems).
+func (c *Client) Submit(ctx context.Context, jobFile []byte, filename string) (string, error) {
+	h := http.Header{}
+	h.Set("Content-Type", "application/yaml")
+	if strings.HasSuffix(strings.ToLower(filename), ".json") {
+		h.Set("Content-Type", "application/json")
+	}
+	if filename != "" {
+		h.Set(FilenameHeader, filepath.Base(filename))
+	}
+	if jobFile == nil {
+		jobFile = []byte{}
+	}
+	a, err := c.exchange(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: jobFile, header: h})
+	if err != nil {
+		return "", err
+	}
+	var resp SubmitResponse
+	if err := decodeAnswer(a, &resp); err != nil {
+		return "", err
+	}
+	if resp.JobID == "" {
+		return "", fmt.Errorf("submit: %s answered without a job id", a.endpoint)
+	}
+	return resp.JobID, nil
+}
+
+// Jobs lists the jobs the cluster knows, newest first.
+func (c *Client) Jobs(ctx context.Context) ([]JobStatus, error) {
+	var list JobList
+	if err := c.getJSON(ctx, "/v1/jobs", nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Jobs, nil
+}
+
+// Job returns one job's status.
+func (c *Client) Job(ctx context.Context, id string) (*JobStatus, error) {
+	var st JobStatus
+	if err := c.getJSON(ctx, jobPath(id, ""), nil, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// Cancel stops a job; reason is recorded with it (may be empty).
+func (c *Client) Cancel(ctx context.Context, id, reason string) (*CancelResponse, error) {
+	body, err := json.Marshal(CancelRequest{Reason: reason})
+	if err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	a, err := c.exchange(ctx, request{method: http.MethodPost, path: jobPath(id, "/cancel"), body: body,
+		header: h, idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var resp CancelResponse
+	if err := decodeAnswer(a, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Results downloads a job's results as "json" or "csv", verbatim.
+func (c *Client) Results(ctx context.Context, id, format string) ([]byte, error) {
+	if format == "" {
+		format = "json"
+	}
+	if format != "json" && format != "csv" {
+		return nil, fmt.Errorf("results format %q: want json or csv", format)
+	}
+	a, err := c.exchange(ctx, request{method: http.MethodGet, path: jobPath(id, "/results"),
+		query: url.Values{"format": {format}}, idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	return a.body, nil
+}
+
+// JobResults downloads a job's results, decoded.
+func (c *Client) JobResults(ctx context.Context, id string) (*Results, error) {
+	var res Results
+	if err := c.getJSON(ctx, jobPath(id, "/results"), nil, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// Cluster describes the nodes the answering node knows.
+func (c *Client) Cluster(ctx context.Context) (*ClusterView, error) {
+	var v ClusterView
+	if err := c.getJSON(ctx, "/v1/cluster", nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+// Health asks the first reachable endpoint how it is.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var h Health
+	if err := c.getJSON(ctx, "/healthz", nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+func jobPath(id, suffix string) string {
+	return "/v1/jobs/" + url.PathEscape(id) + suffix
+}

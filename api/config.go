@@ -1,0 +1,119 @@
+package api
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"tempest/jobfile"
+	"tempest/workflow"
+)
+
+// DefaultListen is where a node serves the API when its config names no
+// address, and where the CLI looks when neither --api nor TEMPEST_API is set,
+// so one machine works with no configuration at all.
+const DefaultListen = "127.0.0.1:7411"
+
+// DefaultURL is the base URL of DefaultListen.
+const DefaultURL = "http://" + DefaultListen
+
+// MetricsSource adds a role's own metrics to /metrics. WriteMetrics writes
+// Prometheus text exposition (format 0.0.4) lines, HELP and TYPE included.
+type MetricsSource interface {
+	WriteMetrics(w io.Writer)
+}
+
+// ServerConfig configures the API server.
+type ServerConfig struct {
+	// Listen is the TCP address to serve on ("host:port"; port 0 picks one).
+	Listen string
+	// Token is the bearer token every /v1 request must carry. Required.
+	Token string
+	// TLSCertFile and TLSKeyFile switch on TLS when both are set.
+	TLSCertFile string
+	TLSKeyFile  string
+	// MaxBodyBytes caps a request body; more is answered 413.
+	MaxBodyBytes int64
+	// RateLimit is the requests per second each client IP may make on
+	// average, RateBurst how many it may make at once. The limit is per
+	// remote address: a follower forwarding to the leader shares one bucket
+	// there for all its clients, so size the limit for that.
+	RateLimit float64
+	RateBurst int
+	// RequestTimeout bounds each backend call (not event streams).
+	RequestTimeout time.Duration
+	// StreamHeartbeat is how often an idle event stream sends a comment, so
+	// proxies keep it open and clients can tell a dead stream from a quiet one.
+	StreamHeartbeat time.Duration
+	// Registry holds the workflow types job files may use. Required.
+	Registry *workflow.Registry
+	// Logger receives request logs at debug level; nil discards.
+	Logger *slog.Logger
+	// Role is reported by /healthz ("manager", "gate").
+	Role string
+	// Metrics, when set, appends the role's metrics to /metrics.
+	Metrics MetricsSource
+	// ForwardTLS is used when forwarding to a leader whose API URL is
+	// https; nil means the system roots.
+	ForwardTLS *tls.Config
+	// Now is the clock for rate limiting; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultServerConfig returns a config that works on one machine; Token and
+// Registry must still be set.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{
+		Listen:          DefaultListen,
+		MaxBodyBytes:    jobfile.MaxFileSize,
+		RateLimit:       50,
+		RateBurst:       100,
+		RequestTimeout:  30 * time.Second,
+		StreamHeartbeat: 15 * time.Second,
+		Role:            "manager",
+	}
+}
+
+// Validate reports every problem with the config at once, each naming its
+// field.
+func (c *ServerConfig) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Listen == "" {
+		add("Listen: required")
+	}
+	if c.Token == "" {
+		add("Token: required (clients authenticate with it)")
+	} else if strings.ContainsAny(c.Token, " \t\r\n") {
+		add("Token: must not contain whitespace")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		add("TLSCertFile, TLSKeyFile: set both for TLS, or neither")
+	}
+	if c.MaxBodyBytes <= 0 {
+		add("MaxBodyBytes: must be positive, got %d", c.MaxBodyBytes)
+	}
+	if !(c.RateLimit > 0) {
+		add("RateLimit: must be positive (math.Inf(1) for no limit), got %v", c.RateLimit)
+	}
+	if c.RateBurst < 1 {
+		add("RateBurst: must be at least 1, got %d", c.RateBurst)
+	}
+	if c.RequestTimeout <= 0 {
+		add("RequestTimeout: must be positive, got %s", c.RequestTimeout)
+	}
+	if c.StreamHeartbeat <= 0 {
+		add("StreamHeartbeat: must be positive, got %s", c.StreamHeartbeat)
+	}
+	if c.Registry == nil {
+		add("Registry: required (job files are parsed with it)")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("api config: %w", errors.Join(errs...))
+}

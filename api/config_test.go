@@ -1,0 +1,121 @@
+package api
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"tempest/workflow"
+)
+
+func TestServerConfigValidate(t *testing.T) {
+	valid := func() ServerConfig {
+		c := DefaultServerConfig()
+		c.Token = "secret-token"
+		c.Registry = workflow.DefaultRegistry()
+		return c
+	}
+	tests := []struct {
+		name   string
+		change func(*ServerConfig)
+		want   []string // fields named in the error; none means valid
+	}{
+		{"default plus token and registry", func(*ServerConfig) {}, nil},
+		{"unlimited rate", func(c *ServerConfig) { c.RateLimit = math.Inf(1) }, nil},
+		{"tls", func(c *ServerConfig) { c.TLSCertFile, c.TLSKeyFile = "c.pem", "k.pem" }, nil},
+		{"zero value", func(c *ServerConfig) { *c = ServerConfig{} },
+			[]string{"Listen", "Token", "MaxBodyBytes", "RateLimit", "RateBurst", "RequestTimeout", "StreamHeartbeat", "Registry"}},
+		{"cert without key", func(c *ServerConfig) { c.TLSCertFile = "c.pem" }, []string{"TLSKeyFile"}},
+		{"key without cert", func(c *ServerConfig) { c.TLSKeyFile = "k.pem" }, []string{"TLSCertFile"}},
+		{"token with space", func(c *ServerConfig) { c.Token = "a b" }, []string{"Token"}},
+		{"NaN rate", func(c *ServerConfig) { c.RateLimit = math.NaN() }, []string{"RateLimit"}},
+		{"negative timeout", func(c *ServerConfig) { c.RequestTimeout = -time.Second }, []string{"RequestTimeout"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := valid()
+			tt.change(&c)
+			err := c.Validate()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Validate accepted it")
+			}
+			for _, field := range tt.want {
+				if !strings.Contains(err.Error(), field+":") && !strings.Contains(err.Error(), field+",") {
+					t.Errorf("error %q does not name %s", err, field)
+				}
+			}
+		})
+	}
+}
+
+func TestResultsCSV(t *testing.T) {
+	res := &Results{JobID: "j", Workflows: []WorkflowStatus{
+		{Name: "=cmd()", CompletedCount: 3, FailedCount: 1},
+		{Name: "get", Steps: []StepSummary{
+			{Name: "a,b", Completed: 2, P50Ms: 0.1234, MaxMs: 9},
+			{Name: "@x", Failed: 1},
+		}},
+	}}
+	b, err := ResultsCSV(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms\n" +
+		"'=cmd(),,3,1,,,,\n" +
+		"get,\"a,b\",2,0,0.123,0.000,0.000,9.000\n" +
+		"get,'@x,0,1,0.000,0.000,0.000,0.000\n"
+	if string(b) != want {
+		t.Errorf("csv:\n%s\nwant:\n%s", b, want)
+	}
+}
+
+func TestRequestHelpers(t *testing.T) {
+	for _, tt := range []struct {
+		accept []string
+		want   bool
+	}{
+		{nil, false},
+		{[]string{"text/event-stream"}, false},
+		{[]string{"application/x-ndjson"}, true},
+		{[]string{"application/json, application/x-ndjson;q=0.9"}, true},
+		{[]string{"text/plain", "application/jsonl"}, true},
+		{[]string{"garbage;;;"}, false},
+	} {
+		if got := acceptsNDJSON(tt.accept); got != tt.want {
+			t.Errorf("acceptsNDJSON(%q) = %v", tt.accept, got)
+		}
+	}
+	for in, want := range map[string]string{
+		"":                       "job file",
+		"smoke.yaml":             "smoke.yaml",
+		"/home/me/x.yaml":        "x.yaml",
+		`C:\jobs\x.yaml`:         "x.yaml",
+		"a\nb.yaml":              "ab.yaml",
+		"../":                    "..",
+		strings.Repeat("é", 100): strings.Repeat("é", 64),
+	} {
+		if got := jobFilename(in); got != want {
+			t.Errorf("jobFilename(%q) = %q, want %q", in, got, want)
+		}
+	}
+	for id, ok := range map[string]bool{
+		"job-1": true, "01HX:abc_def.2": true, "": false, "a b": false, "a/b": false,
+		strings.Repeat("a", maxJobIDLen): true, strings.Repeat("a", maxJobIDLen+1): false,
+	} {
+		if err := checkJobID(id); (err == nil) != ok {
+			t.Errorf("checkJobID(%q) = %v", id, err)
+		}
+	}
+	for d, want := range map[time.Duration]string{0: "1", time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2"} {
+		if got := retryAfterHeader(d); got != want {
+			t.Errorf("retryAfterHeader(%s) = %s, want %s", d, got, want)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package api
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// The cancel body is the only JSON the server decodes from clients (job
+// files go through jobfile, which has its own fuzzer).
+func FuzzDecodeCancelRequest(f *testing.F) {
+	for _, s := range []string{``, `{}`, `{"reason":"enough"}`, `{"reason":1}`, `{"why":"x"}`, `{} {}`, `{"reason":"` + strings.Repeat("x", 600) + `"}`, `[`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := DecodeCancelRequest(bytes.NewReader(b))
+		if err != nil {
+			if req != (CancelRequest{}) {
+				t.Fatalf("error %v with a non-zero request %+v", err, req)
+			}
+			return
+		}
+		if len(req.Reason) > maxCancelReason || !utf8.ValidString(req.Reason) {
+			t.Fatalf("accepted reason of %d bytes (valid UTF-8: %v)", len(req.Reason), utf8.ValidString(req.Reason))
+		}
+	})
+}
+
+// The client reads event streams from whatever answers at an endpoint.
+func FuzzReadEvents(f *testing.F) {
+	f.Add([]byte("data: {\"job_id\":\"j\",\"status\":\"RUNNING\"}\n\n: keepalive\n\ndata: {\"status\":\"COMPLETED\"}\n\n"), true)
+	f.Add([]byte("{\"job_id\":\"j\",\"status\":\"RUNNING\"}\n\n{\"status\":\"FAILED\"}\n"), false)
+	f.Add([]byte("data: {\"job_id\":\ndata: \"j\"}\n\nevent: x\nid: 3\n"), true)
+	f.Add([]byte("data: nope\n\n"), true)
+	f.Add([]byte("\x00\xff\n"), false)
+	f.Fuzz(func(t *testing.T, b []byte, sse bool) {
+		ct := ContentTypeNDJSON
+		if sse {
+			ct = ContentTypeSSE
+		}
+		calls := 0
+		got, terminal, _ := readEvents(bytes.NewReader(b), ct, func() {}, func(st JobStatus) {
+			calls++
+		})
+		if got != calls {
+			t.Fatalf("reported %d events, delivered %d", got, calls)
+		}
+		if terminal && got == 0 {
+			t.Fatal("terminal without an event")
+		}
+	})
+}
+
+// The client turns any error answer into *Error, whatever the body.
+func FuzzDecodeError(f *testing.F) {
+	f.Add(503, []byte(`{"error":"no leader","code":"no_leader"}`), "3")
+	f.Add(400, []byte(`{"error":"x","code":"malformed","problems":[{"line":3,"path":"a","message":"m"}]}`), "")
+	f.Add(502, []byte("<html>bad gateway</html>"), "")
+	f.Add(500, []byte{0xff, 0xfe, '\n'}, "soon")
+	f.Fuzz(func(t *testing.T, status int, body []byte, retryAfter string) {
+		h := http.Header{}
+		h.Set("Retry-After", retryAfter)
+		e := decodeError(&answer{status: status, header: h, body: body, endpoint: "http://x"})
+		if e.Status != status || e.RetryAfter < 0 {
+			t.Fatalf("decoded %+v", e)
+		}
+		if e.Code == "" && strings.ContainsAny(e.Message, "\n\r") {
+			t.Fatalf("foreign error body kept line breaks: %q", e.Message)
+		}
+		_ = e.Error()
+	})
+}

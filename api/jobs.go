@@ -1,0 +1,277 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+
+	"tempest/jobfile"
+	"tempest/wire"
+)
+
+// maxJobIDLen bounds a job id taken from a URL; manager ids are far shorter.
+const maxJobIDLen = 128
+
+func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.bodyError(w, err)
+		return
+	}
+	if len(body) == 0 {
+		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed,
+			Error: "empty body: send a job file (YAML or JSON)"})
+		return
+	}
+	filename := jobFilename(r.Header.Get(FilenameHeader))
+	job, err := jobfile.Parse(body, filename, s.cfg.Registry)
+	if err != nil {
+		var jfe *jobfile.Error
+		if errors.As(err, &jfe) {
+			writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed,
+				Error: problemSummary(filename, len(jfe.Problems)), Problems: jfe.Problems})
+			return
+		}
+		s.fail(w, r, fmt.Errorf("parse %s: %w", filename, err))
+		return
+	}
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	ack, err := s.backend.Submit(ctx, job)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("submit job %q: %w", job.Name, err))
+		return
+	}
+	if ack == nil {
+		s.fail(w, r, fmt.Errorf("submit job %q: backend returned no ack", job.Name))
+		return
+	}
+	annotate(w, ack.JobID)
+	if !ack.Accepted {
+		msg := ack.Error
+		if msg == "" {
+			msg = "job refused"
+		}
+		writeErrorBody(w, http.StatusConflict, ErrorBody{Code: CodeRejected, Error: msg})
+		return
+	}
+	s.log.Info("job submitted", "job_id", ack.JobID, "name", job.Name,
+		"workflows", len(job.Workflows), "remote", r.RemoteAddr)
+	dcs := ack.Datacenters
+	if dcs == nil {
+		dcs = []string{} // a manager names none: its own datacenter is implied
+	}
+	w.Header().Set("Location", "/v1/jobs/"+url.PathEscape(ack.JobID))
+	writeJSON(w, http.StatusCreated, SubmitResponse{JobID: ack.JobID, Datacenters: dcs,
+		QueuedPosition: ack.QueuedPosition})
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	jobs, err := s.backend.Jobs(ctx)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("list jobs: %w", err))
+		return
+	}
+	if jobs == nil {
+		jobs = []JobStatus{} // "jobs": [], never null
+	}
+	writeJSON(w, http.StatusOK, JobList{Jobs: jobs})
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := jobIDFrom(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	job, err := s.backend.Job(ctx, id)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("get job %s: %w", id, err))
+		return
+	}
+	if job == nil {
+		s.fail(w, r, wire.Errorf(wire.CodeNotFound, "job %s not found", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, job)
+}
+
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := jobIDFrom(w, r)
+	if !ok {
+		return
+	}
+	req, err := DecodeCancelRequest(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.bodyError(w, mbe)
+			return
+		}
+		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: err.Error()})
+		return
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "cancelled by client"
+	}
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	ack, err := s.backend.Cancel(ctx, id, reason)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("cancel job %s: %w", id, err))
+		return
+	}
+	if ack == nil {
+		s.fail(w, r, fmt.Errorf("cancel job %s: backend returned no ack", id))
+		return
+	}
+	s.log.Info("job cancel requested", "job_id", id, "reason", reason, "cancelled", ack.Cancelled,
+		"workflows_cancelled", ack.WorkflowsCancelled, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, CancelResponse{JobID: id, Cancelled: ack.Cancelled,
+		WorkflowsCancelled: ack.WorkflowsCancelled})
+}
+
+func (s *Server) cluster(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	view, err := s.backend.Cluster(ctx)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("cluster view: %w", err))
+		return
+	}
+	if view == nil {
+		view = &ClusterView{}
+	}
+	if view.Nodes == nil {
+		view.Nodes = []NodeView{}
+	}
+	writeJSON(w, http.StatusOK, view)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	isLeader, _ := s.backend.Leader()
+	writeJSON(w, http.StatusOK, Health{Status: "ok", Role: s.cfg.Role, Leader: isLeader})
+}
+
+func (s *Server) metricsText(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.write(w, s.limiter.size())
+	if s.cfg.Metrics != nil {
+		s.cfg.Metrics.WriteMetrics(w)
+	}
+}
+
+func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
+	writeErrorBody(w, http.StatusNotFound, ErrorBody{Code: CodeNotFound,
+		Error: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)})
+}
+
+// fail answers a backend error. A not-leader error means leadership moved
+// between the check in leaderOnly and the call: the client is sent to the
+// new leader with 307 (which repeats the method and body) when one is known.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return // the client left; nobody to answer
+	}
+	a, typed := answerFor(err)
+	if !typed {
+		s.log.Error("api request failed", "method", r.Method, "path", r.URL.Path,
+			"job_id", r.PathValue("id"), "err", err)
+	} else {
+		s.log.Debug("api request refused", "method", r.Method, "path", r.URL.Path,
+			"job_id", r.PathValue("id"), "err", err)
+	}
+	if a.body.Code == CodeNotLeader {
+		// The backend's current view beats the one in the error.
+		leaderAPI := a.leaderAPI
+		if isLeader, current := s.backend.Leader(); !isLeader && current != "" {
+			leaderAPI = current
+		}
+		switch {
+		case leaderAPI == "":
+			a.body.Code = CodeNoLeader
+		case r.Header.Get(forwardedHeader) == "":
+			w.Header().Set("Location", strings.TrimSuffix(leaderAPI, "/")+r.URL.RequestURI())
+			a.status = http.StatusTemporaryRedirect
+		}
+	}
+	if a.retryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfterHeader(a.retryAfter))
+	}
+	writeErrorBody(w, a.status, a.body)
+}
+
+func (s *Server) bodyError(w http.ResponseWriter, err error) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeErrorBody(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+			Error: "request body larger than the " + formatBytes(mbe.Limit) + " allowed"})
+		return
+	}
+	writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed,
+		Error: "read request body: " + err.Error()})
+}
+
+// jobIDFrom takes the {id} path value, refusing what no backend could have
+// issued (so it never reaches logs or lookups).
+func jobIDFrom(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := checkJobID(id); err != nil {
+		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: err.Error()})
+		return "", false
+	}
+	return id, true
+}
+
+func checkJobID(id string) error {
+	if id == "" || len(id) > maxJobIDLen {
+		return fmt.Errorf("job id must be 1 to %d characters", maxJobIDLen)
+	}
+	for _, c := range []byte(id) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '-', c == '_', c == '.', c == ':':
+		default:
+			return fmt.Errorf("job id %q: only letters, digits and - _ . : are allowed", id)
+		}
+	}
+	return nil
+}
+
+// jobFilename is the client's name for its job file, reduced to a short
+// base name: it only labels problems.
+func jobFilename(h string) string {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return "job file"
+	}
+	h = path.Base(strings.ReplaceAll(h, `\`, "/"))
+	h = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, h)
+	if len(h) > 128 {
+		h = strings.ToValidUTF8(h[:128], "")
+	}
+	if h == "" || h == "." || h == "/" {
+		return "job file"
+	}
+	return h
+}
+
+func problemSummary(filename string, n int) string {
+	if n == 1 {
+		return filename + " has 1 problem"
+	}
+	return fmt.Sprintf("%s has %d problems", filename, n)
+}

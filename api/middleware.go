@@ -1,0 +1,219 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// forwardedHeader marks a request a follower forwarded. A node that is not
+// the leader answers such a request itself instead of forwarding it again,
+// so two nodes with stale views of each other cannot bounce a request
+// between them. Clients could set it too; all it does is prevent forwarding.
+const forwardedHeader = "X-Tempest-Forwarded"
+
+// FilenameHeader optionally names the submitted job file, so problems in
+// a 400 answer name it as the client knows it.
+const FilenameHeader = "X-Tempest-Filename"
+
+// statusClientClosed counts requests whose client left before an answer.
+const statusClientClosed = 499
+
+// recorder remembers what a handler answered, for metrics and the request
+// log. Handlers below observe always get the *recorder itself, so they can
+// annotate it; everything else reaches the connection through Unwrap.
+type recorder struct {
+	http.ResponseWriter
+	status    int
+	bytes     int64
+	route     string
+	jobID     string
+	forwarded bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 && code >= 200 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+// Flush lets streaming handlers and httputil.ReverseProxy flush through
+// the recorder.
+func (r *recorder) Flush() {
+	_ = http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// annotate records the job a handler worked on, for the request log.
+func annotate(w http.ResponseWriter, jobID string) {
+	if rec, ok := w.(*recorder); ok {
+		rec.jobID = jobID
+	}
+}
+
+// observe counts and logs every request. The accounting is deferred so it
+// also runs when a forwarded stream aborts with http.ErrAbortHandler.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := s.cfg.Now()
+		rec := &recorder{ResponseWriter: w, route: "unmatched"}
+		defer func() {
+			status := rec.status
+			if status == 0 {
+				// Nothing written. Either the client left first (499, as
+				// nginx counts it) or net/http answers 200 with no body.
+				status = http.StatusOK
+				if r.Context().Err() != nil {
+					status = statusClientClosed
+				}
+			}
+			s.metrics.request(r.Method, rec.route, status)
+			if s.log.Enabled(r.Context(), slog.LevelDebug) {
+				attrs := []any{"method", r.Method, "route", rec.route, "status", status,
+					"duration", s.cfg.Now().Sub(start), "bytes", rec.bytes, "remote", r.RemoteAddr}
+				if rec.jobID != "" {
+					attrs = append(attrs, "job_id", rec.jobID)
+				}
+				if rec.forwarded {
+					attrs = append(attrs, "forwarded", true)
+				}
+				s.log.Debug("api request", attrs...)
+			}
+		}()
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			writeErrorBody(rec, http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+				Error: "request body larger than the " + formatBytes(s.cfg.MaxBodyBytes) + " allowed"})
+			return
+		}
+		// The original writer, not rec: net/http then also closes the
+		// connection after an oversized body instead of draining it.
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// rateLimit applies the per-client-IP token bucket to every request,
+// before authentication, so guessing tokens is rate limited too.
+func (s *Server) rateLimit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ok, wait := s.limiter.allow(clientIP(r))
+		if !ok {
+			w.Header().Set("Retry-After", retryAfterHeader(wait))
+			writeErrorBody(w, http.StatusTooManyRequests, ErrorBody{Code: CodeRateLimited,
+				Error: "too many requests from " + clientIP(r)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate checks the bearer token. Both sides are hashed first so the
+// constant-time comparison does not leak the token's length either.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bearerToken(r.Header.Get("Authorization"))
+		got := sha256.Sum256([]byte(token))
+		if !ok || subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tempest"`)
+			msg := "missing bearer token"
+			if ok {
+				msg = "wrong bearer token"
+			}
+			writeErrorBody(w, http.StatusUnauthorized, ErrorBody{Code: CodeUnauthenticated, Error: msg})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// leaderOnly serves on the leader and forwards from a follower. A
+// forwarded event stream ends when Shutdown starts, as a local one does.
+func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		isLeader, leaderAPI := s.backend.Leader()
+		if isLeader {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Header.Get(forwardedHeader) != "" {
+			writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeNoLeader,
+				Error: "forwarded to a node that is not the leader (leadership is changing); retry"})
+			return
+		}
+		if leaderAPI == "" {
+			writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeNoLeader,
+				Error: "this node is not the leader and knows no leader; retry"})
+			return
+		}
+		if rec, ok := w.(*recorder); ok {
+			rec.forwarded = true
+		}
+		if stream {
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			defer context.AfterFunc(s.streams, cancel)()
+			r = r.WithContext(ctx)
+		}
+		s.fwd.serve(w, r, leaderAPI)
+	})
+}
+
+// clientIP is the remote address without its port. X-Forwarded-For is not
+// trusted: any client could set it to dodge its rate limit.
+func clientIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v) // the client went away; nothing to tell it
+}
+
+func writeErrorBody(w http.ResponseWriter, status int, body ErrorBody) {
+	writeJSON(w, status, body)
+}
+
+func formatBytes(n int64) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + " KiB"
+	}
+	return strconv.FormatInt(n, 10) + " bytes"
+}

@@ -1,0 +1,101 @@
+package api
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// csvHeader is the header row of GET /v1/jobs/{id}/results?format=csv.
+func csvHeader() []string {
+	return []string{"workflow", "step", "completed", "failed", "p50_ms", "p90_ms", "p99_ms", "max_ms"}
+}
+
+func (s *Server) jobResults(w http.ResponseWriter, r *http.Request) {
+	id, ok := jobIDFrom(w, r)
+	if !ok {
+		return
+	}
+	format := strings.ToLower(r.URL.Query().Get("format"))
+	if format != "" && format != "json" && format != "csv" {
+		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed,
+			Error: fmt.Sprintf("format %q: want json or csv", format)})
+		return
+	}
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	res, err := s.backend.Results(ctx, id)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("results of job %s: %w", id, err))
+		return
+	}
+	if res == nil {
+		s.fail(w, r, fmt.Errorf("results of job %s: backend returned none", id))
+		return
+	}
+	if res.Workflows == nil {
+		res.Workflows = []WorkflowStatus{}
+	}
+	if format != "csv" {
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	b, err := ResultsCSV(res)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("results of job %s as CSV: %w", id, err))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/csv; charset=utf-8")
+	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-results.csv"`, id))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
+}
+
+// ResultsCSV renders results as CSV, one row per workflow step, with the
+// header workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms. A
+// workflow without steps gets one row with an empty step and its own
+// counts, so every workflow appears.
+func ResultsCSV(res *Results) ([]byte, error) {
+	var buf bytes.Buffer
+	cw := csv.NewWriter(&buf)
+	if err := cw.Write(csvHeader()); err != nil {
+		return nil, err
+	}
+	for _, wf := range res.Workflows {
+		if len(wf.Steps) == 0 {
+			row := []string{csvText(wf.Name), "", itoa(wf.CompletedCount), itoa(wf.FailedCount), "", "", "", ""}
+			if err := cw.Write(row); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		for _, st := range wf.Steps {
+			row := []string{csvText(wf.Name), csvText(st.Name), itoa(st.Completed), itoa(st.Failed),
+				ms(st.P50Ms), ms(st.P90Ms), ms(st.P99Ms), ms(st.MaxMs)}
+			if err := cw.Write(row); err != nil {
+				return nil, err
+			}
+		}
+	}
+	cw.Flush()
+	return buf.Bytes(), cw.Error()
+}
+
+// csvText defuses spreadsheet formula injection: a cell a spreadsheet would
+// evaluate (leading = + - @) gets a leading apostrophe. Names come from job
+// files, which any client can write.
+func csvText(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func ms(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"tempest/api"
+	"tempest/jobfile"
+	"tempest/wire"
+)
+
+// Exit codes (SPEC §9) beside main.go's exitOK and exitUsage.
+const (
+	exitThresholds = 1 // a threshold failed (thresholds are not evaluated yet)
+	exitJobFailed  = 2 // the job ended FAILED, CANCELLED or TIMEOUT
+)
+
+// Where the client commands find the API when no flag says.
+const (
+	envAPI   = "TEMPEST_API"   // comma-separated base URLs
+	envToken = "TEMPEST_TOKEN" // bearer token
+)
+
+// apiFlags are the connection flags every client command takes.
+type apiFlags struct {
+	endpoints string
+	token     string
+}
+
+func (f *apiFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.endpoints, "api", "", "API base URL(s), comma-separated, tried in order (env "+envAPI+", default "+api.DefaultURL+")")
+	fs.StringVar(&f.token, "token", "", "API bearer token (env "+envToken+"; prefer the env var: flags show in ps)")
+}
+
+// client builds the API client; flags win over the environment.
+func (f *apiFlags) client() (*api.Client, error) {
+	endpoints := f.endpoints
+	if endpoints == "" {
+		endpoints = os.Getenv(envAPI)
+	}
+	if endpoints == "" {
+		endpoints = api.DefaultURL
+	}
+	token := f.token
+	if token == "" {
+		token = os.Getenv(envToken)
+	}
+	if token == "" {
+		return nil, fmt.Errorf("%w: no API token: set %s or pass --token", errUsage, envToken)
+	}
+	c, err := api.NewClient(strings.Split(endpoints, ","), token)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return c, nil
+}
+
+// newFlagSet makes a command's flag set; synopsis is its usage line.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: tempest %s\n\nflags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseArgs parses flags wherever they appear, so `submit job.yaml --wait`
+// works as well as `submit --wait job.yaml` (package flag alone stops at
+// the first argument). "--" ends flag parsing.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// parseCommand parses args and checks the number of arguments. It returns
+// ok=false with the exit code when the command should stop.
+func parseCommand(fs *flag.FlagSet, args []string, want int, stderr io.Writer) (positional []string, code int, ok bool) {
+	positional, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, exitOK, false
+	}
+	if err != nil {
+		return nil, exitUsage, false // flag has printed the problem and usage
+	}
+	if len(positional) != want {
+		fmt.Fprintf(stderr, "tempest %s: want %d argument(s), got %d\n", fs.Name(), want, len(positional))
+		fs.Usage()
+		return nil, exitUsage, false
+	}
+	return positional, exitOK, true
+}
+
+// reportError prints err as one clear line (a bad job file's problems one
+// per line, as compilers do) and returns the exit code: every error a
+// client command meets is a usage or connection error.
+func reportError(stderr io.Writer, err error) int {
+	var unreachable *api.UnreachableError
+	var apiErr *api.Error
+	switch {
+	case errors.As(err, &unreachable):
+		fmt.Fprintf(stderr, "tempest: %v (set --api or %s)\n", unreachable, envAPI)
+	case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
+		fmt.Fprintf(stderr, "tempest: %s refused the API token (check --token or %s)\n", apiErr.Endpoint, envToken)
+	case errors.As(err, &apiErr) && len(apiErr.Problems) > 0:
+		fmt.Fprintf(stderr, "tempest: %s\n", apiErr.Message)
+	case errors.As(err, &apiErr):
+		fmt.Fprintf(stderr, "tempest: %s\n", oneLine(apiErr.Error()))
+	default:
+		fmt.Fprintf(stderr, "tempest: %s\n", oneLine(strings.TrimPrefix(err.Error(), errUsage.Error()+": ")))
+	}
+	return exitUsage
+}
+
+// reportProblems prints a rejected job file's problems as file:line: path:
+// message, one per line, so editors can jump to them.
+func reportProblems(stderr io.Writer, filename string, err error) bool {
+	var apiErr *api.Error
+	if !errors.As(err, &apiErr) || len(apiErr.Problems) == 0 {
+		return false
+	}
+	fmt.Fprintln(stderr, (&jobfile.Error{File: filename, Problems: apiErr.Problems}).Error())
+	return true
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// exitForStatus maps a job's final status to the exit code.
+func exitForStatus(s wire.JobStatus) int {
+	if s == wire.JobCompleted {
+		return exitOK
+	}
+	return exitJobFailed
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // stdout closed: nothing useful to do
+}

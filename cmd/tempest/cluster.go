@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// runCluster shows the nodes the answering node knows: role, datacenter,
+// health, leadership, cores, key ids (to follow a secret rotation) and
+// open circuit breakers.
+func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("cluster", "cluster [--json]", stderr)
+	var conn apiFlags
+	conn.register(fs)
+	asJSON := fs.Bool("json", false, "print the cluster view as JSON")
+	if _, code, ok := parseCommand(fs, args, 0, stderr); !ok {
+		return code
+	}
+	c, err := conn.client()
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	defer c.Close()
+	view, err := c.Cluster(ctx)
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	if *asJSON {
+		printJSON(stdout, view)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tROLE\tDC\tSTATE\tLEADER\tCORES\tKEYS\tOPEN BREAKERS")
+	for _, n := range view.Nodes {
+		leader := ""
+		if n.IsLeader {
+			leader = "*"
+			if n.Term > 0 {
+				leader = fmt.Sprintf("* (term %d)", n.Term)
+			}
+		}
+		cores := "-"
+		if n.TotalCores > 0 {
+			cores = fmt.Sprintf("%d/%d", n.AvailableCores, n.TotalCores)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, dash(n.DC), dash(n.State), leader,
+			cores, formatKeys(n.SendKey, n.AcceptKeys), dash(strings.Join(n.OpenBreakers, ",")))
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+// formatKeys shows the key a node sends with, then any other key it still
+// accepts: "ab12" in steady state, "cd34 +ab12" mid-rotation.
+func formatKeys(send string, accept []string) string {
+	var others []string
+	for _, k := range accept {
+		if k != send && !slices.Contains(others, k) {
+			others = append(others, k)
+		}
+	}
+	s := dash(send)
+	if len(others) > 0 {
+		s += " +" + strings.Join(others, ",+")
+	}
+	return s
+}

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+)
+
+// runResults writes a job's results to stdout as the server renders them:
+// JSON, or CSV with one row per workflow step.
+func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("results", "results ID [--format json|csv]", stderr)
+	var conn apiFlags
+	conn.register(fs)
+	format := fs.String("format", "json", "json or csv")
+	args, code, ok := parseCommand(fs, args, 1, stderr)
+	if !ok {
+		return code
+	}
+	if *format != "json" && *format != "csv" {
+		fmt.Fprintf(stderr, "tempest results: --format %q: want json or csv\n", *format)
+		return exitUsage
+	}
+	c, err := conn.client()
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	defer c.Close()
+	body, err := c.Results(ctx, args[0], *format)
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	if _, err := stdout.Write(body); err != nil {
+		fmt.Fprintf(stderr, "tempest: write results: %v\n", err)
+		return exitUsage
+	}
+	if len(body) > 0 && !bytes.HasSuffix(body, []byte("\n")) {
+		fmt.Fprintln(stdout)
+	}
+	return exitOK
+}

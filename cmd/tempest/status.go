@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"tempest/api"
+)
+
+// runStatus prints a job's status once: the summary table, or JSON.
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("status", "status ID [--json]", stderr)
+	var conn apiFlags
+	conn.register(fs)
+	asJSON := fs.Bool("json", false, "print the job status as JSON")
+	args, code, ok := parseCommand(fs, args, 1, stderr)
+	if !ok {
+		return code
+	}
+	c, err := conn.client()
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	defer c.Close()
+	st, err := c.Job(ctx, args[0])
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	if *asJSON {
+		printJSON(stdout, st)
+	} else {
+		printSummary(stdout, *st)
+	}
+	return exitOK
+}
+
+// printSummary writes a job's outcome: a headline, a table of workflows and
+// a table of steps with latency percentiles.
+func printSummary(w io.Writer, st api.JobStatus) {
+	name := ""
+	if st.Name != "" {
+		name = fmt.Sprintf(" (%s)", st.Name)
+	}
+	fmt.Fprintf(w, "job %s%s: %s after %s, %d completed, %d failed\n",
+		st.JobID, name, st.Status, formatElapsed(st.ElapsedSeconds), st.TotalCompleted, st.TotalFailed)
+	if st.Error != "" {
+		fmt.Fprintf(w, "error: %s\n", oneLine(st.Error))
+	}
+	if len(st.Workflows) == 0 {
+		return
+	}
+
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKFLOW\tSTATUS\tCOMPLETED\tFAILED\tATTEMPTS\tWORKER")
+	steps := 0
+	for _, wf := range st.Workflows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", wf.Name, wf.Status, wf.CompletedCount, wf.FailedCount,
+			wf.Attempts, dash(wf.Worker))
+		steps += len(wf.Steps)
+	}
+	_ = tw.Flush()
+	for _, wf := range st.Workflows {
+		if wf.Error != "" {
+			fmt.Fprintf(w, "%s: %s\n", wf.Name, oneLine(wf.Error))
+		}
+	}
+	if steps == 0 {
+		return
+	}
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKFLOW\tSTEP\tCOMPLETED\tFAILED\tP50\tP99")
+	for _, wf := range st.Workflows {
+		for _, s := range wf.Steps {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", wf.Name, s.Name, s.Completed, s.Failed,
+				formatMs(s.P50Ms), formatMs(s.P99Ms))
+		}
+	}
+	_ = tw.Flush()
+}
+
+// formatMs prints a latency with the precision it deserves.
+func formatMs(ms float64) string {
+	switch {
+	case ms <= 0:
+		return "-"
+	case ms < 10:
+		return fmt.Sprintf("%.2fms", ms)
+	case ms < 1000:
+		return fmt.Sprintf("%.1fms", ms)
+	}
+	return fmt.Sprintf("%.2fs", ms/1000)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

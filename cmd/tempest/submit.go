@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+)
+
+// runSubmit sends a job file. Without --wait it prints the job id alone,
+// for scripts: `id=$(tempest submit job.yaml)`. With --wait it follows the
+// job to its end and exits 0 if it completed, 2 otherwise.
+func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("submit", "submit FILE [--wait] [--json]", stderr)
+	var conn apiFlags
+	conn.register(fs)
+	wait := fs.Bool("wait", false, "follow the job to its end: live progress on stderr, summary on stdout")
+	asJSON := fs.Bool("json", false, "print JSON on stdout: {\"job_id\"}, or with --wait the final job status")
+	args, code, ok := parseCommand(fs, args, 1, stderr)
+	if !ok {
+		return code
+	}
+	file := args[0]
+	data, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "tempest: read job file: %v\n", err)
+		return exitUsage
+	}
+	c, err := conn.client()
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	defer c.Close()
+
+	id, err := c.Submit(ctx, data, file)
+	if err != nil {
+		if reportProblems(stderr, file, err) {
+			return exitUsage
+		}
+		return reportError(stderr, err)
+	}
+	if !*wait {
+		if *asJSON {
+			printJSON(stdout, struct {
+				JobID string `json:"job_id"`
+			}{id})
+		} else {
+			fmt.Fprintln(stdout, id)
+		}
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "submitted job %s\n", id)
+	mode := outputSummary
+	if *asJSON {
+		mode = outputFinalJSON
+	}
+	return followJob(ctx, c, id, mode, stdout, stderr)
+}

@@ -1,0 +1,475 @@
+// Package devcluster starts a local Tempest cluster as separate processes of
+// the real binaries on loopback, with short SWIM and election timings. It
+// backs `tempest dev`, `tempest demo` and the integration tests, so all three
+// run exactly the same cluster.
+package devcluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"tempest/security"
+)
+
+// Options describe the cluster to start.
+type Options struct {
+	// Dir receives cluster.json, env, and a folder per node (data, log).
+	Dir string
+	// BinDir holds tempest-manager and tempest-worker.
+	BinDir     string
+	Datacenter string
+	Managers   int
+	Workers    int
+	// CoresPerWorker is each worker's core count (default 2).
+	CoresPerWorker int
+	// Secret and Token default to fresh random values.
+	Secret string
+	Token  string
+	// SwimProfile and ElectionProfile default to "test": fast detection on
+	// loopback, never for a real network.
+	SwimProfile     string
+	ElectionProfile string
+	Logger          *slog.Logger
+}
+
+func (o *Options) defaults() error {
+	if o.Dir == "" {
+		return errors.New("devcluster: Dir is required")
+	}
+	if o.BinDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("devcluster: find binaries: %w", err)
+		}
+		o.BinDir = filepath.Dir(exe)
+	}
+	if o.Datacenter == "" {
+		o.Datacenter = "dc1"
+	}
+	if o.Managers <= 0 {
+		o.Managers = 3
+	}
+	if o.Workers < 0 {
+		o.Workers = 0
+	}
+	if o.CoresPerWorker <= 0 {
+		o.CoresPerWorker = 2
+	}
+	if o.SwimProfile == "" {
+		o.SwimProfile = "test"
+	}
+	if o.ElectionProfile == "" {
+		o.ElectionProfile = "test"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Secret == "" {
+		s, err := security.GenerateSecret()
+		if err != nil {
+			return err
+		}
+		o.Secret = s
+	}
+	if o.Token == "" {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		o.Token = hex.EncodeToString(b)
+	}
+	for _, bin := range []string{"tempest-manager", "tempest-worker"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, bin)); err != nil {
+			return fmt.Errorf("devcluster: %s not found in %s (run `make build`): %w", bin, o.BinDir, err)
+		}
+	}
+	return nil
+}
+
+// Node is one process of the cluster, as written to cluster.json.
+type Node struct {
+	Name    string   `json:"name"`
+	Role    string   `json:"role"`
+	DC      string   `json:"dc"`
+	PID     int      `json:"pid"`
+	API     string   `json:"api,omitempty"`
+	QUIC    string   `json:"quic"`
+	Swim    string   `json:"swim"`
+	DataDir string   `json:"data_dir"`
+	Log     string   `json:"log"`
+	Argv    []string `json:"argv"`
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Cluster is a running local cluster.
+type Cluster struct {
+	opts Options
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	nodes []*Node
+}
+
+// File is the JSON shape of DIR/cluster.json.
+type File struct {
+	API   string  `json:"api"`
+	Token string  `json:"token"`
+	Nodes []*Node `json:"nodes"`
+}
+
+// Start allocates ports, writes the layout, starts every node and returns
+// once every process is running. Use WaitReady to wait for a leader and
+// registered workers.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	c := &Cluster{opts: opts, log: opts.Logger}
+	mgrs := make([]*Node, opts.Managers)
+	var peers, seeds []string
+	for i := range mgrs {
+		n, err := c.newNode("manager", fmt.Sprintf("%s-manager-%d", opts.Datacenter, i+1))
+		if err != nil {
+			return nil, err
+		}
+		if n.API, err = freeTCP(); err != nil {
+			return nil, err
+		}
+		mgrs[i] = n
+		peers = append(peers, n.Name+"="+n.QUIC)
+		seeds = append(seeds, n.Swim)
+	}
+	for _, n := range mgrs {
+		n.Argv = []string{
+			filepath.Join(opts.BinDir, "tempest-manager"),
+			"--id", n.Name, "--dc", opts.Datacenter,
+			"--quic", n.QUIC, "--swim", n.Swim, "--api", n.API,
+			"--data-dir", n.DataDir,
+			"--peers", strings.Join(peers, ","),
+			"--join", strings.Join(seeds, ","),
+			"--swim-profile", opts.SwimProfile, "--election-profile", opts.ElectionProfile,
+		}
+	}
+	var mgrQUIC []string
+	for _, m := range mgrs {
+		mgrQUIC = append(mgrQUIC, m.QUIC)
+	}
+	for i := 0; i < opts.Workers; i++ {
+		n, err := c.newNode("worker", fmt.Sprintf("%s-worker-%d", opts.Datacenter, i+1))
+		if err != nil {
+			return nil, err
+		}
+		n.Argv = []string{
+			filepath.Join(opts.BinDir, "tempest-worker"),
+			"--id", n.Name, "--dc", opts.Datacenter,
+			"--quic", n.QUIC, "--swim", n.Swim,
+			"--join", strings.Join(seeds, ","),
+			"--managers", strings.Join(mgrQUIC, ","),
+			"--cores", strconv.Itoa(opts.CoresPerWorker),
+			"--swim-profile", opts.SwimProfile,
+		}
+	}
+	for _, n := range c.nodes {
+		if err := c.start(n); err != nil {
+			c.Stop(context.Background())
+			return nil, err
+		}
+	}
+	if err := c.WriteFiles(); err != nil {
+		c.Stop(context.Background())
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) newNode(role, name string) (*Node, error) {
+	dir := filepath.Join(c.opts.Dir, name)
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+		return nil, fmt.Errorf("devcluster: %w", err)
+	}
+	quicAddr, err := freeUDP()
+	if err != nil {
+		return nil, err
+	}
+	swimAddr, err := freeTCPAndUDP()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		Name: name, Role: role, DC: c.opts.Datacenter,
+		QUIC: quicAddr, Swim: swimAddr,
+		DataDir: filepath.Join(dir, "data"),
+		Log:     filepath.Join(dir, "node.log"),
+	}
+	c.nodes = append(c.nodes, n)
+	return n, nil
+}
+
+// Env is the environment every node process gets: secrets never go on the
+// command line or into config files.
+func (c *Cluster) Env() []string {
+	return append(os.Environ(),
+		"AUTH_SECRET="+c.opts.Secret,
+		"TEMPEST_TOKEN="+c.opts.Token,
+	)
+}
+
+func (c *Cluster) start(n *Node) error {
+	logf, err := os.OpenFile(n.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("devcluster: log for %s: %w", n.Name, err)
+	}
+	cmd := exec.Command(n.Argv[0], n.Argv[1:]...)
+	cmd.Env = c.Env()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Children die with the launcher even if it is killed with SIGKILL, so
+	// a crashed `tempest dev` never leaves a cluster behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("devcluster: start %s: %w", n.Name, err)
+	}
+	c.mu.Lock()
+	n.cmd, n.PID, n.done, n.err = cmd, cmd.Process.Pid, make(chan struct{}), nil
+	done := n.done
+	c.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		c.mu.Lock()
+		n.err = err
+		c.mu.Unlock()
+		close(done)
+	}()
+	c.log.Debug("node started", "node", n.Name, "pid", n.PID)
+	return nil
+}
+
+// Nodes returns the nodes in start order.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*Node(nil), c.nodes...)
+}
+
+// Node finds a node by name.
+func (c *Cluster) Node(name string) (*Node, bool) {
+	for _, n := range c.Nodes() {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return nil, false
+}
+
+// APIs lists the managers' API base URLs.
+func (c *Cluster) APIs() []string {
+	var out []string
+	for _, n := range c.Nodes() {
+		if n.API != "" {
+			out = append(out, "http://"+n.API)
+		}
+	}
+	return out
+}
+
+// Token is the API bearer token.
+func (c *Cluster) Token() string { return c.opts.Token }
+
+// Dir is the cluster's directory.
+func (c *Cluster) Dir() string { return c.opts.Dir }
+
+// Signal sends sig to a node's process.
+func (c *Cluster) Signal(name string, sig syscall.Signal) error {
+	n, ok := c.Node(name)
+	if !ok {
+		return fmt.Errorf("devcluster: no node %q", name)
+	}
+	c.mu.Lock()
+	cmd := n.cmd
+	c.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return fmt.Errorf("devcluster: %s is not running", name)
+	}
+	return cmd.Process.Signal(sig)
+}
+
+// Kill sends SIGKILL and waits for the process to be gone.
+func (c *Cluster) Kill(name string) error {
+	if err := c.Signal(name, syscall.SIGKILL); err != nil {
+		return err
+	}
+	return c.Wait(name, 10*time.Second)
+}
+
+// Wait waits up to d for a node's process to exit.
+func (c *Cluster) Wait(name string, d time.Duration) error {
+	n, ok := c.Node(name)
+	if !ok {
+		return fmt.Errorf("devcluster: no node %q", name)
+	}
+	c.mu.Lock()
+	done := n.done
+	c.mu.Unlock()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(d):
+		return fmt.Errorf("devcluster: %s still running after %s", name, d)
+	}
+}
+
+// Running reports whether a node's process is alive.
+func (c *Cluster) Running(name string) bool {
+	n, ok := c.Node(name)
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	done := n.done
+	c.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Restart starts a stopped node again with the same argv and data dir.
+func (c *Cluster) Restart(name string) error {
+	n, ok := c.Node(name)
+	if !ok {
+		return fmt.Errorf("devcluster: no node %q", name)
+	}
+	if c.Running(name) {
+		return fmt.Errorf("devcluster: %s is still running", name)
+	}
+	if err := c.start(n); err != nil {
+		return err
+	}
+	return c.WriteFiles()
+}
+
+// Stop ends every node: SIGTERM, then SIGKILL for any still running when ctx
+// ends or after 10 s.
+func (c *Cluster) Stop(ctx context.Context) {
+	nodes := c.Nodes()
+	for _, n := range nodes {
+		if c.Running(n.Name) {
+			_ = c.Signal(n.Name, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, n := range nodes {
+		c.mu.Lock()
+		done := n.done
+		c.mu.Unlock()
+		if done == nil {
+			continue
+		}
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case <-done:
+		case <-timer.C:
+			_ = c.Signal(n.Name, syscall.SIGKILL)
+			<-done
+		case <-ctx.Done():
+			_ = c.Signal(n.Name, syscall.SIGKILL)
+			<-done
+		}
+		timer.Stop()
+	}
+}
+
+// WriteFiles writes DIR/cluster.json and DIR/env.
+func (c *Cluster) WriteFiles() error {
+	apis := c.APIs()
+	c.mu.Lock()
+	f := File{Token: c.opts.Token, Nodes: c.nodes}
+	if len(apis) > 0 {
+		f.API = apis[0]
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(c.opts.Dir, "cluster.json"), append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	env := fmt.Sprintf("export TEMPEST_API=%s TEMPEST_TOKEN=%s\n", strings.Join(apis, ","), c.opts.Token)
+	return writeFileAtomic(filepath.Join(c.opts.Dir, "env"), []byte(env), 0o600)
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return fmt.Errorf("devcluster: write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("devcluster: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// Port helpers: a port free a moment ago. The small race with other
+// processes is acceptable for a local dev cluster; the node fails loudly if
+// it loses it.
+func freeTCP() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("devcluster: free tcp port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func freeUDP() (string, error) {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("devcluster: free udp port: %w", err)
+	}
+	defer c.Close()
+	return c.LocalAddr().String(), nil
+}
+
+func freeTCPAndUDP() (string, error) {
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", fmt.Errorf("devcluster: free port: %w", err)
+		}
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err == nil {
+			u.Close()
+			return addr, nil
+		}
+	}
+	return "", errors.New("devcluster: no port free for both tcp and udp after 50 tries")
+}
