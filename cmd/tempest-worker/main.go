@@ -1,0 +1,313 @@
+// Command tempest-worker runs a Tempest worker: it registers with its
+// datacenter's managers, joins their SWIM cluster and runs the workflows they
+// dispatch.
+//
+// Configuration comes from a YAML file (--config) with flags overriding it;
+// secrets only from the environment (AUTH_SECRET, AUTH_SECRET_PREVIOUS).
+// Signals: SIGTERM or SIGINT drains (no new work, running work finishes or is
+// handed back, final progress delivered, SWIM left) and exits 0; a second one
+// stops at once. SIGHUP reloads the secrets from --secret-file, or from the
+// process environment when no file is given, for a key rotation.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"tempest/security"
+	"tempest/worker"
+	"tempest/workflow"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // could not start (bad secret, port in use) or stopped uncleanly
+	exitUsage   = 2 // bad flags or config file
+)
+
+// drainGrace is added to twice the drain timeout (running work, then final
+// progress) to bound the whole drain, leaving time to leave SWIM.
+const drainGrace = 5 * time.Second
+
+func main() {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, sigs))
+}
+
+// options are the flags that are not part of worker.Config.
+type options struct {
+	configFile string
+	secretFile string
+	logFormat  string
+	logLevel   string
+}
+
+func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal) int {
+	cfg, opts, err := loadConfig(args, stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(stderr, "tempest-worker: %v\n", err)
+		return exitUsage
+	}
+	logger, err := newLogger(opts.logFormat, opts.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tempest-worker: %v\n", err)
+		return exitUsage
+	}
+	cfg.Logger = logger // the worker and its layers add the node id themselves
+	logger = logger.With("node", cfg.ID)
+
+	keyring, err := keyringFromEnv(getenv)
+	if err != nil {
+		logger.Error("refusing to start", "err", err)
+		return exitFailure
+	}
+	w, err := worker.New(cfg, worker.Deps{Keyring: keyring, Registry: workflow.DefaultRegistry()})
+	if err != nil {
+		logger.Error("refusing to start", "err", err)
+		return exitFailure
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- w.Run(ctx) }()
+
+	code := exitOK
+	draining := false
+	for {
+		select {
+		case err := <-runErr:
+			if err != nil {
+				logger.Error("worker failed", "err", err)
+				return exitFailure
+			}
+			return code
+		case sig := <-sigs:
+			switch {
+			case sig == syscall.SIGHUP:
+				if err := reloadSecrets(w, opts.secretFile, getenv); err != nil {
+					logger.Error("secret reload failed; keeping the current secrets", "err", err)
+				}
+			case !draining:
+				draining = true
+				logger.Info("signal received: draining", "signal", sig.String())
+				go drain(w, cfg.DrainTimeout, cancel, logger)
+			default:
+				logger.Warn("second signal: stopping now", "signal", sig.String())
+				code = exitFailure
+				cancel()
+			}
+		}
+	}
+}
+
+// drain runs the worker's graceful shutdown; Run returns when it is done.
+// A worker still starting up cannot drain, so it is stopped outright.
+func drain(w *worker.Worker, timeout time.Duration, stop context.CancelFunc, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout+drainGrace)
+	defer cancel()
+	err := w.Drain(ctx)
+	switch {
+	case errors.Is(err, worker.ErrNotRunning), errors.Is(err, worker.ErrStopped):
+		stop()
+	case err != nil:
+		logger.Warn("drain incomplete", "err", err)
+		stop() // Drain gave up waiting; make sure Run returns
+	}
+}
+
+// loadConfig reads --config, then applies the flags that were given.
+func loadConfig(args []string, stderr io.Writer) (worker.Config, options, error) {
+	fs := flag.NewFlagSet("tempest-worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opts options
+	fs.StringVar(&opts.configFile, "config", "", "YAML config `file`")
+	fs.StringVar(&opts.secretFile, "secret-file", "", "env `file` (KEY=VALUE lines) to reload AUTH_SECRET and AUTH_SECRET_PREVIOUS from on SIGHUP")
+	fs.StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	id := fs.String("id", "", "node id (default worker-<hostname>)")
+	dc := fs.String("dc", "", "datacenter")
+	quic := fs.String("quic", "", "QUIC listen `address` (host:port)")
+	swimBind := fs.String("swim", "", "SWIM bind `address` (ip:port)")
+	join := fs.String("join", "", "comma-separated SWIM seed addresses")
+	managers := fs.String("managers", "", "comma-separated manager QUIC addresses")
+	cores := fs.Int("cores", 0, "cores to offer (default: all)")
+	profile := fs.String("swim-profile", "", "SWIM timing profile: lan, local or test")
+	if err := fs.Parse(args); err != nil {
+		return worker.Config{}, opts, err
+	}
+	if fs.NArg() > 0 {
+		return worker.Config{}, opts, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+
+	cfg := worker.DefaultConfig()
+	if opts.configFile != "" {
+		if err := readConfigFile(opts.configFile, &cfg); err != nil {
+			return worker.Config{}, opts, err
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "id":
+			cfg.ID = *id
+		case "dc":
+			cfg.Datacenter = *dc
+		case "quic":
+			cfg.QUICListen = *quic
+		case "swim":
+			cfg.SwimBind = *swimBind
+		case "join":
+			cfg.Join = splitList(*join)
+		case "managers":
+			cfg.Managers = splitList(*managers)
+		case "cores":
+			cfg.Cores = *cores
+		case "swim-profile":
+			cfg.SwimProfile = *profile
+		}
+	})
+	if cfg.ID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return worker.Config{}, opts, fmt.Errorf("no --id and no hostname to derive one: %w", err)
+		}
+		cfg.ID = "worker-" + host
+	}
+	if err := cfg.Validate(); err != nil {
+		return worker.Config{}, opts, err
+	}
+	return cfg, opts, nil
+}
+
+// readConfigFile decodes a YAML config over cfg's defaults. Unknown keys are
+// errors: a misspelt option must not silently keep its default.
+func readConfigFile(path string, cfg *worker.Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+func keyringFromEnv(getenv func(string) string) (*security.Keyring, error) {
+	current := getenv("AUTH_SECRET")
+	if current == "" {
+		return nil, errors.New("AUTH_SECRET is not set (create one with `tempest secret generate`)")
+	}
+	return security.NewKeyring(current, getenv("AUTH_SECRET_PREVIOUS"))
+}
+
+// reloadSecrets re-reads the secrets for a rotation pass: from the env file
+// when one is configured (a running process's environment never changes, so
+// that is how new secrets reach it), else from the process environment.
+func reloadSecrets(w *worker.Worker, secretFile string, getenv func(string) string) error {
+	get := getenv
+	if secretFile != "" {
+		vals, err := readEnvFile(secretFile)
+		if err != nil {
+			return err
+		}
+		get = func(k string) string { return vals[k] }
+	}
+	current := get("AUTH_SECRET")
+	if current == "" {
+		return errors.New("AUTH_SECRET is not set")
+	}
+	return w.ReloadSecrets(current, get("AUTH_SECRET_PREVIOUS"))
+}
+
+// readEnvFile parses KEY=VALUE lines as systemd's EnvironmentFile does for
+// the simple cases: blank lines and # comments skipped, an optional
+// "export " prefix, values optionally in single or double quotes.
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("secret file: %w", err)
+	}
+	defer f.Close()
+	return parseEnv(f, path)
+}
+
+func parseEnv(r io.Reader, name string) (map[string]string, error) {
+	vals := make(map[string]string)
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		text = strings.TrimPrefix(text, "export ")
+		key, val, ok := strings.Cut(text, "=")
+		key = strings.TrimSpace(key)
+		if !ok || key == "" {
+			// The line may hold a secret: say where, never what.
+			return nil, fmt.Errorf("%s:%d: not a KEY=VALUE line", name, line)
+		}
+		val = strings.TrimSpace(val)
+		if len(val) >= 2 && (val[0] == '"' || val[0] == '\'') && val[len(val)-1] == val[0] {
+			if val[0] == '"' {
+				if uq, err := strconv.Unquote(val); err == nil {
+					val = uq
+				} else {
+					val = val[1 : len(val)-1]
+				}
+			} else {
+				val = val[1 : len(val)-1]
+			}
+		}
+		vals[key] = val
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return vals, nil
+}

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"tempest/security"
+	"tempest/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestFlagsOverrideConfigFile(t *testing.T) {
+	path := writeFile(t, "worker.yaml", `
+id: w-file
+datacenter: east
+cores: 8
+managers: [10.0.0.1:7400]
+progress_interval: 250ms
+drain_timeout: 10s
+swim_profile: local
+`)
+	cfg, opts, err := loadConfig([]string{"--config", path, "--cores", "2", "--managers", "a:1, b:2", "--log-format", "json"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ID != "w-file" || cfg.Datacenter != "east" || cfg.Cores != 2 || !slices.Equal(cfg.Managers, []string{"a:1", "b:2"}) ||
+		cfg.ProgressInterval != 250*time.Millisecond || cfg.DrainTimeout != 10*time.Second || cfg.SwimProfile != "local" {
+		t.Fatalf("config: %+v", cfg)
+	}
+	if opts.logFormat != "json" {
+		t.Fatalf("options: %+v", opts)
+	}
+	// Keys the file did not set keep their defaults.
+	if cfg.DegradedCPU != 80 || cfg.QUICListen != "127.0.0.1:0" {
+		t.Fatalf("defaults lost: %+v", cfg)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string
+		args []string
+		want string
+	}{
+		{"unknown key", "id: w\nmanagers: [a:1]\ncorez: 3\n", nil, "corez"},
+		{"secret in file", "id: w\nmanagers: [a:1]\nauth_secret: x\n", nil, "auth_secret"},
+		{"invalid value", "id: w\nmanagers: [a:1]\ncores: -1\n", nil, "Cores"},
+		{"no managers", "id: w\n", nil, "Managers"},
+		{"stray argument", "id: w\nmanagers: [a:1]\n", []string{"extra"}, "unexpected arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--config", writeFile(t, "w.yaml", tc.file)}, tc.args...)
+			_, _, err := loadConfig(args, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRefusesWeakOrMissingSecret(t *testing.T) {
+	args := []string{"--id", "w1", "--managers", "127.0.0.1:1"}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"missing", nil, "AUTH_SECRET is not set"},
+		{"short", map[string]string{"AUTH_SECRET": "hunter2"}, "AUTH_SECRET"},
+		{"sample", map[string]string{"AUTH_SECRET": security.SampleSecret}, "AUTH_SECRET"},
+		{"weak previous", map[string]string{"AUTH_SECRET": mustSecret(t), "AUTH_SECRET_PREVIOUS": strings.Repeat("a", 40)}, "AUTH_SECRET_PREVIOUS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			code := run(args, func(k string) string { return tc.env[k] }, &stderr, nil)
+			if code != exitFailure || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr %q; want %d mentioning %q", code, stderr.String(), exitFailure, tc.want)
+			}
+		})
+	}
+}
+
+func mustSecret(t *testing.T) string {
+	t.Helper()
+	s, err := security.GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestParseEnv(t *testing.T) {
+	in := `# rotation pass 1
+AUTH_SECRET=abc=def
+
+export AUTH_SECRET_PREVIOUS="quoted \"value\""
+SINGLE='x y'
+  SPACED = v
+`
+	got, err := parseEnv(strings.NewReader(in), "secret.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"AUTH_SECRET": "abc=def", "AUTH_SECRET_PREVIOUS": `quoted "value"`, "SINGLE": "x y", "SPACED": "v"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	_, err = parseEnv(strings.NewReader("AUTH_SECRET=fine\nthis-is-the-secret\n"), "secret.env")
+	if err == nil || !strings.Contains(err.Error(), "secret.env:2") || strings.Contains(err.Error(), "this-is-the-secret") {
+		t.Fatalf("bad line error: %v (must name the line, never echo it)", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) waitFor(t *testing.T, substr string) {
+	t.Helper()
+	testutil.Eventually(t, 15*time.Second, 10*time.Millisecond, func() error {
+		if !strings.Contains(s.String(), substr) {
+			return fmt.Errorf("no %q in the log yet", substr)
+		}
+		return nil
+	})
+}
+
+// TestSignals runs the real worker (QUIC, memberlist) on loopback: SIGHUP
+// reloads secrets from the env file, SIGTERM drains and exits 0, and every
+// log line is JSON carrying the node id.
+func TestSignals(t *testing.T) {
+	current, next := mustSecret(t), mustSecret(t)
+	secretFile := writeFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%s\nAUTH_SECRET_PREVIOUS=%s\n", current, next))
+	env := map[string]string{"AUTH_SECRET": current}
+	args := []string{"--id", "w-sig", "--quic", "127.0.0.1:0", "--swim", "127.0.0.1:0", "--managers", "127.0.0.1:1",
+		"--swim-profile", "test", "--log-format", "json", "--secret-file", secretFile}
+
+	var stderr syncBuffer
+	sigs := make(chan os.Signal, 1)
+	exit := make(chan int, 1)
+	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs) }()
+
+	stderr.waitFor(t, `"msg":"worker started"`)
+	sigs <- syscall.SIGHUP
+	stderr.waitFor(t, `"msg":"secrets reloaded"`)
+	sigs <- syscall.SIGTERM
+	select {
+	case code := <-exit:
+		if code != exitOK {
+			t.Fatalf("exit %d after SIGTERM\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit after SIGTERM\n%s", stderr.String())
+	}
+	for _, want := range []string{`"msg":"drained"`, `"msg":"worker stopped"`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("log lacks %s", want)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		if rec["node"] != "w-sig" {
+			t.Fatalf("log line without the node id: %q", line)
+		}
+		if strings.Contains(line, current) || strings.Contains(line, next) {
+			t.Fatalf("a secret reached the log: %q", line)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package worker
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"tempest/swim"
+	"tempest/wire"
+)
+
+// Heartbeat is the worker's state as SWIM probers see it.
+func (w *Worker) Heartbeat() wire.WorkerHeartbeat {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.heartbeatLocked()
+}
+
+func (w *Worker) heartbeatLocked() wire.WorkerHeartbeat {
+	hb := wire.WorkerHeartbeat{
+		NodeID:         w.cfg.ID,
+		State:          w.stateLocked(),
+		TotalCores:     w.cores.Total(),
+		AvailableCores: w.cores.Available(),
+		QueueDepth:     len(w.execs),
+		CPUPercent:     w.cpuPct,
+		MemoryPercent:  w.memPct,
+		Version:        w.version,
+		Datacenter:     w.cfg.Datacenter,
+	}
+	if w.tr != nil {
+		hb.Addr = w.tr.Addr()
+	}
+	if len(w.execs) > 0 {
+		hb.ActiveWorkflows = make(map[string]string, len(w.execs))
+		for id, e := range w.execs {
+			hb.ActiveWorkflows[id] = string(e.latest.Status)
+		}
+	}
+	return hb
+}
+
+// stateLocked is the state the worker reports: the lifecycle overrides the
+// health monitor's verdict.
+func (w *Worker) stateLocked() wire.WorkerState {
+	switch {
+	case !w.running || w.stopping:
+		return wire.WorkerOffline
+	case w.draining:
+		return wire.WorkerDraining
+	}
+	return w.health.state
+}
+
+// encodeHeartbeat encodes hb for SWIM acks. An ack payload is capped at
+// swim.MaxStateSize, so with many workflows the per-workflow map is cut to
+// the first ids that fit: the counts that matter to a scheduler (cores,
+// queue depth, state) always travel, and the full list is in state sync.
+func encodeHeartbeat(hb wire.WorkerHeartbeat) []byte {
+	b, err := swim.EncodeWorkerHeartbeat(&hb)
+	if err == nil || !errors.Is(err, swim.ErrStateTooLarge) {
+		return b
+	}
+	all := hb.ActiveWorkflows
+	ids := sortedKeys(all)
+	for n := len(ids) / 2; ; n /= 2 {
+		hb.ActiveWorkflows = make(map[string]string, n)
+		for _, id := range ids[:n] {
+			hb.ActiveWorkflows[id] = all[id]
+		}
+		if b, err = swim.EncodeWorkerHeartbeat(&hb); err == nil || n == 0 {
+			return b
+		}
+	}
+}
+
+// embedder is the worker's swim.StateEmbedder. Both methods run on
+// memberlist's goroutines and must not block: LocalState hands back bytes
+// encoded at the last change, PeerState decodes and records.
+type embedder struct{ w *Worker }
+
+// LocalState implements swim.StateEmbedder.
+func (m embedder) LocalState() []byte {
+	if b := m.w.heartbeat.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+
+// PeerState implements swim.StateEmbedder: a manager's heartbeat tells the
+// worker who leads its datacenter (and at which term), and where each
+// manager listens.
+func (m embedder) PeerState(node swim.NodeInfo, state []byte, _ time.Duration) {
+	if t, err := swim.StateType(state); err != nil || t != wire.TypeManagerHeartbeat {
+		return // another worker's heartbeat, or garbage
+	}
+	hb, err := swim.DecodeManagerHeartbeat(state)
+	if err != nil || hb.NodeID != node.Name { // a node may only speak for itself
+		m.w.log.Debug("undecodable or misattributed manager heartbeat", "from", node.Name, "err", err)
+		return
+	}
+	m.w.managerHeartbeat(hb)
+}
+
+func (w *Worker) managerHeartbeat(hb *wire.ManagerHeartbeat) {
+	if hb.Datacenter != w.cfg.Datacenter || !w.managerClock.ShouldAccept(hb.NodeID, hb.Version) {
+		return
+	}
+	w.leader.learn(hb.NodeID, hb.Addr)
+	switch {
+	case hb.IsLeader:
+		var changed bool
+		if hb.Addr != "" {
+			changed = w.leader.set(hb.NodeID, hb.Addr, hb.Term)
+		} else { // its address from SWIM meta, if known
+			changed, _ = w.leader.setByID(hb.NodeID, hb.Term)
+		}
+		if changed {
+			w.log.Info("leader changed (manager heartbeat)", "leader", hb.NodeID, "term", hb.Term)
+		}
+	case hb.LeaderID != "":
+		// A follower naming the leader: worth taking only when the worker
+		// knows of none, since the leader's own heartbeat is better.
+		if _, addr := w.leader.current(); addr == "" {
+			if changed, _ := w.leader.setByID(hb.LeaderID, hb.Term); changed {
+				w.log.Info("leader learnt (follower heartbeat)", "leader", hb.LeaderID, "term", hb.Term)
+			}
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,103 @@
+package worker
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"tempest/swim"
+	"tempest/wire"
+)
+
+func TestLocalStateIsTheHeartbeat(t *testing.T) {
+	h := startHarness(t, harnessOption{})
+	h.m.mustStart(t, "w1", dispatchOf("j", "wf", sleepSpec(t, time.Hour, 3), 1))
+	emb := embedder{h.w}
+	got, err := swim.DecodeWorkerHeartbeat(emb.LocalState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := h.w.Heartbeat()
+	if got.NodeID != "w1" || got.Version != want.Version || got.AvailableCores != 1 || got.TotalCores != 4 ||
+		got.QueueDepth != 1 || got.State != wire.WorkerHealthy || got.Datacenter != "dc1" || got.ActiveWorkflows["wf"] != "RUNNING" {
+		t.Fatalf("ack payload %+v, heartbeat %+v", got, want)
+	}
+	// Every change moves the version.
+	before := want.Version
+	if _, err := h.m.cancel(t, "w1", &wire.CancelJob{JobID: "j", FenceToken: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if after := h.w.Heartbeat(); after.Version <= before || after.AvailableCores != 4 {
+		t.Fatalf("after cancel: version %d (was %d), available %d", after.Version, before, after.AvailableCores)
+	}
+}
+
+func TestManagerHeartbeatTracksLeader(t *testing.T) {
+	h := startHarness(t, harnessOption{cfg: func(c *Config) { c.Managers = []string{"nowhere"} }})
+	emb := embedder{h.w}
+	probe := func(hb wire.ManagerHeartbeat) {
+		b, err := swim.EncodeManagerHeartbeat(&hb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		emb.PeerState(swim.NodeInfo{Name: hb.NodeID}, b, time.Millisecond)
+	}
+	leader := func() string {
+		_, addr := h.w.leader.current()
+		return addr
+	}
+	steps := []struct {
+		name string
+		hb   wire.ManagerHeartbeat
+		want string
+	}{
+		{"leader announces", wire.ManagerHeartbeat{NodeID: "m1", Datacenter: "dc1", IsLeader: true, Term: 3, Version: 10, Addr: "10.0.0.1:7400"}, "10.0.0.1:7400"},
+		{"stale version of another claim", wire.ManagerHeartbeat{NodeID: "m1", Datacenter: "dc1", IsLeader: true, Term: 3, Version: 9, Addr: "10.0.0.9:7400"}, "10.0.0.1:7400"},
+		{"older term", wire.ManagerHeartbeat{NodeID: "m2", Datacenter: "dc1", IsLeader: true, Term: 2, Version: 1, Addr: "10.0.0.2:7400"}, "10.0.0.1:7400"},
+		{"other datacenter", wire.ManagerHeartbeat{NodeID: "m5", Datacenter: "dc2", IsLeader: true, Term: 9, Version: 1, Addr: "10.0.0.5:7400"}, "10.0.0.1:7400"},
+		{"follower naming someone", wire.ManagerHeartbeat{NodeID: "m2", Datacenter: "dc1", LeaderID: "m3", Term: 3, Version: 2, Addr: "10.0.0.2:7400"}, "10.0.0.1:7400"},
+		{"newer term elsewhere", wire.ManagerHeartbeat{NodeID: "m2", Datacenter: "dc1", IsLeader: true, Term: 4, Version: 3, Addr: "10.0.0.2:7400"}, "10.0.0.2:7400"},
+	}
+	for _, st := range steps {
+		probe(st.hb)
+		if got := leader(); got != st.want {
+			t.Fatalf("%s: leader %q, want %q", st.name, got, st.want)
+		}
+	}
+	// A node speaking for another is ignored.
+	b, _ := swim.EncodeManagerHeartbeat(&wire.ManagerHeartbeat{NodeID: "m9", Datacenter: "dc1", IsLeader: true, Term: 99, Version: 1, Addr: "10.0.0.9:7400"})
+	emb.PeerState(swim.NodeInfo{Name: "m2"}, b, 0)
+	// So are a worker's heartbeat and garbage.
+	wb, _ := swim.EncodeWorkerHeartbeat(&wire.WorkerHeartbeat{NodeID: "w2"})
+	emb.PeerState(swim.NodeInfo{Name: "w2"}, wb, 0)
+	emb.PeerState(swim.NodeInfo{Name: "x"}, []byte{0, 73, 0xff, 0xff}, 0)
+	emb.PeerState(swim.NodeInfo{Name: "x"}, nil, 0)
+	if got := leader(); got != "10.0.0.2:7400" {
+		t.Fatalf("leader moved by a non-manager payload: %q", got)
+	}
+	// Follower heartbeats name the leader when the worker knows none.
+	h.w.leader.lost("10.0.0.2:7400")
+	probe(wire.ManagerHeartbeat{NodeID: "m1", Datacenter: "dc1", LeaderID: "m2", Term: 4, Version: 11, Addr: "10.0.0.1:7400"})
+	if got := leader(); got != "10.0.0.2:7400" {
+		t.Fatalf("leader from a follower's heartbeat: %q", got)
+	}
+}
+
+func TestHeartbeatTrimmedToFitAnAck(t *testing.T) {
+	hb := wire.WorkerHeartbeat{NodeID: "w1", State: wire.WorkerHealthy, TotalCores: 512, AvailableCores: 12, Version: 1, ActiveWorkflows: map[string]string{}}
+	for i := range 300 {
+		hb.ActiveWorkflows[fmt.Sprintf("workflow-%s-%03d", strings.Repeat("x", 20), i)] = "RUNNING"
+	}
+	b := encodeHeartbeat(hb)
+	if len(b) == 0 || len(b) > swim.MaxStateSize {
+		t.Fatalf("encoded %d bytes, limit %d", len(b), swim.MaxStateSize)
+	}
+	got, err := swim.DecodeWorkerHeartbeat(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.AvailableCores != 12 || got.TotalCores != 512 || len(got.ActiveWorkflows) == 0 || len(got.ActiveWorkflows) >= 300 {
+		t.Fatalf("trimmed heartbeat: cores %d/%d, %d workflows", got.AvailableCores, got.TotalCores, len(got.ActiveWorkflows))
+	}
+}

@@ -1,0 +1,88 @@
+package worker
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"tempest/swim"
+	"tempest/wire"
+)
+
+// Joining the seeds is retried with backoff between these bounds: managers
+// may start after their workers, and a worker outside SWIM gets no work.
+const (
+	joinBackoffBase = 500 * time.Millisecond
+	joinBackoffMax  = 15 * time.Second
+)
+
+// leaveTimeout bounds how long a draining worker waits for its leave to be
+// gossiped: several gossip rounds in every profile, and a peer that misses it
+// sees the worker dead a little later instead, which managers handle alike.
+const leaveTimeout = 2 * time.Second
+
+func (w *Worker) swimConfig(quicAddr string) swim.Config {
+	host, port, _ := splitSwimBind(w.cfg.SwimBind) // checked by Validate
+	c := swim.DefaultConfig()
+	c.NodeName = w.cfg.ID
+	c.BindAddr, c.BindPort = host, port
+	c.Profile = w.cfg.SwimProfile
+	c.Keys = w.keyring.MemberlistKeys()
+	c.Meta = swim.NodeMeta{Role: wire.RoleWorker, Datacenter: w.cfg.Datacenter}
+	if _, _, err := net.SplitHostPort(quicAddr); err == nil {
+		c.Meta.QUICAddr = quicAddr // an in-memory test transport has no host:port
+	}
+	c.Embedder = embedder{w}
+	c.Events = swim.EventHandler{OnJoin: w.memberSeen, OnUpdate: w.memberSeen, OnDead: w.memberGone}
+	c.Logger = w.base
+	return c
+}
+
+// memberSeen learns where a manager of this datacenter listens.
+func (w *Worker) memberSeen(n swim.NodeInfo) {
+	if n.Meta.Role == wire.RoleManager && n.Meta.Datacenter == w.cfg.Datacenter {
+		w.leader.learn(n.Name, n.Meta.QUICAddr)
+	}
+}
+
+// memberGone fails over when the leader manager dies or leaves (SPEC §7):
+// register with another manager, reporting the active workflows.
+func (w *Worker) memberGone(n swim.NodeInfo) {
+	if n.Meta.Role != wire.RoleManager {
+		return
+	}
+	w.managerClock.Forget(n.Name)
+	if w.leader.lost(n.Meta.QUICAddr) {
+		w.log.Warn("leader manager gone; registering with another", "manager", n.Name, "addr", n.Meta.QUICAddr, "state", n.State)
+		w.requestRegistration(n.Meta.QUICAddr)
+	}
+}
+
+// joinLoop joins the SWIM seeds, retrying until one answers.
+func (w *Worker) joinLoop(ctx context.Context, m Membership) {
+	defer w.wg.Done()
+	if len(w.cfg.Join) == 0 {
+		w.log.Warn("no SWIM seeds configured (join): managers will not see this worker's heartbeats")
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		n, err := m.Join(ctx, w.cfg.Join)
+		if err == nil {
+			w.log.Info("joined SWIM cluster", "contacted", n, "seeds", w.cfg.Join)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if attempt%10 == 0 {
+			w.log.Warn("join SWIM cluster failed; retrying", "seeds", w.cfg.Join, "attempt", attempt+1, "err", err)
+		}
+		t := time.NewTimer(backoff(attempt, joinBackoffBase, joinBackoffMax))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tempest/security"
+	"tempest/swim"
+	"tempest/transport"
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// Goroutines of a running Worker, every one started by Run (or by a handler
+// Run registered) and finished before Run returns:
+//
+//   - per workflow, a runner goroutine (execute) and a progress sender
+//     (progressLoop) that outlives it until the final progress is
+//     acknowledged;
+//   - the registrar (registerLoop), the SWIM joiner (joinLoop) and the health
+//     monitor (monitorLoop).
+//
+// Locks: Worker.mu guards the lifecycle flags, executions, cores, fences,
+// health and the heartbeat version; leaderTracker.mu is a leaf, never taken
+// with Worker.mu held nor the other way round. Neither is held across a
+// network call.
+
+// Errors of the Worker's lifecycle.
+var (
+	ErrAlreadyRunning = errors.New("worker already running")
+	ErrNotRunning     = errors.New("worker not running")
+	ErrStopped        = errors.New("worker stopped")
+)
+
+// Worker is the worker role: it registers with the managers, runs the
+// workflows they dispatch on its cores, reports their progress to the
+// leader, and tells SWIM probers its state.
+type Worker struct {
+	cfg Config
+	// base is the configured logger; transport and swim add the node id to
+	// it themselves. log is base with the node id and role, for our lines.
+	base     *slog.Logger
+	log      *slog.Logger
+	keyring  *security.Keyring
+	registry *workflow.Registry
+	now      func() time.Time
+	deps     Deps
+
+	leader       *leaderTracker
+	managerClock *swim.VersionedClock
+	// kick asks the registrar to register again; the value is a manager
+	// address to try last (the one that just failed), or "".
+	kick chan string
+	// heartbeat is the encoded WorkerHeartbeat handed to SWIM acks; it is
+	// re-encoded on every change so LocalState never blocks.
+	heartbeat atomic.Pointer[[]byte]
+	ready     chan struct{}
+	drained   chan struct{}
+	wg        sync.WaitGroup
+
+	mu       sync.Mutex
+	started  bool
+	running  bool            // between ready and shutdown
+	draining bool            // Drain called: refuse new work
+	stopping bool            // shutting down: no new goroutines
+	ctx      context.Context // Run's lifetime; every execution derives from it
+	tr       transport.Transport
+	members  Membership
+	cores    *CoreSet
+	fences   *FenceTable
+	execs    map[string]*execution
+	health   healthMachine
+	cpuPct   float64
+	memPct   float64
+	version  uint64
+	changed  chan struct{} // closed and replaced on every bump
+
+	// drainErr is written by the first Drain before it closes drained.
+	drainErr error
+}
+
+// New checks cfg and deps and returns a Worker ready to Run.
+func New(cfg Config, deps Deps) (*Worker, error) {
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if deps.Keyring == nil {
+		errs = append(errs, errors.New("Deps.Keyring: required"))
+	}
+	if deps.Registry == nil {
+		errs = append(errs, errors.New("Deps.Registry: required"))
+	}
+	if deps.Transport != nil && deps.Transport.LocalID() != cfg.ID {
+		errs = append(errs, fmt.Errorf("Deps.Transport: LocalID %q is not Config.ID %q", deps.Transport.LocalID(), cfg.ID))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("new worker: %w", errors.Join(errs...))
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.NewMembership == nil {
+		deps.NewMembership = func(c swim.Config) (Membership, error) { return swim.New(c) }
+	}
+	if deps.CPU == nil {
+		deps.CPU = ReadProcStat
+	}
+	if deps.Memory == nil {
+		deps.Memory = ReadProcMeminfo
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	w := &Worker{
+		cfg:          cfg,
+		base:         log,
+		log:          log.With("node", cfg.ID, "role", wire.RoleWorker),
+		keyring:      deps.Keyring,
+		registry:     deps.Registry,
+		now:          deps.Now,
+		deps:         deps,
+		leader:       newLeaderTracker(),
+		managerClock: swim.NewVersionedClock(deps.Now),
+		kick:         make(chan string, 1),
+		ready:        make(chan struct{}),
+		drained:      make(chan struct{}),
+		cores:        NewCoreSet(cfg.Cores),
+		fences:       NewFenceTable(cfg.FenceRetention),
+		execs:        make(map[string]*execution),
+		health:       newHealthMachine(cfg.HealthSamples),
+		// Versions start from the wall clock so a restarted worker's
+		// heartbeats are newer than its previous life's (swim.VersionedClock).
+		version: uint64(deps.Now().UnixNano()),
+		changed: make(chan struct{}),
+	}
+	w.bumpLocked()
+	return w, nil
+}
+
+// Ready is closed once Run has started serving.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// Addr is the worker's data-plane address, known once Run has started.
+func (w *Worker) Addr() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tr == nil {
+		return ""
+	}
+	return w.tr.Addr()
+}
+
+// Run starts the transport, SWIM, registration and health monitoring, and
+// serves until ctx ends (a hard stop: running workflows are cancelled) or a
+// Drain completes. It returns an error only if the worker could not start.
+func (w *Worker) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return ErrAlreadyRunning
+	}
+	w.started = true
+	w.mu.Unlock()
+
+	tr, err := w.openTransport()
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.mu.Lock()
+	w.tr, w.ctx = tr, runCtx
+	w.mu.Unlock()
+	tr.Handle(wire.TypeWorkflowDispatch, w.handleDispatch)
+	tr.Handle(wire.TypeCancelJob, w.handleCancel)
+	tr.Handle(wire.TypeStateSyncRequest, w.handleStateSync)
+
+	members, err := w.deps.NewMembership(w.swimConfig(tr.Addr()))
+	if err != nil {
+		_ = tr.Close()
+		return fmt.Errorf("worker %s: start swim: %w", w.cfg.ID, err)
+	}
+	w.mu.Lock()
+	w.members = members
+	w.running = true
+	w.bumpLocked()
+	w.mu.Unlock()
+
+	w.wg.Add(3)
+	go w.registerLoop(runCtx)
+	go w.joinLoop(runCtx, members)
+	go w.monitorLoop(runCtx)
+	close(w.ready)
+	w.log.Info("worker started", "addr", tr.Addr(), "swim", members.Addr(), "cores", w.cfg.Cores, "datacenter", w.cfg.Datacenter)
+
+	select {
+	case <-runCtx.Done():
+	case <-w.drained:
+	}
+	w.shutdown(cancel, tr, members)
+	return nil
+}
+
+func (w *Worker) openTransport() (transport.Transport, error) {
+	if w.deps.Transport != nil {
+		return w.deps.Transport, nil
+	}
+	tc := transport.DefaultConfig()
+	tc.NodeID = w.cfg.ID
+	tc.ListenAddr = w.cfg.QUICListen
+	tc.Keyring = w.keyring
+	tc.Logger = w.base
+	tr, err := transport.NewQUIC(tc)
+	if err != nil {
+		return nil, fmt.Errorf("worker %s: listen on %s: %w", w.cfg.ID, w.cfg.QUICListen, err)
+	}
+	return tr, nil
+}
+
+// errShutdown is the cause given to workflows still running at a hard stop.
+var errShutdown = &stopReason{status: wire.WorkflowFailed, reason: "worker stopped before the workflow finished"}
+
+func (w *Worker) shutdown(cancel context.CancelCauseFunc, tr transport.Transport, members Membership) {
+	w.mu.Lock()
+	w.stopping = true
+	w.running = false
+	running := w.countLocked(false)
+	w.bumpLocked()
+	w.mu.Unlock()
+	if running > 0 {
+		w.log.Warn("worker stopping with workflows still running", "workflows", running)
+	}
+	cancel(errShutdown)
+	w.wg.Wait()
+	if err := members.Shutdown(); err != nil {
+		w.log.Warn("swim shutdown", "err", err)
+	}
+	if err := tr.Close(); err != nil {
+		w.log.Warn("transport close", "err", err)
+	}
+	w.log.Info("worker stopped")
+}
+
+// ReloadSecrets replaces the keyring's secrets (SIGHUP during a rotation)
+// and installs the matching gossip keys, so both planes rotate together.
+func (w *Worker) ReloadSecrets(current, previous string) error {
+	if err := w.keyring.Reload(current, previous); err != nil {
+		return fmt.Errorf("reload secrets: %w", err)
+	}
+	w.mu.Lock()
+	members := w.members
+	w.mu.Unlock()
+	if members != nil {
+		if err := members.SetKeys(w.keyring.MemberlistKeys()); err != nil {
+			return fmt.Errorf("reload secrets: gossip keys: %w", err)
+		}
+	}
+	w.log.Info("secrets reloaded", "key_ids", w.keyring.AcceptedKeyIDs())
+	return nil
+}
+
+// bumpLocked records a change of anything a heartbeat or snapshot shows:
+// the version moves, the SWIM payload is re-encoded and waiters wake.
+func (w *Worker) bumpLocked() {
+	w.version++
+	hb := w.heartbeatLocked()
+	if b := encodeHeartbeat(hb); b != nil {
+		w.heartbeat.Store(&b)
+	}
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// waitFor waits until cond (called with w.mu held) holds, ctx ends or
+// timeout fires, reporting whether cond held.
+func (w *Worker) waitFor(ctx context.Context, timeout <-chan time.Time, cond func() bool) bool {
+	for {
+		w.mu.Lock()
+		ok, ch := cond(), w.changed
+		w.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		case <-timeout:
+			return false
+		}
+	}
+}
