@@ -1,0 +1,398 @@
+// Command tempest-manager runs a Tempest manager: one of its datacenter's
+// managers (a cluster of 1, 3 or 5), which elect a leader that places jobs
+// on workers with quorum confirmation, and serve the client API.
+//
+// Configuration comes from a YAML file (--config) with flags overriding it.
+// Secrets come only from the environment: AUTH_SECRET (and, during a
+// rotation, AUTH_SECRET_PREVIOUS) for the cluster, TEMPEST_TOKEN for the API
+// (--token exists for development, but a command line is visible to every
+// user of the machine). Signals: SIGTERM or SIGINT stop the API, give up
+// leadership, leave SWIM and exit 0; a second one exits at once. SIGHUP
+// reloads the secrets from --secret-file, or from the process environment
+// when no file is given, for a key rotation.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"tempest/api"
+	"tempest/manager"
+	"tempest/security"
+	"tempest/workflow"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // could not start (weak secret, port in use) or stopped uncleanly
+	exitUsage   = 2 // bad flags or config file
+)
+
+// shutdownTimeout bounds the graceful part of a shutdown: API requests in
+// flight, then the manager's own work and SWIM leave.
+const shutdownTimeout = 15 * time.Second
+
+func main() {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, sigs, nil))
+}
+
+// fileConfig is the config file: the manager's options plus the API
+// server's TLS files.
+type fileConfig struct {
+	manager.Config `yaml:",inline"`
+	APITLSCert     string `yaml:"api_tls_cert"`
+	APITLSKey      string `yaml:"api_tls_key"`
+}
+
+// options are the flags that are not part of manager.Config.
+type options struct {
+	configFile string
+	secretFile string
+	token      string
+	logFormat  string
+	logLevel   string
+	tlsCert    string
+	tlsKey     string
+}
+
+// run is main without the process: ready, if not nil, receives the API URL
+// once the manager serves (tests use it).
+func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, ready chan<- string) int {
+	cfg, opts, err := loadConfig(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "tempest-manager: %v\n", err)
+		}
+		return exitUsage
+	}
+	logger, err := newLogger(opts.logFormat, opts.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "tempest-manager: %v\n", err)
+		return exitUsage
+	}
+	cfg.Logger = logger
+	logger = logger.With("node", cfg.ID)
+
+	keyring, err := keyringFromEnv(getenv)
+	if err != nil {
+		logger.Error("refusing to start", "err", err)
+		return exitFailure
+	}
+	token := getenv("TEMPEST_TOKEN")
+	if opts.token != "" {
+		logger.Warn("API token given on the command line, where any local user can read it; prefer TEMPEST_TOKEN")
+		token = opts.token
+	}
+	if token == "" {
+		logger.Error("refusing to start", "err", "TEMPEST_TOKEN is not set: the API needs a bearer token")
+		return exitFailure
+	}
+	reg := workflow.DefaultRegistry()
+	m, err := manager.New(cfg, manager.Deps{Keyring: keyring, Registry: reg})
+	if err != nil {
+		logger.Error("refusing to start", "err", err)
+		return exitFailure
+	}
+
+	scfg := api.DefaultServerConfig()
+	scfg.Listen = cfg.APIListen
+	scfg.Token = token
+	scfg.TLSCertFile, scfg.TLSKeyFile = opts.tlsCert, opts.tlsKey
+	scfg.Registry = reg
+	scfg.Logger = logger
+	scfg.Role = "manager"
+	scfg.Metrics = m
+	srv := api.NewServer(scfg, m)
+	if err := srv.Start(context.Background()); err != nil {
+		logger.Error("refusing to start: API server", "err", err)
+		m.Shutdown(context.Background())
+		return exitFailure
+	}
+	if cfg.APIAdvertise == "" {
+		if err := m.SetAPIAddr(srv.URL()); err != nil {
+			logger.Warn("could not publish the API address", "err", err)
+		}
+	}
+	logger.Info("manager serving", "api", srv.URL(), "quic", m.Addr())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runDone := make(chan error, 1)
+	go func() { runDone <- m.Run(ctx) }()
+	if ready != nil {
+		ready <- srv.URL()
+	}
+
+	stopped := make(chan int, 1)
+	stopping := false
+	for {
+		select {
+		case err := <-runDone:
+			// Run only returns early if it could not run at all.
+			if err != nil {
+				logger.Error("manager failed", "err", err)
+			}
+			if !stopping {
+				shutdown(srv, m, logger)
+				return exitFailure
+			}
+			runDone = nil
+		case code := <-stopped:
+			return code
+		case sig := <-sigs:
+			switch {
+			case sig == syscall.SIGHUP:
+				if err := reloadSecrets(m, opts.secretFile, getenv); err != nil {
+					logger.Error("secret reload failed; keeping the current secrets", "err", err)
+				}
+			case !stopping:
+				stopping = true
+				logger.Info("signal received: shutting down", "signal", sig.String())
+				go func() {
+					cancel()
+					stopped <- shutdown(srv, m, logger)
+				}()
+			default:
+				logger.Warn("second signal: exiting now", "signal", sig.String())
+				return exitFailure
+			}
+		}
+	}
+}
+
+// shutdown stops the API (so no new request reaches a manager going away),
+// then the manager.
+func shutdown(srv *api.Server, m *manager.Manager, logger *slog.Logger) int {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	code := exitOK
+	if err := srv.Shutdown(ctx); err != nil {
+		logger.Warn("API shutdown", "err", err)
+		code = exitFailure
+	}
+	if err := m.Shutdown(ctx); err != nil {
+		logger.Warn("manager shutdown", "err", err)
+		code = exitFailure
+	}
+	logger.Info("manager stopped")
+	return code
+}
+
+// loadConfig reads --config, then applies the flags that were given.
+func loadConfig(args []string, stderr io.Writer) (manager.Config, options, error) {
+	fs := flag.NewFlagSet("tempest-manager", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var opts options
+	fs.StringVar(&opts.configFile, "config", "", "YAML config `file`")
+	fs.StringVar(&opts.secretFile, "secret-file", "", "env `file` (KEY=VALUE lines) to reload AUTH_SECRET and AUTH_SECRET_PREVIOUS from on SIGHUP")
+	fs.StringVar(&opts.token, "token", "", "API bearer token (prefer the TEMPEST_TOKEN environment variable)")
+	fs.StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	id := fs.String("id", "", "node id (default manager-<hostname>)")
+	dc := fs.String("dc", "", "datacenter")
+	quic := fs.String("quic", "", "QUIC listen `address` (host:port)")
+	swimBind := fs.String("swim", "", "SWIM bind `address` (ip:port)")
+	apiListen := fs.String("api", "", "API listen `address` (host:port)")
+	dataDir := fs.String("data-dir", "", "data `directory` (jobs, election state)")
+	peers := fs.String("peers", "", "every manager of the datacenter, this one included: `id=quicaddr,...`")
+	join := fs.String("join", "", "comma-separated SWIM seed addresses")
+	swimProfile := fs.String("swim-profile", "", "SWIM timing profile: lan, local or test")
+	electionProfile := fs.String("election-profile", "", "election timing profile: lan, local or test")
+	if err := fs.Parse(args); err != nil {
+		return manager.Config{}, opts, err
+	}
+	if fs.NArg() > 0 {
+		return manager.Config{}, opts, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+
+	fc := fileConfig{Config: manager.DefaultConfig()}
+	if opts.configFile != "" {
+		if err := readConfigFile(opts.configFile, &fc); err != nil {
+			return manager.Config{}, opts, err
+		}
+	}
+	cfg := fc.Config
+	opts.tlsCert, opts.tlsKey = fc.APITLSCert, fc.APITLSKey
+	var perr error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "id":
+			cfg.ID = *id
+		case "dc":
+			cfg.Datacenter = *dc
+		case "quic":
+			cfg.QUICListen = *quic
+		case "swim":
+			cfg.SwimBind = *swimBind
+		case "api":
+			cfg.APIListen = *apiListen
+		case "data-dir":
+			cfg.DataDir = *dataDir
+		case "peers":
+			cfg.Peers, perr = parsePeers(*peers)
+		case "join":
+			cfg.Join = splitList(*join)
+		case "swim-profile":
+			cfg.SwimProfile = *swimProfile
+		case "election-profile":
+			cfg.ElectionProfile = *electionProfile
+		}
+	})
+	if perr != nil {
+		return manager.Config{}, opts, perr
+	}
+	if cfg.ID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return manager.Config{}, opts, fmt.Errorf("no --id and no hostname to derive one: %w", err)
+		}
+		cfg.ID = "manager-" + host
+	}
+	if err := cfg.Validate(); err != nil {
+		return manager.Config{}, opts, err
+	}
+	return cfg, opts, nil
+}
+
+// parsePeers reads "id=quicaddr,id=quicaddr".
+func parsePeers(s string) ([]manager.Peer, error) {
+	var out []manager.Peer
+	for _, item := range splitList(s) {
+		id, addr, ok := strings.Cut(item, "=")
+		id, addr = strings.TrimSpace(id), strings.TrimSpace(addr)
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("--peers: %q is not id=quicaddr", item)
+		}
+		out = append(out, manager.Peer{ID: id, QUIC: addr})
+	}
+	return out, nil
+}
+
+// readConfigFile decodes a YAML config over cfg's defaults. Unknown keys are
+// errors: a misspelt option must not silently keep its default.
+func readConfigFile(path string, cfg *fileConfig) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// keyringFromEnv builds the keyring; NewKeyring refuses short or weak
+// secrets with a message naming the variable.
+func keyringFromEnv(getenv func(string) string) (*security.Keyring, error) {
+	current := getenv("AUTH_SECRET")
+	if current == "" {
+		return nil, errors.New("AUTH_SECRET is not set (create one with `tempest secret generate`)")
+	}
+	return security.NewKeyring(current, getenv("AUTH_SECRET_PREVIOUS"))
+}
+
+// reloadSecrets re-reads the secrets for a rotation pass: from the env file
+// when one is configured (a running process's environment never changes, so
+// that is how new secrets reach it), else from the process environment.
+func reloadSecrets(m *manager.Manager, secretFile string, getenv func(string) string) error {
+	get := getenv
+	if secretFile != "" {
+		vals, err := readEnvFile(secretFile)
+		if err != nil {
+			return err
+		}
+		get = func(k string) string { return vals[k] }
+	}
+	current := get("AUTH_SECRET")
+	if current == "" {
+		return errors.New("AUTH_SECRET is not set")
+	}
+	return m.ReloadSecrets(current, get("AUTH_SECRET_PREVIOUS"))
+}
+
+// readEnvFile parses KEY=VALUE lines as systemd's EnvironmentFile does for
+// the simple cases: blank lines and # comments skipped, an optional
+// "export " prefix, values optionally in single or double quotes.
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("secret file: %w", err)
+	}
+	defer f.Close()
+	return parseEnv(f, path)
+}
+
+func parseEnv(r io.Reader, name string) (map[string]string, error) {
+	vals := make(map[string]string)
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		text = strings.TrimPrefix(text, "export ")
+		key, val, ok := strings.Cut(text, "=")
+		key = strings.TrimSpace(key)
+		if !ok || key == "" {
+			// The line may hold a secret: say where, never what.
+			return nil, fmt.Errorf("%s:%d: not a KEY=VALUE line", name, line)
+		}
+		val = strings.TrimSpace(val)
+		if len(val) >= 2 && (val[0] == '"' || val[0] == '\'') && val[len(val)-1] == val[0] {
+			if uq, err := strconv.Unquote(val); val[0] == '"' && err == nil {
+				val = uq
+			} else {
+				val = val[1 : len(val)-1]
+			}
+		}
+		vals[key] = val
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return vals, nil
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/manager"
+	"tempest/security"
+	"tempest/testutil"
+	"tempest/wire"
+	"tempest/worker"
+	"tempest/workflow"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+func TestLoadConfigFlagsOverrideFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "manager.yaml")
+	yaml := `
+id: from-file
+datacenter: east
+quic_listen: 127.0.0.1:9001
+swim_bind: 127.0.0.1:9002
+peers:
+  - {id: from-file, quic: 127.0.0.1:9001}
+  - {id: other, quic: 127.0.0.1:9011}
+quorum_timeout: 3s
+max_workflow_retries: 5
+api_tls_cert: /etc/tempest/api.crt
+api_tls_key: /etc/tempest/api.key
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cfg, opts, err := loadConfig([]string{"--config", file, "--dc", "west", "--swim", "127.0.0.1:9999", "--data-dir", dir}, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if cfg.ID != "from-file" || cfg.Datacenter != "west" || cfg.SwimBind != "127.0.0.1:9999" || cfg.QUICListen != "127.0.0.1:9001" ||
+		cfg.QuorumTimeout != 3*time.Second || cfg.MaxWorkflowRetries != 5 || cfg.DataDir != dir || len(cfg.Peers) != 2 {
+		t.Fatalf("config = %+v", cfg)
+	}
+	if opts.tlsCert != "/etc/tempest/api.crt" || opts.tlsKey != "/etc/tempest/api.key" {
+		t.Fatalf("tls files = %q %q", opts.tlsCert, opts.tlsKey)
+	}
+	// Defaults survive for keys the file does not set.
+	if cfg.Retention != manager.DefaultConfig().Retention {
+		t.Fatalf("retention = %s", cfg.Retention)
+	}
+}
+
+func TestLoadConfigRefusals(t *testing.T) {
+	dir := t.TempDir()
+	typo := filepath.Join(dir, "typo.yaml")
+	os.WriteFile(typo, []byte("quorum_timeuot: 3s\n"), 0o600)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown key", []string{"--config", typo}, "quorum_timeuot"},
+		{"bad peers", []string{"--peers", "a=1.2.3.4:5,b"}, `"b" is not id=quicaddr`},
+		{"self not in peers", []string{"--id", "me", "--peers", "a=127.0.0.1:1"}, "must include this manager"},
+		{"stray argument", []string{"extra"}, "unexpected arguments"},
+		{"bad profile", []string{"--election-profile", "warp"}, "ElectionProfile"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			_, _, err := loadConfig(tc.args, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("loadConfig(%q) = %v, want error with %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParsePeers(t *testing.T) {
+	got, err := parsePeers(" m1=127.0.0.1:1, m2=127.0.0.1:2 ,")
+	want := []manager.Peer{{ID: "m1", QUIC: "127.0.0.1:1"}, {ID: "m2", QUIC: "127.0.0.1:2"}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("parsePeers = %+v, %v", got, err)
+	}
+}
+
+func TestParseEnv(t *testing.T) {
+	in := "# rotation\nexport AUTH_SECRET=\"abc\"\nAUTH_SECRET_PREVIOUS='def'\n\nOTHER = x \n"
+	got, err := parseEnv(strings.NewReader(in), "secret.env")
+	if err != nil || got["AUTH_SECRET"] != "abc" || got["AUTH_SECRET_PREVIOUS"] != "def" || got["OTHER"] != "x" {
+		t.Fatalf("parseEnv = %v, %v", got, err)
+	}
+	if _, err := parseEnv(strings.NewReader("no-equals-here\n"), "s.env"); err == nil || strings.Contains(err.Error(), "no-equals") {
+		t.Fatalf("bad line: %v (must not echo the line)", err)
+	}
+}
+
+func TestRefusesToStart(t *testing.T) {
+	good, err := security.GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"no secret", map[string]string{"TEMPEST_TOKEN": "t"}, "AUTH_SECRET is not set"},
+		{"weak secret", map[string]string{"AUTH_SECRET": strings.Repeat("a", 40), "TEMPEST_TOKEN": "t"}, "AUTH_SECRET"},
+		{"short secret", map[string]string{"AUTH_SECRET": "short", "TEMPEST_TOKEN": "t"}, "AUTH_SECRET"},
+		{"no token", map[string]string{"AUTH_SECRET": good}, "TEMPEST_TOKEN is not set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			code := run([]string{"--data-dir", t.TempDir()}, func(k string) string { return tc.env[k] }, &stderr, nil, nil)
+			if code != exitFailure || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d mentioning %q", code, stderr.String(), exitFailure, tc.want)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServesAJobEndToEnd runs the command as main would, over real QUIC,
+// SWIM and HTTP on loopback, with a real worker: a job file submitted
+// through the API client completes, SIGHUP reloads the secrets, and SIGTERM
+// stops the manager cleanly.
+func TestServesAJobEndToEnd(t *testing.T) {
+	secret, err := security.GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"AUTH_SECRET": secret, "TEMPEST_TOKEN": "test-token"}
+	quic := fmt.Sprintf("127.0.0.1:%d", testutil.FreeUDPPort(t))
+	swimAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
+	args := []string{
+		"--id", "m1", "--dc", "dc1", "--quic", quic, "--swim", swimAddr, "--api", "127.0.0.1:0",
+		"--data-dir", testutil.DataDir(t, "m1"), "--peers", "m1=" + quic,
+		"--swim-profile", "test", "--election-profile", "test", "--log-level", "debug",
+	}
+	sigs := make(chan os.Signal, 1)
+	ready := make(chan string, 1)
+	exit := make(chan int, 1)
+	var stderr syncBuffer
+	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs, ready) }()
+	var url string
+	select {
+	case url = <-ready:
+	case code := <-exit:
+		t.Fatalf("exited %d before serving:\n%s", code, stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not serving after 10s:\n%s", stderr.String())
+	}
+	var wlog syncBuffer
+	defer func() {
+		if t.Failed() {
+			t.Logf("manager log:\n%s\nworker log:\n%s", stderr.String(), wlog.String())
+		}
+	}()
+
+	// A real worker joins over SWIM and registers over QUIC.
+	keyring, err := security.NewKeyring(secret, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wcfg := worker.DefaultConfig()
+	wcfg.ID, wcfg.Datacenter, wcfg.Cores = "w1", "dc1", 2
+	wcfg.SwimProfile, wcfg.Join, wcfg.Managers = "test", []string{swimAddr}, []string{quic}
+	wcfg.Logger = slog.New(slog.NewTextHandler(&wlog, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w, err := worker.New(wcfg, worker.Deps{Keyring: keyring, Registry: workflow.DefaultRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWorker := context.WithCancel(context.Background())
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(wctx) }()
+	defer func() {
+		stopWorker()
+		<-wdone
+	}()
+
+	client, err := api.NewClient([]string{url}, "test-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		view, err := client.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range view.Nodes {
+			if n.Name == "w1" && n.State == string(wire.WorkerHealthy) && n.TotalCores == 2 {
+				return nil
+			}
+		}
+		return fmt.Errorf("worker not in the cluster view yet: %+v", view.Nodes)
+	})
+	id, err := client.Submit(ctx, []byte("name: e2e\ntimeout: 30s\nworkflows:\n  - {name: nap, type: sleep, cores: 1, duration: 200ms}\n"), "e2e.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var final api.JobStatus
+	if err := client.Watch(ctx, id, func(st api.JobStatus) { final = st }); err != nil {
+		t.Fatal(err)
+	}
+	if final.Status != wire.JobCompleted || final.TotalCompleted != 1 {
+		t.Fatalf("job ended %+v", final)
+	}
+
+	// SIGHUP with the same secret reloads it (a rotation pass that
+	// changes nothing); the manager keeps serving.
+	sigs <- syscall.SIGHUP
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if !strings.Contains(stderr.String(), "secrets reloaded") {
+			return fmt.Errorf("no reload logged")
+		}
+		return nil
+	})
+	if _, err := client.Job(ctx, id); err != nil {
+		t.Fatalf("after SIGHUP: %v", err)
+	}
+
+	sigs <- syscall.SIGTERM
+	select {
+	case code := <-exit:
+		if code != exitOK {
+			t.Fatalf("exit %d after SIGTERM", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit 20s after SIGTERM")
+	}
+}

@@ -1,0 +1,253 @@
+package manager
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"tempest/api"
+	"tempest/store"
+	"tempest/swim"
+	"tempest/transport"
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+var _ api.Backend = (*Manager)(nil)
+
+// Backend returns the manager as the API server's backend.
+func (m *Manager) Backend() api.Backend { return m }
+
+// Submit implements api.Backend. Only the leader places jobs; elsewhere the
+// answer is NotLeader with the leader's API URL (the API server forwards).
+func (m *Manager) Submit(ctx context.Context, job *wire.JobSubmission) (*wire.JobAck, error) {
+	return m.submit(ctx, job, m.notLeaderAPI)
+}
+
+// Jobs implements api.Backend: every job this manager knows, newest first.
+func (m *Manager) Jobs(context.Context) ([]api.JobStatus, error) {
+	m.mu.Lock()
+	views := make([]jobView, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		views = append(views, viewLocked(j))
+	}
+	m.mu.Unlock()
+	slices.SortFunc(views, func(a, b jobView) int {
+		return cmp.Or(cmp.Compare(b.rec.CreatedAt, a.rec.CreatedAt), strings.Compare(b.rec.ID(), a.rec.ID()))
+	})
+	out := make([]api.JobStatus, 0, len(views))
+	for _, v := range views {
+		out = append(out, m.jobStatus(v))
+	}
+	return out, nil
+}
+
+// Job implements api.Backend.
+func (m *Manager) Job(_ context.Context, id string) (*api.JobStatus, error) {
+	v, ok := m.viewJob(id)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
+	st := m.jobStatus(v)
+	return &st, nil
+}
+
+// Cancel implements api.Backend (leader only).
+func (m *Manager) Cancel(ctx context.Context, id, reason string) (*wire.CancelAck, error) {
+	if _, err := m.awaitLeader(ctx, m.notLeaderAPI); err != nil {
+		return nil, err
+	}
+	if reason == "" {
+		reason = "cancelled by client"
+	}
+	return m.cancelJob(ctx, id, wire.JobCancelled, reason)
+}
+
+// Results implements api.Backend: per workflow, per step, counts and latency
+// percentiles read from the merged HDR histograms.
+func (m *Manager) Results(_ context.Context, id string) (*api.Results, error) {
+	v, ok := m.viewJob(id)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
+	st := m.jobStatus(v)
+	return &api.Results{JobID: st.JobID, Status: st.Status, Workflows: st.Workflows}, nil
+}
+
+// Leader implements api.Backend.
+func (m *Manager) Leader() (bool, string) {
+	if m.leading() != nil {
+		return true, *m.apiURL.Load()
+	}
+	id, _ := m.elector.Leader()
+	if id == "" {
+		return false, ""
+	}
+	return false, m.apiOf(id)
+}
+
+// apiOf is a manager's API URL as published in its SWIM meta.
+func (m *Manager) apiOf(id string) string {
+	if id == m.cfg.ID {
+		return *m.apiURL.Load()
+	}
+	if n, ok := m.members.Member(id); ok {
+		return n.Meta.Tags["api"]
+	}
+	return ""
+}
+
+// notLeaderAPI is NotLeader for API callers: LeaderAddr is the leader's API
+// URL, not its QUIC address.
+func (m *Manager) notLeaderAPI() *wire.Error {
+	e := m.elector.NotLeaderError()
+	e.LeaderAddr = ""
+	if e.Leader != "" {
+		e.LeaderAddr = m.apiOf(e.Leader)
+	}
+	return e
+}
+
+// Cluster implements api.Backend: this manager, its peers, every worker it
+// knows and any other SWIM member.
+func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
+	st := m.elector.Status()
+	self := api.NodeView{
+		Name: m.cfg.ID, Role: string(wire.RoleManager), DC: m.cfg.Datacenter, State: "alive",
+		IsLeader: m.leading() != nil, Addr: m.tr.Addr(), API: *m.apiURL.Load(), Term: st.Term,
+	}
+	if m.keyring != nil {
+		self.SendKey = fmt.Sprintf("%08x", m.keyring.SendKeyID())
+		for _, id := range m.keyring.AcceptedKeyIDs() {
+			self.AcceptKeys = append(self.AcceptKeys, fmt.Sprintf("%08x", id))
+		}
+	}
+	if q, ok := m.tr.(transport.StatsSource); ok {
+		for _, b := range q.Stats().Breakers {
+			self.OpenBreakers = append(self.OpenBreakers, fmt.Sprintf("%s/%s:%s", b.Peer, b.Class, b.State))
+		}
+	}
+	view := &api.ClusterView{Nodes: []api.NodeView{self}}
+	members := make(map[string]swim.NodeInfo)
+	for _, n := range m.members.Members() {
+		members[n.Name] = n
+	}
+	for _, id := range m.peerIDs {
+		n := api.NodeView{Name: id, Role: string(wire.RoleManager), DC: m.cfg.Datacenter, State: "dead", Addr: m.peers[id], IsLeader: id == st.Leader}
+		if info, ok := members[id]; ok {
+			n.State = "alive"
+			n.API = info.Meta.Tags["api"]
+		}
+		if hb, alive, ok := m.managers.get(id); ok {
+			n.Term = hb.Term
+			if !alive {
+				n.State = "dead"
+			}
+		}
+		view.Nodes = append(view.Nodes, n)
+		delete(members, id)
+	}
+	delete(members, m.cfg.ID)
+	for _, wv := range m.workers.list() {
+		state := string(wv.State)
+		if !wv.Alive {
+			state = "dead"
+		}
+		view.Nodes = append(view.Nodes, api.NodeView{
+			Name: wv.ID, Role: string(wire.RoleWorker), DC: cmp.Or(wv.Datacenter, m.cfg.Datacenter), State: state,
+			AvailableCores: wv.AvailableCores, TotalCores: wv.TotalCores, Addr: wv.Addr,
+		})
+		delete(members, wv.ID)
+	}
+	for _, n := range members {
+		view.Nodes = append(view.Nodes, api.NodeView{Name: n.Name, Role: string(n.Meta.Role), DC: n.Meta.Datacenter,
+			State: n.State.String(), Addr: n.Meta.QUICAddr, API: n.Meta.Tags["api"]})
+	}
+	return view, nil
+}
+
+// jobView is a copy of a job taken under the lock, so that turning it into
+// JSON (which decodes histograms) happens outside it.
+type jobView struct {
+	rec store.JobRecord
+	wfs []store.WorkflowRecord
+	seq uint64
+}
+
+func viewLocked(j *jobState) jobView {
+	v := jobView{rec: j.rec, seq: j.seq, wfs: make([]store.WorkflowRecord, len(j.wfs))}
+	for i, w := range j.wfs {
+		v.wfs[i] = w.rec
+	}
+	return v
+}
+
+func (m *Manager) viewJob(id string) (jobView, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j, ok := m.jobs[id]
+	if !ok {
+		return jobView{}, false
+	}
+	return viewLocked(j), true
+}
+
+// jobStatus is a job's API shape.
+func (m *Manager) jobStatus(v jobView) api.JobStatus {
+	st := api.JobStatus{
+		JobID:          v.rec.ID(),
+		Name:           v.rec.Submission.Name,
+		Status:         v.rec.Status,
+		TotalCompleted: v.rec.Progress.TotalCompleted,
+		TotalFailed:    v.rec.Progress.TotalFailed,
+		Datacenter:     m.cfg.Datacenter,
+		Error:          v.rec.Error,
+		Workflows:      make([]api.WorkflowStatus, 0, len(v.wfs)),
+	}
+	end := m.clock.Now()
+	if v.rec.FinishedAt != 0 {
+		end = v.rec.Finished()
+	}
+	st.ElapsedSeconds = end.Sub(v.rec.Created()).Seconds()
+	if v.rec.Submission.SubmittedAt != 0 {
+		st.SubmittedAt = time.Unix(0, v.rec.Submission.SubmittedAt).UTC().Format(time.RFC3339)
+	}
+	for i := range v.wfs {
+		st.Workflows = append(st.Workflows, m.workflowStatus(&v.wfs[i]))
+	}
+	return st
+}
+
+func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
+	p := &rec.LastProgress
+	ws := api.WorkflowStatus{
+		Name:           rec.Spec.Name,
+		WorkflowID:     rec.WorkflowID,
+		Type:           rec.Spec.Type,
+		Status:         rec.Status,
+		CompletedCount: p.CompletedCount,
+		FailedCount:    p.FailedCount,
+		Attempts:       rec.Attempts,
+		Worker:         rec.Worker,
+		Cores:          rec.Cores,
+		Error:          rec.Error,
+	}
+	steps, err := workflow.MergeStepStats(nil, p.StepStats)
+	if err != nil {
+		m.log.Warn("undecodable step statistics", "job_id", rec.JobID, "workflow_id", rec.WorkflowID, "err", err)
+		return ws
+	}
+	for _, s := range steps {
+		sum := api.StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount}
+		if ps, err := workflow.Percentiles(s.Histogram, 50, 90, 99, 100); err == nil {
+			sum.P50Ms, sum.P90Ms, sum.P99Ms, sum.MaxMs = ms(ps[0]), ms(ps[1]), ms(ps[2]), ms(ps[3])
+		}
+		ws.Steps = append(ws.Steps, sum)
+	}
+	return ws
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,218 @@
+package manager
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"tempest/api"
+	"tempest/leadership"
+	"tempest/swim"
+)
+
+// Peer is one configured manager of this datacenter, this one included.
+// The configured list, not the live one, fixes the quorum (len/2+1).
+type Peer struct {
+	ID   string `yaml:"id"`
+	QUIC string `yaml:"quic"`
+}
+
+// Config configures a Manager. The YAML tags are the config file's keys.
+type Config struct {
+	// ID is this manager's node id: its SWIM name, transport id and election
+	// member id. It must appear in Peers.
+	ID         string `yaml:"id"`
+	Datacenter string `yaml:"datacenter"`
+
+	// QUICListen is the UDP address of the data plane (workers, peers).
+	QUICListen string `yaml:"quic_listen"`
+	// SwimBind is the host:port of the datacenter's SWIM cluster.
+	SwimBind        string   `yaml:"swim_bind"`
+	SwimProfile     string   `yaml:"swim_profile"`
+	ElectionProfile string   `yaml:"election_profile"`
+	Join            []string `yaml:"join"`
+	// Peers lists every configured manager, this one included. Empty means
+	// a cluster of one at QUICListen.
+	Peers []Peer `yaml:"peers"`
+
+	// APIListen is the TCP address the API server binds (the api package
+	// serves it); APIAdvertise is the URL peers hand to clients to reach
+	// it, published in SWIM meta Tags["api"]. Empty APIAdvertise is derived
+	// from APIListen when that names a concrete host and port.
+	APIListen    string `yaml:"api_listen"`
+	APIAdvertise string `yaml:"api_advertise"`
+
+	DataDir string `yaml:"data_dir"`
+
+	// QuorumTimeout bounds the wait for provision confirmations and commits.
+	QuorumTimeout time.Duration `yaml:"quorum_timeout"`
+	// DispatchTimeout bounds one WorkflowDispatch call to a worker.
+	DispatchTimeout time.Duration `yaml:"dispatch_timeout"`
+	// MaxWorkflowRetries is how many times a failed workflow is retried on
+	// another worker before it is FAILED.
+	MaxWorkflowRetries int `yaml:"max_workflow_retries"`
+	// Retention keeps finished jobs queryable this long.
+	Retention time.Duration `yaml:"retention"`
+	// QueueSoftLimit: a worker reporting this queue depth gets no new work.
+	QueueSoftLimit int `yaml:"queue_soft_limit"`
+	// StateSyncRetries and StateSyncBackoff shape the state sync a new
+	// leader runs: attempt n waits StateSyncBackoff*2^n (with jitter).
+	StateSyncRetries int           `yaml:"state_sync_retries"`
+	StateSyncBackoff time.Duration `yaml:"state_sync_backoff"`
+	// StateSyncTimeout bounds the whole state sync: a peer or worker that
+	// has not answered by then (the crashed old leader, typically) is
+	// skipped so the new leader can start serving.
+	StateSyncTimeout time.Duration `yaml:"state_sync_timeout"`
+	// StateSyncGrace is how long a new leader waits for a worker it could
+	// not reach during state sync (a restarted leader may not know it yet)
+	// to show up before retrying that worker's workflows elsewhere.
+	StateSyncGrace time.Duration `yaml:"state_sync_grace"`
+	// HeartbeatInterval is how often the SWIM-embedded heartbeat is rebuilt
+	// and the scheduler re-checks queued work.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// MaxParallelPlacements bounds placements of one job running at once.
+	MaxParallelPlacements int `yaml:"max_parallel_placements"`
+
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// DefaultConfig returns settings that work for a single manager on one
+// machine. ID must still be set (the command derives one from the host
+// name).
+func DefaultConfig() Config {
+	return Config{
+		Datacenter:            "dc1",
+		QUICListen:            "127.0.0.1:7401",
+		SwimBind:              "127.0.0.1:7402",
+		SwimProfile:           swim.ProfileLAN,
+		ElectionProfile:       "lan",
+		APIListen:             api.DefaultListen,
+		DataDir:               "data/manager",
+		QuorumTimeout:         2 * time.Second,
+		DispatchTimeout:       5 * time.Second,
+		MaxWorkflowRetries:    3,
+		Retention:             7 * 24 * time.Hour,
+		QueueSoftLimit:        256,
+		StateSyncRetries:      3,
+		StateSyncBackoff:      250 * time.Millisecond,
+		StateSyncTimeout:      5 * time.Second,
+		StateSyncGrace:        10 * time.Second,
+		HeartbeatInterval:     500 * time.Millisecond,
+		MaxParallelPlacements: 16,
+	}
+}
+
+// Validate reports every problem at once, each naming its field.
+func (c Config) Validate() error { return c.validate(false, false) }
+
+// validate is Validate knowing which collaborators are injected: an injected
+// transport or membership makes the matching listen address irrelevant.
+func (c Config) validate(haveTransport, haveMembership bool) error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.ID == "" {
+		add("ID: must not be empty")
+	} else if len(c.ID) > 64 || strings.ContainsAny(c.ID, " \t\n/=,") {
+		add("ID: %q must be at most 64 characters without spaces, '/', '=' or ','", c.ID)
+	}
+	if c.Datacenter == "" {
+		add("Datacenter: must not be empty")
+	}
+	if !haveTransport {
+		if _, _, err := net.SplitHostPort(c.QUICListen); err != nil {
+			add("QUICListen: %q is not host:port: %v", c.QUICListen, err)
+		}
+	}
+	if !haveMembership {
+		if _, _, err := net.SplitHostPort(c.SwimBind); err != nil {
+			add("SwimBind: %q is not host:port: %v", c.SwimBind, err)
+		}
+		if _, err := swim.ProfileTiming(c.SwimProfile); err != nil {
+			add("SwimProfile: %v", err)
+		}
+	}
+	if _, err := leadership.ProfileByName(c.ElectionProfile); err != nil {
+		add("ElectionProfile: %v", err)
+	}
+	seen := map[string]bool{}
+	self := false
+	for i, p := range c.Peers {
+		if p.ID == "" || p.QUIC == "" {
+			add("Peers[%d]: id and quic address are both required, got %q=%q", i, p.ID, p.QUIC)
+		}
+		if seen[p.ID] {
+			add("Peers[%d]: duplicate id %q", i, p.ID)
+		}
+		seen[p.ID] = true
+		self = self || p.ID == c.ID
+	}
+	if len(c.Peers) > 0 && !self {
+		add("Peers: must include this manager %q", c.ID)
+	}
+	if c.APIListen != "" {
+		if _, _, err := net.SplitHostPort(c.APIListen); err != nil {
+			add("APIListen: %q is not host:port: %v", c.APIListen, err)
+		}
+	}
+	if c.APIAdvertise != "" {
+		if u, err := url.Parse(c.APIAdvertise); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			add("APIAdvertise: %q is not an http(s) URL", c.APIAdvertise)
+		}
+	}
+	if c.DataDir == "" {
+		add("DataDir: must not be empty")
+	}
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"QuorumTimeout", c.QuorumTimeout},
+		{"DispatchTimeout", c.DispatchTimeout},
+		{"Retention", c.Retention},
+		{"StateSyncBackoff", c.StateSyncBackoff},
+		{"StateSyncTimeout", c.StateSyncTimeout},
+		{"StateSyncGrace", c.StateSyncGrace},
+		{"HeartbeatInterval", c.HeartbeatInterval},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			add("%s: must be positive, got %s", p.name, p.d)
+		}
+	}
+	if c.MaxWorkflowRetries < 0 {
+		add("MaxWorkflowRetries: must not be negative, got %d", c.MaxWorkflowRetries)
+	}
+	if c.QueueSoftLimit < 1 {
+		add("QueueSoftLimit: must be at least 1, got %d", c.QueueSoftLimit)
+	}
+	if c.StateSyncRetries < 0 {
+		add("StateSyncRetries: must not be negative, got %d", c.StateSyncRetries)
+	}
+	if c.MaxParallelPlacements < 1 {
+		add("MaxParallelPlacements: must be at least 1, got %d", c.MaxParallelPlacements)
+	}
+	return errors.Join(errs...)
+}
+
+// apiURL is the URL published for this manager's API.
+func (c Config) apiURL() string {
+	if c.APIAdvertise != "" {
+		return c.APIAdvertise
+	}
+	host, port, err := net.SplitHostPort(c.APIListen)
+	if err != nil || port == "0" || port == "" {
+		return "" // not known until the server binds; see Manager.SetAPIAddr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		return "" // a wildcard is not an address anyone can dial
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// quorum is the number of confirmations, this manager's included, that a
+// placement needs: a majority of the configured managers.
+func quorum(configured int) int { return configured/2 + 1 }

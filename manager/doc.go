@@ -1,0 +1,64 @@
+// Package manager is the manager role (SPEC §6, docs/datacenter.md): one of
+// the 1, 3 or 5 managers of a datacenter. Every manager keeps a table of
+// the datacenter's workers and a durable copy of its jobs; the elected
+// leader places workflows on workers with quorum confirmation, tracks their
+// progress, retries failures elsewhere and serves the client API
+// (api.Backend).
+//
+// # Placement
+//
+// For each PENDING workflow the leader picks a worker (crypto-random,
+// weighted by spare cores, DEGRADED halved, workers that failed the workflow
+// excluded), reserves its cores, and asks every peer to confirm the
+// placement (ProvisionRequest). With confirmations from a majority of the
+// configured managers, itself included, it persists the placement, commits
+// it to the peers (ProvisionCommit, persisted there) and dispatches it with
+// a fence token term<<32|seq. Without a majority the submission fails fast
+// with wire.ErrNoQuorum and nothing is dispatched. Peers refuse requests from
+// a deposed leader (an older term), so a leader cut off in a minority cannot
+// place anything even before check-quorum deposes it.
+//
+// # Failure
+//
+// A worker SWIM declares dead has its workflows retried elsewhere: the kept
+// dispatch bytes are re-sent with a new fence token and the next attempt
+// number, and the dead worker is excluded; after MaxWorkflowRetries retries
+// the workflow is FAILED. A report from a superseded attempt is answered
+// with ProgressAck{Cancel: true}. A new leader first runs state sync: peers
+// send their ManagerStateSnapshot (jobs, commits, attempt counts, workers),
+// workers their WorkerStateSnapshot (the truth about what runs); running
+// work is adopted, not restarted, and placed work that no worker runs is
+// retried.
+//
+// # Replication beyond the contract
+//
+// Commits alone cannot rebuild a job on a successor, so the leader also
+// replicates the JobSubmission (when the job is accepted) and a JobProgress
+// on every status change, and managers relay worker registrations to their
+// peers. These reuse catalogue messages: a JobSubmission or JobProgress from
+// a configured peer manager is replication, from anyone else a request. See
+// replicate.go.
+//
+// # Files
+//
+//	manager.go    wiring, lifecycle, handler registration
+//	config.go     Config, DefaultConfig, Validate
+//	jobs.go       job table, state machine, intake, the update/txn helper
+//	schedule.go   placing queued and retried work when capacity appears
+//	provision.go  quorum confirmation, commit, dispatch; peers' side
+//	fence.go      fence tokens and the leader term
+//	retry.go      kept dispatch bytes, retries, worker death
+//	progress.go   WorkflowProgress from workers
+//	cancel.go     cancel and per-job timeout
+//	statesync.go  state sync on election, resume, snapshots for peers
+//	replicate.go  submission and status replication to peers
+//	register.go   WorkerRegistration
+//	workers.go    worker table (and the peer-manager table)
+//	select.go     weighted random worker choice
+//	heartbeat.go  swim.StateEmbedder: ManagerHeartbeat out, heartbeats in
+//	membership.go SWIM events, node meta (API URL), secret reload, joining
+//	backend.go    api.Backend
+//	watch.go      Watch streams
+//	persist.go    loading from the store, retention
+//	metrics.go    Prometheus text for /metrics
+package manager

@@ -1,0 +1,227 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"tempest/testutil"
+	"tempest/wire"
+)
+
+// workflowOn waits until job id's only workflow runs on a worker other than
+// those in not, and returns that worker and the attempt's fence token.
+func workflowOn(t *testing.T, c *testCluster, id string, not ...string) (worker string, token uint64) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		l := c.leader()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		j, ok := l.jobs[id]
+		if !ok {
+			return fmt.Errorf("job %s unknown to %s", id, l.ID())
+		}
+		w := j.wfs[0]
+		if w.rec.Status != wire.WorkflowRunning || slices.Contains(not, w.rec.Worker) {
+			return fmt.Errorf("workflow is %s on %q", w.rec.Status, w.rec.Worker)
+		}
+		worker, token = w.rec.Worker, w.rec.FenceToken
+		return nil
+	})
+	return worker, token
+}
+
+func TestWorkerDeathRetriesElsewhereNeverBack(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	for _, id := range []string{"w1", "w2", "w3"} {
+		c.addWorker(id, 2)
+	}
+	l := c.leader()
+	ack, err := l.Submit(context.Background(), sleepJob(t, "long", 1, 1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wfID := workflowID(ack.JobID, 0)
+
+	first, token1 := workflowOn(t, c, ack.JobID)
+	c.killWorker(first)
+	second, token2 := workflowOn(t, c, ack.JobID, first)
+	if token2 <= token1 {
+		t.Fatalf("retry token %#x not above first attempt's %#x", token2, token1)
+	}
+
+	// A progress report from the superseded attempt (a worker SWIM wrongly
+	// declared dead) is told to stop.
+	resp, err := c.hub.Node("ghost").Call(context.Background(), l.ID(), &wire.WorkflowProgress{
+		JobID: ack.JobID, WorkflowID: wfID, Status: wire.WorkflowRunning, WorkerID: first, FenceToken: token1,
+	})
+	if err != nil || !resp.(*wire.ProgressAck).Cancel {
+		t.Fatalf("stale progress answered %+v, %v; want cancel", resp, err)
+	}
+
+	// The first worker comes back, much bigger, so that a selection that
+	// ignored exclusions would almost surely pick it.
+	revived := c.addWorker(first, 64)
+	c.killWorker(second)
+	third, token3 := workflowOn(t, c, ack.JobID, first, second)
+	if token3 <= token2 {
+		t.Fatalf("second retry token %#x not above %#x", token3, token2)
+	}
+	if got := revived.dispatchTokens(wfID); len(got) != 0 {
+		t.Fatalf("workflow went back to the worker that failed it: %v", got)
+	}
+
+	st, _ := l.Job(context.Background(), ack.JobID)
+	if w := st.Workflows[0]; w.Attempts != 3 || w.Worker != third {
+		t.Fatalf("workflow after two deaths: %+v", w)
+	}
+	if _, err := l.Cancel(context.Background(), ack.JobID, "done"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRetriesExhaustedFailsWorkflow(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.MaxWorkflowRetries = 1 })
+	c.addWorker("w1", 1)
+	c.addWorker("w2", 1)
+	c.addWorker("w3", 1)
+	l := c.leader()
+	ack, err := l.Submit(context.Background(), sleepJob(t, "doomed", 1, 1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := workflowOn(t, c, ack.JobID)
+	c.killWorker(first)
+	second, _ := workflowOn(t, c, ack.JobID, first)
+	c.killWorker(second)
+	st := waitJob(t, l, ack.JobID, wire.JobFailed, 10*time.Second)
+	if w := st.Workflows[0]; w.Status != wire.WorkflowFailed || w.Attempts != 2 {
+		t.Fatalf("workflow = %+v", w)
+	}
+}
+
+func TestLeaderChangeSyncsStateAndJobCompletes(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	workers := []*fakeWorker{c.addWorker("w1", 2), c.addWorker("w2", 2)}
+	old := c.leader()
+	ack, err := old.Submit(context.Background(), sleepJob(t, "survivor", 2, 1, 1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, old, ack.JobID, wire.JobRunning, 5*time.Second)
+
+	c.stopManager(old.ID())
+	nl := c.leader()
+	if nl.ID() == old.ID() {
+		t.Fatalf("leader did not change")
+	}
+	st := waitJob(t, nl, ack.JobID, wire.JobCompleted, 15*time.Second)
+	for _, w := range st.Workflows {
+		// Running work was adopted, not restarted.
+		if w.Attempts != 1 || w.Status != wire.WorkflowCompleted {
+			t.Fatalf("workflow after failover: %+v", w)
+		}
+	}
+	for i := range 2 {
+		wfID := workflowID(ack.JobID, i)
+		n := 0
+		for _, w := range workers {
+			n += len(w.dispatchTokens(wfID))
+		}
+		if n != 1 {
+			t.Fatalf("workflow %s dispatched %d times", wfID, n)
+		}
+	}
+}
+
+// TestNewLeaderLearnsJobFromPeerSnapshot: a manager that missed the
+// replicated submission and status updates learns the job in state sync,
+// from the other peer, when it becomes leader.
+func TestNewLeaderLearnsJobFromPeerSnapshot(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.addWorker("w1", 2)
+	old := c.leader()
+	// Whoever is not leading: one (deaf) misses replication, the other
+	// (keeper) may not lead next, so the deaf one must.
+	var deaf, keeper string
+	for _, id := range c.ids {
+		if id == old.ID() {
+			continue
+		}
+		if deaf == "" {
+			deaf = id
+		} else {
+			keeper = id
+		}
+	}
+	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
+		if to != deaf {
+			return true
+		}
+		switch msg.Type() {
+		case wire.TypeJobSubmission, wire.TypeJobProgress, wire.TypeWorkerRegistration:
+			return false
+		}
+		return true
+	})
+	c.members.setHealth(keeper, 1000)
+	ack, err := old.Submit(context.Background(), sleepJob(t, "whisper", 1, 1, 1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, old, ack.JobID, wire.JobRunning, 5*time.Second)
+	if _, err := c.manager(deaf).Job(context.Background(), ack.JobID); wire.CodeOf(err) != wire.CodeNotFound {
+		t.Fatalf("deaf manager knows the job already (%v); the test proves nothing", err)
+	}
+	c.hub.SetHook(nil)
+
+	c.stopManager(old.ID())
+	nl := c.leader()
+	if nl.ID() != deaf {
+		t.Fatalf("%s leads, want %s", nl.ID(), deaf)
+	}
+	st := waitJob(t, nl, ack.JobID, wire.JobCompleted, 15*time.Second)
+	if w := st.Workflows[0]; w.Attempts != 1 {
+		t.Fatalf("workflow after failover: %+v", w)
+	}
+}
+
+func TestRestartedManagerKnowsItsJobs(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	c.addWorker("w1", 2)
+	l := c.leader()
+	done, err := l.Submit(context.Background(), sleepJob(t, "before", 1, 1, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, l, done.JobID, wire.JobCompleted, 5*time.Second)
+	running, err := l.Submit(context.Background(), sleepJob(t, "across", 1, 1, 1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, l, running.JobID, wire.JobRunning, 5*time.Second)
+	termBefore := l.Term()
+
+	c.stopManager("m1")
+	m := c.startManager("m1")
+	// Before it leads, from its data directory alone.
+	st, err := m.Job(context.Background(), done.JobID)
+	if err != nil || st.Status != wire.JobCompleted || st.TotalCompleted != 1 || len(st.Workflows[0].Steps) != 1 {
+		t.Fatalf("finished job after restart: %+v, %v", st, err)
+	}
+	if st, err := m.Job(context.Background(), running.JobID); err != nil || st.Status.Terminal() {
+		t.Fatalf("running job after restart: %+v, %v", st, err)
+	}
+	// Leading again (in a later term), it resumes the running job: the
+	// worker re-registers with its workflow and finishes it there.
+	l = c.leader()
+	if l.Term() <= termBefore {
+		t.Fatalf("term %d after restart, was %d", l.Term(), termBefore)
+	}
+	st = waitJob(t, l, running.JobID, wire.JobCompleted, 15*time.Second)
+	if w := st.Workflows[0]; w.Attempts != 1 {
+		t.Fatalf("workflow after restart: %+v", w)
+	}
+}

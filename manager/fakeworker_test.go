@@ -1,0 +1,302 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"tempest/transport"
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// fakeWorker stands in for the worker role (package worker is being written
+// in parallel): it registers, follows the leader, allocates cores, runs real
+// workflow runners from the registry, fences dispatches and cancels, reports
+// progress (retrying the final report until a manager takes it, re-homing to
+// another manager when its own is gone) and answers state sync.
+type fakeWorker struct {
+	id       string
+	tr       transport.Transport
+	reg      *workflow.Registry
+	managers []string
+	cores    int
+	log      *slog.Logger
+	version  uint64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	leader     string
+	next       int               // index in managers to try next when the leader is gone
+	used       map[int]string    // core -> workflow id
+	fences     map[string]uint64 // highest token seen per workflow
+	runs       map[string]*fakeRun
+	dispatches map[string][]uint64 // accepted dispatch tokens per workflow
+}
+
+type fakeRun struct {
+	jobID, wfID, name string
+	token             uint64
+	cores             []int
+	cancel            context.CancelFunc
+	last              wire.WorkflowProgress
+}
+
+func newFakeWorker(hub *transport.Hub, id string, cores int, reg *workflow.Registry, managers []string, log *slog.Logger) *fakeWorker {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &fakeWorker{
+		id: id, tr: hub.Node(id), reg: reg, managers: managers, cores: cores,
+		log: log.With("fake_worker", id), version: uint64(time.Now().UnixNano()),
+		ctx: ctx, cancel: cancel,
+		used: make(map[int]string), fences: make(map[string]uint64),
+		runs: make(map[string]*fakeRun), dispatches: make(map[string][]uint64),
+	}
+	w.tr.Handle(wire.TypeWorkflowDispatch, w.handleDispatch)
+	w.tr.Handle(wire.TypeCancelJob, w.handleCancel)
+	w.tr.Handle(wire.TypeStateSyncRequest, w.handleStateSync)
+	return w
+}
+
+// register tries the managers in turn until one accepts, reporting running
+// workflows so a new leader adopts them.
+func (w *fakeWorker) register(ctx context.Context) error {
+	w.mu.Lock()
+	reg := &wire.WorkerRegistration{NodeID: w.id, Addr: w.id, Datacenter: "dc1", TotalCores: w.cores, Version: w.bumpLocked()}
+	for _, r := range w.runs {
+		reg.ActiveWorkflows = append(reg.ActiveWorkflows, r.progressLocked(w.id))
+	}
+	start := w.next
+	w.mu.Unlock()
+	var errs []error
+	for i := range w.managers {
+		addr := w.managers[(start+i)%len(w.managers)]
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := w.tr.Call(cctx, addr, reg)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ack := resp.(*wire.RegistrationAck)
+		if !ack.Accepted {
+			errs = append(errs, errors.New(ack.Error))
+			continue
+		}
+		w.mu.Lock()
+		w.leader = addr
+		if ack.LeaderAddr != "" {
+			w.leader = ack.LeaderAddr
+		}
+		w.mu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("register %s: %w", w.id, errors.Join(errs...))
+}
+
+func (w *fakeWorker) bumpLocked() uint64 { w.version++; return w.version }
+
+func (w *fakeWorker) freeLocked() []int {
+	var free []int
+	for c := range w.cores {
+		if _, ok := w.used[c]; !ok {
+			free = append(free, c)
+		}
+	}
+	return free
+}
+
+func (w *fakeWorker) freeCores() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.freeLocked())
+}
+
+func (w *fakeWorker) dispatchTokens(wfID string) []uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.dispatches[wfID])
+}
+
+func (w *fakeWorker) running(wfID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.runs[wfID]
+	return ok
+}
+
+func (w *fakeWorker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+	d := msg.(*wire.WorkflowDispatch)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d.FenceToken < w.fences[d.WorkflowID] {
+		return nil, &wire.Error{Code: wire.CodeStaleFence, Message: fmt.Sprintf("token %d older than %d", d.FenceToken, w.fences[d.WorkflowID])}
+	}
+	w.fences[d.WorkflowID] = d.FenceToken
+	if old, ok := w.runs[d.WorkflowID]; ok {
+		old.cancel()
+	}
+	free := w.freeLocked()
+	if len(free) < d.Cores {
+		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: fmt.Sprintf("needs %d cores, %d free", d.Cores, len(free)), AvailableCores: len(free)}, nil
+	}
+	runner, err := w.reg.New(d.Workflow)
+	if err != nil {
+		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: err.Error(), AvailableCores: len(free)}, nil
+	}
+	cores := free[:d.Cores]
+	for _, c := range cores {
+		w.used[c] = d.WorkflowID
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	r := &fakeRun{jobID: d.JobID, wfID: d.WorkflowID, name: d.Workflow.Name, token: d.FenceToken, cores: cores, cancel: cancel}
+	r.last = r.progressLocked(w.id)
+	w.runs[d.WorkflowID] = r
+	w.dispatches[d.WorkflowID] = append(w.dispatches[d.WorkflowID], d.FenceToken)
+	w.bumpLocked()
+	w.wg.Go(func() { w.run(ctx, r, runner) })
+	return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: cores, AvailableCores: len(free) - d.Cores}, nil
+}
+
+func (r *fakeRun) progressLocked(worker string) wire.WorkflowProgress {
+	p := r.last
+	p.JobID, p.WorkflowID, p.WorkflowName = r.jobID, r.wfID, r.name
+	p.WorkerID, p.FenceToken, p.AssignedCores = worker, r.token, r.cores
+	if p.Status == "" {
+		p.Status = wire.WorkflowRunning
+	}
+	return p
+}
+
+func (w *fakeWorker) run(ctx context.Context, r *fakeRun, runner workflow.Runner) {
+	defer r.cancel()
+	res, err := runner.Run(ctx, workflow.Env{Cores: r.cores, Report: func(s workflow.Snapshot) {
+		steps, _ := s.StepStats()
+		w.mu.Lock()
+		r.last.CompletedCount, r.last.FailedCount, r.last.Elapsed, r.last.StepStats = s.Completed, s.Failed, s.Elapsed, steps
+		p := r.progressLocked(w.id)
+		w.mu.Unlock()
+		w.report(ctx, &p, false)
+	}})
+	status := wire.WorkflowCompleted
+	switch {
+	case err != nil && ctx.Err() != nil:
+		status = wire.WorkflowCancelled
+	case err != nil:
+		status = wire.WorkflowFailed
+	}
+	steps, _ := res.StepStats()
+	w.mu.Lock()
+	for c, id := range w.used {
+		if id == r.wfID && slices.Contains(r.cores, c) {
+			delete(w.used, c)
+		}
+	}
+	if w.runs[r.wfID] == r {
+		delete(w.runs, r.wfID)
+	}
+	w.bumpLocked()
+	r.last.CompletedCount, r.last.FailedCount, r.last.StepStats = res.Completed, res.Failed, steps
+	r.last.Status, r.last.Final = status, true
+	if err != nil {
+		r.last.Error = err.Error()
+	}
+	final := r.progressLocked(w.id)
+	w.mu.Unlock()
+	// The final report must not be lost: retry until a manager takes it
+	// or the worker itself stops.
+	for w.ctx.Err() == nil {
+		if w.report(w.ctx, &final, true) {
+			return
+		}
+		if !sleepCtx(w.ctx, 20*time.Millisecond) {
+			return
+		}
+	}
+}
+
+// report sends one progress message to the leader, following redirects and
+// re-homing when the leader is unreachable. It reports whether a manager
+// acknowledged it.
+func (w *fakeWorker) report(ctx context.Context, p *wire.WorkflowProgress, final bool) bool {
+	for range 2 * len(w.managers) {
+		w.mu.Lock()
+		addr := w.leader
+		w.mu.Unlock()
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := w.tr.Call(cctx, addr, p)
+		cancel()
+		var we *wire.Error
+		switch {
+		case err == nil:
+			ack := resp.(*wire.ProgressAck)
+			if ack.Cancel && !final {
+				w.mu.Lock()
+				if r, ok := w.runs[p.WorkflowID]; ok && r.token == p.FenceToken {
+					r.cancel()
+				}
+				w.mu.Unlock()
+			}
+			return true
+		case errors.As(err, &we) && we.Code == wire.CodeNotLeader && we.LeaderAddr != "":
+			w.mu.Lock()
+			w.leader = we.LeaderAddr
+			w.mu.Unlock()
+		case ctx.Err() != nil:
+			return false
+		default:
+			// The leader is gone or still being elected: re-home with the
+			// next manager, reporting running work.
+			w.mu.Lock()
+			w.next = (slices.Index(w.managers, addr) + 1) % len(w.managers)
+			w.mu.Unlock()
+			if w.register(ctx) != nil || !final {
+				return false
+			}
+		}
+	}
+	return false
+}
+
+func (w *fakeWorker) handleCancel(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+	c := msg.(*wire.CancelJob)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for id, r := range w.runs {
+		if r.jobID != c.JobID || (c.WorkflowID != "" && id != c.WorkflowID) {
+			continue
+		}
+		if c.FenceToken < w.fences[id] {
+			return nil, &wire.Error{Code: wire.CodeStaleFence, Message: "cancel with an old token"}
+		}
+		r.cancel()
+		n++
+	}
+	return &wire.CancelAck{JobID: c.JobID, Cancelled: n > 0, WorkflowsCancelled: n}, nil
+}
+
+func (w *fakeWorker) handleStateSync(context.Context, transport.Peer, wire.Message) (wire.Message, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ws := &wire.WorkerStateSnapshot{NodeID: w.id, State: wire.WorkerHealthy, TotalCores: w.cores,
+		AvailableCores: len(w.freeLocked()), Version: w.version, Addr: w.id, ActiveWorkflows: map[string]wire.WorkflowProgress{}}
+	for id, r := range w.runs {
+		ws.ActiveWorkflows[id] = r.progressLocked(w.id)
+	}
+	return &wire.StateSyncResponse{ResponderID: w.id, CurrentVersion: w.version, WorkerState: ws}, nil
+}
+
+// kill stops the worker as a crash would: its transport disappears and its
+// runs end without reporting.
+func (w *fakeWorker) kill() {
+	w.tr.Close()
+	w.cancel()
+	w.wg.Wait()
+}

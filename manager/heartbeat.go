@@ -1,0 +1,109 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"tempest/swim"
+	"tempest/wire"
+)
+
+// The manager is a swim.StateEmbedder: its ManagerHeartbeat rides in the
+// acks it sends, and the acks its own probes collect carry the workers'
+// (and peers') heartbeats. Both methods run on memberlist's goroutines, so
+// LocalState hands back bytes encoded ahead of time by heartbeatLoop and
+// PeerState only decodes and stores.
+
+// LocalState implements swim.StateEmbedder.
+func (m *Manager) LocalState() []byte {
+	if b := m.hb.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+
+// PeerState implements swim.StateEmbedder.
+func (m *Manager) PeerState(node swim.NodeInfo, state []byte, _ time.Duration) {
+	t, err := swim.StateType(state)
+	if err != nil {
+		return
+	}
+	switch t {
+	case wire.TypeWorkerHeartbeat:
+		hb, err := swim.DecodeWorkerHeartbeat(state)
+		if err != nil || hb.NodeID != node.Name {
+			return // a node may only speak for itself
+		}
+		if hb.Datacenter != "" && hb.Datacenter != m.cfg.Datacenter {
+			return
+		}
+		if applied, grew := m.workers.heartbeat(hb, node.Addr); applied && grew {
+			m.kick()
+		}
+	case wire.TypeManagerHeartbeat:
+		hb, err := swim.DecodeManagerHeartbeat(state)
+		if err != nil || hb.NodeID != node.Name {
+			return
+		}
+		m.managers.heartbeat(hb)
+	}
+}
+
+// refreshHeartbeat rebuilds the embedded heartbeat.
+func (m *Manager) refreshHeartbeat() {
+	st := m.elector.Status()
+	workers, cores := m.workers.totals()
+	hb := &wire.ManagerHeartbeat{
+		NodeID:         m.cfg.ID,
+		Datacenter:     m.cfg.Datacenter,
+		IsLeader:       m.leading() != nil,
+		Term:           st.Term,
+		WorkerCount:    workers,
+		AvailableCores: cores,
+		Addr:           m.tr.Addr(),
+		LeaderID:       st.Leader,
+	}
+	m.mu.Lock()
+	for _, j := range m.jobs {
+		if j.rec.Status.Terminal() {
+			continue
+		}
+		hb.ActiveJobs++
+		for _, w := range j.wfs {
+			if w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning {
+				hb.ActiveWorkflows++
+			}
+		}
+	}
+	m.mu.Unlock()
+	// Versions start from the wall clock so a restarted manager's
+	// heartbeats are not taken for stale ones by peers that remember the
+	// previous incarnation.
+	if m.hbVer.Load() == 0 {
+		m.hbVer.CompareAndSwap(0, uint64(m.clock.Now().UnixNano()))
+	}
+	hb.Version = m.hbVer.Add(1)
+	b, err := swim.EncodeManagerHeartbeat(hb)
+	if err != nil {
+		m.log.Error("encode heartbeat", "err", err)
+		return
+	}
+	m.hb.Store(&b)
+}
+
+// heartbeatLoop keeps the embedded heartbeat fresh and passes Lifeguard's
+// local health score to the election, so a degraded manager neither
+// campaigns nor keeps leading.
+func (m *Manager) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.refreshHeartbeat()
+			m.elector.SetLHM(m.members.LocalHealth())
+		}
+	}
+}

@@ -1,0 +1,556 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+	"unicode"
+
+	"tempest/store"
+	"tempest/wire"
+)
+
+// Limits on what one submission may ask for.
+const (
+	maxWorkflowsPerJob = 1024
+	maxJobIDLen        = 128
+	// DefaultJobTimeout applies to a submission without a timeout (the job
+	// file parser already fills in the same default).
+	DefaultJobTimeout = time.Hour
+)
+
+// jobState is a job in memory. Every field is guarded by Manager.mu.
+//
+// Records are copied (shallowly) to the store outside the lock, so slices
+// inside a record are never modified in place: a change replaces the slice.
+type jobState struct {
+	rec store.JobRecord
+	wfs []*workflowState // submission order
+	// attempted: placement was tried at least once, so pending work is
+	// QUEUED (waiting for capacity) rather than just SUBMITTED.
+	attempted bool
+	timer     Timer
+	// seq counts visible changes; watchers send when it moved.
+	seq      uint64
+	watchers map[*watcher]struct{}
+}
+
+// workflowState is one workflow in memory, guarded by Manager.mu.
+type workflowState struct {
+	rec store.WorkflowRecord
+	job *jobState
+	// placing: a goroutine owns this workflow's placement right now.
+	placing bool
+	// provisioning: that goroutine found a worker and is confirming or
+	// dispatching (the job shows DISPATCHING). A placement that finds no
+	// worker never sets it, so queued jobs do not flicker.
+	provisioning bool
+}
+
+// txn collects what one change to the job table touched, so that job
+// statuses are re-derived, records persisted, peers told and watchers woken
+// once, after the lock is released.
+type txn struct {
+	m       *Manager
+	jobs    map[*jobState]bool // value: persist the job record
+	visible map[*jobState]bool // something a watcher would see changed
+	wfs     map[*workflowState]struct{}
+	after   []func()
+	leading *leaderTerm // the leader term at the start, nil on a follower
+}
+
+// touchJob marks j changed; persist asks for its record to be written even
+// if its status does not change.
+func (tx *txn) touchJob(j *jobState, persist bool) {
+	tx.jobs[j] = tx.jobs[j] || persist
+	if persist {
+		tx.visible[j] = true
+	}
+}
+
+// touchWorkflow marks w changed and, with persist, writes it.
+func (tx *txn) touchWorkflow(w *workflowState, persist bool) {
+	tx.touchJob(w.job, false)
+	tx.visible[w.job] = true
+	if persist {
+		tx.wfs[w] = struct{}{}
+	}
+}
+
+// afterCommit runs f once the change is durable, outside the lock.
+func (tx *txn) afterCommit(f func()) { tx.after = append(tx.after, f) }
+
+// update applies f to the job table under the lock, then persists what f
+// touched (one store batch per job, concurrently, so the writes share
+// fsyncs), then runs the deferred actions. It returns the store's error:
+// the in-memory change stands either way, since the work it describes is
+// already happening, and the next change of the same records retries the
+// write.
+func (m *Manager) update(f func(tx *txn)) error {
+	m.mu.Lock()
+	tx := &txn{m: m, jobs: make(map[*jobState]bool), visible: make(map[*jobState]bool), wfs: make(map[*workflowState]struct{}), leading: m.leading()}
+	f(tx)
+	writes := m.finishLocked(tx)
+	m.mu.Unlock()
+
+	err := m.persist(writes)
+	for _, g := range tx.after {
+		g()
+	}
+	return err
+}
+
+type jobWrite struct {
+	job *store.JobRecord
+	wfs []*store.WorkflowRecord
+}
+
+// finishLocked re-derives the status of every touched job and copies the
+// records to write.
+func (m *Manager) finishLocked(tx *txn) []jobWrite {
+	byJob := make(map[*jobState]*jobWrite)
+	get := func(j *jobState) *jobWrite {
+		w, ok := byJob[j]
+		if !ok {
+			w = &jobWrite{}
+			byJob[j] = w
+		}
+		return w
+	}
+	for w := range tx.wfs {
+		m.rev++
+		w.rec.Rev = m.rev
+		w.rec.UpdatedAt = m.clock.Now().UnixNano()
+		rec := w.rec
+		jw := get(w.job)
+		jw.wfs = append(jw.wfs, &rec)
+	}
+	for j, persist := range tx.jobs {
+		old := j.rec.Status
+		finished := m.refreshJobLocked(j)
+		changed := j.rec.Status != old || finished
+		if j.rec.Status != old {
+			m.log.Info("job status", "job_id", j.rec.ID(), "from", old, "to", j.rec.Status)
+		}
+		if finished {
+			if j.timer != nil {
+				j.timer.Stop()
+				j.timer = nil
+			}
+			m.kick() // its cores are free
+		}
+		written, wfWritten := byJob[j]
+		if persist || changed || wfWritten {
+			m.rev++
+			j.rec.Rev = m.rev
+			rec := j.rec
+			get(j).job = &rec
+			if tx.leading != nil {
+				// Peers get the job's status and the workflows that changed
+				// now, not the whole job: a job of many workflows would
+				// otherwise resend all of them on every completion.
+				jp := m.jobProgressLocked(j, false)
+				if wfWritten {
+					for _, wr := range written.wfs {
+						jp.Workflows = append(jp.Workflows, replicaProgress(wr))
+					}
+				}
+				tx.afterCommit(func() { m.replicateStatus(tx.leading, jp) })
+			}
+		}
+		if changed || tx.visible[j] {
+			j.seq++
+			for w := range j.watchers {
+				w.wake()
+			}
+		}
+	}
+	out := make([]jobWrite, 0, len(byJob))
+	for _, w := range byJob {
+		out = append(out, *w)
+	}
+	return out
+}
+
+func (m *Manager) persist(writes []jobWrite) error {
+	if len(writes) == 1 {
+		return m.store.Put(writes[0].job, writes[0].wfs...)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(writes))
+	for i, w := range writes {
+		wg.Go(func() { errs[i] = m.store.Put(w.job, w.wfs...) })
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err != nil {
+		m.log.Error("persist job state", "err", err)
+	}
+	return err
+}
+
+// refreshJobLocked re-derives j's status and totals from its workflows. It
+// reports whether the job has just ended: its status is terminal (derived
+// here, or set by cancel, timeout or a peer) and had no finish time yet.
+func (m *Manager) refreshJobLocked(j *jobState) (finished bool) {
+	in := statusInput{current: j.rec.Status, attempted: j.attempted}
+	var completed, failed int64
+	var rate float64
+	for _, w := range j.wfs {
+		in.workflows = append(in.workflows, w.rec.Status)
+		if w.provisioning {
+			in.placing++
+		}
+		completed += w.rec.LastProgress.CompletedCount
+		failed += w.rec.LastProgress.FailedCount
+		if !w.rec.Status.Terminal() {
+			rate += w.rec.LastProgress.RatePerSecond
+		}
+	}
+	j.rec.Status = deriveJobStatus(in)
+	if j.rec.Status.Terminal() && j.rec.FinishedAt == 0 {
+		j.rec.FinishedAt = m.clock.Now().UnixNano()
+		finished = true
+	}
+	end := m.clock.Now()
+	if j.rec.FinishedAt != 0 {
+		end = j.rec.Finished()
+	}
+	j.rec.Progress = wire.JobProgress{
+		JobID:          j.rec.ID(),
+		Datacenter:     m.cfg.Datacenter,
+		Status:         j.rec.Status,
+		TotalCompleted: completed,
+		TotalFailed:    failed,
+		OverallRate:    rate,
+		Elapsed:        end.Sub(j.rec.Created()),
+		Timestamp:      m.clock.Now().UnixNano(),
+		FenceToken:     j.rec.Submission.FenceToken,
+		Error:          j.rec.Error,
+	}
+	return finished
+}
+
+// statusInput is what a job's status is derived from.
+type statusInput struct {
+	current   wire.JobStatus
+	attempted bool
+	placing   int
+	workflows []wire.WorkflowStatus
+}
+
+// deriveJobStatus is the job state machine (SPEC §6): terminal states stick;
+// a job whose workflows have all ended is COMPLETED, or FAILED if any failed,
+// or CANCELLED if any was cancelled; while placements run it is DISPATCHING;
+// with nothing running and work waiting for cores it is QUEUED (SUBMITTED
+// before the first attempt); otherwise RUNNING. CANCELLED and TIMEOUT are
+// set explicitly by cancel and timeout, never derived from a lucky mix.
+func deriveJobStatus(in statusInput) wire.JobStatus {
+	if in.current.Terminal() || len(in.workflows) == 0 {
+		return in.current
+	}
+	var ended, failed, cancelled, pending, active int
+	for _, s := range in.workflows {
+		switch s {
+		case wire.WorkflowCompleted:
+			ended++
+		case wire.WorkflowFailed:
+			ended++
+			failed++
+		case wire.WorkflowCancelled:
+			ended++
+			cancelled++
+		case wire.WorkflowPending:
+			pending++
+		default:
+			active++
+		}
+	}
+	switch {
+	case ended == len(in.workflows) && failed > 0:
+		return wire.JobFailed
+	case ended == len(in.workflows) && cancelled > 0:
+		return wire.JobCancelled
+	case ended == len(in.workflows):
+		return wire.JobCompleted
+	case in.placing > 0:
+		return wire.JobDispatching
+	case pending > 0 && active == 0 && !in.attempted:
+		return wire.JobSubmitted
+	case pending > 0 && active == 0:
+		return wire.JobQueued
+	}
+	return wire.JobRunning
+}
+
+// validateSubmission checks a submission from the network or the API before
+// anything is stored. Every workflow's params are decoded and validated
+// with the registry, since a spec may come from any API client.
+func (m *Manager) validateSubmission(sub *wire.JobSubmission) error {
+	var errs []error
+	if sub.JobID != "" {
+		if err := checkJobID(sub.JobID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(sub.Workflows) == 0 {
+		errs = append(errs, errors.New("job has no workflows"))
+	}
+	if len(sub.Workflows) > maxWorkflowsPerJob {
+		errs = append(errs, fmt.Errorf("job has %d workflows, more than %d", len(sub.Workflows), maxWorkflowsPerJob))
+	}
+	if sub.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("negative timeout %s", sub.Timeout))
+	}
+	names := make(map[string]bool, len(sub.Workflows))
+	for i, spec := range sub.Workflows {
+		if err := m.reg.Validate(spec); err != nil {
+			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
+		}
+		if names[spec.Name] {
+			errs = append(errs, fmt.Errorf("workflows[%d]: duplicate name %q", i, spec.Name))
+		}
+		names[spec.Name] = true
+	}
+	return errors.Join(errs...)
+}
+
+func checkJobID(id string) error {
+	if len(id) > maxJobIDLen {
+		return fmt.Errorf("job id is %d bytes, more than %d", len(id), maxJobIDLen)
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return fmt.Errorf("job id %q has unprintable or space characters", id)
+		}
+	}
+	return nil
+}
+
+// newJobLocked builds the in-memory job for a submission (whose JobID is
+// set) with every workflow PENDING.
+func (m *Manager) newJobLocked(sub wire.JobSubmission, created time.Time) *jobState {
+	j := &jobState{rec: store.JobRecord{Submission: sub, Status: wire.JobSubmitted, CreatedAt: created.UnixNano()}}
+	for i, spec := range sub.Workflows {
+		w := &workflowState{job: j, rec: store.WorkflowRecord{
+			JobID:      sub.JobID,
+			WorkflowID: workflowID(sub.JobID, i),
+			Index:      i,
+			Spec:       spec,
+			Status:     wire.WorkflowPending,
+		}}
+		j.wfs = append(j.wfs, w)
+		m.wfs[w.rec.WorkflowID] = w
+	}
+	m.jobs[sub.JobID] = j
+	return j
+}
+
+func workflowID(jobID string, i int) string { return jobID + "-" + strconv.Itoa(i) }
+
+func (m *Manager) newJobID() string { return fmt.Sprintf("j-%016x", m.ids.Next()) }
+
+// submit is job intake (leader only): validate, assign the id, persist
+// SUBMITTED, tell the peers, and try to place every workflow now. The
+// answer says whether the job runs or waits (QUEUED); a submission that
+// cannot reach a quorum of managers before anything is dispatched fails
+// with ErrNoQuorum rather than waiting. redirect builds the not-leader error
+// in the caller's terms (API URL or QUIC address).
+func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect func() *wire.Error) (*wire.JobAck, error) {
+	lt, err := m.awaitLeader(ctx, redirect)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validateSubmission(sub); err != nil {
+		return nil, wire.Errorf(wire.CodeRejected, "invalid job: %v", err)
+	}
+	s := *sub
+	s.Workflows = slices.Clone(sub.Workflows)
+	if s.JobID == "" {
+		s.JobID = m.newJobID()
+	}
+	if s.Timeout == 0 {
+		s.Timeout = DefaultJobTimeout
+	}
+	now := m.clock.Now()
+	if s.SubmittedAt == 0 {
+		s.SubmittedAt = now.UnixNano()
+	}
+
+	var j *jobState
+	var existing *wire.JobAck
+	err = m.update(func(tx *txn) {
+		if _, ok := m.jobs[s.JobID]; ok {
+			// A gate retrying a submission it already made: same answer.
+			existing = &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}
+			return
+		}
+		j = m.newJobLocked(s, now)
+		m.armTimeoutLocked(j)
+		tx.touchJob(j, true)
+		for _, w := range j.wfs {
+			tx.touchWorkflow(w, true)
+		}
+	})
+	if existing != nil {
+		return existing, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("persist job %s: %w", s.JobID, err)
+	}
+	log := m.log.With("job_id", s.JobID)
+	log.Info("job submitted", "name", s.Name, "workflows", len(s.Workflows), "timeout", s.Timeout)
+
+	// Placement stops when the client goes away or this term ends; what is
+	// left PENDING then is the scheduler's (or the next leader's).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(lt.ctx, cancel)()
+
+	m.replicateSubmission(ctx, &s)
+
+	m.mu.Lock()
+	wfs := slices.Clone(j.wfs)
+	m.mu.Unlock()
+	results := m.placeAll(ctx, lt, wfs)
+
+	placed := 0
+	var quorumErr error
+	for _, r := range results {
+		switch r.outcome {
+		case outcomePlaced:
+			placed++
+		case outcomeNoQuorum:
+			quorumErr = r.err
+		}
+	}
+	if placed == 0 && quorumErr != nil {
+		// Nothing was dispatched: fail the job now so it is not placed
+		// later behind the client's back, and tell the client why.
+		log.Warn("job refused: no quorum", "err", quorumErr)
+		m.endJob(j, wire.JobFailed, quorumErr.Error())
+		return nil, quorumErr
+	}
+	ack := &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}
+	m.mu.Lock()
+	if j.rec.Status == wire.JobQueued {
+		ack.QueuedPosition = m.queuePositionLocked(j)
+	}
+	m.mu.Unlock()
+	return ack, nil
+}
+
+// awaitLeader returns the current leader term once its state sync is done:
+// a new leader must not place work before it knows what already runs.
+func (m *Manager) awaitLeader(ctx context.Context, redirect func() *wire.Error) (*leaderTerm, error) {
+	lt := m.leading()
+	if lt == nil {
+		return nil, redirect()
+	}
+	select {
+	case <-lt.synced:
+		return lt, nil
+	case <-lt.ctx.Done():
+		return nil, redirect()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for state sync: %w", ctx.Err())
+	}
+}
+
+// queuePositionLocked is j's 1-based position among queued jobs, oldest
+// first.
+func (m *Manager) queuePositionLocked(j *jobState) int {
+	pos := 1
+	for _, o := range m.jobs {
+		if o != j && o.rec.Status == wire.JobQueued && o.rec.CreatedAt < j.rec.CreatedAt {
+			pos++
+		}
+	}
+	return pos
+}
+
+// endJob puts j in a terminal status (FAILED, CANCELLED, TIMEOUT) and ends
+// its unfinished workflows. It returns the workers to cancel on.
+func (m *Manager) endJob(j *jobState, status wire.JobStatus, reason string) []cancelTarget {
+	var targets []cancelTarget
+	m.update(func(tx *txn) {
+		targets = m.endJobLocked(tx, j, status, reason)
+	})
+	return targets
+}
+
+// endJobLocked is endJob under the lock.
+func (m *Manager) endJobLocked(tx *txn, j *jobState, status wire.JobStatus, reason string) []cancelTarget {
+	if j.rec.Status.Terminal() {
+		return nil
+	}
+	var targets []cancelTarget
+	for _, w := range j.wfs {
+		if w.rec.Status.Terminal() {
+			continue
+		}
+		if w.rec.Worker != "" && (w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
+			targets = append(targets, cancelTarget{worker: w.rec.Worker, jobID: w.rec.JobID, workflowID: w.rec.WorkflowID, fence: w.rec.FenceToken})
+			m.workers.freed(w.rec.Worker, w.rec.Spec.Cores)
+		}
+		w.rec.Status = wire.WorkflowCancelled
+		if status == wire.JobFailed {
+			w.rec.Status = wire.WorkflowFailed
+		}
+		w.rec.Error = reason
+		tx.touchWorkflow(w, true)
+	}
+	j.rec.Status = status
+	j.rec.Error = reason
+	tx.touchJob(j, true)
+	return targets
+}
+
+// jobProgressLocked is j's JobProgress; with workflows, each workflow's
+// latest progress as replicaProgress describes it.
+func (m *Manager) jobProgressLocked(j *jobState, withWorkflows bool) wire.JobProgress {
+	jp := j.rec.Progress
+	jp.Status = j.rec.Status
+	jp.Error = j.rec.Error
+	if withWorkflows {
+		jp.Workflows = make([]wire.WorkflowProgress, 0, len(j.wfs))
+		for _, w := range j.wfs {
+			jp.Workflows = append(jp.Workflows, replicaProgress(&w.rec))
+		}
+	}
+	return jp
+}
+
+// replicaProgress is a workflow's progress as peers receive it: status,
+// worker and fence token from the record, and step statistics (histograms,
+// up to hundreds of KiB) only once the workflow has ended. Those are the
+// results a peer must be able to serve if it takes over, while a running
+// workflow's are sent again by its worker.
+func replicaProgress(rec *store.WorkflowRecord) wire.WorkflowProgress {
+	p := workflowProgressOf(rec)
+	if !rec.Status.Terminal() {
+		p.StepStats = nil
+	}
+	return p
+}
+
+// workflowProgressOf is a record's latest progress, with the record's own
+// view of status, worker and fence.
+func workflowProgressOf(rec *store.WorkflowRecord) wire.WorkflowProgress {
+	p := rec.LastProgress
+	p.JobID = rec.JobID
+	p.WorkflowID = rec.WorkflowID
+	p.WorkflowName = rec.Spec.Name
+	p.Status = rec.Status
+	p.WorkerID = rec.Worker
+	p.FenceToken = rec.FenceToken
+	p.AssignedCores = rec.Cores
+	if rec.Error != "" {
+		p.Error = rec.Error
+	}
+	return p
+}

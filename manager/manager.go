@@ -1,0 +1,433 @@
+package manager
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"tempest/leadership"
+	"tempest/security"
+	"tempest/store"
+	"tempest/swim"
+	"tempest/transport"
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// Lock order (never take an earlier lock while holding a later one):
+//
+//	Manager.lifeMu (alone: nothing else is taken under it)
+//	Manager.mu → workerTable.mu
+//	Manager.mu → Elector's status lock (m.leading reads it)
+//	managerTable.mu (alone)
+//
+// Manager.mu guards the job table (jobs, workflows, watchers, revisions).
+// The worker and manager tables are leaves that never call out. No lock is
+// held across network calls, store writes or Elector calls that wait; the
+// Elector never calls back into the manager while holding its own lock.
+
+// Deps are the manager's collaborators. Keyring is required unless both
+// Transport and Membership are injected; Registry is required.
+type Deps struct {
+	Keyring  *security.Keyring
+	Registry *workflow.Registry
+
+	// Transport, if set, is used instead of a QUIC transport on
+	// Config.QUICListen. The caller owns it and closes it after Shutdown.
+	Transport transport.Transport
+	// Membership, if set, is used instead of a swim.Node on Config.SwimBind;
+	// the caller owns it and delivers SwimEvents and PeerState itself.
+	Membership Membership
+	// ElectionStorage, if set, replaces the bbolt file in DataDir.
+	ElectionStorage leadership.Storage
+	// ElectionProfile, if set, replaces Config.ElectionProfile's timings.
+	ElectionProfile *leadership.Profile
+
+	// Rand drives worker selection; nil means crypto/rand. It is only read
+	// under the worker table's lock, so it need not be safe for concurrent
+	// use.
+	Rand  io.Reader
+	Clock Clock
+}
+
+// Manager is one manager of a datacenter: it keeps the worker table, and,
+// while it leads, places workflows with quorum confirmation, tracks their
+// progress, retries failures and answers the client API (api.Backend).
+type Manager struct {
+	cfg     Config
+	log     *slog.Logger
+	clock   Clock
+	reg     *workflow.Registry
+	keyring *security.Keyring
+
+	tr         transport.Transport
+	ownTr      *transport.QUIC
+	members    Membership
+	ownMembers *swim.Node
+	elector    *leadership.Elector
+	ownElStore *leadership.BoltStorage
+	store      *store.Store
+
+	peers      map[string]string // other configured managers: id -> QUIC addr
+	peerIDs    []string          // sorted keys of peers
+	quorumSize int
+	ids        *wire.SnowflakeGenerator
+
+	workers  *workerTable
+	managers *managerTable
+
+	mu   sync.Mutex
+	jobs map[string]*jobState
+	wfs  map[string]*workflowState
+	rev  uint64 // last revision handed to a record
+	// orphanCommits are commits for jobs whose submission has not reached
+	// this peer yet; they are applied when it does, and reported in state
+	// sync meanwhile.
+	orphanCommits map[string]wire.ProvisionCommit
+
+	lead   atomic.Pointer[leaderTerm]
+	kickCh chan struct{}
+	hb     atomic.Pointer[[]byte]
+	hbVer  atomic.Uint64
+	apiURL atomic.Pointer[string]
+
+	lifeMu  sync.Mutex
+	closing bool
+	running bool
+	ctx     context.Context // ends at Shutdown; parent of all background work
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // handlers in flight and background goroutines
+	runDone chan struct{}
+	closed  chan struct{}
+}
+
+// New builds a manager: it opens the store and loads every job, binds the
+// transport (unless injected), registers the message handlers, starts the
+// SWIM node (unless injected) and prepares the election. Run starts it.
+func New(cfg Config, deps Deps) (*Manager, error) {
+	if len(cfg.Peers) == 0 && deps.Transport != nil {
+		cfg.Peers = []Peer{{ID: cfg.ID, QUIC: deps.Transport.Addr()}}
+	}
+	err := cfg.validate(deps.Transport != nil, deps.Membership != nil)
+	if deps.Registry == nil {
+		err = errors.Join(err, errors.New("Deps.Registry: must not be nil"))
+	}
+	if deps.Keyring == nil && (deps.Transport == nil || deps.Membership == nil) {
+		err = errors.Join(err, errors.New("Deps.Keyring: required unless Transport and Membership are both injected"))
+	}
+	if deps.Transport != nil && deps.Transport.LocalID() != cfg.ID {
+		err = errors.Join(err, fmt.Errorf("Deps.Transport: local id %q is not ID %q", deps.Transport.LocalID(), cfg.ID))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("manager config: %w", err)
+	}
+	profile, err := leadership.ProfileByName(cfg.ElectionProfile)
+	if err != nil {
+		return nil, err
+	}
+	if deps.ElectionProfile != nil {
+		profile = *deps.ElectionProfile
+	}
+	m := &Manager{
+		cfg:           cfg,
+		log:           cfg.Logger,
+		clock:         deps.Clock,
+		reg:           deps.Registry,
+		keyring:       deps.Keyring,
+		jobs:          make(map[string]*jobState),
+		wfs:           make(map[string]*workflowState),
+		orphanCommits: make(map[string]wire.ProvisionCommit),
+		kickCh:        make(chan struct{}, 1),
+		runDone:       make(chan struct{}),
+		closed:        make(chan struct{}),
+	}
+	if m.log == nil {
+		m.log = slog.New(slog.DiscardHandler)
+	}
+	// Layers below (transport, election, SWIM) add their own component and
+	// node attributes to the base logger.
+	baseLog := m.log
+	m.log = m.log.With("component", "manager", "node", cfg.ID, "dc", cfg.Datacenter)
+	if m.clock == nil {
+		m.clock = realClock{}
+	}
+	rnd := deps.Rand
+	if rnd == nil {
+		rnd = rand.Reader
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.ids = wire.NewSnowflakeGenerator(cfg.ID, m.clock.Now)
+	m.workers = newWorkerTable(rnd, cfg.QueueSoftLimit, m.clock.Now)
+	m.managers = newManagerTable(m.clock.Now)
+	url := cfg.apiURL()
+	m.apiURL.Store(&url)
+
+	ok := false
+	defer func() {
+		if !ok {
+			m.lifeMu.Lock()
+			m.closing = true // handlers already registered refuse from now on
+			m.lifeMu.Unlock()
+			m.cancel()
+			m.release()
+		}
+	}()
+
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("manager data dir: %w", err)
+	}
+	if m.store, err = store.Open(filepath.Join(cfg.DataDir, "manager.db")); err != nil {
+		return nil, err
+	}
+	if err := m.load(); err != nil {
+		return nil, err
+	}
+
+	m.tr = deps.Transport
+	if m.tr == nil {
+		tcfg := transport.DefaultConfig()
+		tcfg.NodeID = cfg.ID
+		tcfg.ListenAddr = cfg.QUICListen
+		tcfg.Keyring = deps.Keyring
+		tcfg.Logger = baseLog
+		if m.ownTr, err = transport.NewQUIC(tcfg); err != nil {
+			return nil, fmt.Errorf("manager transport: %w", err)
+		}
+		m.tr = m.ownTr
+	}
+	if len(m.cfg.Peers) == 0 {
+		m.cfg.Peers = []Peer{{ID: cfg.ID, QUIC: m.tr.Addr()}}
+	}
+	m.peers = make(map[string]string)
+	electionPeers := make(map[string]string)
+	for _, p := range m.cfg.Peers {
+		electionPeers[p.ID] = p.QUIC
+		if p.ID != cfg.ID {
+			m.peers[p.ID] = p.QUIC
+		}
+	}
+	m.peerIDs = slices.Sorted(maps.Keys(m.peers))
+	m.quorumSize = quorum(len(m.cfg.Peers))
+
+	elStore := deps.ElectionStorage
+	if elStore == nil {
+		if m.ownElStore, err = leadership.OpenBoltStorage(filepath.Join(cfg.DataDir, "election.db")); err != nil {
+			return nil, fmt.Errorf("manager election storage: %w", err)
+		}
+		elStore = m.ownElStore
+	}
+	m.elector, err = leadership.New(leadership.ElectorConfig{
+		Cluster:          "managers/" + cfg.Datacenter,
+		Transport:        m.tr,
+		Peers:            electionPeers,
+		Profile:          profile,
+		Storage:          elStore,
+		Logger:           baseLog,
+		OnBecomeLeader:   m.onBecomeLeader,
+		OnLoseLeadership: m.onLoseLeadership,
+		OnLeaderChange:   m.onLeaderChange,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.refreshHeartbeat()
+
+	m.members = deps.Membership
+	if m.members == nil {
+		host, portStr, _ := net.SplitHostPort(cfg.SwimBind)
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return nil, fmt.Errorf("manager SwimBind port %q: %w", portStr, err)
+		}
+		scfg := swim.DefaultConfig()
+		scfg.NodeName = cfg.ID
+		scfg.BindAddr = host
+		scfg.BindPort = port
+		scfg.Profile = cfg.SwimProfile
+		scfg.Meta = m.nodeMeta()
+		scfg.Keys = deps.Keyring.MemberlistKeys()
+		scfg.Embedder = m
+		scfg.Events = m.SwimEvents()
+		scfg.Logger = baseLog
+		if m.ownMembers, err = swim.New(scfg); err != nil {
+			return nil, fmt.Errorf("manager swim: %w", err)
+		}
+		m.members = m.ownMembers
+	}
+	// Last, so no message reaches a half-built manager.
+	m.registerHandlers()
+	ok = true
+	m.log.Info("manager ready", "quic", m.tr.Addr(), "peers", len(m.cfg.Peers), "quorum", m.quorumSize,
+		"jobs_loaded", len(m.jobs), "api", url)
+	return m, nil
+}
+
+// Run joins the SWIM cluster, takes part in elections and serves until ctx
+// ends or Shutdown is called. It can run once.
+func (m *Manager) Run(ctx context.Context) error {
+	m.lifeMu.Lock()
+	if m.closing || m.running {
+		m.lifeMu.Unlock()
+		return errors.New("manager: Run called twice or after Shutdown")
+	}
+	m.running = true
+	m.lifeMu.Unlock()
+	defer close(m.runDone)
+
+	m.spawn(func(ctx context.Context) {
+		if err := m.elector.Run(ctx); err != nil {
+			m.log.Error("election stopped", "err", err)
+		}
+	})
+	m.spawn(m.heartbeatLoop)
+	m.spawn(m.housekeepingLoop)
+	if m.ownMembers != nil && len(m.cfg.Join) > 0 {
+		m.spawn(m.joinLoop)
+	}
+	select {
+	case <-ctx.Done():
+	case <-m.ctx.Done():
+	}
+	// Background work stops with Run; Shutdown still releases the rest.
+	m.cancel()
+	return nil
+}
+
+// Shutdown stops the manager: it leaves the election (a leader gives up its
+// term), waits for in-flight handlers and background work, leaves SWIM and
+// closes what it opened. ctx bounds the graceful SWIM leave.
+func (m *Manager) Shutdown(ctx context.Context) error {
+	m.lifeMu.Lock()
+	if m.closing {
+		m.lifeMu.Unlock()
+		<-m.closed
+		return nil
+	}
+	m.closing = true
+	running := m.running
+	m.lifeMu.Unlock()
+	defer close(m.closed)
+
+	m.log.Info("manager shutting down")
+	m.cancel()
+	if running {
+		<-m.runDone
+	}
+	m.elector.Stop()
+	m.wg.Wait()
+	m.stopTimers()
+	if m.ownMembers != nil {
+		timeout := m.cfg.HeartbeatInterval * 4
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = min(timeout, dl.Sub(m.clock.Now()))
+		}
+		if err := m.ownMembers.Leave(max(timeout, 0)); err != nil {
+			m.log.Debug("swim leave", "err", err)
+		}
+	}
+	return m.release()
+}
+
+// release closes everything New opened; it runs on Shutdown and when New
+// fails half way.
+func (m *Manager) release() error {
+	var errs []error
+	if m.ownMembers != nil {
+		errs = append(errs, m.ownMembers.Shutdown())
+	}
+	if m.ownTr != nil {
+		errs = append(errs, m.ownTr.Close())
+	}
+	if m.ownElStore != nil {
+		errs = append(errs, m.ownElStore.Close())
+	}
+	if m.store != nil {
+		errs = append(errs, m.store.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// ID is this manager's node id.
+func (m *Manager) ID() string { return m.cfg.ID }
+
+// Addr is this manager's data-plane address.
+func (m *Manager) Addr() string { return m.tr.Addr() }
+
+// IsLeader reports whether this manager leads its datacenter now.
+func (m *Manager) IsLeader() bool { return m.leading() != nil }
+
+// Term is the election term this manager is in.
+func (m *Manager) Term() uint64 { return m.elector.Status().Term }
+
+// spawn runs f on a goroutine the manager owns, with a context that ends at
+// Shutdown. It reports false (and runs nothing) once Shutdown has begun.
+func (m *Manager) spawn(f func(ctx context.Context)) bool {
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	if m.closing {
+		return false
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f(m.ctx)
+	}()
+	return true
+}
+
+// handle wraps a message handler so Shutdown waits for it and refuses new
+// ones: the store must not close under a running handler.
+func handle[T wire.Message](m *Manager, t wire.MsgType, f func(ctx context.Context, from transport.Peer, msg T) (wire.Message, error)) {
+	m.tr.Handle(t, func(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
+		typed, ok := msg.(T)
+		if !ok {
+			return nil, wire.Errorf(wire.CodeMalformed, "unexpected %T for %s", msg, t)
+		}
+		m.lifeMu.Lock()
+		if m.closing {
+			m.lifeMu.Unlock()
+			return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "manager shutting down"}
+		}
+		m.wg.Add(1)
+		m.lifeMu.Unlock()
+		defer m.wg.Done()
+		return f(ctx, from, typed)
+	})
+}
+
+func (m *Manager) registerHandlers() {
+	handle(m, wire.TypeJobSubmission, m.handleJobSubmission)
+	handle(m, wire.TypeCancelJob, m.handleCancel)
+	handle(m, wire.TypeWorkflowProgress, m.handleProgress)
+	handle(m, wire.TypeJobProgress, m.handleJobProgress)
+	handle(m, wire.TypeProvisionRequest, m.handleProvisionRequest)
+	handle(m, wire.TypeProvisionCommit, m.handleProvisionCommit)
+	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
+	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
+}
+
+// isPeer reports whether id is another configured manager. Transport ids
+// are proven by the sealed envelope, so this is an authorisation check.
+func (m *Manager) isPeer(id string) bool {
+	_, ok := m.peers[id]
+	return ok
+}
+
+// kick asks the scheduler to look at queued work now.
+func (m *Manager) kick() {
+	select {
+	case m.kickCh <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,101 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// load rebuilds the job table from the store, so a restarted manager knows
+// every job it knew. Nothing is resumed here: placement is the leader's,
+// and a leader resumes only after state sync has told it what the workers
+// actually run.
+func (m *Manager) load() error {
+	jobs, err := m.store.Jobs()
+	if err != nil {
+		return fmt.Errorf("load jobs: %w", err)
+	}
+	wfs, err := m.store.AllWorkflows()
+	if err != nil {
+		return fmt.Errorf("load workflows: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, rec := range jobs {
+		j := &jobState{rec: *rec, attempted: true}
+		m.jobs[rec.ID()] = j
+		m.rev = max(m.rev, rec.Rev)
+	}
+	for _, rec := range wfs {
+		j, ok := m.jobs[rec.JobID]
+		if !ok {
+			m.log.Warn("stored workflow of an unknown job; ignoring it", "job_id", rec.JobID, "workflow_id", rec.WorkflowID)
+			continue
+		}
+		w := &workflowState{rec: *rec, job: j}
+		j.wfs = append(j.wfs, w)
+		m.wfs[rec.WorkflowID] = w
+		m.rev = max(m.rev, rec.Rev)
+	}
+	for _, j := range m.jobs {
+		if len(j.wfs) != len(j.rec.Submission.Workflows) {
+			m.log.Warn("stored job has a different number of workflows than its submission",
+				"job_id", j.rec.ID(), "stored", len(j.wfs), "submitted", len(j.rec.Submission.Workflows))
+		}
+		// Derived statuses that depend on in-memory state (DISPATCHING
+		// while a placement ran) are recomputed from the workflows.
+		if !j.rec.Status.Terminal() {
+			m.refreshJobLocked(j)
+		}
+		m.armTimeoutLocked(j)
+	}
+	return nil
+}
+
+// housekeepingLoop enforces retention (finished jobs older than Retention
+// are forgotten, in memory and on disk) and ages out heartbeat versions of
+// nodes long gone.
+func (m *Manager) housekeepingLoop(ctx context.Context) {
+	every := min(max(m.cfg.Retention/10, time.Second), time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.expireFinished()
+			m.workers.cleanup(10 * time.Minute)
+		}
+	}
+}
+
+// expireFinished drops finished jobs past retention.
+func (m *Manager) expireFinished() {
+	cutoff := m.clock.Now().Add(-m.cfg.Retention)
+	ids, err := m.store.DeleteFinishedBefore(cutoff)
+	if err != nil {
+		m.log.Error("retention", "err", err)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, j := range m.jobs {
+		if j.rec.Status.Terminal() && j.rec.FinishedAt != 0 && j.rec.FinishedAt < cutoff.UnixNano() {
+			m.forgetLocked(j)
+		}
+	}
+	if len(ids) > 0 {
+		m.log.Info("finished jobs expired", "count", len(ids))
+	}
+}
+
+func (m *Manager) forgetLocked(j *jobState) {
+	for _, w := range j.wfs {
+		delete(m.wfs, w.rec.WorkflowID)
+	}
+	delete(m.jobs, j.rec.ID())
+	for w := range j.watchers {
+		w.wake() // they find the job gone and close
+	}
+}

@@ -1,0 +1,105 @@
+package manager
+
+import (
+	"context"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// handleProgress serves a worker's WorkflowProgress. Only the leader tracks
+// progress; a follower answers NotLeader naming the leader, which is how a
+// worker that reported to a deposed leader finds the new one. The ack tells
+// the worker who leads and whether to stop (the job ended, or this attempt
+// was superseded by a newer one).
+func (m *Manager) handleProgress(_ context.Context, from transport.Peer, p *wire.WorkflowProgress) (wire.Message, error) {
+	if m.leading() == nil {
+		return nil, m.elector.NotLeaderError()
+	}
+	worker := p.WorkerID
+	if worker == "" {
+		worker = from.NodeID
+	}
+	m.workers.seen(worker)
+	cancel := m.applyProgress(p, worker)
+	return &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancel}, nil
+}
+
+// applyProgress folds one progress report into the job table and reports
+// whether the worker should stop the workflow.
+func (m *Manager) applyProgress(p *wire.WorkflowProgress, worker string) (cancel bool) {
+	m.update(func(tx *txn) {
+		cancel = m.applyProgressLocked(tx, p, worker)
+	})
+	return cancel
+}
+
+func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker string) (cancel bool) {
+	w, ok := m.wfs[p.WorkflowID]
+	if !ok || w.rec.JobID != p.JobID {
+		// Not ours (a job this leader has no record of). Leave it running:
+		// workers are the source of truth, and a manager that has not yet
+		// heard of a job must not kill it.
+		m.log.Debug("progress for an unknown workflow", "job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
+		return false
+	}
+	log := m.log.With("job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
+	final := p.Final || p.Status.Terminal()
+	if p.FenceToken != 0 && p.FenceToken < w.rec.FenceToken {
+		// A superseded attempt (its worker was presumed dead, or the
+		// dispatch outcome was unknown and it was retried): stop it.
+		log.Info("progress from a superseded attempt; cancelling it", "fence_token", p.FenceToken, "current", w.rec.FenceToken)
+		if final {
+			m.workers.freed(worker, len(p.AssignedCores))
+		}
+		return !final
+	}
+	if w.rec.Status.Terminal() {
+		if final && p.FenceToken == w.rec.FenceToken && w.rec.Worker == worker {
+			// The last word on an attempt that ended here first (the job
+			// was cancelled): keep its counts for the results.
+			w.rec.LastProgress = *p
+			tx.touchWorkflow(w, true)
+		}
+		return !final
+	}
+	if p.FenceToken > w.rec.FenceToken || (w.rec.Worker == "" && p.FenceToken == w.rec.FenceToken) {
+		// A newer attempt than we know of (placed by a leader we have not
+		// synced with) or one we lost track of: the worker is the truth.
+		if p.FenceToken > w.rec.FenceToken || w.rec.Attempts == 0 {
+			w.rec.Attempts++
+		}
+		w.rec.FenceToken = p.FenceToken
+		w.rec.Worker = worker
+		tx.touchWorkflow(w, true)
+	}
+	if len(p.AssignedCores) > 0 {
+		w.rec.Cores = p.AssignedCores
+	}
+	w.rec.LastProgress = *p
+	tx.touchWorkflow(w, false)
+
+	switch p.Status {
+	case wire.WorkflowCompleted:
+		w.rec.Status = wire.WorkflowCompleted
+		w.rec.Error = ""
+		m.workers.freed(worker, w.rec.Spec.Cores)
+		tx.touchWorkflow(w, true)
+		log.Info("workflow completed", "completed", p.CompletedCount, "failed", p.FailedCount)
+	case wire.WorkflowFailed, wire.WorkflowCancelled:
+		// The worker gave up on it (the run failed, or the worker is
+		// draining and handed it back): another worker gets a try.
+		m.workers.freed(worker, w.rec.Spec.Cores)
+		reason := p.Error
+		if reason == "" {
+			reason = "worker reported " + string(p.Status)
+		}
+		m.retryLocked(tx, w, worker, reason)
+	default:
+		if w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowPending {
+			w.rec.Status = wire.WorkflowRunning
+			tx.touchWorkflow(w, true)
+		}
+	}
+	return false
+}

@@ -1,0 +1,382 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// outcome is how one placement attempt ended.
+type outcome int
+
+const (
+	outcomePlaced     outcome = iota // dispatched and accepted
+	outcomeNoCapacity                // no eligible worker now; stays PENDING
+	outcomeNoQuorum                  // too few managers answered; stays PENDING
+	outcomeSkipped                   // nothing to do (placed elsewhere, cancelled, ended)
+	outcomeFailed                    // the workflow FAILED, or this leader is stale
+)
+
+type placeResult struct {
+	outcome outcome
+	err     error
+}
+
+// place runs quorum-confirmed provisioning for one PENDING workflow
+// (SPEC §6): pick a worker, get a majority of the configured managers to
+// confirm, persist and commit the placement to the peers, dispatch. A worker
+// that refuses, or that peers refuse, is skipped for this round and another
+// is tried; a dispatch that fails with the outcome unknown counts as a
+// failed attempt on that worker (it is excluded from now on, and any copy it
+// did start is fenced out by the newer token).
+func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) placeResult {
+	var claimed bool
+	var cores int
+	var excluded []string
+	m.update(func(tx *txn) {
+		if w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() {
+			return
+		}
+		w.placing = true
+		claimed, cores, excluded = true, w.rec.Spec.Cores, slices.Clone(w.rec.Excluded)
+	})
+	if !claimed {
+		return placeResult{outcome: outcomeSkipped}
+	}
+	defer m.update(func(tx *txn) {
+		w.placing, w.provisioning = false, false
+		// From now on, waiting work is QUEUED rather than just SUBMITTED.
+		w.job.attempted = true
+		tx.touchJob(w.job, false)
+	})
+
+	skip := make(map[string]bool, len(excluded))
+	for _, id := range excluded {
+		skip[id] = true
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return placeResult{outcome: outcomeSkipped, err: err}
+		}
+		wv, ok := m.workers.pick(cores, func(id string) bool { return skip[id] })
+		if !ok {
+			return placeResult{outcome: outcomeNoCapacity}
+		}
+		res, another := m.placeOn(ctx, lt, w, wv, cores)
+		if !another {
+			return res
+		}
+		skip[wv.ID] = true
+	}
+}
+
+// placeOn tries one worker whose cores pick has reserved. another reports
+// that the caller should try a different worker.
+func (m *Manager) placeOn(ctx context.Context, lt *leaderTerm, w *workflowState, wv workerView, cores int) (res placeResult, another bool) {
+	m.mu.Lock()
+	rec := w.rec
+	m.mu.Unlock()
+	log := m.log.With("job_id", rec.JobID, "workflow_id", rec.WorkflowID, "worker", wv.ID)
+
+	token, err := lt.nextFence()
+	if err != nil {
+		m.workers.unreserve(wv.ID, cores)
+		return placeResult{outcome: outcomeFailed, err: err}, false
+	}
+	m.update(func(tx *txn) {
+		w.provisioning = true
+		tx.touchJob(w.job, false)
+	})
+	dispatch, original, err := m.buildDispatch(&rec, token)
+	if err != nil {
+		m.workers.unreserve(wv.ID, cores)
+		return placeResult{outcome: outcomeFailed, err: err}, false
+	}
+
+	confirmed, answered, refusals := m.provision(ctx, &wire.ProvisionRequest{
+		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,
+		CoresRequired: cores, FenceToken: token, Version: wv.Version,
+	})
+	if confirmed < m.quorumSize {
+		m.workers.unreserve(wv.ID, cores)
+		if answered < m.quorumSize {
+			err := wire.Errorf(wire.CodeNoQuorum, "no quorum: %d of %d managers confirmed", confirmed, len(m.cfg.Peers))
+			log.Warn("provision failed", "err", err)
+			return placeResult{outcome: outcomeNoQuorum, err: err}, false
+		}
+		log.Info("peers refused placement; trying another worker", "refusals", refusals)
+		return placeResult{}, true
+	}
+
+	// The placement is decided: make it durable before anyone acts on it,
+	// so a restarted leader knows where the workflow went and under which
+	// token.
+	committed := false
+	m.update(func(tx *txn) {
+		if !w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() || m.leading() != lt {
+			return
+		}
+		if len(w.rec.DispatchBytes) == 0 {
+			w.rec.DispatchBytes = original
+		}
+		w.rec.Worker = wv.ID
+		w.rec.FenceToken = token
+		w.rec.Attempts++
+		w.rec.Status = wire.WorkflowAssigned
+		w.rec.Cores = nil
+		w.rec.Error = ""
+		tx.touchWorkflow(w, true)
+		committed = true
+	})
+	if !committed {
+		m.workers.unreserve(wv.ID, cores)
+		return placeResult{outcome: outcomeSkipped}, false
+	}
+	m.commitToPeers(ctx, &wire.ProvisionCommit{
+		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,
+		CoresAssigned: cores, FenceToken: token, CommittedVersion: wv.Version,
+	})
+
+	ack, err := m.dispatch(ctx, wv, dispatch)
+	switch {
+	case err == nil && ack.Accepted:
+		m.workers.dispatched(wv.ID, cores, ack.AvailableCores)
+		var cancelNow bool
+		m.update(func(tx *txn) {
+			if w.rec.FenceToken != token {
+				return
+			}
+			switch w.rec.Status {
+			case wire.WorkflowAssigned:
+				w.rec.Status = wire.WorkflowRunning
+				w.rec.Cores = ack.CoresAssigned
+				tx.touchWorkflow(w, true)
+			case wire.WorkflowCancelled:
+				cancelNow = true // cancelled while the dispatch was in flight
+			}
+		})
+		if cancelNow {
+			// The cancel counted these cores free before the ack counted
+			// them taken; they are free again once the worker stops.
+			m.workers.freed(wv.ID, cores)
+			m.cancelOnWorkers(ctx, []cancelTarget{{worker: wv.ID, jobID: rec.JobID, workflowID: rec.WorkflowID, fence: token}}, "job ended")
+		}
+		log.Info("workflow dispatched", "fence_token", token, "attempt", dispatch.Attempt, "cores", ack.CoresAssigned)
+		return placeResult{outcome: outcomePlaced}, false
+
+	case err == nil:
+		// Refused (no room after all, draining, unknown type): it never ran,
+		// so it costs no attempt; the worker's count of free cores is fresh.
+		m.workers.dispatched(wv.ID, cores, ack.AvailableCores)
+		m.revertAssignment(w, token)
+		log.Info("worker refused dispatch; trying another", "reason", ack.Error)
+		return placeResult{}, true
+
+	case errors.Is(err, wire.ErrStaleFence):
+		// The worker has seen a newer token for this workflow: a newer
+		// leader exists. Stop; that leader owns the workflow now.
+		m.workers.unreserve(wv.ID, cores)
+		m.revertAssignment(w, token)
+		log.Warn("dispatch fenced out: a newer leader owns this workflow", "fence_token", token, "err", err)
+		return placeResult{outcome: outcomeFailed, err: err}, false
+
+	default:
+		m.workers.unreserve(wv.ID, cores)
+		failed := false
+		m.update(func(tx *txn) {
+			if w.rec.FenceToken == token && !w.rec.Status.Terminal() {
+				m.retryLocked(tx, w, wv.ID, fmt.Sprintf("dispatch to %s: %v", wv.ID, err))
+				failed = w.rec.Status == wire.WorkflowFailed
+			}
+		})
+		log.Warn("dispatch failed", "fence_token", token, "err", err)
+		if failed {
+			return placeResult{outcome: outcomeFailed, err: err}, false
+		}
+		return placeResult{}, true
+	}
+}
+
+// revertAssignment undoes the ASSIGNED state of a dispatch the worker never
+// ran.
+func (m *Manager) revertAssignment(w *workflowState, token uint64) {
+	m.update(func(tx *txn) {
+		if w.rec.FenceToken != token || w.rec.Status != wire.WorkflowAssigned {
+			return
+		}
+		w.rec.Status = wire.WorkflowPending
+		w.rec.Worker = ""
+		w.rec.Attempts = max(w.rec.Attempts-1, 0)
+		tx.touchWorkflow(w, true)
+	})
+}
+
+// provision asks every peer to confirm req, concurrently, and returns how
+// many managers confirmed and how many answered at all, both counting this
+// one. It returns as soon as a quorum confirmed.
+func (m *Manager) provision(ctx context.Context, req *wire.ProvisionRequest) (confirmed, answered int, refusals []string) {
+	confirmed, answered = 1, 1
+	if len(m.peerIDs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
+	defer cancel()
+	type answer struct {
+		peer string
+		c    *wire.ProvisionConfirm
+		err  error
+	}
+	results := make(chan answer, len(m.peerIDs))
+	var wg sync.WaitGroup
+	for _, id := range m.peerIDs {
+		wg.Go(func() {
+			resp, err := m.tr.Call(ctx, m.peers[id], req)
+			a := answer{peer: id, err: err}
+			if err == nil {
+				if c, ok := resp.(*wire.ProvisionConfirm); ok {
+					a.c = c
+				} else {
+					a.err = fmt.Errorf("unexpected %T", resp)
+				}
+			}
+			results <- a
+		})
+	}
+	defer wg.Wait() // after cancel (deferred later, runs first): stragglers end at once
+	defer cancel()
+	for range m.peerIDs {
+		a := <-results
+		switch {
+		case a.err != nil:
+			m.log.Debug("provision request failed", "peer", a.peer, "workflow_id", req.WorkflowID, "err", a.err)
+		case a.c.Confirmed:
+			answered++
+			confirmed++
+		default:
+			answered++
+			refusals = append(refusals, a.peer+": "+a.c.Error)
+		}
+		if confirmed >= m.quorumSize {
+			return
+		}
+	}
+	return
+}
+
+// commitToPeers tells every peer about a decided placement and waits (up to
+// the quorum timeout) for them to persist it, so that whichever of them
+// leads next knows it. A peer that misses it learns the placement from the
+// worker in the next state sync.
+func (m *Manager) commitToPeers(ctx context.Context, c *wire.ProvisionCommit) {
+	if len(m.peerIDs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range m.peerIDs {
+		wg.Go(func() {
+			if _, err := m.tr.Call(ctx, m.peers[id], c); err != nil {
+				m.log.Debug("provision commit not acknowledged", "peer", id, "job_id", c.JobID, "workflow_id", c.WorkflowID, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// dispatch sends a WorkflowDispatch to a worker.
+func (m *Manager) dispatch(ctx context.Context, wv workerView, d *wire.WorkflowDispatch) (*wire.WorkflowDispatchAck, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.DispatchTimeout)
+	defer cancel()
+	resp, err := m.tr.Call(ctx, wv.Addr, d)
+	if err != nil {
+		return nil, fmt.Errorf("dispatch %s to %s: %w", d.WorkflowID, wv.ID, err)
+	}
+	ack, ok := resp.(*wire.WorkflowDispatchAck)
+	if !ok {
+		return nil, fmt.Errorf("dispatch %s to %s: unexpected reply %T", d.WorkflowID, wv.ID, resp)
+	}
+	return ack, nil
+}
+
+// handleProvisionRequest is a peer's side of quorum confirmation.
+func (m *Manager) handleProvisionRequest(_ context.Context, from transport.Peer, req *wire.ProvisionRequest) (wire.Message, error) {
+	if !m.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "%s is not a configured manager", from.NodeID)
+	}
+	confirm := &wire.ProvisionConfirm{JobID: req.JobID, WorkflowID: req.WorkflowID, ConfirmingNode: m.cfg.ID}
+	if reason := m.staleLeaderReason(from.NodeID, req.FenceToken); reason != "" {
+		confirm.Error = reason
+		return confirm, nil
+	}
+	ok, reason := m.workers.confirm(req.TargetWorker, req.CoresRequired, req.Version)
+	if wv, known := m.workers.get(req.TargetWorker); known {
+		confirm.Version = wv.Version
+	}
+	confirm.Confirmed, confirm.Error = ok, reason
+	if !ok {
+		m.log.Info("provision refused", "job_id", req.JobID, "workflow_id", req.WorkflowID, "leader", from.NodeID, "reason", reason)
+	}
+	return confirm, nil
+}
+
+// staleLeaderReason says why a command from sender under token must not be
+// followed, or "" if it may: a token from an older term than ours comes from
+// a deposed leader, and in our own term only the leader we follow commands.
+func (m *Manager) staleLeaderReason(sender string, token uint64) string {
+	st := m.elector.Status()
+	term := fenceTerm(token)
+	switch {
+	case term < st.Term:
+		return fmt.Sprintf("stale term %d: this manager is in term %d", term, st.Term)
+	case term == st.Term && st.Leader != "" && st.Leader != sender:
+		return fmt.Sprintf("%s does not lead term %d; %s does", sender, term, st.Leader)
+	}
+	return ""
+}
+
+// handleProvisionCommit is a peer storing a decided placement.
+func (m *Manager) handleProvisionCommit(_ context.Context, from transport.Peer, c *wire.ProvisionCommit) (wire.Message, error) {
+	if !m.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "%s is not a configured manager", from.NodeID)
+	}
+	if reason := m.staleLeaderReason(from.NodeID, c.FenceToken); reason != "" {
+		return nil, &wire.Error{Code: wire.CodeStaleFence, Message: reason}
+	}
+	if err := m.applyCommit(c); err != nil {
+		return nil, wire.Errorf(wire.CodeUnavailable, "persist commit: %v", err)
+	}
+	return &wire.CommitAck{WorkflowID: c.WorkflowID, NodeID: m.cfg.ID}, nil
+}
+
+// applyCommit records a placement decided by the leader: the newest token
+// wins. A commit for a job this manager has not heard of is kept aside until
+// the submission arrives.
+func (m *Manager) applyCommit(c *wire.ProvisionCommit) error {
+	return m.update(func(tx *txn) {
+		m.applyCommitLocked(tx, c)
+	})
+}
+
+func (m *Manager) applyCommitLocked(tx *txn, c *wire.ProvisionCommit) {
+	w, ok := m.wfs[c.WorkflowID]
+	if !ok || w.rec.JobID != c.JobID {
+		if old, seen := m.orphanCommits[c.WorkflowID]; !seen || old.FenceToken < c.FenceToken {
+			m.orphanCommits[c.WorkflowID] = *c
+		}
+		return
+	}
+	if c.FenceToken <= w.rec.FenceToken || w.rec.Status.Terminal() {
+		return
+	}
+	w.rec.Worker = c.TargetWorker
+	w.rec.FenceToken = c.FenceToken
+	w.rec.Attempts++
+	w.rec.Status = wire.WorkflowAssigned
+	tx.touchWorkflow(w, true)
+}

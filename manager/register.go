@@ -1,0 +1,55 @@
+package manager
+
+import (
+	"context"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// handleRegistration serves WorkerRegistration. Every manager accepts one
+// and records the worker; the answer names the leader so the worker reports
+// there. A manager that heard the registration from the worker itself
+// relays it to its peers, so that every manager can reach every worker
+// (state sync after a leader change) without waiting for SWIM gossip; a
+// relayed copy is recorded and not relayed again. The leader adopts the
+// workflows the worker reports running: that is how running work survives a
+// worker re-homing after its manager died (SPEC §7).
+func (m *Manager) handleRegistration(_ context.Context, from transport.Peer, reg *wire.WorkerRegistration) (wire.Message, error) {
+	relayed := m.isPeer(from.NodeID)
+	if !relayed && reg.NodeID != from.NodeID {
+		return &wire.RegistrationAck{Error: "registration must come from the worker itself"}, nil
+	}
+	if reg.Datacenter != "" && reg.Datacenter != m.cfg.Datacenter {
+		return &wire.RegistrationAck{Error: "worker of datacenter " + reg.Datacenter + " registered with a manager of " + m.cfg.Datacenter}, nil
+	}
+	if reg.Addr == "" || reg.TotalCores < 1 {
+		return &wire.RegistrationAck{Error: "registration needs an address and at least one core"}, nil
+	}
+	m.workers.register(reg)
+	via := "worker"
+	if relayed {
+		via = from.NodeID
+	}
+	m.log.Info("worker registered", "worker", reg.NodeID, "addr", reg.Addr, "cores", reg.TotalCores,
+		"active_workflows", len(reg.ActiveWorkflows), "via", via)
+
+	if !relayed {
+		relay := *reg
+		m.spawn(func(ctx context.Context) { m.sendToPeers(ctx, &relay) })
+	}
+	if m.leading() != nil {
+		for i := range reg.ActiveWorkflows {
+			p := reg.ActiveWorkflows[i]
+			m.applyProgress(&p, reg.NodeID)
+		}
+	}
+	m.kick()
+
+	leader, addr := m.elector.Leader()
+	ack := &wire.RegistrationAck{Accepted: true, Leader: leader, LeaderAddr: addr, Term: m.elector.Status().Term}
+	for _, p := range m.cfg.Peers {
+		ack.Managers = append(ack.Managers, p.QUIC)
+	}
+	return ack, nil
+}

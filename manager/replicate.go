@@ -1,0 +1,182 @@
+package manager
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// Replication to peers.
+//
+// The contract (docs/datacenter.md) has peers persist every ProvisionCommit
+// and answer a new leader's state sync with submissions, retry counts and
+// commits. A commit alone cannot rebuild a job, so the leader also hands its
+// peers the two other things a successor needs, reusing catalogue messages
+// rather than inventing new ones (the wire package is shared and frozen for
+// this work):
+//
+//   - the JobSubmission itself, once the job id is assigned, before any
+//     workflow is provisioned (a JobSubmission from a configured peer
+//     manager is replication; from anyone else it is a submission);
+//   - a JobProgress whenever a job's or a workflow's status changes, with
+//     each workflow's status, worker and fence token, and the final step
+//     statistics of ended workflows (so a successor neither re-runs finished
+//     work nor loses its results).
+//
+// Both are best effort: the workers remain the source of truth for what
+// runs, and a successor's state sync reconciles whatever a peer missed.
+
+// replicateSubmission hands a new job to every peer and waits, up to the
+// quorum timeout, for them to store it.
+func (m *Manager) replicateSubmission(ctx context.Context, sub *wire.JobSubmission) {
+	if len(m.peerIDs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, id := range m.peerIDs {
+		wg.Go(func() {
+			if _, err := m.tr.Call(ctx, m.peers[id], sub); err != nil {
+				m.log.Debug("submission not replicated", "job_id", sub.JobID, "peer", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// replicateStatus sends a job's status to every peer, one way.
+func (m *Manager) replicateStatus(lt *leaderTerm, jp wire.JobProgress) {
+	if len(m.peerIDs) == 0 {
+		return
+	}
+	// Not tied to the term's WaitGroup: this may run on a handler goroutine
+	// while the term is being torn down, and the send is short anyway.
+	m.spawn(func(ctx context.Context) { m.sendToPeers(ctx, &jp) })
+}
+
+// sendToPeers sends msg one way to every peer.
+func (m *Manager) sendToPeers(ctx context.Context, msg wire.Message) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
+	defer cancel()
+	for _, id := range m.peerIDs {
+		if err := m.tr.Send(ctx, m.peers[id], msg); err != nil {
+			m.log.Debug("send to peer failed", "peer", id, "type", msg.Type(), "err", err)
+		}
+	}
+}
+
+// handleJobSubmission serves JobSubmission: replication from a peer manager,
+// or a submission from a gate or client (leader only).
+func (m *Manager) handleJobSubmission(ctx context.Context, from transport.Peer, sub *wire.JobSubmission) (wire.Message, error) {
+	if !m.isPeer(from.NodeID) {
+		return m.submit(ctx, sub, m.elector.NotLeaderError)
+	}
+	if sub.JobID == "" {
+		return nil, wire.Errorf(wire.CodeRejected, "replicated submission without a job id")
+	}
+	if err := m.validateSubmission(sub); err != nil {
+		return nil, wire.Errorf(wire.CodeRejected, "invalid replicated job %s: %v", sub.JobID, err)
+	}
+	if err := m.update(func(tx *txn) { m.adoptSubmissionLocked(tx, sub) }); err != nil {
+		return nil, wire.Errorf(wire.CodeUnavailable, "persist replicated job %s: %v", sub.JobID, err)
+	}
+	return &wire.JobAck{JobID: sub.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}, nil
+}
+
+// adoptSubmissionLocked creates a job another manager accepted, unless it is
+// already known, and applies any commits that arrived before it.
+func (m *Manager) adoptSubmissionLocked(tx *txn, sub *wire.JobSubmission) *jobState {
+	if j, ok := m.jobs[sub.JobID]; ok {
+		return j
+	}
+	created := m.clock.Now()
+	if sub.SubmittedAt != 0 {
+		created = time.Unix(0, sub.SubmittedAt)
+	}
+	j := m.newJobLocked(*sub, created)
+	m.armTimeoutLocked(j)
+	tx.touchJob(j, true)
+	for _, w := range j.wfs {
+		tx.touchWorkflow(w, true)
+		if c, ok := m.orphanCommits[w.rec.WorkflowID]; ok && c.JobID == sub.JobID {
+			delete(m.orphanCommits, w.rec.WorkflowID)
+			m.applyCommitLocked(tx, &c)
+		}
+	}
+	return j
+}
+
+// handleJobProgress applies a status update replicated by the leader.
+func (m *Manager) handleJobProgress(_ context.Context, from transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
+	if !m.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "job progress is only accepted from peer managers")
+	}
+	if m.leading() != nil {
+		// A deposed leader still replicating: this manager's own view,
+		// built from the workers, is newer.
+		return &wire.ProgressAck{Leader: m.cfg.ID}, nil
+	}
+	m.update(func(tx *txn) { m.mergeJobLocked(tx, jp) })
+	return &wire.ProgressAck{Leader: m.cfg.ID}, nil
+}
+
+// mergeJobLocked folds another manager's view of a job into ours. Merging is
+// monotonic, so views may arrive in any order and more than once: an ended
+// workflow or job stays ended, and a placement under a higher fence token
+// replaces one under a lower.
+func (m *Manager) mergeJobLocked(tx *txn, jp *wire.JobProgress) {
+	j, ok := m.jobs[jp.JobID]
+	if !ok {
+		return
+	}
+	for i := range jp.Workflows {
+		if w, ok := m.wfs[jp.Workflows[i].WorkflowID]; ok && w.job == j {
+			m.mergeWorkflowLocked(tx, w, &jp.Workflows[i])
+		}
+	}
+	if jp.Status.Terminal() && !j.rec.Status.Terminal() {
+		j.rec.Status = jp.Status
+		j.rec.Error = jp.Error
+		tx.touchJob(j, true)
+	}
+}
+
+func (m *Manager) mergeWorkflowLocked(tx *txn, w *workflowState, p *wire.WorkflowProgress) {
+	if w.rec.Status.Terminal() || p.FenceToken < w.rec.FenceToken {
+		return
+	}
+	before := w.rec
+	if p.FenceToken > w.rec.FenceToken {
+		// Every attempt has its own token, so a newer token is one more
+		// attempt, whichever of commit and status update arrives first.
+		w.rec.FenceToken = p.FenceToken
+		w.rec.Worker = p.WorkerID
+		w.rec.Attempts++
+	}
+	switch {
+	case p.Status.Terminal():
+		w.rec.Status = p.Status
+		w.rec.LastProgress = *p
+		w.rec.Error = p.Error
+	case p.Status == wire.WorkflowPending:
+		// The leader took it back for a retry.
+		if w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning {
+			w.rec.Status = wire.WorkflowPending
+			w.rec.Worker = ""
+		}
+	case p.Status == wire.WorkflowAssigned || p.Status == wire.WorkflowRunning:
+		if w.rec.Status == wire.WorkflowPending || w.rec.Status == wire.WorkflowAssigned {
+			w.rec.Status = p.Status
+		}
+		if len(p.AssignedCores) > 0 {
+			w.rec.Cores = p.AssignedCores
+		}
+	}
+	if w.rec.Status != before.Status || w.rec.FenceToken != before.FenceToken || w.rec.Worker != before.Worker {
+		tx.touchWorkflow(w, true)
+	}
+}

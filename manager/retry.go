@@ -1,0 +1,82 @@
+package manager
+
+import (
+	"fmt"
+	"slices"
+
+	"tempest/store"
+	"tempest/wire"
+)
+
+// buildDispatch returns the dispatch for the next attempt of rec under
+// token. The first attempt's encoding is kept (returned as original, stored
+// as DispatchBytes) and every retry decodes exactly those bytes and changes
+// only the fence token and attempt number, so a retry runs precisely what
+// was first sent (the seed's "retry data preserved at dispatch").
+func (m *Manager) buildDispatch(rec *store.WorkflowRecord, token uint64) (d *wire.WorkflowDispatch, original []byte, err error) {
+	if len(rec.DispatchBytes) == 0 {
+		d = &wire.WorkflowDispatch{
+			JobID:      rec.JobID,
+			WorkflowID: rec.WorkflowID,
+			Workflow:   rec.Spec,
+			Cores:      rec.Spec.Cores,
+			Timeout:    rec.Spec.Timeout,
+			FenceToken: token,
+			Attempt:    rec.Attempts + 1,
+		}
+		original, err = wire.Marshal(d)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode dispatch %s: %w", rec.WorkflowID, err)
+		}
+		return d, original, nil
+	}
+	d = new(wire.WorkflowDispatch)
+	if err := wire.Unmarshal(rec.DispatchBytes, d); err != nil {
+		return nil, nil, fmt.Errorf("decode kept dispatch of %s: %w", rec.WorkflowID, err)
+	}
+	d.FenceToken = token
+	d.Attempt = rec.Attempts + 1
+	return d, nil, nil
+}
+
+// retryLocked records that the current attempt of w failed on worker and
+// either puts the workflow back to PENDING for another worker (excluding
+// this one from now on) or, once MaxWorkflowRetries retries have been used,
+// fails it. The new attempt gets a new fence token when it is placed.
+func (m *Manager) retryLocked(tx *txn, w *workflowState, worker, reason string) {
+	if w.rec.Status.Terminal() {
+		return
+	}
+	if worker != "" && !slices.Contains(w.rec.Excluded, worker) {
+		w.rec.Excluded = append(slices.Clip(w.rec.Excluded), worker)
+	}
+	log := m.log.With("job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID, "worker", worker)
+	if w.rec.Attempts > m.cfg.MaxWorkflowRetries {
+		w.rec.Status = wire.WorkflowFailed
+		w.rec.Error = fmt.Sprintf("failed after %d attempts; last: %s", w.rec.Attempts, reason)
+		log.Warn("workflow failed", "attempts", w.rec.Attempts, "reason", reason)
+	} else {
+		w.rec.Status = wire.WorkflowPending
+		w.rec.Error = reason
+		log.Info("workflow will be retried", "attempts", w.rec.Attempts, "reason", reason)
+		m.kick()
+	}
+	w.rec.Worker = ""
+	w.rec.Cores = nil
+	tx.touchWorkflow(w, true)
+}
+
+// workerLost retries, elsewhere, every workflow the leader had placed on a
+// worker that SWIM declared dead.
+func (m *Manager) workerLost(worker, reason string) {
+	if m.leading() == nil {
+		return
+	}
+	m.update(func(tx *txn) {
+		for _, w := range m.wfs {
+			if w.rec.Worker == worker && (w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
+				m.retryLocked(tx, w, worker, reason)
+			}
+		}
+	})
+}

@@ -1,0 +1,383 @@
+package manager
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// maxSnapshotEndedJobs bounds the ended jobs a peer reports in state sync,
+// most recent first, so a snapshot stays far below the message size limit;
+// a successor needs ended jobs only to learn outcomes it missed, which
+// happen around the leader change.
+const maxSnapshotEndedJobs = 64
+
+// syncOutcome is what state sync learnt about where work runs.
+type syncOutcome struct {
+	mu sync.Mutex
+	// answered: workers that sent a snapshot.
+	answered map[string]bool
+	// running: workflow id -> worker that reports running it.
+	running map[string]string
+	// unknown: what workers run that no job here knew of when their
+	// snapshot arrived; a peer's snapshot arriving later may explain it.
+	unknown []*wire.WorkerStateSnapshot
+}
+
+// syncState runs when this manager becomes leader, before it places
+// anything (SPEC §6, AD-11/12): every peer is asked for its
+// ManagerStateSnapshot (job metadata, commits, retries, the workers it knows)
+// and every known worker for its WorkerStateSnapshot (the truth about what
+// runs), each with retries and exponential backoff. Workers learnt from peers
+// are asked in a second round. Snapshots are merged as they arrive; resume
+// then acts on the result. The whole sync is bounded by StateSyncTimeout.
+func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
+	start := m.clock.Now()
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.StateSyncTimeout)
+	defer cancel()
+	out := &syncOutcome{answered: make(map[string]bool), running: make(map[string]string)}
+	req := &wire.StateSyncRequest{RequesterID: m.cfg.ID, RequesterRole: wire.RoleManager, Term: lt.term}
+
+	asked := make(map[string]bool)
+	askWorkers := func(wg *sync.WaitGroup) {
+		for _, wv := range m.workers.list() {
+			if asked[wv.ID] || wv.Addr == "" {
+				continue
+			}
+			asked[wv.ID] = true
+			wg.Go(func() { m.syncWorker(ctx, wv, req, out) })
+		}
+	}
+	var wg sync.WaitGroup
+	for _, id := range m.peerIDs {
+		wg.Go(func() { m.syncPeer(ctx, id, req) })
+	}
+	askWorkers(&wg)
+	wg.Wait()
+	var wg2 sync.WaitGroup
+	askWorkers(&wg2) // workers only the peers knew of
+	wg2.Wait()
+	// Worker and peer snapshots were merged in whatever order they came;
+	// work a worker reported before a peer told us its job is adopted now.
+	for _, ws := range out.unknown {
+		m.cancelOnWorkers(ctx, m.adoptRunning(ws, out, true), "superseded after a leader change")
+	}
+
+	m.log.Info("state sync done", "term", lt.term, "workers_answered", len(out.answered),
+		"workers_asked", len(asked), "workflows_running", len(out.running), "took", m.clock.Now().Sub(start))
+	return out
+}
+
+func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRequest) {
+	// A peer SWIM has declared dead (typically the leader that just
+	// crashed) is not worth the retries.
+	gone := func() bool {
+		_, alive, known := m.managers.get(id)
+		return known && !alive
+	}
+	resp, err := m.fetchState(ctx, m.peers[id], req, gone)
+	if err != nil {
+		m.log.Warn("state sync from peer failed", "peer", id, "err", err)
+		return
+	}
+	ms := resp.ManagerState
+	if ms == nil {
+		m.log.Warn("state sync: peer sent no manager snapshot", "peer", id)
+		return
+	}
+	for i := range ms.Workers {
+		m.workers.learn(&ms.Workers[i])
+	}
+	m.update(func(tx *txn) {
+		for i := range ms.Submissions {
+			sub := &ms.Submissions[i]
+			if sub.JobID == "" || m.validateSubmission(sub) != nil {
+				continue
+			}
+			m.adoptSubmissionLocked(tx, sub)
+		}
+		for i := range ms.Commits {
+			m.applyCommitLocked(tx, &ms.Commits[i])
+		}
+		for jobID, jp := range ms.Jobs {
+			jp.JobID = jobID
+			m.mergeJobLocked(tx, &jp)
+		}
+		for wfID, n := range ms.Retries {
+			if w, ok := m.wfs[wfID]; ok && n > w.rec.Attempts {
+				w.rec.Attempts = n
+				tx.touchWorkflow(w, true)
+			}
+		}
+	})
+}
+
+func (m *Manager) syncWorker(ctx context.Context, wv workerView, req *wire.StateSyncRequest, out *syncOutcome) {
+	resp, err := m.fetchState(ctx, wv.Addr, req, func() bool {
+		cur, ok := m.workers.get(wv.ID)
+		return ok && cur.Gone
+	})
+	if err != nil {
+		m.log.Warn("state sync from worker failed", "worker", wv.ID, "err", err)
+		return
+	}
+	ws := resp.WorkerState
+	if ws == nil {
+		m.log.Warn("state sync: worker sent no worker snapshot", "worker", wv.ID)
+		return
+	}
+	if ws.NodeID == "" {
+		ws.NodeID = wv.ID
+	}
+	if ws.Addr == "" {
+		ws.Addr = wv.Addr
+	}
+	m.workers.snapshot(ws)
+	out.mu.Lock()
+	out.answered[ws.NodeID] = true
+	out.mu.Unlock()
+	targets := m.adoptRunning(ws, out, false)
+	m.cancelOnWorkers(ctx, targets, "superseded after a leader change")
+}
+
+// adoptRunning folds a worker's snapshot into the job table: what it runs
+// under the current (or a newer) fence token is RUNNING there; what it runs
+// under an older token, or for a job that has ended, is stopped. Workflows
+// of unknown jobs are set aside in out, or, on the last pass, left alone.
+func (m *Manager) adoptRunning(ws *wire.WorkerStateSnapshot, out *syncOutcome, last bool) []cancelTarget {
+	var targets []cancelTarget
+	var unknown *wire.WorkerStateSnapshot
+	m.update(func(tx *txn) {
+		for wfID, p := range ws.ActiveWorkflows {
+			if p.WorkflowID == "" {
+				p.WorkflowID = wfID
+			}
+			w, ok := m.wfs[p.WorkflowID]
+			if !ok {
+				if last {
+					m.log.Warn("worker runs a workflow no manager knows of; leaving it", "worker", ws.NodeID, "workflow_id", p.WorkflowID, "job_id", p.JobID)
+					continue
+				}
+				if unknown == nil {
+					unknown = &wire.WorkerStateSnapshot{NodeID: ws.NodeID, ActiveWorkflows: make(map[string]wire.WorkflowProgress)}
+				}
+				unknown.ActiveWorkflows[p.WorkflowID] = p
+				continue
+			}
+			if p.JobID == "" {
+				p.JobID = w.rec.JobID
+			}
+			if m.applyProgressLocked(tx, &p, ws.NodeID) {
+				targets = append(targets, cancelTarget{worker: ws.NodeID, jobID: p.JobID, workflowID: p.WorkflowID, fence: p.FenceToken})
+				continue
+			}
+			out.mu.Lock()
+			out.running[p.WorkflowID] = ws.NodeID
+			out.mu.Unlock()
+		}
+	})
+	if unknown != nil {
+		out.mu.Lock()
+		out.unknown = append(out.unknown, unknown)
+		out.mu.Unlock()
+	}
+	return targets
+}
+
+// fetchState asks addr for its state, retrying with exponential backoff and
+// jitter (StateSyncBackoff * 2^attempt) on failures that might pass. A typed
+// refusal is final, and so is gone() turning true (SWIM declared the node
+// dead).
+func (m *Manager) fetchState(ctx context.Context, addr string, req *wire.StateSyncRequest, gone func() bool) (*wire.StateSyncResponse, error) {
+	for attempt := 0; ; attempt++ {
+		if gone() {
+			return nil, fmt.Errorf("state sync from %s: node is dead", addr)
+		}
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
+		resp, err := m.tr.Call(cctx, addr, req)
+		cancel()
+		if err == nil {
+			r, ok := resp.(*wire.StateSyncResponse)
+			if !ok {
+				return nil, fmt.Errorf("state sync from %s: unexpected reply %T", addr, resp)
+			}
+			return r, nil
+		}
+		var typed *wire.Error
+		if errors.As(err, &typed) && typed.Code != wire.CodeUnavailable && typed.Code != wire.CodeRateLimited {
+			return nil, fmt.Errorf("state sync from %s: %w", addr, err)
+		}
+		if attempt >= m.cfg.StateSyncRetries || ctx.Err() != nil {
+			return nil, fmt.Errorf("state sync from %s after %d attempts: %w", addr, attempt+1, err)
+		}
+		d := m.cfg.StateSyncBackoff << attempt
+		if !sleepCtx(ctx, d/2+rand.N(d/2+1)) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// resume runs once state sync is done: every workflow the job table says is
+// placed but that its worker, answering, does not report is retried; one
+// whose worker SWIM declared dead is retried elsewhere; one whose worker
+// could not be asked (a restarted leader may not know it yet) gets
+// StateSyncGrace to show up. Deadlines that passed while nobody led are
+// enforced, and the scheduler is woken for pending work. Running workflows
+// are not touched.
+func (m *Manager) resume(ctx context.Context, lt *leaderTerm, out *syncOutcome) {
+	start := m.clock.Now()
+	var expired, waiting []string
+	m.update(func(tx *txn) {
+		for _, j := range m.jobs {
+			if j.rec.Status.Terminal() {
+				continue
+			}
+			if t := j.rec.Submission.Timeout; t > 0 && !start.Before(j.rec.Created().Add(t)) {
+				expired = append(expired, j.rec.ID())
+				continue
+			}
+			m.armTimeoutLocked(j)
+			for _, w := range j.wfs {
+				if !placed(w) || out.running[w.rec.WorkflowID] != "" {
+					continue
+				}
+				worker := w.rec.Worker
+				wv, known := m.workers.get(worker)
+				switch {
+				case out.answered[worker]:
+					// The worker is fine; it just does not have it (the
+					// dispatch never arrived). Retry without blaming it.
+					m.retryLocked(tx, w, "", fmt.Sprintf("not running on %s after the leader change", worker))
+				case known && wv.Gone:
+					m.retryLocked(tx, w, worker, fmt.Sprintf("worker %s is dead", worker))
+				default:
+					waiting = append(waiting, w.rec.WorkflowID)
+				}
+			}
+		}
+	})
+	slices.Sort(expired)
+	for _, id := range expired {
+		if _, err := m.cancelJob(ctx, id, wire.JobTimeout, "timed out while no manager led"); err != nil {
+			m.log.Debug("expire job", "job_id", id, "err", err)
+		}
+	}
+	if len(waiting) > 0 {
+		m.log.Info("waiting for unreachable workers before retrying their workflows", "workflows", len(waiting), "grace", m.cfg.StateSyncGrace)
+		m.spawnLeader(lt, func(ctx context.Context) {
+			if sleepCtx(ctx, m.cfg.StateSyncGrace) {
+				m.retryStranded(waiting, start)
+			}
+		})
+	}
+	m.kick()
+}
+
+// placed reports whether w is on a worker as far as the job table knows.
+func placed(w *workflowState) bool {
+	return w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning
+}
+
+// retryStranded retries the given workflows if their worker has not been
+// heard from since the leader started.
+func (m *Manager) retryStranded(ids []string, since time.Time) {
+	m.update(func(tx *txn) {
+		for _, id := range ids {
+			w, ok := m.wfs[id]
+			if !ok || !placed(w) {
+				continue
+			}
+			if wv, known := m.workers.get(w.rec.Worker); known && wv.Alive && !wv.LastSeen.Before(since) {
+				continue
+			}
+			m.retryLocked(tx, w, w.rec.Worker, fmt.Sprintf("worker %s not heard from since the leader change", w.rec.Worker))
+		}
+	})
+}
+
+// handleStateSync answers a new leader's StateSyncRequest with this
+// manager's snapshot.
+func (m *Manager) handleStateSync(_ context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
+	if !m.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "state sync is only served to peer managers")
+	}
+	return &wire.StateSyncResponse{ResponderID: m.cfg.ID, CurrentVersion: m.currentRev(), ManagerState: m.managerSnapshot()}, nil
+}
+
+func (m *Manager) currentRev() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rev
+}
+
+// managerSnapshot is this manager's view for a successor: the workers it
+// knows; every unfinished job with its submission, placements and retry
+// counts; and the most recently ended jobs' outcomes.
+func (m *Manager) managerSnapshot() *wire.ManagerStateSnapshot {
+	st := m.elector.Status()
+	ms := &wire.ManagerStateSnapshot{
+		NodeID:     m.cfg.ID,
+		Datacenter: m.cfg.Datacenter,
+		IsLeader:   m.leading() != nil,
+		Term:       st.Term,
+		Jobs:       make(map[string]wire.JobProgress),
+		Retries:    make(map[string]int),
+	}
+	for _, wv := range m.workers.list() {
+		ms.Workers = append(ms.Workers, wire.WorkerStateSnapshot{
+			NodeID: wv.ID, State: wv.State, TotalCores: wv.TotalCores,
+			AvailableCores: wv.AvailableCores, Version: wv.Version, Addr: wv.Addr,
+		})
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ms.Version = m.rev
+	var ended []*jobState
+	for _, j := range m.jobs {
+		if j.rec.Status.Terminal() {
+			ended = append(ended, j)
+			continue
+		}
+		ms.Submissions = append(ms.Submissions, j.rec.Submission)
+		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
+		for _, w := range j.wfs {
+			if w.rec.Attempts > 0 {
+				ms.Retries[w.rec.WorkflowID] = w.rec.Attempts
+			}
+			if w.rec.Worker != "" && w.rec.FenceToken != 0 {
+				ms.Commits = append(ms.Commits, wire.ProvisionCommit{
+					JobID: w.rec.JobID, WorkflowID: w.rec.WorkflowID, TargetWorker: w.rec.Worker,
+					CoresAssigned: w.rec.Spec.Cores, FenceToken: w.rec.FenceToken,
+				})
+			}
+		}
+	}
+	slices.SortFunc(ended, func(a, b *jobState) int { return cmp.Compare(b.rec.FinishedAt, a.rec.FinishedAt) })
+	for _, j := range ended[:min(len(ended), maxSnapshotEndedJobs)] {
+		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
+	}
+	for _, c := range m.orphanCommits {
+		ms.Commits = append(ms.Commits, c)
+	}
+	return ms
+}
+
+// sleepCtx waits d or until ctx ends, reporting whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,369 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"tempest/wire"
+)
+
+var (
+	bucketJobs      = []byte("jobs")      // job id -> rev + JobRecord
+	bucketWorkflows = []byte("workflows") // job id \x00 workflow id -> rev + WorkflowRecord
+	bucketMeta      = []byte("meta")      // free-form small values
+)
+
+// ErrNotFound is returned (wrapped) for a record that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Options tunes a Store. Zero fields take defaults.
+type Options struct {
+	// BatchDelay is how long the first writer of a batch waits for others
+	// to join it. bbolt's default (10ms) favours throughput; placement sits
+	// on the submit path, so the default here is shorter.
+	BatchDelay time.Duration
+	// LockTimeout bounds the wait for the file lock, so a second process on
+	// the same data directory fails with a clear error instead of hanging.
+	LockTimeout time.Duration
+}
+
+// DefaultOptions returns the options Open uses.
+func DefaultOptions() Options {
+	return Options{BatchDelay: 2 * time.Millisecond, LockTimeout: 2 * time.Second}
+}
+
+// Store is a manager's bbolt file. It is safe for concurrent use.
+type Store struct {
+	db   *bolt.DB
+	path string
+}
+
+// Open opens (creating if needed) the store at path with DefaultOptions.
+func Open(path string) (*Store, error) { return OpenWithOptions(path, DefaultOptions()) }
+
+// OpenWithOptions opens the store at path.
+func OpenWithOptions(path string, o Options) (*Store, error) {
+	d := DefaultOptions()
+	if o.BatchDelay <= 0 {
+		o.BatchDelay = d.BatchDelay
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = d.LockTimeout
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	db.MaxBatchDelay = o.BatchDelay
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketJobs, bucketWorkflows, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return fmt.Errorf("bucket %s: %w", b, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return &Store{db: db, path: path}, nil
+}
+
+// Path is the file the store lives in.
+func (s *Store) Path() string { return s.path }
+
+// Close releases the file. Writes after Close fail.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close store %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// PutJob writes a job record.
+func (s *Store) PutJob(job *JobRecord) error { return s.Put(job) }
+
+// PutWorkflows writes workflow records in one batch.
+func (s *Store) PutWorkflows(wfs ...*WorkflowRecord) error { return s.Put(nil, wfs...) }
+
+// Put writes a job (nil to skip) and workflows in one batched transaction,
+// so a job and the workflows it was just split into become durable together.
+// Records older (lower Rev) than what is stored are skipped.
+func (s *Store) Put(job *JobRecord, wfs ...*WorkflowRecord) error {
+	type kv struct {
+		bucket, key, val []byte
+	}
+	// Encode outside the batch: Batch may run the function more than once,
+	// and encoding inside would hold the batch's writers for nothing.
+	writes := make([]kv, 0, len(wfs)+1)
+	if job != nil {
+		if err := checkID("job id", job.ID()); err != nil {
+			return err
+		}
+		v, err := encode(job.Rev, job)
+		if err != nil {
+			return fmt.Errorf("put job %s: %w", job.ID(), err)
+		}
+		writes = append(writes, kv{bucketJobs, []byte(job.ID()), v})
+	}
+	for _, wf := range wfs {
+		if err := errors.Join(checkID("job id", wf.JobID), checkID("workflow id", wf.WorkflowID)); err != nil {
+			return err
+		}
+		v, err := encode(wf.Rev, wf)
+		if err != nil {
+			return fmt.Errorf("put workflow %s: %w", wf.WorkflowID, err)
+		}
+		writes = append(writes, kv{bucketWorkflows, workflowKey(wf.JobID, wf.WorkflowID), v})
+	}
+	if len(writes) == 0 {
+		return nil
+	}
+	err := s.db.Batch(func(tx *bolt.Tx) error {
+		for _, w := range writes {
+			b := tx.Bucket(w.bucket)
+			if old := b.Get(w.key); len(old) >= 8 && binary.BigEndian.Uint64(old) > binary.BigEndian.Uint64(w.val) {
+				continue // a newer revision is already stored
+			}
+			if err := b.Put(w.key, w.val); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store %s: put: %w", s.path, err)
+	}
+	return nil
+}
+
+// Job returns one job record.
+func (s *Store) Job(id string) (*JobRecord, error) {
+	var rec *JobRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketJobs).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("job %s: %w", id, ErrNotFound)
+		}
+		rec = new(JobRecord)
+		return decode(v, rec)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Jobs returns every job record, newest first.
+func (s *Store) Jobs() ([]*JobRecord, error) {
+	var out []*JobRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+			rec := new(JobRecord)
+			if err := decode(v, rec); err != nil {
+				return fmt.Errorf("job %s: %w", k, err)
+			}
+			out = append(out, rec)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store %s: list jobs: %w", s.path, err)
+	}
+	slices.SortStableFunc(out, func(a, b *JobRecord) int {
+		if c := compareInt64(b.CreatedAt, a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID(), a.ID())
+	})
+	return out, nil
+}
+
+// Workflow returns one workflow record.
+func (s *Store) Workflow(jobID, workflowID string) (*WorkflowRecord, error) {
+	var rec *WorkflowRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketWorkflows).Get(workflowKey(jobID, workflowID))
+		if v == nil {
+			return fmt.Errorf("workflow %s of job %s: %w", workflowID, jobID, ErrNotFound)
+		}
+		rec = new(WorkflowRecord)
+		return decode(v, rec)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// Workflows returns a job's workflow records in submission order.
+func (s *Store) Workflows(jobID string) ([]*WorkflowRecord, error) {
+	return s.workflows(append([]byte(jobID), 0))
+}
+
+// AllWorkflows returns every workflow record, grouped by job.
+func (s *Store) AllWorkflows() ([]*WorkflowRecord, error) { return s.workflows(nil) }
+
+func (s *Store) workflows(prefix []byte) ([]*WorkflowRecord, error) {
+	var out []*WorkflowRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketWorkflows).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			rec := new(WorkflowRecord)
+			if err := decode(v, rec); err != nil {
+				return fmt.Errorf("workflow %q: %w", k, err)
+			}
+			out = append(out, rec)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store %s: list workflows: %w", s.path, err)
+	}
+	slices.SortStableFunc(out, func(a, b *WorkflowRecord) int {
+		if c := strings.Compare(a.JobID, b.JobID); c != 0 {
+			return c
+		}
+		return a.Index - b.Index
+	})
+	return out, nil
+}
+
+// DeleteJob removes a job and its workflows.
+func (s *Store) DeleteJob(id string) error {
+	err := s.db.Batch(func(tx *bolt.Tx) error { return deleteJob(tx, []byte(id)) })
+	if err != nil {
+		return fmt.Errorf("store %s: delete job %s: %w", s.path, id, err)
+	}
+	return nil
+}
+
+// DeleteFinishedBefore removes every job in a terminal state that finished
+// before cutoff, with its workflows, and returns their ids. It is how
+// retention is enforced.
+func (s *Store) DeleteFinishedBefore(cutoff time.Time) ([]string, error) {
+	var ids []string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		ids = ids[:0]
+		var victims [][]byte
+		err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+			var rec JobRecord
+			if err := decode(v, &rec); err != nil {
+				return fmt.Errorf("job %s: %w", k, err)
+			}
+			if rec.Status.Terminal() && rec.FinishedAt != 0 && rec.FinishedAt < cutoff.UnixNano() {
+				victims = append(victims, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range victims {
+			if err := deleteJob(tx, k); err != nil {
+				return err
+			}
+			ids = append(ids, string(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store %s: delete finished jobs: %w", s.path, err)
+	}
+	return ids, nil
+}
+
+// deleteJob removes a job and its workflows; deleting what is absent is not
+// an error, so a repeated batch run is harmless.
+func deleteJob(tx *bolt.Tx, id []byte) error {
+	if err := tx.Bucket(bucketJobs).Delete(id); err != nil {
+		return err
+	}
+	prefix := append(bytes.Clone(id), 0)
+	c := tx.Bucket(bucketWorkflows).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Seek(prefix) {
+		if err := c.Delete(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PutMeta stores a small value under key.
+func (s *Store) PutMeta(key string, value []byte) error {
+	err := s.db.Batch(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte(key), value) })
+	if err != nil {
+		return fmt.Errorf("store %s: put meta %s: %w", s.path, key, err)
+	}
+	return nil
+}
+
+// Meta returns the value stored under key, or ErrNotFound.
+func (s *Store) Meta(key string) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get([]byte(key))
+		if v == nil {
+			return fmt.Errorf("meta %s: %w", key, ErrNotFound)
+		}
+		out = bytes.Clone(v)
+		return nil
+	})
+	return out, err
+}
+
+func workflowKey(jobID, workflowID string) []byte {
+	k := make([]byte, 0, len(jobID)+1+len(workflowID))
+	k = append(k, jobID...)
+	k = append(k, 0)
+	return append(k, workflowID...)
+}
+
+// checkID refuses ids that would break the key layout (NUL separates a job id
+// from a workflow id) or could not be a real id.
+func checkID(what, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%s is empty", what)
+	case len(id) > 255:
+		return fmt.Errorf("%s is %d bytes, more than 255", what, len(id))
+	case strings.IndexByte(id, 0) >= 0:
+		return fmt.Errorf("%s %q contains NUL", what, id)
+	}
+	return nil
+}
+
+func encode(rev uint64, v any) ([]byte, error) {
+	body, err := wire.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 8, 8+len(body))
+	binary.BigEndian.PutUint64(out, rev)
+	return append(out, body...), nil
+}
+
+func decode(v []byte, out any) error {
+	if len(v) < 8 {
+		return fmt.Errorf("record of %d bytes is too short", len(v))
+	}
+	return wire.Unmarshal(v[8:], out)
+}
+
+func compareInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
