@@ -16,7 +16,9 @@ help: ## List the targets
 .PHONY: build
 build: ## Build every binary into bin/
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -o $(BIN)/tempest ./cmd/tempest
+	$(GO) build -o $(BIN)/tempest-manager ./cmd/manager
+	$(GO) build -o $(BIN)/tempest-worker ./cmd/worker
 
 .PHONY: demo
 demo: build ## Build and run the local demo (real nodes, printed result)

@@ -123,8 +123,9 @@ type Cluster struct {
 	opts Options
 	log  *slog.Logger
 
-	mu    sync.Mutex
-	nodes []*Node
+	mu       sync.Mutex
+	nodes    []*Node
+	managers []*Node
 }
 
 // File is the JSON shape of DIR/cluster.json.
@@ -170,23 +171,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			"--swim-profile", opts.SwimProfile, "--election-profile", opts.ElectionProfile,
 		}
 	}
-	var mgrQUIC []string
-	for _, m := range mgrs {
-		mgrQUIC = append(mgrQUIC, m.QUIC)
-	}
+	c.managers = mgrs
 	for i := 0; i < opts.Workers; i++ {
-		n, err := c.newNode("worker", fmt.Sprintf("%s-worker-%d", opts.Datacenter, i+1))
-		if err != nil {
+		if _, err := c.newWorker(opts.CoresPerWorker); err != nil {
 			return nil, err
-		}
-		n.Argv = []string{
-			filepath.Join(opts.BinDir, "tempest-worker"),
-			"--id", n.Name, "--dc", opts.Datacenter,
-			"--quic", n.QUIC, "--swim", n.Swim,
-			"--join", strings.Join(seeds, ","),
-			"--managers", strings.Join(mgrQUIC, ","),
-			"--cores", strconv.Itoa(opts.CoresPerWorker),
-			"--swim-profile", opts.SwimProfile,
 		}
 	}
 	for _, n := range c.nodes {
@@ -201,6 +189,51 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	return c, nil
 }
+
+// newWorker lays out one more worker pointed at the managers.
+func (c *Cluster) newWorker(cores int) (*Node, error) {
+	var seeds, mgrQUIC []string
+	for _, m := range c.managers {
+		seeds = append(seeds, m.Swim)
+		mgrQUIC = append(mgrQUIC, m.QUIC)
+	}
+	workers := 0
+	for _, n := range c.Nodes() {
+		if n.Role == "worker" {
+			workers++
+		}
+	}
+	n, err := c.newNode("worker", fmt.Sprintf("%s-worker-%d", c.opts.Datacenter, workers+1))
+	if err != nil {
+		return nil, err
+	}
+	n.Argv = []string{
+		filepath.Join(c.opts.BinDir, "tempest-worker"),
+		"--id", n.Name, "--dc", c.opts.Datacenter,
+		"--quic", n.QUIC, "--swim", n.Swim,
+		"--join", strings.Join(seeds, ","),
+		"--managers", strings.Join(mgrQUIC, ","),
+		"--cores", strconv.Itoa(cores),
+		"--swim-profile", c.opts.SwimProfile,
+	}
+	return n, nil
+}
+
+// AddWorker starts one more worker with the given cores and returns its
+// name.
+func (c *Cluster) AddWorker(cores int) (string, error) {
+	n, err := c.newWorker(cores)
+	if err != nil {
+		return "", err
+	}
+	if err := c.start(n); err != nil {
+		return "", err
+	}
+	return n.Name, c.WriteFiles()
+}
+
+// Secret is the cluster's AUTH_SECRET, for tests that speak the wire.
+func (c *Cluster) Secret() string { return c.opts.Secret }
 
 func (c *Cluster) newNode(role, name string) (*Node, error) {
 	dir := filepath.Join(c.opts.Dir, name)
@@ -221,7 +254,9 @@ func (c *Cluster) newNode(role, name string) (*Node, error) {
 		DataDir: filepath.Join(dir, "data"),
 		Log:     filepath.Join(dir, "node.log"),
 	}
+	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
+	c.mu.Unlock()
 	return n, nil
 }
 

@@ -1,0 +1,71 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/security"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// A dispatch carrying a fence token older than the worker has seen for that
+// workflow is refused by the worker.
+func TestStaleFenceDispatchRefused(t *testing.T) {
+	c := startCluster(t, 1, 1, 2)
+	id := c.submit(`name: fenced
+timeout: 60s
+workflows:
+  - {name: nap, type: sleep, cores: 1, duration: 10s}
+`)
+	st := c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
+		if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowRunning {
+			return fmt.Errorf("not running yet: %s", st.Status)
+		}
+		return nil
+	})
+	wf := st.Workflows[0]
+	w, ok := c.Node(wf.Worker)
+	if !ok {
+		t.Fatalf("unknown worker %q", wf.Worker)
+	}
+	// Speak to the worker as a deposed manager would: right secret, old token.
+	kr, err := security.NewKeyring(c.Secret(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := transport.DefaultConfig()
+	cfg.NodeID = "deposed-manager"
+	cfg.Keyring = kr
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	tr, err := transport.NewQUIC(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := tr.Call(ctx, w.QUIC, &wire.WorkflowDispatch{
+		JobID: id, WorkflowID: wf.WorkflowID, Cores: 1, FenceToken: 1,
+		Workflow: wire.WorkflowSpec{Name: "nap", Type: "sleep", Cores: 1},
+	})
+	switch {
+	case errors.Is(err, wire.ErrStaleFence):
+	case err == nil:
+		if ack, ok := resp.(*wire.WorkflowDispatchAck); !ok || ack.Accepted {
+			t.Fatalf("stale dispatch accepted: %#v", resp)
+		}
+	default:
+		t.Fatalf("stale dispatch: want a stale-fence refusal, got %v", err)
+	}
+	// And the running workflow carries on.
+	if st := c.waitStatus(id, 30*time.Second, terminal); st.Status != wire.JobCompleted || st.Workflows[0].Attempts != 1 {
+		t.Fatalf("job after a stale dispatch: %s, %d attempts", st.Status, st.Workflows[0].Attempts)
+	}
+}

@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/target"
+	"tempest/wire"
+)
+
+func httpJob(name, url string, vus int, duration string, extra string) string {
+	return fmt.Sprintf(`name: %s
+timeout: 90s
+workflows:
+  - name: get-root
+    type: http
+    cores: 1
+    vus: %d
+    duration: %s
+    steps:
+      - {name: root, method: GET, url: "%s/"}
+%s`, name, vus, duration, url, extra)
+}
+
+// A job of several http and sleep workflows completes, and the requests
+// it reports equal the requests the target answered.
+func TestJobCompletesAndCountsMatchTarget(t *testing.T) {
+	c := startCluster(t, 3, 3, 2)
+	tgt := startTarget(t, target.DefaultConfig())
+	url := "http://" + tgt.Addr()
+	job := httpJob("smoke", url, 4, "2s", `  - name: get-root-2
+    type: http
+    cores: 1
+    vus: 2
+    iterations: 500
+    steps:
+      - {name: a, method: GET, url: "`+url+`/a"}
+      - {name: b, method: POST, url: "`+url+`/b", body: "hi"}
+  - {name: nap, type: sleep, cores: 1, duration: 1s}
+  - {name: nap-2, type: sleep, cores: 1, duration: 500ms}
+`)
+	id := c.submit(job)
+	st := c.waitStatus(id, 60*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s: %+v", st.Status, st)
+	}
+	if len(st.Workflows) != 4 {
+		t.Fatalf("want 4 workflows, got %d", len(st.Workflows))
+	}
+	for _, wf := range st.Workflows {
+		if wf.Status != wire.WorkflowCompleted || wf.Worker == "" {
+			t.Errorf("workflow %s: %s on %q", wf.Name, wf.Status, wf.Worker)
+		}
+	}
+	seen := tgt.Stats().Requests
+	var http int64
+	for _, wf := range st.Workflows {
+		if wf.Type == "http" {
+			http += wf.CompletedCount + wf.FailedCount
+		}
+	}
+	if uint64(http) != seen {
+		t.Fatalf("workflows report %d requests, target answered %d", http, seen)
+	}
+	if st.TotalFailed != 0 {
+		t.Fatalf("%d failed actions against a healthy target", st.TotalFailed)
+	}
+	// 500 iterations of two steps, exactly.
+	for _, wf := range st.Workflows {
+		if wf.Name == "get-root-2" && wf.CompletedCount != 1000 {
+			t.Fatalf("get-root-2 completed %d requests, want 1000", wf.CompletedCount)
+		}
+	}
+}
+
+// SIGKILL of a worker mid-job: its workflow runs again elsewhere, never on
+// it, and the job completes.
+func TestWorkerKilledMidJob(t *testing.T) {
+	c := startCluster(t, 3, 3, 1)
+	id := c.submit(`name: long
+timeout: 90s
+workflows:
+  - {name: nap, type: sleep, cores: 1, duration: 4s}
+`)
+	st := c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
+		if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowRunning {
+			return fmt.Errorf("not running yet: %s", st.Status)
+		}
+		return nil
+	})
+	victim := st.Workflows[0].Worker
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	st = c.waitStatus(id, 60*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s after worker %s died", st.Status, victim)
+	}
+	wf := st.Workflows[0]
+	if wf.Worker == victim || wf.Attempts < 2 {
+		t.Fatalf("workflow finished on %s after %d attempts; %s was killed", wf.Worker, wf.Attempts, victim)
+	}
+}
+
+// SIGKILL of the manager leader mid-job: a new leader rebuilds state from
+// workers, the running workflow is not interrupted, the job completes and is
+// readable from every manager.
+func TestLeaderKilledMidJob(t *testing.T) {
+	c := startCluster(t, 3, 2, 1)
+	id := c.submit(`name: survive
+timeout: 90s
+workflows:
+  - {name: nap, type: sleep, cores: 1, duration: 5s}
+`)
+	st := c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
+		if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowRunning {
+			return fmt.Errorf("not running yet: %s", st.Status)
+		}
+		return nil
+	})
+	worker := st.Workflows[0].Worker
+	old := c.leader()
+	if err := c.Kill(old); err != nil {
+		t.Fatal(err)
+	}
+	st = c.waitStatus(id, 60*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s after leader %s died", st.Status, old)
+	}
+	if wf := st.Workflows[0]; wf.Worker != worker || wf.Attempts != 1 {
+		t.Fatalf("workflow was interrupted: ran on %s (was %s) after %d attempts", wf.Worker, worker, wf.Attempts)
+	}
+	if nl := c.leader(); nl == old {
+		t.Fatalf("leader still %s", old)
+	}
+}
+
+// SIGTERM of a worker: it drains (running work finishes) and leaves.
+func TestWorkerDrainsOnSIGTERM(t *testing.T) {
+	c := startCluster(t, 1, 1, 1)
+	id := c.submit(`name: drain
+timeout: 60s
+workflows:
+  - {name: nap, type: sleep, cores: 1, duration: 2s}
+`)
+	st := c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
+		if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowRunning {
+			return fmt.Errorf("not running yet: %s", st.Status)
+		}
+		return nil
+	})
+	w := st.Workflows[0].Worker
+	if err := c.Signal(w, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	st = c.waitStatus(id, 30*time.Second, terminal)
+	if st.Status != wire.JobCompleted || st.Workflows[0].Attempts != 1 {
+		t.Fatalf("draining worker did not finish its work: %s after %d attempts", st.Status, st.Workflows[0].Attempts)
+	}
+	if err := c.Wait(w, 30*time.Second); err != nil {
+		t.Fatalf("worker did not exit after draining: %v", err)
+	}
+}

@@ -1,0 +1,185 @@
+// Package integration runs the real binaries as separate processes on
+// loopback, kills them with SIGKILL, restarts them, and polls for the
+// outcome with deadlines.
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/devcluster"
+	"tempest/target"
+	"tempest/testutil"
+)
+
+// binDir holds the binaries built once for the whole package.
+var binDir string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "tempest-integration-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	for bin, pkg := range map[string]string{
+		"tempest-manager": "../cmd/manager",
+		"tempest-worker":  "../cmd/worker",
+		"tempest":         "../cmd/tempest",
+	} {
+		build := exec.Command("go", "build", "-race", "-o", filepath.Join(dir, bin), pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", bin+":", err)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type cluster struct {
+	*devcluster.Cluster
+	t      *testing.T
+	client *api.Client
+}
+
+// startCluster runs managers and workers as real processes and waits until
+// a leader is elected and every worker is registered.
+func startCluster(t *testing.T, managers, workers, cores int) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	c, err := devcluster.Start(context.Background(), devcluster.Options{
+		Dir: dir, BinDir: binDir, Managers: managers, Workers: workers, CoresPerWorker: cores,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatalf("start cluster: %v", err)
+	}
+	cl := &cluster{Cluster: c, t: t}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c.Stop(ctx)
+		if t.Failed() {
+			dumpLogs(t, c)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("cluster not ready: %v", err)
+	}
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	cl.client = client
+	return cl
+}
+
+func dumpLogs(t *testing.T, c *devcluster.Cluster) {
+	for _, n := range c.Nodes() {
+		b, err := os.ReadFile(n.Log)
+		if err != nil {
+			continue
+		}
+		if len(b) > 8000 {
+			b = b[len(b)-8000:]
+		}
+		t.Logf("==== %s (%s) last log lines:\n%s", n.Name, filepath.Base(n.Log), b)
+	}
+}
+
+// startTarget runs the built-in HTTP target in-process.
+func startTarget(t *testing.T, cfg target.Config) *target.Server {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	srv, err := target.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	})
+	return srv
+}
+
+// submit sends a job file and returns the job id.
+func (c *cluster) submit(job string) string {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id, err := c.client.Submit(ctx, []byte(job), "job.yaml")
+	if err != nil {
+		c.t.Fatalf("submit: %v", err)
+	}
+	return id
+}
+
+// waitStatus polls a job until cond holds.
+func (c *cluster) waitStatus(id string, within time.Duration, cond func(*api.JobStatus) error) *api.JobStatus {
+	c.t.Helper()
+	var last *api.JobStatus
+	testutil.Eventually(c.t, within, 100*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		st, err := c.client.Job(ctx, id)
+		if err != nil {
+			return err
+		}
+		last = st
+		return cond(st)
+	})
+	return last
+}
+
+func terminal(st *api.JobStatus) error {
+	if !st.Status.Terminal() {
+		return fmt.Errorf("job %s is %s", st.JobID, st.Status)
+	}
+	return nil
+}
+
+// leader returns the name of the manager that leads now.
+func (c *cluster) leader() string {
+	c.t.Helper()
+	var name string
+	testutil.Eventually(c.t, 20*time.Second, 100*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		view, err := c.client.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range view.Nodes {
+			if n.Role == "manager" && n.IsLeader && c.Running(n.Name) {
+				name = n.Name
+				return nil
+			}
+		}
+		return fmt.Errorf("no live leader in %d nodes", len(view.Nodes))
+	})
+	return name
+}
