@@ -16,11 +16,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"tempest/security"
 )
@@ -147,7 +148,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: opts, log: opts.Logger}
 	mgrs := make([]*Node, opts.Managers)
-	var peers, seeds []string
+	var seeds []string
 	for i := range mgrs {
 		n, err := c.newNode("manager", fmt.Sprintf("%s-manager-%d", opts.Datacenter, i+1))
 		if err != nil {
@@ -157,19 +158,24 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, err
 		}
 		mgrs[i] = n
-		peers = append(peers, n.Name+"="+n.QUIC)
 		seeds = append(seeds, n.Swim)
 	}
+	var peerList []map[string]string
+	for _, m := range mgrs {
+		peerList = append(peerList, map[string]string{"id": m.Name, "quic": m.QUIC})
+	}
 	for _, n := range mgrs {
-		n.Argv = []string{
-			filepath.Join(opts.BinDir, "tempest-manager"),
-			"--id", n.Name, "--dc", opts.Datacenter,
-			"--quic", n.QUIC, "--swim", n.Swim, "--api", n.API,
-			"--data-dir", n.DataDir,
-			"--peers", strings.Join(peers, ","),
-			"--join", strings.Join(seeds, ","),
-			"--swim-profile", opts.SwimProfile, "--election-profile", opts.ElectionProfile,
+		cfg := map[string]any{
+			"id": n.Name, "datacenter": opts.Datacenter,
+			"quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
+			"data_dir": n.DataDir, "peers": peerList, "join": seeds,
+			"swim_profile": opts.SwimProfile, "election_profile": opts.ElectionProfile,
 		}
+		path, err := c.writeConfig(n, cfg)
+		if err != nil {
+			return nil, err
+		}
+		n.Argv = []string{filepath.Join(opts.BinDir, "tempest-manager"), "--config", path}
 	}
 	c.managers = mgrs
 	for i := 0; i < opts.Workers; i++ {
@@ -207,16 +213,31 @@ func (c *Cluster) newWorker(cores int) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.Argv = []string{
-		filepath.Join(c.opts.BinDir, "tempest-worker"),
-		"--id", n.Name, "--dc", c.opts.Datacenter,
-		"--quic", n.QUIC, "--swim", n.Swim,
-		"--join", strings.Join(seeds, ","),
-		"--managers", strings.Join(mgrQUIC, ","),
-		"--cores", strconv.Itoa(cores),
-		"--swim-profile", c.opts.SwimProfile,
+	path, err := c.writeConfig(n, map[string]any{
+		"id": n.Name, "datacenter": c.opts.Datacenter,
+		"quic_listen": n.QUIC, "swim_bind": n.Swim,
+		"join": seeds, "managers": mgrQUIC, "cores": cores,
+		"swim_profile": c.opts.SwimProfile,
+	})
+	if err != nil {
+		return nil, err
 	}
+	n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-worker"), "--config", path}
 	return n, nil
+}
+
+// writeConfig writes a node's config file beside its data and log. Secrets
+// are not in it: they reach the process through its environment.
+func (c *Cluster) writeConfig(n *Node, cfg map[string]any) (string, error) {
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", fmt.Errorf("devcluster: config for %s: %w", n.Name, err)
+	}
+	path := filepath.Join(filepath.Dir(n.DataDir), "config.yaml")
+	if err := writeFileAtomic(path, b, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
 }
 
 // AddWorker starts one more worker with the given cores and returns its
