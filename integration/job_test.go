@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"syscall"
 	"testing"
@@ -135,6 +136,23 @@ workflows:
 	}
 	if nl := c.leader(); nl == old {
 		t.Fatalf("leader still %s", old)
+	}
+	// Every surviving manager answers for the job, follower or not.
+	for _, n := range c.Nodes() {
+		if n.Role != "manager" || n.Name == old {
+			continue
+		}
+		one, err := api.NewClient([]string{"http://" + n.API}, c.Token())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		got, err := one.Job(ctx, id)
+		cancel()
+		one.Close()
+		if err != nil || got.Status != wire.JobCompleted {
+			t.Fatalf("job status from %s: %v %v", n.Name, got, err)
+		}
 	}
 }
 
