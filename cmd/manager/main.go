@@ -13,8 +13,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -23,16 +21,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"tempest/api"
+	"tempest/cmd/internal/nodecmd"
 	"tempest/manager"
-	"tempest/security"
 	"tempest/workflow"
 )
 
@@ -82,7 +77,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		}
 		return exitUsage
 	}
-	logger, err := newLogger(opts.logFormat, opts.logLevel, stderr)
+	logger, err := nodecmd.NewLogger(opts.logFormat, opts.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tempest-manager: %v\n", err)
 		return exitUsage
@@ -90,7 +85,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	cfg.Logger = logger
 	logger = logger.With("node", cfg.ID)
 
-	keyring, err := keyringFromEnv(getenv)
+	keyring, err := nodecmd.KeyringFromEnv(getenv)
 	if err != nil {
 		logger.Error("refusing to start", "err", err)
 		return exitFailure
@@ -159,7 +154,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		case sig := <-sigs:
 			switch {
 			case sig == syscall.SIGHUP:
-				if err := reloadSecrets(m, opts.secretFile, getenv); err != nil {
+				current, previous, err := nodecmd.Secrets(opts.secretFile, getenv)
+				if err == nil {
+					err = m.ReloadSecrets(current, previous)
+				}
+				if err != nil {
 					logger.Error("secret reload failed; keeping the current secrets", "err", err)
 				}
 			case !stopping:
@@ -224,7 +223,7 @@ func loadConfig(args []string, stderr io.Writer) (manager.Config, options, error
 
 	fc := fileConfig{Config: manager.DefaultConfig()}
 	if opts.configFile != "" {
-		if err := readConfigFile(opts.configFile, &fc); err != nil {
+		if err := nodecmd.ReadConfigFile(opts.configFile, &fc); err != nil {
 			return manager.Config{}, opts, err
 		}
 	}
@@ -248,7 +247,7 @@ func loadConfig(args []string, stderr io.Writer) (manager.Config, options, error
 		case "peers":
 			cfg.Peers, perr = parsePeers(*peers)
 		case "join":
-			cfg.Join = splitList(*join)
+			cfg.Join = nodecmd.SplitList(*join)
 		case "swim-profile":
 			cfg.SwimProfile = *swimProfile
 		case "election-profile":
@@ -274,7 +273,7 @@ func loadConfig(args []string, stderr io.Writer) (manager.Config, options, error
 // parsePeers reads "id=quicaddr,id=quicaddr".
 func parsePeers(s string) ([]manager.Peer, error) {
 	var out []manager.Peer
-	for _, item := range splitList(s) {
+	for _, item := range nodecmd.SplitList(s) {
 		id, addr, ok := strings.Cut(item, "=")
 		id, addr = strings.TrimSpace(id), strings.TrimSpace(addr)
 		if !ok || id == "" || addr == "" {
@@ -283,116 +282,4 @@ func parsePeers(s string) ([]manager.Peer, error) {
 		out = append(out, manager.Peer{ID: id, QUIC: addr})
 	}
 	return out, nil
-}
-
-// readConfigFile decodes a YAML config over cfg's defaults. Unknown keys are
-// errors: a misspelt option must not silently keep its default.
-func readConfigFile(path string, cfg *fileConfig) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, err)
-	}
-	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-// keyringFromEnv builds the keyring; NewKeyring refuses short or weak
-// secrets with a message naming the variable.
-func keyringFromEnv(getenv func(string) string) (*security.Keyring, error) {
-	current := getenv("AUTH_SECRET")
-	if current == "" {
-		return nil, errors.New("AUTH_SECRET is not set (create one with `tempest secret generate`)")
-	}
-	return security.NewKeyring(current, getenv("AUTH_SECRET_PREVIOUS"))
-}
-
-// reloadSecrets re-reads the secrets for a rotation pass: from the env file
-// when one is configured (a running process's environment never changes, so
-// that is how new secrets reach it), else from the process environment.
-func reloadSecrets(m *manager.Manager, secretFile string, getenv func(string) string) error {
-	get := getenv
-	if secretFile != "" {
-		vals, err := readEnvFile(secretFile)
-		if err != nil {
-			return err
-		}
-		get = func(k string) string { return vals[k] }
-	}
-	current := get("AUTH_SECRET")
-	if current == "" {
-		return errors.New("AUTH_SECRET is not set")
-	}
-	return m.ReloadSecrets(current, get("AUTH_SECRET_PREVIOUS"))
-}
-
-// readEnvFile parses KEY=VALUE lines as systemd's EnvironmentFile does for
-// the simple cases: blank lines and # comments skipped, an optional
-// "export " prefix, values optionally in single or double quotes.
-func readEnvFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("secret file: %w", err)
-	}
-	defer f.Close()
-	return parseEnv(f, path)
-}
-
-func parseEnv(r io.Reader, name string) (map[string]string, error) {
-	vals := make(map[string]string)
-	sc := bufio.NewScanner(r)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		text = strings.TrimPrefix(text, "export ")
-		key, val, ok := strings.Cut(text, "=")
-		key = strings.TrimSpace(key)
-		if !ok || key == "" {
-			// The line may hold a secret: say where, never what.
-			return nil, fmt.Errorf("%s:%d: not a KEY=VALUE line", name, line)
-		}
-		val = strings.TrimSpace(val)
-		if len(val) >= 2 && (val[0] == '"' || val[0] == '\'') && val[len(val)-1] == val[0] {
-			if uq, err := strconv.Unquote(val); val[0] == '"' && err == nil {
-				val = uq
-			} else {
-				val = val[1 : len(val)-1]
-			}
-		}
-		vals[key] = val
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return vals, nil
 }

@@ -95,17 +95,6 @@ func TestParsePeers(t *testing.T) {
 	}
 }
 
-func TestParseEnv(t *testing.T) {
-	in := "# rotation\nexport AUTH_SECRET=\"abc\"\nAUTH_SECRET_PREVIOUS='def'\n\nOTHER = x \n"
-	got, err := parseEnv(strings.NewReader(in), "secret.env")
-	if err != nil || got["AUTH_SECRET"] != "abc" || got["AUTH_SECRET_PREVIOUS"] != "def" || got["OTHER"] != "x" {
-		t.Fatalf("parseEnv = %v, %v", got, err)
-	}
-	if _, err := parseEnv(strings.NewReader("no-equals-here\n"), "s.env"); err == nil || strings.Contains(err.Error(), "no-equals") {
-		t.Fatalf("bad line: %v (must not echo the line)", err)
-	}
-}
-
 func TestRefusesToStart(t *testing.T) {
 	good, err := security.GenerateSecret()
 	if err != nil {

@@ -11,8 +11,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -21,14 +19,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
-	"tempest/security"
+	"tempest/cmd/internal/nodecmd"
 	"tempest/worker"
 	"tempest/workflow"
 )
@@ -67,7 +61,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		fmt.Fprintf(stderr, "tempest-worker: %v\n", err)
 		return exitUsage
 	}
-	logger, err := newLogger(opts.logFormat, opts.logLevel, stderr)
+	logger, err := nodecmd.NewLogger(opts.logFormat, opts.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tempest-worker: %v\n", err)
 		return exitUsage
@@ -75,7 +69,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	cfg.Logger = logger // the worker and its layers add the node id themselves
 	logger = logger.With("node", cfg.ID)
 
-	keyring, err := keyringFromEnv(getenv)
+	keyring, err := nodecmd.KeyringFromEnv(getenv)
 	if err != nil {
 		logger.Error("refusing to start", "err", err)
 		return exitFailure
@@ -104,7 +98,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		case sig := <-sigs:
 			switch {
 			case sig == syscall.SIGHUP:
-				if err := reloadSecrets(w, opts.secretFile, getenv); err != nil {
+				current, previous, err := nodecmd.Secrets(opts.secretFile, getenv)
+				if err == nil {
+					err = w.ReloadSecrets(current, previous)
+				}
+				if err != nil {
 					logger.Error("secret reload failed; keeping the current secrets", "err", err)
 				}
 			case !draining:
@@ -161,7 +159,7 @@ func loadConfig(args []string, stderr io.Writer) (worker.Config, options, error)
 
 	cfg := worker.DefaultConfig()
 	if opts.configFile != "" {
-		if err := readConfigFile(opts.configFile, &cfg); err != nil {
+		if err := nodecmd.ReadConfigFile(opts.configFile, &cfg); err != nil {
 			return worker.Config{}, opts, err
 		}
 	}
@@ -176,9 +174,9 @@ func loadConfig(args []string, stderr io.Writer) (worker.Config, options, error)
 		case "swim":
 			cfg.SwimBind = *swimBind
 		case "join":
-			cfg.Join = splitList(*join)
+			cfg.Join = nodecmd.SplitList(*join)
 		case "managers":
-			cfg.Managers = splitList(*managers)
+			cfg.Managers = nodecmd.SplitList(*managers)
 		case "cores":
 			cfg.Cores = *cores
 		case "swim-profile":
@@ -196,118 +194,4 @@ func loadConfig(args []string, stderr io.Writer) (worker.Config, options, error)
 		return worker.Config{}, opts, err
 	}
 	return cfg, opts, nil
-}
-
-// readConfigFile decodes a YAML config over cfg's defaults. Unknown keys are
-// errors: a misspelt option must not silently keep its default.
-func readConfigFile(path string, cfg *worker.Config) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, err)
-	}
-	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-func keyringFromEnv(getenv func(string) string) (*security.Keyring, error) {
-	current := getenv("AUTH_SECRET")
-	if current == "" {
-		return nil, errors.New("AUTH_SECRET is not set (create one with `tempest secret generate`)")
-	}
-	return security.NewKeyring(current, getenv("AUTH_SECRET_PREVIOUS"))
-}
-
-// reloadSecrets re-reads the secrets for a rotation pass: from the env file
-// when one is configured (a running process's environment never changes, so
-// that is how new secrets reach it), else from the process environment.
-func reloadSecrets(w *worker.Worker, secretFile string, getenv func(string) string) error {
-	get := getenv
-	if secretFile != "" {
-		vals, err := readEnvFile(secretFile)
-		if err != nil {
-			return err
-		}
-		get = func(k string) string { return vals[k] }
-	}
-	current := get("AUTH_SECRET")
-	if current == "" {
-		return errors.New("AUTH_SECRET is not set")
-	}
-	return w.ReloadSecrets(current, get("AUTH_SECRET_PREVIOUS"))
-}
-
-// readEnvFile parses KEY=VALUE lines as systemd's EnvironmentFile does for
-// the simple cases: blank lines and # comments skipped, an optional
-// "export " prefix, values optionally in single or double quotes.
-func readEnvFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("secret file: %w", err)
-	}
-	defer f.Close()
-	return parseEnv(f, path)
-}
-
-func parseEnv(r io.Reader, name string) (map[string]string, error) {
-	vals := make(map[string]string)
-	sc := bufio.NewScanner(r)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		text = strings.TrimPrefix(text, "export ")
-		key, val, ok := strings.Cut(text, "=")
-		key = strings.TrimSpace(key)
-		if !ok || key == "" {
-			// The line may hold a secret: say where, never what.
-			return nil, fmt.Errorf("%s:%d: not a KEY=VALUE line", name, line)
-		}
-		val = strings.TrimSpace(val)
-		if len(val) >= 2 && (val[0] == '"' || val[0] == '\'') && val[len(val)-1] == val[0] {
-			if val[0] == '"' {
-				if uq, err := strconv.Unquote(val); err == nil {
-					val = uq
-				} else {
-					val = val[1 : len(val)-1]
-				}
-			} else {
-				val = val[1 : len(val)-1]
-			}
-		}
-		vals[key] = val
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return vals, nil
 }

@@ -109,30 +109,6 @@ func mustSecret(t *testing.T) string {
 	return s
 }
 
-func TestParseEnv(t *testing.T) {
-	in := `# rotation pass 1
-AUTH_SECRET=abc=def
-
-export AUTH_SECRET_PREVIOUS="quoted \"value\""
-SINGLE='x y'
-  SPACED = v
-`
-	got, err := parseEnv(strings.NewReader(in), "secret.env")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{"AUTH_SECRET": "abc=def", "AUTH_SECRET_PREVIOUS": `quoted "value"`, "SINGLE": "x y", "SPACED": "v"}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %q, want %q", k, got[k], v)
-		}
-	}
-	_, err = parseEnv(strings.NewReader("AUTH_SECRET=fine\nthis-is-the-secret\n"), "secret.env")
-	if err == nil || !strings.Contains(err.Error(), "secret.env:2") || strings.Contains(err.Error(), "this-is-the-secret") {
-		t.Fatalf("bad line error: %v (must name the line, never echo it)", err)
-	}
-}
-
 // syncBuffer is a bytes.Buffer safe for the logger and the test to share.
 type syncBuffer struct {
 	mu sync.Mutex

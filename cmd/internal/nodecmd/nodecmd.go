@@ -1,0 +1,147 @@
+// Package nodecmd holds what the node binaries, tempest-manager and
+// tempest-worker, share around their startup: the YAML config file, list
+// flags, the logger, and the cluster secrets, read from the environment at
+// startup and from --secret-file (or the environment) again on SIGHUP.
+package nodecmd
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"tempest/security"
+)
+
+// ReadConfigFile decodes a YAML config over the defaults already in cfg, a
+// pointer to the binary's config struct. Unknown keys are errors: a misspelt
+// option must not silently keep its default. An empty file changes nothing.
+func ReadConfigFile(path string, cfg any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// SplitList splits a comma-separated flag value, trimming spaces and
+// dropping empty items.
+func SplitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// NewLogger builds the logger for --log-format (text or json) and
+// --log-level (debug, info, warn or error), writing to w.
+func NewLogger(format, level string, w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// KeyringFromEnv builds the keyring from AUTH_SECRET and, during a
+// rotation, AUTH_SECRET_PREVIOUS; NewKeyring refuses short or weak secrets
+// with a message naming the variable.
+func KeyringFromEnv(getenv func(string) string) (*security.Keyring, error) {
+	current := getenv("AUTH_SECRET")
+	if current == "" {
+		return nil, errors.New("AUTH_SECRET is not set (create one with `tempest secret generate`)")
+	}
+	return security.NewKeyring(current, getenv("AUTH_SECRET_PREVIOUS"))
+}
+
+// Secrets re-reads AUTH_SECRET and AUTH_SECRET_PREVIOUS for a rotation pass
+// (SIGHUP): from secretFile when one is configured (a running process's
+// environment never changes, so that is how new secrets reach it), else
+// through getenv. Previous may be empty; current may not.
+func Secrets(secretFile string, getenv func(string) string) (current, previous string, err error) {
+	get := getenv
+	if secretFile != "" {
+		vals, err := ReadEnvFile(secretFile)
+		if err != nil {
+			return "", "", err
+		}
+		get = func(k string) string { return vals[k] }
+	}
+	current = get("AUTH_SECRET")
+	if current == "" {
+		return "", "", errors.New("AUTH_SECRET is not set")
+	}
+	return current, get("AUTH_SECRET_PREVIOUS"), nil
+}
+
+// ReadEnvFile reads the KEY=VALUE file at path; see ParseEnv.
+func ReadEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("secret file: %w", err)
+	}
+	defer f.Close()
+	return ParseEnv(f, path)
+}
+
+// ParseEnv parses KEY=VALUE lines as systemd's EnvironmentFile does for the
+// simple cases: blank lines and # comments skipped, an optional "export "
+// prefix, values optionally in single or double quotes. Double-quoted values
+// have their Go-style escapes undone when they parse as such; single-quoted
+// ones are taken as they stand. name labels errors (file:line).
+func ParseEnv(r io.Reader, name string) (map[string]string, error) {
+	vals := make(map[string]string)
+	sc := bufio.NewScanner(r)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		text = strings.TrimPrefix(text, "export ")
+		key, val, ok := strings.Cut(text, "=")
+		key = strings.TrimSpace(key)
+		if !ok || key == "" {
+			// The line may hold a secret: say where, never what.
+			return nil, fmt.Errorf("%s:%d: not a KEY=VALUE line", name, line)
+		}
+		val = strings.TrimSpace(val)
+		if len(val) >= 2 && (val[0] == '"' || val[0] == '\'') && val[len(val)-1] == val[0] {
+			if val[0] == '"' {
+				if uq, err := strconv.Unquote(val); err == nil {
+					val = uq
+				} else {
+					val = val[1 : len(val)-1]
+				}
+			} else {
+				val = val[1 : len(val)-1]
+			}
+		}
+		vals[key] = val
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return vals, nil
+}
