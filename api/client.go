@@ -3,7 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -374,7 +376,15 @@ func (c *Client) Submit(ctx context.Context, jobFile []byte, filename string) (s
 	if jobFile == nil {
 		jobFile = []byte{}
 	}
-	a, err := c.exchange(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: jobFile, header: h})
+	// The key names the job before it exists, so a submission whose answer
+	// was lost (a node killed mid-request) can be re-sent anywhere: the
+	// cluster answers the second copy with the job the first one made.
+	key, err := newIdempotencyKey()
+	if err != nil {
+		return "", err
+	}
+	h.Set(IdempotencyHeader, key)
+	a, err := c.exchange(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: jobFile, header: h, idempotent: true})
 	if err != nil {
 		return "", err
 	}
@@ -386,6 +396,14 @@ func (c *Client) Submit(ctx context.Context, jobFile []byte, filename string) (s
 		return "", fmt.Errorf("submit: %s answered without a job id", a.endpoint)
 	}
 	return resp.JobID, nil
+}
+
+func newIdempotencyKey() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("submit: idempotency key: %w", err)
+	}
+	return hex.EncodeToString(b), nil
 }
 
 // Jobs lists the jobs the cluster knows, newest first.

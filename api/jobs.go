@@ -39,6 +39,15 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("parse %s: %w", filename, err))
 		return
 	}
+	if key := r.Header.Get(IdempotencyHeader); key != "" && job.JobID == "" {
+		id, ok := jobIDFromKey(key)
+		if !ok {
+			writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed,
+				Error: IdempotencyHeader + ": want 8 to 64 characters of [A-Za-z0-9_-]"})
+			return
+		}
+		job.JobID = id
+	}
 	ctx, cancel := s.callContext(r)
 	defer cancel()
 	ack, err := s.backend.Submit(ctx, job)
@@ -274,4 +283,23 @@ func problemSummary(filename string, n int) string {
 		return filename + " has 1 problem"
 	}
 	return fmt.Sprintf("%s has %d problems", filename, n)
+}
+
+// IdempotencyHeader carries a client-chosen key that names the job, so a
+// submission re-sent after a lost answer does not make a second job. Go's
+// HTTP client also treats requests carrying it as safe to retry on a broken
+// keep-alive connection.
+const IdempotencyHeader = "Idempotency-Key"
+
+// jobIDFromKey turns an idempotency key into the job id it stands for.
+func jobIDFromKey(key string) (string, bool) {
+	if len(key) < 8 || len(key) > 64 {
+		return "", false
+	}
+	for _, r := range key {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return "", false
+		}
+	}
+	return "j-" + key, true
 }
