@@ -89,14 +89,7 @@ workflows:
   - {name: a, type: sleep, cores: 2, duration: 30s}
   - {name: b, type: sleep, cores: 1, duration: 30s}
 `)
-	c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
-		for _, wf := range st.Workflows {
-			if wf.Status != wire.WorkflowRunning {
-				return fmt.Errorf("%s is %s", wf.Name, wf.Status)
-			}
-		}
-		return nil
-	})
+	c.waitRunning(id)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.client.Cancel(ctx, id, "test"); err != nil {

@@ -3,13 +3,11 @@ package integration
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
-	"tempest/api"
 	"tempest/security"
 	"tempest/transport"
 	"tempest/wire"
@@ -24,12 +22,7 @@ timeout: 60s
 workflows:
   - {name: nap, type: sleep, cores: 1, duration: 10s}
 `)
-	st := c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
-		if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowRunning {
-			return fmt.Errorf("not running yet: %s", st.Status)
-		}
-		return nil
-	})
+	st := c.waitRunning(id)
 	wf := st.Workflows[0]
 	w, ok := c.Node(wf.Worker)
 	if !ok {

@@ -86,12 +86,7 @@ timeout: 90s
 workflows:
   - {name: nap, type: sleep, cores: 1, duration: 4s}
 `)
-	st := c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
-		if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowRunning {
-			return fmt.Errorf("not running yet: %s", st.Status)
-		}
-		return nil
-	})
+	st := c.waitRunning(id)
 	victim := st.Workflows[0].Worker
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
@@ -116,12 +111,7 @@ timeout: 90s
 workflows:
   - {name: nap, type: sleep, cores: 1, duration: 5s}
 `)
-	st := c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
-		if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowRunning {
-			return fmt.Errorf("not running yet: %s", st.Status)
-		}
-		return nil
-	})
+	st := c.waitRunning(id)
 	worker := st.Workflows[0].Worker
 	old := c.leader()
 	if err := c.Kill(old); err != nil {
@@ -164,12 +154,7 @@ timeout: 60s
 workflows:
   - {name: nap, type: sleep, cores: 1, duration: 2s}
 `)
-	st := c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
-		if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowRunning {
-			return fmt.Errorf("not running yet: %s", st.Status)
-		}
-		return nil
-	})
+	st := c.waitRunning(id)
 	w := st.Workflows[0].Worker
 	if err := c.Signal(w, syscall.SIGTERM); err != nil {
 		t.Fatal(err)

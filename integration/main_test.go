@@ -19,6 +19,7 @@ import (
 	"tempest/devcluster"
 	"tempest/target"
 	"tempest/testutil"
+	"tempest/wire"
 )
 
 // binDir holds the binaries built once for the whole package.
@@ -153,6 +154,22 @@ func (c *cluster) waitStatus(id string, within time.Duration, cond func(*api.Job
 		return cond(st)
 	})
 	return last
+}
+
+// waitRunning polls until every workflow of a job is RUNNING.
+func (c *cluster) waitRunning(id string) *api.JobStatus {
+	c.t.Helper()
+	return c.waitStatus(id, 20*time.Second, func(st *api.JobStatus) error {
+		if len(st.Workflows) == 0 {
+			return fmt.Errorf("job %s has no workflows yet (%s)", id, st.Status)
+		}
+		for _, wf := range st.Workflows {
+			if wf.Status != wire.WorkflowRunning {
+				return fmt.Errorf("%s is %s", wf.Name, wf.Status)
+			}
+		}
+		return nil
+	})
 }
 
 func terminal(st *api.JobStatus) error {
