@@ -7,7 +7,7 @@ status=0
 while IFS= read -r line; do
   file=${line%%:*}
   name=$(sed -E 's/^.*func (Fuzz[A-Za-z0-9_]+).*/\1/' <<<"$line")
-  pkg=./$(dirname "$file")
+  pkg=$(dirname "$file")
   echo "== $pkg $name ($fuzztime)"
   if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg"; then
     status=1
