@@ -34,12 +34,31 @@
 // context does; cancel and timeout interrupt requests in flight rather
 // than waiting for them.
 //
-// The http type runs the closed model: VUs goroutines, each looping over the
-// steps in order, one request at a time. With iterations, the total is
-// divided up front: VU i does iterations/vus passes, the first
-// iterations%vus VUs one more, so the total is exact. With duration, VUs
-// stop starting requests when it passes and finish the ones in flight. The
-// executor interface is where the load-test issue's open models go.
+// The http type has two load models behind one executor interface
+// (executor.go), so every model shares the request path and its counting:
+//
+//   - closed: VUs goroutines, each looping over the steps in order, one
+//     request at a time. With iterations, the total is divided up front: VU
+//     i does iterations/vus passes, the first iterations%vus VUs one more,
+//     so the total is exact. With duration, VUs stop starting requests when
+//     it passes and finish the ones in flight. With stages, the VU count
+//     follows a piecewise-linear ramp (ramp.go); a VU retired on the way
+//     down finishes its iteration first.
+//   - open: iterations start at a rate (iterations per second, optionally
+//     ramping through stages) whatever the target's latency, served by a
+//     pool of at most max_vus VUs. An iteration that cannot get a VU before
+//     the next one falls due is dropped and counted (dropped_iterations).
+//     Each response is recorded twice: uncorrected (request sent to last
+//     byte) and corrected (from when it was meant to be sent, like wrk2).
+//
+// Steps may pause (think_time), check the body (expect_body), and template
+// their url, header values and body ({{vu}}, {{iteration}},
+// {{random_int a b}}; template.go), parsed when params are validated and
+// when a runner is built, never per request. connection_reuse: false dials
+// per request.
+//
+// A run also keeps a per-second series (series.go: completed, failed,
+// dropped, live VUs, p50/p99) for the newest MaxSeriesSeconds seconds.
 //
 // # Counting
 //

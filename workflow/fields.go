@@ -294,6 +294,39 @@ func nodeInt(n *Node) (int64, bool) {
 	return 0, false
 }
 
+// Float reads a number; integers are accepted (rate: 200).
+func (f *Fields) Float(key string) (float64, bool) {
+	fl, ok := f.lookup(key)
+	if !ok {
+		return 0, false
+	}
+	if fl.Value.Kind == ScalarNode {
+		switch v := fl.Value.Value.(type) {
+		case int64:
+			return float64(v), true
+		case float64:
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				return v, true
+			}
+		}
+	}
+	f.typeError(fl, "a number")
+	return 0, false
+}
+
+// Bool reads true or false; a quoted "true" is not a boolean.
+func (f *Fields) Bool(key string) (bool, bool) {
+	fl, ok := f.lookup(key)
+	if !ok {
+		return false, false
+	}
+	if b, isBool := fl.Value.Value.(bool); fl.Value.Kind == ScalarNode && isBool {
+		return b, true
+	}
+	f.typeError(fl, "true or false")
+	return false, false
+}
+
 // Duration reads a Go duration string such as "5s" or "1m30s". A bare number
 // is refused: "duration: 5" could mean seconds or milliseconds.
 func (f *Fields) Duration(key string) (time.Duration, bool) {

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -17,6 +18,13 @@ const (
 	MaxIterations         = 1 << 40
 	DefaultRequestTimeout = 10 * time.Second
 	MaxRequestTimeout     = 10 * time.Minute
+	// MaxRate bounds the open model's arrival rate (iterations per second).
+	MaxRate = 1e6
+	// DefaultOpenMaxVUs is the open model's VU pool bound when max_vus is
+	// not set (or vus, if that is larger).
+	DefaultOpenMaxVUs = 100
+	MaxStages         = 64
+	MaxThinkTime      = time.Hour
 
 	maxHeaders      = 64
 	maxHeaderLen    = 8 << 10
@@ -24,35 +32,78 @@ const (
 	maxBodyLen      = 1 << 20
 	maxMethodLen    = 32
 	maxExpectStatus = 32
+	maxExpectBody   = 64 << 10
 )
 
 // HTTPType is the `http` workflow: virtual users (VUs) loop over a list of
-// requests and count each outcome per step, with latencies in an HDR
-// histogram. Only the closed model (a fixed number of VUs, each starting its
-// next request when the previous one ends) exists so far.
+// requests and count each outcome per step, with latencies in HDR
+// histograms. Load models: closed (a fixed or ramping number of VUs, each
+// starting its next iteration when the previous one ends) and open (an
+// arrival rate, fixed or ramping, served by a bounded pool of VUs).
 type HTTPType struct{}
 
-// HTTPParams are http's params. Keys 1-5 are taken; the load-test issue
-// adds the open model (rate, stages, max_vus), think time, thresholds and
-// protocol choice as new keys, each reading its zero value as "not set" so
-// that specs encoded before it still mean what they meant.
+// LoadModel says how a workflow's iterations are started. The zero value is
+// the closed model, which is what specs from before the open model mean.
+type LoadModel uint8
+
+// Load models.
+const (
+	// ClosedModel: VUs loop; throughput follows the target's latency.
+	ClosedModel LoadModel = iota
+	// OpenModel: iterations start at a rate, whatever the latency.
+	OpenModel
+)
+
+func (m LoadModel) String() string {
+	switch m {
+	case ClosedModel:
+		return "closed"
+	case OpenModel:
+		return "open"
+	default:
+		return fmt.Sprintf("LoadModel(%d)", uint8(m))
+	}
+}
+
+// HTTPParams are http's params. Every key after 5 reads its zero value as
+// "not set", so specs encoded before it still mean what they meant (a
+// closed model with vus and duration or iterations, connections reused).
 type HTTPParams struct {
-	// VUs is how many virtual users run at once.
+	// VUs is how many virtual users run at once (closed model), the VU count
+	// a ramp starts from (closed model with stages; may be 0), or the VUs
+	// allocated before the first iteration (open model).
 	VUs int `cbor:"1,keyasint"`
-	// Duration runs the VUs until it has passed; requests in flight then
-	// finish (bounded by Timeout). Exactly one of Duration and Iterations.
+	// Duration runs the load until it has passed; requests in flight then
+	// finish (bounded by Timeout). Closed model: exactly one of Duration and
+	// Iterations, or Stages. Open model: required unless Stages are given.
+	// With Stages it may extend the run past them, holding the last target.
 	Duration time.Duration `cbor:"2,keyasint,omitempty"`
 	// Iterations is the total number of passes over the steps, divided
-	// among the VUs as evenly as integers allow.
+	// among the VUs as evenly as integers allow (closed model only).
 	Iterations int64 `cbor:"3,keyasint,omitempty"`
 	// Timeout bounds each request from sending to its last body byte; zero
 	// means DefaultRequestTimeout. Job-file key: request_timeout (timeout is
 	// the workflow's own).
 	Timeout time.Duration `cbor:"4,keyasint,omitempty"`
 	Steps   []HTTPStep    `cbor:"5,keyasint"`
+	Model   LoadModel     `cbor:"6,keyasint,omitempty"`
+	// Rate is the open model's arrival rate in iterations per second, or
+	// the rate its Stages ramp from.
+	Rate float64 `cbor:"7,keyasint,omitempty"`
+	// Stages ramp the VU count (closed) or the rate (open) linearly.
+	Stages []Stage `cbor:"8,keyasint,omitempty"`
+	// MaxVUs bounds the open model's VU pool; zero means the larger of
+	// DefaultOpenMaxVUs and VUs. An iteration that finds every VU busy is
+	// dropped and counted.
+	MaxVUs int `cbor:"9,keyasint,omitempty"`
+	// NoConnectionReuse opens a connection per request (job file:
+	// connection_reuse: false), to load a target's accept path and TLS
+	// handshakes rather than its keep-alive path.
+	NoConnectionReuse bool `cbor:"10,keyasint,omitempty"`
 }
 
-// HTTPStep is one request of an iteration.
+// HTTPStep is one request of an iteration. URL, header values and Body may
+// hold templates ({{vu}}, {{iteration}}, {{random_int a b}}).
 type HTTPStep struct {
 	Name string `cbor:"1,keyasint"`
 	// Method defaults to GET.
@@ -63,32 +114,34 @@ type HTTPStep struct {
 	// ExpectStatus lists the statuses that count as completed; empty means
 	// any 2xx or 3xx (redirects are not followed: one step, one request).
 	ExpectStatus []int `cbor:"6,keyasint,omitempty"`
+	// ThinkTime is a pause after the step, part of the iteration (a VU is
+	// busy during it) but not of any latency.
+	ThinkTime time.Duration `cbor:"7,keyasint,omitempty"`
+	// ExpectBody, when set, must occur in the response body; a response
+	// without it counts as failed with class body.
+	ExpectBody string `cbor:"8,keyasint,omitempty"`
+}
+
+// openMaxVUs is the open model's pool bound.
+func (p *HTTPParams) openMaxVUs() int {
+	if p.MaxVUs > 0 {
+		return p.MaxVUs
+	}
+	return max(DefaultOpenMaxVUs, p.VUs)
 }
 
 // Validate reports every problem, with job-file paths.
 func (p *HTTPParams) Validate() error {
 	var errs FieldErrors
-	if p.VUs < 1 || p.VUs > MaxVUs {
-		errs.add("vus", "must be between 1 and %d, got %d", MaxVUs, p.VUs)
-	}
 	switch {
-	case p.Duration < 0 || p.Iterations < 0 || (p.Duration == 0 && p.Iterations == 0):
-		if p.Duration < 0 {
-			errs.add("duration", "must be greater than 0, got %s", fmtDuration(p.Duration))
-		}
-		if p.Iterations < 0 {
-			errs.add("iterations", "must be greater than 0, got %d", p.Iterations)
-		}
-		if p.Duration == 0 && p.Iterations == 0 {
-			// Reported at duration, whose line is the closest guess.
-			errs.add("duration", "one of duration or iterations is required, greater than 0")
-		}
-	case p.Duration > 0 && p.Iterations > 0:
-		errs.add("iterations", "cannot be combined with duration; set one of them")
-	case p.Duration > 0:
-		checkRunDuration(&errs, "duration", p.Duration)
-	case p.Iterations > MaxIterations:
-		errs.add("iterations", "must be at most %d, got %d", int64(MaxIterations), p.Iterations)
+	case p.Model == OpenModel:
+		p.validateOpen(&errs)
+	case p.Model != ClosedModel:
+		errs.add("model", "must be closed or open, got %s", p.Model)
+	case len(p.Stages) > 0:
+		p.validateRampingVUs(&errs)
+	default:
+		p.validateClosed(&errs)
 	}
 	if p.Timeout < 0 || p.Timeout > MaxRequestTimeout {
 		errs.add("request_timeout", "must be between 0 (default %s) and %s, got %s",
@@ -112,11 +165,145 @@ func (p *HTTPParams) Validate() error {
 	return errs.err()
 }
 
+// validateClosed checks the closed model with a fixed VU count.
+func (p *HTTPParams) validateClosed(errs *FieldErrors) {
+	if p.VUs < 1 || p.VUs > MaxVUs {
+		errs.add("vus", "must be between 1 and %d, got %d", MaxVUs, p.VUs)
+	}
+	switch {
+	case p.Duration < 0 || p.Iterations < 0 || (p.Duration == 0 && p.Iterations == 0):
+		if p.Duration < 0 {
+			errs.add("duration", "must be greater than 0, got %s", fmtDuration(p.Duration))
+		}
+		if p.Iterations < 0 {
+			errs.add("iterations", "must be greater than 0, got %d", p.Iterations)
+		}
+		if p.Duration == 0 && p.Iterations == 0 {
+			// Reported at duration, whose line is the closest guess.
+			errs.add("duration", "one of duration or iterations is required, greater than 0")
+		}
+	case p.Duration > 0 && p.Iterations > 0:
+		errs.add("iterations", "cannot be combined with duration; set one of them")
+	case p.Duration > 0:
+		checkRunDuration(errs, "duration", p.Duration)
+	case p.Iterations > MaxIterations:
+		errs.add("iterations", "must be at most %d, got %d", int64(MaxIterations), p.Iterations)
+	}
+	p.refuseOpenOnly(errs)
+}
+
+// validateRampingVUs checks the closed model with stages of VU targets.
+func (p *HTTPParams) validateRampingVUs(errs *FieldErrors) {
+	if p.VUs < 0 || p.VUs > MaxVUs {
+		errs.add("vus", "must be between 0 and %d (the VUs the stages start from), got %d", MaxVUs, p.VUs)
+	}
+	if p.Iterations != 0 {
+		errs.add("iterations", "cannot be combined with stages, which set how long the run lasts")
+	}
+	peak := p.VUs
+	for i, st := range p.Stages {
+		tp := JoinPath(IndexPath("stages", i), "target")
+		if st.Target != math.Trunc(st.Target) || st.Target < 0 || st.Target > MaxVUs {
+			errs.add(tp, "must be a whole number of VUs between 0 and %d, got %v", MaxVUs, st.Target)
+			continue
+		}
+		peak = max(peak, int(st.Target))
+	}
+	p.checkStages(errs)
+	if peak < 1 {
+		errs.add("stages", "no stage has a VU target above 0, so nothing would run")
+	}
+	p.refuseOpenOnly(errs)
+}
+
+func (p *HTTPParams) refuseOpenOnly(errs *FieldErrors) {
+	if p.Rate != 0 {
+		errs.add("rate", "only applies to the open model (model: open)")
+	}
+	if p.MaxVUs != 0 {
+		errs.add("max_vus", "only applies to the open model (model: open); the closed model runs vus")
+	}
+}
+
+// validateOpen checks the open model.
+func (p *HTTPParams) validateOpen(errs *FieldErrors) {
+	if !(p.Rate >= 0 && p.Rate <= MaxRate) { // also refuses NaN
+		errs.add("rate", "must be between 0 and %d iterations per second, got %v", int(MaxRate), p.Rate)
+	}
+	if p.Iterations != 0 {
+		errs.add("iterations", "does not apply to the open model, which runs for a duration at a rate")
+	}
+	if p.MaxVUs < 0 || p.MaxVUs > MaxVUs {
+		errs.add("max_vus", "must be between 1 and %d, got %d", MaxVUs, p.MaxVUs)
+	}
+	if p.VUs < 0 || p.VUs > MaxVUs {
+		errs.add("vus", "must be between 0 and %d (VUs allocated before the first iteration), got %d", MaxVUs, p.VUs)
+	} else if p.MaxVUs > 0 && p.VUs > p.MaxVUs {
+		errs.add("vus", "allocates %d VUs up front, more than max_vus (%d)", p.VUs, p.MaxVUs)
+	}
+	if len(p.Stages) == 0 {
+		if p.Rate == 0 {
+			errs.add("rate", "is required for the open model, greater than 0")
+		}
+		if p.Duration <= 0 {
+			errs.add("duration", "is required for the open model, greater than 0, got %s", fmtDuration(p.Duration))
+		} else {
+			checkRunDuration(errs, "duration", p.Duration)
+		}
+		return
+	}
+	peak := p.Rate
+	for i, st := range p.Stages {
+		if !(st.Target >= 0 && st.Target <= MaxRate) {
+			errs.add(JoinPath(IndexPath("stages", i), "target"), "must be a rate between 0 and %d iterations per second, got %v", int(MaxRate), st.Target)
+			continue
+		}
+		peak = max(peak, st.Target)
+	}
+	p.checkStages(errs)
+	if peak <= 0 {
+		errs.add("stages", "the rate never rises above 0, so nothing would run")
+	}
+}
+
+// checkStages checks stage durations and how they combine with Duration.
+func (p *HTTPParams) checkStages(errs *FieldErrors) {
+	if len(p.Stages) > MaxStages {
+		errs.add("stages", "must have at most %d stages, got %d", MaxStages, len(p.Stages))
+	}
+	var total time.Duration
+	for i, st := range p.Stages {
+		if st.Duration < 0 || st.Duration > MaxRunDuration {
+			errs.add(JoinPath(IndexPath("stages", i), "duration"), "must be between 0 and %s, got %s", fmtDuration(MaxRunDuration), fmtDuration(st.Duration))
+			continue
+		}
+		total += st.Duration
+	}
+	switch {
+	case p.Duration < 0:
+		errs.add("duration", "must be greater than 0, got %s", fmtDuration(p.Duration))
+	case p.Duration > 0 && p.Duration < total:
+		errs.add("duration", "is %s, shorter than the stages, which last %s; leave it out or make it at least that",
+			fmtDuration(p.Duration), fmtDuration(total))
+	}
+	if run := max(total, p.Duration); run <= 0 || run > MaxRunDuration {
+		errs.add("stages", "must last more than 0 and at most %s in all, got %s", fmtDuration(MaxRunDuration), fmtDuration(run))
+	}
+}
+
 func (st *HTTPStep) validate(errs *FieldErrors, path string) {
 	if st.Method != "" && (len(st.Method) > maxMethodLen || !isToken(st.Method)) {
 		errs.add(JoinPath(path, "method"), "must be an HTTP method such as GET or POST, got %q", truncate(st.Method, 40))
 	}
-	if err := checkURL(st.URL); err != nil {
+	if st.URL != "" && len(st.URL) <= maxURLLen {
+		// A templated URL must still be one once rendered; the sample
+		// rendering stands in for every request's.
+		if t, err := parseTemplate(st.URL); err != nil {
+			errs.add(JoinPath(path, "url"), "%v", err)
+		} else if err := checkURL(t.sample()); err != nil {
+			errs.add(JoinPath(path, "url"), "%v", err)
+		}
+	} else if err := checkURL(st.URL); err != nil {
 		errs.add(JoinPath(path, "url"), "%v", err)
 	}
 	if len(st.Headers) > maxHeaders {
@@ -129,10 +316,14 @@ func (st *HTTPStep) validate(errs *FieldErrors, path string) {
 		}
 		if len(v) > maxHeaderLen || !validHeaderValue(v) {
 			errs.add(hp, "value must be at most %d bytes with no control characters", maxHeaderLen)
+		} else if _, err := parseTemplate(v); err != nil {
+			errs.add(hp, "%v", err) // rendered values are digits: no need to re-check them
 		}
 	}
 	if len(st.Body) > maxBodyLen {
 		errs.add(JoinPath(path, "body"), "must be at most %d bytes, got %d", maxBodyLen, len(st.Body))
+	} else if _, err := parseTemplate(st.Body); err != nil {
+		errs.add(JoinPath(path, "body"), "%v", err)
 	}
 	if len(st.ExpectStatus) > maxExpectStatus {
 		errs.add(JoinPath(path, "expect_status"), "must list at most %d statuses, got %d", maxExpectStatus, len(st.ExpectStatus))
@@ -141,6 +332,12 @@ func (st *HTTPStep) validate(errs *FieldErrors, path string) {
 		if code < 100 || code > 599 {
 			errs.add(IndexPath(JoinPath(path, "expect_status"), i), "must be an HTTP status between 100 and 599, got %d", code)
 		}
+	}
+	if st.ThinkTime < 0 || st.ThinkTime > MaxThinkTime {
+		errs.add(JoinPath(path, "think_time"), "must be between 0 and %s, got %s", fmtDuration(MaxThinkTime), fmtDuration(st.ThinkTime))
+	}
+	if len(st.ExpectBody) > maxExpectBody {
+		errs.add(JoinPath(path, "expect_body"), "must be at most %d bytes, got %d", maxExpectBody, len(st.ExpectBody))
 	}
 }
 
@@ -186,11 +383,29 @@ func validHeaderValue(v string) bool {
 // Name implements Type.
 func (HTTPType) Name() string { return "http" }
 
-// ParseParams reads vus (default 1), duration or iterations,
-// request_timeout (default 10s) and steps (name, method (default GET), url,
-// headers, body, expect_status).
+// ParseParams reads the load model (model: closed or open, default closed,
+// or open when rate or max_vus is given; vus, default 1 (0 with stages);
+// duration or iterations; rate; stages of {duration, target}; max_vus),
+// request_timeout (default 10s), connection_reuse (default true) and steps
+// (name, method (default GET), url, headers, body, expect_status,
+// expect_body, think_time).
 func (HTTPType) ParseParams(f *Fields) []byte {
 	p := HTTPParams{VUs: 1}
+	if s, ok := f.String("model"); ok {
+		switch s {
+		case "closed":
+			p.Model = ClosedModel
+		case "open":
+			p.Model = OpenModel
+		default:
+			f.Errorf("model", "must be closed or open, got %q", truncate(s, 40))
+		}
+	} else if f.Has("rate") || f.Has("max_vus") {
+		p.Model = OpenModel
+	}
+	if f.Has("stages") && !f.Has("vus") {
+		p.VUs = 0 // a ramp starts from nothing unless told otherwise
+	}
 	if v, ok := f.Int("vus"); ok {
 		p.VUs = int(v)
 	}
@@ -199,6 +414,26 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 	}
 	if n, ok := f.Int("iterations"); ok {
 		p.Iterations = n
+	}
+	if r, ok := f.Float("rate"); ok {
+		p.Rate = r
+	}
+	if v, ok := f.Int("max_vus"); ok {
+		if v < 1 {
+			f.Errorf("max_vus", "must be at least 1, got %d", v)
+		}
+		p.MaxVUs = int(v)
+	}
+	stages, _ := f.Objects("stages")
+	for _, sf := range stages {
+		sf.Required("duration", "target")
+		var st Stage
+		st.Duration, _ = sf.Duration("duration")
+		st.Target, _ = sf.Float("target")
+		p.Stages = append(p.Stages, st)
+	}
+	if reuse, ok := f.Bool("connection_reuse"); ok {
+		p.NoConnectionReuse = !reuse
 	}
 	if d, ok := f.Duration("request_timeout"); ok {
 		if d <= 0 {
@@ -223,6 +458,8 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 				st.ExpectStatus = append(st.ExpectStatus, int(c))
 			}
 		}
+		st.ExpectBody, _ = sf.String("expect_body")
+		st.ThinkTime, _ = sf.Duration("think_time")
 		p.Steps = append(p.Steps, st)
 	}
 	return f.Encode(&p)

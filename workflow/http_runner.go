@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,19 +27,29 @@ type httpRunner struct {
 	client  *http.Client
 }
 
-// preparedStep is an HTTPStep turned into what each request needs, once.
+// preparedStep is an HTTPStep turned into what each request needs, once:
+// templates parsed, headers split into the shared static set and the
+// templated ones.
 type preparedStep struct {
 	name   string
 	method string
-	url    string
+	url    *template
 	// header is shared, read-only, by every request of the step: net/http
 	// does not modify a request's headers (RoundTripper's contract, and
 	// Client copies the request before adding any), which saves a map clone
-	// per request.
-	header http.Header
-	host   string // a Host header, which net/http takes from Request.Host
-	body   string
-	expect []int // nil: any 2xx or 3xx
+	// per request. Only a step with templated header values clones it.
+	header     http.Header
+	dynHeaders []dynHeader
+	host       *template // a Host header, which net/http takes from Request.Host
+	body       *template
+	expect     []int  // nil: any 2xx or 3xx
+	expectBody []byte // nil: any body
+	thinkTime  time.Duration
+}
+
+type dynHeader struct {
+	key   string
+	value *template
 }
 
 func (st *preparedStep) expects(code int) bool {
@@ -48,45 +59,37 @@ func (st *preparedStep) expects(code int) bool {
 	return slices.Contains(st.expect, code)
 }
 
+// header returns the request's headers: the shared set, or a copy with the
+// templated values rendered.
+func (st *preparedStep) headerFor(v tmplVars) http.Header {
+	if len(st.dynHeaders) == 0 {
+		return st.header
+	}
+	h := st.header.Clone()
+	for _, d := range st.dynHeaders {
+		h.Add(d.key, d.value.render(v))
+	}
+	return h
+}
+
+// newHTTPRunner prepares a run from validated params. Templates are parsed
+// again here rather than kept from Validate: params stay plain data (what
+// crosses the wire, comparable in tests), and parsing costs microseconds
+// per dispatch, never anything per request.
 func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 	r := &httpRunner{name: name, params: p, timeout: p.Timeout, exec: newExecutor(p)}
 	if r.timeout == 0 {
 		r.timeout = DefaultRequestTimeout
 	}
 	for _, s := range p.Steps {
-		st := preparedStep{name: s.Name, method: s.Method, url: s.URL, body: s.Body, header: http.Header{}}
-		if st.method == "" {
-			st.method = http.MethodGet
-		}
-		if len(s.ExpectStatus) > 0 {
-			st.expect = slices.Clone(s.ExpectStatus)
-		}
-		// Sorted so that two spellings of one header ("x-a" and "X-A") are
-		// sent in the same order every run.
-		keys := make([]string, 0, len(s.Headers))
-		for k := range s.Headers {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if http.CanonicalHeaderKey(k) == "Host" {
-				st.host = s.Headers[k]
-				continue
-			}
-			st.header.Add(k, s.Headers[k])
-		}
-		if st.header.Get("User-Agent") == "" {
-			st.header.Set("User-Agent", defaultUserAgent)
-		}
-		// Validate checked the URL; building one request now catches what
-		// it could not, before any VU starts.
-		if _, err := http.NewRequest(st.method, st.url, nil); err != nil {
+		st, err := prepareStep(s)
+		if err != nil {
 			return nil, fmt.Errorf("step %q: %w", s.Name, err)
 		}
 		r.steps = append(r.steps, st)
 	}
 	r.client = &http.Client{
-		Transport: newLoadTransport(r.exec.maxVUs()),
+		Transport: newLoadTransport(r.exec.maxVUs(), !p.NoConnectionReuse),
 		// One step is one request: a redirect is an outcome to count (3xx is
 		// a success by default), not something to chase, which would also
 		// make the target's request count differ from ours.
@@ -95,10 +98,64 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 	return r, nil
 }
 
+func prepareStep(s HTTPStep) (preparedStep, error) {
+	st := preparedStep{name: s.Name, method: s.Method, header: http.Header{}, thinkTime: s.ThinkTime}
+	if st.method == "" {
+		st.method = http.MethodGet
+	}
+	if len(s.ExpectStatus) > 0 {
+		st.expect = slices.Clone(s.ExpectStatus)
+	}
+	if s.ExpectBody != "" {
+		st.expectBody = []byte(s.ExpectBody)
+	}
+	var err error
+	if st.url, err = parseTemplate(s.URL); err != nil {
+		return st, fmt.Errorf("url: %w", err)
+	}
+	if st.body, err = parseTemplate(s.Body); err != nil {
+		return st, fmt.Errorf("body: %w", err)
+	}
+	// Sorted so that two spellings of one header ("x-a" and "X-A") are
+	// sent in the same order every run.
+	keys := make([]string, 0, len(s.Headers))
+	for k := range s.Headers {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		t, err := parseTemplate(s.Headers[k])
+		if err != nil {
+			return st, fmt.Errorf("header %s: %w", k, err)
+		}
+		switch {
+		case http.CanonicalHeaderKey(k) == "Host":
+			st.host = t
+		case t.dynamic:
+			st.dynHeaders = append(st.dynHeaders, dynHeader{key: k, value: t})
+		default:
+			st.header.Add(k, t.static)
+		}
+	}
+	if st.header.Get("User-Agent") == "" && !slices.ContainsFunc(st.dynHeaders, func(d dynHeader) bool {
+		return http.CanonicalHeaderKey(d.key) == "User-Agent"
+	}) {
+		st.header.Set("User-Agent", defaultUserAgent)
+	}
+	// Validate checked the URL; building one request now catches what it
+	// could not, before any VU starts.
+	if _, err := http.NewRequest(st.method, st.url.sample(), nil); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
 // newLoadTransport tunes net/http for generating load rather than for a
 // typical client:
 //   - one idle connection kept per VU, so a closed-model VU reuses its
 //     connection instead of dialling (and exhausting ports) per request;
+//     with reuse off (connection_reuse: false) every request dials, which
+//     is what a job loading a target's accept path or TLS handshakes wants;
 //   - Proxy nil: a stray HTTP_PROXY in a worker's environment must not send
 //     the load to a proxy instead of the target;
 //   - no transparent gzip: requests are exactly what the job file says and
@@ -111,7 +168,7 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 // likely replace it with a leaner HTTP/1.1 client: net/http allocates per
 // request and runs two goroutines per connection, fine for correctness and
 // moderate rates, less so for a million requests a second.
-func newLoadTransport(vus int) *http.Transport {
+func newLoadTransport(vus int, reuse bool) *http.Transport {
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	return &http.Transport{
@@ -120,6 +177,7 @@ func newLoadTransport(vus int) *http.Transport {
 		MaxIdleConns:        0, // bounded per host below
 		MaxIdleConnsPerHost: vus,
 		IdleConnTimeout:     90 * time.Second,
+		DisableKeepAlives:   !reuse,
 		DisableCompression:  true,
 		Protocols:           protocols,
 	}
@@ -130,8 +188,12 @@ func newLoadTransport(vus int) *http.Transport {
 // workflow's cores (a semaphore per core would only cap concurrency, which
 // is the job file's vus); the Go scheduler already runs at most GOMAXPROCS
 // of them at once. What the cores do size is the stats recorder's shards,
-// the part every VU contends on. CPU-heavy per-request work that arrives
-// later (templating, checks) is where a per-core pool would belong.
+// the part every VU contends on.
+//
+// Besides the VUs (owned by the executor) Run owns two goroutines, both
+// stopped before it returns: the reporter (when env.Report is set) and the
+// series sampler, which folds the per-second series and samples live VUs
+// whether or not anyone is listening, so the series stays bounded.
 func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 	env = env.withDefaults()
 	log := env.Logger.With("workflow", r.name, "workflow_type", "http")
@@ -139,42 +201,43 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 	for i, st := range r.steps {
 		names[i] = st.name
 	}
-	rec := newRecorder(names, env.parallelism())
+	p := r.params
+	rec := newRecorder(names, env.parallelism(), p.Model == OpenModel)
 	start := env.Now()
-	rep := startReporter(env, func() Snapshot { return rec.snapshot(env.Now().Sub(start)) })
-	log.Info("http workflow starting", "vus", r.params.VUs, "duration", r.params.Duration,
-		"iterations", r.params.Iterations, "steps", len(r.steps), "cores", len(env.Cores), "shards", len(rec.shards))
+	secOf := func(t time.Time) int64 { return int64(max(t.Sub(start), 0) / time.Second) }
+	snap := func() Snapshot {
+		s := rec.snapshot(env.Now().Sub(start))
+		s.VUs = r.exec.liveVUs()
+		return s
+	}
+	rep := startReporter(env, snap)
+	sampler := startLoop(seriesSampleInterval, func() {
+		rec.collectSeries(env.Now().Sub(start), r.exec.liveVUs(), false)
+	})
+	log.Info("http workflow starting", "model", p.Model, "vus", p.VUs, "duration", p.Duration,
+		"iterations", p.Iterations, "rate", p.Rate, "stages", len(p.Stages), "max_vus", p.MaxVUs,
+		"connection_reuse", !p.NoConnectionReuse, "steps", len(r.steps), "cores", len(env.Cores),
+		"shards", len(rec.shards))
 
+	xenv := execEnv{now: env.Now, dropped: func(intended time.Time) { rec.drop(secOf(intended)) }}
 	var logged sync.Map // (step, class) -> true: log each kind of failure once
-	r.exec.run(ctx, func(ctx context.Context, vu int, stopping <-chan struct{}) {
-		shard := rec.shard(vu)
-		for i := range r.steps {
-			if ctx.Err() != nil {
-				return
+	r.exec.run(ctx, xenv, func(ctx context.Context, it iterInfo, stopping <-chan struct{}) {
+		r.iterate(ctx, it, stopping, rec.shard(it.vu), env.Now, secOf, func(step int, o outcome, err error) {
+			type key struct {
+				step  int
+				class ErrorClass
 			}
-			select {
-			case <-stopping:
-				return
-			default:
+			if _, seen := logged.LoadOrStore(key{step, o.class}, true); !seen {
+				log.Warn("http step failed; further failures of this class are counted, not logged",
+					"step", r.steps[step].name, "class", o.class, "err", err)
 			}
-			o, err := r.do(ctx, &r.steps[i], env.Now)
-			shard.record(i, o)
-			if o.failed {
-				type key struct {
-					step  int
-					class ErrorClass
-				}
-				if _, seen := logged.LoadOrStore(key{i, o.class}, true); !seen {
-					log.Warn("http step failed; further failures of this class are counted, not logged",
-						"step", r.steps[i].name, "class", o.class, "err", err)
-				}
-			}
-		}
+		})
 	})
 	var stopErr error
 	if ctx.Err() != nil {
 		stopErr = stopCause(ctx)
 	}
+	sampler.stop()
 	rep.stop()
 	// Every response body is closed by now, so each connection is idle or
 	// on its way there; CloseIdleConnections also makes the transport close
@@ -182,16 +245,70 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 	// goroutine outlives the run.
 	r.client.CloseIdleConnections()
 
-	final := rec.snapshot(env.Now().Sub(start))
+	rec.collectSeries(env.Now().Sub(start), 0, true)
+	final := snap()
 	if env.Report != nil {
 		env.Report(final)
 	}
 	log.Info("http workflow finished", "completed", final.Completed, "failed", final.Failed,
-		"elapsed", final.Elapsed, "stopped_early", stopErr != nil)
+		"dropped_iterations", final.DroppedIterations, "elapsed", final.Elapsed, "stopped_early", stopErr != nil)
 	if stopErr != nil {
 		return Result{final}, fmt.Errorf("http workflow stopped early: %w", stopErr)
 	}
 	return Result{final}, nil
+}
+
+// iterate runs one pass over the steps for it, recording each outcome.
+//
+// Under the open model the iteration may start late: the scheduler found
+// every VU busy and it waited for one (executor_open.go). Each step's
+// corrected latency is its latency plus that lag, i.e. measured from when
+// the step would have started had the iteration started on time; for the
+// first step that is exactly "from the intended start". Think time is not
+// in any latency.
+func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan struct{}, shard *recorderShard,
+	now func() time.Time, secOf func(time.Time) int64, failed func(step int, o outcome, err error)) {
+	var lag time.Duration
+	if !it.intended.IsZero() {
+		lag = max(now().Sub(it.intended), 0)
+	}
+	vars := tmplVars{vu: it.vu + 1, iteration: it.n}
+	for i := range r.steps {
+		if ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-stopping:
+			return
+		default:
+		}
+		st := &r.steps[i]
+		o, err := r.do(ctx, st, vars, now)
+		o.corrected = o.latency + lag
+		o.sec = secOf(now())
+		shard.record(i, o)
+		if o.failed {
+			failed(i, o, err)
+		}
+		if st.thinkTime > 0 && !think(ctx, stopping, st.thinkTime) {
+			return
+		}
+	}
+}
+
+// think pauses for d; false if the run ended or is ending meanwhile (no
+// further step would start anyway).
+func think(ctx context.Context, stopping <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-stopping:
+		return false
+	}
 }
 
 // do sends one request and classifies it. Counting rule: every call counts
@@ -199,21 +316,23 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 // because the run was cancelled counts as failed, class cancelled, whether
 // or not it reached the target; so after a cancel, the target's count is
 // between ours minus the VUs that were mid-request, and ours.
-func (r *httpRunner) do(ctx context.Context, st *preparedStep, now func() time.Time) (outcome, error) {
+func (r *httpRunner) do(ctx context.Context, st *preparedStep, v tmplVars, now func() time.Time) (outcome, error) {
 	reqCtx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	var body io.Reader
-	if st.body != "" {
-		body = strings.NewReader(st.body)
+	if b := st.body.render(v); b != "" {
+		body = strings.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(reqCtx, st.method, st.url, body)
+	url := st.url.render(v)
+	req, err := http.NewRequestWithContext(reqCtx, st.method, url, body)
 	if err != nil {
-		// newHTTPRunner built this request once already; count, don't hide.
+		// A static URL was built once already by newHTTPRunner; a templated
+		// one renders digits only. Count, don't hide.
 		return outcome{failed: true, class: ErrorTransport}, err
 	}
-	req.Header = st.header
-	if st.host != "" {
-		req.Host = st.host
+	req.Header = st.headerFor(v)
+	if st.host != nil {
+		req.Host = st.host.render(v)
 	}
 	started := now()
 	resp, err := r.client.Do(req)
@@ -221,8 +340,16 @@ func (r *httpRunner) do(ctx context.Context, st *preparedStep, now func() time.T
 		return outcome{failed: true, class: classify(ctx, reqCtx, err)}, err
 	}
 	// Drain the body so the connection goes back to the pool for the VU's
-	// next request; the step's timeout bounds a slow or endless body.
-	_, err = io.Copy(io.Discard, resp.Body)
+	// next request; the step's timeout bounds a slow or endless body. With
+	// expect_body the drain also looks for it, keeping only a needle's
+	// length of the body at a time.
+	var sink io.Writer = io.Discard
+	var match *bodyMatcher
+	if st.expectBody != nil {
+		match = &bodyMatcher{needle: st.expectBody}
+		sink = match
+	}
+	_, err = io.Copy(sink, resp.Body)
 	resp.Body.Close()
 	latency := now().Sub(started)
 	if err != nil {
@@ -234,9 +361,41 @@ func (r *httpRunner) do(ctx context.Context, st *preparedStep, now func() time.T
 	}
 	if !st.expects(resp.StatusCode) {
 		return outcome{failed: true, class: ErrorStatus, latency: latency, timed: true},
-			fmt.Errorf("%s %s: unexpected status %d", st.method, st.url, resp.StatusCode)
+			fmt.Errorf("%s %s: unexpected status %d", st.method, url, resp.StatusCode)
+	}
+	if match != nil && !match.found {
+		return outcome{failed: true, class: ErrorBody, latency: latency, timed: true},
+			fmt.Errorf("%s %s: body does not contain %q", st.method, url, truncate(string(st.expectBody), 40))
 	}
 	return outcome{latency: latency, timed: true}, nil
+}
+
+// bodyMatcher is an io.Writer that reports whether needle occurred in what
+// was written, across write boundaries, holding at most len(needle)-1 bytes.
+type bodyMatcher struct {
+	needle []byte
+	tail   []byte // the last len(needle)-1 bytes seen
+	found  bool
+}
+
+func (m *bodyMatcher) Write(p []byte) (int, error) {
+	if m.found {
+		return len(p), nil
+	}
+	k := len(m.needle) - 1
+	// A match across the seam starts in tail and ends in p's first k bytes.
+	if len(m.tail) > 0 && bytes.Contains(append(m.tail, p[:min(len(p), k)]...), m.needle) ||
+		bytes.Contains(p, m.needle) {
+		m.found = true
+		return len(p), nil
+	}
+	if len(p) >= k {
+		m.tail = append(m.tail[:0], p[len(p)-k:]...)
+	} else {
+		joined := append(m.tail, p...)
+		m.tail = append(m.tail[:0], joined[max(0, len(joined)-k):]...) // copy handles the overlap
+	}
+	return len(p), nil
 }
 
 func classify(ctx, reqCtx context.Context, err error) ErrorClass {

@@ -313,7 +313,7 @@ func TestHTTPReportsAreMonotonic(t *testing.T) {
 }
 
 func TestLoadTransportIgnoresProxyEnvironment(t *testing.T) {
-	tr := newLoadTransport(8)
+	tr := newLoadTransport(8, true)
 	if tr.Proxy != nil {
 		t.Fatal("the load transport must not take a proxy from the environment")
 	}
@@ -326,7 +326,7 @@ func TestRecorderShardsFollowCores(t *testing.T) {
 	procs := runtime.GOMAXPROCS(0)
 	for cores, want := range map[int]int{0: 1, 1: 1, 2: min(2, procs), 64: min(maxShards, procs)} {
 		env := Env{Cores: make([]int, cores)}
-		if got := len(newRecorder([]string{"a"}, env.parallelism()).shards); got != want {
+		if got := len(newRecorder([]string{"a"}, env.parallelism(), false).shards); got != want {
 			t.Errorf("%d cores: %d shards, want %d", cores, got, want)
 		}
 	}

@@ -3,6 +3,7 @@ package workflow
 import (
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -23,27 +24,39 @@ const maxShards = 4
 // held for a pointer swap whatever the histogram holds, and a step's
 // histogram count always matches its counts. Outside the lock the swapped-out
 // samples are folded into the step's cumulative (packed) histogram, and the
-// emptied dense histogram becomes the spare for the next swap.
+// emptied dense histogram becomes a spare for the next swap. The per-second
+// series (series.go) is fed the same way.
 //
-// Lock order: snapMu, then one shard's mu at a time.
+// Lock order: snapMu, then one shard's mu at a time; dropMu is a leaf,
+// never held with another.
 type recorder struct {
 	names  []string
 	shards []*recorderShard
+	// corrected: the open model, which records a second latency per
+	// response, measured from the iteration's intended start.
+	corrected bool
+	dropped   atomic.Int64
 
-	// snapMu serialises snapshots (the reporter's, then Run's final one),
-	// which own everything below.
+	dropMu       sync.Mutex
+	droppedBySec map[int64]int64 // since the last collect
+
+	// snapMu serialises snapshots and series collection (the reporter's,
+	// the sampler's, then Run's final ones), which own everything below.
 	snapMu     sync.Mutex
 	cumulative []*Histogram
+	correctedH []*Histogram // nil under the closed model
 	completed  []int64
 	failed     []int64
 	errors     []map[ErrorClass]int64
-	spare      *hdrhistogram.Histogram
+	spares     []*hdrhistogram.Histogram
 	scratch    *hdrhistogram.PackedHistogram
+	series     seriesBuilder
 }
 
 type recorderShard struct {
 	mu    sync.Mutex
 	steps []stepCounts
+	secs  shardSeries
 	_     [64]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -53,6 +66,7 @@ type stepCounts struct {
 	failed    int64
 	errors    map[ErrorClass]int64
 	latency   *hdrhistogram.Histogram
+	corrected *hdrhistogram.Histogram // nil under the closed model
 }
 
 // outcome is one request's (or action's) result.
@@ -61,26 +75,46 @@ type outcome struct {
 	class   ErrorClass // when failed
 	latency time.Duration
 	timed   bool // latency is meaningful (a response arrived)
+	// corrected is latency plus how late the iteration started against its
+	// schedule (open model only; see httpRunner.iterate).
+	corrected time.Duration
+	// sec is the second of the run the outcome was known in, for the series.
+	sec int64
 }
 
-func newRecorder(names []string, parallelism int) *recorder {
+func newRecorder(names []string, parallelism int, corrected bool) *recorder {
 	r := &recorder{
-		names:      names,
-		shards:     make([]*recorderShard, min(max(parallelism, 1), maxShards)),
-		cumulative: make([]*Histogram, len(names)),
-		completed:  make([]int64, len(names)),
-		failed:     make([]int64, len(names)),
-		errors:     make([]map[ErrorClass]int64, len(names)),
-		spare:      newDenseHistogram(),
-		scratch:    NewHistogram().h,
+		names:        names,
+		corrected:    corrected,
+		shards:       make([]*recorderShard, min(max(parallelism, 1), maxShards)),
+		cumulative:   make([]*Histogram, len(names)),
+		completed:    make([]int64, len(names)),
+		failed:       make([]int64, len(names)),
+		errors:       make([]map[ErrorClass]int64, len(names)),
+		scratch:      NewHistogram().h,
+		droppedBySec: map[int64]int64{},
 	}
+	r.series = newSeriesBuilder(len(r.shards))
 	for i := range r.cumulative {
 		r.cumulative[i] = NewHistogram()
 	}
+	// One spare per histogram a swap takes: each is folded and given back
+	// before the next swap, so shards never wait on an allocation.
+	r.spares = append(r.spares, newDenseHistogram())
+	if corrected {
+		r.spares = append(r.spares, newDenseHistogram())
+		r.correctedH = make([]*Histogram, len(names))
+		for i := range r.correctedH {
+			r.correctedH[i] = NewHistogram()
+		}
+	}
 	for i := range r.shards {
-		s := &recorderShard{steps: make([]stepCounts, len(names))}
+		s := &recorderShard{steps: make([]stepCounts, len(names)), secs: newShardSeries()}
 		for j := range s.steps {
 			s.steps[j].latency = newDenseHistogram()
+			if corrected {
+				s.steps[j].corrected = newDenseHistogram()
+			}
 		}
 		r.shards[i] = s
 	}
@@ -106,12 +140,25 @@ func (s *recorderShard) record(step int, o outcome) {
 	}
 	if o.timed {
 		_ = c.latency.RecordValue(clampMicros(o.latency)) // in range by construction
+		if c.corrected != nil {
+			_ = c.corrected.RecordValue(clampMicros(o.corrected))
+		}
 	}
+	s.secs.record(o)
+}
+
+// drop counts an open-model iteration that found no VU, in second sec.
+func (r *recorder) drop(sec int64) {
+	r.dropped.Add(1)
+	r.dropMu.Lock()
+	r.droppedBySec[sec]++
+	r.dropMu.Unlock()
 }
 
 // snapshot moves what the shards recorded into the cumulative totals and
-// returns a copy the caller owns. Counts never decrease from one snapshot to
-// the next: everything only accumulates.
+// returns a copy the caller owns (Series excepted: it is shared and
+// read-only). Counts never decrease from one snapshot to the next:
+// everything only accumulates.
 func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 	r.snapMu.Lock()
 	defer r.snapMu.Unlock()
@@ -129,19 +176,30 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 				r.errors[i][class] += n
 			}
 			clear(c.errors)
-			var taken *hdrhistogram.Histogram
+			// Both histograms move together, so in every snapshot the
+			// corrected one holds exactly the samples the uncorrected does.
+			var taken, takenCorrected *hdrhistogram.Histogram
 			if c.latency.TotalCount() > 0 {
-				taken, c.latency, r.spare = c.latency, r.spare, nil
+				taken, c.latency = c.latency, r.spare()
+				if c.corrected != nil {
+					takenCorrected, c.corrected = c.corrected, r.spare()
+				}
 			}
 			s.mu.Unlock()
 			if taken != nil {
-				r.cumulative[i].mergeDense(taken, r.scratch)
-				taken.Reset()
-				r.spare = taken
+				r.fold(r.cumulative[i], taken)
+			}
+			if takenCorrected != nil {
+				r.fold(r.correctedH[i], takenCorrected)
 			}
 		}
 	}
-	snap := Snapshot{Elapsed: elapsed, Steps: make([]StepSnapshot, len(r.names))}
+	snap := Snapshot{
+		Elapsed:           elapsed,
+		Steps:             make([]StepSnapshot, len(r.names)),
+		DroppedIterations: r.dropped.Load(),
+		Series:            r.series.published(),
+	}
 	for i, name := range r.names {
 		snap.Steps[i] = StepSnapshot{
 			Name:      name,
@@ -150,8 +208,29 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 			Errors:    maps.Clone(r.errors[i]),
 			Latency:   r.cumulative[i].Clone(),
 		}
+		if r.corrected {
+			snap.Steps[i].CorrectedLatency = r.correctedH[i].Clone()
+		}
 		snap.Completed += r.completed[i]
 		snap.Failed += r.failed[i]
 	}
 	return snap
+}
+
+// spare returns an empty dense histogram. It is called with a shard's lock
+// held and never allocates there in practice: newRecorder stocks one spare
+// per histogram a swap takes, and fold returns it before the next swap.
+func (r *recorder) spare() *hdrhistogram.Histogram {
+	if n := len(r.spares); n > 0 {
+		h := r.spares[n-1]
+		r.spares = r.spares[:n-1]
+		return h
+	}
+	return newDenseHistogram()
+}
+
+func (r *recorder) fold(into *Histogram, dense *hdrhistogram.Histogram) {
+	into.mergeDense(dense, r.scratch)
+	dense.Reset()
+	r.spares = append(r.spares, dense)
 }

@@ -70,21 +70,26 @@ type reporter struct {
 }
 
 func startReporter(env Env, snap func() Snapshot) *reporter {
-	r := &reporter{done: make(chan struct{})}
 	if env.Report == nil {
-		return r
+		return &reporter{done: make(chan struct{})}
 	}
+	return startLoop(env.ReportInterval, func() { env.Report(snap()) })
+}
+
+// startLoop calls fn every interval on one goroutine until stop.
+func startLoop(interval time.Duration, fn func()) *reporter {
+	r := &reporter{done: make(chan struct{})}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		t := time.NewTicker(env.ReportInterval)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-r.done:
 				return
 			case <-t.C:
-				env.Report(snap())
+				fn()
 			}
 		}
 	}()

@@ -22,7 +22,8 @@ const (
 	ErrorCancelled ErrorClass = "cancelled"
 	// ErrorConnect: resolving or dialling the target failed (e.g. refused).
 	ErrorConnect ErrorClass = "connect"
-	// ErrorBody: the response started but its body could not be read.
+	// ErrorBody: the response started but its body could not be read, or
+	// it did not contain the step's expect_body.
 	ErrorBody ErrorClass = "body"
 	// ErrorTransport: any other request error.
 	ErrorTransport ErrorClass = "transport"
@@ -36,6 +37,18 @@ type Snapshot struct {
 	Completed int64
 	Failed    int64
 	Steps     []StepSnapshot
+	// DroppedIterations counts open-model iterations that fell due while
+	// every VU was busy and the pool was at max_vus, and so never ran: load
+	// the target was meant to get and did not. Zero under the closed model.
+	// (Not yet in wire.WorkflowProgress; see StepStats.)
+	DroppedIterations int64
+	// VUs is how many VUs were live when the snapshot was taken.
+	VUs int
+	// Series is the run's per-second history, oldest first, at most
+	// MaxSeriesSeconds. While running, the last couple of seconds are not
+	// in it yet (they are still filling); the final snapshot has them all.
+	// It is shared between snapshots and must not be modified.
+	Series []SecondStats
 }
 
 // StepSnapshot counts one step.
@@ -50,7 +63,16 @@ type StepSnapshot struct {
 	// (refused, timed out, cancelled) have no meaningful latency and are not
 	// in it, so Latency.Count() <= Completed+Failed. The snapshot owns it:
 	// the runner never touches it again.
+	//
+	// It is the uncorrected latency: from sending the request to its last
+	// body byte, as the target served it.
 	Latency *Histogram
+	// CorrectedLatency (open model only; nil under the closed model) holds
+	// the same responses measured from when the request was meant to be
+	// sent: the uncorrected latency plus how late its iteration started
+	// against the schedule (coordinated-omission correction, as wrk2 does).
+	// It is what a user arriving on schedule would have waited.
+	CorrectedLatency *Histogram
 }
 
 // Result is what a run counted when it ended.
@@ -62,6 +84,11 @@ type Result struct {
 // since the run started (not deltas), so a receiver replaces its previous
 // view of this workflow rather than adding to it; merging across workflows
 // or datacenters is MergeStepStats.
+//
+// wire.StepStats has no place yet for CorrectedLatency, nor
+// wire.WorkflowProgress for DroppedIterations and Series; they stay in the
+// Snapshot and Result until wire grows the fields (the load-test issue's
+// wire part).
 func (s Snapshot) StepStats() ([]wire.StepStats, error) {
 	out := make([]wire.StepStats, len(s.Steps))
 	for i, st := range s.Steps {

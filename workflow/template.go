@@ -1,0 +1,184 @@
+package workflow
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+)
+
+// Templates let a step's url, header values and body vary per request:
+//
+//	{{vu}}              the VU's number, from 1 (k6's __VU)
+//	{{iteration}}       the VU's own iteration count, from 0 (k6's __ITER)
+//	{{random_int a b}}  a uniformly random integer in [a, b]
+//
+// A template is parsed once, when params are validated and again when a
+// runner is built from them (both per dispatch, never per request); a
+// request renders the parsed parts with a strings.Builder. "{{" always opens
+// an action: there is no escape, since none of the supported fields has a
+// syntax where a literal "{{" is common.
+
+// maxTemplateActions bounds the actions in one field, so a hostile spec
+// cannot make every request render a million random numbers.
+const maxTemplateActions = 64
+
+// templateFuncs lists the known functions, for error messages.
+const templateFuncs = "vu, iteration, random_int"
+
+// tmplVars is what a request's templates render from.
+type tmplVars struct {
+	vu        int   // 1-based
+	iteration int64 // the VU's own, 0-based
+}
+
+type tmplOp uint8
+
+const (
+	opLiteral tmplOp = iota
+	opVU
+	opIteration
+	opRandomInt
+)
+
+type tmplPart struct {
+	op   tmplOp
+	lit  string // opLiteral
+	a, b int64  // opRandomInt, a <= b
+}
+
+// template is a parsed field. The zero value renders "".
+type template struct {
+	parts []tmplPart
+	// static is the whole value when it has no actions, so the common case
+	// renders without building anything.
+	static  string
+	dynamic bool
+}
+
+// parseTemplate parses s. Errors name what is wrong and where in s, and are
+// placed at the field by the caller.
+func parseTemplate(s string) (*template, error) {
+	t := &template{}
+	rest, actions := s, 0
+	for {
+		open := strings.Index(rest, "{{")
+		if open < 0 {
+			if rest != "" {
+				t.parts = append(t.parts, tmplPart{op: opLiteral, lit: rest})
+			}
+			break
+		}
+		if open > 0 {
+			t.parts = append(t.parts, tmplPart{op: opLiteral, lit: rest[:open]})
+		}
+		end := strings.Index(rest[open+2:], "}}")
+		if end < 0 {
+			return nil, fmt.Errorf("template at byte %d: unclosed {{", len(s)-len(rest)+open)
+		}
+		if actions++; actions > maxTemplateActions {
+			return nil, fmt.Errorf("template has more than %d {{...}} actions", maxTemplateActions)
+		}
+		part, err := parseAction(rest[open+2 : open+2+end])
+		if err != nil {
+			return nil, fmt.Errorf("template at byte %d: %w", len(s)-len(rest)+open, err)
+		}
+		t.parts = append(t.parts, part)
+		rest = rest[open+2+end+2:]
+	}
+	t.dynamic = actions > 0
+	if !t.dynamic {
+		t.static = s
+	}
+	return t, nil
+}
+
+func parseAction(src string) (tmplPart, error) {
+	words := strings.Fields(src)
+	if len(words) == 0 {
+		return tmplPart{}, fmt.Errorf("empty {{}}; want one of %s", templateFuncs)
+	}
+	args := words[1:]
+	noArgs := func(op tmplOp) (tmplPart, error) {
+		if len(args) > 0 {
+			return tmplPart{}, fmt.Errorf("{{%s}} takes no arguments, got %d", words[0], len(args))
+		}
+		return tmplPart{op: op}, nil
+	}
+	switch words[0] {
+	case "vu":
+		return noArgs(opVU)
+	case "iteration":
+		return noArgs(opIteration)
+	case "random_int":
+		if len(args) != 2 {
+			return tmplPart{}, fmt.Errorf("{{random_int a b}} takes two integers, got %d arguments", len(args))
+		}
+		a, errA := strconv.ParseInt(args[0], 10, 64)
+		b, errB := strconv.ParseInt(args[1], 10, 64)
+		if errA != nil || errB != nil {
+			return tmplPart{}, fmt.Errorf("{{random_int a b}} takes two integers, got %q and %q", truncate(args[0], 20), truncate(args[1], 20))
+		}
+		if a > b {
+			return tmplPart{}, fmt.Errorf("{{random_int %d %d}}: the lower bound is above the upper", a, b)
+		}
+		if a == math.MinInt64 && b == math.MaxInt64 {
+			// b-a+1 overflows; the full range is refused rather than
+			// special-cased, since no test needs it.
+			return tmplPart{}, fmt.Errorf("{{random_int}}: the range is too wide")
+		}
+		return tmplPart{op: opRandomInt, a: a, b: b}, nil
+	default:
+		return tmplPart{}, fmt.Errorf("unknown template function %q (known: %s)", truncate(words[0], 40), templateFuncs)
+	}
+}
+
+// render returns the value for one request. Random numbers come from
+// math/rand/v2's global source, which is per-thread in the runtime and so
+// takes no lock shared by VUs; they are load, not secrets.
+func (t *template) render(v tmplVars) string {
+	if !t.dynamic {
+		return t.static
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		switch p.op {
+		case opLiteral:
+			b.WriteString(p.lit)
+		case opVU:
+			b.WriteString(strconv.Itoa(v.vu))
+		case opIteration:
+			b.WriteString(strconv.FormatInt(v.iteration, 10))
+		case opRandomInt:
+			// Unsigned arithmetic keeps wide ranges (a < 0 < b) correct
+			// where Int64N(b-a+1) would overflow; the sum wraps back into
+			// [a, b] in two's complement.
+			b.WriteString(strconv.FormatInt(p.a+int64(rand.Uint64N(uint64(p.b)-uint64(p.a)+1)), 10))
+		}
+	}
+	return b.String()
+}
+
+// sample renders with fixed values, for validating what a field will look
+// like (a templated URL must still be a URL): the lower bound of each
+// random_int, VU 1, iteration 0.
+func (t *template) sample() string {
+	if !t.dynamic {
+		return t.static
+	}
+	var b strings.Builder
+	for _, p := range t.parts {
+		switch p.op {
+		case opLiteral:
+			b.WriteString(p.lit)
+		case opVU:
+			b.WriteString("1")
+		case opIteration:
+			b.WriteString("0")
+		case opRandomInt:
+			b.WriteString(strconv.FormatInt(p.a, 10))
+		}
+	}
+	return b.String()
+}
