@@ -57,11 +57,14 @@ type WorkflowStatus struct {
 	Status         wire.WorkflowStatus `json:"status"`
 	CompletedCount int64               `json:"completed_count"`
 	FailedCount    int64               `json:"failed_count"`
-	Attempts       int                 `json:"attempts"`
-	Worker         string              `json:"worker"`
-	Cores          []int               `json:"cores,omitempty"`
-	Steps          []StepSummary       `json:"steps,omitempty"`
-	Error          string              `json:"error,omitempty"`
+	// DroppedIterations counts open-model iterations that never ran
+	// because every VU was busy when they fell due.
+	DroppedIterations int64         `json:"dropped_iterations,omitempty"`
+	Attempts          int           `json:"attempts"`
+	Worker            string        `json:"worker"`
+	Cores             []int         `json:"cores,omitempty"`
+	Steps             []StepSummary `json:"steps,omitempty"`
+	Error             string        `json:"error,omitempty"`
 }
 
 // StepSummary is one step's counts and latency percentiles (milliseconds,
@@ -74,6 +77,10 @@ type StepSummary struct {
 	P90Ms     float64 `json:"p90_ms"`
 	P99Ms     float64 `json:"p99_ms"`
 	MaxMs     float64 `json:"max_ms"`
+	// Corrected percentiles (open model): latency from each iteration's
+	// intended start, so a slow target cannot hide behind the queue.
+	CorrectedP50Ms float64 `json:"corrected_p50_ms,omitempty"`
+	CorrectedP99Ms float64 `json:"corrected_p99_ms,omitempty"`
 }
 
 // Results is the downloadable outcome of a job.

@@ -120,10 +120,7 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		IsLeader: m.leading() != nil, Addr: m.tr.Addr(), API: *m.apiURL.Load(), Term: st.Term,
 	}
 	if m.keyring != nil {
-		self.SendKey = fmt.Sprintf("%08x", m.keyring.SendKeyID())
-		for _, id := range m.keyring.AcceptedKeyIDs() {
-			self.AcceptKeys = append(self.AcceptKeys, fmt.Sprintf("%08x", id))
-		}
+		self.SendKey, self.AcceptKeys = keyIDs(m.keyring.SendKeyID(), m.keyring.AcceptedKeyIDs())
 	}
 	if q, ok := m.tr.(transport.StatsSource); ok {
 		for _, b := range q.Stats().Breakers {
@@ -143,6 +140,7 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		}
 		if hb, alive, ok := m.managers.get(id); ok {
 			n.Term = hb.Term
+			n.SendKey, n.AcceptKeys = keyIDs(hb.SendKeyID, hb.AcceptKeyIDs)
 			if !alive {
 				n.State = "dead"
 			}
@@ -156,10 +154,12 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		if !wv.Alive {
 			state = "dead"
 		}
-		view.Nodes = append(view.Nodes, api.NodeView{
+		n := api.NodeView{
 			Name: wv.ID, Role: string(wire.RoleWorker), DC: cmp.Or(wv.Datacenter, m.cfg.Datacenter), State: state,
 			AvailableCores: wv.AvailableCores, TotalCores: wv.TotalCores, Addr: wv.Addr,
-		})
+		}
+		n.SendKey, n.AcceptKeys = keyIDs(wv.SendKeyID, wv.AcceptKeyIDs)
+		view.Nodes = append(view.Nodes, n)
 		delete(members, wv.ID)
 	}
 	for _, n := range members {
@@ -167,6 +167,20 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 			State: n.State.String(), Addr: n.Meta.QUICAddr, API: n.Meta.Tags["api"]})
 	}
 	return view, nil
+}
+
+// keyIDs formats key ids as `tempest cluster` shows them, in hex. A zero
+// send id means no heartbeat has said yet (or the node predates key ids),
+// shown as unknown rather than as a key.
+func keyIDs(send uint32, accept []uint32) (string, []string) {
+	if send == 0 {
+		return "", nil
+	}
+	out := make([]string, 0, len(accept))
+	for _, id := range accept {
+		out = append(out, fmt.Sprintf("%08x", id))
+	}
+	return fmt.Sprintf("%08x", send), out
 }
 
 // jobView is a copy of a job taken under the lock, so that turning it into
@@ -224,16 +238,17 @@ func (m *Manager) jobStatus(v jobView) api.JobStatus {
 func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 	p := &rec.LastProgress
 	ws := api.WorkflowStatus{
-		Name:           rec.Spec.Name,
-		WorkflowID:     rec.WorkflowID,
-		Type:           rec.Spec.Type,
-		Status:         rec.Status,
-		CompletedCount: p.CompletedCount,
-		FailedCount:    p.FailedCount,
-		Attempts:       rec.Attempts,
-		Worker:         rec.Worker,
-		Cores:          rec.Cores,
-		Error:          rec.Error,
+		Name:              rec.Spec.Name,
+		WorkflowID:        rec.WorkflowID,
+		Type:              rec.Spec.Type,
+		Status:            rec.Status,
+		CompletedCount:    p.CompletedCount,
+		FailedCount:       p.FailedCount,
+		DroppedIterations: p.DroppedIterations,
+		Attempts:          rec.Attempts,
+		Worker:            rec.Worker,
+		Cores:             rec.Cores,
+		Error:             rec.Error,
 	}
 	steps, err := workflow.MergeStepStats(nil, p.StepStats)
 	if err != nil {
@@ -244,6 +259,11 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 		sum := api.StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount}
 		if ps, err := workflow.Percentiles(s.Histogram, 50, 90, 99, 100); err == nil {
 			sum.P50Ms, sum.P90Ms, sum.P99Ms, sum.MaxMs = ms(ps[0]), ms(ps[1]), ms(ps[2]), ms(ps[3])
+		}
+		if len(s.CorrectedHistogram) > 0 {
+			if ps, err := workflow.Percentiles(s.CorrectedHistogram, 50, 99); err == nil {
+				sum.CorrectedP50Ms, sum.CorrectedP99Ms = ms(ps[0]), ms(ps[1])
+			}
 		}
 		ws.Steps = append(ws.Steps, sum)
 	}

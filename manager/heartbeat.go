@@ -63,6 +63,10 @@ func (m *Manager) refreshHeartbeat() {
 		Addr:           m.tr.Addr(),
 		LeaderID:       st.Leader,
 	}
+	if m.keyring != nil {
+		hb.SendKeyID = m.keyring.SendKeyID()
+		hb.AcceptKeyIDs = m.keyring.AcceptedKeyIDs()
+	}
 	m.mu.Lock()
 	for _, j := range m.jobs {
 		if j.rec.Status.Terminal() {

@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,5 +59,76 @@ func TestEmbeddedHeartbeats(t *testing.T) {
 	l.PeerState(swim.NodeInfo{Name: "m9"}, mb, 0)
 	if got, alive, ok := l.managers.get("m9"); !ok || !alive || got.Term != 4 {
 		t.Fatalf("peer heartbeat: %+v alive=%v known=%v", got, alive, ok)
+	}
+}
+
+// The cluster view shows, for every peer manager and worker, the key ids its
+// last heartbeat named, so an operator can watch a rotation pass land.
+func TestClusterViewShowsKeyIDs(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.addWorker("w1", 2)
+	l := c.leader()
+	peer := "m2"
+	if l.ID() == peer {
+		peer = "m3"
+	}
+	version := uint64(time.Now().UnixNano())
+	wb, err := swim.EncodeWorkerHeartbeat(&wire.WorkerHeartbeat{NodeID: "w1", State: wire.WorkerHealthy, TotalCores: 2,
+		AvailableCores: 2, Version: version, Addr: "w1", SendKeyID: 0xa1, AcceptKeyIDs: []uint32{0xa1, 0xb2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.PeerState(swim.NodeInfo{Name: "w1"}, wb, 0)
+	mb, err := swim.EncodeManagerHeartbeat(&wire.ManagerHeartbeat{NodeID: peer, Datacenter: "dc1", Version: version,
+		SendKeyID: 0xdeadbeef, AcceptKeyIDs: []uint32{0xdeadbeef}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.PeerState(swim.NodeInfo{Name: peer}, mb, 0)
+
+	view, err := l.Cluster(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]struct {
+		send   string
+		accept []string
+	}{
+		"w1": {"000000a1", []string{"000000a1", "000000b2"}},
+		peer: {"deadbeef", []string{"deadbeef"}},
+	}
+	for _, n := range view.Nodes {
+		w, ok := want[n.Name]
+		if !ok {
+			continue
+		}
+		if n.SendKey != w.send || !slices.Equal(n.AcceptKeys, w.accept) {
+			t.Errorf("%s: keys %q %q, want %q %q", n.Name, n.SendKey, n.AcceptKeys, w.send, w.accept)
+		}
+		delete(want, n.Name)
+	}
+	if len(want) > 0 {
+		t.Fatalf("nodes missing from the view: %v", want)
+	}
+}
+
+func TestKeyIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		send       uint32
+		accept     []uint32
+		wantSend   string
+		wantAccept []string
+	}{
+		{"unknown", 0, nil, "", nil},
+		{"steady", 0x1a2b3c4d, []uint32{0x1a2b3c4d}, "1a2b3c4d", []string{"1a2b3c4d"}},
+		{"mid rotation, zero padded", 0xff, []uint32{0xff, 0x1}, "000000ff", []string{"000000ff", "00000001"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			send, accept := keyIDs(tc.send, tc.accept)
+			if send != tc.wantSend || !slices.Equal(accept, tc.wantAccept) {
+				t.Fatalf("keyIDs = %q %q, want %q %q", send, accept, tc.wantSend, tc.wantAccept)
+			}
+		})
 	}
 }

@@ -57,6 +57,10 @@ type workerView struct {
 	Gone       bool
 	Registered bool
 	LastSeen   time.Time
+	// SendKeyID and AcceptKeyIDs are the worker's key ids from its last
+	// heartbeat (zero and nil until one arrives), for `tempest cluster`.
+	SendKeyID    uint32
+	AcceptKeyIDs []uint32
 }
 
 func newWorkerTable(r io.Reader, softLimit int, now func() time.Time) *workerTable {
@@ -129,6 +133,8 @@ func (t *workerTable) heartbeat(hb *wire.WorkerHeartbeat, swimAddr string) (appl
 	e.CPUPercent = hb.CPUPercent
 	e.MemoryPercent = hb.MemoryPercent
 	e.Version = hb.Version
+	e.SendKeyID = hb.SendKeyID
+	e.AcceptKeyIDs = slices.Clone(hb.AcceptKeyIDs)
 	e.Alive = hb.State != wire.WorkerOffline
 	e.Gone = false
 	e.LastSeen = t.now()

@@ -169,6 +169,9 @@ type StepStats struct {
 	// Histogram is an encoded latency histogram (delta or cumulative as the
 	// sender documents); merged, never averaged.
 	Histogram []byte `cbor:"5,keyasint,omitempty"`
+	// CorrectedHistogram is the open model's latency measured from each
+	// iteration's intended start (coordinated-omission corrected).
+	CorrectedHistogram []byte `cbor:"6,keyasint,omitempty"`
 }
 
 // WorkflowProgress reports a workflow's counters from its worker.
@@ -188,6 +191,9 @@ type WorkflowProgress struct {
 	FenceToken     uint64         `cbor:"13,keyasint,omitempty"`
 	Error          string         `cbor:"14,keyasint,omitempty"`
 	Final          bool           `cbor:"15,keyasint,omitempty"`
+	// DroppedIterations counts open-model iterations that fell due while
+	// every VU was busy and so never ran.
+	DroppedIterations int64 `cbor:"16,keyasint,omitempty"`
 }
 
 // JobProgress aggregates a job's workflows within one datacenter.
@@ -394,6 +400,12 @@ type WorkerHeartbeat struct {
 	ActiveWorkflows map[string]string `cbor:"9,keyasint,omitempty"` // workflow id -> status
 	Datacenter      string            `cbor:"10,keyasint,omitempty"`
 	Addr            string            `cbor:"11,keyasint,omitempty"`
+	// SendKeyID and AcceptKeyIDs are the ids (security.KeyID) of the secret
+	// the node seals with and of every secret it opens, so `tempest cluster`
+	// shows how far a rotation pass has got on every node. Ids, never
+	// secrets: a few bytes each, well inside the ack payload budget.
+	SendKeyID    uint32   `cbor:"12,keyasint,omitempty"`
+	AcceptKeyIDs []uint32 `cbor:"13,keyasint,omitempty"`
 }
 
 // ManagerHeartbeat is a manager's state, embedded in SWIM acks.
@@ -409,6 +421,9 @@ type ManagerHeartbeat struct {
 	AvailableCores  int    `cbor:"9,keyasint,omitempty"`
 	Addr            string `cbor:"10,keyasint,omitempty"`
 	LeaderID        string `cbor:"11,keyasint,omitempty"`
+	// SendKeyID and AcceptKeyIDs: as in WorkerHeartbeat.
+	SendKeyID    uint32   `cbor:"12,keyasint,omitempty"`
+	AcceptKeyIDs []uint32 `cbor:"13,keyasint,omitempty"`
 }
 
 func (*WorkerRegistration) Type() MsgType { return TypeWorkerRegistration }

@@ -839,3 +839,33 @@ func TestTerminalStatuses(t *testing.T) {
 		}
 	}
 }
+
+// The key-id fields were appended to the heartbeats after release: their
+// CBOR keys must stay 12 and 13 so mixed-version clusters keep decoding each
+// other (an older node ignores them; a newer one reads zero from an older).
+func TestHeartbeatKeyIDTags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		msg  Message
+	}{
+		{"worker", &WorkerHeartbeat{NodeID: "w1", SendKeyID: 0xa1b2c3d4, AcceptKeyIDs: []uint32{0xa1b2c3d4, 7}}},
+		{"manager", &ManagerHeartbeat{NodeID: "m1", SendKeyID: 0xa1b2c3d4, AcceptKeyIDs: []uint32{0xa1b2c3d4, 7}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Marshal(tc.msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var raw map[uint64]any
+			if err := cbor.Unmarshal(b, &raw); err != nil {
+				t.Fatal(err)
+			}
+			if raw[12] != uint64(0xa1b2c3d4) {
+				t.Fatalf("key 12 = %#v, want the send key id", raw[12])
+			}
+			if ids, ok := raw[13].([]any); !ok || len(ids) != 2 || ids[1] != uint64(7) {
+				t.Fatalf("key 13 = %#v, want the accepted key ids", raw[13])
+			}
+		})
+	}
+}

@@ -32,6 +32,12 @@ func (w *Worker) heartbeatLocked() wire.WorkerHeartbeat {
 	if w.tr != nil {
 		hb.Addr = w.tr.Addr()
 	}
+	if w.keyring != nil {
+		// Read at every encode, and ReloadSecrets bumps, so the ids shown
+		// in `tempest cluster` follow a rotation pass within a probe round.
+		hb.SendKeyID = w.keyring.SendKeyID()
+		hb.AcceptKeyIDs = w.keyring.AcceptedKeyIDs()
+	}
 	if len(w.execs) > 0 {
 		hb.ActiveWorkflows = make(map[string]string, len(w.execs))
 		for id, e := range w.execs {

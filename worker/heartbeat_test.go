@@ -2,10 +2,12 @@ package worker
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"tempest/security"
 	"tempest/swim"
 	"tempest/wire"
 )
@@ -100,4 +102,57 @@ func TestHeartbeatTrimmedToFitAnAck(t *testing.T) {
 	if got.AvailableCores != 12 || got.TotalCores != 512 || len(got.ActiveWorkflows) == 0 || len(got.ActiveWorkflows) >= 300 {
 		t.Fatalf("trimmed heartbeat: cores %d/%d, %d workflows", got.AvailableCores, got.TotalCores, len(got.ActiveWorkflows))
 	}
+}
+
+// The heartbeat names the keys the worker sends with and accepts, and a
+// secret reload re-encodes it at once, so a rotation pass shows up in
+// `tempest cluster` without waiting for an unrelated change.
+func TestHeartbeatCarriesKeyIDs(t *testing.T) {
+	h := startHarness(t, harnessOption{})
+	emb := embedder{h.w}
+	decode := func() *wire.WorkerHeartbeat {
+		t.Helper()
+		hb, err := swim.DecodeWorkerHeartbeat(emb.LocalState())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hb
+	}
+	before := decode()
+	if before.SendKeyID != h.w.keyring.SendKeyID() || !slices.Equal(before.AcceptKeyIDs, h.w.keyring.AcceptedKeyIDs()) {
+		t.Fatalf("heartbeat keys %08x %x, keyring %08x %x", before.SendKeyID, before.AcceptKeyIDs,
+			h.w.keyring.SendKeyID(), h.w.keyring.AcceptedKeyIDs())
+	}
+	old, next := mustSecret(t), mustSecret(t)
+	for _, pass := range []struct {
+		name              string
+		current, previous string
+		send              uint32
+		accept            []uint32
+	}{
+		{"install", old, next, security.KeyID(old), []uint32{security.KeyID(old), security.KeyID(next)}},
+		{"use", next, old, security.KeyID(next), []uint32{security.KeyID(next), security.KeyID(old)}},
+		{"remove", next, "", security.KeyID(next), []uint32{security.KeyID(next)}},
+	} {
+		if err := h.w.ReloadSecrets(pass.current, pass.previous); err != nil {
+			t.Fatalf("%s: %v", pass.name, err)
+		}
+		hb := decode()
+		if hb.SendKeyID != pass.send || !slices.Equal(hb.AcceptKeyIDs, pass.accept) {
+			t.Fatalf("%s: heartbeat keys %08x %x, want %08x %x", pass.name, hb.SendKeyID, hb.AcceptKeyIDs, pass.send, pass.accept)
+		}
+		if hb.Version <= before.Version {
+			t.Fatalf("%s: version %d did not move past %d", pass.name, hb.Version, before.Version)
+		}
+		before = hb
+	}
+}
+
+func mustSecret(t *testing.T) string {
+	t.Helper()
+	s, err := security.GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -58,17 +58,18 @@ func (w *Worker) report(e *execution, s workflow.Snapshot) {
 // stats (encoding histograms is left outside the lock).
 func (w *Worker) progressLocked(e *execution, s workflow.Snapshot, status wire.WorkflowStatus) wire.WorkflowProgress {
 	p := wire.WorkflowProgress{
-		JobID:          e.jobID,
-		WorkflowID:     e.workflowID,
-		WorkflowName:   e.name,
-		Status:         status,
-		CompletedCount: s.Completed,
-		FailedCount:    s.Failed,
-		Elapsed:        s.Elapsed,
-		Timestamp:      w.now().UnixNano(),
-		AssignedCores:  slices.Clone(e.cores),
-		WorkerID:       w.cfg.ID,
-		FenceToken:     e.fence,
+		JobID:             e.jobID,
+		WorkflowID:        e.workflowID,
+		WorkflowName:      e.name,
+		Status:            status,
+		CompletedCount:    s.Completed,
+		FailedCount:       s.Failed,
+		DroppedIterations: s.DroppedIterations,
+		Elapsed:           s.Elapsed,
+		Timestamp:         w.now().UnixNano(),
+		AssignedCores:     slices.Clone(e.cores),
+		WorkerID:          w.cfg.ID,
+		FenceToken:        e.fence,
 	}
 	if s.Elapsed > 0 {
 		p.RatePerSecond = float64(s.Completed+s.Failed) / s.Elapsed.Seconds()

@@ -124,6 +124,14 @@ func TestHeartbeatOverRealSWIM(t *testing.T) {
 	if ids := keyring.AcceptedKeyIDs(); len(ids) != 2 || ids[0] != security.KeyID(secret) || ids[1] != security.KeyID(next) {
 		t.Fatalf("accepted key ids after reload: %v", ids)
 	}
+	// The manager's probes see the new accept list in the heartbeat.
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		hb := rec.heartbeat()
+		if hb.SendKeyID != security.KeyID(secret) || len(hb.AcceptKeyIDs) != 2 || hb.AcceptKeyIDs[1] != security.KeyID(next) {
+			return fmt.Errorf("probed heartbeat keys %08x %x", hb.SendKeyID, hb.AcceptKeyIDs)
+		}
+		return nil
+	})
 	if err := w.ReloadSecrets("weak", ""); err == nil {
 		t.Fatal("a weak secret was accepted on reload")
 	}

@@ -262,6 +262,11 @@ func (w *Worker) ReloadSecrets(current, previous string) error {
 			return fmt.Errorf("reload secrets: gossip keys: %w", err)
 		}
 	}
+	// The heartbeat carries the key ids: re-encode it so managers (and
+	// `tempest cluster`) see the pass land on this worker.
+	w.mu.Lock()
+	w.bumpLocked()
+	w.mu.Unlock()
 	w.log.Info("secrets reloaded", "key_ids", w.keyring.AcceptedKeyIDs())
 	return nil
 }

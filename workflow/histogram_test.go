@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math"
@@ -363,5 +364,32 @@ func TestSnapshotStepStats(t *testing.T) {
 	got, err := DecodeHistogram(ws[0].Histogram)
 	if err != nil || !sameBuckets(got, h) {
 		t.Fatalf("histogram does not round-trip: %v", err)
+	}
+}
+
+func TestMergeStepStatsCorrectedHistograms(t *testing.T) {
+	enc := func(vals ...time.Duration) []byte {
+		h := NewHistogram()
+		for _, v := range vals {
+			h.Record(v)
+		}
+		b, err := h.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a := []wire.StepStats{{StepName: "s", CompletedCount: 2, TotalCount: 2, Histogram: enc(time.Millisecond, 2*time.Millisecond), CorrectedHistogram: enc(5 * time.Millisecond)}}
+	b := []wire.StepStats{{StepName: "s", CompletedCount: 1, TotalCount: 1, Histogram: enc(3 * time.Millisecond), CorrectedHistogram: enc(9*time.Millisecond, 7*time.Millisecond)}}
+	got, err := MergeStepStats(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := enc(5*time.Millisecond, 9*time.Millisecond, 7*time.Millisecond)
+	if len(got) != 1 || !bytes.Equal(got[0].CorrectedHistogram, want) {
+		t.Fatalf("corrected histograms did not merge exactly: %+v", got)
+	}
+	if got[0].CompletedCount != 3 || !bytes.Equal(got[0].Histogram, enc(time.Millisecond, 2*time.Millisecond, 3*time.Millisecond)) {
+		t.Fatalf("uncorrected merge changed: %+v", got[0])
 	}
 }

@@ -85,10 +85,8 @@ type Result struct {
 // view of this workflow rather than adding to it; merging across workflows
 // or datacenters is MergeStepStats.
 //
-// wire.StepStats has no place yet for CorrectedLatency, nor
-// wire.WorkflowProgress for DroppedIterations and Series; they stay in the
-// Snapshot and Result until wire grows the fields (the load-test issue's
-// wire part).
+// The per-second Series stays in the Snapshot and Result: wire has no
+// field for it yet (the load-test issue's report part).
 func (s Snapshot) StepStats() ([]wire.StepStats, error) {
 	out := make([]wire.StepStats, len(s.Steps))
 	for i, st := range s.Steps {
@@ -104,6 +102,13 @@ func (s Snapshot) StepStats() ([]wire.StepStats, error) {
 				return nil, fmt.Errorf("step %q: %w", st.Name, err)
 			}
 			out[i].Histogram = b
+		}
+		if st.CorrectedLatency != nil && st.CorrectedLatency.Count() > 0 {
+			b, err := st.CorrectedLatency.Encode()
+			if err != nil {
+				return nil, fmt.Errorf("step %q corrected: %w", st.Name, err)
+			}
+			out[i].CorrectedHistogram = b
 		}
 	}
 	return out, nil
@@ -148,7 +153,7 @@ func MergeStepStats(a, b []wire.StepStats) ([]wire.StepStats, error) {
 
 func mergeStep(name string, parts []wire.StepStats) (wire.StepStats, error) {
 	m := wire.StepStats{StepName: name}
-	var hist *Histogram
+	var hist, corrected *Histogram
 	for _, p := range parts {
 		var err error
 		if m.CompletedCount, err = addCount(m.CompletedCount, p.CompletedCount); err != nil {
@@ -160,19 +165,11 @@ func mergeStep(name string, parts []wire.StepStats) (wire.StepStats, error) {
 		if m.TotalCount, err = addCount(m.TotalCount, p.TotalCount); err != nil {
 			return m, fmt.Errorf("total: %w", err)
 		}
-		if len(p.Histogram) == 0 {
-			continue
-		}
-		h, err := DecodeHistogram(p.Histogram)
-		if err != nil {
+		if hist, err = mergeEncoded(hist, p.Histogram); err != nil {
 			return m, err
 		}
-		if hist == nil {
-			hist = h
-			continue
-		}
-		if err := hist.Merge(h); err != nil {
-			return m, err
+		if corrected, err = mergeEncoded(corrected, p.CorrectedHistogram); err != nil {
+			return m, fmt.Errorf("corrected: %w", err)
 		}
 	}
 	if hist != nil && hist.Count() > 0 {
@@ -182,7 +179,29 @@ func mergeStep(name string, parts []wire.StepStats) (wire.StepStats, error) {
 		}
 		m.Histogram = b
 	}
+	if corrected != nil && corrected.Count() > 0 {
+		b, err := corrected.Encode()
+		if err != nil {
+			return m, err
+		}
+		m.CorrectedHistogram = b
+	}
 	return m, nil
+}
+
+// mergeEncoded merges an encoded histogram into acc (nil starts one).
+func mergeEncoded(acc *Histogram, enc []byte) (*Histogram, error) {
+	if len(enc) == 0 {
+		return acc, nil
+	}
+	h, err := DecodeHistogram(enc)
+	if err != nil {
+		return acc, err
+	}
+	if acc == nil {
+		return h, nil
+	}
+	return acc, acc.Merge(h)
 }
 
 func addCount(a, b int64) (int64, error) {
