@@ -47,6 +47,22 @@ type JobStatus struct {
 	Datacenter     string           `json:"datacenter,omitempty"`
 	Workflows      []WorkflowStatus `json:"workflows"`
 	Error          string           `json:"error,omitempty"`
+	// ThresholdsFailed: some workflow's threshold failed, or an
+	// abort_on_fail threshold ended the job (ThresholdAbort). The CLI
+	// exits 1 for it (SPEC §9).
+	ThresholdsFailed bool `json:"thresholds_failed"`
+	// ThresholdAbort: the job is FAILED because an abort_on_fail threshold
+	// failed mid-run (Error names it), not for any other reason.
+	ThresholdAbort bool `json:"threshold_abort,omitempty"`
+}
+
+// ThresholdResult is one threshold's verdict on a workflow's merged results.
+type ThresholdResult struct {
+	Expr        string `json:"expr"`
+	Step        string `json:"step,omitempty"`
+	Passed      bool   `json:"passed"`
+	Actual      string `json:"actual"` // "153.2ms", "0.5%", "1204.1/s", or "no data"
+	AbortOnFail bool   `json:"abort_on_fail,omitempty"`
 }
 
 // WorkflowStatus is one workflow within a JobStatus.
@@ -65,6 +81,8 @@ type WorkflowStatus struct {
 	Cores             []int         `json:"cores,omitempty"`
 	Steps             []StepSummary `json:"steps,omitempty"`
 	Error             string        `json:"error,omitempty"`
+	// Thresholds are evaluated when the workflow ends; empty before.
+	Thresholds []ThresholdResult `json:"thresholds,omitempty"`
 }
 
 // StepSummary is one step's counts and latency percentiles (milliseconds,

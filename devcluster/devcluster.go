@@ -12,10 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -103,20 +106,28 @@ func (o *Options) defaults() error {
 
 // Node is one process of the cluster, as written to cluster.json.
 type Node struct {
-	Name    string   `json:"name"`
-	Role    string   `json:"role"`
-	DC      string   `json:"dc"`
-	PID     int      `json:"pid"`
-	API     string   `json:"api,omitempty"`
-	QUIC    string   `json:"quic"`
-	Swim    string   `json:"swim"`
-	DataDir string   `json:"data_dir"`
-	Log     string   `json:"log"`
-	Argv    []string `json:"argv"`
+	Name    string `json:"name"`
+	Role    string `json:"role"`
+	DC      string `json:"dc"`
+	PID     int    `json:"pid"`
+	API     string `json:"api,omitempty"`
+	QUIC    string `json:"quic"`
+	Swim    string `json:"swim"`
+	DataDir string `json:"data_dir"`
+	Log     string `json:"log"`
+	// SecretFile is DIR/<node>/secret.env (0600): the node's AUTH_SECRET,
+	// AUTH_SECRET_PREVIOUS and, for managers, TEMPEST_TOKEN. Like systemd's
+	// EnvironmentFile, it becomes the process environment at every start,
+	// and Argv names it in --secret-file so SIGHUP reloads from it.
+	SecretFile string   `json:"secret_file"`
+	Argv       []string `json:"argv"`
 
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// secrets is what SecretFile holds, kept so start need not parse it
+	// back; both change together, under Cluster.mu, in writeSecrets.
+	secrets map[string]string
 }
 
 // Cluster is a running local cluster.
@@ -175,7 +186,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.Argv = []string{filepath.Join(opts.BinDir, "tempest-manager"), "--config", path}
+		n.Argv = []string{filepath.Join(opts.BinDir, "tempest-manager"), "--config", path, "--secret-file", n.SecretFile}
 	}
 	c.managers = mgrs
 	for i := 0; i < opts.Workers; i++ {
@@ -222,7 +233,7 @@ func (c *Cluster) newWorker(cores int) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-worker"), "--config", path}
+	n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-worker"), "--config", path, "--secret-file", n.SecretFile}
 	return n, nil
 }
 
@@ -272,8 +283,12 @@ func (c *Cluster) newNode(role, name string) (*Node, error) {
 	n := &Node{
 		Name: name, Role: role, DC: c.opts.Datacenter,
 		QUIC: quicAddr, Swim: swimAddr,
-		DataDir: filepath.Join(dir, "data"),
-		Log:     filepath.Join(dir, "node.log"),
+		DataDir:    filepath.Join(dir, "data"),
+		Log:        filepath.Join(dir, "node.log"),
+		SecretFile: filepath.Join(dir, "secret.env"),
+	}
+	if err := c.writeSecrets(n, c.opts.Secret, ""); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
@@ -281,13 +296,82 @@ func (c *Cluster) newNode(role, name string) (*Node, error) {
 	return n, nil
 }
 
-// Env is the environment every node process gets: secrets never go on the
-// command line or into config files.
+// Env is the environment a node process started with the cluster's
+// original secrets gets: secrets never go on the command line or into
+// config files. Each node's actual environment comes from its SecretFile
+// (see SetSecrets).
 func (c *Cluster) Env() []string {
-	return append(os.Environ(),
+	return append(baseEnv(),
 		"AUTH_SECRET="+c.opts.Secret,
 		"TEMPEST_TOKEN="+c.opts.Token,
 	)
+}
+
+// baseEnv is this process's environment without any cluster secret, so a
+// variable the launcher happens to have cannot reach a node unbidden.
+func baseEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if k != "AUTH_SECRET" && k != "AUTH_SECRET_PREVIOUS" && k != "TEMPEST_TOKEN" {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// nodeEnv is the environment a node starts with: its secret file's values,
+// as systemd's EnvironmentFile= would give it.
+func (c *Cluster) nodeEnv(n *Node) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	env := baseEnv()
+	for _, k := range slices.Sorted(maps.Keys(n.secrets)) {
+		env = append(env, k+"="+n.secrets[k])
+	}
+	return env
+}
+
+// SetSecrets rewrites a node's secret file with AUTH_SECRET=current and,
+// unless empty, AUTH_SECRET_PREVIOUS=previous: one step of a rotation pass.
+// The running process is not told; send it SIGHUP (Signal) to reload, or
+// Kill and Restart it, which starts it from the file as systemd would.
+// Secrets a node would refuse are refused here.
+func (c *Cluster) SetSecrets(node, current, previous string) error {
+	n, ok := c.Node(node)
+	if !ok {
+		return fmt.Errorf("devcluster: no node %q", node)
+	}
+	if _, err := security.NewKeyring(current, previous); err != nil {
+		return fmt.Errorf("devcluster: secrets for %s: %w", node, err)
+	}
+	return c.writeSecrets(n, current, previous)
+}
+
+// writeSecrets writes n's secret file (0600, atomically: a node reloading
+// at that moment reads the old file or the new one, never half of it) and
+// records its values for the next start. Values are double-quoted with Go
+// escapes, which both systemd's EnvironmentFile and nodecmd.ParseEnv read.
+func (c *Cluster) writeSecrets(n *Node, current, previous string) error {
+	vals := map[string]string{"AUTH_SECRET": current}
+	if previous != "" {
+		vals["AUTH_SECRET_PREVIOUS"] = previous
+	}
+	if n.Role == "manager" {
+		vals["TEMPEST_TOKEN"] = c.opts.Token
+	}
+	var b strings.Builder
+	b.WriteString("# Written by devcluster; rewritten by Cluster.SetSecrets.\n")
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		fmt.Fprintf(&b, "%s=%s\n", k, strconv.Quote(vals[k]))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := writeFileAtomic(n.SecretFile, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	n.secrets = vals
+	return nil
 }
 
 func (c *Cluster) start(n *Node) error {
@@ -296,7 +380,7 @@ func (c *Cluster) start(n *Node) error {
 		return fmt.Errorf("devcluster: log for %s: %w", n.Name, err)
 	}
 	cmd := exec.Command(n.Argv[0], n.Argv[1:]...)
-	cmd.Env = c.Env()
+	cmd.Env = c.nodeEnv(n)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Children die with the launcher even if it is killed with SIGKILL, so
 	// a crashed `tempest dev` never leaves a cluster behind.

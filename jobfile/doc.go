@@ -20,7 +20,9 @@
 //	      - {name: root, method: GET, url: "http://127.0.0.1:8080/"}
 //	  - {name: nap, type: sleep, cores: 1, duration: 3s}
 //
-// The keys every workflow has (name, type, cores, timeout) are read here;
+// The keys every workflow has (name, type, cores, timeout, thresholds) are
+// read here (thresholds through workflow.ParseThresholds, since the manager
+// evaluates them whatever the type);
 // the rest belong to the workflow's type, which reads them through
 // workflow.Fields and encodes its params as CBOR into the spec (see package
 // workflow for why). Unknown keys are errors everywhere, since a misspelt

@@ -211,6 +211,7 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 			spec.Timeout = d
 		}
 	}
+	spec.Thresholds = workflow.ParseThresholds(f)
 	typeName, ok := f.String("type")
 	if !ok {
 		f.Skip() // without a type, no key can be judged

@@ -229,8 +229,14 @@ func (m *Manager) jobStatus(v jobView) api.JobStatus {
 	if v.rec.Submission.SubmittedAt != 0 {
 		st.SubmittedAt = time.Unix(0, v.rec.Submission.SubmittedAt).UTC().Format(time.RFC3339)
 	}
+	st.ThresholdAbort = thresholdAbort(v.rec.Status, v.rec.Error)
+	st.ThresholdsFailed = st.ThresholdAbort
 	for i := range v.wfs {
-		st.Workflows = append(st.Workflows, m.workflowStatus(&v.wfs[i]))
+		ws := m.workflowStatus(&v.wfs[i])
+		for _, r := range ws.Thresholds {
+			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed
+		}
+		st.Workflows = append(st.Workflows, ws)
 	}
 	return st
 }
@@ -249,6 +255,11 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 		Worker:            rec.Worker,
 		Cores:             rec.Cores,
 		Error:             rec.Error,
+	}
+	for _, r := range rec.Thresholds {
+		ws.Thresholds = append(ws.Thresholds, api.ThresholdResult{
+			Expr: r.Expr, Step: r.Step, Passed: r.Passed, Actual: r.Actual, AbortOnFail: r.AbortOnFail,
+		})
 	}
 	steps, err := workflow.MergeStepStats(nil, p.StepStats)
 	if err != nil {

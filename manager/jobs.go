@@ -12,6 +12,7 @@ import (
 
 	"tempest/store"
 	"tempest/wire"
+	"tempest/workflow"
 )
 
 // Limits on what one submission may ask for.
@@ -49,6 +50,9 @@ type workflowState struct {
 	// dispatching (the job shows DISPATCHING). A placement that finds no
 	// worker never sets it, so queued jobs do not flicker.
 	provisioning bool
+	// thresholds tracks when Spec.Thresholds were last evaluated
+	// (thresholds.go).
+	thresholds thresholdState
 }
 
 // txn collects what one change to the job table touched, so that job
@@ -122,6 +126,7 @@ func (m *Manager) finishLocked(tx *txn) []jobWrite {
 		return w
 	}
 	for w := range tx.wfs {
+		m.evaluateThresholdsLocked(w)
 		m.rev++
 		w.rec.Rev = m.rev
 		w.rec.UpdatedAt = m.clock.Now().UnixNano()
@@ -309,6 +314,9 @@ func (m *Manager) validateSubmission(sub *wire.JobSubmission) error {
 	names := make(map[string]bool, len(sub.Workflows))
 	for i, spec := range sub.Workflows {
 		if err := m.reg.Validate(spec); err != nil {
+			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
+		}
+		if err := workflow.ValidateThresholds(spec.Thresholds); err != nil {
 			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
 		}
 		if names[spec.Name] {

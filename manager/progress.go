@@ -100,6 +100,9 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 			w.rec.Status = wire.WorkflowRunning
 			tx.touchWorkflow(w, true)
 		}
+		if !final {
+			m.checkAbortLocked(tx, w)
+		}
 	}
 	return false
 }

@@ -59,4 +59,8 @@ type WorkflowRecord struct {
 	Cores         []int                 `cbor:"13,keyasint,omitempty"`
 	Error         string                `cbor:"14,keyasint,omitempty"`
 	UpdatedAt     int64                 `cbor:"15,keyasint,omitempty"`
+	// Thresholds are the verdicts of Spec.Thresholds on LastProgress,
+	// evaluated when the workflow ended (and again if its final progress
+	// arrives later), so a status query never merges histograms for them.
+	Thresholds []wire.ThresholdResult `cbor:"16,keyasint,omitempty"`
 }

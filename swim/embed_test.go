@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -24,6 +25,7 @@ func sampleManagerHeartbeat() *wire.ManagerHeartbeat {
 		NodeID: "manager-1", Datacenter: "dc1", IsLeader: true, Term: 7, Version: 99,
 		ActiveJobs: 4, ActiveWorkflows: 40, WorkerCount: 12, AvailableCores: 300,
 		Addr: "10.0.0.2:9000", LeaderID: "manager-1",
+		SendKeyID: 0x1a2b3c4d, AcceptKeyIDs: []uint32{0x1a2b3c4d, 0x5e6f7081},
 	}
 }
 
@@ -53,7 +55,7 @@ func TestHeartbeatRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *gm != *m {
+	if !reflect.DeepEqual(gm, m) {
 		t.Errorf("round trip: %+v != %+v", gm, m)
 	}
 	t.Logf("worker heartbeat %d bytes, manager heartbeat %d bytes", len(mustEncodeWorker(t, w)), len(b))

@@ -320,9 +320,28 @@ func (t *QUIC) serveStream(conn *quic.Conn, s *quic.Stream, remote string) {
 		case <-t.ctx.Done():
 			return
 		}
-		t.hwg.Add(1)
+		if !t.startHandler() {
+			<-t.sem
+			if env.Flags&wire.FlagOneWay == 0 {
+				t.replyError(w, env, wire.Errorf(wire.CodeUnavailable, "%s is shutting down", t.cfg.NodeID), false)
+			}
+			continue
+		}
 		go t.runHandler(w, env, msg, remote)
 	}
+}
+
+// startHandler counts one more running handler unless Close has begun:
+// adding under mu, after checking closing, is what keeps the Add from racing
+// Close's drain Wait.
+func (t *QUIC) startHandler() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing {
+		return false
+	}
+	t.hwg.Add(1)
+	return true
 }
 
 // openError says how to answer an envelope that failed to open: reply is

@@ -83,6 +83,31 @@ type WorkflowSpec struct {
 	Cores   int           `cbor:"3,keyasint"`
 	Timeout time.Duration `cbor:"4,keyasint,omitempty"`
 	Params  []byte        `cbor:"5,keyasint,omitempty"`
+	// Thresholds are pass/fail criteria on the workflow's merged results
+	// (workflow.ParseThreshold reads Expr). Common to every type, so the
+	// manager evaluates them without knowing the type.
+	Thresholds []Threshold `cbor:"6,keyasint,omitempty"`
+}
+
+// Threshold is one pass/fail criterion of a workflow, as written in the job
+// file ("p(99) < 250ms", "error_rate < 1%", "rps > 1000").
+type Threshold struct {
+	Expr string `cbor:"1,keyasint"`
+	// Step limits the threshold to one step; empty means all steps merged.
+	Step string `cbor:"2,keyasint,omitempty"`
+	// AbortOnFail ends the job as soon as the threshold fails mid-run.
+	AbortOnFail bool `cbor:"3,keyasint,omitempty"`
+}
+
+// ThresholdResult is one threshold's verdict on a workflow's results.
+type ThresholdResult struct {
+	Expr   string `cbor:"1,keyasint"`
+	Step   string `cbor:"2,keyasint,omitempty"`
+	Passed bool   `cbor:"3,keyasint,omitempty"`
+	// Actual is the measured value in the expression's unit ("153.2ms",
+	// "0.52%", "1204.1/s"), or "no data" when nothing was measured.
+	Actual      string `cbor:"4,keyasint,omitempty"`
+	AbortOnFail bool   `cbor:"5,keyasint,omitempty"`
 }
 
 // JobSubmission carries a job from a client or gate to a manager (or gate).

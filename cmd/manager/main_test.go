@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -208,8 +209,12 @@ func TestServesAJobEndToEnd(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// Key ids: the manager's own from its keyring, the worker's from
+		// its SWIM heartbeat.
+		wantKey := fmt.Sprintf("%08x", security.KeyID(secret))
 		for _, n := range view.Nodes {
-			if n.Name == "w1" && n.State == string(wire.WorkerHealthy) && n.TotalCores == 2 {
+			if n.Name == "w1" && n.State == string(wire.WorkerHealthy) && n.TotalCores == 2 && n.SendKey == wantKey &&
+				slices.Equal(n.AcceptKeys, []string{wantKey}) && view.Nodes[0].SendKey == wantKey {
 				return nil
 			}
 		}
@@ -248,5 +253,36 @@ func TestServesAJobEndToEnd(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("no exit 20s after SIGTERM")
+	}
+}
+
+// The sample deployment in configs/ must load with the real loader (unknown
+// keys refused) and validate, so the files cannot drift from manager.Config.
+func TestSampleConfigs(t *testing.T) {
+	for _, tc := range []struct {
+		file, id, dc string
+	}{
+		{"../../configs/dc-east/manager.yaml", "east-manager-1", "east"},
+		{"../../configs/dc-west/manager.yaml", "west-manager-1", "west"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			var stderr bytes.Buffer
+			cfg, opts, err := loadConfig([]string{"--config", tc.file}, &stderr)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, stderr.String())
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if cfg.ID != tc.id || cfg.Datacenter != tc.dc || len(cfg.Peers) != 3 || len(cfg.Join) != 3 {
+				t.Fatalf("config = %+v", cfg)
+			}
+			if !strings.HasPrefix(cfg.DataDir, "/var/lib/tempest/") {
+				t.Fatalf("data_dir %q is outside systemd's StateDirectory=tempest", cfg.DataDir)
+			}
+			if opts.tlsCert == "" || opts.tlsKey == "" {
+				t.Fatalf("sample has no API TLS files: %+v", opts)
+			}
+		})
 	}
 }

@@ -17,8 +17,8 @@ import (
 
 // Exit codes (SPEC §9) beside main.go's exitOK and exitUsage.
 const (
-	exitThresholds = 1 // a threshold failed (thresholds are not evaluated yet)
-	exitJobFailed  = 2 // the job ended FAILED, CANCELLED or TIMEOUT
+	exitThresholds = 1 // a threshold failed; see exitFor
+	exitJobFailed  = 2 // the job ended FAILED, CANCELLED or TIMEOUT for another reason
 )
 
 // Where the client commands find the API when no flag says.
@@ -147,10 +147,22 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// exitForStatus maps a job's final status to the exit code.
-func exitForStatus(s wire.JobStatus) int {
-	if s == wire.JobCompleted {
+// exitFor maps a job's final status to the exit code:
+//   - COMPLETED: 1 if any threshold failed, else 0;
+//   - FAILED because an abort_on_fail threshold ended it: 1, since the
+//     thresholds are the reason, and a CI job should read it as "the system
+//     under test was too slow" rather than "Tempest could not run the test";
+//   - FAILED for any other reason, CANCELLED, TIMEOUT: 2, even if
+//     thresholds failed as well — the run did not finish, so its numbers are
+//     not the verdict.
+func exitFor(st api.JobStatus) int {
+	switch {
+	case st.Status == wire.JobCompleted && st.ThresholdsFailed:
+		return exitThresholds
+	case st.Status == wire.JobCompleted:
 		return exitOK
+	case st.Status == wire.JobFailed && st.ThresholdAbort:
+		return exitThresholds
 	}
 	return exitJobFailed
 }

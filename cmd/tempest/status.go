@@ -67,17 +67,55 @@ func printSummary(w io.Writer, st api.JobStatus) {
 			fmt.Fprintf(w, "%s: %s\n", wf.Name, oneLine(wf.Error))
 		}
 	}
-	if steps == 0 {
+	if steps > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKFLOW\tSTEP\tCOMPLETED\tFAILED\tP50\tP99")
+		for _, wf := range st.Workflows {
+			for _, s := range wf.Steps {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", wf.Name, s.Name, s.Completed, s.Failed,
+					formatMs(s.P50Ms), formatMs(s.P99Ms))
+			}
+		}
+		_ = tw.Flush()
+	}
+	printThresholds(w, st)
+}
+
+// printThresholds writes one line per threshold: a tick or a cross, where
+// it applies, the expression and the measured value. Workflows still
+// running have no verdicts yet and print nothing.
+func printThresholds(w io.Writer, st api.JobStatus) {
+	n, failed := 0, 0
+	for _, wf := range st.Workflows {
+		n += len(wf.Thresholds)
+		for _, r := range wf.Thresholds {
+			if !r.Passed {
+				failed++
+			}
+		}
+	}
+	if n == 0 {
 		return
 	}
-
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKFLOW\tSTEP\tCOMPLETED\tFAILED\tP50\tP99")
+	fmt.Fprintf(w, "thresholds: %d passed, %d failed\n", n-failed, failed)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, wf := range st.Workflows {
-		for _, s := range wf.Steps {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", wf.Name, s.Name, s.Completed, s.Failed,
-				formatMs(s.P50Ms), formatMs(s.P99Ms))
+		for _, r := range wf.Thresholds {
+			mark := "✓"
+			if !r.Passed {
+				mark = "✗"
+			}
+			where := wf.Name
+			if r.Step != "" {
+				where += "/" + r.Step
+			}
+			actual := "actual " + r.Actual
+			if r.AbortOnFail {
+				actual += " (abort_on_fail)"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", mark, where, oneLine(r.Expr), oneLine(actual))
 		}
 	}
 	_ = tw.Flush()

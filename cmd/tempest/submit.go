@@ -9,7 +9,8 @@ import (
 
 // runSubmit sends a job file. Without --wait it prints the job id alone,
 // for scripts: `id=$(tempest submit job.yaml)`. With --wait it follows the
-// job to its end and exits 0 if it completed, 2 otherwise.
+// job to its end and exits as exitFor says (0 completed, 1 thresholds
+// failed, 2 failed otherwise).
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("submit", "submit FILE [--wait] [--json]", stderr)
 	var conn apiFlags

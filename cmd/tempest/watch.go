@@ -13,8 +13,8 @@ import (
 	"tempest/wire"
 )
 
-// runWatch follows a job to its end and exits 0 if it completed, 2
-// otherwise. With --json each status goes to stdout as one JSON line
+// runWatch follows a job to its end and exits as exitFor says: 0 if it
+// completed, 1 if thresholds failed, 2 if it failed otherwise. With --json each status goes to stdout as one JSON line
 // (NDJSON) as it arrives.
 func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("watch", "watch ID [--json]", stderr)
@@ -80,7 +80,7 @@ func followJob(ctx context.Context, c *api.Client, id string, mode outputMode, s
 	case outputFinalJSON:
 		printJSON(stdout, final)
 	}
-	return exitForStatus(final.Status)
+	return exitFor(final)
 }
 
 // isTerminal reports whether w is a terminal, which gets the live display.

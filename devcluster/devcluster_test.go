@@ -1,0 +1,106 @@
+package devcluster
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"tempest/security"
+	"tempest/testutil"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+func mustSecret(t *testing.T) string {
+	t.Helper()
+	s, err := security.GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// SetSecrets rewrites the node's secret file (0600, values quoted as
+// nodecmd.ParseEnv and systemd read them) and the environment its next
+// start gets; a launcher's own secrets never leak into a node.
+func TestSetSecrets(t *testing.T) {
+	t.Setenv("AUTH_SECRET_PREVIOUS", "from-the-launcher")
+	dir := t.TempDir()
+	old, next := mustSecret(t), mustSecret(t)
+	c := &Cluster{opts: Options{Dir: dir, Datacenter: "dc1", Secret: old, Token: "tok"}}
+	m, err := c.newNode("manager", "dc1-manager-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.newNode("worker", "dc1-worker-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.SecretFile != filepath.Join(dir, "dc1-manager-1", "secret.env") {
+		t.Fatalf("secret file at %s", m.SecretFile)
+	}
+
+	for _, tc := range []struct {
+		name              string
+		node              *Node
+		current, previous string
+		want              map[string]string
+	}{
+		{"initial worker", w, "", "", map[string]string{"AUTH_SECRET": old}},
+		{"install on a manager", m, old, next, map[string]string{"AUTH_SECRET": old, "AUTH_SECRET_PREVIOUS": next, "TEMPEST_TOKEN": "tok"}},
+		{"use", m, next, old, map[string]string{"AUTH_SECRET": next, "AUTH_SECRET_PREVIOUS": old, "TEMPEST_TOKEN": "tok"}},
+		{"remove", w, next, "", map[string]string{"AUTH_SECRET": next}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.current != "" {
+				if err := c.SetSecrets(tc.node.Name, tc.current, tc.previous); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := os.Stat(tc.node.SecretFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Mode().Perm() != 0o600 {
+				t.Fatalf("secret file mode %v", st.Mode().Perm())
+			}
+			b, err := os.ReadFile(tc.node.SecretFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, line := range strings.Split(string(b), "\n") {
+				k, v, ok := strings.Cut(line, "=")
+				if !ok || strings.HasPrefix(line, "#") {
+					continue
+				}
+				if got[k], err = strconv.Unquote(v); err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Fatalf("file holds %v, want %v", got, tc.want)
+			}
+			env := c.nodeEnv(tc.node)
+			for k, v := range tc.want {
+				if !slices.Contains(env, k+"="+v) {
+					t.Errorf("environment lacks %s", k)
+				}
+			}
+			if _, ok := tc.want["AUTH_SECRET_PREVIOUS"]; !ok && slices.Contains(env, "AUTH_SECRET_PREVIOUS=from-the-launcher") {
+				t.Errorf("the launcher's AUTH_SECRET_PREVIOUS reached the node")
+			}
+		})
+	}
+
+	if err := c.SetSecrets(w.Name, strings.Repeat("a", 40), ""); err == nil || !strings.Contains(err.Error(), "AUTH_SECRET") {
+		t.Fatalf("weak secret: %v", err)
+	}
+	if err := c.SetSecrets("nobody", next, ""); err == nil {
+		t.Fatal("unknown node accepted")
+	}
+}
