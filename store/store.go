@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,10 +26,6 @@ var ErrNotFound = errors.New("not found")
 
 // Options tunes a Store. Zero fields take defaults.
 type Options struct {
-	// BatchDelay is how long the first writer of a batch waits for others
-	// to join it. bbolt's default (10ms) favours throughput; placement sits
-	// on the submit path, so the default here is shorter.
-	BatchDelay time.Duration
 	// LockTimeout bounds the wait for the file lock, so a second process on
 	// the same data directory fails with a clear error instead of hanging.
 	LockTimeout time.Duration
@@ -36,13 +33,19 @@ type Options struct {
 
 // DefaultOptions returns the options Open uses.
 func DefaultOptions() Options {
-	return Options{BatchDelay: 2 * time.Millisecond, LockTimeout: 2 * time.Second}
+	return Options{LockTimeout: 2 * time.Second}
 }
 
-// Store is a manager's bbolt file. It is safe for concurrent use.
+// Store is a manager's bbolt file. It is safe for concurrent use. Writes go
+// through one group committer (commit.go).
 type Store struct {
 	db   *bolt.DB
 	path string
+
+	mu     sync.RWMutex // guards closed against sends on reqs
+	closed bool
+	reqs   chan *commitReq
+	wg     sync.WaitGroup // the commit loop
 }
 
 // Open opens (creating if needed) the store at path with DefaultOptions.
@@ -51,9 +54,6 @@ func Open(path string) (*Store, error) { return OpenWithOptions(path, DefaultOpt
 // OpenWithOptions opens the store at path.
 func OpenWithOptions(path string, o Options) (*Store, error) {
 	d := DefaultOptions()
-	if o.BatchDelay <= 0 {
-		o.BatchDelay = d.BatchDelay
-	}
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = d.LockTimeout
 	}
@@ -61,7 +61,6 @@ func OpenWithOptions(path string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	db.MaxBatchDelay = o.BatchDelay
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, b := range [][]byte{bucketJobs, bucketWorkflows, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
@@ -74,14 +73,27 @@ func OpenWithOptions(path string, o Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	st := &Store{db: db, path: path, reqs: make(chan *commitReq, commitQueue)}
+	st.wg.Add(1)
+	go st.commitLoop()
+	return st, nil
 }
 
 // Path is the file the store lives in.
 func (s *Store) Path() string { return s.path }
 
-// Close releases the file. Writes after Close fail.
+// Close commits the writes already queued, stops the committer and releases
+// the file. Writes after Close fail with ErrClosed.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.reqs)
+	s.mu.Unlock()
+	s.wg.Wait()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store %s: %w", s.path, err)
 	}
@@ -101,8 +113,8 @@ func (s *Store) Put(job *JobRecord, wfs ...*WorkflowRecord) error {
 	type kv struct {
 		bucket, key, val []byte
 	}
-	// Encode outside the batch: Batch may run the function more than once,
-	// and encoding inside would hold the batch's writers for nothing.
+	// Encode outside the commit: a group commit may run the function more
+	// than once, and encoding inside would hold the other writers for nothing.
 	writes := make([]kv, 0, len(wfs)+1)
 	if job != nil {
 		if err := checkID("job id", job.ID()); err != nil {
@@ -127,7 +139,7 @@ func (s *Store) Put(job *JobRecord, wfs ...*WorkflowRecord) error {
 	if len(writes) == 0 {
 		return nil
 	}
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx) error {
 		for _, w := range writes {
 			b := tx.Bucket(w.bucket)
 			if old := b.Get(w.key); len(old) >= 8 && binary.BigEndian.Uint64(old) > binary.BigEndian.Uint64(w.val) {
@@ -239,7 +251,7 @@ func (s *Store) workflows(prefix []byte) ([]*WorkflowRecord, error) {
 
 // DeleteJob removes a job and its workflows.
 func (s *Store) DeleteJob(id string) error {
-	err := s.db.Batch(func(tx *bolt.Tx) error { return deleteJob(tx, []byte(id)) })
+	err := s.write(func(tx *bolt.Tx) error { return deleteJob(tx, []byte(id)) })
 	if err != nil {
 		return fmt.Errorf("store %s: delete job %s: %w", s.path, id, err)
 	}
@@ -251,7 +263,7 @@ func (s *Store) DeleteJob(id string) error {
 // retention is enforced.
 func (s *Store) DeleteFinishedBefore(cutoff time.Time) ([]string, error) {
 	var ids []string
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *bolt.Tx) error {
 		ids = ids[:0]
 		var victims [][]byte
 		err := tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
@@ -299,7 +311,7 @@ func deleteJob(tx *bolt.Tx, id []byte) error {
 
 // PutMeta stores a small value under key.
 func (s *Store) PutMeta(key string, value []byte) error {
-	err := s.db.Batch(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte(key), value) })
+	err := s.write(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte(key), value) })
 	if err != nil {
 		return fmt.Errorf("store %s: put meta %s: %w", s.path, key, err)
 	}
