@@ -4,50 +4,17 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"tempest/bench/internal/stats"
 )
 
-// dist summarises a sample of durations. Percentiles are nearest-rank
-// (the smallest sample with at least p of the samples at or below it), so
-// they are always observed values; with 20 samples p99 is the maximum.
-type dist struct {
-	N    int           `json:"n"`
-	P50  time.Duration `json:"p50_ns"`
-	P90  time.Duration `json:"p90_ns"`
-	P99  time.Duration `json:"p99_ns"`
-	Min  time.Duration `json:"min_ns"`
-	Max  time.Duration `json:"max_ns"`
-	Mean time.Duration `json:"mean_ns"`
-}
+// dist and summarize are the shared benchmark summaries.
+type dist = stats.Dist
 
-func summarize(xs []time.Duration) dist {
-	if len(xs) == 0 {
-		return dist{}
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	var sum time.Duration
-	for _, x := range s {
-		sum += x
-	}
-	return dist{
-		N:    len(s),
-		P50:  nearestRank(s, 0.50),
-		P90:  nearestRank(s, 0.90),
-		P99:  nearestRank(s, 0.99),
-		Min:  s[0],
-		Max:  s[len(s)-1],
-		Mean: sum / time.Duration(len(s)),
-	}
-}
-
-func nearestRank(sorted []time.Duration, p float64) time.Duration {
-	i := int(math.Ceil(p*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
+func summarize(xs []time.Duration) dist { return stats.Summarize(xs) }
 
 // ms formats a duration as milliseconds for the tables.
 func ms(d time.Duration) string {
