@@ -25,6 +25,7 @@ type Hub struct {
 	mu       sync.Mutex
 	nodes    map[string]*memTransport
 	group    map[string]int // node -> partition group; absent = group 0
+	lonely   int            // next group number for Isolate, counting down
 	dropRate float64
 	rng      *rand.Rand
 	hook     func(from, to string, msg wire.Message) bool
@@ -82,7 +83,8 @@ func (h *Hub) Partition(groups ...[]string) {
 func (h *Hub) Isolate(id string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.group[id] = -1 - len(h.nodes) - len(h.group) // a group nobody else has
+	h.lonely--
+	h.group[id] = h.lonely // a group nobody else has
 }
 
 // Heal removes every partition.
