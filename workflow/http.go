@@ -100,6 +100,15 @@ type HTTPParams struct {
 	// connection_reuse: false), to load a target's accept path and TLS
 	// handshakes rather than its keep-alive path.
 	NoConnectionReuse bool `cbor:"10,keyasint,omitempty"`
+	// Protocol is the HTTP version spoken (job file: protocol: http1, h2,
+	// h2c or h3; default http1). See Protocol for how each reuses
+	// connections.
+	Protocol Protocol `cbor:"11,keyasint,omitempty"`
+	// InsecureSkipVerify accepts any certificate the target presents, for
+	// self-signed targets (job file: insecure_skip_verify: true). It
+	// applies to every TLS connection of the run, https:// steps under
+	// http1 included.
+	InsecureSkipVerify bool `cbor:"12,keyasint,omitempty"`
 }
 
 // HTTPStep is one request of an iteration. URL, header values and Body may
@@ -143,6 +152,7 @@ func (p *HTTPParams) Validate() error {
 	default:
 		p.validateClosed(&errs)
 	}
+	p.validateProtocol(&errs)
 	if p.Timeout < 0 || p.Timeout > MaxRequestTimeout {
 		errs.add("request_timeout", "must be between 0 (default %s) and %s, got %s",
 			fmtDuration(DefaultRequestTimeout), fmtDuration(MaxRequestTimeout), fmtDuration(p.Timeout))
@@ -386,7 +396,9 @@ func (HTTPType) Name() string { return "http" }
 // ParseParams reads the load model (model: closed or open, default closed,
 // or open when rate or max_vus is given; vus, default 1 (0 with stages);
 // duration or iterations; rate; stages of {duration, target}; max_vus),
-// request_timeout (default 10s), connection_reuse (default true) and steps
+// request_timeout (default 10s), connection_reuse (default true), protocol
+// (http1, h2, h2c or h3; default http1), insecure_skip_verify (default
+// false) and steps
 // (name, method (default GET), url, headers, body, expect_status,
 // expect_body, think_time).
 func (HTTPType) ParseParams(f *Fields) []byte {
@@ -435,6 +447,14 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 	if reuse, ok := f.Bool("connection_reuse"); ok {
 		p.NoConnectionReuse = !reuse
 	}
+	if s, ok := f.String("protocol"); ok {
+		if proto, known := parseProtocol(s); known {
+			p.Protocol = proto
+		} else {
+			f.Errorf("protocol", "must be one of http1, h2, h2c or h3, got %q", truncate(s, 40))
+		}
+	}
+	p.InsecureSkipVerify, _ = f.Bool("insecure_skip_verify")
 	if d, ok := f.Duration("request_timeout"); ok {
 		if d <= 0 {
 			f.Errorf("request_timeout", "must be greater than 0, got %s", fmtDuration(d))

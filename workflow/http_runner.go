@@ -88,8 +88,12 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 		}
 		r.steps = append(r.steps, st)
 	}
+	tr, err := newLoadTransport(r.exec.maxVUs(), !p.NoConnectionReuse, p.Protocol, p.InsecureSkipVerify)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: %w", name, err)
+	}
 	r.client = &http.Client{
-		Transport: newLoadTransport(r.exec.maxVUs(), !p.NoConnectionReuse),
+		Transport: tr,
 		// One step is one request: a redirect is an outcome to count (3xx is
 		// a success by default), not something to chase, which would also
 		// make the target's request count differ from ours.
@@ -150,39 +154,6 @@ func prepareStep(s HTTPStep) (preparedStep, error) {
 	return st, nil
 }
 
-// newLoadTransport tunes net/http for generating load rather than for a
-// typical client:
-//   - one idle connection kept per VU, so a closed-model VU reuses its
-//     connection instead of dialling (and exhausting ports) per request;
-//     with reuse off (connection_reuse: false) every request dials, which
-//     is what a job loading a target's accept path or TLS handshakes wants;
-//   - Proxy nil: a stray HTTP_PROXY in a worker's environment must not send
-//     the load to a proxy instead of the target;
-//   - no transparent gzip: requests are exactly what the job file says and
-//     decompression is not part of what is measured;
-//   - HTTP/1.1 only: one connection per VU is the closed model's premise;
-//     HTTP/2 and HTTP/3 come as explicit options with the load-test issue.
-//
-// Timeouts live in each request's context (dial, TLS, headers and body all
-// under the step's timeout). The load-test issue will measure this path and
-// likely replace it with a leaner HTTP/1.1 client: net/http allocates per
-// request and runs two goroutines per connection, fine for correctness and
-// moderate rates, less so for a million requests a second.
-func newLoadTransport(vus int, reuse bool) *http.Transport {
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	return &http.Transport{
-		Proxy:               nil,
-		DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        0, // bounded per host below
-		MaxIdleConnsPerHost: vus,
-		IdleConnTimeout:     90 * time.Second,
-		DisableKeepAlives:   !reuse,
-		DisableCompression:  true,
-		Protocols:           protocols,
-	}
-}
-
 // Run drives the executor. Concurrency: each VU is a goroutine. VUs spend
 // their time waiting on the network, so they are not bounded by the
 // workflow's cores (a semaphore per core would only cap concurrency, which
@@ -216,7 +187,7 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 	})
 	log.Info("http workflow starting", "model", p.Model, "vus", p.VUs, "duration", p.Duration,
 		"iterations", p.Iterations, "rate", p.Rate, "stages", len(p.Stages), "max_vus", p.MaxVUs,
-		"connection_reuse", !p.NoConnectionReuse, "steps", len(r.steps), "cores", len(env.Cores),
+		"connection_reuse", !p.NoConnectionReuse, "protocol", p.Protocol, "steps", len(r.steps), "cores", len(env.Cores),
 		"shards", len(rec.shards))
 
 	xenv := execEnv{now: env.Now, dropped: func(intended time.Time) { rec.drop(secOf(intended)) }}
@@ -240,10 +211,10 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 	sampler.stop()
 	rep.stop()
 	// Every response body is closed by now, so each connection is idle or
-	// on its way there; CloseIdleConnections also makes the transport close
-	// connections that become idle after it, so no read or write loop
-	// goroutine outlives the run.
-	r.client.CloseIdleConnections()
+	// on its way there.
+	if err := closeTransport(r.client.Transport); err != nil {
+		log.Warn("http workflow: closing connections failed", "err", err)
+	}
 
 	rec.collectSeries(env.Now().Sub(start), 0, true)
 	final := snap()

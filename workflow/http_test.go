@@ -313,12 +313,17 @@ func TestHTTPReportsAreMonotonic(t *testing.T) {
 }
 
 func TestLoadTransportIgnoresProxyEnvironment(t *testing.T) {
-	tr := newLoadTransport(8, true)
-	if tr.Proxy != nil {
-		t.Fatal("the load transport must not take a proxy from the environment")
-	}
-	if tr.MaxIdleConnsPerHost != 8 || !tr.DisableCompression {
-		t.Fatalf("transport %+v", tr)
+	for _, proto := range []Protocol{ProtocolHTTP1, ProtocolH2, ProtocolH2C} {
+		tr, err := newLoadTransport(8, true, proto, false)
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		if tr.Proxy != nil {
+			t.Fatalf("%s: the load transport must not take a proxy from the environment", proto)
+		}
+		if tr.MaxIdleConnsPerHost != 8 || !tr.DisableCompression {
+			t.Fatalf("%s: transport %+v", proto, tr)
+		}
 	}
 }
 
