@@ -59,10 +59,10 @@
 //
 // protocol picks the HTTP version (http_protocol.go): http1 (default, a
 // keep-alive connection per VU), h2 (HTTP/2 over TLS, no fallback), h2c
-// (HTTP/2 over cleartext with prior knowledge); under h2 and h2c the VUs
-// share multiplexed connections. h3 is reserved and refused until the
-// build carries an HTTP/3 client. insecure_skip_verify: true accepts a
-// self-signed target's certificate.
+// (HTTP/2 over cleartext with prior knowledge), h3 (HTTP/3 over QUIC with
+// quic-go's http3); under h2, h2c and h3 the VUs share multiplexed
+// connections. insecure_skip_verify: true accepts a self-signed target's
+// certificate.
 //
 // A run also keeps a per-second series (series.go: completed, failed,
 // dropped, live VUs, p50/p99) for the newest MaxSeriesSeconds seconds.

@@ -1,10 +1,12 @@
 package workflow
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -12,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/quic-go/quic-go/http3"
 )
 
 func TestHTTPProtocolValidate(t *testing.T) {
@@ -46,7 +50,11 @@ func TestHTTPProtocolValidate(t *testing.T) {
 			`steps[1].url: must be a http:// URL for protocol h2c`},
 		{"h2c insecure", func(p *HTTPParams) { cleartext(p); p.InsecureSkipVerify = true },
 			"insecure_skip_verify: does not apply to protocol h2c"},
-		{"h3 not in this build", tls(ProtocolH3), "protocol: h3 is not supported by this build yet"},
+		{"h3", tls(ProtocolH3), ""},
+		{"h3 with an http:// step", func(p *HTTPParams) { p.Protocol = ProtocolH3 },
+			`steps[0].url: must be a https:// URL for protocol h3`},
+		{"h3 without connection reuse", func(p *HTTPParams) { tls(ProtocolH3)(p); p.NoConnectionReuse = true },
+			"connection_reuse: false is not supported with protocol h3"},
 		{"unknown protocol", func(p *HTTPParams) { p.Protocol = 9 }, "protocol: must be one of http1, h2, h2c or h3, got Protocol(9)"},
 		{"bad url is reported once", func(p *HTTPParams) { tls(ProtocolH2)(p); p.Steps[0].URL = "ftp://x/" },
 			`steps[0].url: must be an http:// or https:// URL with a host, got "ftp://x/"`},
@@ -210,6 +218,37 @@ func newH2CTarget(t *testing.T, pt *protoTarget) *httptest.Server {
 	return srv
 }
 
+// newH3Target serves HTTP/3 on a loopback UDP port with httptest's
+// self-signed certificate. It returns an httptest.Server only for its URL
+// (https://127.0.0.1:PORT, the UDP port the HTTP/3 server listens on) and
+// cleanup; the TCP listener behind it is closed at once.
+func newH3Target(t *testing.T, pt *protoTarget) *httptest.Server {
+	t.Helper()
+	holder := httptest.NewUnstartedServer(http.NotFoundHandler())
+	holder.StartTLS()
+	cert := holder.TLS.Certificates
+	holder.Close()
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h3 := &http3.Server{
+		Handler:   pt.handler("HTTP/3.0"),
+		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: cert}),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h3.Serve(udp)
+	}()
+	t.Cleanup(func() {
+		h3.Close()
+		udp.Close()
+		<-done
+	})
+	return &httptest.Server{URL: "https://" + udp.LocalAddr().String()}
+}
+
 // Each protocol against a real local server: every request arrives over the
 // protocol asked for, and the server's count equals completed+failed.
 func TestHTTPProtocolsAgainstRealServers(t *testing.T) {
@@ -226,12 +265,13 @@ func TestHTTPProtocolsAgainstRealServers(t *testing.T) {
 		}, "HTTP/1.1"},
 		{"h2", ProtocolH2, newH2Target, "HTTP/2.0"},
 		{"h2c", ProtocolH2C, newH2CTarget, "HTTP/2.0"},
+		{"h3", ProtocolH3, newH3Target, "HTTP/3.0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			pt := newProtoTarget()
 			srv := tc.target(t, pt)
-			p := HTTPParams{VUs: 8, Iterations: 300, Protocol: tc.proto, InsecureSkipVerify: tc.proto == ProtocolH2,
+			p := HTTPParams{VUs: 8, Iterations: 300, Protocol: tc.proto, InsecureSkipVerify: tc.proto == ProtocolH2 || tc.proto == ProtocolH3,
 				Steps: []HTTPStep{step("a", srv.URL+"/a"), step("b", srv.URL+"/b")}}
 			res, err := runHTTP(t, p, Env{Cores: []int{0, 1}})
 			if err != nil {

@@ -314,7 +314,7 @@ func TestHTTPReportsAreMonotonic(t *testing.T) {
 
 func TestLoadTransportIgnoresProxyEnvironment(t *testing.T) {
 	for _, proto := range []Protocol{ProtocolHTTP1, ProtocolH2, ProtocolH2C} {
-		tr, err := newLoadTransport(8, true, proto, false)
+		tr, err := newTCPTransport(8, true, proto, false)
 		if err != nil {
 			t.Fatalf("%s: %v", proto, err)
 		}
