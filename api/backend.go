@@ -83,6 +83,34 @@ type WorkflowStatus struct {
 	Error             string        `json:"error,omitempty"`
 	// Thresholds are evaluated when the workflow ends; empty before.
 	Thresholds []ThresholdResult `json:"thresholds,omitempty"`
+	// Series is the run's per-second points, for charts. Only results
+	// carry it (a status stays small), and only once the workflow's final
+	// progress arrived: at most wire.MaxSeriesEntries, the newest.
+	Series []SeriesPoint `json:"series,omitempty"`
+}
+
+// SeriesPoint is one second of a workflow's run, covering [Second,
+// Second+1) from its start. Latencies are milliseconds, from 2-digit
+// histograms: good for drawing, not for thresholds.
+type SeriesPoint struct {
+	Second    int64   `json:"second"`
+	Completed int64   `json:"completed"`
+	Failed    int64   `json:"failed"`
+	Dropped   int64   `json:"dropped,omitempty"`
+	VUs       int     `json:"vus,omitempty"`
+	P50Ms     float64 `json:"p50_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+}
+
+// PercentilePoint is one point of a latency distribution curve.
+type PercentilePoint struct {
+	Percentile float64 `json:"percentile"` // 0..100, e.g. 99.9
+	Ms         float64 `json:"ms"`
+}
+
+// DistributionPercentiles are the points of StepSummary.Distribution.
+func DistributionPercentiles() []float64 {
+	return []float64{50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}
 }
 
 // StepSummary is one step's counts and latency percentiles (milliseconds,
@@ -99,6 +127,9 @@ type StepSummary struct {
 	// intended start, so a slow target cannot hide behind the queue.
 	CorrectedP50Ms float64 `json:"corrected_p50_ms,omitempty"`
 	CorrectedP99Ms float64 `json:"corrected_p99_ms,omitempty"`
+	// Distribution is the latency at each of DistributionPercentiles()
+	// from the merged histogram; only results carry it.
+	Distribution []PercentilePoint `json:"distribution,omitempty"`
 }
 
 // Results is the downloadable outcome of a job.

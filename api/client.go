@@ -444,13 +444,14 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*CancelResponse
 	return &resp, nil
 }
 
-// Results downloads a job's results as "json" or "csv", verbatim.
+// Results downloads a job's results as "json", "csv" or "html" (the
+// self-contained report page), verbatim.
 func (c *Client) Results(ctx context.Context, id, format string) ([]byte, error) {
 	if format == "" {
 		format = "json"
 	}
-	if format != "json" && format != "csv" {
-		return nil, fmt.Errorf("results format %q: want json or csv", format)
+	if format != "json" && format != "csv" && format != "html" {
+		return nil, fmt.Errorf("results format %q: want json, csv or html", format)
 	}
 	a, err := c.exchange(ctx, request{method: http.MethodGet, path: jobPath(id, "/results"),
 		query: url.Values{"format": {format}}, idempotent: true})

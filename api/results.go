@@ -20,9 +20,9 @@ func (s *Server) jobResults(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	format := strings.ToLower(r.URL.Query().Get("format"))
-	if format != "" && format != "json" && format != "csv" {
+	if format != "" && format != "json" && format != "csv" && format != "html" {
 		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed,
-			Error: fmt.Sprintf("format %q: want json or csv", format)})
+			Error: fmt.Sprintf("format %q: want json, csv or html", format)})
 		return
 	}
 	ctx, cancel := s.callContext(r)
@@ -39,7 +39,12 @@ func (s *Server) jobResults(w http.ResponseWriter, r *http.Request) {
 	if res.Workflows == nil {
 		res.Workflows = []WorkflowStatus{}
 	}
-	if format != "csv" {
+	switch format {
+	case "html":
+		s.jobResultsHTML(ctx, w, r, res)
+		return
+	case "csv":
+	default:
 		writeJSON(w, http.StatusOK, res)
 		return
 	}

@@ -74,6 +74,9 @@ func (m *Manager) Results(_ context.Context, id string) (*api.Results, error) {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
 	}
 	st := m.jobStatus(v)
+	for i := range v.wfs { // jobStatus keeps v.wfs's order
+		m.resultDetail(&v.wfs[i], &st.Workflows[i])
+	}
 	return &api.Results{JobID: st.JobID, Status: st.Status, Workflows: st.Workflows}, nil
 }
 

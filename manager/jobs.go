@@ -542,6 +542,10 @@ func replicaProgress(rec *store.WorkflowRecord) wire.WorkflowProgress {
 	p := workflowProgressOf(rec)
 	if !rec.Status.Terminal() {
 		p.StepStats = nil
+	} else {
+		// The per-second series (for the HTML report) is a result too;
+		// like the histograms it is sent once, when the workflow ends.
+		p.Series = rec.Series
 	}
 	return p
 }

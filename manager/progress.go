@@ -2,7 +2,9 @@ package manager
 
 import (
 	"context"
+	"slices"
 
+	"tempest/store"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -58,7 +60,7 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		if final && p.FenceToken == w.rec.FenceToken && w.rec.Worker == worker {
 			// The last word on an attempt that ended here first (the job
 			// was cancelled): keep its counts for the results.
-			w.rec.LastProgress = *p
+			keepProgress(&w.rec, p, true)
 			tx.touchWorkflow(w, true)
 		}
 		return !final
@@ -76,7 +78,7 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 	if len(p.AssignedCores) > 0 {
 		w.rec.Cores = p.AssignedCores
 	}
-	w.rec.LastProgress = *p
+	keepProgress(&w.rec, p, final)
 	tx.touchWorkflow(w, false)
 
 	switch p.Status {
@@ -105,4 +107,17 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		}
 	}
 	return false
+}
+
+// keepProgress stores p as rec's latest progress. The per-second series is
+// kept apart, and only from a final progress: mid-run messages carry just a
+// live window (wire.SeriesLiveWindow), which the report has no use for, and
+// keeping it out of LastProgress stops every progress write from
+// persisting it. A longer series than wire.MaxSeriesEntries is clipped.
+func keepProgress(rec *store.WorkflowRecord, p *wire.WorkflowProgress, final bool) {
+	rec.LastProgress = *p
+	rec.LastProgress.Series = nil
+	if final {
+		rec.Series = slices.Clone(wire.ClipSeries(p.Series, 0))
+	}
 }

@@ -160,7 +160,7 @@ func (m *Manager) mergeWorkflowLocked(tx *txn, w *workflowState, p *wire.Workflo
 	switch {
 	case p.Status.Terminal():
 		w.rec.Status = p.Status
-		w.rec.LastProgress = *p
+		keepProgress(&w.rec, p, true)
 		w.rec.Error = p.Error
 	case p.Status == wire.WorkflowPending:
 		// The leader took it back for a retry.

@@ -63,4 +63,8 @@ type WorkflowRecord struct {
 	// evaluated when the workflow ended (and again if its final progress
 	// arrives later), so a status query never merges histograms for them.
 	Thresholds []wire.ThresholdResult `cbor:"16,keyasint,omitempty"`
+	// Series is the final progress's per-second series (for the HTML
+	// report). LastProgress is stored without its series so the points
+	// are not persisted twice, and mid-run windows are never persisted.
+	Series []wire.SecondStats `cbor:"17,keyasint,omitempty"`
 }

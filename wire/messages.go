@@ -219,6 +219,46 @@ type WorkflowProgress struct {
 	// DroppedIterations counts open-model iterations that fell due while
 	// every VU was busy and so never ran.
 	DroppedIterations int64 `cbor:"16,keyasint,omitempty"`
+	// Series is the run's per-second points, for charts. Mid-run a worker
+	// sends only the newest SeriesLiveWindow seconds (enough for a live
+	// view, and the message stays small); the final progress carries the
+	// whole series, at most MaxSeriesEntries. Receivers clip with
+	// ClipSeries.
+	Series []SecondStats `cbor:"17,keyasint,omitempty"`
+}
+
+// MaxSeriesEntries caps WorkflowProgress.Series: an hour of seconds, about
+// 100 KiB encoded. It matches workflow.MaxSeriesSeconds.
+const MaxSeriesEntries = 3600
+
+// SeriesLiveWindow is how many of the newest seconds a mid-run progress
+// carries.
+const SeriesLiveWindow = 60
+
+// SecondStats is one second of a workflow's run: the point covers
+// [Second, Second+1) seconds from the run's start.
+type SecondStats struct {
+	Second    int64         `cbor:"1,keyasint"`
+	Completed int64         `cbor:"2,keyasint,omitempty"`
+	Failed    int64         `cbor:"3,keyasint,omitempty"`
+	Dropped   int64         `cbor:"4,keyasint,omitempty"`
+	VUs       int           `cbor:"5,keyasint,omitempty"`
+	P50       time.Duration `cbor:"6,keyasint,omitempty"`
+	P99       time.Duration `cbor:"7,keyasint,omitempty"`
+}
+
+// ClipSeries returns at most the newest limit entries of s (limit <= 0 or
+// above MaxSeriesEntries means MaxSeriesEntries). Senders clip before
+// encoding; receivers clip what a misbehaving sender sent, so a record
+// never grows without bound. The result shares s's backing array.
+func ClipSeries(s []SecondStats, limit int) []SecondStats {
+	if limit <= 0 || limit > MaxSeriesEntries {
+		limit = MaxSeriesEntries
+	}
+	if len(s) > limit {
+		return s[len(s)-limit:]
+	}
+	return s
 }
 
 // JobProgress aggregates a job's workflows within one datacenter.

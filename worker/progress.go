@@ -74,7 +74,32 @@ func (w *Worker) progressLocked(e *execution, s workflow.Snapshot, status wire.W
 	if s.Elapsed > 0 {
 		p.RatePerSecond = float64(s.Completed+s.Failed) / s.Elapsed.Seconds()
 	}
+	p.Series = seriesFor(s.Series, status)
 	return p
+}
+
+// seriesFor converts the runner's per-second series for the wire. A running
+// workflow sends only the newest wire.SeriesLiveWindow seconds: resending a
+// whole hour every ProgressInterval would dwarf the rest of the message, and
+// nothing mid-run needs more than a live window. The final progress (any
+// other status) carries the whole series, which the manager keeps.
+func seriesFor(series []workflow.SecondStats, status wire.WorkflowStatus) []wire.SecondStats {
+	limit := wire.MaxSeriesEntries
+	if status == wire.WorkflowRunning {
+		limit = wire.SeriesLiveWindow
+	}
+	if len(series) > limit {
+		series = series[len(series)-limit:]
+	}
+	if len(series) == 0 {
+		return nil
+	}
+	out := make([]wire.SecondStats, len(series))
+	for i, pt := range series {
+		out[i] = wire.SecondStats{Second: pt.Second, Completed: pt.Completed, Failed: pt.Failed,
+			Dropped: pt.Dropped, VUs: pt.VUs, P50: pt.P50, P99: pt.P99}
+	}
+	return out
 }
 
 func stepStats(e *execution, s workflow.Snapshot) []wire.StepStats {

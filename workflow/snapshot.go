@@ -85,8 +85,8 @@ type Result struct {
 // view of this workflow rather than adding to it; merging across workflows
 // or datacenters is MergeStepStats.
 //
-// The per-second Series stays in the Snapshot and Result: wire has no
-// field for it yet (the load-test issue's report part).
+// The per-second Series travels separately (wire.WorkflowProgress.Series,
+// filled by the worker), not in the step stats.
 func (s Snapshot) StepStats() ([]wire.StepStats, error) {
 	out := make([]wire.StepStats, len(s.Steps))
 	for i, st := range s.Steps {

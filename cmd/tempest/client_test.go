@@ -348,7 +348,7 @@ func TestCancelResultsJobsCluster(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &res); code != exitOK || err != nil || res.JobID != "j1" {
 			t.Errorf("json: exit %d, %v, %q", code, err, stdout)
 		}
-		if code, _, stderr := c.run(runResults, "j1", "--format", "xml"); code != exitUsage || !strings.Contains(stderr, "want json or csv") {
+		if code, _, stderr := c.run(runResults, "j1", "--format", "xml"); code != exitUsage || !strings.Contains(stderr, "want json, csv or html") {
 			t.Errorf("xml: exit %d, %q", code, stderr)
 		}
 	})

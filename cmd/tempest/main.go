@@ -74,7 +74,7 @@ commands:
   status ID [--json]              show a job
   watch ID [--json]               follow a job's progress until it ends
   cancel ID                       cancel a job
-  results ID [--format json|csv]  download a job's results
+  results ID [--format FMT]       download a job's results (FMT: json, csv or html)
   jobs [--json]                   list jobs
   cluster [--json]                list nodes, leaders, cores and key ids
   dev --dir DIR                   run a local cluster of real processes until Ctrl-C

@@ -8,18 +8,19 @@ import (
 )
 
 // runResults writes a job's results to stdout as the server renders them:
-// JSON, or CSV with one row per workflow step.
+// JSON, CSV with one row per workflow step, or HTML (one self-contained
+// report page: `tempest results ID --format html > report.html`).
 func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("results", "results ID [--format json|csv]", stderr)
+	fs := newFlagSet("results", "results ID [--format json|csv|html]", stderr)
 	var conn apiFlags
 	conn.register(fs)
-	format := fs.String("format", "json", "json or csv")
+	format := fs.String("format", "json", "json, csv or html")
 	args, code, ok := parseCommand(fs, args, 1, stderr)
 	if !ok {
 		return code
 	}
-	if *format != "json" && *format != "csv" {
-		fmt.Fprintf(stderr, "tempest results: --format %q: want json or csv\n", *format)
+	if *format != "json" && *format != "csv" && *format != "html" {
+		fmt.Fprintf(stderr, "tempest results: --format %q: want json, csv or html\n", *format)
 		return exitUsage
 	}
 	c, err := conn.client()
