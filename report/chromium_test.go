@@ -29,7 +29,11 @@ func TestRenderInChromium(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
+	// The extra flags keep a sandboxed machine's browser from reaching for
+	// the network (updates, sync, QUIC probes) while it renders a local file.
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu",
+		"--disable-quic", "--no-first-run", "--disable-background-networking",
+		"--disable-component-update", "--disable-sync",
 		"--user-data-dir="+filepath.Join(dir, "profile"), "--window-size=1000,2000",
 		"--screenshot="+png, "file://"+page)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -41,5 +45,11 @@ func TestRenderInChromium(t *testing.T) {
 	}
 	if len(b) < 1024 || !bytes.HasPrefix(b, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Fatalf("screenshot is %d bytes and not a PNG", len(b))
+	}
+	// TEMPEST_REPORT_PNG=path keeps the screenshot for a person to look at.
+	if keep := os.Getenv("TEMPEST_REPORT_PNG"); keep != "" {
+		if err := os.WriteFile(keep, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
