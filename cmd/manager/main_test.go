@@ -10,7 +10,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -121,24 +120,6 @@ func TestRefusesToStart(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestServesAJobEndToEnd runs the command as main would, over real QUIC,
 // SWIM and HTTP on loopback, with a real worker: a job file submitted
 // through the API client completes, SIGHUP reloads the secrets, and SIGTERM
@@ -159,7 +140,7 @@ func TestServesAJobEndToEnd(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	ready := make(chan string, 1)
 	exit := make(chan int, 1)
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs, ready) }()
 	var url string
 	select {
@@ -169,7 +150,7 @@ func TestServesAJobEndToEnd(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("not serving after 10s:\n%s", stderr.String())
 	}
-	var wlog syncBuffer
+	var wlog testutil.SyncBuffer
 	defer func() {
 		if t.Failed() {
 			t.Logf("manager log:\n%s\nworker log:\n%s", stderr.String(), wlog.String())

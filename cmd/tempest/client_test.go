@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,20 +52,11 @@ func runCLI(t *testing.T, f runFunc, args ...string) (code int, stdout, stderr s
 	return code, out.String(), errOut.String()
 }
 
-func writeFile(t *testing.T, name, content string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 const jobYAML = "name: smoke\nworkflows:\n  - {name: nap, type: sleep, duration: 1s}\n"
 
 func TestSubmitPrintsOnlyTheID(t *testing.T) {
 	c := newCLI(t)
-	file := writeFile(t, "job.yaml", jobYAML)
+	file := testutil.WriteFile(t, "job.yaml", jobYAML)
 
 	code, stdout, stderr := c.run(runSubmit, file)
 	if code != exitOK || stdout != "job-1\n" {
@@ -122,7 +111,7 @@ func TestSubmitWait(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCLI(t)
-			file := writeFile(t, "job.yaml", jobYAML)
+			file := testutil.WriteFile(t, "job.yaml", jobYAML)
 			wait := c.finishWhenWatched("job-1", tt.status)
 			code, stdout, stderr := c.run(runSubmit, file, "--wait") // flag after the file
 			wait()
@@ -146,7 +135,7 @@ func TestSubmitWait(t *testing.T) {
 
 func TestSubmitWaitJSON(t *testing.T) {
 	c := newCLI(t)
-	file := writeFile(t, "job.yaml", jobYAML)
+	file := testutil.WriteFile(t, "job.yaml", jobYAML)
 	wait := c.finishWhenWatched("job-1", wire.JobCompleted)
 	code, stdout, _ := c.run(runSubmit, "--wait", "--json", file)
 	wait()
@@ -169,8 +158,8 @@ func TestSubmitWaitJSON(t *testing.T) {
 
 func TestSubmitErrors(t *testing.T) {
 	c := newCLI(t)
-	bad := writeFile(t, "bad.yaml", "name: x\nworkflows:\n  - {name: nap, type: sleep, duraton: 1s}\n")
-	good := writeFile(t, "job.yaml", jobYAML)
+	bad := testutil.WriteFile(t, "bad.yaml", "name: x\nworkflows:\n  - {name: nap, type: sleep, duraton: 1s}\n")
+	good := testutil.WriteFile(t, "job.yaml", jobYAML)
 	dead := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreeTCPPort(t))
 
 	tests := []struct {
@@ -216,7 +205,7 @@ func TestSubmitErrors(t *testing.T) {
 
 func TestEnvironmentAndHelp(t *testing.T) {
 	c := newCLI(t)
-	file := writeFile(t, "job.yaml", jobYAML)
+	file := testutil.WriteFile(t, "job.yaml", jobYAML)
 	t.Setenv(envAPI, "http://127.0.0.1:1,"+c.url) // first one dead: the client moves on
 	t.Setenv(envToken, apitest.Token)
 	if code, stdout, stderr := runCLI(t, runSubmit, file); code != exitOK || stdout != "job-1\n" {

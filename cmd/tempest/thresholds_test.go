@@ -39,7 +39,7 @@ func TestExitCodeWithThresholds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newCLI(t)
-			file := writeFile(t, "job.yaml", jobYAML)
+			file := testutil.WriteFile(t, "job.yaml", jobYAML)
 			done := make(chan error, 1)
 			go func() {
 				done <- testutil.Poll(10*time.Second, 5*time.Millisecond, func() error {

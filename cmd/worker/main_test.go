@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,17 +17,8 @@ import (
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
-func writeFile(t *testing.T, name, content string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func TestFlagsOverrideConfigFile(t *testing.T) {
-	path := writeFile(t, "worker.yaml", `
+	path := testutil.WriteFile(t, "worker.yaml", `
 id: w-file
 datacenter: east
 cores: 8
@@ -69,7 +58,7 @@ func TestConfigErrors(t *testing.T) {
 		{"stray argument", "id: w\nmanagers: [a:1]\n", []string{"extra"}, "unexpected arguments"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"--config", writeFile(t, "w.yaml", tc.file)}, tc.args...)
+			args := append([]string{"--config", testutil.WriteFile(t, "w.yaml", tc.file)}, tc.args...)
 			_, _, err := loadConfig(args, &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tc.want)
@@ -109,25 +98,7 @@ func mustSecret(t *testing.T) string {
 	return s
 }
 
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) waitFor(t *testing.T, substr string) {
+func waitForLog(t *testing.T, s *testutil.SyncBuffer, substr string) {
 	t.Helper()
 	testutil.Eventually(t, 15*time.Second, 10*time.Millisecond, func() error {
 		if !strings.Contains(s.String(), substr) {
@@ -142,19 +113,19 @@ func (s *syncBuffer) waitFor(t *testing.T, substr string) {
 // log line is JSON carrying the node id.
 func TestSignals(t *testing.T) {
 	current, next := mustSecret(t), mustSecret(t)
-	secretFile := writeFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%s\nAUTH_SECRET_PREVIOUS=%s\n", current, next))
+	secretFile := testutil.WriteFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%s\nAUTH_SECRET_PREVIOUS=%s\n", current, next))
 	env := map[string]string{"AUTH_SECRET": current}
 	args := []string{"--id", "w-sig", "--quic", "127.0.0.1:0", "--swim", "127.0.0.1:0", "--managers", "127.0.0.1:1",
 		"--swim-profile", "test", "--log-format", "json", "--secret-file", secretFile}
 
-	var stderr syncBuffer
+	var stderr testutil.SyncBuffer
 	sigs := make(chan os.Signal, 1)
 	exit := make(chan int, 1)
 	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs) }()
 
-	stderr.waitFor(t, `"msg":"worker started"`)
+	waitForLog(t, &stderr, `"msg":"worker started"`)
 	sigs <- syscall.SIGHUP
-	stderr.waitFor(t, `"msg":"secrets reloaded"`)
+	waitForLog(t, &stderr, `"msg":"secrets reloaded"`)
 	sigs <- syscall.SIGTERM
 	select {
 	case code := <-exit:

@@ -2,7 +2,6 @@ package nodecmd
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,15 +13,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
-
-func writeFile(t *testing.T, name, content string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 func mustSecret(t *testing.T) string {
 	t.Helper()
@@ -58,7 +48,7 @@ func TestReadConfigFile(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "absent.yaml")
 			if !tc.missing {
-				path = writeFile(t, "cores.yaml", tc.content)
+				path = testutil.WriteFile(t, "cores.yaml", tc.content)
 			}
 			cfg := defaults
 			err := ReadConfigFile(path, &cfg)
@@ -174,7 +164,7 @@ func TestSecrets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			path := ""
 			if tc.file != "" {
-				path = writeFile(t, "secret.env", tc.file)
+				path = testutil.WriteFile(t, "secret.env", tc.file)
 			}
 			cur, prev, err := Secrets(path, func(k string) string { return tc.env[k] })
 			if tc.wantErr != "" {
