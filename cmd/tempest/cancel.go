@@ -12,13 +12,9 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var conn apiFlags
 	conn.register(fs)
 	reason := fs.String("reason", "", "why, recorded with the job")
-	args, code, ok := parseCommand(fs, args, 1, stderr)
+	c, args, code, ok := openCommand(fs, &conn, args, 1, stderr)
 	if !ok {
 		return code
-	}
-	c, err := conn.client()
-	if err != nil {
-		return reportError(stderr, err)
 	}
 	defer c.Close()
 	ack, err := c.Cancel(ctx, args[0], *reason)

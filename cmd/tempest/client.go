@@ -111,6 +111,21 @@ func parseCommand(fs *flag.FlagSet, args []string, want int, stderr io.Writer) (
 	return positional, exitOK, true
 }
 
+// openCommand is parseCommand followed by a client for the command's
+// endpoints: the start every job command shares. The caller closes the
+// client.
+func openCommand(fs *flag.FlagSet, conn *apiFlags, args []string, want int, stderr io.Writer) (*api.Client, []string, int, bool) {
+	positional, code, ok := parseCommand(fs, args, want, stderr)
+	if !ok {
+		return nil, nil, code, false
+	}
+	c, err := conn.client()
+	if err != nil {
+		return nil, nil, reportError(stderr, err), false
+	}
+	return c, positional, exitOK, true
+}
+
 // reportError prints err as one clear line (a bad job file's problems one
 // per line, as compilers do) and returns the exit code: every error a
 // client command meets is a usage or connection error.

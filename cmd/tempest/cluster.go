@@ -17,12 +17,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var conn apiFlags
 	conn.register(fs)
 	asJSON := fs.Bool("json", false, "print the cluster view as JSON")
-	if _, code, ok := parseCommand(fs, args, 0, stderr); !ok {
+	c, _, code, ok := openCommand(fs, &conn, args, 0, stderr)
+	if !ok {
 		return code
-	}
-	c, err := conn.client()
-	if err != nil {
-		return reportError(stderr, err)
 	}
 	defer c.Close()
 	view, err := c.Cluster(ctx)

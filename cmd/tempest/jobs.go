@@ -15,12 +15,9 @@ func runJobs(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var conn apiFlags
 	conn.register(fs)
 	asJSON := fs.Bool("json", false, `print {"jobs": [...]} as JSON`)
-	if _, code, ok := parseCommand(fs, args, 0, stderr); !ok {
+	c, _, code, ok := openCommand(fs, &conn, args, 0, stderr)
+	if !ok {
 		return code
-	}
-	c, err := conn.client()
-	if err != nil {
-		return reportError(stderr, err)
 	}
 	defer c.Close()
 	jobs, err := c.Jobs(ctx)

@@ -15,13 +15,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var conn apiFlags
 	conn.register(fs)
 	asJSON := fs.Bool("json", false, "print the job status as JSON")
-	args, code, ok := parseCommand(fs, args, 1, stderr)
+	c, args, code, ok := openCommand(fs, &conn, args, 1, stderr)
 	if !ok {
 		return code
-	}
-	c, err := conn.client()
-	if err != nil {
-		return reportError(stderr, err)
 	}
 	defer c.Close()
 	st, err := c.Job(ctx, args[0])

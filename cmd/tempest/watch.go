@@ -21,13 +21,9 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var conn apiFlags
 	conn.register(fs)
 	asJSON := fs.Bool("json", false, "print every status as one JSON line on stdout instead of the display and summary")
-	args, code, ok := parseCommand(fs, args, 1, stderr)
+	c, args, code, ok := openCommand(fs, &conn, args, 1, stderr)
 	if !ok {
 		return code
-	}
-	c, err := conn.client()
-	if err != nil {
-		return reportError(stderr, err)
 	}
 	defer c.Close()
 	mode := outputSummary
