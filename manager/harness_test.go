@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -283,35 +282,13 @@ func (n nodeMembers) UpdateMeta(meta swim.NodeMeta) error {
 
 func (n nodeMembers) SetKeys([][]byte) error { return nil }
 
-// testLogger sends logs to t.Log (Warn and above; everything with
-// TEMPEST_MANAGER_DEBUG=1), and drops lines written after the test ended.
+// testLogger sends logs to t.Log (Warn and above; everything with TEMPEST_MANAGER_DEBUG=1).
 func testLogger(t testing.TB) *slog.Logger {
-	w := &tWriter{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.done = true
-		w.mu.Unlock()
-	})
 	level := slog.LevelWarn
 	if os.Getenv("TEMPEST_MANAGER_DEBUG") == "1" {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
-}
-
-type tWriter struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
-}
-
-func (w *tWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
+	return testutil.Logger(t, level)
 }
 
 // sleepJob is a job of n sleep workflows of cores cores each.

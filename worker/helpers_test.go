@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,35 +27,13 @@ const (
 	pollStep = 5 * time.Millisecond
 )
 
-// testLogger sends logs to t.Log (Debug with TEMPEST_WORKER_DEBUG=1). Lines
-// written after the test has finished are dropped, since t.Log panics then.
+// testLogger sends logs to t.Log (Info and above; everything with TEMPEST_WORKER_DEBUG=1).
 func testLogger(t testing.TB) *slog.Logger {
-	lw := &logWriter{t: t}
-	t.Cleanup(func() {
-		lw.mu.Lock()
-		lw.done = true
-		lw.mu.Unlock()
-	})
 	level := slog.LevelInfo
 	if os.Getenv("TEMPEST_WORKER_DEBUG") == "1" {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: level}))
-}
-
-type logWriter struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
+	return testutil.Logger(t, level)
 }
 
 func testKeyring(t testing.TB) *security.Keyring {
