@@ -3,13 +3,9 @@ package integration
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"tempest/security"
-	"tempest/transport"
 	"tempest/wire"
 )
 
@@ -29,19 +25,7 @@ workflows:
 		t.Fatalf("unknown worker %q", wf.Worker)
 	}
 	// Speak to the worker as a deposed manager would: right secret, old token.
-	kr, err := security.NewKeyring(c.Secret(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := transport.DefaultConfig()
-	cfg.NodeID = "deposed-manager"
-	cfg.Keyring = kr
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	tr, err := transport.NewQUIC(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	tr := wireNode(t, "deposed-manager", c.Secret())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := tr.Call(ctx, w.QUIC, &wire.WorkflowDispatch{

@@ -17,8 +17,10 @@ import (
 
 	"tempest/api"
 	"tempest/devcluster"
+	"tempest/security"
 	"tempest/target"
 	"tempest/testutil"
+	"tempest/transport"
 	"tempest/wire"
 )
 
@@ -106,6 +108,26 @@ func dumpLogs(t *testing.T, c *devcluster.Cluster) {
 		}
 		t.Logf("==== %s (%s) last log lines:\n%s", n.Name, filepath.Base(n.Log), b)
 	}
+}
+
+// wireNode is a bare QUIC transport holding secret, for tests that speak to
+// nodes as another (deposed, or not rotated) cluster member would.
+func wireNode(t *testing.T, id, secret string) *transport.QUIC {
+	t.Helper()
+	kr, err := security.NewKeyring(secret, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := transport.DefaultConfig()
+	cfg.NodeID = id
+	cfg.Keyring = kr
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	tr, err := transport.NewQUIC(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
 }
 
 // startTarget runs the built-in HTTP target in-process.

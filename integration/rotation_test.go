@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -19,7 +17,6 @@ import (
 	"tempest/security"
 	"tempest/target"
 	"tempest/testutil"
-	"tempest/transport"
 	"tempest/wire"
 )
 
@@ -129,19 +126,7 @@ func TestRollingSecretRotation(t *testing.T) {
 
 	// After the remove pass a node still on the old secret alone is
 	// refused by workers and managers alike.
-	kr, err := security.NewKeyring(old, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := transport.DefaultConfig()
-	cfg.NodeID = "left-behind"
-	cfg.Keyring = kr
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	tr, err := transport.NewQUIC(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	tr := wireNode(t, "left-behind", old)
 	for _, name := range []string{busy, managers[0]} {
 		n, _ := c.Node(name)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -273,6 +273,13 @@ func (m *Manager) provision(ctx context.Context, req *wire.ProvisionRequest) (co
 // leads next knows it. A peer that misses it learns the placement from the
 // worker in the next state sync.
 func (m *Manager) commitToPeers(ctx context.Context, c *wire.ProvisionCommit) {
+	m.callPeers(ctx, c, "provision commit not acknowledged", "job_id", c.JobID, "workflow_id", c.WorkflowID)
+}
+
+// callPeers sends msg to every peer at once and waits, up to the quorum
+// timeout, for their answers. It is best effort: a peer that does not
+// answer is logged and catches up in the next leader's state sync.
+func (m *Manager) callPeers(ctx context.Context, msg wire.Message, failure string, attrs ...any) {
 	if len(m.peerIDs) == 0 {
 		return
 	}
@@ -281,8 +288,8 @@ func (m *Manager) commitToPeers(ctx context.Context, c *wire.ProvisionCommit) {
 	var wg sync.WaitGroup
 	for _, id := range m.peerIDs {
 		wg.Go(func() {
-			if _, err := m.tr.Call(ctx, m.peers[id], c); err != nil {
-				m.log.Debug("provision commit not acknowledged", "peer", id, "job_id", c.JobID, "workflow_id", c.WorkflowID, "err", err)
+			if _, err := m.tr.Call(ctx, m.peers[id], msg); err != nil {
+				m.log.Debug(failure, append([]any{"peer", id, "err", err}, attrs...)...)
 			}
 		})
 	}

@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"tempest/transport"
@@ -32,20 +31,7 @@ import (
 // replicateSubmission hands a new job to every peer and waits, up to the
 // quorum timeout, for them to store it.
 func (m *Manager) replicateSubmission(ctx context.Context, sub *wire.JobSubmission) {
-	if len(m.peerIDs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, id := range m.peerIDs {
-		wg.Go(func() {
-			if _, err := m.tr.Call(ctx, m.peers[id], sub); err != nil {
-				m.log.Debug("submission not replicated", "job_id", sub.JobID, "peer", id, "err", err)
-			}
-		})
-	}
-	wg.Wait()
+	m.callPeers(ctx, sub, "submission not replicated", "job_id", sub.JobID)
 }
 
 // replicateStatus sends a job's status to every peer, one way.
