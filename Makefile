@@ -19,6 +19,7 @@ build: ## Build every binary into bin/
 	$(GO) build -o $(BIN)/tempest ./cmd/tempest
 	$(GO) build -o $(BIN)/tempest-manager ./cmd/manager
 	$(GO) build -o $(BIN)/tempest-worker ./cmd/worker
+	$(GO) build -o $(BIN)/tempest-gate ./cmd/gate
 
 .PHONY: demo
 demo: build ## Build and run the local demo (real nodes, printed result)

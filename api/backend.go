@@ -37,16 +37,20 @@ type Backend interface {
 // JobStatus is the JSON shape of a job, shared by `tempest status --json`,
 // `submit --wait --json` and the event stream.
 type JobStatus struct {
-	JobID          string           `json:"job_id"`
-	Name           string           `json:"name"`
-	Status         wire.JobStatus   `json:"status"`
-	TotalCompleted int64            `json:"total_completed"`
-	TotalFailed    int64            `json:"total_failed"`
-	ElapsedSeconds float64          `json:"elapsed_seconds"`
-	SubmittedAt    string           `json:"submitted_at,omitempty"` // RFC 3339
-	Datacenter     string           `json:"datacenter,omitempty"`
-	Workflows      []WorkflowStatus `json:"workflows"`
-	Error          string           `json:"error,omitempty"`
+	JobID          string         `json:"job_id"`
+	Name           string         `json:"name"`
+	Status         wire.JobStatus `json:"status"`
+	TotalCompleted int64          `json:"total_completed"`
+	TotalFailed    int64          `json:"total_failed"`
+	ElapsedSeconds float64        `json:"elapsed_seconds"`
+	SubmittedAt    string         `json:"submitted_at,omitempty"` // RFC 3339
+	Datacenter     string         `json:"datacenter,omitempty"`
+	// Datacenters has a line per datacenter when a gate answers: each
+	// one's status, counts and lease. Workflows are then merged across
+	// datacenters (counts summed, histograms merged).
+	Datacenters []DatacenterStatus `json:"datacenters,omitempty"`
+	Workflows   []WorkflowStatus   `json:"workflows"`
+	Error       string             `json:"error,omitempty"`
 	// ThresholdsFailed: some workflow's threshold failed, or an
 	// abort_on_fail threshold ended the job (ThresholdAbort). The CLI
 	// exits 1 for it (SPEC §9).
@@ -54,6 +58,22 @@ type JobStatus struct {
 	// ThresholdAbort: the job is FAILED because an abort_on_fail threshold
 	// failed mid-run (Error names it), not for any other reason.
 	ThresholdAbort bool `json:"threshold_abort,omitempty"`
+}
+
+// DatacenterStatus is one datacenter's part of a job driven by a gate.
+type DatacenterStatus struct {
+	Name           string         `json:"name"`
+	Status         wire.JobStatus `json:"status"`
+	TotalCompleted int64          `json:"total_completed"`
+	TotalFailed    int64          `json:"total_failed"`
+	Rate           float64        `json:"rate"`
+	Error          string         `json:"error,omitempty"`
+	// LeaseHolder and FenceToken: the gate driving the job there and the
+	// token its commands carry; LeaseExpiresIn is seconds until the lease
+	// runs out without a report (negative once it has).
+	LeaseHolder    string  `json:"lease_holder,omitempty"`
+	FenceToken     uint64  `json:"fence_token,omitempty"`
+	LeaseExpiresIn float64 `json:"lease_expires_in,omitempty"`
 }
 
 // ThresholdResult is one threshold's verdict on a workflow's merged results.

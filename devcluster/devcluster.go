@@ -34,10 +34,21 @@ type Options struct {
 	// Dir receives cluster.json, env, and a folder per node (data, log).
 	Dir string
 	// BinDir holds tempest-manager and tempest-worker.
-	BinDir     string
-	Datacenter string
-	Managers   int
-	Workers    int
+	BinDir string
+	// Datacenter names the only datacenter of a one-datacenter cluster.
+	// With Datacenters > 1 they are named dc1, dc2, ...
+	Datacenter  string
+	Datacenters int
+	// Managers and Workers are per datacenter.
+	Managers int
+	Workers  int
+	// Gates, when positive, starts that many gates: the managers of every
+	// datacenter join the gates' SWIM cluster, and clients (cluster.json's
+	// api, Client) go through the gates.
+	Gates int
+	// LeaseTTL is the gates' lease_ttl (default 6s: a manager failover
+	// with the test profiles takes well under that).
+	LeaseTTL time.Duration
 	// CoresPerWorker is each worker's core count (default 2).
 	CoresPerWorker int
 	// Secret and Token default to fresh random values.
@@ -63,6 +74,12 @@ func (o *Options) defaults() error {
 	}
 	if o.Datacenter == "" {
 		o.Datacenter = "dc1"
+	}
+	if o.Datacenters <= 0 {
+		o.Datacenters = 1
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 6 * time.Second
 	}
 	if o.Managers <= 0 {
 		o.Managers = 3
@@ -96,7 +113,11 @@ func (o *Options) defaults() error {
 		}
 		o.Token = hex.EncodeToString(b)
 	}
-	for _, bin := range []string{"tempest-manager", "tempest-worker"} {
+	bins := []string{"tempest-manager", "tempest-worker"}
+	if o.Gates > 0 {
+		bins = append(bins, "tempest-gate")
+	}
+	for _, bin := range bins {
 		if _, err := os.Stat(filepath.Join(o.BinDir, bin)); err != nil {
 			return fmt.Errorf("devcluster: %s not found in %s (run `make build`): %w", bin, o.BinDir, err)
 		}
@@ -113,6 +134,8 @@ type Node struct {
 	API     string `json:"api,omitempty"`
 	QUIC    string `json:"quic"`
 	Swim    string `json:"swim"`
+	// GateSwim is a manager's address in the gates' SWIM cluster.
+	GateSwim string `json:"gate_swim,omitempty"`
 	DataDir string `json:"data_dir"`
 	Log     string `json:"log"`
 	// SecretFile is DIR/<node>/secret.env (0600): the node's AUTH_SECRET,
@@ -137,7 +160,8 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	nodes    []*Node
-	managers []*Node
+	managers map[string][]*Node // by datacenter
+	gates    []*Node
 }
 
 // File is the JSON shape of DIR/cluster.json.
@@ -157,44 +181,20 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
-	c := &Cluster{opts: opts, log: opts.Logger}
-	mgrs := make([]*Node, opts.Managers)
-	var seeds []string
-	for i := range mgrs {
-		n, err := c.newNode("manager", fmt.Sprintf("%s-manager-%d", opts.Datacenter, i+1))
-		if err != nil {
-			return nil, err
-		}
-		if n.API, err = freeTCP(); err != nil {
-			return nil, err
-		}
-		mgrs[i] = n
-		seeds = append(seeds, n.Swim)
-	}
-	var peerList []map[string]string
-	for _, m := range mgrs {
-		peerList = append(peerList, map[string]string{"id": m.Name, "quic": m.QUIC})
-	}
-	for _, n := range mgrs {
-		cfg := map[string]any{
-			"id": n.Name, "datacenter": opts.Datacenter,
-			"quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
-			"data_dir": n.DataDir, "peers": peerList, "join": seeds,
-			"swim_profile": opts.SwimProfile, "election_profile": opts.ElectionProfile,
-		}
-		path, err := c.writeConfig(n, cfg)
-		if err != nil {
-			return nil, err
-		}
-		n.Argv = []string{filepath.Join(opts.BinDir, "tempest-manager"), "--config", path, "--secret-file", n.SecretFile}
-	}
-	c.managers = mgrs
-	for i := 0; i < opts.Workers; i++ {
-		if _, err := c.newWorker(opts.CoresPerWorker); err != nil {
+	c := &Cluster{opts: opts, log: opts.Logger, managers: make(map[string][]*Node)}
+	var gateSeeds []string
+	if opts.Gates > 0 {
+		var err error
+		if gateSeeds, err = c.layoutGates(); err != nil {
 			return nil, err
 		}
 	}
-	for _, n := range c.nodes {
+	for _, dc := range c.Datacenters() {
+		if err := c.layoutDatacenter(dc, gateSeeds); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range c.Nodes() {
 		if err := c.start(n); err != nil {
 			c.Stop(context.Background())
 			return nil, err
@@ -207,25 +207,124 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
+// Datacenters names the cluster's datacenters.
+func (c *Cluster) Datacenters() []string {
+	if c.opts.Datacenters <= 1 {
+		return []string{c.opts.Datacenter}
+	}
+	out := make([]string, c.opts.Datacenters)
+	for i := range out {
+		out[i] = fmt.Sprintf("dc%d", i+1)
+	}
+	return out
+}
+
+// layoutGates writes every gate's config and returns the gates' SWIM seeds.
+func (c *Cluster) layoutGates() ([]string, error) {
+	var seeds []string
+	var peers []map[string]string
+	for i := 0; i < c.opts.Gates; i++ {
+		n, err := c.newNode("gate", "", fmt.Sprintf("gate-%d", i+1))
+		if err != nil {
+			return nil, err
+		}
+		if n.API, err = freeTCP(); err != nil {
+			return nil, err
+		}
+		c.gates = append(c.gates, n)
+		seeds = append(seeds, n.Swim)
+		peers = append(peers, map[string]string{"id": n.Name, "quic": n.QUIC})
+	}
+	for _, n := range c.gates {
+		path, err := c.writeConfig(n, map[string]any{
+			"id": n.Name, "quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
+			"data_dir": n.DataDir, "peers": peers, "join": seeds,
+			"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
+			"lease_ttl": c.opts.LeaseTTL.String(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-gate"), "--config", path, "--secret-file", n.SecretFile}
+	}
+	return seeds, nil
+}
+
+// layoutDatacenter writes one datacenter's managers and workers.
+func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
+	mgrs := make([]*Node, c.opts.Managers)
+	var seeds []string
+	for i := range mgrs {
+		n, err := c.newNode("manager", dc, fmt.Sprintf("%s-manager-%d", dc, i+1))
+		if err != nil {
+			return err
+		}
+		if n.API, err = freeTCP(); err != nil {
+			return err
+		}
+		if len(gateSeeds) > 0 {
+			if n.GateSwim, err = freeTCPAndUDP(); err != nil {
+				return err
+			}
+		}
+		mgrs[i] = n
+		seeds = append(seeds, n.Swim)
+	}
+	var peerList []map[string]string
+	for _, m := range mgrs {
+		peerList = append(peerList, map[string]string{"id": m.Name, "quic": m.QUIC})
+	}
+	for _, n := range mgrs {
+		cfg := map[string]any{
+			"id": n.Name, "datacenter": dc,
+			"quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
+			"data_dir": n.DataDir, "peers": peerList, "join": seeds,
+			"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
+		}
+		if n.GateSwim != "" {
+			cfg["gate_swim_bind"] = n.GateSwim
+			cfg["gate_join"] = gateSeeds
+			cfg["gate_report_interval"] = "250ms"
+		}
+		path, err := c.writeConfig(n, cfg)
+		if err != nil {
+			return err
+		}
+		n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-manager"), "--config", path, "--secret-file", n.SecretFile}
+	}
+	c.mu.Lock()
+	c.managers[dc] = mgrs
+	c.mu.Unlock()
+	for i := 0; i < c.opts.Workers; i++ {
+		if _, err := c.newWorker(dc, c.opts.CoresPerWorker); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // newWorker lays out one more worker pointed at the managers.
-func (c *Cluster) newWorker(cores int) (*Node, error) {
+func (c *Cluster) newWorker(dc string, cores int) (*Node, error) {
+	c.mu.Lock()
+	mgrs := c.managers[dc]
+	c.mu.Unlock()
 	var seeds, mgrQUIC []string
-	for _, m := range c.managers {
+	for _, m := range mgrs {
 		seeds = append(seeds, m.Swim)
 		mgrQUIC = append(mgrQUIC, m.QUIC)
 	}
 	workers := 0
 	for _, n := range c.Nodes() {
-		if n.Role == "worker" {
+		if n.Role == "worker" && n.DC == dc {
 			workers++
 		}
 	}
-	n, err := c.newNode("worker", fmt.Sprintf("%s-worker-%d", c.opts.Datacenter, workers+1))
+	n, err := c.newNode("worker", dc, fmt.Sprintf("%s-worker-%d", dc, workers+1))
 	if err != nil {
 		return nil, err
 	}
 	path, err := c.writeConfig(n, map[string]any{
-		"id": n.Name, "datacenter": c.opts.Datacenter,
+		"id": n.Name, "datacenter": dc,
 		"quic_listen": n.QUIC, "swim_bind": n.Swim,
 		"join": seeds, "managers": mgrQUIC, "cores": cores,
 		"swim_profile": c.opts.SwimProfile,
@@ -251,10 +350,10 @@ func (c *Cluster) writeConfig(n *Node, cfg map[string]any) (string, error) {
 	return path, nil
 }
 
-// AddWorker starts one more worker with the given cores and returns its
-// name.
+// AddWorker starts one more worker with the given cores in the first
+// datacenter and returns its name.
 func (c *Cluster) AddWorker(cores int) (string, error) {
-	n, err := c.newWorker(cores)
+	n, err := c.newWorker(c.Datacenters()[0], cores)
 	if err != nil {
 		return "", err
 	}
@@ -267,7 +366,7 @@ func (c *Cluster) AddWorker(cores int) (string, error) {
 // Secret is the cluster's AUTH_SECRET, for tests that speak the wire.
 func (c *Cluster) Secret() string { return c.opts.Secret }
 
-func (c *Cluster) newNode(role, name string) (*Node, error) {
+func (c *Cluster) newNode(role, dc, name string) (*Node, error) {
 	dir := filepath.Join(c.opts.Dir, name)
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
@@ -281,7 +380,7 @@ func (c *Cluster) newNode(role, name string) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		Name: name, Role: role, DC: c.opts.Datacenter,
+		Name: name, Role: role, DC: dc,
 		QUIC: quicAddr, Swim: swimAddr,
 		DataDir:    filepath.Join(dir, "data"),
 		Log:        filepath.Join(dir, "node.log"),
@@ -357,7 +456,7 @@ func (c *Cluster) writeSecrets(n *Node, current, previous string) error {
 	if previous != "" {
 		vals["AUTH_SECRET_PREVIOUS"] = previous
 	}
-	if n.Role == "manager" {
+	if n.Role == "manager" || n.Role == "gate" {
 		vals["TEMPEST_TOKEN"] = c.opts.Token
 	}
 	var b strings.Builder
@@ -422,11 +521,23 @@ func (c *Cluster) Node(name string) (*Node, bool) {
 	return nil, false
 }
 
-// APIs lists the managers' API base URLs.
+// APIs lists the API base URLs clients use: the gates' when the cluster
+// has gates, else the managers'.
 func (c *Cluster) APIs() []string {
+	role := "manager"
+	if c.opts.Gates > 0 {
+		role = "gate"
+	}
+	return c.apisOf(role, "")
+}
+
+// ManagerAPIs lists a datacenter's managers' API base URLs ("" for all).
+func (c *Cluster) ManagerAPIs(dc string) []string { return c.apisOf("manager", dc) }
+
+func (c *Cluster) apisOf(role, dc string) []string {
 	var out []string
 	for _, n := range c.Nodes() {
-		if n.API != "" {
+		if n.API != "" && n.Role == role && (dc == "" || n.DC == dc) {
 			out = append(out, "http://"+n.API)
 		}
 	}

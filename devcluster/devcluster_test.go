@@ -32,11 +32,11 @@ func TestSetSecrets(t *testing.T) {
 	dir := t.TempDir()
 	old, next := mustSecret(t), mustSecret(t)
 	c := &Cluster{opts: Options{Dir: dir, Datacenter: "dc1", Secret: old, Token: "tok"}}
-	m, err := c.newNode("manager", "dc1-manager-1")
+	m, err := c.newNode("manager", "dc1", "dc1-manager-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.newNode("worker", "dc1-worker-1")
+	w, err := c.newNode("worker", "dc1", "dc1-worker-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,37 +2,56 @@ package devcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"tempest/api"
 )
 
-// Client returns an API client over every manager's endpoint.
+// Client returns an API client over the cluster's entry points: the gates
+// when there are gates, else every manager.
 func (c *Cluster) Client() (*api.Client, error) {
 	return api.NewClient(c.APIs(), c.opts.Token)
 }
 
-// WaitReady polls the cluster view until exactly one manager leads and every
-// worker is registered with its cores free, or ctx ends. It returns the
-// last view it saw.
+// WaitReady polls until every datacenter has exactly one manager leader
+// and all its running workers registered with their cores free, and, with
+// gates, until a gate leads and sees every datacenter's leader; or until
+// ctx ends. It returns the last view it saw through the entry points.
 func (c *Cluster) WaitReady(ctx context.Context) (*api.ClusterView, error) {
-	client, err := c.Client()
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
-	wantWorkers := 0
-	for _, n := range c.Nodes() {
-		if n.Role == "worker" && c.Running(n.Name) {
-			wantWorkers++
+	var checks []readyCheck
+	defer func() {
+		for _, ch := range checks {
+			ch.client.Close()
 		}
+	}()
+	for _, dc := range c.Datacenters() {
+		client, err := api.NewClient(c.ManagerAPIs(dc), c.opts.Token)
+		if err != nil {
+			return nil, err
+		}
+		want := 0
+		for _, n := range c.Nodes() {
+			if n.Role == "worker" && n.DC == dc && c.Running(n.Name) {
+				want++
+			}
+		}
+		checks = append(checks, readyCheck{dc, client, want})
+	}
+	var gates *api.Client
+	if c.opts.Gates > 0 {
+		var err error
+		if gates, err = c.Client(); err != nil {
+			return nil, err
+		}
+		defer gates.Close()
 	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var last error
 	for {
-		view, err := c.readyView(ctx, client, wantWorkers)
+		view, err := c.readyOnce(ctx, checks, gates)
 		if err == nil {
 			return view, nil
 		}
@@ -45,7 +64,53 @@ func (c *Cluster) WaitReady(ctx context.Context) (*api.ClusterView, error) {
 	}
 }
 
-func (c *Cluster) readyView(ctx context.Context, client *api.Client, wantWorkers int) (*api.ClusterView, error) {
+// readyCheck is one datacenter's readiness probe, over its managers' APIs.
+type readyCheck struct {
+	dc     string
+	client *api.Client
+	want   int // workers
+}
+
+func (c *Cluster) readyOnce(ctx context.Context, checks []readyCheck, gates *api.Client) (*api.ClusterView, error) {
+	var view *api.ClusterView
+	for _, ch := range checks {
+		v, err := readyView(ctx, ch.client, ch.want)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ch.dc, err)
+		}
+		view = v
+	}
+	if gates == nil {
+		return view, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	v, err := gates.Cluster(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("gates: %w", err)
+	}
+	leaders := map[string]bool{}
+	gateLeader := false
+	for _, n := range v.Nodes {
+		switch {
+		case n.Role == "gate" && n.IsLeader && n.State == "alive":
+			gateLeader = true
+		case n.Role == "manager" && n.IsLeader && n.State == "alive" && n.AvailableCores > 0:
+			leaders[n.DC] = true
+		}
+	}
+	if !gateLeader {
+		return nil, errors.New("no gate leads")
+	}
+	for _, dc := range c.Datacenters() {
+		if !leaders[dc] {
+			return nil, fmt.Errorf("the gates do not see a leader with free cores in %s yet", dc)
+		}
+	}
+	return v, nil
+}
+
+func readyView(ctx context.Context, client *api.Client, wantWorkers int) (*api.ClusterView, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	view, err := client.Cluster(cctx)

@@ -13,7 +13,6 @@ import (
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
-	"tempest/workflow"
 )
 
 var _ api.Backend = (*Manager)(nil)
@@ -259,29 +258,13 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 		Cores:             rec.Cores,
 		Error:             rec.Error,
 	}
-	for _, r := range rec.Thresholds {
-		ws.Thresholds = append(ws.Thresholds, api.ThresholdResult{
-			Expr: r.Expr, Step: r.Step, Passed: r.Passed, Actual: r.Actual, AbortOnFail: r.AbortOnFail,
-		})
-	}
-	steps, err := workflow.MergeStepStats(nil, p.StepStats)
+	ws.Thresholds = api.ThresholdResults(rec.Thresholds)
+	steps, _, err := api.StepSummaries(p.StepStats)
 	if err != nil {
 		m.log.Warn("undecodable step statistics", "job_id", rec.JobID, "workflow_id", rec.WorkflowID, "err", err)
 		return ws
 	}
-	for _, s := range steps {
-		sum := api.StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount}
-		if ps, err := workflow.Percentiles(s.Histogram, 50, 90, 99, 100); err == nil {
-			sum.P50Ms, sum.P90Ms, sum.P99Ms, sum.MaxMs = ms(ps[0]), ms(ps[1]), ms(ps[2]), ms(ps[3])
-		}
-		if len(s.CorrectedHistogram) > 0 {
-			if ps, err := workflow.Percentiles(s.CorrectedHistogram, 50, 99); err == nil {
-				sum.CorrectedP50Ms, sum.CorrectedP99Ms = ms(ps[0]), ms(ps[1])
-			}
-		}
-		ws.Steps = append(ws.Steps, sum)
-	}
+	ws.Steps = steps
 	return ws
 }
 
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -86,6 +86,9 @@ func (m *Manager) handleCancel(ctx context.Context, _ transport.Peer, c *wire.Ca
 	if _, err := m.awaitLeader(ctx, m.elector.NotLeaderError); err != nil {
 		return nil, err
 	}
+	if err := m.checkFence(c.JobID, c.FenceToken); err != nil {
+		return nil, err
+	}
 	reason := c.Reason
 	if reason == "" {
 		reason = "cancelled"

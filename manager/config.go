@@ -35,6 +35,15 @@ type Config struct {
 	SwimProfile     string   `yaml:"swim_profile"`
 	ElectionProfile string   `yaml:"election_profile"`
 	Join            []string `yaml:"join"`
+	// GateSwimBind, if set, makes this manager a member of the gates'
+	// cross-datacenter SWIM cluster too (SPEC §8): its ManagerHeartbeat
+	// rides in that cluster's acks, which is how gates learn each
+	// datacenter's health and leader. GateJoin seeds that cluster.
+	GateSwimBind string   `yaml:"gate_swim_bind"`
+	GateJoin     []string `yaml:"gate_join"`
+	// GateReportInterval is how often the leader reports each gate-driven
+	// job's progress to its gate; the reports renew the datacenter's lease.
+	GateReportInterval time.Duration `yaml:"gate_report_interval"`
 	// Peers lists every configured manager, this one included. Empty means
 	// a cluster of one at QUICListen.
 	Peers []Peer `yaml:"peers"`
@@ -103,6 +112,7 @@ func DefaultConfig() Config {
 		StateSyncGrace:        10 * time.Second,
 		HeartbeatInterval:     500 * time.Millisecond,
 		MaxParallelPlacements: 16,
+		GateReportInterval:    500 * time.Millisecond,
 	}
 }
 
@@ -137,6 +147,14 @@ func (c Config) validate(haveTransport, haveMembership bool) error {
 	}
 	if _, err := leadership.ProfileByName(c.ElectionProfile); err != nil {
 		add("ElectionProfile: %v", err)
+	}
+	if c.GateSwimBind != "" {
+		if _, _, err := net.SplitHostPort(c.GateSwimBind); err != nil {
+			add("GateSwimBind: %q is not host:port: %v", c.GateSwimBind, err)
+		}
+		if c.GateReportInterval <= 0 {
+			add("GateReportInterval: must be positive, got %s", c.GateReportInterval)
+		}
 	}
 	seen := map[string]bool{}
 	self := false

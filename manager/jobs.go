@@ -38,6 +38,10 @@ type jobState struct {
 	// seq counts visible changes; watchers send when it moved.
 	seq      uint64
 	watchers map[*watcher]struct{}
+	// gateHint is the gate the last report's answer named as the gates'
+	// leader; gateFinalAcked: that gate has the job's final report.
+	gateHint       string
+	gateFinalAcked bool
 }
 
 // workflowState is one workflow in memory, guarded by Manager.mu.
@@ -235,6 +239,7 @@ func (m *Manager) refreshJobLocked(j *jobState) (finished bool) {
 		Elapsed:        end.Sub(j.rec.Created()),
 		Timestamp:      m.clock.Now().UnixNano(),
 		FenceToken:     j.rec.Submission.FenceToken,
+		LeaseHolder:    j.rec.Submission.Origin,
 		Error:          j.rec.Error,
 	}
 	return finished
@@ -391,9 +396,17 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 
 	var j *jobState
 	var existing *wire.JobAck
+	var stale *wire.Error
 	err = m.update(func(tx *txn) {
-		if _, ok := m.jobs[s.JobID]; ok {
-			// A gate retrying a submission it already made: same answer.
+		if old, ok := m.jobs[s.JobID]; ok {
+			// A gate retrying a submission it already made, or a new gate
+			// leader taking the job over: same answer, newest lease kept.
+			if stale = staleFenceLocked(old, s.FenceToken); stale != nil {
+				return
+			}
+			if adoptLeaseLocked(old, s.FenceToken, s.Origin) {
+				tx.touchJob(old, true)
+			}
 			existing = &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}
 			return
 		}
@@ -404,6 +417,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 			tx.touchWorkflow(w, true)
 		}
 	})
+	if stale != nil {
+		return nil, stale
+	}
 	if existing != nil {
 		return existing, nil
 	}

@@ -86,6 +86,9 @@ type Manager struct {
 
 	workers  *workerTable
 	managers *managerTable
+	// gates and gateMembers: the gates' SWIM cluster, when configured.
+	gates       *gateTable
+	gateMembers *swim.Node
 
 	mu   sync.Mutex
 	jobs map[string]*jobState
@@ -265,6 +268,12 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		}
 		m.members = m.ownMembers
 	}
+	m.gates = &gateTable{g: make(map[string]string)}
+	if deps.Keyring != nil {
+		if err := m.startGateSwim(deps.Keyring.MemberlistKeys(), baseLog); err != nil {
+			return nil, err
+		}
+	}
 	// Last, so no message reaches a half-built manager.
 	m.registerHandlers()
 	ok = true
@@ -294,6 +303,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.spawn(m.housekeepingLoop)
 	if m.ownMembers != nil && len(m.cfg.Join) > 0 {
 		m.spawn(m.joinLoop)
+	}
+	if m.gateMembers != nil {
+		m.spawn(m.gateReportLoop)
+		if len(m.cfg.GateJoin) > 0 {
+			m.spawn(m.gateJoinLoop)
+		}
 	}
 	select {
 	case <-ctx.Done():
@@ -336,6 +351,11 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			m.log.Debug("swim leave", "err", err)
 		}
 	}
+	if m.gateMembers != nil {
+		if err := m.gateMembers.Leave(m.cfg.HeartbeatInterval * 2); err != nil {
+			m.log.Debug("gate swim leave", "err", err)
+		}
+	}
 	return m.release()
 }
 
@@ -345,6 +365,9 @@ func (m *Manager) release() error {
 	var errs []error
 	if m.ownMembers != nil {
 		errs = append(errs, m.ownMembers.Shutdown())
+	}
+	if m.gateMembers != nil {
+		errs = append(errs, m.gateMembers.Shutdown())
 	}
 	if m.ownTr != nil {
 		errs = append(errs, m.ownTr.Close())
@@ -415,6 +438,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeProvisionCommit, m.handleProvisionCommit)
 	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
+	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
 }
 
 // isPeer reports whether id is another configured manager. Transport ids

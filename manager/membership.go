@@ -85,6 +85,11 @@ func (m *Manager) ReloadSecrets(current, previous string) error {
 	if err := m.members.SetKeys(m.keyring.MemberlistKeys()); err != nil && !errors.Is(err, swim.ErrNoEncryption) {
 		return fmt.Errorf("swim keys: %w", err)
 	}
+	if m.gateMembers != nil {
+		if err := m.gateMembers.SetKeys(m.keyring.MemberlistKeys()); err != nil && !errors.Is(err, swim.ErrNoEncryption) {
+			return fmt.Errorf("gate swim keys: %w", err)
+		}
+	}
 	m.log.Info("secrets reloaded", "send_key", fmt.Sprintf("%08x", m.keyring.SendKeyID()))
 	return nil
 }

@@ -59,6 +59,12 @@ func (m *Manager) sendToPeers(ctx context.Context, msg wire.Message) {
 // or a submission from a gate or client (leader only).
 func (m *Manager) handleJobSubmission(ctx context.Context, from transport.Peer, sub *wire.JobSubmission) (wire.Message, error) {
 	if !m.isPeer(from.NodeID) {
+		if sub.FenceToken != 0 {
+			// A gate's submission: the lease holder is whoever sealed it.
+			s := *sub
+			s.Origin = from.NodeID
+			sub = &s
+		}
 		return m.submit(ctx, sub, m.elector.NotLeaderError)
 	}
 	if sub.JobID == "" {
@@ -123,6 +129,9 @@ func (m *Manager) mergeJobLocked(tx *txn, jp *wire.JobProgress) {
 		if w, ok := m.wfs[jp.Workflows[i].WorkflowID]; ok && w.job == j {
 			m.mergeWorkflowLocked(tx, w, &jp.Workflows[i])
 		}
+	}
+	if adoptLeaseLocked(j, jp.FenceToken, jp.LeaseHolder) {
+		tx.touchJob(j, true)
 	}
 	if jp.Status.Terminal() && !j.rec.Status.Terminal() {
 		j.rec.Status = jp.Status

@@ -17,7 +17,7 @@ import (
 // marks it with threshold_abort so that the CLI exits 1 (thresholds) rather
 // than 2 (job failed). The error travels to peers with the job's status, so
 // every manager derives the same flag after a failover.
-const ThresholdAbortPrefix = "threshold failed: "
+const ThresholdAbortPrefix = wire.ThresholdAbortPrefix
 
 // abortCheckInterval is the least time between two mid-run evaluations of a
 // workflow's abort_on_fail thresholds. Each merges the workflow's histograms

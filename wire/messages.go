@@ -274,7 +274,16 @@ type JobProgress struct {
 	Timestamp      int64              `cbor:"9,keyasint,omitempty"`
 	FenceToken     uint64             `cbor:"10,keyasint,omitempty"`
 	Error          string             `cbor:"11,keyasint,omitempty"`
+	// LeaseHolder is the gate driving the job here (the last JobSubmission's
+	// or LeaseTransfer's sender), so a manager that takes over the
+	// datacenter reports to the right gate.
+	LeaseHolder string `cbor:"12,keyasint,omitempty"`
 }
+
+// ThresholdAbortPrefix starts the error of a job an abort_on_fail threshold
+// ended, in a datacenter's JobProgress and in a gate's status, so every role
+// tells such a failure (CLI exit 1) from any other (exit 2).
+const ThresholdAbortPrefix = "threshold failed: "
 
 // GlobalJobStatus aggregates a job across datacenters (gate view).
 type GlobalJobStatus struct {
@@ -363,6 +372,8 @@ type StateSyncResponse struct {
 	CurrentVersion uint64                `cbor:"2,keyasint"`
 	WorkerState    *WorkerStateSnapshot  `cbor:"3,keyasint,omitempty"`
 	ManagerState   *ManagerStateSnapshot `cbor:"4,keyasint,omitempty"`
+	// GateJobs is a gate's answer: every job it knows, leases included.
+	GateJobs []GateJobRecord `cbor:"5,keyasint,omitempty"`
 }
 
 // WorkerStateSnapshot is a worker's truth about the work it runs.
@@ -424,6 +435,25 @@ type LeaseAck struct {
 	Error      string `cbor:"4,keyasint,omitempty"`
 }
 
+// GateJobRecord is everything a gate knows about one job: the submission,
+// a lease per datacenter and each datacenter's last progress. The gate
+// leader replicates it to the other gates on every change that matters (a
+// new job, a lease, a datacenter's status) and a gate's state sync answer
+// carries one per job, so a new leader can take every lease over.
+type GateJobRecord struct {
+	Submission  JobSubmission     `cbor:"1,keyasint"`
+	Status      JobStatus         `cbor:"2,keyasint"`
+	Error       string            `cbor:"3,keyasint,omitempty"`
+	Leases      []DatacenterLease `cbor:"4,keyasint,omitempty"`
+	Datacenters []JobProgress     `cbor:"5,keyasint,omitempty"`
+	CreatedAt   int64             `cbor:"6,keyasint,omitempty"` // unix nanoseconds
+	FinishedAt  int64             `cbor:"7,keyasint,omitempty"`
+	// Version grows with every change the leader makes; of two copies the
+	// higher version wins.
+	Version uint64 `cbor:"8,keyasint"`
+}
+
+func (*GateJobRecord) Type() MsgType   { return TypeGateJobRecord }
 func (*DatacenterLease) Type() MsgType { return TypeDatacenterLease }
 func (*LeaseTransfer) Type() MsgType   { return TypeLeaseTransfer }
 func (*LeaseAck) Type() MsgType        { return TypeLeaseAck }

@@ -49,6 +49,7 @@ const (
 	TypeDatacenterLease MsgType = 60
 	TypeLeaseTransfer   MsgType = 61
 	TypeLeaseAck        MsgType = 62
+	TypeGateJobRecord   MsgType = 63
 
 	// Registration and heartbeats (heartbeats normally ride in SWIM acks).
 	TypeWorkerRegistration MsgType = 70
@@ -135,6 +136,7 @@ var catalogue = map[MsgType]typeInfo{
 	TypeDatacenterLease: {"DatacenterLease", ClassControl, func() Message { return new(DatacenterLease) }},
 	TypeLeaseTransfer:   {"LeaseTransfer", ClassControl, func() Message { return new(LeaseTransfer) }},
 	TypeLeaseAck:        {"LeaseAck", ClassControl, func() Message { return new(LeaseAck) }},
+	TypeGateJobRecord:   {"GateJobRecord", ClassControl, func() Message { return new(GateJobRecord) }},
 
 	TypeWorkerRegistration: {"WorkerRegistration", ClassControl, func() Message { return new(WorkerRegistration) }},
 	TypeRegistrationAck:    {"RegistrationAck", ClassControl, func() Message { return new(RegistrationAck) }},

@@ -18,7 +18,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,9 +32,8 @@ import (
 
 // Exit codes.
 const (
-	exitOK      = 0
-	exitFailure = 1 // could not start (weak secret, port in use) or stopped uncleanly
-	exitUsage   = 2 // bad flags or config file
+	exitFailure = nodecmd.ExitFailure
+	exitUsage   = nodecmd.ExitUsage
 )
 
 // shutdownTimeout bounds the graceful part of a shutdown: API requests in
@@ -127,71 +125,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	}
 	logger.Info("manager serving", "api", srv.URL(), "quic", m.Addr())
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runDone := make(chan error, 1)
-	go func() { runDone <- m.Run(ctx) }()
-	if ready != nil {
-		ready <- srv.URL()
-	}
-
-	stopped := make(chan int, 1)
-	stopping := false
-	for {
-		select {
-		case err := <-runDone:
-			// Run only returns early if it could not run at all.
-			if err != nil {
-				logger.Error("manager failed", "err", err)
-			}
-			if !stopping {
-				shutdown(srv, m, logger)
-				return exitFailure
-			}
-			runDone = nil
-		case code := <-stopped:
-			return code
-		case sig := <-sigs:
-			switch {
-			case sig == syscall.SIGHUP:
-				current, previous, err := nodecmd.Secrets(opts.secretFile, getenv)
-				if err == nil {
-					err = m.ReloadSecrets(current, previous)
-				}
-				if err != nil {
-					logger.Error("secret reload failed; keeping the current secrets", "err", err)
-				}
-			case !stopping:
-				stopping = true
-				logger.Info("signal received: shutting down", "signal", sig.String())
-				go func() {
-					cancel()
-					stopped <- shutdown(srv, m, logger)
-				}()
-			default:
-				logger.Warn("second signal: exiting now", "signal", sig.String())
-				return exitFailure
-			}
+	return nodecmd.Serve(m, srv, "manager", logger, sigs, opts.secretFile, getenv, shutdownTimeout, func() {
+		if ready != nil {
+			ready <- srv.URL()
 		}
-	}
-}
-
-// shutdown stops the API (so no new request reaches a manager going away),
-// then the manager.
-func shutdown(srv *api.Server, m *manager.Manager, logger *slog.Logger) int {
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	code := exitOK
-	if err := srv.Shutdown(ctx); err != nil {
-		logger.Warn("API shutdown", "err", err)
-		code = exitFailure
-	}
-	if err := m.Shutdown(ctx); err != nil {
-		logger.Warn("manager shutdown", "err", err)
-		code = exitFailure
-	}
-	logger.Info("manager stopped")
-	return code
+	})
 }
 
 // loadConfig reads --config, then applies the flags that were given.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/cmd/internal/nodecmd"
 	"tempest/manager"
 	"tempest/security"
 	"tempest/testutil"
@@ -229,7 +230,7 @@ func TestServesAJobEndToEnd(t *testing.T) {
 	sigs <- syscall.SIGTERM
 	select {
 	case code := <-exit:
-		if code != exitOK {
+		if code != nodecmd.ExitOK {
 			t.Fatalf("exit %d after SIGTERM", code)
 		}
 	case <-time.After(20 * time.Second):

@@ -18,6 +18,7 @@ import (
 // target and a sleep workflow beside it.
 const demoJob = `name: demo
 timeout: 60s
+datacenters: 2
 workflows:
   - name: get-root
     type: http
@@ -30,8 +31,9 @@ workflows:
   - {name: nap, type: sleep, cores: 1, duration: 2s}
 `
 
-// runDemo starts a whole local cluster of real processes (3 managers, 3
-// workers), a built-in HTTP target, runs the sample job to completion, prints
+// runDemo starts a whole local cluster of real processes — 3 gates and two
+// datacenters of 3 managers and 2 workers each — and a built-in HTTP
+// target, runs the sample job through a gate in both datacenters, prints
 // the summary, and stops everything.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
@@ -72,7 +74,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	say("  target         http://%s (counts every request it answers)", tgt.Addr())
 
 	c, err := devcluster.Start(ctx, devcluster.Options{
-		Dir: dir, BinDir: *bin, Managers: 3, Workers: 3, CoresPerWorker: 2,
+		Dir: dir, BinDir: *bin, Datacenters: 2, Gates: 3, Managers: 3, Workers: 2, CoresPerWorker: 2,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -97,14 +99,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	for _, n := range view.Nodes {
 		role := n.Role
+		if n.DC != "" {
+			role += " in " + n.DC
+		}
 		if n.IsLeader {
 			role += " (leader)"
 		}
-		cores := ""
+		say("  %-14s %s", n.Name, role)
+	}
+	for _, n := range c.Nodes() {
 		if n.Role == "worker" {
-			cores = fmt.Sprintf(", %d cores", n.TotalCores)
+			say("  %-14s worker in %s, 2 cores", n.Name, n.DC)
 		}
-		say("  %-14s %s%s", n.Name, role, cores)
 	}
 
 	client, err := c.Client()
@@ -119,7 +125,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return reportError(stderr, err)
 	}
-	say("  submitted      job %s (8 virtual users for 3s, plus a 2s sleep)", id)
+	say("  submitted      job %s through the gates to 2 datacenters (8 virtual users for 3s in each, plus a 2s sleep)", id)
 	say("")
 	code := followJob(ctx, client, id, outputSummary, stdout, stderr)
 	seen := tgt.Stats().Requests

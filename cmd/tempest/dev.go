@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"tempest/devcluster"
@@ -18,16 +19,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "directory for cluster.json, env, and each node's data and log (required)")
-	managers := fs.Int("managers", 3, "managers in the datacenter (1, 3 or 5)")
-	workers := fs.Int("workers", 3, "workers in the datacenter")
+	dcs := fs.Int("dcs", 2, "datacenters (named dc1, dc2, ...)")
+	gates := fs.Int("gates", 3, "gates (0 for a datacenter without gates; 1, 3 or 5)")
+	managers := fs.Int("managers", 3, "managers per datacenter (1, 3 or 5)")
+	workers := fs.Int("workers", 2, "workers per datacenter")
 	cores := fs.Int("cores", 2, "cores per worker")
-	dc := fs.String("dc", "dc1", "datacenter name")
-	bin := fs.String("bin", "", "directory holding tempest-manager and tempest-worker (default: beside this binary)")
+	dc := fs.String("dc", "dc1", "datacenter name when --dcs is 1")
+	bin := fs.String("bin", "", "directory holding tempest-gate, tempest-manager and tempest-worker (default: beside this binary)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if *dir == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: tempest dev --dir DIR [--managers 3] [--workers 3] [--cores 2]")
+		fmt.Fprintln(stderr, "usage: tempest dev --dir DIR [--dcs 2] [--gates 3] [--managers 3] [--workers 2] [--cores 2]")
 		return exitUsage
 	}
 	abs, err := filepath.Abs(*dir)
@@ -37,7 +40,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := devcluster.Start(ctx, devcluster.Options{
-		Dir: abs, BinDir: *bin, Datacenter: *dc,
+		Dir: abs, BinDir: *bin, Datacenter: *dc, Datacenters: *dcs, Gates: *gates,
 		Managers: *managers, Workers: *workers, CoresPerWorker: *cores,
 		Logger: logger,
 	})
@@ -58,7 +61,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tempest dev: cluster did not become ready: %v (logs under %s)\n", err, abs)
 		return exitUsage
 	}
-	fmt.Fprintf(stdout, "cluster ready: %d managers, %d workers\n", *managers, *workers)
+	fmt.Fprintf(stdout, "cluster ready: %d gates; %d datacenters of %d managers and %d workers\n", *gates, max(*dcs, 1), *managers, *workers)
+	fmt.Fprintf(stdout, "  api           %s\n", strings.Join(c.APIs(), ","))
 	fmt.Fprintf(stdout, "  cluster.json  %s\n", filepath.Join(abs, "cluster.json"))
 	fmt.Fprintf(stdout, "  environment   source %s\n", filepath.Join(abs, "env"))
 	fmt.Fprintln(stdout, "press Ctrl-C to stop")

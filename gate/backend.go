@@ -1,0 +1,399 @@
+package gate
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"tempest/api"
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// watchPacing is the least time between two statuses a watcher is sent:
+// reports arrive from every datacenter every few hundred milliseconds, and
+// each status merges every histogram.
+const watchPacing = 100 * time.Millisecond
+
+// Submit implements api.Backend (leader only; followers forward).
+func (g *Gate) Submit(ctx context.Context, job *wire.JobSubmission) (*wire.JobAck, error) {
+	return g.submit(ctx, job)
+}
+
+// Jobs implements api.Backend: every job, newest first.
+func (g *Gate) Jobs(context.Context) ([]api.JobStatus, error) {
+	g.mu.Lock()
+	recs := make([]wire.GateJobRecord, 0, len(g.jobs))
+	for _, j := range g.jobs {
+		recs = append(recs, j.rec)
+	}
+	g.mu.Unlock()
+	slices.SortFunc(recs, func(a, b wire.GateJobRecord) int {
+		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.Submission.JobID, a.Submission.JobID))
+	})
+	out := make([]api.JobStatus, 0, len(recs))
+	for i := range recs {
+		out = append(out, g.jobStatus(&recs[i], false))
+	}
+	return out, nil
+}
+
+func (g *Gate) record(id string) (wire.GateJobRecord, <-chan struct{}, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	j, ok := g.jobs[id]
+	if !ok {
+		return wire.GateJobRecord{}, nil, false
+	}
+	return j.rec, j.changed, true
+}
+
+// Job implements api.Backend.
+func (g *Gate) Job(_ context.Context, id string) (*api.JobStatus, error) {
+	rec, _, ok := g.record(id)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
+	st := g.jobStatus(&rec, false)
+	return &st, nil
+}
+
+// Watch implements api.Backend: the status now, then one per change (at
+// most one per watchPacing), closing after the terminal one.
+func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, error) {
+	if _, _, ok := g.record(id); !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
+	out := make(chan api.JobStatus, 1)
+	started := g.spawn(func(gctx context.Context) {
+		defer close(out)
+		var last uint64
+		for {
+			rec, changed, ok := g.record(id)
+			if !ok {
+				return
+			}
+			if rec.Version != last || last == 0 || !rec.Status.Terminal() {
+				st := g.jobStatus(&rec, false)
+				select {
+				case out <- st:
+				case <-ctx.Done():
+					return
+				case <-gctx.Done():
+					return
+				}
+				last = rec.Version
+			}
+			if rec.Status.Terminal() {
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			case <-gctx.Done():
+				return
+			}
+			if !sleepCtx(ctx, watchPacing) {
+				return
+			}
+		}
+	})
+	if !started {
+		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "gate shutting down"}
+	}
+	return out, nil
+}
+
+// Cancel implements api.Backend.
+func (g *Gate) Cancel(ctx context.Context, id, reason string) (*wire.CancelAck, error) {
+	if reason == "" {
+		reason = "cancelled by client"
+	}
+	return g.cancelJob(ctx, id, reason)
+}
+
+// Results implements api.Backend: the job's workflows merged across
+// datacenters, with series and latency distributions.
+func (g *Gate) Results(_ context.Context, id string) (*api.Results, error) {
+	rec, _, ok := g.record(id)
+	if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
+	st := g.jobStatus(&rec, true)
+	return &api.Results{JobID: st.JobID, Status: st.Status, Workflows: st.Workflows}, nil
+}
+
+// Leader implements api.Backend. A gate taking over already answers as the
+// leader: requests wait for the takeover rather than bounce.
+func (g *Gate) Leader() (bool, string) {
+	if g.lead.Load() != nil {
+		return true, *g.apiURL.Load()
+	}
+	id, _ := g.elector.Leader()
+	if id == "" {
+		return false, ""
+	}
+	return false, g.apiOf(id)
+}
+
+func (g *Gate) apiOf(id string) string {
+	if id == g.cfg.ID {
+		return *g.apiURL.Load()
+	}
+	if g.members != nil {
+		if n, ok := g.members.Member(id); ok {
+			return n.Meta.Tags["api"]
+		}
+	}
+	return ""
+}
+
+// notLeaderAPI is NotLeader for API callers: LeaderAddr is an API URL.
+func (g *Gate) notLeaderAPI() *wire.Error {
+	e := g.elector.NotLeaderError()
+	e.LeaderAddr = ""
+	if e.Leader != "" {
+		e.LeaderAddr = g.apiOf(e.Leader)
+	}
+	return e
+}
+
+// Cluster implements api.Backend: the gates, and every datacenter's
+// managers as their heartbeats describe them.
+func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
+	st := g.elector.Status()
+	view := &api.ClusterView{}
+	self := api.NodeView{Name: g.cfg.ID, Role: string(wire.RoleGate), State: "alive", IsLeader: g.lead.Load() != nil,
+		Addr: g.tr.Addr(), API: *g.apiURL.Load(), Term: st.Term}
+	if !g.ready.Load() {
+		self.State = "syncing"
+	}
+	if g.keyring != nil {
+		self.SendKey = fmt.Sprintf("%08x", g.keyring.SendKeyID())
+		for _, id := range g.keyring.AcceptedKeyIDs() {
+			self.AcceptKeys = append(self.AcceptKeys, fmt.Sprintf("%08x", id))
+		}
+	}
+	view.Nodes = append(view.Nodes, self)
+	leader, _ := g.elector.Leader()
+	if g.members != nil {
+		for _, n := range g.members.Members() {
+			if n.Name == g.cfg.ID || n.Meta.Role != wire.RoleGate {
+				continue
+			}
+			view.Nodes = append(view.Nodes, api.NodeView{Name: n.Name, Role: string(wire.RoleGate), State: n.State.String(),
+				IsLeader: n.Name == leader, Addr: n.Meta.QUICAddr, API: n.Meta.Tags["api"]})
+		}
+	}
+	for _, e := range g.dcs.all() {
+		state := "alive"
+		if !e.alive {
+			state = "dead"
+		}
+		nv := api.NodeView{Name: e.id, Role: string(wire.RoleManager), DC: e.dc, State: state, IsLeader: e.hb.IsLeader,
+			AvailableCores: e.hb.AvailableCores, Addr: e.addr, Term: e.hb.Term}
+		if e.hb.SendKeyID != 0 {
+			nv.SendKey = fmt.Sprintf("%08x", e.hb.SendKeyID)
+			for _, id := range e.hb.AcceptKeyIDs {
+				nv.AcceptKeys = append(nv.AcceptKeys, fmt.Sprintf("%08x", id))
+			}
+		}
+		view.Nodes = append(view.Nodes, nv)
+	}
+	return view, nil
+}
+
+// jobStatus is a job's API shape: a line per datacenter, and each workflow
+// merged across datacenters — counts summed, histograms merged (never
+// percentiles averaged), thresholds judged on the merged results. detail
+// adds what only results carry (series, latency distributions).
+func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
+	now := g.now()
+	st := api.JobStatus{
+		JobID:  rec.Submission.JobID,
+		Name:   rec.Submission.Name,
+		Status: rec.Status,
+		Error:  rec.Error,
+	}
+	end := now
+	if rec.FinishedAt != 0 {
+		end = time.Unix(0, rec.FinishedAt)
+	}
+	if rec.CreatedAt != 0 {
+		st.ElapsedSeconds = end.Sub(time.Unix(0, rec.CreatedAt)).Seconds()
+	}
+	if rec.Submission.SubmittedAt != 0 {
+		st.SubmittedAt = time.Unix(0, rec.Submission.SubmittedAt).UTC().Format(time.RFC3339)
+	}
+	var names []string
+	for _, p := range rec.Datacenters {
+		names = append(names, p.Datacenter)
+		st.TotalCompleted += p.TotalCompleted
+		st.TotalFailed += p.TotalFailed
+		ds := api.DatacenterStatus{Name: p.Datacenter, Status: p.Status, TotalCompleted: p.TotalCompleted,
+			TotalFailed: p.TotalFailed, Rate: p.OverallRate, Error: p.Error}
+		for _, l := range rec.Leases {
+			if l.Datacenter == p.Datacenter {
+				ds.LeaseHolder, ds.FenceToken = l.LeaseHolder, l.FenceToken
+				if !p.Status.Terminal() {
+					ds.LeaseExpiresIn = time.Unix(0, l.ExpiresAt).Sub(now).Seconds()
+				}
+			}
+		}
+		if p.Status == wire.JobFailed && strings.HasPrefix(p.Error, wire.ThresholdAbortPrefix) {
+			st.ThresholdAbort = true
+		}
+		st.Datacenters = append(st.Datacenters, ds)
+	}
+	st.Datacenter = strings.Join(names, ",")
+	// A job is a threshold abort only if that is all that went wrong.
+	for _, p := range rec.Datacenters {
+		if p.Status.Terminal() && p.Status != wire.JobCompleted && !strings.HasPrefix(p.Error, wire.ThresholdAbortPrefix) {
+			st.ThresholdAbort = false
+		}
+	}
+	st.ThresholdsFailed = st.ThresholdAbort
+	for _, spec := range rec.Submission.Workflows {
+		ws := g.mergedWorkflow(rec, spec, detail)
+		for _, r := range ws.Thresholds {
+			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed
+		}
+		st.Workflows = append(st.Workflows, ws)
+	}
+	return st
+}
+
+// mergedWorkflow merges one workflow's reports from every datacenter.
+func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, detail bool) api.WorkflowStatus {
+	ws := api.WorkflowStatus{Name: spec.Name, Type: spec.Type}
+	var parts []wire.WorkflowProgress
+	var ids, workers, errs []string
+	var steps []wire.StepStats
+	var elapsed time.Duration
+	for _, p := range rec.Datacenters {
+		for _, w := range p.Workflows {
+			if w.WorkflowName != spec.Name {
+				continue
+			}
+			parts = append(parts, w)
+			ids = append(ids, w.WorkflowID)
+			if w.WorkerID != "" {
+				workers = append(workers, p.Datacenter+"/"+w.WorkerID)
+			}
+			if w.Error != "" {
+				errs = append(errs, p.Datacenter+": "+w.Error)
+			}
+			ws.CompletedCount += w.CompletedCount
+			ws.FailedCount += w.FailedCount
+			ws.DroppedIterations += w.DroppedIterations
+			ws.Attempts = max(ws.Attempts, 1)
+			steps = append(steps, w.StepStats...)
+			elapsed = max(elapsed, w.Elapsed)
+		}
+	}
+	ws.WorkflowID = strings.Join(ids, ",")
+	ws.Worker = strings.Join(workers, ",")
+	ws.Error = strings.Join(errs, "; ")
+	ws.Status = mergedWorkflowStatus(parts, len(rec.Datacenters))
+	if len(steps) == 0 {
+		return ws
+	}
+	sums, merged, err := api.StepSummaries(steps)
+	if err != nil {
+		g.log.Warn("undecodable step statistics", "job_id", rec.Submission.JobID, "workflow", spec.Name, "err", err)
+		return ws
+	}
+	ws.Steps = sums
+	if len(spec.Thresholds) > 0 && ws.Status.Terminal() {
+		ws.Thresholds = api.ThresholdResults(workflow.Evaluate(spec.Thresholds, merged, ws.CompletedCount, ws.FailedCount, elapsed))
+	}
+	if detail {
+		if err := api.AddDistributions(ws.Steps, merged); err != nil {
+			g.log.Warn("latency distribution", "job_id", rec.Submission.JobID, "workflow", spec.Name, "err", err)
+		}
+		var series [][]wire.SecondStats
+		for _, w := range parts {
+			series = append(series, w.Series)
+		}
+		ws.Series = api.SeriesPoints(mergeSeries(series))
+	}
+	return ws
+}
+
+// mergedWorkflowStatus: ended only when every datacenter's part ended;
+// COMPLETED only if all completed.
+func mergedWorkflowStatus(parts []wire.WorkflowProgress, dcs int) wire.WorkflowStatus {
+	if len(parts) == 0 {
+		return wire.WorkflowPending
+	}
+	var running, failed, cancelled bool
+	for _, p := range parts {
+		switch {
+		case !p.Status.Terminal():
+			running = true
+		case p.Status == wire.WorkflowFailed:
+			failed = true
+		case p.Status == wire.WorkflowCancelled:
+			cancelled = true
+		}
+	}
+	switch {
+	case running || len(parts) < dcs:
+		for _, p := range parts {
+			if p.Status == wire.WorkflowRunning {
+				return wire.WorkflowRunning
+			}
+		}
+		return parts[0].Status
+	case failed:
+		return wire.WorkflowFailed
+	case cancelled:
+		return wire.WorkflowCancelled
+	}
+	return wire.WorkflowCompleted
+}
+
+// mergeSeries adds per-second points from several datacenters: counts are
+// summed; p50/p99 are completion-weighted means, good for drawing only
+// (thresholds and summaries use the merged histograms).
+func mergeSeries(parts [][]wire.SecondStats) []wire.SecondStats {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	type acc struct {
+		s           wire.SecondStats
+		p50, p99, w float64
+	}
+	by := map[int64]*acc{}
+	for _, part := range parts {
+		for _, p := range part {
+			a, ok := by[p.Second]
+			if !ok {
+				a = &acc{s: wire.SecondStats{Second: p.Second}}
+				by[p.Second] = a
+			}
+			a.s.Completed += p.Completed
+			a.s.Failed += p.Failed
+			a.s.Dropped += p.Dropped
+			a.s.VUs += p.VUs
+			w := float64(max(p.Completed, 1))
+			a.p50 += w * float64(p.P50)
+			a.p99 += w * float64(p.P99)
+			a.w += w
+		}
+	}
+	out := make([]wire.SecondStats, 0, len(by))
+	for _, a := range by {
+		if a.w > 0 {
+			a.s.P50 = time.Duration(a.p50 / a.w)
+			a.s.P99 = time.Duration(a.p99 / a.w)
+		}
+		out = append(out, a.s)
+	}
+	slices.SortFunc(out, func(a, b wire.SecondStats) int { return cmp.Compare(a.Second, b.Second) })
+	return out
+}

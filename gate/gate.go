@@ -1,0 +1,494 @@
+// Package gate is Tempest's gate role (SPEC §8): the entry point for jobs
+// that span datacenters. Gates elect a leader; the leader picks each job's
+// datacenters, holds one lease per (job, datacenter) fenced by a token made
+// from its term, hands the job to each datacenter's manager leader, renews
+// the lease on every progress report, fails the datacenter for the job
+// when its lease runs out, and merges the datacenters' reports into one
+// status with exactly merged latency histograms. The other gates keep
+// replicated copies of every job record and take the leases over when the
+// leader changes.
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tempest/api"
+	"tempest/leadership"
+	"tempest/security"
+	"tempest/swim"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// Lock order: Gate.lifeMu alone; Gate.mu → dcTable.mu. No lock is held
+// across network calls or store writes.
+
+// Deps are the gate's collaborators. Keyring is required unless Transport
+// is injected.
+type Deps struct {
+	Keyring *security.Keyring
+	// Transport, if set, replaces the QUIC transport on Config.QUICListen;
+	// the caller closes it after Shutdown.
+	Transport transport.Transport
+	// ElectionStorage, if set, replaces the bbolt file in DataDir.
+	ElectionStorage leadership.Storage
+	// ElectionProfile, if set, replaces Config.ElectionProfile's timings.
+	ElectionProfile *leadership.Profile
+	// Now, if set, is the gate's clock.
+	Now func() time.Time
+}
+
+// Gate is one gate.
+type Gate struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	keyring *security.Keyring
+
+	tr         transport.Transport
+	ownTr      *transport.QUIC
+	members    *swim.Node
+	elector    *leadership.Elector
+	ownElStore *leadership.BoltStorage
+	store      *jobStore
+	notReady   int // the LHM reported to the election until the first sync
+
+	peers      map[string]string // other gates: id -> QUIC addr
+	peerIDs    []string
+	quorumSize int
+	ids        *wire.SnowflakeGenerator
+	dcs        *dcTable
+
+	mu      sync.Mutex
+	jobs    map[string]*jobEntry
+	version uint64 // highest record version seen
+
+	lead   atomic.Pointer[leaderTerm]
+	ready  atomic.Bool // first state sync done: may lead
+	apiURL atomic.Pointer[string]
+
+	lifeMu  sync.Mutex
+	closing bool
+	running bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	runDone chan struct{}
+	closed  chan struct{}
+}
+
+// New builds a gate: it opens the store and loads every job, binds the
+// transport, registers handlers and starts SWIM. Run starts it.
+func New(cfg Config, deps Deps) (*Gate, error) {
+	if len(cfg.Peers) == 0 && deps.Transport != nil {
+		cfg.Peers = []Peer{{ID: cfg.ID, QUIC: deps.Transport.Addr()}}
+	}
+	err := cfg.validate(deps.Transport != nil)
+	if deps.Keyring == nil && deps.Transport == nil {
+		err = errors.Join(err, errors.New("Deps.Keyring: required unless Transport is injected"))
+	}
+	if deps.Transport != nil && deps.Transport.LocalID() != cfg.ID {
+		err = errors.Join(err, fmt.Errorf("Deps.Transport: local id %q is not ID %q", deps.Transport.LocalID(), cfg.ID))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gate config: %w", err)
+	}
+	profile, err := leadership.ProfileByName(cfg.ElectionProfile)
+	if err != nil {
+		return nil, err
+	}
+	if deps.ElectionProfile != nil {
+		profile = *deps.ElectionProfile
+	}
+	g := &Gate{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		now:      deps.Now,
+		keyring:  deps.Keyring,
+		jobs:     make(map[string]*jobEntry),
+		notReady: profile.MaxLeaderLHM + 1,
+		runDone:  make(chan struct{}),
+		closed:   make(chan struct{}),
+	}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	baseLog := g.log
+	g.log = g.log.With("component", "gate", "node", cfg.ID)
+	if g.now == nil {
+		g.now = time.Now
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.ids = wire.NewSnowflakeGenerator(cfg.ID, g.now)
+	g.dcs = newDCTable(g.now)
+	url := cfg.apiURL()
+	g.apiURL.Store(&url)
+
+	ok := false
+	defer func() {
+		if !ok {
+			g.lifeMu.Lock()
+			g.closing = true
+			g.lifeMu.Unlock()
+			g.cancel()
+			g.release()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("gate data dir: %w", err)
+	}
+	if g.store, err = openJobStore(filepath.Join(cfg.DataDir, "gate.db")); err != nil {
+		return nil, err
+	}
+	if err := g.load(); err != nil {
+		return nil, err
+	}
+
+	g.tr = deps.Transport
+	if g.tr == nil {
+		tcfg := transport.DefaultConfig()
+		tcfg.NodeID = cfg.ID
+		tcfg.ListenAddr = cfg.QUICListen
+		tcfg.Keyring = deps.Keyring
+		tcfg.Logger = baseLog
+		if g.ownTr, err = transport.NewQUIC(tcfg); err != nil {
+			return nil, fmt.Errorf("gate transport: %w", err)
+		}
+		g.tr = g.ownTr
+	}
+	if len(g.cfg.Peers) == 0 {
+		g.cfg.Peers = []Peer{{ID: cfg.ID, QUIC: g.tr.Addr()}}
+	}
+	g.peers = make(map[string]string)
+	electionPeers := make(map[string]string)
+	for _, p := range g.cfg.Peers {
+		electionPeers[p.ID] = p.QUIC
+		if p.ID != cfg.ID {
+			g.peers[p.ID] = p.QUIC
+		}
+	}
+	g.peerIDs = slices.Sorted(maps.Keys(g.peers))
+	g.quorumSize = len(g.cfg.Peers)/2 + 1
+
+	elStore := deps.ElectionStorage
+	if elStore == nil {
+		if g.ownElStore, err = leadership.OpenBoltStorage(filepath.Join(cfg.DataDir, "election.db")); err != nil {
+			return nil, fmt.Errorf("gate election storage: %w", err)
+		}
+		elStore = g.ownElStore
+	}
+	g.elector, err = leadership.New(leadership.ElectorConfig{
+		Cluster:          "gates",
+		Transport:        g.tr,
+		Peers:            electionPeers,
+		Profile:          profile,
+		Storage:          elStore,
+		Logger:           baseLog,
+		OnBecomeLeader:   g.onBecomeLeader,
+		OnLoseLeadership: g.onLoseLeadership,
+		OnLeaderChange: func(leader string, term uint64) {
+			g.log.Info("gate leader changed", "leader", leader, "term", term)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Until the first state sync, this gate must not lead: it may hold no
+	// jobs at all while the others hold many. A health score above the
+	// election's limit keeps it from campaigning and from being voted for.
+	g.elector.SetLHM(g.notReady)
+
+	if cfg.SwimBind != "" {
+		host, portStr, _ := net.SplitHostPort(cfg.SwimBind)
+		port, err := strconv.Atoi(portStr)
+		if err != nil {
+			return nil, fmt.Errorf("gate SwimBind port %q: %w", portStr, err)
+		}
+		scfg := swim.DefaultConfig()
+		scfg.NodeName = cfg.ID
+		scfg.BindAddr = host
+		scfg.BindPort = port
+		scfg.Profile = cfg.SwimProfile
+		scfg.Meta = g.nodeMeta()
+		if deps.Keyring != nil {
+			scfg.Keys = deps.Keyring.MemberlistKeys()
+		}
+		scfg.Embedder = g
+		scfg.Events = swim.EventHandler{
+			OnJoin:   func(n swim.NodeInfo) { g.dcs.member(n, true) },
+			OnUpdate: func(n swim.NodeInfo) { g.dcs.member(n, true) },
+			OnDead:   func(n swim.NodeInfo) { g.dcs.member(n, false) },
+		}
+		scfg.Logger = baseLog
+		if g.members, err = swim.New(scfg); err != nil {
+			return nil, fmt.Errorf("gate swim: %w", err)
+		}
+	}
+	g.registerHandlers()
+	ok = true
+	g.log.Info("gate ready", "quic", g.tr.Addr(), "peers", len(g.cfg.Peers), "jobs_loaded", len(g.jobs))
+	return g, nil
+}
+
+// Run joins SWIM, syncs state from the other gates, takes part in elections
+// and serves until ctx ends or Shutdown is called.
+func (g *Gate) Run(ctx context.Context) error {
+	g.lifeMu.Lock()
+	if g.closing || g.running {
+		g.lifeMu.Unlock()
+		return errors.New("gate: Run called twice or after Shutdown")
+	}
+	g.running = true
+	g.lifeMu.Unlock()
+	defer close(g.runDone)
+
+	g.spawn(func(ctx context.Context) {
+		if err := g.elector.Run(ctx); err != nil {
+			g.log.Error("election stopped", "err", err)
+		}
+	})
+	g.spawn(g.initialSync)
+	g.spawn(g.healthLoop)
+	if g.members != nil && len(g.cfg.Join) > 0 {
+		g.spawn(g.joinLoop)
+	}
+	select {
+	case <-ctx.Done():
+	case <-g.ctx.Done():
+	}
+	g.cancel()
+	return nil
+}
+
+// Shutdown stops the gate: it leaves the election, waits for handlers and
+// background work, leaves SWIM and closes what it opened.
+func (g *Gate) Shutdown(ctx context.Context) error {
+	g.lifeMu.Lock()
+	if g.closing {
+		g.lifeMu.Unlock()
+		<-g.closed
+		return nil
+	}
+	g.closing = true
+	running := g.running
+	g.lifeMu.Unlock()
+	defer close(g.closed)
+
+	g.log.Info("gate shutting down")
+	g.cancel()
+	if running {
+		<-g.runDone
+	}
+	g.elector.Stop()
+	g.wg.Wait()
+	if g.members != nil {
+		timeout := 2 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = min(timeout, time.Until(dl))
+		}
+		if err := g.members.Leave(max(timeout, 0)); err != nil {
+			g.log.Debug("swim leave", "err", err)
+		}
+	}
+	return g.release()
+}
+
+func (g *Gate) release() error {
+	var errs []error
+	if g.members != nil {
+		errs = append(errs, g.members.Shutdown())
+	}
+	if g.ownTr != nil {
+		errs = append(errs, g.ownTr.Close())
+	}
+	if g.ownElStore != nil {
+		errs = append(errs, g.ownElStore.Close())
+	}
+	if g.store != nil {
+		errs = append(errs, g.store.close())
+	}
+	return errors.Join(errs...)
+}
+
+// ID is this gate's node id.
+func (g *Gate) ID() string { return g.cfg.ID }
+
+// Addr is this gate's QUIC address.
+func (g *Gate) Addr() string { return g.tr.Addr() }
+
+// SwimAddr is this gate's SWIM address ("" without SWIM).
+func (g *Gate) SwimAddr() string {
+	if g.members == nil {
+		return ""
+	}
+	return g.members.Addr()
+}
+
+// IsLeader reports whether this gate leads and has finished taking over.
+func (g *Gate) IsLeader() bool {
+	lt := g.lead.Load()
+	return lt != nil && lt.isSynced()
+}
+
+// Ready reports whether the first state sync is done (the gate may lead).
+func (g *Gate) Ready() bool { return g.ready.Load() }
+
+// SetAPIAddr publishes this gate's API URL once the server has bound.
+func (g *Gate) SetAPIAddr(url string) error {
+	g.apiURL.Store(&url)
+	if g.members == nil {
+		return nil
+	}
+	if err := g.members.UpdateMeta(g.nodeMeta()); err != nil {
+		return fmt.Errorf("publish api address %s: %w", url, err)
+	}
+	return nil
+}
+
+// ReloadSecrets replaces the cluster secrets (SIGHUP during a rotation).
+func (g *Gate) ReloadSecrets(current, previous string) error {
+	if g.keyring == nil {
+		return errors.New("gate has no keyring")
+	}
+	if err := g.keyring.Reload(current, previous); err != nil {
+		return err
+	}
+	if g.members != nil {
+		if err := g.members.SetKeys(g.keyring.MemberlistKeys()); err != nil && !errors.Is(err, swim.ErrNoEncryption) {
+			return fmt.Errorf("swim keys: %w", err)
+		}
+	}
+	g.log.Info("secrets reloaded", "send_key", fmt.Sprintf("%08x", g.keyring.SendKeyID()))
+	return nil
+}
+
+func (g *Gate) nodeMeta() swim.NodeMeta {
+	meta := swim.NodeMeta{Role: wire.RoleGate, QUICAddr: g.tr.Addr()}
+	if u := *g.apiURL.Load(); u != "" {
+		meta.Tags = map[string]string{"api": u}
+	}
+	return meta
+}
+
+// LocalState implements swim.StateEmbedder: gates send no payload.
+func (g *Gate) LocalState() []byte { return nil }
+
+// PeerState implements swim.StateEmbedder: managers' heartbeats arrive here.
+func (g *Gate) PeerState(node swim.NodeInfo, state []byte, _ time.Duration) {
+	t, err := swim.StateType(state)
+	if err != nil || t != wire.TypeManagerHeartbeat {
+		return
+	}
+	hb, err := swim.DecodeManagerHeartbeat(state)
+	if err != nil || hb.NodeID != node.Name {
+		return // a node may only speak for itself
+	}
+	g.dcs.heartbeat(hb)
+}
+
+// ObserveManager records a manager heartbeat that arrived some other way
+// (tests without SWIM).
+func (g *Gate) ObserveManager(hb *wire.ManagerHeartbeat) { g.dcs.heartbeat(hb) }
+
+func (g *Gate) joinLoop(ctx context.Context) {
+	backoff := 250 * time.Millisecond
+	for {
+		n, err := g.members.Join(ctx, g.cfg.Join)
+		if err == nil {
+			g.log.Info("joined swim cluster", "contacted", n)
+			return
+		}
+		g.log.Warn("swim join failed; retrying", "seeds", g.cfg.Join, "err", err, "retry_in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, 15*time.Second)
+	}
+}
+
+// healthLoop hands SWIM's local health score to the election once the gate
+// is ready, so a degraded gate does not lead.
+func (g *Gate) healthLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if g.ready.Load() && g.members != nil {
+			g.elector.SetLHM(g.members.LocalHealth())
+		}
+	}
+}
+
+// spawn runs f on a goroutine the gate owns; false once Shutdown began.
+func (g *Gate) spawn(f func(ctx context.Context)) bool {
+	g.lifeMu.Lock()
+	defer g.lifeMu.Unlock()
+	if g.closing {
+		return false
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		f(g.ctx)
+	}()
+	return true
+}
+
+// handle wraps a handler so Shutdown waits for it and refuses new ones.
+func handle[T wire.Message](g *Gate, t wire.MsgType, f func(ctx context.Context, from transport.Peer, msg T) (wire.Message, error)) {
+	g.tr.Handle(t, func(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
+		typed, ok := msg.(T)
+		if !ok {
+			return nil, wire.Errorf(wire.CodeMalformed, "unexpected %T for %s", msg, t)
+		}
+		g.lifeMu.Lock()
+		if g.closing {
+			g.lifeMu.Unlock()
+			return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "gate shutting down"}
+		}
+		g.wg.Add(1)
+		g.lifeMu.Unlock()
+		defer g.wg.Done()
+		return f(ctx, from, typed)
+	})
+}
+
+func (g *Gate) registerHandlers() {
+	handle(g, wire.TypeJobProgress, g.handleJobProgress)
+	handle(g, wire.TypeGateJobRecord, g.handleRecord)
+	handle(g, wire.TypeStateSyncRequest, g.handleStateSync)
+}
+
+func (g *Gate) isPeer(id string) bool {
+	_, ok := g.peers[id]
+	return ok
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+var _ api.Backend = (*Gate)(nil)

@@ -1,0 +1,611 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// defaultJobTimeout matches the managers' default for a job without one.
+const defaultJobTimeout = time.Hour
+
+// jobEntry is a job in memory; guarded by Gate.mu. rec is replaced, never
+// modified in place, once handed to the store or a peer: slices inside it
+// are shared with those copies.
+type jobEntry struct {
+	rec wire.GateJobRecord
+	// changed is closed (and replaced) on every visible change; watchers
+	// wait on it.
+	changed chan struct{}
+	// send lists datacenters that have not yet taken the job (or the
+	// current lease): the leader's tick retries them. inFlight guards
+	// against two sends to one datacenter at once.
+	send     map[string]bool
+	inFlight map[string]bool
+	// cancelled: a client cancelled the job (as opposed to a datacenter
+	// failing); the job ends CANCELLED.
+	cancelled string
+}
+
+func newJobEntry(rec wire.GateJobRecord) *jobEntry {
+	return &jobEntry{rec: rec, changed: make(chan struct{}), send: map[string]bool{}, inFlight: map[string]bool{}}
+}
+
+func (j *jobEntry) id() string { return j.rec.Submission.JobID }
+
+// wakeLocked tells watchers something changed.
+func (j *jobEntry) wakeLocked() {
+	close(j.changed)
+	j.changed = make(chan struct{})
+}
+
+func (j *jobEntry) leaseIndex(dc string) int {
+	return slices.IndexFunc(j.rec.Leases, func(l wire.DatacenterLease) bool { return l.Datacenter == dc })
+}
+
+func (j *jobEntry) progressIndex(dc string) int {
+	return slices.IndexFunc(j.rec.Datacenters, func(p wire.JobProgress) bool { return p.Datacenter == dc })
+}
+
+// mutateLocked replaces the record's slices so copies already handed out
+// stay as they were, then applies f.
+func (j *jobEntry) mutateLocked(f func(rec *wire.GateJobRecord)) {
+	j.rec.Leases = slices.Clone(j.rec.Leases)
+	j.rec.Datacenters = slices.Clone(j.rec.Datacenters)
+	f(&j.rec)
+}
+
+func (g *Gate) load() error {
+	recs, err := g.store.load()
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range recs {
+		g.jobs[r.Submission.JobID] = newJobEntry(*r)
+		g.version = max(g.version, r.Version)
+	}
+	return nil
+}
+
+// commitLocked bumps j's version and returns the copy to persist and
+// replicate.
+func (g *Gate) commitLocked(j *jobEntry) *wire.GateJobRecord {
+	g.version++
+	j.rec.Version = g.version
+	j.wakeLocked()
+	rec := j.rec
+	return &rec
+}
+
+// save persists records and replicates them to the other gates (one way:
+// the leader's next change or a successor's sync covers a lost message).
+func (g *Gate) save(recs ...*wire.GateJobRecord) {
+	if len(recs) == 0 {
+		return
+	}
+	if err := g.store.put(recs...); err != nil {
+		g.log.Error("persist job records", "err", err)
+	}
+	g.spawn(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
+		defer cancel()
+		for _, id := range g.peerIDs {
+			for _, r := range recs {
+				if err := g.tr.Send(ctx, g.peers[id], r); err != nil {
+					g.log.Debug("replicate job record", "peer", id, "job_id", r.Submission.JobID, "err", err)
+				}
+			}
+		}
+	})
+}
+
+// replicateQuorum hands a new job's record to the other gates and waits
+// until a majority (this gate included) stored it, so a successor knows
+// the job before the client hears of it.
+func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) error {
+	if g.quorumSize <= 1 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
+	defer cancel()
+	acks := make(chan error, len(g.peerIDs))
+	for _, id := range g.peerIDs {
+		go func() {
+			_, err := g.tr.Call(ctx, g.peers[id], rec)
+			acks <- err
+		}()
+	}
+	have, errs := 1, []error(nil)
+	for range g.peerIDs {
+		err := <-acks
+		if err == nil {
+			have++
+			if have >= g.quorumSize {
+				return nil
+			}
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	return wire.Errorf(wire.CodeNoQuorum, "job %s reached %d of %d gates (need %d): %v",
+		rec.Submission.JobID, have, len(g.cfg.Peers), g.quorumSize, errors.Join(errs...))
+}
+
+// handleRecord stores a record the gate leader replicated.
+func (g *Gate) handleRecord(_ context.Context, from transport.Peer, rec *wire.GateJobRecord) (wire.Message, error) {
+	if !g.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "job records are only accepted from configured gates")
+	}
+	if rec.Submission.JobID == "" {
+		return nil, wire.Errorf(wire.CodeRejected, "job record without a job id")
+	}
+	if lt := g.lead.Load(); lt != nil && lt.isSynced() {
+		// A deposed leader still replicating: this gate's own copy, with
+		// the leases it took over, is newer.
+		return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: false, Error: "this gate leads now"}, nil
+	}
+	if stored := g.adopt(rec); stored != nil {
+		if err := g.store.put(stored); err != nil {
+			return nil, wire.Errorf(wire.CodeUnavailable, "persist job %s: %v", rec.Submission.JobID, err)
+		}
+	}
+	return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: true}, nil
+}
+
+// adopt merges a record from another gate: the higher version wins. It
+// returns the record to persist, or nil if it was not newer.
+func (g *Gate) adopt(rec *wire.GateJobRecord) *wire.GateJobRecord {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.version = max(g.version, rec.Version)
+	j, ok := g.jobs[rec.Submission.JobID]
+	if ok && j.rec.Version >= rec.Version {
+		return nil
+	}
+	if !ok {
+		j = newJobEntry(*rec)
+		g.jobs[rec.Submission.JobID] = j
+	} else {
+		j.rec = *rec
+	}
+	j.wakeLocked()
+	out := j.rec
+	return &out
+}
+
+// submit places a new job (leader only): pick datacenters, grant a lease
+// per datacenter, store and replicate the record to a majority of gates,
+// then hand the job to each datacenter.
+func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAck, error) {
+	lt, err := g.awaitLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(sub.Workflows) == 0 {
+		return nil, wire.Errorf(wire.CodeRejected, "invalid job: no workflows")
+	}
+	s := *sub
+	s.Workflows = slices.Clone(sub.Workflows)
+	if s.JobID == "" {
+		s.JobID = fmt.Sprintf("j-%016x", g.ids.Next())
+	}
+	g.mu.Lock()
+	if j, ok := g.jobs[s.JobID]; ok {
+		dcs := j.datacentersLocked()
+		g.mu.Unlock()
+		return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
+	}
+	g.mu.Unlock()
+
+	dcs, err := chooseDatacenters(g.dcs.health(g.cfg.HealthTimeout), s.Datacenters, s.DatacenterCount)
+	if err != nil {
+		return nil, err
+	}
+	now := g.now()
+	if s.Timeout == 0 {
+		s.Timeout = defaultJobTimeout
+	}
+	if s.SubmittedAt == 0 {
+		s.SubmittedAt = now.UnixNano()
+	}
+	s.Datacenters, s.DatacenterCount = dcs, len(dcs)
+	rec := wire.GateJobRecord{Submission: s, Status: wire.JobSubmitted, CreatedAt: now.UnixNano()}
+	for _, dc := range dcs {
+		rec.Leases = append(rec.Leases, wire.DatacenterLease{
+			JobID: s.JobID, Datacenter: dc, LeaseHolder: g.cfg.ID, FenceToken: lt.nextToken(),
+			ExpiresAt: now.Add(g.cfg.LeaseTTL).UnixNano(),
+		})
+		rec.Datacenters = append(rec.Datacenters, wire.JobProgress{JobID: s.JobID, Datacenter: dc, Status: wire.JobSubmitted})
+	}
+	g.mu.Lock()
+	if _, ok := g.jobs[s.JobID]; ok {
+		g.mu.Unlock()
+		return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
+	}
+	j := newJobEntry(rec)
+	for _, dc := range dcs {
+		j.send[dc] = true
+	}
+	g.jobs[s.JobID] = j
+	stored := g.commitLocked(j)
+	g.mu.Unlock()
+
+	log := g.log.With("job_id", s.JobID)
+	if err := g.store.put(stored); err != nil {
+		g.forget(s.JobID)
+		return nil, fmt.Errorf("persist job %s: %w", s.JobID, err)
+	}
+	if err := g.replicateQuorum(ctx, stored); err != nil {
+		log.Warn("job refused: not replicated to a majority of gates", "err", err)
+		g.forget(s.JobID)
+		return nil, err
+	}
+	log.Info("job submitted", "name", s.Name, "datacenters", dcs, "workflows", len(s.Workflows))
+
+	// First attempt now, so the client hears about a datacenter that
+	// refuses the job outright; the tick retries the rest.
+	errs := make([]error, len(dcs))
+	done := make(chan struct{})
+	g.spawn(func(context.Context) {
+		defer close(done)
+		var wg sync.WaitGroup
+		for i, dc := range dcs {
+			wg.Go(func() { errs[i] = g.sendToDC(lt, s.JobID, dc) })
+		}
+		wg.Wait()
+	})
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	var rejected []string
+	for i, err := range errs {
+		var we *wire.Error
+		if errors.As(err, &we) && we.Code == wire.CodeRejected {
+			rejected = append(rejected, fmt.Sprintf("%s: %s", dcs[i], we.Message))
+		}
+	}
+	if len(rejected) == len(dcs) {
+		return nil, wire.Errorf(wire.CodeRejected, "%s", strings.Join(rejected, "; "))
+	}
+	return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
+}
+
+func (j *jobEntry) datacentersLocked() []string {
+	out := make([]string, 0, len(j.rec.Leases))
+	for _, l := range j.rec.Leases {
+		out = append(out, l.Datacenter)
+	}
+	return out
+}
+
+func (g *Gate) forget(id string) {
+	g.mu.Lock()
+	delete(g.jobs, id)
+	g.mu.Unlock()
+	if err := g.store.delete(id); err != nil {
+		g.log.Warn("forget job", "job_id", id, "err", err)
+	}
+}
+
+// sendToDC hands job id (or its newer lease) to datacenter dc's manager
+// leader: a LeaseTransfer when the datacenter may already have the job,
+// falling back to the JobSubmission, which managers treat as a repeat when
+// they know the job. A datacenter that refuses the job for good (invalid,
+// or a newer lease elsewhere) is FAILED for it at once.
+func (g *Gate) sendToDC(lt *leaderTerm, id, dc string) error {
+	g.mu.Lock()
+	j, ok := g.jobs[id]
+	if !ok || j.inFlight[dc] || !j.send[dc] {
+		g.mu.Unlock()
+		return nil
+	}
+	i := j.leaseIndex(dc)
+	if i < 0 {
+		g.mu.Unlock()
+		return nil
+	}
+	lease := j.rec.Leases[i]
+	sub := j.rec.Submission
+	sub.Datacenters, sub.DatacenterCount = nil, 0
+	sub.FenceToken, sub.Origin = lease.FenceToken, g.cfg.ID
+	transfer := lease.Version > 0 // the lease changed hands at least once
+	j.inFlight[dc] = true
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		delete(j.inFlight, dc)
+		g.mu.Unlock()
+	}()
+
+	log := g.log.With("job_id", id, "dc", dc)
+	var msg wire.Message = &sub
+	if transfer {
+		msg = &wire.LeaseTransfer{JobID: id, Datacenter: dc, FromGate: "", ToGate: g.cfg.ID, NewFenceToken: lease.FenceToken, Version: lease.Version}
+	}
+	err := g.callDC(lt.ctx, dc, msg)
+	var we *wire.Error
+	if transfer && errors.As(err, &we) && we.Code == wire.CodeNotFound {
+		// The datacenter never got the job (the old leader died first).
+		err = g.callDC(lt.ctx, dc, &sub)
+	}
+	switch {
+	case err == nil:
+		g.mu.Lock()
+		if j.rec.Leases[j.leaseIndex(dc)].FenceToken == lease.FenceToken {
+			delete(j.send, dc)
+		}
+		g.mu.Unlock()
+		log.Info("datacenter took the job", "fence_token", lease.FenceToken, "transfer", transfer)
+		return nil
+	case errors.As(err, &we) && (we.Code == wire.CodeRejected || we.Code == wire.CodeStaleFence):
+		log.Warn("datacenter refused the job", "err", err)
+		g.failDC(id, dc, fmt.Sprintf("%s refused the job: %s", dc, we.Message))
+		return err
+	default:
+		log.Debug("could not reach the datacenter; will retry", "err", err)
+		return err
+	}
+}
+
+// callDC sends msg to dc's manager leader, following NotLeader answers.
+func (g *Gate) callDC(ctx context.Context, dc string, msg wire.Message) error {
+	targets := g.dcs.targets(dc)
+	if len(targets) == 0 {
+		return fmt.Errorf("no live manager known in %s", dc)
+	}
+	var errs []error
+	tried := map[string]bool{}
+	for len(targets) > 0 && len(tried) < 8 {
+		addr := targets[0]
+		targets = targets[1:]
+		if tried[addr] {
+			continue
+		}
+		tried[addr] = true
+		cctx, cancel := context.WithTimeout(ctx, g.cfg.DispatchTimeout)
+		reply, err := g.tr.Call(cctx, addr, msg)
+		cancel()
+		if err == nil {
+			switch r := reply.(type) {
+			case *wire.JobAck:
+				if !r.Accepted {
+					return wire.Errorf(wire.CodeRejected, "%s", r.Error)
+				}
+			case *wire.LeaseAck:
+				if !r.Accepted {
+					return wire.Errorf(wire.CodeRejected, "%s", r.Error)
+				}
+			}
+			return nil
+		}
+		var we *wire.Error
+		if errors.As(err, &we) {
+			switch we.Code {
+			case wire.CodeNotLeader:
+				if we.LeaderAddr != "" {
+					targets = append([]string{we.LeaderAddr}, targets...)
+				}
+				errs = append(errs, err)
+				continue
+			case wire.CodeRejected, wire.CodeStaleFence, wire.CodeNotFound:
+				return err
+			}
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("%s: %w", dc, errors.Join(errs...))
+}
+
+// handleJobProgress takes a datacenter's report. A follower passes it to
+// the leader; the leader renews the lease and merges the report.
+func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
+	lt := g.lead.Load()
+	if lt == nil {
+		leader, addr := g.elector.Leader()
+		if leader == "" || leader == g.cfg.ID || addr == "" {
+			return nil, g.elector.NotLeaderError()
+		}
+		return g.tr.Call(ctx, addr, jp)
+	}
+	select {
+	case <-lt.synced:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	now := g.now()
+	var stored *wire.GateJobRecord
+	ack := &wire.ProgressAck{Leader: g.cfg.ID}
+	g.mu.Lock()
+	j, ok := g.jobs[jp.JobID]
+	if !ok {
+		g.mu.Unlock()
+		// Nobody will ever read this job's results: stop it.
+		ack.Cancel = !jp.Status.Terminal()
+		return ack, nil
+	}
+	li, pi := j.leaseIndex(jp.Datacenter), j.progressIndex(jp.Datacenter)
+	if li < 0 || pi < 0 {
+		g.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeRejected, "job %s does not run in %s", jp.JobID, jp.Datacenter)
+	}
+	cur := j.rec.Datacenters[pi]
+	if cur.Status.Terminal() {
+		// The gate already ended the job here (lease expired, cancelled):
+		// a datacenter still running it must stop.
+		ack.Cancel = !jp.Status.Terminal()
+		g.mu.Unlock()
+		return ack, nil
+	}
+	if jp.FenceToken >= j.rec.Leases[li].FenceToken {
+		delete(j.send, jp.Datacenter)
+	}
+	statusChanged := jp.Status != cur.Status
+	j.mutateLocked(func(rec *wire.GateJobRecord) {
+		rec.Leases[li].ExpiresAt = now.Add(g.cfg.LeaseTTL).UnixNano()
+		rec.Datacenters[pi] = *jp
+	})
+	if g.refreshLocked(j) || statusChanged {
+		stored = g.commitLocked(j)
+	} else {
+		j.wakeLocked()
+	}
+	g.mu.Unlock()
+	if stored != nil {
+		g.save(stored)
+	}
+	return ack, nil
+}
+
+// failDC ends job id in datacenter dc with reason, and tells the
+// datacenter to stop (best effort: its lease is gone either way).
+func (g *Gate) failDC(id, dc, reason string) {
+	g.mu.Lock()
+	j, ok := g.jobs[id]
+	if !ok {
+		g.mu.Unlock()
+		return
+	}
+	pi := j.progressIndex(dc)
+	if pi < 0 || j.rec.Datacenters[pi].Status.Terminal() {
+		g.mu.Unlock()
+		return
+	}
+	j.mutateLocked(func(rec *wire.GateJobRecord) {
+		rec.Datacenters[pi].Status = wire.JobFailed
+		rec.Datacenters[pi].Error = reason
+	})
+	delete(j.send, dc)
+	g.refreshLocked(j)
+	stored := g.commitLocked(j)
+	g.mu.Unlock()
+	g.log.Warn("datacenter failed for the job", "job_id", id, "dc", dc, "reason", reason)
+	g.save(stored)
+}
+
+// refreshLocked re-derives the job's status from its datacenters and
+// reports whether it changed.
+func (g *Gate) refreshLocked(j *jobEntry) bool {
+	old, oldErr := j.rec.Status, j.rec.Error
+	if old.Terminal() {
+		return false
+	}
+	st, msg := deriveStatus(j.rec.Datacenters, j.cancelled)
+	j.rec.Status, j.rec.Error = st, msg
+	if st.Terminal() && j.rec.FinishedAt == 0 {
+		j.rec.FinishedAt = g.now().UnixNano()
+		g.log.Info("job ended", "job_id", j.id(), "status", st, "error", msg)
+	}
+	return st != old || msg != oldErr
+}
+
+// deriveStatus is the global job state machine: a job is done when every
+// datacenter is; COMPLETED only if every datacenter completed, otherwise
+// FAILED naming each datacenter that did not (a partial failure is a
+// failure the client must see, never a silent retry elsewhere), or
+// CANCELLED when a client cancelled it. While running, the most advanced
+// datacenter's state shows.
+func deriveStatus(dcs []wire.JobProgress, cancelled string) (wire.JobStatus, string) {
+	if len(dcs) == 0 {
+		return wire.JobSubmitted, ""
+	}
+	allDone, allCompleted, allTimeout := true, true, true
+	var failed []string
+	rank := map[wire.JobStatus]int{wire.JobSubmitted: 0, wire.JobQueued: 1, wire.JobDispatching: 2, wire.JobRunning: 3, wire.JobCompleting: 4}
+	best := wire.JobSubmitted
+	for _, p := range dcs {
+		if !p.Status.Terminal() {
+			allDone = false
+			if rank[p.Status] > rank[best] {
+				best = p.Status
+			}
+			continue
+		}
+		if p.Status != wire.JobCompleted {
+			allCompleted = false
+			reason := p.Error
+			if reason == "" {
+				reason = string(p.Status)
+			}
+			failed = append(failed, fmt.Sprintf("%s %s: %s", p.Datacenter, p.Status, reason))
+		}
+		allTimeout = allTimeout && p.Status == wire.JobTimeout
+	}
+	switch {
+	case !allDone:
+		return best, ""
+	case cancelled != "":
+		return wire.JobCancelled, cancelled
+	case allCompleted:
+		return wire.JobCompleted, ""
+	case allTimeout:
+		return wire.JobTimeout, strings.Join(failed, "; ")
+	case len(failed) < len(dcs):
+		return wire.JobFailed, fmt.Sprintf("partial failure: %d of %d datacenters did not complete: %s", len(failed), len(dcs), strings.Join(failed, "; "))
+	default:
+		return wire.JobFailed, strings.Join(failed, "; ")
+	}
+}
+
+// cancelJob stops a job in every datacenter (leader only).
+func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAck, error) {
+	if _, err := g.awaitLeader(ctx); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	j, ok := g.jobs[id]
+	if !ok {
+		g.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
+	if j.rec.Status.Terminal() {
+		g.mu.Unlock()
+		return &wire.CancelAck{JobID: id, Cancelled: false, Error: "job already " + string(j.rec.Status)}, nil
+	}
+	j.cancelled = reason
+	type target struct {
+		dc    string
+		token uint64
+	}
+	var targets []target
+	for _, l := range j.rec.Leases {
+		if pi := j.progressIndex(l.Datacenter); pi >= 0 && !j.rec.Datacenters[pi].Status.Terminal() {
+			targets = append(targets, target{l.Datacenter, l.FenceToken})
+		}
+	}
+	g.mu.Unlock()
+
+	ack := &wire.CancelAck{JobID: id, Cancelled: true}
+	for _, t := range targets {
+		err := g.callDC(ctx, t.dc, &wire.CancelJob{JobID: id, Reason: reason, FenceToken: t.token})
+		if err != nil {
+			// The datacenter cannot be told now; its lease is over, so its
+			// next report is answered with a cancel.
+			g.log.Warn("cancel not delivered; the datacenter stops at its next report", "job_id", id, "dc", t.dc, "err", err)
+		}
+		g.mu.Lock()
+		if pi := j.progressIndex(t.dc); pi >= 0 && !j.rec.Datacenters[pi].Status.Terminal() {
+			j.mutateLocked(func(rec *wire.GateJobRecord) {
+				rec.Datacenters[pi].Status = wire.JobCancelled
+				rec.Datacenters[pi].Error = reason
+			})
+		}
+		g.mu.Unlock()
+		ack.WorkflowsCancelled++
+	}
+	g.mu.Lock()
+	g.refreshLocked(j)
+	stored := g.commitLocked(j)
+	g.mu.Unlock()
+	g.save(stored)
+	return ack, nil
+}

@@ -1,0 +1,325 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"tempest/swim"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// Gates (SPEC §8) drive jobs across datacenters. A manager meets them in a
+// second SWIM cluster (Config.GateSwimBind) where its ManagerHeartbeat
+// rides in acks, takes jobs from them like from any client, and keeps the
+// newest fence token each job's gate has used: a command carrying an older
+// one comes from a deposed gate leader and is refused (CodeStaleFence). The
+// leader reports every gate-driven job's progress to its gate; those
+// reports are what keeps the datacenter's lease alive.
+
+// gateFinalWindow bounds how long after a job ended a new leader still
+// reports it to its gate: long enough for a gate that missed the final
+// report during a failover, short enough that a restart does not replay a
+// week of history.
+const gateFinalWindow = time.Minute
+
+// gateTable is the gates SWIM says are alive: id -> QUIC address.
+type gateTable struct {
+	mu sync.Mutex
+	g  map[string]string
+}
+
+func (t *gateTable) set(id, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.g[id] = addr
+}
+
+func (t *gateTable) remove(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.g, id)
+}
+
+// targets lists where to report a job: the hinted gate (the leader, as the
+// last answer named it), the lease holder, then every other gate, which
+// forwards to its leader.
+func (t *gateTable) targets(first ...string) []transport.Peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []transport.Peer
+	seen := map[string]bool{}
+	for _, id := range first {
+		if addr, ok := t.g[id]; ok && !seen[id] {
+			seen[id] = true
+			out = append(out, transport.Peer{NodeID: id, Addr: addr})
+		}
+	}
+	rest := make([]string, 0, len(t.g))
+	for id := range t.g {
+		if !seen[id] {
+			rest = append(rest, id)
+		}
+	}
+	slices.Sort(rest)
+	for _, id := range rest {
+		out = append(out, transport.Peer{NodeID: id, Addr: t.g[id]})
+	}
+	return out
+}
+
+// gateEmbedder puts the manager's heartbeat in the gate cluster's acks.
+// Gates send no payload, and nothing a manager needs comes from the other
+// datacenters' managers.
+type gateEmbedder struct{ m *Manager }
+
+func (e gateEmbedder) LocalState() []byte { return e.m.LocalState() }
+
+func (gateEmbedder) PeerState(swim.NodeInfo, []byte, time.Duration) {}
+
+// startGateSwim joins the gates' cluster when configured.
+func (m *Manager) startGateSwim(keys [][]byte, logger *slog.Logger) error {
+	if m.cfg.GateSwimBind == "" {
+		return nil
+	}
+	host, portStr, _ := net.SplitHostPort(m.cfg.GateSwimBind)
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("manager GateSwimBind port %q: %w", portStr, err)
+	}
+	scfg := swim.DefaultConfig()
+	scfg.NodeName = m.cfg.ID
+	scfg.Profile = m.cfg.SwimProfile
+	scfg.Meta = m.nodeMeta()
+	scfg.Keys = keys
+	scfg.Logger = logger
+	scfg.BindAddr = host
+	scfg.BindPort = port
+	scfg.Embedder = gateEmbedder{m}
+	scfg.Events = swim.EventHandler{
+		OnJoin:   m.onGateAlive,
+		OnUpdate: m.onGateAlive,
+		OnDead:   func(n swim.NodeInfo) { m.gates.remove(n.Name) },
+	}
+	if m.gateMembers, err = swim.New(scfg); err != nil {
+		return fmt.Errorf("manager gate swim: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) onGateAlive(n swim.NodeInfo) {
+	if n.Meta.Role == wire.RoleGate && n.Meta.QUICAddr != "" {
+		m.gates.set(n.Name, n.Meta.QUICAddr)
+	}
+}
+
+func (m *Manager) gateJoinLoop(ctx context.Context) {
+	backoff := m.cfg.HeartbeatInterval
+	for {
+		n, err := m.gateMembers.Join(ctx, m.cfg.GateJoin)
+		if err == nil {
+			m.log.Info("joined the gates' swim cluster", "contacted", n)
+			return
+		}
+		m.log.Warn("gate swim join failed; retrying", "seeds", m.cfg.GateJoin, "err", err, "retry_in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, 30*m.cfg.HeartbeatInterval)
+	}
+}
+
+// staleFenceLocked reports whether token is older than the newest this
+// manager has seen for job j. Zero is a client's command, not a gate's, and
+// is never stale.
+func staleFenceLocked(j *jobState, token uint64) *wire.Error {
+	if token == 0 || token >= j.rec.Submission.FenceToken {
+		return nil
+	}
+	return wire.Errorf(wire.CodeStaleFence, "job %s: fence token %d is older than %d (held by gate %s)",
+		j.rec.ID(), token, j.rec.Submission.FenceToken, j.rec.Submission.Origin)
+}
+
+// adoptLeaseLocked moves j to a newer gate lease. It reports whether
+// anything changed.
+func adoptLeaseLocked(j *jobState, token uint64, holder string) bool {
+	if token <= j.rec.Submission.FenceToken {
+		return false
+	}
+	j.rec.Submission.FenceToken = token
+	if holder != "" {
+		j.rec.Submission.Origin = holder
+	}
+	j.gateHint = ""
+	j.gateFinalAcked = false
+	return true
+}
+
+// checkFence refuses a command for job id carrying an older fence token.
+func (m *Manager) checkFence(id string, token uint64) error {
+	if token == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if j, ok := m.jobs[id]; ok {
+		if err := staleFenceLocked(j, token); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handleLeaseTransfer moves a job to a new gate leader's lease.
+func (m *Manager) handleLeaseTransfer(ctx context.Context, from transport.Peer, lt *wire.LeaseTransfer) (wire.Message, error) {
+	if _, err := m.awaitLeader(ctx, m.elector.NotLeaderError); err != nil {
+		return nil, err
+	}
+	holder := lt.ToGate
+	if holder == "" {
+		holder = from.NodeID
+	}
+	var stale *wire.Error
+	found := false
+	err := m.update(func(tx *txn) {
+		j, ok := m.jobs[lt.JobID]
+		if !ok {
+			return
+		}
+		found = true
+		if stale = staleFenceLocked(j, lt.NewFenceToken); stale != nil {
+			return
+		}
+		if adoptLeaseLocked(j, lt.NewFenceToken, holder) {
+			tx.touchJob(j, true)
+		}
+	})
+	switch {
+	case !found:
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found in %s", lt.JobID, m.cfg.Datacenter)
+	case stale != nil:
+		return nil, stale
+	case err != nil:
+		return nil, wire.Errorf(wire.CodeUnavailable, "persist lease of job %s: %v", lt.JobID, err)
+	}
+	m.log.Info("lease transferred", "job_id", lt.JobID, "gate", holder, "fence_token", lt.NewFenceToken)
+	return &wire.LeaseAck{JobID: lt.JobID, Datacenter: m.cfg.Datacenter, Accepted: true}, nil
+}
+
+// gateReport is one job's report and where to send it.
+type gateReport struct {
+	jp      wire.JobProgress
+	targets []transport.Peer
+}
+
+// gateReportLoop reports every gate-driven job's progress to its gate while
+// this manager leads: each running job every GateReportInterval (the
+// reports renew the lease), and an ended job until its gate acknowledged
+// the final report.
+func (m *Manager) gateReportLoop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.GateReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lt := m.leading()
+		if lt == nil || !lt.isSynced() {
+			continue
+		}
+		reports := m.gateReports()
+		var wg sync.WaitGroup
+		for _, r := range reports {
+			wg.Go(func() { m.sendGateReport(lt.ctx, r) })
+		}
+		wg.Wait()
+	}
+}
+
+func (m *Manager) gateReports() []gateReport {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []gateReport
+	for _, j := range m.jobs {
+		if j.rec.Submission.Origin == "" || j.gateFinalAcked {
+			continue
+		}
+		if j.rec.Status.Terminal() && now.Sub(j.rec.Finished()) > gateFinalWindow {
+			continue
+		}
+		jp := m.jobProgressLocked(j, false)
+		jp.Workflows = make([]wire.WorkflowProgress, 0, len(j.wfs))
+		for _, w := range j.wfs {
+			p := workflowProgressOf(&w.rec)
+			if w.rec.Status.Terminal() {
+				p.Series = w.rec.Series
+			}
+			jp.Workflows = append(jp.Workflows, p)
+		}
+		out = append(out, gateReport{jp: jp, targets: m.gates.targets(j.gateHint, j.rec.Submission.Origin)})
+	}
+	return out
+}
+
+// sendGateReport delivers one report to the first gate that takes it.
+func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
+	log := m.log.With("job_id", r.jp.JobID)
+	if len(r.targets) == 0 {
+		log.Debug("no gate known to report to", "gate", r.jp.LeaseHolder)
+		return
+	}
+	for _, p := range r.targets {
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.GateReportInterval*4)
+		reply, err := m.tr.Call(cctx, p.Addr, &r.jp)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.Debug("progress report to gate failed", "gate", p.NodeID, "err", err)
+			continue
+		}
+		ack, ok := reply.(*wire.ProgressAck)
+		if !ok {
+			log.Warn("unexpected reply to a gate report", "gate", p.NodeID, "type", reply.Type())
+			return
+		}
+		m.gateAcked(ctx, r.jp, ack)
+		return
+	}
+}
+
+// gateAcked records a gate's answer to a report: who leads the gates now,
+// that the final report arrived, or that the gate has ended the job here
+// (its lease expired or the job was cancelled), in which case it stops.
+func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.ProgressAck) {
+	m.mu.Lock()
+	j, ok := m.jobs[jp.JobID]
+	if ok {
+		if ack.Leader != "" {
+			j.gateHint = ack.Leader
+		}
+		if jp.Status.Terminal() {
+			j.gateFinalAcked = true
+		}
+	}
+	terminal := ok && j.rec.Status.Terminal()
+	m.mu.Unlock()
+	if !ack.Cancel || !ok || terminal {
+		return
+	}
+	m.log.Warn("the gate ended this job here; cancelling it", "job_id", jp.JobID)
+	if _, err := m.cancelJob(ctx, jp.JobID, wire.JobCancelled, "cancelled by the gate: this datacenter's lease ended"); err != nil && !errors.Is(err, context.Canceled) {
+		m.log.Warn("cancel asked by the gate failed", "job_id", jp.JobID, "err", err)
+	}
+}
