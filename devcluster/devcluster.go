@@ -127,17 +127,17 @@ func (o *Options) defaults() error {
 
 // Node is one process of the cluster, as written to cluster.json.
 type Node struct {
-	Name    string `json:"name"`
-	Role    string `json:"role"`
-	DC      string `json:"dc"`
-	PID     int    `json:"pid"`
-	API     string `json:"api,omitempty"`
-	QUIC    string `json:"quic"`
-	Swim    string `json:"swim"`
+	Name string `json:"name"`
+	Role string `json:"role"`
+	DC   string `json:"dc"`
+	PID  int    `json:"pid"`
+	API  string `json:"api,omitempty"`
+	QUIC string `json:"quic"`
+	Swim string `json:"swim"`
 	// GateSwim is a manager's address in the gates' SWIM cluster.
 	GateSwim string `json:"gate_swim,omitempty"`
-	DataDir string `json:"data_dir"`
-	Log     string `json:"log"`
+	DataDir  string `json:"data_dir"`
+	Log      string `json:"log"`
 	// SecretFile is DIR/<node>/secret.env (0600): the node's AUTH_SECRET,
 	// AUTH_SECRET_PREVIOUS and, for managers, TEMPEST_TOKEN. Like systemd's
 	// EnvironmentFile, it becomes the process environment at every start,

@@ -267,4 +267,3 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 	ws.Steps = steps
 	return ws
 }
-
