@@ -85,7 +85,7 @@ func (g *Gate) onLoseLeadership(term uint64) {
 func (g *Gate) initialSync(ctx context.Context) {
 	backoff := 200 * time.Millisecond
 	for {
-		if len(g.peerIDs) == 0 || g.syncFromPeers(ctx, g.cfg.SyncTimeout) > 0 {
+		if len(g.peerIDs) == 0 || g.syncFromPeers(ctx, g.cfg.SyncTimeout) >= g.quorumSize-1 {
 			break
 		}
 		g.log.Info("no other gate answered the state sync yet; not eligible to lead", "retry_in", backoff)
@@ -106,8 +106,11 @@ func (g *Gate) initialSync(ctx context.Context) {
 	g.log.Info("state synced; eligible to lead", "jobs", n)
 }
 
-// syncFromPeers merges every other gate's records into this one's and
-// returns how many gates answered.
+// syncFromPeers merges other gates' records into this one's until enough of
+// them answered that, with this gate, they form a majority (or timeout
+// passes), and returns how many answered. Any majority shares a gate with
+// the majority every new job was replicated to before its client heard of
+// it, so no acknowledged job is missed; a crashed gate is not waited for.
 func (g *Gate) syncFromPeers(ctx context.Context, timeout time.Duration) int {
 	if len(g.peerIDs) == 0 {
 		return 0
@@ -131,6 +134,7 @@ func (g *Gate) syncFromPeers(ctx context.Context, timeout time.Duration) int {
 			answers <- a
 		}()
 	}
+	need := g.quorumSize - 1
 	answered := 0
 	var stored []*wire.GateJobRecord
 	for range g.peerIDs {
@@ -144,6 +148,9 @@ func (g *Gate) syncFromPeers(ctx context.Context, timeout time.Duration) int {
 			if r := g.adopt(&a.recs[i]); r != nil {
 				stored = append(stored, r)
 			}
+		}
+		if answered >= need {
+			break
 		}
 	}
 	if err := g.store.put(stored...); err != nil {

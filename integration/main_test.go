@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 	for bin, pkg := range map[string]string{
 		"tempest-manager": "../cmd/manager",
 		"tempest-worker":  "../cmd/worker",
+		"tempest-gate":    "../cmd/gate",
 		"tempest":         "../cmd/tempest",
 	} {
 		build := exec.Command("go", "build", "-race", "-o", filepath.Join(dir, bin), pkg)
@@ -66,11 +67,24 @@ type cluster struct {
 // a leader is elected and every worker is registered.
 func startCluster(t *testing.T, managers, workers, cores int) *cluster {
 	t.Helper()
-	dir := t.TempDir()
-	c, err := devcluster.Start(context.Background(), devcluster.Options{
-		Dir: dir, BinDir: binDir, Managers: managers, Workers: workers, CoresPerWorker: cores,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	return startWith(t, devcluster.Options{Managers: managers, Workers: workers, CoresPerWorker: cores})
+}
+
+// startGated runs gates in front of dcs datacenters of managers and
+// workers; the cluster's client goes through the gates.
+func startGated(t *testing.T, gates, dcs, managers, workers int) *cluster {
+	t.Helper()
+	return startWith(t, devcluster.Options{Gates: gates, Datacenters: dcs, Managers: managers, Workers: workers,
+		CoresPerWorker: 2, LeaseTTL: 5 * time.Second})
+}
+
+// startWith starts a cluster laid out by opts (Dir, BinDir and Logger are
+// filled in) and waits until it is ready.
+func startWith(t *testing.T, opts devcluster.Options) *cluster {
+	t.Helper()
+	opts.Dir, opts.BinDir = t.TempDir(), binDir
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := devcluster.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}
