@@ -258,6 +258,12 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 		Worker:            rec.Worker,
 		Cores:             rec.Cores,
 		Error:             rec.Error,
+		ElapsedSeconds:    p.Elapsed.Seconds(),
+		PlannedSeconds:    rec.Spec.Planned.Seconds(),
+	}
+	if n := len(p.Series); n > 0 && !rec.Status.Terminal() {
+		recent := seriesPoints(p.Series[n-1:])[0]
+		ws.Recent = &recent
 	}
 	for _, r := range rec.Thresholds {
 		ws.Thresholds = append(ws.Thresholds, api.ThresholdResult{
@@ -271,8 +277,9 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 	}
 	for _, s := range steps {
 		sum := api.StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount}
-		if ps, err := workflow.Percentiles(s.Histogram, 50, 90, 99, 100); err == nil {
-			sum.P50Ms, sum.P90Ms, sum.P99Ms, sum.MaxMs = ms(ps[0]), ms(ps[1]), ms(ps[2]), ms(ps[3])
+		if ps, err := workflow.Percentiles(s.Histogram, 50, 90, 95, 99, 99.9, 100); err == nil {
+			sum.P50Ms, sum.P90Ms, sum.P95Ms, sum.P99Ms, sum.P999Ms, sum.MaxMs =
+				ms(ps[0]), ms(ps[1]), ms(ps[2]), ms(ps[3]), ms(ps[4]), ms(ps[5])
 		}
 		if len(s.CorrectedHistogram) > 0 {
 			if ps, err := workflow.Percentiles(s.CorrectedHistogram, 50, 99); err == nil {
