@@ -101,6 +101,14 @@ type WorkflowStatus struct {
 	Cores             []int         `json:"cores,omitempty"`
 	Steps             []StepSummary `json:"steps,omitempty"`
 	Error             string        `json:"error,omitempty"`
+	// ElapsedSeconds is the run's time on its worker, as last reported.
+	ElapsedSeconds float64 `json:"elapsed_seconds,omitempty"`
+	// PlannedSeconds is how long the run is meant to last (its duration
+	// or stages); zero when that depends on the target (iterations).
+	PlannedSeconds float64 `json:"planned_seconds,omitempty"`
+	// Recent is the newest complete second of a running workflow, for live
+	// displays: throughput and p50/p99 now rather than since the start.
+	Recent *SeriesPoint `json:"recent,omitempty"`
 	// Thresholds are evaluated when the workflow ends; empty before.
 	Thresholds []ThresholdResult `json:"thresholds,omitempty"`
 	// Series is the run's per-second points, for charts. Only results
@@ -141,7 +149,9 @@ type StepSummary struct {
 	Failed    int64   `json:"failed"`
 	P50Ms     float64 `json:"p50_ms"`
 	P90Ms     float64 `json:"p90_ms"`
+	P95Ms     float64 `json:"p95_ms"`
 	P99Ms     float64 `json:"p99_ms"`
+	P999Ms    float64 `json:"p999_ms"` // 99.9th
 	MaxMs     float64 `json:"max_ms"`
 	// Corrected percentiles (open model): latency from each iteration's
 	// intended start, so a slow target cannot hide behind the queue.

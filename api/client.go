@@ -365,6 +365,14 @@ func decodeAnswer(a *answer, v any) error {
 // Submit sends a job file (YAML or JSON) and returns the job id. filename
 // only labels problems in a 400 answer (*Error with Problems).
 func (c *Client) Submit(ctx context.Context, jobFile []byte, filename string) (string, error) {
+	return c.SubmitWithData(ctx, jobFile, filename, nil)
+}
+
+// SubmitWithData is Submit for a job file that names data files: data maps
+// each name as the job file writes it to the file's content (what
+// jobfile.Parse read through WithDataFiles), and travels with the job file
+// in one multipart request (FormJobFile).
+func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename string, data map[string][]byte) (string, error) {
 	h := http.Header{}
 	h.Set("Content-Type", "application/yaml")
 	if strings.HasSuffix(strings.ToLower(filename), ".json") {
@@ -375,6 +383,14 @@ func (c *Client) Submit(ctx context.Context, jobFile []byte, filename string) (s
 	}
 	if jobFile == nil {
 		jobFile = []byte{}
+	}
+	if len(data) > 0 {
+		body, contentType, err := encodeBundle(jobFile, filepath.Base(filename), data)
+		if err != nil {
+			return "", fmt.Errorf("submit: %w", err)
+		}
+		jobFile = body
+		h.Set("Content-Type", contentType)
 	}
 	// The key names the job before it exists, so a submission whose answer
 	// was lost (a node killed mid-request) can be re-sent anywhere: the

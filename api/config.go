@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"tempest/jobfile"
 	"tempest/workflow"
 )
 
@@ -69,7 +68,7 @@ type ServerConfig struct {
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
 		Listen:          DefaultListen,
-		MaxBodyBytes:    jobfile.MaxFileSize,
+		MaxBodyBytes:    DefaultMaxBodyBytes,
 		RateLimit:       50,
 		RateBurst:       100,
 		RequestTimeout:  30 * time.Second,

@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"path"
@@ -17,7 +16,11 @@ import (
 const maxJobIDLen = 128
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
+	body, partName, data, err := readSubmission(r)
+	if errors.Is(err, errBadBundle) {
+		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: err.Error()})
+		return
+	}
 	if err != nil {
 		s.bodyError(w, err)
 		return
@@ -27,8 +30,14 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 			Error: "empty body: send a job file (YAML or JSON)"})
 		return
 	}
-	filename := jobFilename(r.Header.Get(FilenameHeader))
-	job, err := jobfile.Parse(body, filename, s.cfg.Registry)
+	name := r.Header.Get(FilenameHeader)
+	if name == "" {
+		name = partName
+	}
+	filename := jobFilename(name)
+	// Data files come only from the request: a server never reads its own
+	// disk for a client's job file.
+	job, err := jobfile.Parse(body, filename, s.cfg.Registry, jobfile.WithDataFiles(jobfile.MapDataFiles(data)))
 	if err != nil {
 		var jfe *jobfile.Error
 		if errors.As(err, &jfe) {

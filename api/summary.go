@@ -24,8 +24,9 @@ func StepSummaries(steps []wire.StepStats) ([]StepSummary, []wire.StepStats, err
 	out := make([]StepSummary, 0, len(merged))
 	for _, s := range merged {
 		sum := StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount}
-		if ps, err := workflow.Percentiles(s.Histogram, 50, 90, 99, 100); err == nil {
-			sum.P50Ms, sum.P90Ms, sum.P99Ms, sum.MaxMs = Ms(ps[0]), Ms(ps[1]), Ms(ps[2]), Ms(ps[3])
+		if ps, err := workflow.Percentiles(s.Histogram, 50, 90, 95, 99, 99.9, 100); err == nil {
+			sum.P50Ms, sum.P90Ms, sum.P95Ms, sum.P99Ms, sum.P999Ms, sum.MaxMs =
+				Ms(ps[0]), Ms(ps[1]), Ms(ps[2]), Ms(ps[3]), Ms(ps[4]), Ms(ps[5])
 		}
 		if len(s.CorrectedHistogram) > 0 {
 			if ps, err := workflow.Percentiles(s.CorrectedHistogram, 50, 99); err == nil {

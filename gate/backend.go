@@ -295,6 +295,21 @@ func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, d
 			elapsed = max(elapsed, w.Elapsed)
 		}
 	}
+	ws.ElapsedSeconds = elapsed.Seconds()
+	ws.PlannedSeconds = spec.Planned.Seconds()
+	if !mergedWorkflowStatus(parts, len(rec.Datacenters)).Terminal() {
+		// The newest complete second of each datacenter, added up.
+		var last [][]wire.SecondStats
+		for _, w := range parts {
+			if n := len(w.Series); n > 0 && !w.Status.Terminal() {
+				last = append(last, w.Series[n-1:])
+			}
+		}
+		if merged := mergeSeries(last); len(merged) > 0 {
+			recent := api.SeriesPoints(merged[len(merged)-1:])[0]
+			ws.Recent = &recent
+		}
+	}
 	ws.WorkflowID = strings.Join(ids, ",")
 	ws.Worker = strings.Join(workers, ",")
 	ws.Error = strings.Join(errs, "; ")
@@ -361,6 +376,9 @@ func mergedWorkflowStatus(parts []wire.WorkflowProgress, dcs int) wire.WorkflowS
 // summed; p50/p99 are completion-weighted means, good for drawing only
 // (thresholds and summaries use the merged histograms).
 func mergeSeries(parts [][]wire.SecondStats) []wire.SecondStats {
+	if len(parts) == 0 {
+		return nil
+	}
 	if len(parts) == 1 {
 		return parts[0]
 	}

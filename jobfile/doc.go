@@ -20,6 +20,19 @@
 //	      - {name: root, method: GET, url: "http://127.0.0.1:8080/"}
 //	  - {name: nap, type: sleep, cores: 1, duration: 3s}
 //
+// An http workflow may ship a CSV data file whose columns its steps use as
+// {{data.column}}:
+//
+//	data: {file: users.csv, mode: sequential}   # or random, per_vu
+//
+// The file is read at parse time through the DataReader given with
+// WithDataFiles, and its text travels inside the workflow's params, so
+// workers need no file access. tempest submit parses on the client with
+// DirDataFiles (names relative to the job file) and uploads the files it
+// read with the job file; the API server parses again with MapDataFiles
+// over those uploads and never reads its own disk. A job's data files may
+// total workflow.MaxDataSize bytes.
+//
 // The keys every workflow has (name, type, cores, timeout, thresholds) are
 // read here (thresholds through workflow.ParseThresholds, since the manager
 // evaluates them whatever the type);

@@ -40,8 +40,9 @@ const (
 // problems.
 //
 // Every problem found is returned at once in an *Error; a file with
-// problems yields no submission.
-func Parse(data []byte, filename string, reg *workflow.Registry) (*wire.JobSubmission, error) {
+// problems yields no submission. Data files named in the job file are read
+// through WithDataFiles and shipped inside the params.
+func Parse(data []byte, filename string, reg *workflow.Registry, opts ...Option) (*wire.JobSubmission, error) {
 	if reg == nil {
 		return nil, errors.New("jobfile: nil workflow registry")
 	}
@@ -69,7 +70,12 @@ func Parse(data []byte, filename string, reg *workflow.Registry) (*wire.JobSubmi
 		return nil, fail(append(problems, Problem{Line: root.Line,
 			Message: "job file must be a mapping with name, workflows and optionally timeout and datacenters"}))
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	p := parser{reg: reg, root: workflow.NewFields("", root)}
+	p.root.ReadDataWith(o.readData)
 	sub := p.submission()
 	if all := mergeProblems(problems, p.root.Finish()); len(all) > 0 {
 		return nil, fail(all)
@@ -225,6 +231,9 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 	}
 	spec.Type = typeName
 	spec.Params = typ.ParseParams(f)
+	if !f.HasProblems() {
+		spec.Planned = workflow.PlannedDuration(typ, spec.Params)
+	}
 	return spec
 }
 

@@ -257,6 +257,12 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 		Worker:            rec.Worker,
 		Cores:             rec.Cores,
 		Error:             rec.Error,
+		ElapsedSeconds:    p.Elapsed.Seconds(),
+		PlannedSeconds:    rec.Spec.Planned.Seconds(),
+	}
+	if n := len(p.Series); n > 0 && !rec.Status.Terminal() {
+		recent := api.SeriesPoints(p.Series[n-1:])[0]
+		ws.Recent = &recent
 	}
 	ws.Thresholds = api.ThresholdResults(rec.Thresholds)
 	steps, _, err := api.StepSummaries(p.StepStats)

@@ -300,7 +300,7 @@ func sleepJob(t testing.TB, name string, n, cores int, d time.Duration) *wire.Jo
 	}
 	sub := &wire.JobSubmission{Name: name}
 	for i := range n {
-		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: fmt.Sprintf("%s-%d", name, i), Type: "sleep", Cores: cores, Params: params})
+		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: fmt.Sprintf("%s-%d", name, i), Type: "sleep", Cores: cores, Params: params, Planned: d})
 	}
 	return sub
 }

@@ -42,6 +42,13 @@ func TestJobOfSleepWorkflowsCompletes(t *testing.T) {
 		if len(w.Steps) != 1 || w.Steps[0].Name != "sleep" || w.Steps[0].Completed != 1 || w.Steps[0].P50Ms < 90 {
 			t.Fatalf("workflow %s steps %+v", w.Name, w.Steps)
 		}
+		// One sample: every percentile is it.
+		if s := w.Steps[0]; s.P95Ms != s.P50Ms || s.P999Ms != s.P50Ms || s.P90Ms != s.P50Ms {
+			t.Fatalf("workflow %s percentiles of one sample differ: %+v", w.Name, s)
+		}
+		if w.ElapsedSeconds < 0.09 || w.PlannedSeconds != 0.1 || w.Recent != nil {
+			t.Fatalf("workflow %s elapsed %v planned %v recent %+v", w.Name, w.ElapsedSeconds, w.PlannedSeconds, w.Recent)
+		}
 	}
 
 	// The watch stream ends with the terminal status and closes.

@@ -113,10 +113,13 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 // kept apart, and only from a final progress: mid-run messages carry just a
 // live window (wire.SeriesLiveWindow), which the report has no use for, and
 // keeping it out of LastProgress stops every progress write from
-// persisting it. A longer series than wire.MaxSeriesEntries is clipped.
+// persisting it. LastProgress keeps only the window's newest point, a few
+// bytes, which is what a live display shows as "now" (api
+// WorkflowStatus.Recent). A longer series than wire.MaxSeriesEntries is
+// clipped.
 func keepProgress(rec *store.WorkflowRecord, p *wire.WorkflowProgress, final bool) {
 	rec.LastProgress = *p
-	rec.LastProgress.Series = nil
+	rec.LastProgress.Series = slices.Clone(wire.ClipSeries(p.Series, 1))
 	if final {
 		rec.Series = slices.Clone(wire.ClipSeries(p.Series, 0))
 	}

@@ -41,8 +41,11 @@ func TestKeepProgress(t *testing.T) {
 			if len(rec.Series) != tc.wantSeries {
 				t.Fatalf("record keeps %d points, want %d", len(rec.Series), tc.wantSeries)
 			}
-			if rec.LastProgress.Series != nil || rec.LastProgress.CompletedCount != 3 {
-				t.Fatalf("LastProgress %+v: want the counts without the series", rec.LastProgress)
+			// LastProgress keeps the counts and only the newest point, for
+			// live displays.
+			if ls := rec.LastProgress.Series; len(ls) != min(tc.series, 1) || rec.LastProgress.CompletedCount != 3 ||
+				len(ls) == 1 && ls[0].Second != int64(tc.series-1) {
+				t.Fatalf("LastProgress %+v: want the counts and the newest point", rec.LastProgress)
 			}
 			if len(p.Series) != tc.series {
 				t.Fatal("keepProgress changed the message")
@@ -83,6 +86,14 @@ func TestFinalSeriesReachesResults(t *testing.T) {
 	if got := res.Workflows[0].Series; len(got) != 0 {
 		t.Fatalf("results carry %d points of a mid-run window, want none", len(got))
 	}
+	// The status of the running workflow shows the window's newest second.
+	st, err := l.Job(ctx, ack.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := st.Workflows[0].Recent; r == nil || r.Second != wire.SeriesLiveWindow-1 || r.Completed != 10 || r.P99Ms != 3 {
+		t.Fatalf("running workflow's recent point %+v", r)
+	}
 
 	send(&wire.WorkflowProgress{Status: wire.WorkflowCompleted, Final: true, CompletedCount: 1000, Series: wireSeries(120)})
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
@@ -99,18 +110,18 @@ func TestFinalSeriesReachesResults(t *testing.T) {
 		}
 		return nil
 	})
-	st, err := l.Job(ctx, ack.JobID)
+	st, err = l.Job(ctx, ack.JobID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Workflows[0].Series) != 0 {
-		t.Fatal("job status carries the series; only results should")
+	if len(st.Workflows[0].Series) != 0 || st.Workflows[0].Recent != nil {
+		t.Fatal("job status of a finished workflow carries the series or a recent point; only results carry points")
 	}
 	l.mu.Lock()
 	rec := l.jobs[ack.JobID].wfs[0].rec
 	l.mu.Unlock()
-	if len(rec.Series) != 120 || rec.LastProgress.Series != nil {
-		t.Fatalf("record keeps %d points (LastProgress %d), want 120 apart from LastProgress",
+	if len(rec.Series) != 120 || len(rec.LastProgress.Series) != 1 {
+		t.Fatalf("record keeps %d points (LastProgress %d), want 120 apart from LastProgress's newest one",
 			len(rec.Series), len(rec.LastProgress.Series))
 	}
 }

@@ -87,6 +87,11 @@ type WorkflowSpec struct {
 	// (workflow.ParseThreshold reads Expr). Common to every type, so the
 	// manager evaluates them without knowing the type.
 	Thresholds []Threshold `cbor:"6,keyasint,omitempty"`
+	// Planned is how long the run is meant to last (a duration or the sum
+	// of a ramp's stages), zero when unknown (a number of iterations). The
+	// job-file parser sets it, so that a manager, which never decodes
+	// params, can tell a watcher what remains. Informational only.
+	Planned time.Duration `cbor:"7,keyasint,omitempty"`
 }
 
 // Threshold is one pass/fail criterion of a workflow, as written in the job

@@ -53,8 +53,11 @@
 //
 // Steps may pause (think_time), check the body (expect_body), and template
 // their url, header values and body ({{vu}}, {{iteration}},
-// {{random_int a b}}; template.go), parsed when params are validated and
-// when a runner is built, never per request. connection_reuse: false dials
+// {{random_int a b}}, {{data.column}}; template.go), parsed when params are
+// validated and when a runner is built, never per request. {{data.column}}
+// reads the iteration's row of the workflow's CSV data file (data.go),
+// shipped inside the params; rows go out sequentially from a counter shared
+// by the run's VUs, at random, or one per VU. connection_reuse: false dials
 // per request.
 //
 // protocol picks the HTTP version (http_protocol.go): http1 (default, a

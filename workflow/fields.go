@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"tempest/wire"
 )
@@ -144,7 +145,17 @@ type problemSink struct {
 	// guesses counts "did you mean" suggestions, which cost an edit distance
 	// per known key: a hostile file of a million unknown keys gets a few.
 	guesses int
+	// readData fetches data files (nil: none can be read); dataBytes is
+	// what the file has read so far, against MaxDataSize.
+	readData  DataReader
+	dataBytes int
 }
+
+// DataReader returns the content of a data file named in a job file, by the
+// name as written there. jobfile provides one that reads relative to the
+// job file's directory and one over files uploaded with it. A reader should
+// stop reading past MaxDataSize.
+type DataReader func(name string) ([]byte, error)
 
 const maxGuesses = 100
 
@@ -174,6 +185,16 @@ func newFields(path string, n *Node, line int, sink *problemSink) *Fields {
 	sink.objects = append(sink.objects, f)
 	return f
 }
+
+// ReadDataWith sets how DataFile reads data files, for the whole tree f
+// belongs to. Without it every data file is a problem.
+func (f *Fields) ReadDataWith(read DataReader) {
+	f.sink.readData = read
+}
+
+// HasProblems reports whether anything in the tree f belongs to has a
+// problem recorded so far (unknown keys are only found by Finish).
+func (f *Fields) HasProblems() bool { return len(f.sink.problems) > 0 }
 
 // Path is the mapping's field path, e.g. "workflows[0]".
 func (f *Fields) Path() string { return f.path }
@@ -467,6 +488,56 @@ func (f *Fields) Objects(key string) ([]*Fields, bool) {
 		out[i] = newFields(IndexPath(JoinPath(f.path, key), i), it, lineOf(it, fl.Line), f.sink)
 	}
 	return out, true
+}
+
+// Object reads a nested mapping (data: {file: ..., mode: ...}) with its own
+// Fields. A value that is not a mapping is reported, and still returned
+// (reading as empty) with ok true, so that callers know the key was given.
+func (f *Fields) Object(key string) (*Fields, bool) {
+	fl, ok := f.find(key)
+	if !ok || fl.Value.isNull() {
+		return nil, false
+	}
+	return newFields(JoinPath(f.path, key), fl.Value, fl.Line, f.sink), true
+}
+
+// DataFile reads key as the name of a data file and returns the name and
+// the file's text, read through the tree's DataReader. Problems (no
+// reader, unreadable, not UTF-8, past MaxDataSize for the whole job file)
+// are recorded at key's line.
+func (f *Fields) DataFile(key string) (name, text string, ok bool) {
+	name, ok = f.String(key)
+	if !ok {
+		return "", "", false
+	}
+	s := f.sink
+	switch {
+	case name == "":
+		f.Errorf(key, "must name a data file")
+		return "", "", false
+	case s.readData == nil:
+		f.Errorf(key, "data file %q cannot be read here: data files are read where the job file is parsed", truncate(name, 80))
+		return "", "", false
+	}
+	b, err := s.readData(name)
+	switch {
+	case err != nil:
+		f.Errorf(key, "cannot read data file: %v", err)
+		return "", "", false
+	case len(b) > MaxDataSize-s.dataBytes:
+		if s.dataBytes == 0 {
+			f.Errorf(key, "data file %q is %d bytes, more than the %d allowed", truncate(name, 80), len(b), MaxDataSize)
+		} else {
+			f.Errorf(key, "data file %q is %d bytes, which with the job file's other data files (%d bytes) is more than the %d allowed",
+				truncate(name, 80), len(b), s.dataBytes, MaxDataSize)
+		}
+		return "", "", false
+	case !utf8.Valid(b):
+		f.Errorf(key, "data file %q is not UTF-8 text", truncate(name, 80))
+		return "", "", false
+	}
+	s.dataBytes += len(b)
+	return name, string(b), true
 }
 
 // Errorf records a problem with key, at the key's line (or the mapping's

@@ -109,10 +109,13 @@ type HTTPParams struct {
 	// applies to every TLS connection of the run, https:// steps under
 	// http1 included.
 	InsecureSkipVerify bool `cbor:"12,keyasint,omitempty"`
+	// Data is a CSV data file whose columns steps use as {{data.column}}
+	// (job file: data: {file: users.csv, mode: sequential}). Nil: none.
+	Data *HTTPData `cbor:"13,keyasint,omitempty"`
 }
 
 // HTTPStep is one request of an iteration. URL, header values and Body may
-// hold templates ({{vu}}, {{iteration}}, {{random_int a b}}).
+// hold templates ({{vu}}, {{iteration}}, {{random_int a b}}, {{data.column}}).
 type HTTPStep struct {
 	Name string `cbor:"1,keyasint"`
 	// Method defaults to GET.
@@ -160,6 +163,7 @@ func (p *HTTPParams) Validate() error {
 	if len(p.Steps) < 1 || len(p.Steps) > MaxHTTPSteps {
 		errs.add("steps", "must have between 1 and %d steps, got %d", MaxHTTPSteps, len(p.Steps))
 	}
+	table := p.Data.validate(&errs)
 	seen := map[string]int{}
 	for i, st := range p.Steps {
 		path := IndexPath("steps", i)
@@ -170,9 +174,20 @@ func (p *HTTPParams) Validate() error {
 		} else {
 			seen[st.Name] = i
 		}
-		st.validate(&errs, path)
+		st.validate(&errs, path, p.Data, table)
 	}
 	return errs.err()
+}
+
+// PlannedDuration implements Planner: how long the load runs by its
+// duration or stages; zero for a run of a number of iterations, whose
+// length depends on the target.
+func (p *HTTPParams) PlannedDuration() time.Duration {
+	var stages time.Duration
+	for _, st := range p.Stages {
+		stages += st.Duration
+	}
+	return max(p.Duration, stages)
 }
 
 // validateClosed checks the closed model with a fixed VU count.
@@ -301,16 +316,21 @@ func (p *HTTPParams) checkStages(errs *FieldErrors) {
 	}
 }
 
-func (st *HTTPStep) validate(errs *FieldErrors, path string) {
+// validate checks a step; data and table are the workflow's data file and
+// its parsed table (see template.checkData).
+func (st *HTTPStep) validate(errs *FieldErrors, path string, data *HTTPData, table *dataTable) {
 	if st.Method != "" && (len(st.Method) > maxMethodLen || !isToken(st.Method)) {
 		errs.add(JoinPath(path, "method"), "must be an HTTP method such as GET or POST, got %q", truncate(st.Method, 40))
 	}
 	if st.URL != "" && len(st.URL) <= maxURLLen {
 		// A templated URL must still be one once rendered; the sample
-		// rendering stands in for every request's.
+		// rendering (with the data file's first row) stands in for every
+		// request's.
 		if t, err := parseTemplate(st.URL); err != nil {
 			errs.add(JoinPath(path, "url"), "%v", err)
-		} else if err := checkURL(t.sample()); err != nil {
+		} else if err := t.checkData(data, table); err != nil {
+			errs.add(JoinPath(path, "url"), "%v", err)
+		} else if err := checkURL(t.sample()); err != nil && (table != nil || !t.usesData()) {
 			errs.add(JoinPath(path, "url"), "%v", err)
 		}
 	} else if err := checkURL(st.URL); err != nil {
@@ -326,13 +346,20 @@ func (st *HTTPStep) validate(errs *FieldErrors, path string) {
 		}
 		if len(v) > maxHeaderLen || !validHeaderValue(v) {
 			errs.add(hp, "value must be at most %d bytes with no control characters", maxHeaderLen)
-		} else if _, err := parseTemplate(v); err != nil {
-			errs.add(hp, "%v", err) // rendered values are digits: no need to re-check them
+		} else if t, err := parseTemplate(v); err != nil {
+			errs.add(hp, "%v", err)
+		} else if err := t.checkData(data, table); err != nil {
+			errs.add(hp, "%v", err)
+		} else if err := t.checkHeaderRows(table); err != nil {
+			// Numbers render as digits, but a data value is anyone's text.
+			errs.add(hp, "%v", err)
 		}
 	}
 	if len(st.Body) > maxBodyLen {
 		errs.add(JoinPath(path, "body"), "must be at most %d bytes, got %d", maxBodyLen, len(st.Body))
-	} else if _, err := parseTemplate(st.Body); err != nil {
+	} else if t, err := parseTemplate(st.Body); err != nil {
+		errs.add(JoinPath(path, "body"), "%v", err)
+	} else if err := t.checkData(data, table); err != nil {
 		errs.add(JoinPath(path, "body"), "%v", err)
 	}
 	if len(st.ExpectStatus) > maxExpectStatus {
@@ -398,7 +425,8 @@ func (HTTPType) Name() string { return "http" }
 // duration or iterations; rate; stages of {duration, target}; max_vus),
 // request_timeout (default 10s), connection_reuse (default true), protocol
 // (http1, h2, h2c or h3; default http1), insecure_skip_verify (default
-// false) and steps
+// false), data ({file, mode}: a CSV data file, read through f.DataFile)
+// and steps
 // (name, method (default GET), url, headers, body, expect_status,
 // expect_body, think_time).
 func (HTTPType) ParseParams(f *Fields) []byte {
@@ -461,6 +489,7 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 		}
 		p.Timeout = d
 	}
+	p.Data = parseData(f)
 	f.Required("steps")
 	steps, _ := f.Objects("steps")
 	for _, sf := range steps {
@@ -492,6 +521,28 @@ func (HTTPType) DecodeParams(data []byte) (Params, error) {
 		return nil, err // not a typed nil inside the interface
 	}
 	return p, nil
+}
+
+// parseData reads `data: {file: users.csv, mode: sequential}`; mode is
+// sequential (default), random or per_vu.
+func parseData(f *Fields) *HTTPData {
+	df, ok := f.Object("data")
+	if !ok {
+		return nil
+	}
+	df.Required("file")
+	d := &HTTPData{}
+	if name, text, ok := df.DataFile("file"); ok {
+		d.File, d.CSV = name, text
+	}
+	if s, ok := df.String("mode"); ok {
+		if m, known := parseDataMode(s); known {
+			d.Mode = m
+		} else {
+			df.Errorf("mode", "must be sequential, random or per_vu, got %q", truncate(s, 40))
+		}
+	}
+	return d
 }
 
 // New implements Type.

@@ -25,6 +25,7 @@ type httpRunner struct {
 	timeout time.Duration
 	exec    executor
 	client  *http.Client
+	data    *dataRows // nil without a data file
 }
 
 // preparedStep is an HTTPStep turned into what each request needs, once:
@@ -81,8 +82,17 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 	if r.timeout == 0 {
 		r.timeout = DefaultRequestTimeout
 	}
+	var table *dataTable
+	if p.Data != nil {
+		t, err := parseDataCSV(p.Data.File, p.Data.CSV)
+		if err != nil {
+			return nil, fmt.Errorf("data file %q: %w", p.Data.File, err)
+		}
+		table = t
+		r.data = &dataRows{table: t, mode: p.Data.Mode}
+	}
 	for _, s := range p.Steps {
-		st, err := prepareStep(s)
+		st, err := prepareStep(s, table)
 		if err != nil {
 			return nil, fmt.Errorf("step %q: %w", s.Name, err)
 		}
@@ -102,7 +112,9 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 	return r, nil
 }
 
-func prepareStep(s HTTPStep) (preparedStep, error) {
+// prepareStep parses a step's templates and binds their data references to
+// table (nil without a data file, when Validate has refused any).
+func prepareStep(s HTTPStep, table *dataTable) (preparedStep, error) {
 	st := preparedStep{name: s.Name, method: s.Method, header: http.Header{}, thinkTime: s.ThinkTime}
 	if st.method == "" {
 		st.method = http.MethodGet
@@ -114,10 +126,10 @@ func prepareStep(s HTTPStep) (preparedStep, error) {
 		st.expectBody = []byte(s.ExpectBody)
 	}
 	var err error
-	if st.url, err = parseTemplate(s.URL); err != nil {
+	if st.url, err = parseBound(s.URL, table); err != nil {
 		return st, fmt.Errorf("url: %w", err)
 	}
-	if st.body, err = parseTemplate(s.Body); err != nil {
+	if st.body, err = parseBound(s.Body, table); err != nil {
 		return st, fmt.Errorf("body: %w", err)
 	}
 	// Sorted so that two spellings of one header ("x-a" and "X-A") are
@@ -128,7 +140,7 @@ func prepareStep(s HTTPStep) (preparedStep, error) {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		t, err := parseTemplate(s.Headers[k])
+		t, err := parseBound(s.Headers[k], table)
 		if err != nil {
 			return st, fmt.Errorf("header %s: %w", k, err)
 		}
@@ -152,6 +164,24 @@ func prepareStep(s HTTPStep) (preparedStep, error) {
 		return st, err
 	}
 	return st, nil
+}
+
+// parseBound parses a template and binds its data references.
+func parseBound(s string, table *dataTable) (*template, error) {
+	t, err := parseTemplate(s)
+	if err != nil {
+		return nil, err
+	}
+	if !t.usesData() {
+		return t, nil
+	}
+	if table == nil {
+		return nil, errors.New("{{data.<column>}} without a data file")
+	}
+	if err := t.bind(table); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // Run drives the executor. Concurrency: each VU is a goroutine. VUs spend
@@ -243,7 +273,9 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 	if !it.intended.IsZero() {
 		lag = max(now().Sub(it.intended), 0)
 	}
-	vars := tmplVars{vu: it.vu + 1, iteration: it.n}
+	// One row per iteration, so the steps of a pass (log in, then fetch the
+	// profile) act as the same user.
+	vars := tmplVars{vu: it.vu + 1, iteration: it.n, row: r.data.row(it.vu)}
 	for i := range r.steps {
 		if ctx.Err() != nil {
 			return

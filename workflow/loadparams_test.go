@@ -155,7 +155,7 @@ func TestHTTPParseLoadModelKeys(t *testing.T) {
 	want2 := []string{
 		`2 | workflows[0].model | must be closed or open, got "poisson"`,
 		`4 | workflows[0].connection_reuse | must be true or false, got "yes"`,
-		`6 | workflows[0].steps[0].body | template at byte 0: unknown template function "uuid" (known: vu, iteration, random_int)`,
+		`6 | workflows[0].steps[0].body | template at byte 0: unknown template function "uuid" (known: vu, iteration, random_int, data.<column>)`,
 	}
 	if strings.Join(problems, "\n") != strings.Join(want2, "\n") {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(problems, "\n"), strings.Join(want2, "\n"))

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -13,8 +14,9 @@ import (
 )
 
 // MaxParamsSize bounds a workflow's encoded params. A job file is at most
-// 1 MiB, so anything larger did not come from one.
-const MaxParamsSize = 1 << 20
+// 1 MiB and the data files it ships at most MaxDataSize, so anything larger
+// did not come from one.
+const MaxParamsSize = 1<<20 + MaxDataSize
 
 // ErrUnknownType is returned (wrapped) for a workflow type the registry does
 // not hold. Callers branch on it: every worker is built with the same types,
@@ -48,6 +50,28 @@ type Type interface {
 // carry it), and an old worker ignores keys it does not know.
 type Params interface {
 	Validate() error
+}
+
+// Planner is implemented by params that know how long their run is meant
+// to last, for progress displays ("remaining"). Zero means it depends on
+// the run (a number of iterations).
+type Planner interface {
+	PlannedDuration() time.Duration
+}
+
+// PlannedDuration decodes params of type t and returns their planned run
+// time, or zero when the type does not say or the params do not decode.
+// jobfile records it in the spec so that managers, which never decode
+// params, can report it.
+func PlannedDuration(t Type, params []byte) time.Duration {
+	p, err := t.DecodeParams(params)
+	if err != nil {
+		return 0
+	}
+	if pl, ok := p.(Planner); ok {
+		return pl.PlannedDuration()
+	}
+	return 0
 }
 
 // Registry maps type names to types. Types are registered while a process

@@ -30,6 +30,9 @@ func (p *SleepParams) Validate() error {
 	return errs.err()
 }
 
+// PlannedDuration implements Planner.
+func (p *SleepParams) PlannedDuration() time.Duration { return p.Duration }
+
 func checkRunDuration(errs *FieldErrors, path string, d time.Duration) {
 	switch {
 	case d <= 0:

@@ -1,9 +1,11 @@
 package workflow
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -13,6 +15,8 @@ import (
 //	{{vu}}              the VU's number, from 1 (k6's __VU)
 //	{{iteration}}       the VU's own iteration count, from 0 (k6's __ITER)
 //	{{random_int a b}}  a uniformly random integer in [a, b]
+//	{{data.column}}     the iteration's row of the workflow's data file
+//	                    (data.go), in the column its header row names
 //
 // A template is parsed once, when params are validated and again when a
 // runner is built from them (both per dispatch, never per request); a
@@ -25,12 +29,16 @@ import (
 const maxTemplateActions = 64
 
 // templateFuncs lists the known functions, for error messages.
-const templateFuncs = "vu, iteration, random_int"
+const templateFuncs = "vu, iteration, random_int, data.<column>"
+
+// dataPrefix starts a data-file reference.
+const dataPrefix = "data."
 
 // tmplVars is what a request's templates render from.
 type tmplVars struct {
 	vu        int   // 1-based
 	iteration int64 // the VU's own, 0-based
+	row       []string
 }
 
 type tmplOp uint8
@@ -40,12 +48,18 @@ const (
 	opVU
 	opIteration
 	opRandomInt
+	opData
 )
 
 type tmplPart struct {
 	op   tmplOp
 	lit  string // opLiteral
 	a, b int64  // opRandomInt, a <= b
+	// opData: the column's name, then, once bound to a table, its index and
+	// the first row's value, which stands in for every row in sample.
+	column  string
+	col     int
+	example string
 }
 
 // template is a parsed field. The zero value renders "".
@@ -106,6 +120,15 @@ func parseAction(src string) (tmplPart, error) {
 		}
 		return tmplPart{op: op}, nil
 	}
+	if col, ok := strings.CutPrefix(words[0], dataPrefix); ok {
+		if col == "" {
+			return tmplPart{}, fmt.Errorf("{{data.}} needs a column name, as in {{data.username}}")
+		}
+		if len(args) > 0 {
+			return tmplPart{}, fmt.Errorf("{{%s}} takes no arguments, got %d", truncate(words[0], 40), len(args))
+		}
+		return tmplPart{op: opData, column: col, col: -1}, nil
+	}
 	switch words[0] {
 	case "vu":
 		return noArgs(opVU)
@@ -155,6 +178,8 @@ func (t *template) render(v tmplVars) string {
 			// where Int64N(b-a+1) would overflow; the sum wraps back into
 			// [a, b] in two's complement.
 			b.WriteString(strconv.FormatInt(p.a+int64(rand.Uint64N(uint64(p.b)-uint64(p.a)+1)), 10))
+		case opData:
+			b.WriteString(v.row[p.col])
 		}
 	}
 	return b.String()
@@ -162,7 +187,8 @@ func (t *template) render(v tmplVars) string {
 
 // sample renders with fixed values, for validating what a field will look
 // like (a templated URL must still be a URL): the lower bound of each
-// random_int, VU 1, iteration 0.
+// random_int, VU 1, iteration 0, the data file's first row (an unbound
+// data reference renders empty).
 func (t *template) sample() string {
 	if !t.dynamic {
 		return t.static
@@ -178,7 +204,69 @@ func (t *template) sample() string {
 			b.WriteString("0")
 		case opRandomInt:
 			b.WriteString(strconv.FormatInt(p.a, 10))
+		case opData:
+			b.WriteString(p.example)
 		}
 	}
 	return b.String()
+}
+
+// usesData reports whether t has a {{data.x}} reference.
+func (t *template) usesData() bool {
+	return slices.ContainsFunc(t.parts, func(p tmplPart) bool { return p.op == opData })
+}
+
+// bind resolves t's data references to table's columns. A template must be
+// bound before it renders a row; render indexes the row by column.
+func (t *template) bind(table *dataTable) error {
+	for i := range t.parts {
+		p := &t.parts[i]
+		if p.op != opData {
+			continue
+		}
+		col, ok := table.index[p.column]
+		if !ok {
+			return fmt.Errorf("{{data.%s}}: data file %q has no column %q (columns: %s)",
+				truncate(p.column, 40), truncate(table.file, 80), truncate(p.column, 40), table.columnList())
+		}
+		p.col, p.example = col, table.rows[0][col]
+	}
+	return nil
+}
+
+// checkData checks t's data references against what the workflow has:
+// data is nil without a data file, and table is nil when the data file has
+// a problem of its own (already reported), which leaves references
+// unchecked rather than reporting each one as unknown.
+func (t *template) checkData(data *HTTPData, table *dataTable) error {
+	switch {
+	case !t.usesData():
+		return nil
+	case data == nil:
+		return errors.New("{{data.<column>}} needs a data file: add data: {file: users.csv} to the workflow")
+	case table == nil:
+		return nil
+	}
+	return t.bind(table)
+}
+
+// checkHeaderRows checks that every row of table renders t as a valid
+// header value: a data value with a line break would otherwise fail every
+// request that draws its row, and only at run time. t must be bound.
+func (t *template) checkHeaderRows(table *dataTable) error {
+	if table == nil {
+		return nil
+	}
+	for _, p := range t.parts {
+		if p.op != opData {
+			continue
+		}
+		for i, row := range table.rows {
+			if v := row[p.col]; len(v) > maxHeaderLen || !validHeaderValue(v) {
+				return fmt.Errorf("{{data.%s}}: row %d of the data file is not a valid header value (control characters, or more than %d bytes)",
+					truncate(p.column, 40), i+1, maxHeaderLen)
+			}
+		}
+	}
+	return nil
 }

@@ -225,8 +225,9 @@ func TestStatus(t *testing.T) {
 	c.backend.AddJob(api.JobStatus{JobID: "j1", Name: "load", Status: wire.JobFailed, TotalCompleted: 90, TotalFailed: 10,
 		ElapsedSeconds: 65.2, Error: "workflow get failed",
 		Workflows: []api.WorkflowStatus{{Name: "get", Status: wire.WorkflowFailed, CompletedCount: 90, FailedCount: 10,
-			Attempts: 3, Worker: "w2", Error: "too many errors",
-			Steps: []api.StepSummary{{Name: "root", Completed: 90, Failed: 10, P50Ms: 3.5, P99Ms: 1500}}}}})
+			Attempts: 3, Worker: "w2", Error: "too many errors", ElapsedSeconds: 50,
+			Steps: []api.StepSummary{{Name: "root", Completed: 90, Failed: 10, P50Ms: 3.5, P90Ms: 20, P95Ms: 40,
+				P99Ms: 1500, P999Ms: 2500, MaxMs: 3000}}}}})
 
 	code, stdout, stderr := c.run(runStatus, "j1")
 	if code != exitOK {
@@ -239,8 +240,8 @@ WORKFLOW  STATUS  COMPLETED  FAILED  ATTEMPTS  WORKER
 get       FAILED  90         10      3         w2
 get: too many errors
 
-WORKFLOW  STEP  COMPLETED  FAILED  P50     P99
-get       root  90         10      3.50ms  1.50s
+WORKFLOW  STEP  COUNT  RPS  P50     P90     P95     P99    P99.9  MAX    ERRORS
+get       root  100    2.0  3.50ms  20.0ms  40.0ms  1.50s  2.50s  3.00s  10 (10.00%)
 `
 	if stdout != want {
 		t.Errorf("stdout:\n%s\nwant:\n%s", stdout, want)
@@ -370,44 +371,6 @@ w1    worker   dc1  HEALTHY              3/4    ab12        m2/progress
 		var view api.ClusterView
 		if err := json.Unmarshal([]byte(stdout), &view); code != exitOK || err != nil || len(view.Nodes) != 2 {
 			t.Errorf("--json: exit %d, %v", code, err)
-		}
-	})
-}
-
-func TestProgressDisplay(t *testing.T) {
-	now := time.Unix(0, 0)
-	clock := func() time.Time { return now }
-	st := api.JobStatus{JobID: "j1", Status: wire.JobRunning, Workflows: []api.WorkflowStatus{{Status: wire.WorkflowRunning}, {Status: wire.WorkflowCompleted}}}
-
-	t.Run("plain", func(t *testing.T) {
-		var out bytes.Buffer
-		p := newProgress(&out, false, clock)
-		p.update(st) // first: printed
-		st.TotalCompleted, st.ElapsedSeconds = 100, 1
-		p.update(st) // same status, soon after: not printed
-		now = now.Add(plainInterval)
-		st.TotalCompleted, st.ElapsedSeconds = 300, 2
-		p.update(st) // interval passed: printed, with the rate over the last second
-		st.Status = wire.JobCompleted
-		p.update(st) // status changed: printed
-		p.finish()
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		if len(lines) != 3 {
-			t.Fatalf("lines:\n%s\nwant 3", out.String())
-		}
-		if !strings.Contains(lines[1], "completed 300") || !strings.Contains(lines[1], "200.0/s") || !strings.Contains(lines[1], "workflows 1/2") {
-			t.Errorf("line %q", lines[1])
-		}
-	})
-	t.Run("terminal", func(t *testing.T) {
-		var out bytes.Buffer
-		p := newProgress(&out, true, clock)
-		st.Status = wire.JobRunning
-		p.update(st)
-		p.update(st)
-		p.finish()
-		if s := out.String(); strings.Count(s, "\r") != 2 || strings.Count(s, "\n") != 1 || !strings.HasSuffix(s, "\n") {
-			t.Errorf("live output %q: want two in-place rewrites and one final newline", s)
 		}
 	})
 }

@@ -65,17 +65,34 @@ func printSummary(w io.Writer, st api.JobStatus) {
 	}
 	if steps > 0 {
 		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "WORKFLOW\tSTEP\tCOMPLETED\tFAILED\tP50\tP99")
-		for _, wf := range st.Workflows {
-			for _, s := range wf.Steps {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", wf.Name, s.Name, s.Completed, s.Failed,
-					formatMs(s.P50Ms), formatMs(s.P99Ms))
-			}
-		}
-		_ = tw.Flush()
+		printSteps(w, st)
 	}
 	printThresholds(w, st)
+}
+
+// printSteps writes the table of steps: requests (completed and failed),
+// their rate over the workflow's run, latency percentiles from the merged
+// histograms, and errors with their share.
+func printSteps(w io.Writer, st api.JobStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKFLOW\tSTEP\tCOUNT\tRPS\tP50\tP90\tP95\tP99\tP99.9\tMAX\tERRORS")
+	for _, wf := range st.Workflows {
+		secs := wf.ElapsedSeconds
+		if secs <= 0 {
+			secs = st.ElapsedSeconds // an older server, or a workflow that never reported
+		}
+		for _, s := range wf.Steps {
+			count := s.Completed + s.Failed
+			rps := "-"
+			if secs > 0 && count > 0 {
+				rps = fmt.Sprintf("%.1f", float64(count)/secs)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", wf.Name, s.Name, count, rps,
+				formatMs(s.P50Ms), formatMs(s.P90Ms), formatMs(s.P95Ms), formatMs(s.P99Ms), formatMs(s.P999Ms),
+				formatMs(s.MaxMs), formatErrors(s.Failed, count))
+		}
+	}
+	_ = tw.Flush()
 }
 
 // printThresholds writes one line per threshold: a tick or a cross, where

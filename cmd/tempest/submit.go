@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+
+	"tempest/jobfile"
+	"tempest/workflow"
 )
 
 // runSubmit sends a job file. Without --wait it prints the job id alone,
@@ -27,13 +32,22 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "tempest: read job file: %v\n", err)
 		return exitUsage
 	}
+	dataFiles, err := readDataFiles(data, file)
+	if err != nil {
+		var jfe *jobfile.Error
+		if errors.As(err, &jfe) {
+			fmt.Fprintln(stderr, jfe.Error())
+			return exitUsage
+		}
+		return reportError(stderr, err)
+	}
 	c, err := conn.client()
 	if err != nil {
 		return reportError(stderr, err)
 	}
 	defer c.Close()
 
-	id, err := c.Submit(ctx, data, file)
+	id, err := c.SubmitWithData(ctx, data, file, dataFiles)
 	if err != nil {
 		if reportProblems(stderr, file, err) {
 			return exitUsage
@@ -56,4 +70,25 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		mode = outputFinalJSON
 	}
 	return followJob(ctx, c, id, mode, stdout, stderr)
+}
+
+// readDataFiles parses the job file here, before anything is sent, reading
+// the data files it names relative to it; it returns them by the names the
+// job file uses, for the server, which parses the job file again against
+// these alone. Parsing here also reports a bad job file, a missing data
+// file or a column a step names but the file lacks without a round trip.
+func readDataFiles(jobFile []byte, path string) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	fromDisk := jobfile.DirDataFiles(filepath.Dir(path))
+	read := func(name string) ([]byte, error) {
+		b, err := fromDisk(name)
+		if err == nil {
+			files[name] = b
+		}
+		return b, err
+	}
+	if _, err := jobfile.Parse(jobFile, path, workflow.DefaultRegistry(), jobfile.WithDataFiles(read)); err != nil {
+		return nil, err
+	}
+	return files, nil
 }

@@ -1,0 +1,161 @@
+package api
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strings"
+
+	"tempest/jobfile"
+	"tempest/workflow"
+)
+
+// A job file that names data files (an http workflow's data: {file: ...})
+// is submitted as multipart/form-data: one part named FormJobFile holding
+// the job file, and one part named FormDataFile per data file, whose
+// filename parameter is the name exactly as the job file writes it
+// ("data/users.csv"), since that is what the parser looks up. The server
+// parses the job file against those parts alone and never touches its own
+// disk. A job file without data files is sent as the plain body, as before.
+const (
+	FormJobFile  = "job"
+	FormDataFile = "data"
+)
+
+// DefaultMaxBodyBytes fits the largest job file with the most data files
+// it may ship, plus room for the multipart framing.
+const DefaultMaxBodyBytes = jobfile.MaxFileSize + workflow.MaxDataSize + 64<<10
+
+// maxDataParts bounds the data files of one submission; each costs a map
+// entry and a part header, and a job file cannot name more than its
+// workflows do.
+const maxDataParts = jobfile.MaxWorkflows
+
+// encodeBundle writes a job file and its data files as a multipart body and
+// returns the body and its Content-Type.
+func encodeBundle(jobFile []byte, filename string, data map[string][]byte) ([]byte, string, error) {
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	part := func(field, name string, content []byte) error {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", mime.FormatMediaType("form-data", map[string]string{"name": field, "filename": name}))
+		h.Set("Content-Type", "application/octet-stream")
+		w, err := mw.CreatePart(h)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(content)
+		return err
+	}
+	if filename == "" {
+		filename = "job.yaml"
+	}
+	if err := part(FormJobFile, filename, jobFile); err != nil {
+		return nil, "", fmt.Errorf("encode job file: %w", err)
+	}
+	names := make([]string, 0, len(data))
+	for name := range data {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same bytes on every retry and every run
+	for _, name := range names {
+		if err := part(FormDataFile, name, data[name]); err != nil {
+			return nil, "", fmt.Errorf("encode data file %s: %w", name, err)
+		}
+	}
+	if err := mw.Close(); err != nil {
+		return nil, "", fmt.Errorf("encode submission: %w", err)
+	}
+	return body.Bytes(), mw.FormDataContentType(), nil
+}
+
+// errBadBundle marks a multipart submission the server cannot use; the
+// handler answers 400 with its message.
+var errBadBundle = errors.New("malformed submission")
+
+// readSubmission reads a job file and its data files from r: the plain
+// body, or a multipart bundle (see FormJobFile). The body is already capped
+// by the server's MaxBodyBytes.
+func readSubmission(r *http.Request) (jobFile []byte, partName string, data map[string][]byte, err error) {
+	mt, params, perr := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if perr != nil || mt != "multipart/form-data" {
+		jobFile, err = io.ReadAll(r.Body)
+		return jobFile, "", nil, err
+	}
+	if params["boundary"] == "" {
+		return nil, "", nil, fmt.Errorf("%w: multipart body without a boundary", errBadBundle)
+	}
+	mr := multipart.NewReader(r.Body, params["boundary"])
+	seenJob := false
+	for {
+		// NextRawPart: the parts are bytes as sent, with no transfer
+		// decoding applied.
+		p, err := mr.NextRawPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, "", nil, bundleErr(err)
+		}
+		// Part.FileName would strip directories, and the name must match
+		// the job file's "data/users.csv".
+		_, disp, derr := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+		if derr != nil {
+			return nil, "", nil, fmt.Errorf("%w: part Content-Disposition: %v", errBadBundle, derr)
+		}
+		content, err := io.ReadAll(p)
+		if err != nil {
+			return nil, "", nil, bundleErr(err)
+		}
+		switch field, name := disp["name"], disp["filename"]; field {
+		case FormJobFile:
+			if seenJob {
+				return nil, "", nil, fmt.Errorf("%w: more than one %q part", errBadBundle, FormJobFile)
+			}
+			seenJob, jobFile, partName = true, content, name
+		case FormDataFile:
+			switch {
+			case name == "":
+				return nil, "", nil, fmt.Errorf("%w: a %q part without a filename", errBadBundle, FormDataFile)
+			case len(data) == maxDataParts:
+				return nil, "", nil, fmt.Errorf("%w: more than %d data files", errBadBundle, maxDataParts)
+			}
+			if _, dup := data[name]; dup {
+				return nil, "", nil, fmt.Errorf("%w: data file %q sent twice", errBadBundle, truncateName(name))
+			}
+			if data == nil {
+				data = map[string][]byte{}
+			}
+			data[name] = content
+		default:
+			return nil, "", nil, fmt.Errorf("%w: unknown part %q (want %q and %q)", errBadBundle, truncateName(field), FormJobFile, FormDataFile)
+		}
+	}
+	if !seenJob {
+		return nil, "", nil, fmt.Errorf("%w: no %q part holding the job file", errBadBundle, FormJobFile)
+	}
+	return jobFile, partName, data, nil
+}
+
+// bundleErr keeps a body-size error as it is (the handler answers 413 for
+// it) and marks anything else as a malformed bundle.
+func bundleErr(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", errBadBundle, err)
+}
+
+func truncateName(s string) string {
+	if len(s) > 80 {
+		s = s[:80] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"tempest/api"
+	"tempest/wire"
+)
+
+// runningJob is a job with one running http workflow (10s planned) and one
+// finished sleep.
+func runningJob(dc string, completed, failed int64, elapsed float64) api.JobStatus {
+	return api.JobStatus{JobID: "j1", Status: wire.JobRunning, Datacenter: dc,
+		TotalCompleted: completed + 1, TotalFailed: failed, ElapsedSeconds: elapsed,
+		Workflows: []api.WorkflowStatus{
+			{Name: "get-root", WorkflowID: "w1", Status: wire.WorkflowRunning, CompletedCount: completed, FailedCount: failed,
+				ElapsedSeconds: elapsed, PlannedSeconds: 10,
+				Recent: &api.SeriesPoint{Completed: 180, Failed: 20, P50Ms: 3.25, P99Ms: 41}},
+			{Name: "nap", WorkflowID: "w2", Status: wire.WorkflowCompleted, CompletedCount: 1},
+		}}
+}
+
+func TestDisplayPlain(t *testing.T) {
+	now := time.Unix(0, 0)
+	var out bytes.Buffer
+	d := newDisplay(&out, false, 0, func() time.Time { return now })
+	d.update(runningJob("dc1", 0, 0, 0)) // first: printed
+	d.update(runningJob("dc1", 100, 0, 1))
+	now = now.Add(plainInterval / 2)
+	d.update(runningJob("dc1", 150, 0, 1.5)) // same status, soon after: not printed
+	now = now.Add(plainInterval)
+	d.update(runningJob("dc1", 400, 4, 3)) // interval passed: printed
+	done := runningJob("dc1", 500, 5, 4)
+	done.Status, done.Workflows[0].Status = wire.JobCompleted, wire.WorkflowCompleted
+	d.update(done) // status changed: printed
+
+	got := out.String()
+	if strings.ContainsAny(got, "\r\x1b") {
+		t.Fatalf("plain output has carriage returns or escapes: %q", got)
+	}
+	want := `j1 RUNNING  elapsed 0s  remaining 10s
+  -/s  completed 1  errors 0  workflows 1/2 done
+  get-root  RUNNING    200.0/s  p50 3.25ms  p99 41.0ms  errors 0
+  nap       COMPLETED  completed 1  errors 0
+j1 RUNNING  elapsed 3s  remaining 7s
+  169.3/s  completed 401  errors 4 (0.99%)  workflows 1/2 done
+  get-root  RUNNING    200.0/s  p50 3.25ms  p99 41.0ms  errors 4 (0.99%)
+  nap       COMPLETED  completed 1  errors 0
+j1 COMPLETED  elapsed 4s
+  101.0/s  completed 501  errors 5 (0.99%)  workflows 2/2 done
+  get-root  COMPLETED  completed 500  errors 5 (0.99%)
+  nap       COMPLETED  completed 1  errors 0
+`
+	if got != want {
+		t.Fatalf("plain output:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestDisplayTerminal(t *testing.T) {
+	var out bytes.Buffer
+	d := newDisplay(&out, true, 40, time.Now)
+	d.update(runningJob("dc1", 0, 0, 0))
+	first := out.Len()
+	d.update(runningJob("dc1", 100, 1, 1))
+	// Without the running workflow the block is a line shorter: the line
+	// left below it is erased.
+	st := runningJob("dc1", 100, 1, 2)
+	st.Workflows = st.Workflows[1:]
+	d.update(st)
+
+	s := out.String()
+	if strings.Contains(s[:first], "\x1b[4A") {
+		t.Fatal("the first draw climbed above the block")
+	}
+	if n := strings.Count(s, fmt.Sprintf(ansiUp, 4)); n != 2 {
+		t.Errorf("%d climbs of 4 lines, want one per redraw (2): %q", n, s)
+	}
+	if n := strings.Count(s, ansiClearLine); n != 4+4+3 {
+		t.Errorf("%d cleared lines, want every line of every draw (11)", n)
+	}
+	if !strings.HasSuffix(s, "\n"+ansiClearDown) {
+		t.Errorf("a shrunk block must erase what is left below it: %q", s[len(s)-20:])
+	}
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimPrefix(line[strings.LastIndex(line, ansiClearLine)+1:], ansiClearLine[1:])
+		if utf8.RuneCountInString(line) >= 40 {
+			t.Errorf("line %q does not fit 40 columns", line)
+		}
+	}
+}
+
+func TestDisplayDatacenters(t *testing.T) {
+	var out bytes.Buffer
+	d := newDisplay(&out, false, 0, time.Now)
+	d.update(runningJob("us-east", 100, 0, 2))
+	d.update(runningJob("eu-west", 50, 5, 3))
+	lines := strings.Split(out.String(), "\n")
+	last := lines[len(lines)-9 : len(lines)-1] // the second block
+	want := []string{
+		"j1 RUNNING  elapsed 3s  remaining 8s",
+		"  69.2/s  completed 152  errors 5 (3.18%)  workflows 2/4 done",
+		"  dc us-east  RUNNING  50.5/s  completed 101  errors 0",
+		"    get-root  RUNNING    200.0/s  p50 3.25ms  p99 41.0ms  errors 0",
+		"    nap       COMPLETED  completed 1  errors 0",
+		"  dc eu-west  RUNNING  18.7/s  completed 51  errors 5 (8.93%)",
+		"    get-root  RUNNING    200.0/s  p50 3.25ms  p99 41.0ms  errors 5 (9.09%)",
+		"    nap       COMPLETED  completed 1  errors 0",
+	}
+	if strings.Join(last, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("block:\n%s\nwant:\n%s", strings.Join(last, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestDisplayRemaining(t *testing.T) {
+	tests := []struct {
+		name string
+		mut  func(*api.JobStatus)
+		want string
+	}{
+		{"planned", func(*api.JobStatus) {}, "remaining 8s"},
+		{"overrun", func(st *api.JobStatus) { st.Workflows[0].ElapsedSeconds = 12 }, "remaining 0s"},
+		{"iterations: unknown", func(st *api.JobStatus) { st.Workflows[0].PlannedSeconds = 0 }, "remaining -"},
+		{"pending counts from its plan", func(st *api.JobStatus) {
+			st.Workflows[0].Status, st.Workflows[0].ElapsedSeconds = wire.WorkflowPending, 0
+		}, "remaining 10s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := runningJob("dc1", 10, 0, 2)
+			tt.mut(&st)
+			var out bytes.Buffer
+			newDisplay(&out, false, 0, time.Now).update(st)
+			if head, _, _ := strings.Cut(out.String(), "\n"); !strings.HasSuffix(head, tt.want) {
+				t.Fatalf("headline %q, want it to end in %q", head, tt.want)
+			}
+		})
+	}
+}
