@@ -302,7 +302,11 @@ func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, d
 		var last [][]wire.SecondStats
 		for _, w := range parts {
 			if n := len(w.Series); n > 0 && !w.Status.Terminal() {
-				last = append(last, w.Series[n-1:])
+				// Datacenters started a moment apart: their newest
+				// seconds count as one.
+				p := w.Series[n-1]
+				p.Second = 0
+				last = append(last, []wire.SecondStats{p})
 			}
 		}
 		if merged := mergeSeries(last); len(merged) > 0 {

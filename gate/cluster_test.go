@@ -1,0 +1,256 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/leadership"
+	"tempest/testutil"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// hubGates runs gates on an in-memory hub: real gates, real elections,
+// real bbolt files; only the network is simulated.
+type hubGates struct {
+	t     *testing.T
+	hub   *transport.Hub
+	ids   []string
+	gates map[string]*Gate
+	stop  map[string]func()
+}
+
+func startHubGates(t *testing.T, hub *transport.Hub, ids []string, ttl time.Duration) *hubGates {
+	t.Helper()
+	hg := &hubGates{t: t, hub: hub, ids: ids, gates: map[string]*Gate{}, stop: map[string]func(){}}
+	for _, id := range ids {
+		hg.start(id, ttl)
+	}
+	return hg
+}
+
+func (hg *hubGates) start(id string, ttl time.Duration) {
+	t := hg.t
+	var peers []Peer
+	for _, p := range hg.ids {
+		peers = append(peers, Peer{ID: p, QUIC: p})
+	}
+	cfg := DefaultConfig()
+	cfg.ID, cfg.Peers, cfg.SwimBind = id, peers, ""
+	cfg.DataDir = t.TempDir()
+	cfg.LeaseTTL, cfg.TickInterval, cfg.SyncTimeout, cfg.QuorumTimeout, cfg.DispatchTimeout = ttl, 20*time.Millisecond, 300*time.Millisecond, time.Second, 200*time.Millisecond
+	cfg.Logger = testutil.Logger(t, slog.LevelInfo)
+	tr := hg.hub.Node(id)
+	profile := leadership.TestProfile()
+	g, err := New(cfg, Deps{Transport: tr, ElectionProfile: &profile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Run(ctx)
+	}()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			if err := g.Shutdown(context.Background()); err != nil {
+				t.Errorf("shutdown %s: %v", id, err)
+			}
+			tr.Close()
+		})
+	}
+	hg.gates[id], hg.stop[id] = g, stop
+	t.Cleanup(stop)
+}
+
+func (hg *hubGates) leader(within time.Duration, among ...string) *Gate {
+	hg.t.Helper()
+	var found *Gate
+	testutil.Eventually(hg.t, within, 10*time.Millisecond, func() error {
+		for _, id := range among {
+			if g := hg.gates[id]; g.IsLeader() {
+				found = g
+				return nil
+			}
+		}
+		return fmt.Errorf("none of %v leads", among)
+	})
+	return found
+}
+
+// observe tells every gate that datacenter east's leader is the hub node m.
+func (hg *hubGates) observe(version uint64) {
+	for _, g := range hg.gates {
+		g.ObserveManager(&wire.ManagerHeartbeat{NodeID: "east-1", Datacenter: "east", IsLeader: true, Term: 1, Version: version, Addr: "east-1", AvailableCores: 4})
+	}
+}
+
+func sleepJob() *wire.JobSubmission {
+	return &wire.JobSubmission{Name: "nap", DatacenterCount: 1, Workflows: []wire.WorkflowSpec{{Name: "nap", Type: "sleep", Cores: 1}}}
+}
+
+// A new gate leader takes every lease over under a token from its own term,
+// reports renew a lease, and a lease nobody renews expires and fails its
+// datacenter for the job.
+func TestTakeoverRaisesFenceTokensAndExpiryFailsTheDatacenter(t *testing.T) {
+	hub := transport.NewHub()
+	ids := []string{"g1", "g2", "g3"}
+	hg := startHubGates(t, hub, ids, 600*time.Millisecond)
+	hg.observe(1)
+	first := hg.leader(10*time.Second, ids...)
+	ack, err := first.Submit(context.Background(), sleepJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ack.Datacenters, ",") != "east" {
+		t.Fatalf("datacenters %v, want east", ack.Datacenters)
+	}
+	id := ack.JobID
+	before := first.Leases(id)[0]
+	if before.LeaseHolder != first.ID() || before.FenceToken>>32 != first.elector.Status().Term {
+		t.Fatalf("lease %+v: want holder %s and a token from term %d", before, first.ID(), first.elector.Status().Term)
+	}
+
+	// The datacenter reports, as its manager leader would: the lease lives
+	// on past its TTL while reports come.
+	east := hub.Node("east-1")
+	defer east.Close()
+	report := func(to *Gate, st wire.JobStatus) (*wire.ProgressAck, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		reply, err := east.Call(ctx, to.ID(), &wire.JobProgress{JobID: id, Datacenter: "east", Status: st, TotalCompleted: 1, FenceToken: before.FenceToken})
+		if err != nil {
+			return nil, err
+		}
+		return reply.(*wire.ProgressAck), nil
+	}
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		if _, err := report(first, wire.JobRunning); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st, _ := first.Job(context.Background(), id); st.Status != wire.JobRunning {
+		t.Fatalf("job %s while its datacenter reported (%s)", st.Status, st.Error)
+	}
+
+	// The leader goes; another takes the lease over with a newer token.
+	hg.stop[first.ID()]()
+	var rest []string
+	for _, g := range ids {
+		if g != first.ID() {
+			rest = append(rest, g)
+		}
+	}
+	second := hg.leader(10*time.Second, rest...)
+	after := second.Leases(id)[0]
+	if after.LeaseHolder != second.ID() || after.FenceToken <= before.FenceToken || after.FenceToken>>32 != second.elector.Status().Term {
+		t.Fatalf("after takeover lease %+v, before %+v: want holder %s and a newer token", after, before, second.ID())
+	}
+	// A report to a follower reaches the leader, whose answer names it.
+	var follower *Gate
+	for _, g := range rest {
+		if g != second.ID() {
+			follower = hg.gates[g]
+		}
+	}
+	a, err := report(follower, wire.JobRunning)
+	if err != nil || a.Leader != second.ID() {
+		t.Fatalf("report through a follower: %+v, %v; want the leader %s named", a, err, second.ID())
+	}
+
+	// Reports stop: the lease expires and the datacenter fails the job.
+	st := waitJob(t, second, id, 10*time.Second)
+	if st.Status != wire.JobFailed || !strings.Contains(st.Error, "lease expired") {
+		t.Fatalf("job ended %s (%q), want FAILED after the lease expired", st.Status, st.Error)
+	}
+	// A datacenter that reports after that is told to stop.
+	if a, err := report(second, wire.JobRunning); err != nil || !a.Cancel {
+		t.Fatalf("late report answered %+v, %v; want a cancel", a, err)
+	}
+}
+
+// A gate that has not synced state from another gate may not lead: with
+// its state sync blocked it stays out of elections even when it is one of
+// the only two gates left, and once the sync goes through it holds every
+// job.
+func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
+	hub := transport.NewHub()
+	var block atomic.Bool
+	block.Store(true)
+	hub.SetHook(func(from, to string, msg wire.Message) bool {
+		_, sync := msg.(*wire.StateSyncRequest)
+		return !(block.Load() && sync && (from == "g3" || to == "g3"))
+	})
+	ids := []string{"g1", "g2", "g3"}
+	hg := startHubGates(t, hub, ids, time.Minute)
+	hg.observe(1)
+	first := hg.leader(10*time.Second, "g1", "g2")
+	ack, err := first.Submit(context.Background(), sleepJob())
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := hg.gates["g3"]
+	var led atomic.Bool
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for watchCtx.Err() == nil {
+			if late.lead.Load() != nil {
+				led.Store(true)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	hg.stop[first.ID()]()
+	other := "g1"
+	if first.ID() == "g1" {
+		other = "g2"
+	}
+	hg.leader(10*time.Second, other)
+	stopWatch()
+	<-watched
+	if led.Load() || late.Ready() {
+		t.Fatalf("the unsynced gate led=%v ready=%v", led.Load(), late.Ready())
+	}
+	block.Store(false)
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if !late.Ready() {
+			return errors.New("late gate not ready")
+		}
+		if len(late.Leases(ack.JobID)) != 1 {
+			return fmt.Errorf("late gate does not hold job %s", ack.JobID)
+		}
+		return nil
+	})
+}
+
+func waitJob(t *testing.T, g *Gate, id string, within time.Duration) *api.JobStatus {
+	t.Helper()
+	var last *api.JobStatus
+	testutil.Eventually(t, within, 20*time.Millisecond, func() error {
+		st, err := g.Job(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		last = st
+		if !st.Status.Terminal() {
+			return fmt.Errorf("job %s", st.Status)
+		}
+		return nil
+	})
+	return last
+}

@@ -1,0 +1,125 @@
+package gate
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"tempest/wire"
+)
+
+func dc(name string, st wire.JobStatus, errMsg string) wire.JobProgress {
+	return wire.JobProgress{Datacenter: name, Status: st, Error: errMsg}
+}
+
+func TestDeriveStatus(t *testing.T) {
+	tests := []struct {
+		name      string
+		dcs       []wire.JobProgress
+		cancelled string
+		want      wire.JobStatus
+		wantErr   string // substring; "" means no error
+	}{
+		{"none yet", nil, "", wire.JobSubmitted, ""},
+		{"most advanced shows", []wire.JobProgress{dc("a", wire.JobQueued, ""), dc("b", wire.JobRunning, "")}, "", wire.JobRunning, ""},
+		{"one done one running", []wire.JobProgress{dc("a", wire.JobCompleted, ""), dc("b", wire.JobDispatching, "")}, "", wire.JobDispatching, ""},
+		{"all completed", []wire.JobProgress{dc("a", wire.JobCompleted, ""), dc("b", wire.JobCompleted, "")}, "", wire.JobCompleted, ""},
+		{"partial failure names the datacenter", []wire.JobProgress{dc("a", wire.JobCompleted, ""), dc("b", wire.JobFailed, "lease expired")}, "", wire.JobFailed, "partial failure: 1 of 2 datacenters did not complete: b FAILED: lease expired"},
+		{"all failed", []wire.JobProgress{dc("a", wire.JobFailed, "x"), dc("b", wire.JobCancelled, "")}, "", wire.JobFailed, "a FAILED: x; b CANCELLED: CANCELLED"},
+		{"all timed out", []wire.JobProgress{dc("a", wire.JobTimeout, "t"), dc("b", wire.JobTimeout, "t")}, "", wire.JobTimeout, "a TIMEOUT"},
+		{"cancelled by a client", []wire.JobProgress{dc("a", wire.JobCancelled, "by me"), dc("b", wire.JobCompleted, "")}, "by me", wire.JobCancelled, "by me"},
+		{"cancel waits for every datacenter", []wire.JobProgress{dc("a", wire.JobCancelled, "by me"), dc("b", wire.JobRunning, "")}, "by me", wire.JobRunning, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, msg := deriveStatus(tt.dcs, tt.cancelled)
+			if got != tt.want {
+				t.Errorf("status %s, want %s", got, tt.want)
+			}
+			if tt.wantErr == "" && msg != "" || tt.wantErr != "" && !strings.Contains(msg, tt.wantErr) {
+				t.Errorf("error %q, want it to hold %q", msg, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestChooseDatacenters(t *testing.T) {
+	health := []dcHealth{
+		{Name: "east", Healthy: true, AvailableCores: 4},
+		{Name: "north", Healthy: false},
+		{Name: "south", Healthy: true, AvailableCores: 16},
+		{Name: "west", Healthy: true, AvailableCores: 8},
+	}
+	tests := []struct {
+		name  string
+		names []string
+		count int
+		want  []string
+		code  wire.Code
+	}{
+		{"one by default, the roomiest", nil, 0, []string{"south"}, 0},
+		{"two roomiest, sorted", nil, 2, []string{"south", "west"}, 0},
+		{"named", []string{"east", "west"}, 0, []string{"east", "west"}, 0},
+		{"named unknown", []string{"mars"}, 0, nil, wire.CodeRejected},
+		{"named unhealthy", []string{"north"}, 0, nil, wire.CodeUnavailable},
+		{"more than healthy", nil, 4, nil, wire.CodeUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := chooseDatacenters(health, tt.names, tt.count)
+			if tt.code != 0 {
+				if wire.CodeOf(err) != tt.code {
+					t.Fatalf("err %v, want code %s", err, tt.code)
+				}
+				return
+			}
+			if err != nil || strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Fatalf("got %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestDCTableLeaderAndHealth(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tb := newDCTable(func() time.Time { return now })
+	tb.heartbeat(&wire.ManagerHeartbeat{NodeID: "e1", Datacenter: "east", IsLeader: true, Term: 3, Version: 1, Addr: "e1:1", AvailableCores: 6, WorkerCount: 3})
+	tb.heartbeat(&wire.ManagerHeartbeat{NodeID: "e2", Datacenter: "east", Term: 3, Version: 1, Addr: "e2:1"})
+	tb.heartbeat(&wire.ManagerHeartbeat{NodeID: "w1", Datacenter: "west", Term: 1, Version: 1, Addr: "w1:1"})
+	if got := tb.targets("east"); strings.Join(got, ",") != "e1:1,e2:1" {
+		t.Errorf("targets east = %v, want the leader first", got)
+	}
+	h := tb.health(10 * time.Second)
+	if len(h) != 2 || !h[0].Healthy || h[0].Leader != "e1" || h[0].AvailableCores != 6 || h[1].Healthy {
+		t.Fatalf("health = %+v", h)
+	}
+	// A newer term's leader replaces the old claim; a stale version is ignored.
+	tb.heartbeat(&wire.ManagerHeartbeat{NodeID: "e2", Datacenter: "east", IsLeader: true, Term: 4, Version: 2, Addr: "e2:1"})
+	tb.heartbeat(&wire.ManagerHeartbeat{NodeID: "e1", Datacenter: "east", IsLeader: true, Term: 3, Version: 1, Addr: "e1:1"})
+	if got := tb.targets("east"); got[0] != "e2:1" {
+		t.Errorf("targets east = %v, want the new leader first", got)
+	}
+	// Silence makes a datacenter unhealthy.
+	now = now.Add(11 * time.Second)
+	for _, d := range tb.health(10 * time.Second) {
+		if d.Healthy {
+			t.Errorf("%s still healthy after 11 s of silence", d.Name)
+		}
+	}
+}
+
+func TestMergeSeries(t *testing.T) {
+	a := []wire.SecondStats{{Second: 0, Completed: 10, P50: time.Millisecond, P99: 10 * time.Millisecond}, {Second: 1, Completed: 10}}
+	b := []wire.SecondStats{{Second: 0, Completed: 30, Failed: 2, P50: 3 * time.Millisecond, P99: 30 * time.Millisecond}}
+	got := mergeSeries([][]wire.SecondStats{a, b})
+	if len(got) != 2 || got[0].Completed != 40 || got[0].Failed != 2 || got[1].Completed != 10 {
+		t.Fatalf("merged = %+v", got)
+	}
+	// Completion-weighted: (10*1 + 30*3)/40 = 2.5 ms.
+	if got[0].P50 != 2500*time.Microsecond {
+		t.Errorf("p50 = %s, want 2.5ms", got[0].P50)
+	}
+	if mergeSeries(nil) != nil {
+		t.Error("merging nothing should give nothing")
+	}
+}
