@@ -3,7 +3,6 @@ package gate
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -173,10 +172,7 @@ func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 		self.State = "syncing"
 	}
 	if g.keyring != nil {
-		self.SendKey = fmt.Sprintf("%08x", g.keyring.SendKeyID())
-		for _, id := range g.keyring.AcceptedKeyIDs() {
-			self.AcceptKeys = append(self.AcceptKeys, fmt.Sprintf("%08x", id))
-		}
+		self.SendKey, self.AcceptKeys = keyIDs(g.keyring.SendKeyID(), g.keyring.AcceptedKeyIDs())
 	}
 	view.Nodes = append(view.Nodes, self)
 	leader, _ := g.elector.Leader()
@@ -185,8 +181,12 @@ func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 			if n.Name == g.cfg.ID || n.Meta.Role != wire.RoleGate {
 				continue
 			}
-			view.Nodes = append(view.Nodes, api.NodeView{Name: n.Name, Role: string(wire.RoleGate), State: n.State.String(),
-				IsLeader: n.Name == leader, Addr: n.Meta.QUICAddr, API: n.Meta.Tags["api"]})
+			nv := api.NodeView{Name: n.Name, Role: string(wire.RoleGate), State: n.State.String(),
+				IsLeader: n.Name == leader, Addr: n.Meta.QUICAddr, API: n.Meta.Tags["api"], SendKey: n.Meta.Tags["send_key"]}
+			if a := n.Meta.Tags["accept_keys"]; a != "" {
+				nv.AcceptKeys = strings.Split(a, ",")
+			}
+			view.Nodes = append(view.Nodes, nv)
 		}
 	}
 	for _, e := range g.dcs.all() {
@@ -197,10 +197,7 @@ func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 		nv := api.NodeView{Name: e.id, Role: string(wire.RoleManager), DC: e.dc, State: state, IsLeader: e.hb.IsLeader,
 			AvailableCores: e.hb.AvailableCores, Addr: e.addr, Term: e.hb.Term}
 		if e.hb.SendKeyID != 0 {
-			nv.SendKey = fmt.Sprintf("%08x", e.hb.SendKeyID)
-			for _, id := range e.hb.AcceptKeyIDs {
-				nv.AcceptKeys = append(nv.AcceptKeys, fmt.Sprintf("%08x", id))
-			}
+			nv.SendKey, nv.AcceptKeys = keyIDs(e.hb.SendKeyID, e.hb.AcceptKeyIDs)
 		}
 		view.Nodes = append(view.Nodes, nv)
 	}

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -370,16 +371,37 @@ func (g *Gate) ReloadSecrets(current, previous string) error {
 			return fmt.Errorf("swim keys: %w", err)
 		}
 	}
+	if g.members != nil {
+		if err := g.members.UpdateMeta(g.nodeMeta()); err != nil {
+			g.log.Warn("could not publish the new key ids", "err", err)
+		}
+	}
 	g.log.Info("secrets reloaded", "send_key", fmt.Sprintf("%08x", g.keyring.SendKeyID()))
 	return nil
 }
 
+// nodeMeta is what the gate publishes in SWIM: its role, QUIC address, API
+// URL and the key ids it sends with and accepts, so every gate's cluster
+// view shows how far a rotation pass has got on the others (managers put
+// theirs in heartbeats; gates send none).
 func (g *Gate) nodeMeta() swim.NodeMeta {
-	meta := swim.NodeMeta{Role: wire.RoleGate, QUICAddr: g.tr.Addr()}
+	meta := swim.NodeMeta{Role: wire.RoleGate, QUICAddr: g.tr.Addr(), Tags: map[string]string{}}
 	if u := *g.apiURL.Load(); u != "" {
-		meta.Tags = map[string]string{"api": u}
+		meta.Tags["api"] = u
+	}
+	if g.keyring != nil {
+		send, accept := keyIDs(g.keyring.SendKeyID(), g.keyring.AcceptedKeyIDs())
+		meta.Tags["send_key"], meta.Tags["accept_keys"] = send, strings.Join(accept, ",")
 	}
 	return meta
+}
+
+func keyIDs(send uint32, accept []uint32) (string, []string) {
+	out := make([]string, len(accept))
+	for i, id := range accept {
+		out[i] = fmt.Sprintf("%08x", id)
+	}
+	return fmt.Sprintf("%08x", send), out
 }
 
 // LocalState implements swim.StateEmbedder: gates send no payload.

@@ -61,6 +61,8 @@ type cluster struct {
 	*devcluster.Cluster
 	t      *testing.T
 	client *api.Client
+	// direct reaches the managers when client goes through gates.
+	direct *api.Client
 }
 
 // startCluster runs managers and workers as real processes and waits until
@@ -108,6 +110,12 @@ func startWith(t *testing.T, opts devcluster.Options) *cluster {
 	}
 	t.Cleanup(client.Close)
 	cl.client = client
+	if opts.Gates > 0 {
+		if cl.direct, err = api.NewClient(c.ManagerAPIs(""), c.Token()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.direct.Close)
+	}
 	return cl
 }
 
@@ -222,7 +230,7 @@ func (c *cluster) leader() string {
 	testutil.Eventually(c.t, 20*time.Second, 100*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		view, err := c.client.Cluster(ctx)
+		view, err := c.views(ctx)
 		if err != nil {
 			return err
 		}

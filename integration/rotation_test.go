@@ -32,7 +32,7 @@ import (
 //   - every node ends sending with the new key and accepting only it;
 //   - afterwards a peer holding only the old secret is refused.
 func TestRollingSecretRotation(t *testing.T) {
-	c := startCluster(t, 3, 2, 2)
+	c := startGated(t, 3, 1, 3, 2)
 	tgt := startTarget(t, target.DefaultConfig())
 	old := c.Secret()
 	next, err := security.GenerateSecret()
@@ -45,14 +45,19 @@ func TestRollingSecretRotation(t *testing.T) {
 	// on an idle 2-core machine; 25 s leaves room for a loaded one). The
 	// test checks below that it did.
 	id := c.submit(httpJob("rotation", "http://"+tgt.Addr(), 2, "25s", ""))
+	// Through a gate the worker reads "dc/worker".
 	busy := c.waitRunning(id).Workflows[0].Worker
+	busy = busy[strings.IndexByte(busy, '/')+1:]
 
-	var nodes, workers, managers []string
+	var nodes, workers, managers, gates []string
 	for _, n := range c.Nodes() {
 		nodes = append(nodes, n.Name)
-		if n.Role == "worker" {
+		switch n.Role {
+		case "worker":
 			workers = append(workers, n.Name)
-		} else {
+		case "gate":
+			gates = append(gates, n.Name)
+		default:
 			managers = append(managers, n.Name)
 		}
 	}
@@ -74,14 +79,15 @@ func TestRollingSecretRotation(t *testing.T) {
 		{"install", old, next, oldKey, []string{oldKey, nextKey}, func() string { return idle }},
 		// A manager that does not lead restarts: no election is forced.
 		{"use", next, old, nextKey, []string{nextKey, oldKey}, func() string { return c.follower() }},
-		{"remove", next, "", nextKey, []string{nextKey}, nil},
+		// So does a gate that does not lead.
+		{"remove", next, "", nextKey, []string{nextKey}, func() string { return c.followerGate() }},
 	}
 	for _, p := range passes {
 		restart := ""
 		if p.restart != nil {
 			restart = p.restart()
 		}
-		for _, name := range append(slices.Clone(managers), workers...) {
+		for _, name := range slices.Concat(managers, workers, gates) {
 			if err := c.SetSecrets(name, p.current, p.previous); err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +123,7 @@ func TestRollingSecretRotation(t *testing.T) {
 	if got, want := uint64(st.Workflows[0].CompletedCount+st.Workflows[0].FailedCount), tgt.Stats().Requests; got != want {
 		t.Errorf("job counted %d requests, the target answered %d", got, want)
 	}
-	for _, m := range managers {
+	for _, m := range slices.Concat(managers, gates) {
 		n, _ := c.Node(m)
 		if v := authFailures(t, "http://"+n.API); v != 0 {
 			t.Errorf("%s counted %d envelopes it could not open during the rotation", m, v)
@@ -127,7 +133,7 @@ func TestRollingSecretRotation(t *testing.T) {
 	// After the remove pass a node still on the old secret alone is
 	// refused by workers and managers alike.
 	tr := wireNode(t, "left-behind", old)
-	for _, name := range []string{busy, managers[0]} {
+	for _, name := range []string{busy, managers[0], gates[0]} {
 		n, _ := c.Node(name)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := tr.Call(ctx, n.QUIC, &wire.Ping{Seq: 1})
@@ -153,6 +159,44 @@ func (c *cluster) follower() string {
 	return ""
 }
 
+// followerGate is a gate that runs and does not lead.
+func (c *cluster) followerGate() string {
+	c.t.Helper()
+	leader := c.gateLeader()
+	for _, n := range c.Nodes() {
+		if n.Role == "gate" && n.Name != leader && c.Running(n.Name) {
+			return n.Name
+		}
+	}
+	c.t.Fatal("no follower gate")
+	return ""
+}
+
+// views is the cluster view through the entry points and, behind gates,
+// the managers' own (gates do not list workers), merged by node name; the
+// datacenter's view wins for its own nodes.
+func (c *cluster) views(ctx context.Context) (*api.ClusterView, error) {
+	view, err := c.client.Cluster(ctx)
+	if err != nil || c.direct == nil {
+		return view, err
+	}
+	dv, err := c.direct.Cluster(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &api.ClusterView{Nodes: dv.Nodes}
+	seen := map[string]bool{}
+	for _, n := range dv.Nodes {
+		seen[n.Name] = true
+	}
+	for _, n := range view.Nodes {
+		if !seen[n.Name] {
+			out.Nodes = append(out.Nodes, n)
+		}
+	}
+	return out, nil
+}
+
 // waitKeys polls the cluster view until node shows the wanted send key and
 // accept list.
 func (c *cluster) waitKeys(pass, node, send string, accept []string) {
@@ -160,7 +204,7 @@ func (c *cluster) waitKeys(pass, node, send string, accept []string) {
 	testutil.Eventually(c.t, 20*time.Second, 50*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		view, err := c.client.Cluster(ctx)
+		view, err := c.views(ctx)
 		if err != nil {
 			return err
 		}
@@ -206,7 +250,7 @@ func startAliveWatch(t *testing.T, c *cluster, nodes []string) *aliveWatch {
 			case <-tick.C:
 			}
 			vctx, vcancel := context.WithTimeout(ctx, 2*time.Second)
-			view, err := c.client.Cluster(vctx)
+			view, err := c.views(vctx)
 			vcancel()
 			if err != nil {
 				continue // a proxied request during a leader change; the next tick retries
@@ -234,7 +278,7 @@ func (w *aliveWatch) check(view *api.ClusterView, nodes []string) {
 		switch {
 		case !ok:
 			w.bad = append(w.bad, name+" missing from the view")
-		case n.Role == "manager" && n.State != "alive",
+		case (n.Role == "manager" || n.Role == "gate") && n.State != "alive",
 			n.Role == "worker" && n.State != string(wire.WorkerHealthy) && n.State != string(wire.WorkerDegraded):
 			w.bad = append(w.bad, fmt.Sprintf("%s %s", name, n.State))
 		}
