@@ -3,8 +3,8 @@ package gate
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
