@@ -69,24 +69,27 @@ func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, erro
 	out := make(chan api.JobStatus, 1)
 	started := g.spawn(func(gctx context.Context) {
 		defer close(out)
-		var last uint64
 		for {
+			// changed is taken with the record, so a change made while
+			// this status is sent or the stream is paced is not missed.
 			rec, changed, ok := g.record(id)
 			if !ok {
 				return
 			}
-			if rec.Version != last || last == 0 || !rec.Status.Terminal() {
-				st := g.jobStatus(&rec, false)
-				select {
-				case out <- st:
-				case <-ctx.Done():
-					return
-				case <-gctx.Done():
-					return
-				}
-				last = rec.Version
+			select {
+			case out <- g.jobStatus(&rec, false):
+			case <-ctx.Done():
+				return
+			case <-gctx.Done():
+				return
 			}
 			if rec.Status.Terminal() {
+				return
+			}
+			// Each status merges every histogram, and reports arrive from
+			// every datacenter several times a second: pace each stream
+			// so changes coalesce.
+			if !sleepCtx(ctx, watchPacing) {
 				return
 			}
 			select {
@@ -94,9 +97,6 @@ func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, erro
 			case <-ctx.Done():
 				return
 			case <-gctx.Done():
-				return
-			}
-			if !sleepCtx(ctx, watchPacing) {
 				return
 			}
 		}

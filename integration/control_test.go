@@ -193,7 +193,7 @@ func TestBadInputs(t *testing.T) {
 	if _, err := bad.Jobs(ctx); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 		t.Errorf("wrong token: want 401, got %v", err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.APIs()[0]+"/v1/jobs", strings.NewReader(strings.Repeat("x", 2<<20)))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.APIs()[0]+"/v1/jobs", strings.NewReader(strings.Repeat("x", int(api.DefaultMaxBodyBytes)+1)))
 	req.Header.Set("Authorization", "Bearer "+c.Token())
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized body: want 413, got %v %v", resp, err)

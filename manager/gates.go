@@ -213,6 +213,14 @@ func (m *Manager) handleLeaseTransfer(ctx context.Context, from transport.Peer, 
 	return &wire.LeaseAck{JobID: lt.JobID, Datacenter: m.cfg.Datacenter, Accepted: true}, nil
 }
 
+// kickGates asks for a report round now.
+func (m *Manager) kickGates() {
+	select {
+	case m.gateKick <- struct{}{}:
+	default:
+	}
+}
+
 // gateReport is one job's report and where to send it.
 type gateReport struct {
 	jp      wire.JobProgress
@@ -231,6 +239,7 @@ func (m *Manager) gateReportLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-m.gateKick:
 		}
 		lt := m.leading()
 		if lt == nil || !lt.isSynced() {
@@ -242,6 +251,11 @@ func (m *Manager) gateReportLoop(ctx context.Context) {
 			wg.Go(func() { m.sendGateReport(lt.ctx, r) })
 		}
 		wg.Wait()
+		// Kicks come with every status change; a round reports every
+		// gate-driven job, so rounds are spaced even when kicks are not.
+		if !sleepCtx(ctx, m.cfg.GateReportInterval/10) {
+			return
+		}
 	}
 }
 

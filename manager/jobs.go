@@ -171,6 +171,9 @@ func (m *Manager) finishLocked(tx *txn) []jobWrite {
 				tx.afterCommit(func() { m.replicateStatus(tx.leading, jp) })
 			}
 		}
+		if changed && j.rec.Submission.Origin != "" {
+			m.kickGates()
+		}
 		if changed || tx.visible[j] {
 			j.seq++
 			for w := range j.watchers {

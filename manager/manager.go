@@ -101,9 +101,12 @@ type Manager struct {
 
 	lead   atomic.Pointer[leaderTerm]
 	kickCh chan struct{}
-	hb     atomic.Pointer[[]byte]
-	hbVer  atomic.Uint64
-	apiURL atomic.Pointer[string]
+	// gateKick asks the gate report loop to report now: a job's status
+	// changed, and the gate should not learn it a report interval late.
+	gateKick chan struct{}
+	hb       atomic.Pointer[[]byte]
+	hbVer    atomic.Uint64
+	apiURL   atomic.Pointer[string]
 
 	lifeMu  sync.Mutex
 	closing bool
@@ -152,6 +155,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		wfs:           make(map[string]*workflowState),
 		orphanCommits: make(map[string]wire.ProvisionCommit),
 		kickCh:        make(chan struct{}, 1),
+		gateKick:      make(chan struct{}, 1),
 		runDone:       make(chan struct{}),
 		closed:        make(chan struct{}),
 	}

@@ -27,6 +27,7 @@ const (
 	// versioned: changing one is a wire-incompatible change.
 	envelopeInfo   = "tempest envelope v1"
 	memberlistInfo = "tempest memberlist keyring v1"
+	resetInfo      = "tempest quic stateless reset v1 "
 )
 
 // Errors from Open. They are returned wrapped with context; test with
@@ -137,6 +138,22 @@ func newSecretKey(secret string) (*secretKey, error) {
 		return nil, fmt.Errorf("derive memberlist key for %08x: %w", sk.id, err)
 	}
 	return sk, nil
+}
+
+// StatelessResetKey derives node's QUIC stateless reset key from the secret
+// it sends with. A node restarted after a crash derives the same key, so it
+// can answer a peer's packets for a connection it no longer has with a
+// stateless reset the peer trusts, and the peer drops that connection at
+// once instead of after its idle timeout. A node restarted with a new
+// secret cannot; its peers then wait for the idle timeout, as without a
+// key. The key is secret: it lets its holder reset the node's connections.
+func (k *Keyring) StatelessResetKey(node string) ([32]byte, error) {
+	var key [32]byte
+	sk := k.keys.Load().send
+	if _, err := io.ReadFull(hkdf.New(sha256.New, sk.secret, nil, []byte(resetInfo+node)), key[:]); err != nil {
+		return key, fmt.Errorf("derive stateless reset key: %w", err)
+	}
+	return key, nil
 }
 
 // SendKeyID is the id of the secret Seal uses.

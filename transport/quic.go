@@ -95,7 +95,16 @@ func NewQUIC(cfg Config) (*QUIC, error) {
 		MaxStreamReceiveWindow:     16 << 20,
 		MaxConnectionReceiveWindow: 64 << 20,
 	}
-	tr := &quic.Transport{Conn: udp}
+	resetKey, err := cfg.Keyring.StatelessResetKey(cfg.NodeID)
+	if err != nil {
+		udp.Close()
+		return nil, err
+	}
+	// Stateless resets let a peer of a crashed-and-restarted node drop its
+	// dead connection at the restarted node's first answer. Without them a
+	// one-way message (an election vote, a report) keeps going into the
+	// dead connection until the idle timeout.
+	tr := &quic.Transport{Conn: udp, StatelessResetKey: (*quic.StatelessResetKey)(&resetKey)}
 	ln, err := tr.Listen(serverTLS, qc)
 	if err != nil {
 		udp.Close()

@@ -571,3 +571,40 @@ func TestCloseIsGracefulAndIdempotent(t *testing.T) {
 func securityKeyring(secret string) (*security.Keyring, error) {
 	return security.NewKeyring(secret, "")
 }
+
+// A peer that crashed and restarted on the same address answers packets of
+// the connection it lost with a stateless reset (its key derives from the
+// secret and its node id), so one-way messages to it flow again at once
+// rather than vanishing into the dead connection until the idle timeout.
+func TestRestartedPeerResetsTheDeadConnection(t *testing.T) {
+	long := func(c *Config) { c.IdleTimeout = time.Minute }
+	a := newNode(t, "a", nodeOpts{tweak: long})
+	b := newNode(t, "b", nodeOpts{listen: "127.0.0.1:0", tweak: long})
+	addr := b.Addr()
+	var got atomic.Int64
+	count := func(context.Context, Peer, wire.Message) (wire.Message, error) { got.Add(1); return nil, nil }
+	b.Handle(wire.TypePing, count)
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
+		a.Send(context.Background(), addr, &wire.Ping{Seq: 1})
+		if got.Load() == 0 {
+			return errors.New("first ping not delivered")
+		}
+		return nil
+	})
+	// A crash: the socket goes away without a word to the peer.
+	b.udp.Close()
+	b2 := newNode(t, "b", nodeOpts{listen: addr, tweak: long})
+	var got2 atomic.Int64
+	b2.Handle(wire.TypePing, func(context.Context, Peer, wire.Message) (wire.Message, error) { got2.Add(1); return nil, nil })
+	start := time.Now()
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		a.Send(ctx, addr, &wire.Ping{Seq: 2})
+		if got2.Load() == 0 {
+			return errors.New("no ping reached the restarted peer")
+		}
+		return nil
+	})
+	t.Logf("one-way messages reach the restarted peer after %s (idle timeout %s)", time.Since(start).Round(time.Millisecond), time.Minute)
+}
