@@ -5,13 +5,14 @@
 //     workflows, through a gate and directly to the datacenter's manager
 //     leader, interleaved (gate, direct, gate, ...) so both see the same
 //     machine; -n jobs each;
+//
 //  2. failover: -trials times, a job runs and a client watches it through
 //     the gates (the Go client the CLI uses, listing every gate); the gate
 //     leader is SIGKILLed and the time until the watching client receives a
 //     status whose leases name the new leader is recorded; the killed gate
 //     is restarted and the cluster settles before the next trial.
 //
-//	make build && go run ./bench/gate -bin bin
+//     make build && go run ./bench/gate -bin bin
 //
 // The cluster: -gates gates in front of one datacenter of -managers
 // managers and -workers workers (64 cores each, so capacity is never the
