@@ -9,7 +9,6 @@ import (
 
 	"tempest/api"
 	"tempest/wire"
-	"tempest/workflow"
 )
 
 // watchPacing is the least time between two statuses a watcher is sent:
@@ -254,7 +253,10 @@ func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
 		}
 	}
 	st.ThresholdsFailed = st.ThresholdAbort
-	for _, spec := range rec.Submission.Workflows {
+	for i, spec := range rec.Submission.Workflows {
+		if spec.Shard > 1 && i > 0 && rec.Submission.Workflows[i-1].Name == spec.Name {
+			continue // merged with its first shard
+		}
 		ws := g.mergedWorkflow(rec, spec, detail)
 		for _, r := range ws.Thresholds {
 			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed
@@ -264,155 +266,20 @@ func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
 	return st
 }
 
-// mergedWorkflow merges one workflow's reports from every datacenter.
+// mergedWorkflow merges one workflow's reports from every datacenter (and
+// every shard within each).
 func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, detail bool) api.WorkflowStatus {
-	ws := api.WorkflowStatus{Name: spec.Name, Type: spec.Type}
-	var parts []wire.WorkflowProgress
-	var ids, workers, errs []string
-	var steps []wire.StepStats
-	var elapsed time.Duration
+	var parts []api.WorkflowPart
 	for _, p := range rec.Datacenters {
 		for _, w := range p.Workflows {
-			if w.WorkflowName != spec.Name {
-				continue
-			}
-			parts = append(parts, w)
-			ids = append(ids, w.WorkflowID)
-			if w.WorkerID != "" {
-				workers = append(workers, p.Datacenter+"/"+w.WorkerID)
-			}
-			if w.Error != "" {
-				errs = append(errs, p.Datacenter+": "+w.Error)
-			}
-			ws.CompletedCount += w.CompletedCount
-			ws.FailedCount += w.FailedCount
-			ws.DroppedIterations += w.DroppedIterations
-			ws.Attempts = max(ws.Attempts, 1)
-			steps = append(steps, w.StepStats...)
-			elapsed = max(elapsed, w.Elapsed)
-		}
-	}
-	ws.ElapsedSeconds = elapsed.Seconds()
-	ws.PlannedSeconds = spec.Planned.Seconds()
-	if !mergedWorkflowStatus(parts, len(rec.Datacenters)).Terminal() {
-		// The newest complete second of each datacenter, added up.
-		var last [][]wire.SecondStats
-		for _, w := range parts {
-			if n := len(w.Series); n > 0 && !w.Status.Terminal() {
-				// Datacenters started a moment apart: their newest
-				// seconds count as one.
-				p := w.Series[n-1]
-				p.Second = 0
-				last = append(last, []wire.SecondStats{p})
+			if w.WorkflowName == spec.Name {
+				parts = append(parts, api.WorkflowPart{Label: p.Datacenter + "/", Progress: w, Attempts: 1})
 			}
 		}
-		if merged := mergeSeries(last); len(merged) > 0 {
-			recent := api.SeriesPoints(merged[len(merged)-1:])[0]
-			ws.Recent = &recent
-		}
 	}
-	ws.WorkflowID = strings.Join(ids, ",")
-	ws.Worker = strings.Join(workers, ",")
-	ws.Error = strings.Join(errs, "; ")
-	ws.Status = mergedWorkflowStatus(parts, len(rec.Datacenters))
-	if len(steps) == 0 {
-		return ws
-	}
-	sums, merged, err := api.StepSummaries(steps)
+	ws, err := api.MergeWorkflow(spec, parts, len(rec.Datacenters)*max(spec.Shards, 1), detail)
 	if err != nil {
 		g.log.Warn("undecodable step statistics", "job_id", rec.Submission.JobID, "workflow", spec.Name, "err", err)
-		return ws
-	}
-	ws.Steps = sums
-	if len(spec.Thresholds) > 0 && ws.Status.Terminal() {
-		ws.Thresholds = api.ThresholdResults(workflow.Evaluate(spec.Thresholds, merged, ws.CompletedCount, ws.FailedCount, elapsed))
-	}
-	if detail {
-		if err := api.AddDistributions(ws.Steps, merged); err != nil {
-			g.log.Warn("latency distribution", "job_id", rec.Submission.JobID, "workflow", spec.Name, "err", err)
-		}
-		var series [][]wire.SecondStats
-		for _, w := range parts {
-			series = append(series, w.Series)
-		}
-		ws.Series = api.SeriesPoints(mergeSeries(series))
 	}
 	return ws
-}
-
-// mergedWorkflowStatus: ended only when every datacenter's part ended;
-// COMPLETED only if all completed.
-func mergedWorkflowStatus(parts []wire.WorkflowProgress, dcs int) wire.WorkflowStatus {
-	if len(parts) == 0 {
-		return wire.WorkflowPending
-	}
-	var running, failed, cancelled bool
-	for _, p := range parts {
-		switch {
-		case !p.Status.Terminal():
-			running = true
-		case p.Status == wire.WorkflowFailed:
-			failed = true
-		case p.Status == wire.WorkflowCancelled:
-			cancelled = true
-		}
-	}
-	switch {
-	case running || len(parts) < dcs:
-		for _, p := range parts {
-			if p.Status == wire.WorkflowRunning {
-				return wire.WorkflowRunning
-			}
-		}
-		return parts[0].Status
-	case failed:
-		return wire.WorkflowFailed
-	case cancelled:
-		return wire.WorkflowCancelled
-	}
-	return wire.WorkflowCompleted
-}
-
-// mergeSeries adds per-second points from several datacenters: counts are
-// summed; p50/p99 are completion-weighted means, good for drawing only
-// (thresholds and summaries use the merged histograms).
-func mergeSeries(parts [][]wire.SecondStats) []wire.SecondStats {
-	if len(parts) == 0 {
-		return nil
-	}
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	type acc struct {
-		s           wire.SecondStats
-		p50, p99, w float64
-	}
-	by := map[int64]*acc{}
-	for _, part := range parts {
-		for _, p := range part {
-			a, ok := by[p.Second]
-			if !ok {
-				a = &acc{s: wire.SecondStats{Second: p.Second}}
-				by[p.Second] = a
-			}
-			a.s.Completed += p.Completed
-			a.s.Failed += p.Failed
-			a.s.Dropped += p.Dropped
-			a.s.VUs += p.VUs
-			w := float64(max(p.Completed, 1))
-			a.p50 += w * float64(p.P50)
-			a.p99 += w * float64(p.P99)
-			a.w += w
-		}
-	}
-	out := make([]wire.SecondStats, 0, len(by))
-	for _, a := range by {
-		if a.w > 0 {
-			a.s.P50 = time.Duration(a.p50 / a.w)
-			a.s.P99 = time.Duration(a.p99 / a.w)
-		}
-		out = append(out, a.s)
-	}
-	slices.SortFunc(out, func(a, b wire.SecondStats) int { return cmp.Compare(a.Second, b.Second) })
-	return out
 }

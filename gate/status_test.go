@@ -108,18 +108,3 @@ func TestDCTableLeaderAndHealth(t *testing.T) {
 	}
 }
 
-func TestMergeSeries(t *testing.T) {
-	a := []wire.SecondStats{{Second: 0, Completed: 10, P50: time.Millisecond, P99: 10 * time.Millisecond}, {Second: 1, Completed: 10}}
-	b := []wire.SecondStats{{Second: 0, Completed: 30, Failed: 2, P50: 3 * time.Millisecond, P99: 30 * time.Millisecond}}
-	got := mergeSeries([][]wire.SecondStats{a, b})
-	if len(got) != 2 || got[0].Completed != 40 || got[0].Failed != 2 || got[1].Completed != 10 {
-		t.Fatalf("merged = %+v", got)
-	}
-	// Completion-weighted: (10*1 + 30*3)/40 = 2.5 ms.
-	if got[0].P50 != 2500*time.Microsecond {
-		t.Errorf("p50 = %s, want 2.5ms", got[0].P50)
-	}
-	if mergeSeries(nil) != nil {
-		t.Error("merging nothing should give nothing")
-	}
-}

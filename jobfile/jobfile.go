@@ -120,7 +120,8 @@ func (p *parser) submission() *wire.JobSubmission {
 	var dups workflow.FieldErrors
 	first := map[string]int{}
 	for i, wf := range wfs {
-		spec := p.workflow(wf, sub.Timeout, timeoutOK)
+		specs := p.workflow(wf, sub.Timeout, timeoutOK)
+		spec := specs[0]
 		if spec.Name != "" {
 			if j, dup := first[spec.Name]; dup {
 				dups = append(dups, workflow.FieldError{
@@ -131,7 +132,7 @@ func (p *parser) submission() *wire.JobSubmission {
 				first[spec.Name] = i
 			}
 		}
-		sub.Workflows = append(sub.Workflows, spec)
+		sub.Workflows = append(sub.Workflows, specs...)
 	}
 	if len(dups) > 0 {
 		f.Report(dups)
@@ -190,8 +191,18 @@ func (p *parser) datacenters(sub *wire.JobSubmission) {
 }
 
 // workflow reads the keys every workflow has and hands the rest to its type.
-func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeoutOK bool) wire.WorkflowSpec {
+// workflow reads one workflow; with shards: N it returns N specs, each with
+// its share of the load (see workflow.Splitter).
+func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeoutOK bool) []wire.WorkflowSpec {
 	spec := wire.WorkflowSpec{Cores: DefaultCores}
+	shards := 1
+	if n, ok := f.Int("shards"); ok {
+		if n < 1 || n > workflow.MaxShards {
+			f.Errorf("shards", "must be between 1 and %d, got %d", workflow.MaxShards, n)
+		} else {
+			shards = int(n)
+		}
+	}
 	f.Required("name", "type")
 	if name, ok := f.String("name"); ok {
 		if err := workflow.CheckName(name); err != nil {
@@ -221,20 +232,39 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 	typeName, ok := f.String("type")
 	if !ok {
 		f.Skip() // without a type, no key can be judged
-		return spec
+		return []wire.WorkflowSpec{spec}
 	}
 	typ, ok := p.reg.Lookup(typeName)
 	if !ok {
 		f.Errorf("type", "unknown workflow type %q (known: %s)", typeName, strings.Join(p.reg.Names(), ", "))
 		f.Skip()
-		return spec
+		return []wire.WorkflowSpec{spec}
 	}
 	spec.Type = typeName
 	spec.Params = typ.ParseParams(f)
-	if !f.HasProblems() {
-		spec.Planned = workflow.PlannedDuration(typ, spec.Params)
+	if f.HasProblems() {
+		return []wire.WorkflowSpec{spec}
 	}
-	return spec
+	spec.Planned = workflow.PlannedDuration(typ, spec.Params)
+	if shards == 1 {
+		return []wire.WorkflowSpec{spec}
+	}
+	splitter, ok := typ.(workflow.Splitter)
+	if !ok {
+		f.Errorf("shards", "a %s workflow cannot be split over workers", typeName)
+		return []wire.WorkflowSpec{spec}
+	}
+	parts, err := splitter.Split(spec.Params, shards)
+	if err != nil {
+		f.Errorf("shards", "%v", err)
+		return []wire.WorkflowSpec{spec}
+	}
+	out := make([]wire.WorkflowSpec, shards)
+	for i, params := range parts {
+		out[i] = spec
+		out[i].Params, out[i].Shard, out[i].Shards = params, i+1, shards
+	}
+	return out
 }
 
 // mergeProblems puts the YAML-level problems and the field problems in line

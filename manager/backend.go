@@ -39,7 +39,7 @@ func (m *Manager) Jobs(context.Context) ([]api.JobStatus, error) {
 	})
 	out := make([]api.JobStatus, 0, len(views))
 	for _, v := range views {
-		out = append(out, m.jobStatus(v))
+		out = append(out, m.jobStatus(v, false))
 	}
 	return out, nil
 }
@@ -50,7 +50,7 @@ func (m *Manager) Job(_ context.Context, id string) (*api.JobStatus, error) {
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
 	}
-	st := m.jobStatus(v)
+	st := m.jobStatus(v, false)
 	return &st, nil
 }
 
@@ -72,10 +72,7 @@ func (m *Manager) Results(_ context.Context, id string) (*api.Results, error) {
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
 	}
-	st := m.jobStatus(v)
-	for i := range v.wfs { // jobStatus keeps v.wfs's order
-		m.resultDetail(&v.wfs[i], &st.Workflows[i])
-	}
+	st := m.jobStatus(v, true)
 	return &api.Results{JobID: st.JobID, Status: st.Status, Workflows: st.Workflows}, nil
 }
 
@@ -212,7 +209,7 @@ func (m *Manager) viewJob(id string) (jobView, bool) {
 }
 
 // jobStatus is a job's API shape.
-func (m *Manager) jobStatus(v jobView) api.JobStatus {
+func (m *Manager) jobStatus(v jobView, detail bool) api.JobStatus {
 	st := api.JobStatus{
 		JobID:          v.rec.ID(),
 		Name:           v.rec.Submission.Name,
@@ -233,8 +230,16 @@ func (m *Manager) jobStatus(v jobView) api.JobStatus {
 	}
 	st.ThresholdAbort = thresholdAbort(v.rec.Status, v.rec.Error)
 	st.ThresholdsFailed = st.ThresholdAbort
-	for i := range v.wfs {
-		ws := m.workflowStatus(&v.wfs[i])
+	for _, group := range shardGroups(v.wfs) {
+		var ws api.WorkflowStatus
+		if len(group) == 1 {
+			ws = m.workflowStatus(&group[0])
+			if detail {
+				m.resultDetail(&group[0], &ws)
+			}
+		} else {
+			ws = m.shardsStatus(group, detail)
+		}
 		for _, r := range ws.Thresholds {
 			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed
 		}

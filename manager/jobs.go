@@ -57,6 +57,9 @@ type workflowState struct {
 	// thresholds tracks when Spec.Thresholds were last evaluated
 	// (thresholds.go).
 	thresholds thresholdState
+	// target is the worker a placement of this workflow has picked and is
+	// confirming, so that sibling shards placed at the same time avoid it.
+	target string
 }
 
 // txn collects what one change to the job table touched, so that job
@@ -327,12 +330,31 @@ func (m *Manager) validateSubmission(sub *wire.JobSubmission) error {
 		if err := workflow.ValidateThresholds(spec.Thresholds); err != nil {
 			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
 		}
-		if names[spec.Name] {
+		if err := checkShard(sub.Workflows, i); err != nil {
+			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
+		} else if names[spec.Name] && spec.Shard <= 1 {
 			errs = append(errs, fmt.Errorf("workflows[%d]: duplicate name %q", i, spec.Name))
 		}
 		names[spec.Name] = true
 	}
 	return errors.Join(errs...)
+}
+
+// checkShard checks that the shards of a split workflow are consecutive
+// specs of one name, numbered 1..Shards.
+func checkShard(specs []wire.WorkflowSpec, i int) error {
+	spec := specs[i]
+	switch {
+	case spec.Shards == 0 && spec.Shard == 0:
+		return nil
+	case spec.Shards < 2 || spec.Shards > workflow.MaxShards || spec.Shard < 1 || spec.Shard > spec.Shards:
+		return fmt.Errorf("shard %d of %d is out of range", spec.Shard, spec.Shards)
+	case spec.Shard > 1 && (specs[i-1].Name != spec.Name || specs[i-1].Shard != spec.Shard-1 || specs[i-1].Shards != spec.Shards):
+		return fmt.Errorf("shard %d of %q does not follow shard %d", spec.Shard, spec.Name, spec.Shard-1)
+	case spec.Shard < spec.Shards && (i+1 >= len(specs) || specs[i+1].Name != spec.Name):
+		return fmt.Errorf("workflow %q has shard %d of %d but not the next", spec.Name, spec.Shard, spec.Shards)
+	}
+	return nil
 }
 
 func checkJobID(id string) error {

@@ -53,7 +53,7 @@ func (m *Manager) WriteMetrics(w io.Writer) {
 	if leader == 1 {
 		series := make([]api.JobSeries, 0, len(running))
 		for _, v := range running {
-			series = append(series, liveSeries(m.jobStatus(v)))
+			series = append(series, liveSeries(m.jobStatus(v, false)))
 		}
 		p.Jobs(series)
 	}

@@ -49,7 +49,7 @@ func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) p
 		return placeResult{outcome: outcomeSkipped}
 	}
 	defer m.update(func(tx *txn) {
-		w.placing, w.provisioning = false, false
+		w.placing, w.provisioning, w.target = false, false, ""
 		// From now on, waiting work is QUEUED rather than just SUBMITTED.
 		w.job.attempted = true
 		tx.touchJob(w.job, false)
@@ -63,7 +63,7 @@ func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) p
 		if err := ctx.Err(); err != nil {
 			return placeResult{outcome: outcomeSkipped, err: err}
 		}
-		wv, ok := m.workers.pick(cores, func(id string) bool { return skip[id] })
+		wv, ok := m.pickFor(w, cores, skip)
 		if !ok {
 			return placeResult{outcome: outcomeNoCapacity}
 		}
@@ -73,6 +73,24 @@ func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) p
 		}
 		skip[wv.ID] = true
 	}
+}
+
+// pickFor reserves cores on a worker for w, avoiding the workers its sibling
+// shards use when another worker has room. Sibling placements run at the
+// same time, so the choice and its record happen under the job table's lock
+// (Manager.mu before workerTable.mu, as the lock order allows).
+func (m *Manager) pickFor(w *workflowState, cores int, skip map[string]bool) (workerView, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	avoid := siblingWorkersLocked(w)
+	wv, ok := m.workers.pick(cores, func(id string) bool { return skip[id] || avoid[id] })
+	if !ok && len(avoid) > 0 {
+		wv, ok = m.workers.pick(cores, func(id string) bool { return skip[id] })
+	}
+	if ok {
+		w.target = wv.ID
+	}
+	return wv, ok
 }
 
 // placeOn tries one worker whose cores pick has reserved. another reports

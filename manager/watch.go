@@ -99,5 +99,5 @@ func (m *Manager) watchStatus(id string) (api.JobStatus, uint64, bool) {
 	if !ok {
 		return api.JobStatus{}, 0, false
 	}
-	return m.jobStatus(v), v.seq, true
+	return m.jobStatus(v, false), v.seq, true
 }

@@ -92,6 +92,13 @@ type WorkflowSpec struct {
 	// job-file parser sets it, so that a manager, which never decodes
 	// params, can tell a watcher what remains. Informational only.
 	Planned time.Duration `cbor:"7,keyasint,omitempty"`
+	// Shard and Shards: the job file asked for this workflow's load to be
+	// split over Shards workers (shards: N), and this spec is shard Shard
+	// (1-based), with its part of the VUs and rate in Params. Every shard
+	// carries the workflow's Name; statuses and results merge them back
+	// into one workflow. Zero: not split.
+	Shard  int `cbor:"8,keyasint,omitempty"`
+	Shards int `cbor:"9,keyasint,omitempty"`
 }
 
 // Threshold is one pass/fail criterion of a workflow, as written in the job

@@ -112,6 +112,9 @@ type HTTPParams struct {
 	// Data is a CSV data file whose columns steps use as {{data.column}}
 	// (job file: data: {file: users.csv, mode: sequential}). Nil: none.
 	Data *HTTPData `cbor:"13,keyasint,omitempty"`
+	// VUOffset numbers this run's VUs from VUOffset+1 ({{vu}}, per_vu data
+	// rows), so the shards of a split workflow never share a VU number.
+	VUOffset int `cbor:"14,keyasint,omitempty"`
 }
 
 // HTTPStep is one request of an iteration. URL, header values and Body may

@@ -275,7 +275,8 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 	}
 	// One row per iteration, so the steps of a pass (log in, then fetch the
 	// profile) act as the same user.
-	vars := tmplVars{vu: it.vu + 1, iteration: it.n, row: r.data.row(it.vu)}
+	vu := r.params.VUOffset + it.vu
+	vars := tmplVars{vu: vu + 1, iteration: it.n, row: r.data.row(vu)}
 	for i := range r.steps {
 		if ctx.Err() != nil {
 			return

@@ -1,0 +1,176 @@
+package api
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// WorkflowPart is one piece of a workflow that runs in pieces: a shard on
+// one worker (shards: N), the workflow's run in one datacenter (through a
+// gate), or both.
+type WorkflowPart struct {
+	// Label prefixes the part's worker ("dc1/") and error ("dc1: ").
+	Label    string
+	Progress wire.WorkflowProgress // status, counts, step histograms, series, worker, error
+	Attempts int
+	Cores    []int
+}
+
+// MergeWorkflow is one workflow's status from its parts: counts summed,
+// step histograms merged exactly (never percentiles averaged), thresholds
+// judged on the merged histograms once every part ended. expected is how
+// many parts there will be: fewer means some have not started. detail adds
+// what only results carry (series, latency distributions). The error is
+// for undecodable statistics; the status is still usable without them.
+func MergeWorkflow(spec wire.WorkflowSpec, parts []WorkflowPart, expected int, detail bool) (WorkflowStatus, error) {
+	ws := WorkflowStatus{Name: spec.Name, Type: spec.Type, PlannedSeconds: spec.Planned.Seconds()}
+	var ids, workers, errs []string
+	var steps []wire.StepStats
+	var elapsed time.Duration
+	statuses := make([]wire.WorkflowStatus, 0, len(parts))
+	var recent [][]wire.SecondStats
+	for _, part := range parts {
+		p := &part.Progress
+		statuses = append(statuses, p.Status)
+		ids = append(ids, p.WorkflowID)
+		if p.WorkerID != "" {
+			workers = append(workers, part.Label+p.WorkerID)
+		}
+		if p.Error != "" {
+			errs = append(errs, strings.TrimSuffix(part.Label, "/")+": "+p.Error)
+		}
+		ws.CompletedCount += p.CompletedCount
+		ws.FailedCount += p.FailedCount
+		ws.DroppedIterations += p.DroppedIterations
+		ws.Attempts = max(ws.Attempts, part.Attempts)
+		ws.Cores = append(ws.Cores, part.Cores...)
+		steps = append(steps, p.StepStats...)
+		elapsed = max(elapsed, p.Elapsed)
+		if n := len(p.Series); n > 0 && !p.Status.Terminal() {
+			// Parts started a moment apart: their newest seconds count
+			// as one.
+			last := p.Series[n-1]
+			last.Second = 0
+			recent = append(recent, []wire.SecondStats{last})
+		}
+	}
+	ws.WorkflowID = strings.Join(ids, ",")
+	ws.Worker = strings.Join(workers, ",")
+	ws.Error = strings.Join(errs, "; ")
+	ws.ElapsedSeconds = elapsed.Seconds()
+	ws.Status = MergedWorkflowStatus(statuses, expected)
+	if !ws.Status.Terminal() {
+		if merged := MergeSeries(recent); len(merged) > 0 {
+			r := SeriesPoints(merged[len(merged)-1:])[0]
+			ws.Recent = &r
+		}
+	}
+	if detail {
+		var series [][]wire.SecondStats
+		for _, part := range parts {
+			series = append(series, part.Progress.Series)
+		}
+		ws.Series = SeriesPoints(MergeSeries(series))
+	}
+	if len(steps) == 0 {
+		return ws, nil
+	}
+	sums, merged, err := StepSummaries(steps)
+	if err != nil {
+		return ws, err
+	}
+	ws.Steps = sums
+	if len(spec.Thresholds) > 0 && ws.Status.Terminal() {
+		ws.Thresholds = ThresholdResults(workflow.Evaluate(spec.Thresholds, merged, ws.CompletedCount, ws.FailedCount, elapsed))
+	}
+	if detail {
+		err = AddDistributions(ws.Steps, merged)
+	}
+	return ws, err
+}
+
+// MergedWorkflowStatus: ended only when all expected parts ended; COMPLETED
+// only if all completed, else FAILED if any failed, else CANCELLED. While
+// parts run, RUNNING if any runs, else the first part's state.
+func MergedWorkflowStatus(statuses []wire.WorkflowStatus, expected int) wire.WorkflowStatus {
+	if len(statuses) == 0 {
+		return wire.WorkflowPending
+	}
+	var running, failed, cancelled bool
+	for _, s := range statuses {
+		switch {
+		case !s.Terminal():
+			running = true
+		case s == wire.WorkflowFailed:
+			failed = true
+		case s == wire.WorkflowCancelled:
+			cancelled = true
+		}
+	}
+	switch {
+	case running || len(statuses) < expected:
+		if slices.Contains(statuses, wire.WorkflowRunning) {
+			return wire.WorkflowRunning
+		}
+		for _, s := range statuses {
+			if !s.Terminal() {
+				return s
+			}
+		}
+		return statuses[0]
+	case failed:
+		return wire.WorkflowFailed
+	case cancelled:
+		return wire.WorkflowCancelled
+	}
+	return wire.WorkflowCompleted
+}
+
+// MergeSeries adds per-second points of several parts: counts are summed;
+// p50/p99 are completion-weighted means, good for drawing only (thresholds
+// and summaries use the merged histograms).
+func MergeSeries(parts [][]wire.SecondStats) []wire.SecondStats {
+	switch len(parts) {
+	case 0:
+		return nil
+	case 1:
+		return parts[0]
+	}
+	type acc struct {
+		s           wire.SecondStats
+		p50, p99, w float64
+	}
+	by := map[int64]*acc{}
+	for _, part := range parts {
+		for _, p := range part {
+			a, ok := by[p.Second]
+			if !ok {
+				a = &acc{s: wire.SecondStats{Second: p.Second}}
+				by[p.Second] = a
+			}
+			a.s.Completed += p.Completed
+			a.s.Failed += p.Failed
+			a.s.Dropped += p.Dropped
+			a.s.VUs += p.VUs
+			w := float64(max(p.Completed, 1))
+			a.p50 += w * float64(p.P50)
+			a.p99 += w * float64(p.P99)
+			a.w += w
+		}
+	}
+	out := make([]wire.SecondStats, 0, len(by))
+	for _, a := range by {
+		if a.w > 0 {
+			a.s.P50 = time.Duration(a.p50 / a.w)
+			a.s.P99 = time.Duration(a.p99 / a.w)
+		}
+		out = append(out, a.s)
+	}
+	slices.SortFunc(out, func(a, b wire.SecondStats) int { return cmp.Compare(a.Second, b.Second) })
+	return out
+}
