@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,5 +166,29 @@ workflows:
 	}
 	if err := c.Wait(w, 30*time.Second); err != nil {
 		t.Fatalf("worker did not exit after draining: %v", err)
+	}
+}
+
+// shards: 3 splits one http workflow over three workers: the job shows it
+// as one workflow whose counts are the shards' sum and equal the target's
+// own count, and each shard ran on a different worker.
+func TestShardedWorkflowSpreadsAndCountsMatch(t *testing.T) {
+	c := startCluster(t, 1, 3, 2)
+	tgt := startTarget(t, target.DefaultConfig())
+	id := c.submit(httpJob("sharded", "http://"+tgt.Addr(), 6, "2s", "") + "    shards: 3\n")
+	st := c.waitStatus(id, 60*time.Second, terminal)
+	if st.Status != wire.JobCompleted || len(st.Workflows) != 1 {
+		t.Fatalf("job ended %s with %d workflows (%s), want COMPLETED with one merged workflow", st.Status, len(st.Workflows), st.Error)
+	}
+	wf := st.Workflows[0]
+	workers := strings.Split(wf.Worker, ",")
+	if len(workers) != 3 || workers[0] == workers[1] || workers[1] == workers[2] || workers[0] == workers[2] {
+		t.Errorf("shards ran on %q, want three different workers", wf.Worker)
+	}
+	if got, want := uint64(wf.CompletedCount+wf.FailedCount), tgt.Stats().Requests; got != want || got == 0 {
+		t.Errorf("merged workflow counted %d requests, the target answered %d", got, want)
+	}
+	if len(wf.Steps) != 1 || wf.Steps[0].Completed != wf.CompletedCount {
+		t.Errorf("merged steps %+v do not add up to %d", wf.Steps, wf.CompletedCount)
 	}
 }

@@ -179,6 +179,34 @@ func TestParseJSON(t *testing.T) {
 	}
 }
 
+// shards: N gives N specs of one name, numbered, whose VUs add up.
+func TestParseShards(t *testing.T) {
+	sub := mustParse(t, strings.Replace(minimal, "vus: 8", "vus: 8\n    shards: 3", 1))
+	var http []wire.WorkflowSpec
+	for _, w := range sub.Workflows {
+		if w.Type == "http" {
+			http = append(http, w)
+		}
+	}
+	if len(http) != 3 {
+		t.Fatalf("%d http specs, want 3 shards", len(http))
+	}
+	vus := 0
+	for i, w := range http {
+		if w.Name != "get-root" || w.Shard != i+1 || w.Shards != 3 {
+			t.Fatalf("shard %d = %s %d/%d", i, w.Name, w.Shard, w.Shards)
+		}
+		p, err := workflow.HTTPType{}.DecodeParams(w.Params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vus += p.(*workflow.HTTPParams).VUs
+	}
+	if vus != 8 {
+		t.Fatalf("shards have %d VUs in all, want 8", vus)
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	cases := []struct {
 		name string
@@ -202,6 +230,16 @@ func TestParseErrors(t *testing.T) {
 			name: "unknown type",
 			src:  strings.Replace(minimal, "type: sleep", "type: grpc", 1),
 			want: []string{`smoke.yaml:11: workflows[1].type: unknown workflow type "grpc" (known: http, sleep)`},
+		},
+		{
+			name: "sleep cannot be sharded",
+			src:  strings.Replace(minimal, "type: sleep", "type: sleep, shards: 2", 1),
+			want: []string{`smoke.yaml:11: workflows[1].shards: a sleep workflow cannot be split over workers`},
+		},
+		{
+			name: "more shards than vus",
+			src:  strings.Replace(minimal, "vus: 8", "vus: 8\n    shards: 9", 1),
+			want: []string{`smoke.yaml:8: workflows[0].shards: 9 is more than vus: 8; every shard needs a VU`},
 		},
 		{
 			name: "unknown top-level key",

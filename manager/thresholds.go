@@ -61,7 +61,9 @@ func progressKeyOf(rec *store.WorkflowRecord) progressKey {
 // verdicts with ones on complete counts.
 func (m *Manager) evaluateThresholdsLocked(w *workflowState) {
 	rec := &w.rec
-	if len(rec.Spec.Thresholds) == 0 || !rec.Status.Terminal() {
+	// A shard's verdicts would judge part of the load: statuses judge the
+	// merged shards instead (shardsStatus).
+	if len(rec.Spec.Thresholds) == 0 || !rec.Status.Terminal() || rec.Spec.Shards > 1 {
 		return
 	}
 	key := progressKeyOf(rec)
@@ -99,7 +101,20 @@ func (m *Manager) checkAbortLocked(tx *txn, w *workflowState) {
 	}
 	w.thresholds.nextAbortCheck = now.Add(abortCheckInterval)
 	p := &w.rec.LastProgress
-	for _, r := range workflow.Evaluate(abort, p.StepStats, p.CompletedCount, p.FailedCount, p.Elapsed) {
+	steps, completed, failed, elapsed := p.StepStats, p.CompletedCount, p.FailedCount, p.Elapsed
+	if w.rec.Spec.Shards > 1 {
+		// A shard carries 1/N of the load: judge the shards together, or
+		// "rps > 1000" would fail on every one of them.
+		steps, completed, failed = nil, 0, 0
+		for _, s := range w.job.wfs {
+			if s.rec.Spec.Name == w.rec.Spec.Name {
+				sp := &s.rec.LastProgress
+				steps = append(steps, sp.StepStats...)
+				completed, failed, elapsed = completed+sp.CompletedCount, failed+sp.FailedCount, max(elapsed, sp.Elapsed)
+			}
+		}
+	}
+	for _, r := range workflow.Evaluate(abort, steps, completed, failed, elapsed) {
 		if r.Passed || r.Actual == workflow.NoData {
 			continue
 		}
