@@ -68,9 +68,16 @@ func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, erro
 	out := make(chan api.JobStatus, 1)
 	started := g.spawn(func(gctx context.Context) {
 		defer close(out)
+		// Each status merges every histogram and reports arrive from every
+		// datacenter several times a second, so a stream is paced: one
+		// status per watchPacing, with a burst of one so that the first
+		// change after a quiet spell (RUNNING right after the submission)
+		// is not held back.
+		var last time.Time
+		burst := 1
 		for {
 			// changed is taken with the record, so a change made while
-			// this status is sent or the stream is paced is not missed.
+			// this status is sent or paced is not missed.
 			rec, changed, ok := g.record(id)
 			if !ok {
 				return
@@ -82,13 +89,8 @@ func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, erro
 			case <-gctx.Done():
 				return
 			}
+			last = time.Now()
 			if rec.Status.Terminal() {
-				return
-			}
-			// Each status merges every histogram, and reports arrive from
-			// every datacenter several times a second: pace each stream
-			// so changes coalesce.
-			if !sleepCtx(ctx, watchPacing) {
 				return
 			}
 			select {
@@ -97,6 +99,16 @@ func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, erro
 				return
 			case <-gctx.Done():
 				return
+			}
+			switch since := time.Since(last); {
+			case since >= watchPacing:
+				burst = 1
+			case burst > 0:
+				burst--
+			default:
+				if !sleepCtx(ctx, watchPacing-since) {
+					return
+				}
 			}
 		}
 	})

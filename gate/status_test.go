@@ -107,4 +107,3 @@ func TestDCTableLeaderAndHealth(t *testing.T) {
 		}
 	}
 }
-

@@ -3,8 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
-	"syscall"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
