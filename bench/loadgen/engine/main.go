@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,6 +51,7 @@ func main() {
 	vus := flag.Int("vus", 50, "virtual users (closed model)")
 	dur := flag.Duration("d", 10*time.Second, "duration")
 	rssAt := flag.Duration("rss-at", 0, "if set, sample VmRSS this long into the run")
+	cpuProfile := flag.String("cpuprofile", "", "if set, write a CPU profile of the run to this file")
 	flag.Parse()
 
 	p := workflow.HTTPParams{VUs: *vus, Duration: *dur, Steps: []workflow.HTTPStep{{Name: "get", Method: "GET", URL: *url}}}
@@ -68,11 +70,24 @@ func main() {
 	if *rssAt > 0 {
 		go func() { time.Sleep(*rssAt); rssCh <- rssKB() }()
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "cpuprofile:", err)
+			os.Exit(1)
+		}
+	}
 	cpu0 := cpuSeconds()
 	start := time.Now()
 	res, err := run.Run(context.Background(), workflow.Env{Cores: []int{0}})
 	wall := time.Since(start).Seconds()
 	cpu := cpuSeconds() - cpu0
+	pprof.StopCPUProfile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "run:", err)
 		os.Exit(1)
