@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,9 @@ type h1Step struct {
 	// dyn is the templated headers with their names canonical, as net/http
 	// would send them.
 	dyn []dynHeader
+	// hasAuth: the step sets Authorization itself, which wins over a URL's
+	// user info.
+	hasAuth bool
 }
 
 // h1Target is a parsed http:// or https:// URL.
@@ -48,6 +52,9 @@ type h1Target struct {
 	serverName string
 	uri        string // request-target
 	host       string // Host header
+	// auth is the Authorization value for a URL with user info, which
+	// net/http would send as basic auth.
+	auth string
 }
 
 func parseH1Target(raw string) (*h1Target, error) {
@@ -70,6 +77,10 @@ func parseH1Target(raw string) (*h1Target, error) {
 		return nil, fmt.Errorf("url %q has no host", truncate(raw, 80))
 	}
 	t.addr = net.JoinHostPort(t.serverName, port)
+	if u.User != nil {
+		pass, _ := u.User.Password()
+		t.auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pass))
+	}
 	return t, nil
 }
 
@@ -132,6 +143,11 @@ func newH1Sender(steps []preparedStep, vus int, p *HTTPParams) (*h1Sender, error
 				st.dyn = append(st.dyn, dynHeader{key: k, value: d.value})
 			}
 		}
+		st.hasAuth = st.preparedStep.header.Get("Authorization") != "" ||
+			slices.ContainsFunc(st.dyn, func(d dynHeader) bool { return d.key == "Authorization" })
+		if st.target != nil && st.target.auth != "" && !st.hasAuth {
+			st.header = fmt.Appendf(st.header, "Authorization: %s\r\n", st.target.auth)
+		}
 		s.steps = append(s.steps, st)
 	}
 	return s, nil
@@ -149,6 +165,9 @@ func (s *h1Sender) send(ctx context.Context, vu, step int, v tmplVars, body io.W
 	req := h1.Request{
 		Method: st.method, Addr: t.addr, TLS: t.tls, ServerName: t.serverName,
 		URI: t.uri, Host: t.host, Header: st.header, Body: st.body.render(v), Timeout: s.timeout,
+	}
+	if st.target == nil && t.auth != "" && !st.hasAuth {
+		req.Extra = append(req.Extra, h1.Field{Name: "Authorization", Value: t.auth})
 	}
 	if st.host != nil {
 		req.Host = st.host.render(v)

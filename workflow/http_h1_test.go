@@ -178,22 +178,45 @@ func TestH1SlowTargetTimesOut(t *testing.T) {
 }
 
 // The request on the wire: what prepareStep and the h1 sender make of a
-// step's method, headers, Host and body, byte for byte.
+// step's method, headers, Host, body and URL user info, byte for byte.
 func TestH1RequestBytes(t *testing.T) {
 	ln := newRawListener(t)
-	p := HTTPParams{VUs: 1, Iterations: 1, NoConnectionReuse: true, Steps: []HTTPStep{{
-		Name: "a", Method: "POST", URL: "http://" + ln.addr + "/p?q={{vu}}",
-		Headers: map[string]string{"x-b": "2", "X-A": "1", "Host": "h.example", "Content-Length": "999", "x-dyn": "{{iteration}}"},
-		Body:    "body{{vu}}",
-	}}}
-	res, err := runHTTP(t, p, Env{})
-	if err != nil || res.Completed != 1 {
-		t.Fatalf("completed %d, err %v", res.Completed, err)
+	base := "http://" + ln.addr
+	tail := "Connection: close\r\n\r\n"
+	ua := "User-Agent: " + defaultUserAgent + "\r\n"
+	cases := []struct {
+		name string
+		step HTTPStep
+		want string
+	}{
+		{"method, headers and body", HTTPStep{
+			Method: "POST", URL: base + "/p?q={{vu}}",
+			Headers: map[string]string{"x-b": "2", "X-A": "1", "Host": "h.example", "Content-Length": "999", "x-dyn": "{{iteration}}"},
+			Body:    "body{{vu}}",
+		}, "POST /p?q=1 HTTP/1.1\r\nHost: h.example\r\n" + ua + "X-A: 1\r\nX-B: 2\r\n" +
+			"X-Dyn: 0\r\nContent-Length: 5\r\n" + tail + "body1"},
+		{"empty POST has a length", HTTPStep{Method: "POST", URL: base + "/"},
+			"POST / HTTP/1.1\r\nHost: " + ln.addr + "\r\n" + ua + "Content-Length: 0\r\n" + tail},
+		{"user info is basic auth", HTTPStep{Method: "GET", URL: "http://u:p@" + ln.addr + "/a"},
+			"GET /a HTTP/1.1\r\nHost: " + ln.addr + "\r\n" + ua + "Authorization: Basic dTpw\r\n" + tail},
+		{"user info in a templated URL", HTTPStep{Method: "GET", URL: "http://u:p@" + ln.addr + "/{{vu}}"},
+			"GET /1 HTTP/1.1\r\nHost: " + ln.addr + "\r\n" + ua + "Authorization: Basic dTpw\r\n" + tail},
+		{"a step's Authorization wins", HTTPStep{Method: "GET", URL: "http://u:p@" + ln.addr + "/a",
+			Headers: map[string]string{"Authorization": "Bearer x"}},
+			"GET /a HTTP/1.1\r\nHost: " + ln.addr + "\r\nAuthorization: Bearer x\r\n" + ua + tail},
 	}
-	want := "POST /p?q=1 HTTP/1.1\r\nHost: h.example\r\nUser-Agent: " + defaultUserAgent + "\r\nX-A: 1\r\nX-B: 2\r\n" +
-		"X-Dyn: 0\r\nContent-Length: 5\r\nConnection: close\r\n\r\nbody1"
-	if r := <-ln.requests; r != want {
-		t.Fatalf("request bytes\n%q\nwant\n%q", r, want)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.step.Name = "a"
+			p := HTTPParams{VUs: 1, Iterations: 1, NoConnectionReuse: true, Steps: []HTTPStep{tc.step}}
+			res, err := runHTTP(t, p, Env{})
+			if err != nil || res.Completed != 1 {
+				t.Fatalf("completed %d, err %v", res.Completed, err)
+			}
+			if r := <-ln.requests; r != tc.want {
+				t.Fatalf("request bytes\n%q\nwant\n%q", r, tc.want)
+			}
+		})
 	}
 }
 

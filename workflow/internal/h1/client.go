@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -88,7 +89,8 @@ const readBufSize = 4 << 10
 // request first checks that the server has not closed it. Servers close idle
 // keep-alive connections after seconds (Node.js after 5), and a request on
 // such a connection would fail; checking costs a syscall, so connections in
-// steady use skip it.
+// steady use skip it. Requests that could not be retried (non-idempotent
+// methods) always check a reused connection first.
 const DefaultIdleCheck = time.Second
 
 // Config says how a Transport's clients connect.
@@ -122,7 +124,7 @@ type Request struct {
 	Extra []Field
 	Body  string
 	// Timeout bounds the request from dialling (if it must) to its last
-	// body byte.
+	// body byte. It must be positive.
 	Timeout time.Duration
 }
 
@@ -164,8 +166,8 @@ type Client struct {
 	addr       string
 	tls        bool
 	serverName string
-	reused     bool // conn has carried a whole exchange before
-	lastUsed   time.Time
+	reused     bool      // conn has carried a whole exchange before
+	lastUsed   time.Time // when the last exchange on conn started
 	// ctx is the context whose cancellation stopCancel would abort conn's
 	// I/O on: one registration per connection, not per request.
 	ctx        context.Context
@@ -179,43 +181,51 @@ type Client struct {
 // (see retryable), as net/http does: the server most likely closed the idle
 // connection as the request went out.
 func (c *Client) Do(ctx context.Context, req *Request, body io.Writer) (int, error) {
-	deadline := time.Now().Add(req.Timeout)
-	status, wrote, err := c.exchange(ctx, req, deadline, body)
+	start := time.Now()
+	status, wrote, err := c.exchange(ctx, req, start, body)
 	if err != nil && c.retryable(ctx, req, wrote, err) {
-		status, _, err = c.exchange(ctx, req, deadline, body)
+		status, _, err = c.exchange(ctx, req, start, body)
 	}
 	return status, err
 }
 
 // retryable reports whether a failed exchange on a reused connection may be
-// sent again: nothing of the response had arrived, and either the request
-// was never fully written or its method is idempotent, so the server cannot
-// have acted on it twice.
+// sent again: nothing of the response had arrived, and either none of the
+// request was written or its method is idempotent, so the server cannot have
+// acted on it twice. Timeouts are not retried: the deadline is the
+// request's, not the attempt's.
 func (c *Client) retryable(ctx context.Context, req *Request, wrote bool, err error) bool {
 	var e *Error
-	if ctx.Err() != nil || !errors.As(err, &e) || !e.reused() {
-		return false
-	}
-	if e.Phase == PhaseWrite {
-		return true
-	}
-	if e.Phase != PhaseHeader || !wrote || errors.Is(err, ErrMalformed) || errors.Is(err, errPartial) {
+	if ctx.Err() != nil || !errors.As(err, &e) || !e.reused() || errors.Is(err, ErrMalformed) {
 		return false
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return false
 	}
-	switch req.Method {
+	switch {
+	case e.Phase == PhaseWrite:
+		return !errors.Is(err, errPartial) || idempotent(req.Method)
+	case e.Phase == PhaseHeader:
+		return wrote && !errors.Is(err, errPartial) && idempotent(req.Method)
+	}
+	return false
+}
+
+// idempotent reports whether sending a request with method twice means the
+// same as sending it once (RFC 9110 §9.2.2), which makes it safe to retry.
+func idempotent(method string) bool {
+	switch method {
 	case "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE":
 		return true
 	}
 	return false
 }
 
-// errPartial marks a header read that failed after some of the response
-// arrived: the server did answer, so the request must not be sent again.
-var errPartial = errors.New("connection closed mid-response")
+// errPartial marks an exchange that failed part-way: some of the request
+// went out, or some of the response came in. The server may have acted on
+// it, so it is not sent again unless it is idempotent.
+var errPartial = errors.New("connection closed mid-exchange")
 
 // reusedError marks an error on a connection that had carried a request
 // before, the only kind worth retrying.
@@ -228,13 +238,14 @@ func (e *Error) reused() bool {
 	return errors.As(e.Err, &r)
 }
 
-// exchange is one attempt: connect if needed, write, read. wrote reports
-// whether the request was written in full.
-func (c *Client) exchange(ctx context.Context, req *Request, deadline time.Time, body io.Writer) (status int, wrote bool, err error) {
+// exchange is one attempt at a request that started at start: connect if
+// needed, write, read. wrote reports whether the request was written in full.
+func (c *Client) exchange(ctx context.Context, req *Request, start time.Time, body io.Writer) (status int, wrote bool, err error) {
+	deadline := start.Add(req.Timeout)
 	if c.conn != nil && (c.addr != req.Addr || c.tls != req.TLS || c.serverName != req.ServerName) {
 		c.Close()
 	}
-	if c.conn != nil && time.Since(c.lastUsed) > c.t.cfg.IdleCheck && !alive(c.conn) {
+	if c.conn != nil && (start.Sub(c.lastUsed) > c.t.cfg.IdleCheck || !idempotent(req.Method)) && !alive(c.conn) {
 		c.Close()
 	}
 	if c.conn == nil {
@@ -261,12 +272,19 @@ func (c *Client) exchange(ctx context.Context, req *Request, deadline time.Time,
 
 	bp := c.t.writers.Get().(*[]byte)
 	*bp = c.appendRequest((*bp)[:0], req)
-	_, err = c.conn.Write(*bp)
+	n, err := c.conn.Write(*bp)
 	c.t.writers.Put(bp)
 	if err != nil {
 		c.Close()
+		if n > 0 {
+			err = fmt.Errorf("%w: %w", errPartial, err)
+		}
 		return 0, false, wrap(PhaseWrite, err)
 	}
+	// The answer cannot be back yet, so reading now would only cost a
+	// read that finds nothing before parking on the poller. Letting the
+	// other VUs run first makes the read find it, when there are others.
+	runtime.Gosched()
 
 	br := c.t.readers.Get().(*bufio.Reader)
 	br.Reset(c.conn)
@@ -287,8 +305,10 @@ func (c *Client) exchange(ctx context.Context, req *Request, deadline time.Time,
 	if !keep {
 		c.Close()
 	} else {
+		// Idle time counts from the request's start, which saves a clock
+		// read and only ever makes the check run sooner.
 		c.reused = true
-		c.lastUsed = time.Now()
+		c.lastUsed = start
 	}
 	return status, true, nil
 }
