@@ -11,8 +11,10 @@
 #   PROFILE=1 bench/loadgen/run.sh  # then one more engine run under pprof, summarised
 #
 # Env: D (seconds), REPS, VUS, PORT, K6 (path to k6; default: PATH, then
-# /tmp/tools/k6), TARGET_CPU, GEN_CPU, PROFILE. Tools that are missing are
-# skipped. Memory per idle VU is bench/loadgen/mem.sh.
+# /tmp/tools/k6), TARGET_CPU, GEN_CPU, PROFILE, BASELINE (an engine binary
+# built from an older commit, run as one more tool, "baseline", interleaved
+# with the rest). Tools that are missing are skipped. Memory per idle VU is
+# bench/loadgen/mem.sh.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -31,6 +33,7 @@ go build -o "$OUT/engine" ./bench/loadgen/engine
 K6=${K6:-$(command -v k6 || true)}
 [[ -n "$K6" ]] || { [[ -x /tmp/tools/k6 ]] && K6=/tmp/tools/k6; } || true
 tools=(engine)
+if [[ -n ${BASELINE:-} ]]; then tools+=(baseline); fi
 if command -v wrk >/dev/null; then tools+=(wrk); else echo "skip wrk: not installed (apt-get install -y wrk)" >&2; fi
 if [[ -n "$K6" && -x "$K6" ]]; then tools+=(k6); else echo "skip k6: not found (GOBIN=/tmp/tools go install go.k6.io/k6@v1.8.1)" >&2; fi
 
@@ -58,8 +61,10 @@ run_one() {
   local tool=$1 rep=$2 log="$OUT/$1.$2.log" tf="$OUT/$1.$2.time"
   local reqs wall p50 p99
   case $tool in
-  engine)
-    /usr/bin/time -f '%U %S' -o "$tf" taskset -c "$GEN_CPU" "$OUT/engine" -url "$URL" -vus "$VUS" -d "${D}s" >"$log" 2>&1
+  engine | baseline)
+    local bin=$OUT/engine
+    [[ $tool == baseline ]] && bin=$BASELINE
+    /usr/bin/time -f '%U %S' -o "$tf" taskset -c "$GEN_CPU" "$bin" -url "$URL" -vus "$VUS" -d "${D}s" >"$log" 2>&1
     reqs=$(grep -o 'completed=[0-9]*' "$log" | cut -d= -f2)
     wall=$(grep -o 'wall_s=[0-9.]*' "$log" | cut -d= -f2)
     p50=$(grep -o 'p50_ms=[0-9.]*' "$log" | cut -d= -f2)
