@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Summarise a CPU profile from bench/transport (-cpuprofile DIR).
+# Summarise a CPU profile from bench/transport (-cpuprofile DIR), or, with
+# SET=http, one from the load generator's engine (bench/loadgen).
 #
 #   bench/profile_summary.sh bench/results/<stamp>-profiles/secure-1024B-c16.pprof [N]
+#   SET=http bench/profile_summary.sh /tmp/loadgen.XXXX/engine.pprof
 #
 # Prints the top N (default 12) entries of `go tool pprof -top -cum`, then an
 # exclusive breakdown by component: each sample is charged to the FIRST
@@ -17,7 +19,7 @@ echo "== go tool pprof -top -cum (top $n) : $prof"
 go tool pprof -top -cum -nodecount="$n" "$prof" 2>/dev/null | sed -n '/^Duration/p;/flat%/,$p'
 
 # name|focus regex, in priority order.
-components=(
+transport_components=(
   'envelope key derivation (HKDF-SHA256, per message)|golang\.org/x/crypto/hkdf'
   'envelope cipher setup (AES key schedule + NewGCM, per message)|security\.\(\*secretKey\)\.aead'
   'envelope AES-GCM seal/open + salt/nonce (crypto/rand)|security\.\(\*Keyring\)\.(Seal|Open)'
@@ -29,6 +31,35 @@ components=(
   'tempest transport other (breaker, replay, rate limit, ids, demux, allocs)|tempest/'
   'bench harness / TCP floor code (main.*)|^main\.'
 )
+http_components=(
+  'socket write (request; on loopback it also runs the TCP delivery)|internal/poll\.\(\*FD\)\.Write'
+  'socket read (response)|internal/poll\.\(\*FD\)\.Read'
+  'dial and close|net\.\(\*Dialer\)|internal/poll\.\(\*FD\)\.(Close|decref)'
+  'netpoll (epoll_wait)|runtime\.netpoll$'
+  'garbage collector (mark workers, assists, sweep)|runtime\.gcBgMarkWorker|runtime\.gcAssistAlloc|runtime\.bgsweep|runtime\.bgscavenge'
+  'heap allocation (runtime.mallocgc)|runtime\.mallocgc$'
+  'net/http client (goroutine hand-offs, header parsing)|net/http\.|net/textproto\.'
+  'h1 client (encode, parse)|workflow/internal/h1\.'
+  'recorder (histograms, counters, series)|workflow\.\(\*recorder|hdrhistogram|workflow\.\(\*shardSeries'
+  'clock reads|^time\.Now$|^time\.Since$'
+  'tempest runner other (iterate, templates, executor)|tempest/'
+)
+transport_overlaps=(
+  'all envelope crypto (security.Keyring.Seal/Open)|security\.\(\*Keyring\)\.(Seal|Open)'
+  'all heap allocation (runtime.mallocgc)|runtime\.mallocgc$'
+  'all socket syscalls|internal/poll\.\(\*FD\)|x/net/internal/socket\.|syscall\.Syscall|syscall\.RawSyscall'
+  'all quic-go|quic-go'
+)
+http_overlaps=(
+  'all heap allocation (runtime.mallocgc)|runtime\.mallocgc$'
+  'all syscalls (socket I/O, epoll, futex)|internal/runtime/syscall/linux\.Syscall6|syscall\.Syscall|syscall\.RawSyscall|runtime\.futex'
+  'the scheduler (findRunnable, incl. its netpoll)|runtime\.findRunnable'
+)
+case ${SET:-transport} in
+transport) components=("${transport_components[@]}") overlaps=("${transport_overlaps[@]}") ;;
+http) components=("${http_components[@]}") overlaps=("${http_overlaps[@]}") ;;
+*) echo "SET must be transport or http" >&2; exit 2 ;;
+esac
 
 total_line=$(go tool pprof -top -nodefraction=0 -nodecount=1 "$prof" 2>/dev/null | grep -m1 '^Duration' || true)
 echo
@@ -56,10 +87,7 @@ printf '%6s%%  %8s  %s\n' "$rest" "" 'runtime other (scheduler, netpoll, timers,
 
 echo
 echo "== overlapping views (a sample may count in several rows)"
-for c in 'all envelope crypto (security.Keyring.Seal/Open)|security\.\(\*Keyring\)\.(Seal|Open)' \
-         'all heap allocation (runtime.mallocgc)|runtime\.mallocgc$' \
-         'all socket syscalls|internal/poll\.\(\*FD\)|x/net/internal/socket\.|syscall\.Syscall|syscall\.RawSyscall' \
-         'all quic-go|quic-go'; do
+for c in "${overlaps[@]}"; do
   name=${c%%|*}
   re=${c#*|}
   line=$(go tool pprof -top -nodefraction=0 -edgefraction=0 -nodecount=1000000 -focus="$re" "$prof" 2>/dev/null | grep -m1 '^Showing nodes accounting for' || true)

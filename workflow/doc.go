@@ -61,11 +61,13 @@
 // per request.
 //
 // protocol picks the HTTP version (http_protocol.go): http1 (default, a
-// keep-alive connection per VU), h2 (HTTP/2 over TLS, no fallback), h2c
-// (HTTP/2 over cleartext with prior knowledge), h3 (HTTP/3 over QUIC with
-// quic-go's http3); under h2, h2c and h3 the VUs share multiplexed
-// connections. insecure_skip_verify: true accepts a self-signed target's
-// certificate.
+// keep-alive connection per VU, plain or TLS), h2 (HTTP/2 over TLS, no
+// fallback), h2c (HTTP/2 over cleartext with prior knowledge), h3 (HTTP/3
+// over QUIC with quic-go's http3); under h2, h2c and h3 the VUs share
+// multiplexed connections. insecure_skip_verify: true accepts a self-signed
+// target's certificate. http1 is sent by the lean client in internal/h1
+// (http_h1.go), which owns one connection per VU and runs no goroutines of
+// its own; h2, h2c and h3 go through net/http and http3 (newSender).
 //
 // A run also keeps a per-second series (series.go: completed, failed,
 // dropped, live VUs, p50/p99) for the newest MaxSeriesSeconds seconds.
@@ -79,11 +81,15 @@
 // counted as failed with class "cancelled"; the target may or may not have
 // seen them. So after a natural end the target's request count equals
 // completed+failed, and after a cancel it lies between completed+failed
-// minus the VUs that were mid-request, and completed+failed. (One caveat
-// from net/http: it resends an idempotent request once if a reused
-// connection turns out to have been closed by the server before answering;
-// a target that closes connections mid-request may see such a request
-// twice. The leaner client planned for the load-test issue will not retry.)
+// minus the VUs that were mid-request, and completed+failed. (One caveat,
+// kept by both clients: an idempotent request is resent once if a reused
+// connection turns out to have been closed by the server before any of the
+// answer arrived, which is almost always a server closing an idle
+// keep-alive connection as the request went out; a target that closes
+// connections mid-request without answering may see such a request twice.
+// The http1 client also peeks at a connection before reusing it for a
+// request it could not resend, or after a second idle, so a closed one is
+// replaced rather than counted as a failure.)
 //
 // # Histograms
 //

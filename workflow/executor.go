@@ -37,7 +37,9 @@ type executor interface {
 	// VU it started has returned.
 	run(ctx context.Context, env execEnv, it iteration)
 	// maxVUs is the most iterations that can be in flight at once, which
-	// sizes the connection pool.
+	// sizes the connection pool. VU indexes (iterInfo.vu) run from 0 to
+	// maxVUs()-1, and at most one goroutine runs a given index at a time
+	// (a VU's connection is kept by index).
 	maxVUs() int
 	// liveVUs is how many VU goroutines exist now, including ones finishing
 	// their last iteration after a ramp-down.

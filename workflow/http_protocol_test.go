@@ -72,7 +72,7 @@ func TestHTTPProtocolValidate(t *testing.T) {
 				if err != nil {
 					t.Fatalf("valid params do not build a runner: %v", err)
 				}
-				if err := closeTransport(r.client.Transport); err != nil {
+				if err := r.sender.close(); err != nil {
 					t.Fatal(err)
 				}
 				return

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -24,8 +22,10 @@ type httpRunner struct {
 	steps   []preparedStep
 	timeout time.Duration
 	exec    executor
-	client  *http.Client
-	data    *dataRows // nil without a data file
+	// sender speaks the protocol: the lean HTTP/1.1 client for http1,
+	// net/http for h2, h2c and h3 (see newSender).
+	sender sender
+	data   *dataRows // nil without a data file
 }
 
 // preparedStep is an HTTPStep turned into what each request needs, once:
@@ -98,17 +98,11 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 		}
 		r.steps = append(r.steps, st)
 	}
-	tr, err := newLoadTransport(r.exec.maxVUs(), !p.NoConnectionReuse, p.Protocol, p.InsecureSkipVerify)
+	sender, err := newSender(r.steps, r.exec.maxVUs(), p)
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s: %w", name, err)
 	}
-	r.client = &http.Client{
-		Transport: tr,
-		// One step is one request: a redirect is an outcome to count (3xx is
-		// a success by default), not something to chase, which would also
-		// make the target's request count differ from ours.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	r.sender = sender
 	return r, nil
 }
 
@@ -240,9 +234,8 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 	}
 	sampler.stop()
 	rep.stop()
-	// Every response body is closed by now, so each connection is idle or
-	// on its way there.
-	if err := closeTransport(r.client.Transport); err != nil {
+	// Every VU has returned, so no connection is in use.
+	if err := r.sender.close(); err != nil {
 		log.Warn("http workflow: closing connections failed", "err", err)
 	}
 
@@ -287,7 +280,7 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 		default:
 		}
 		st := &r.steps[i]
-		o, err := r.do(ctx, st, vars, now)
+		o, err := r.do(ctx, it.vu, i, vars, now)
 		o.corrected = o.latency + lag
 		o.sec = secOf(now())
 		shard.record(i, o)
@@ -320,56 +313,33 @@ func think(ctx context.Context, stopping <-chan struct{}, d time.Duration) bool 
 // because the run was cancelled counts as failed, class cancelled, whether
 // or not it reached the target; so after a cancel, the target's count is
 // between ours minus the VUs that were mid-request, and ours.
-func (r *httpRunner) do(ctx context.Context, st *preparedStep, v tmplVars, now func() time.Time) (outcome, error) {
-	reqCtx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	var body io.Reader
-	if b := st.body.render(v); b != "" {
-		body = strings.NewReader(b)
-	}
-	url := st.url.render(v)
-	req, err := http.NewRequestWithContext(reqCtx, st.method, url, body)
-	if err != nil {
-		// A static URL was built once already by newHTTPRunner; a templated
-		// one renders digits only. Count, don't hide.
-		return outcome{failed: true, class: ErrorTransport}, err
-	}
-	req.Header = st.headerFor(v)
-	if st.host != nil {
-		req.Host = st.host.render(v)
-	}
-	started := now()
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return outcome{failed: true, class: classify(ctx, reqCtx, err)}, err
-	}
-	// Drain the body so the connection goes back to the pool for the VU's
-	// next request; the step's timeout bounds a slow or endless body. With
-	// expect_body the drain also looks for it, keeping only a needle's
-	// length of the body at a time.
-	var sink io.Writer = io.Discard
+//
+// The latency runs from just before the request is sent (a dial included,
+// when one is needed) to its last body byte: the whole body is read, so the
+// connection can carry the VU's next request, and the step's timeout bounds
+// a slow or endless one. With expect_body the read also looks for it,
+// keeping only a needle's length of the body at a time.
+func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func() time.Time) (outcome, error) {
+	st := &r.steps[step]
 	var match *bodyMatcher
+	var sink io.Writer // nil: discard
 	if st.expectBody != nil {
 		match = &bodyMatcher{needle: st.expectBody}
 		sink = match
 	}
-	_, err = io.Copy(sink, resp.Body)
-	resp.Body.Close()
+	started := now()
+	status, class, err := r.sender.send(ctx, vu, step, v, sink)
 	latency := now().Sub(started)
 	if err != nil {
-		class := classify(ctx, reqCtx, err)
-		if class == ErrorTransport || class == ErrorConnect {
-			class = ErrorBody
-		}
 		return outcome{failed: true, class: class}, err
 	}
-	if !st.expects(resp.StatusCode) {
+	if !st.expects(status) {
 		return outcome{failed: true, class: ErrorStatus, latency: latency, timed: true},
-			fmt.Errorf("%s %s: unexpected status %d", st.method, url, resp.StatusCode)
+			fmt.Errorf("%s %s: unexpected status %d", st.method, st.url.render(v), status)
 	}
 	if match != nil && !match.found {
 		return outcome{failed: true, class: ErrorBody, latency: latency, timed: true},
-			fmt.Errorf("%s %s: body does not contain %q", st.method, url, truncate(string(st.expectBody), 40))
+			fmt.Errorf("%s %s: body does not contain %q", st.method, st.url.render(v), truncate(string(st.expectBody), 40))
 	}
 	return outcome{latency: latency, timed: true}, nil
 }
@@ -400,23 +370,4 @@ func (m *bodyMatcher) Write(p []byte) (int, error) {
 		m.tail = append(m.tail[:0], joined[max(0, len(joined)-k):]...) // copy handles the overlap
 	}
 	return len(p), nil
-}
-
-func classify(ctx, reqCtx context.Context, err error) ErrorClass {
-	if ctx.Err() != nil {
-		return ErrorCancelled
-	}
-	if errors.Is(reqCtx.Err(), context.DeadlineExceeded) {
-		return ErrorTimeout
-	}
-	var dnsErr *net.DNSError
-	var opErr *net.OpError
-	if errors.As(err, &dnsErr) || errors.As(err, &opErr) && opErr.Op == "dial" {
-		return ErrorConnect
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) && netErr.Timeout() {
-		return ErrorTimeout
-	}
-	return ErrorTransport
 }

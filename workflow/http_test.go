@@ -313,7 +313,9 @@ func TestHTTPReportsAreMonotonic(t *testing.T) {
 }
 
 func TestLoadTransportIgnoresProxyEnvironment(t *testing.T) {
-	for _, proto := range []Protocol{ProtocolHTTP1, ProtocolH2, ProtocolH2C} {
+	// http1 has its own client (h1), which dials the URL's host and knows
+	// nothing of proxies.
+	for _, proto := range []Protocol{ProtocolH2, ProtocolH2C} {
 		tr, err := newTCPTransport(8, true, proto, false)
 		if err != nil {
 			t.Fatalf("%s: %v", proto, err)

@@ -2,18 +2,24 @@
 # Load generator comparison (issue 6, "Measure"): Tempest's in-process http
 # engine vs wrk vs k6, closed model, 50 connections/VUs, against the same
 # `tempest target`. Target pinned to CPU 0, generator to CPU 1.
-# Client CPU is the generator's user+sys from /usr/bin/time.
+# Client CPU is the generator's user+sys from /usr/bin/time. The table gives
+# the median over reps of each figure (the machine is shared and noisy; read
+# the per-rep numbers too).
 #
-#   bench/loadgen/run.sh            # D=10 s, 2 reps, interleaved
-#   D=30 REPS=3 bench/loadgen/run.sh
+#   bench/loadgen/run.sh            # the official measurement: 30 s runs, 3 reps, interleaved
+#   D=5 REPS=1 bench/loadgen/run.sh # a quick look
+#   PROFILE=1 bench/loadgen/run.sh  # then one more engine run under pprof, summarised
 #
 # Env: D (seconds), REPS, VUS, PORT, K6 (path to k6; default: PATH, then
-# /tmp/tools/k6), TARGET_CPU, GEN_CPU. Tools that are missing are skipped.
+# /tmp/tools/k6), TARGET_CPU, GEN_CPU, PROFILE, BASELINE (an engine binary
+# built from an older commit, run as one more tool, "baseline", interleaved
+# with the rest). Tools that are missing are skipped. Memory per idle VU is
+# bench/loadgen/mem.sh.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
-D=${D:-10}
-REPS=${REPS:-2}
+D=${D:-30}
+REPS=${REPS:-3}
 VUS=${VUS:-50}
 PORT=${PORT:-18080}
 TARGET_CPU=${TARGET_CPU:-0}
@@ -27,6 +33,7 @@ go build -o "$OUT/engine" ./bench/loadgen/engine
 K6=${K6:-$(command -v k6 || true)}
 [[ -n "$K6" ]] || { [[ -x /tmp/tools/k6 ]] && K6=/tmp/tools/k6; } || true
 tools=(engine)
+if [[ -n ${BASELINE:-} ]]; then tools+=(baseline); fi
 if command -v wrk >/dev/null; then tools+=(wrk); else echo "skip wrk: not installed (apt-get install -y wrk)" >&2; fi
 if [[ -n "$K6" && -x "$K6" ]]; then tools+=(k6); else echo "skip k6: not found (GOBIN=/tmp/tools go install go.k6.io/k6@v1.8.1)" >&2; fi
 
@@ -54,8 +61,10 @@ run_one() {
   local tool=$1 rep=$2 log="$OUT/$1.$2.log" tf="$OUT/$1.$2.time"
   local reqs wall p50 p99
   case $tool in
-  engine)
-    /usr/bin/time -f '%U %S' -o "$tf" taskset -c "$GEN_CPU" "$OUT/engine" -url "$URL" -vus "$VUS" -d "${D}s" >"$log" 2>&1
+  engine | baseline)
+    local bin=$OUT/engine
+    [[ $tool == baseline ]] && bin=$BASELINE
+    /usr/bin/time -f '%U %S' -o "$tf" taskset -c "$GEN_CPU" "$bin" -url "$URL" -vus "$VUS" -d "${D}s" >"$log" 2>&1
     reqs=$(grep -o 'completed=[0-9]*' "$log" | cut -d= -f2)
     wall=$(grep -o 'wall_s=[0-9.]*' "$log" | cut -d= -f2)
     p50=$(grep -o 'p50_ms=[0-9.]*' "$log" | cut -d= -f2)
@@ -83,19 +92,32 @@ for rep in $(seq "$REPS"); do
   for tool in "${tools[@]}"; do run_one "$tool" "$rep"; sleep 1; done
 done
 
-# Table: means over reps (req/s = sum reqs / sum wall; req per CPU-s = sum reqs / sum CPU).
-awk -v tools="${tools[*]}" '
-  { n[$1]++; r[$1]+=$3; w[$1]+=$4; p50[$1]+=$5; p99[$1]+=$6; c[$1]+=$7
-    reps[$1] = reps[$1] sprintf("%s%.0f", (reps[$1]==""?"":", "), $3/$4) }
-  END {
-    split(tools, t, " ")
-    for (i in t) { k=t[i]; eff[k] = c[k] > 0 ? r[k]/c[k] : 0 }
-    printf "| tool | req/s (per rep) | p50 ms | p99 ms | client CPU-s / run | req per client CPU-s | vs k6 | vs wrk |\n"
-    printf "|---|---|---|---|---|---|---|---|\n"
-    for (i=1; i in t; i++) { k=t[i]
-      vk = ("k6" in eff)  && eff["k6"]  > 0 ? sprintf("%.2fx", eff[k]/eff["k6"])  : "n/a"
-      vw = ("wrk" in eff) && eff["wrk"] > 0 ? sprintf("%.2fx", eff[k]/eff["wrk"]) : "n/a"
-      printf "| %s | %.0f (%s) | %.2f | %.2f | %.2f | %.0f | %s | %s |\n", k, r[k]/w[k], reps[k], p50[k]/n[k], p99[k]/n[k], c[k]/n[k], eff[k], vk, vw }
-  }' "$OUT/rows"
+# Table: medians over reps of req/s, p50, p99, CPU-s and req per CPU-s, each
+# taken on its own; the ratios divide the medians of req per CPU-s.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+declare -A eff
+for t in "${tools[@]}"; do eff[$t]=$(awk -v t="$t" '$1 == t && $7 > 0 { print $3 / $7 }' "$OUT/rows" | median); done
+echo "| tool | req/s (per rep) | p50 ms | p99 ms | client CPU-s / run | req per client CPU-s (per rep) | vs k6 | vs wrk |"
+echo "|---|---|---|---|---|---|---|---|"
+for t in "${tools[@]}"; do
+  rps=$(awk -v t="$t" '$1 == t { print $3 / $4 }' "$OUT/rows" | median)
+  reps=$(awk -v t="$t" '$1 == t { printf "%s%.0f", (n++ ? ", " : ""), $3 / $4 }' "$OUT/rows")
+  effs=$(awk -v t="$t" '$1 == t && $7 > 0 { printf "%s%.0f", (n++ ? ", " : ""), $3 / $7 }' "$OUT/rows")
+  p50=$(awk -v t="$t" '$1 == t { print $5 }' "$OUT/rows" | median)
+  p99=$(awk -v t="$t" '$1 == t { print $6 }' "$OUT/rows" | median)
+  cpu=$(awk -v t="$t" '$1 == t { print $7 }' "$OUT/rows" | median)
+  awk -v t="$t" -v rps="$rps" -v reps="$reps" -v effs="$effs" -v p50="$p50" -v p99="$p99" -v cpu="$cpu" \
+    -v e="${eff[$t]}" -v k6="${eff[k6]:-0}" -v wrk="${eff[wrk]:-0}" 'BEGIN {
+      vk = k6 > 0 ? sprintf("%.2fx", e / k6) : "n/a"
+      vw = wrk > 0 ? sprintf("%.2fx", e / wrk) : "n/a"
+      printf "| %s | %.0f (%s) | %.2f | %.2f | %.2f | **%.0f** (%s) | %s | %s |\n", t, rps, reps, p50, p99, cpu, e, effs, vk, vw }'
+done
 echo
 echo "target: $(curl -fs "http://127.0.0.1:${PORT}/__stats" || true)"
+
+if [[ -n ${PROFILE:-} ]]; then
+  echo
+  echo "profile: one more engine run of ${D}s under pprof ($OUT/engine.pprof)" >&2
+  taskset -c "$GEN_CPU" "$OUT/engine" -url "$URL" -vus "$VUS" -d "${D}s" -cpuprofile "$OUT/engine.pprof" | tee "$OUT/engine.profile.log"
+  SET=http bench/profile_summary.sh "$OUT/engine.pprof" 15
+fi

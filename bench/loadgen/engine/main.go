@@ -1,8 +1,9 @@
 // Command engine runs Tempest's http workflow runner in-process (closed
 // model, one GET step, Env.Cores = [0]) and prints one line of results plus
 // its own CPU time from getrusage, for bench/loadgen/run.sh. With -rss-at it
-// also samples VmRSS before the run and that long into it, to measure memory
-// per idle VU against a slow target.
+// also samples VmRSS before the run and that long into it (with the runtime's
+// stack and heap figures), to measure memory per idle VU against a slow
+// target.
 package main
 
 import (
@@ -11,8 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +40,20 @@ func rssKB() int64 {
 	return -1
 }
 
+// memSample is the process's memory while the VUs wait: VmRSS, and the Go
+// runtime's own split of it into goroutine stacks and heap in use.
+type memSample struct {
+	rssKB, stackKB, heapKB int64
+	goroutines             int
+}
+
+func sampleMem() memSample {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return memSample{rssKB: rssKB(), stackKB: int64(ms.StackInuse >> 10), heapKB: int64(ms.HeapInuse >> 10),
+		goroutines: runtime.NumGoroutine()}
+}
+
 func cpuSeconds() float64 {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
@@ -50,6 +68,7 @@ func main() {
 	vus := flag.Int("vus", 50, "virtual users (closed model)")
 	dur := flag.Duration("d", 10*time.Second, "duration")
 	rssAt := flag.Duration("rss-at", 0, "if set, sample VmRSS this long into the run")
+	cpuProfile := flag.String("cpuprofile", "", "if set, write a CPU profile of the run to this file")
 	flag.Parse()
 
 	p := workflow.HTTPParams{VUs: *vus, Duration: *dur, Steps: []workflow.HTTPStep{{Name: "get", Method: "GET", URL: *url}}}
@@ -64,15 +83,30 @@ func main() {
 		os.Exit(1)
 	}
 	rss0 := rssKB()
-	rssCh := make(chan int64, 1)
+	// The sampler is waited for below, after the run.
+	var during memSample
+	var wg sync.WaitGroup
 	if *rssAt > 0 {
-		go func() { time.Sleep(*rssAt); rssCh <- rssKB() }()
+		wg.Go(func() { time.Sleep(*rssAt); during = sampleMem() })
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "cpuprofile:", err)
+			os.Exit(1)
+		}
 	}
 	cpu0 := cpuSeconds()
 	start := time.Now()
 	res, err := run.Run(context.Background(), workflow.Env{Cores: []int{0}})
 	wall := time.Since(start).Seconds()
 	cpu := cpuSeconds() - cpu0
+	pprof.StopCPUProfile()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "run:", err)
 		os.Exit(1)
@@ -84,8 +118,10 @@ func main() {
 	}
 	fmt.Printf("completed=%d failed=%d wall_s=%.3f p50_ms=%.3f p99_ms=%.3f cpu_s=%.3f\n",
 		res.Completed, res.Failed, wall, float64(p50.Microseconds())/1000, float64(p99.Microseconds())/1000, cpu)
+	wg.Wait()
 	if *rssAt > 0 {
-		rss1 := <-rssCh
-		fmt.Printf("rss_before_kb=%d rss_during_kb=%d vus=%d kb_per_vu=%.2f\n", rss0, rss1, *vus, float64(rss1-rss0)/float64(*vus))
+		per := func(kb int64) float64 { return float64(kb) / float64(*vus) }
+		fmt.Printf("rss_before_kb=%d rss_during_kb=%d vus=%d kb_per_vu=%.2f stack_kb_per_vu=%.2f heap_kb_per_vu=%.2f goroutines=%d\n",
+			rss0, during.rssKB, *vus, per(during.rssKB-rss0), per(during.stackKB), per(during.heapKB), during.goroutines)
 	}
 }
