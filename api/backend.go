@@ -157,6 +157,12 @@ type StepSummary struct {
 	// intended start, so a slow target cannot hide behind the queue.
 	CorrectedP50Ms float64 `json:"corrected_p50_ms,omitempty"`
 	CorrectedP99Ms float64 `json:"corrected_p99_ms,omitempty"`
+	// Errors counts failures by class (status, timeout, connect, body,
+	// transport, cancelled); Statuses counts responses by HTTP status
+	// code; BytesReceived sums response bodies.
+	Errors        map[string]int64 `json:"errors,omitempty"`
+	Statuses      map[string]int64 `json:"statuses,omitempty"`
+	BytesReceived int64            `json:"bytes_received,omitempty"`
 	// Distribution is the latency at each of DistributionPercentiles()
 	// from the merged histogram; only results carry it.
 	Distribution []PercentilePoint `json:"distribution,omitempty"`

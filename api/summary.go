@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"tempest/wire"
@@ -23,7 +24,14 @@ func StepSummaries(steps []wire.StepStats) ([]StepSummary, []wire.StepStats, err
 	}
 	out := make([]StepSummary, 0, len(merged))
 	for _, s := range merged {
-		sum := StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount}
+		sum := StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount,
+			Errors: s.Errors, BytesReceived: s.BytesReceived}
+		for code, n := range s.Statuses {
+			if sum.Statuses == nil {
+				sum.Statuses = make(map[string]int64, len(s.Statuses))
+			}
+			sum.Statuses[strconv.Itoa(code)] = n
+		}
 		if ps, err := workflow.Percentiles(s.Histogram, 50, 90, 95, 99, 99.9, 100); err == nil {
 			sum.P50Ms, sum.P90Ms, sum.P95Ms, sum.P99Ms, sum.P999Ms, sum.MaxMs =
 				Ms(ps[0]), Ms(ps[1]), Ms(ps[2]), Ms(ps[3]), Ms(ps[4]), Ms(ps[5])

@@ -209,6 +209,13 @@ type StepStats struct {
 	// CorrectedHistogram is the open model's latency measured from each
 	// iteration's intended start (coordinated-omission corrected).
 	CorrectedHistogram []byte `cbor:"6,keyasint,omitempty"`
+	// Errors counts failures by class (status, timeout, connect, body,
+	// transport, cancelled); Statuses counts responses by HTTP status
+	// code, whatever their verdict. BytesReceived sums response bodies.
+	// All cumulative, like the histograms.
+	Errors        map[string]int64 `cbor:"7,keyasint,omitempty"`
+	Statuses      map[int]int64    `cbor:"8,keyasint,omitempty"`
+	BytesReceived int64            `cbor:"9,keyasint,omitempty"`
 }
 
 // WorkflowProgress reports a workflow's counters from its worker.

@@ -321,27 +321,43 @@ func think(ctx context.Context, stopping <-chan struct{}, d time.Duration) bool 
 // keeping only a needle's length of the body at a time.
 func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func() time.Time) (outcome, error) {
 	st := &r.steps[step]
+	body := countingWriter{} // counts the response body; w nil: discard
 	var match *bodyMatcher
-	var sink io.Writer // nil: discard
 	if st.expectBody != nil {
 		match = &bodyMatcher{needle: st.expectBody}
-		sink = match
+		body.w = match
 	}
 	started := now()
-	status, class, err := r.sender.send(ctx, vu, step, v, sink)
+	status, class, err := r.sender.send(ctx, vu, step, v, &body)
 	latency := now().Sub(started)
 	if err != nil {
-		return outcome{failed: true, class: class}, err
+		return outcome{failed: true, class: class, status: status, received: body.n}, err
 	}
+	o := outcome{latency: latency, timed: true, status: status, received: body.n}
 	if !st.expects(status) {
-		return outcome{failed: true, class: ErrorStatus, latency: latency, timed: true},
-			fmt.Errorf("%s %s: unexpected status %d", st.method, st.url.render(v), status)
+		o.failed, o.class = true, ErrorStatus
+		return o, fmt.Errorf("%s %s: unexpected status %d", st.method, st.url.render(v), status)
 	}
 	if match != nil && !match.found {
-		return outcome{failed: true, class: ErrorBody, latency: latency, timed: true},
-			fmt.Errorf("%s %s: body does not contain %q", st.method, st.url.render(v), truncate(string(st.expectBody), 40))
+		o.failed, o.class = true, ErrorBody
+		return o, fmt.Errorf("%s %s: body does not contain %q", st.method, st.url.render(v), truncate(string(st.expectBody), 40))
 	}
-	return outcome{latency: latency, timed: true}, nil
+	return o, nil
+}
+
+// countingWriter counts what a response body wrote through it and passes
+// it on to w, if any.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	if c.w == nil {
+		return len(p), nil
+	}
+	return c.w.Write(p)
 }
 
 // bodyMatcher is an io.Writer that reports whether needle occurred in what
@@ -370,4 +386,17 @@ func (m *bodyMatcher) Write(p []byte) (int, error) {
 		m.tail = append(m.tail[:0], joined[max(0, len(joined)-k):]...) // copy handles the overlap
 	}
 	return len(p), nil
+}
+
+// ReadFrom keeps io.Copy from allocating a buffer per response (net/http's
+// path copies bodies with it): the destination's own ReadFrom does the work,
+// io.Discard's with a pooled buffer.
+func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	dst := c.w
+	if dst == nil {
+		dst = io.Discard
+	}
+	n, err := io.Copy(dst, r)
+	c.n += n
+	return n, err
 }

@@ -338,3 +338,38 @@ func TestRecorderShardsFollowCores(t *testing.T) {
 		}
 	}
 }
+
+// Every response is counted by status code and its body bytes summed; a
+// failure is counted by class. The wire form carries them, and merging two
+// workers' step stats adds them up.
+func TestHTTPCountsStatusesErrorsAndBytes(t *testing.T) {
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/bad" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		io.WriteString(w, "0123456789")
+	})
+	p := HTTPParams{VUs: 2, Iterations: 40, Steps: []HTTPStep{step("good", tg.URL+"/good"), step("bad", tg.URL+"/bad")}}
+	res, err := runHTTP(t, p, Env{Cores: []int{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err := res.StepStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, bad := stats[0], stats[1]
+	if good.Statuses[200] != 40 || good.BytesReceived != 400 || len(good.Errors) != 0 {
+		t.Errorf("good: statuses %v bytes %d errors %v; want 200:40, 400 bytes, no errors", good.Statuses, good.BytesReceived, good.Errors)
+	}
+	if bad.Statuses[503] != 40 || bad.Errors[string(ErrorStatus)] != 40 || bad.FailedCount != 40 {
+		t.Errorf("bad: statuses %v errors %v failed %d; want 503:40, status:40, 40", bad.Statuses, bad.Errors, bad.FailedCount)
+	}
+	merged, err := MergeStepStats(stats, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if merged[0].Statuses[200] != 80 || merged[0].BytesReceived != 800 || merged[1].Errors[string(ErrorStatus)] != 80 {
+		t.Errorf("merged: %+v", merged)
+	}
+}

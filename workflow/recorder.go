@@ -48,6 +48,8 @@ type recorder struct {
 	completed  []int64
 	failed     []int64
 	errors     []map[ErrorClass]int64
+	statuses   []map[int]int64
+	received   []int64
 	spares     []*hdrhistogram.Histogram
 	scratch    *hdrhistogram.PackedHistogram
 	series     seriesBuilder
@@ -65,6 +67,8 @@ type stepCounts struct {
 	completed int64
 	failed    int64
 	errors    map[ErrorClass]int64
+	statuses  map[int]int64
+	received  int64
 	latency   *hdrhistogram.Histogram
 	corrected *hdrhistogram.Histogram // nil under the closed model
 }
@@ -80,6 +84,10 @@ type outcome struct {
 	corrected time.Duration
 	// sec is the second of the run the outcome was known in, for the series.
 	sec int64
+	// status is the response's HTTP status (0: no response); received its
+	// body bytes.
+	status   int
+	received int64
 }
 
 func newRecorder(names []string, parallelism int, corrected bool) *recorder {
@@ -91,6 +99,8 @@ func newRecorder(names []string, parallelism int, corrected bool) *recorder {
 		completed:    make([]int64, len(names)),
 		failed:       make([]int64, len(names)),
 		errors:       make([]map[ErrorClass]int64, len(names)),
+		statuses:     make([]map[int]int64, len(names)),
+		received:     make([]int64, len(names)),
 		scratch:      NewHistogram().h,
 		droppedBySec: map[int64]int64{},
 	}
@@ -138,6 +148,13 @@ func (s *recorderShard) record(step int, o outcome) {
 	} else {
 		c.completed++
 	}
+	if o.status != 0 {
+		if c.statuses == nil {
+			c.statuses = map[int]int64{}
+		}
+		c.statuses[o.status]++
+	}
+	c.received += o.received
 	if o.timed {
 		_ = c.latency.RecordValue(clampMicros(o.latency)) // in range by construction
 		if c.corrected != nil {
@@ -176,6 +193,15 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 				r.errors[i][class] += n
 			}
 			clear(c.errors)
+			for code, n := range c.statuses {
+				if r.statuses[i] == nil {
+					r.statuses[i] = map[int]int64{}
+				}
+				r.statuses[i][code] += n
+			}
+			clear(c.statuses)
+			r.received[i] += c.received
+			c.received = 0
 			// Both histograms move together, so in every snapshot the
 			// corrected one holds exactly the samples the uncorrected does.
 			var taken, takenCorrected *hdrhistogram.Histogram
@@ -206,6 +232,8 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 			Completed: r.completed[i],
 			Failed:    r.failed[i],
 			Errors:    maps.Clone(r.errors[i]),
+			Statuses:  maps.Clone(r.statuses[i]),
+			Received:  r.received[i],
 			Latency:   r.cumulative[i].Clone(),
 		}
 		if r.corrected {

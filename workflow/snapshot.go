@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"time"
 
@@ -58,6 +59,10 @@ type StepSnapshot struct {
 	Failed    int64
 	// Errors counts failures by class; nil when there were none.
 	Errors map[ErrorClass]int64
+	// Statuses counts responses by HTTP status code; Received sums their
+	// body bytes.
+	Statuses map[int]int64
+	Received int64
 	// Latency holds one sample per response received (whatever its status),
 	// cumulative since the run started. Failures without a response
 	// (refused, timed out, cancelled) have no meaningful latency and are not
@@ -95,6 +100,14 @@ func (s Snapshot) StepStats() ([]wire.StepStats, error) {
 			CompletedCount: st.Completed,
 			FailedCount:    st.Failed,
 			TotalCount:     st.Completed + st.Failed,
+			Statuses:       maps.Clone(st.Statuses),
+			BytesReceived:  st.Received,
+		}
+		for class, n := range st.Errors {
+			if out[i].Errors == nil {
+				out[i].Errors = make(map[string]int64, len(st.Errors))
+			}
+			out[i].Errors[string(class)] = n
 		}
 		if st.Latency != nil && st.Latency.Count() > 0 {
 			b, err := st.Latency.Encode()
@@ -165,6 +178,15 @@ func mergeStep(name string, parts []wire.StepStats) (wire.StepStats, error) {
 		if m.TotalCount, err = addCount(m.TotalCount, p.TotalCount); err != nil {
 			return m, fmt.Errorf("total: %w", err)
 		}
+		if m.BytesReceived, err = addCount(m.BytesReceived, p.BytesReceived); err != nil {
+			return m, fmt.Errorf("bytes received: %w", err)
+		}
+		if m.Errors, err = addCounts(m.Errors, p.Errors); err != nil {
+			return m, fmt.Errorf("errors: %w", err)
+		}
+		if m.Statuses, err = addCounts(m.Statuses, p.Statuses); err != nil {
+			return m, fmt.Errorf("statuses: %w", err)
+		}
 		if hist, err = mergeEncoded(hist, p.Histogram); err != nil {
 			return m, err
 		}
@@ -187,6 +209,29 @@ func mergeStep(name string, parts []wire.StepStats) (wire.StepStats, error) {
 		m.CorrectedHistogram = b
 	}
 	return m, nil
+}
+
+// maxMergeKeys bounds the distinct error classes or status codes a merged
+// step keeps: real ones are a handful, and a hostile peer must not grow a
+// record without bound.
+const maxMergeKeys = 256
+
+// addCounts adds b's counts into acc (nil starts one).
+func addCounts[K comparable](acc, b map[K]int64) (map[K]int64, error) {
+	for k, n := range b {
+		if acc == nil {
+			acc = make(map[K]int64, len(b))
+		}
+		if _, ok := acc[k]; !ok && len(acc) >= maxMergeKeys {
+			return acc, fmt.Errorf("more than %d distinct keys", maxMergeKeys)
+		}
+		v, err := addCount(acc[k], n)
+		if err != nil {
+			return acc, err
+		}
+		acc[k] = v
+	}
+	return acc, nil
 }
 
 // mergeEncoded merges an encoded histogram into acc (nil starts one).

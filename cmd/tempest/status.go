@@ -1,9 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"tempest/api"
@@ -93,6 +97,28 @@ func printSteps(w io.Writer, st api.JobStatus) {
 		}
 	}
 	_ = tw.Flush()
+	// Where a step failed, what kind of failures and which statuses.
+	for _, wf := range st.Workflows {
+		for _, s := range wf.Steps {
+			if len(s.Errors) > 0 {
+				fmt.Fprintf(w, "%s %s: errors %s; responses %s\n", wf.Name, s.Name, joinCounts(s.Errors, " "), joinCounts(s.Statuses, "×"))
+			}
+		}
+	}
+}
+
+// joinCounts writes counts by key, largest first: "status 40, timeout 3".
+func joinCounts(m map[string]int64, sep string) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b)) })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s%s%d", k, sep, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // printThresholds writes one line per threshold: a tick or a cross, where

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"tempest/api"
+)
+
+func TestJoinCounts(t *testing.T) {
+	for _, tc := range []struct {
+		m    map[string]int64
+		sep  string
+		want string
+	}{
+		{nil, " ", "none"},
+		{map[string]int64{"timeout": 3, "status": 40}, " ", "status 40, timeout 3"},
+		{map[string]int64{"503": 40, "200": 40, "404": 1}, "×", "200×40, 503×40, 404×1"},
+	} {
+		if got := joinCounts(tc.m, tc.sep); got != tc.want {
+			t.Errorf("joinCounts(%v) = %q, want %q", tc.m, got, tc.want)
+		}
+	}
+}
+
+// A step that failed gets a line naming its error classes and statuses;
+// one that did not, none.
+func TestPrintStepsBreaksDownErrors(t *testing.T) {
+	st := api.JobStatus{ElapsedSeconds: 2, Workflows: []api.WorkflowStatus{{Name: "w", ElapsedSeconds: 2, Steps: []api.StepSummary{
+		{Name: "good", Completed: 10, Statuses: map[string]int64{"200": 10}},
+		{Name: "bad", Completed: 6, Failed: 4, Errors: map[string]int64{"status": 3, "timeout": 1}, Statuses: map[string]int64{"200": 6, "503": 3}},
+	}}}}
+	var b bytes.Buffer
+	printSteps(&b, st)
+	out := b.String()
+	if !strings.Contains(out, "w bad: errors status 3, timeout 1; responses 200×6, 503×3") {
+		t.Errorf("no breakdown for the failing step:\n%s", out)
+	}
+	if strings.Contains(out, "w good:") {
+		t.Errorf("a breakdown for a step without errors:\n%s", out)
+	}
+}
