@@ -45,6 +45,11 @@ type ServerConfig struct {
 	RateBurst int
 	// RequestTimeout bounds each backend call (not event streams).
 	RequestTimeout time.Duration
+	// LeaderWait is how long a follower that knows no leader (an election
+	// is running) holds a request for one to appear before answering
+	// no_leader: a client reconnecting after its leader died then lands on
+	// the new one at once instead of backing off. Zero answers at once.
+	LeaderWait time.Duration
 	// StreamHeartbeat is how often an idle event stream sends a comment, so
 	// proxies keep it open and clients can tell a dead stream from a quiet one.
 	StreamHeartbeat time.Duration
@@ -72,6 +77,7 @@ func DefaultServerConfig() ServerConfig {
 		RateLimit:       50,
 		RateBurst:       100,
 		RequestTimeout:  30 * time.Second,
+		LeaderWait:      3 * time.Second,
 		StreamHeartbeat: 15 * time.Second,
 		Role:            "manager",
 	}

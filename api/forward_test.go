@@ -83,6 +83,30 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 	}
 }
 
+// A follower that knows no leader holds a request until one is elected,
+// rather than sending the client away to back off.
+func TestFollowerWaitsForALeader(t *testing.T) {
+	leaderB := apitest.NewBackend()
+	leader := apitest.Serve(t, leaderB, nil)
+	var elected atomic.Bool
+	followerB := apitest.NewBackend()
+	followerB.SetLeaderFunc(func() (bool, string) {
+		if elected.Load() {
+			return false, leader.URL()
+		}
+		return false, ""
+	})
+	follower := apitest.Serve(t, followerB, nil)
+	time.AfterFunc(200*time.Millisecond, func() { elected.Store(true) })
+	id, err := newClient(t, follower.URL()).Submit(context.Background(), []byte(goodJob), "smoke.yaml")
+	if err != nil || !elected.Load() {
+		t.Fatalf("submit during an election: %v (elected %v)", err, elected.Load())
+	}
+	if len(leaderB.Submissions()) != 1 {
+		t.Fatalf("the new leader got %d submissions of %s, want 1", len(leaderB.Submissions()), id)
+	}
+}
+
 func TestFollowerWithoutLeader(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -92,7 +116,7 @@ func TestFollowerWithoutLeader(t *testing.T) {
 		{"no leader known", func(t *testing.T) string {
 			b := apitest.NewBackend()
 			b.SetLeader(false, "")
-			return apitest.Serve(t, b, nil).URL()
+			return apitest.Serve(t, b, func(c *api.ServerConfig) { c.LeaderWait = 100 * time.Millisecond }).URL()
 		}, api.CodeNoLeader},
 		{"leader unreachable", func(t *testing.T) string {
 			b := apitest.NewBackend()

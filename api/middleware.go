@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // forwardedHeader marks a request a follower forwarded. A node that is not
@@ -157,6 +158,9 @@ func bearerToken(h string) (string, bool) {
 func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isLeader, leaderAPI := s.backend.Leader()
+		if !isLeader && leaderAPI == "" && r.Header.Get(forwardedHeader) == "" {
+			isLeader, leaderAPI = s.awaitLeader(r.Context())
+		}
 		if isLeader {
 			next.ServeHTTP(w, r)
 			return
@@ -182,6 +186,31 @@ func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 		}
 		s.fwd.serve(w, r, leaderAPI)
 	})
+}
+
+// awaitLeader polls the backend for a leader for up to LeaderWait. Nothing
+// of the request has been acted on yet, so holding it is safe for any
+// method.
+func (s *Server) awaitLeader(ctx context.Context) (bool, string) {
+	if s.cfg.LeaderWait <= 0 {
+		return false, ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ""
+		case <-s.streams.Done():
+			return false, ""
+		case <-t.C:
+		}
+		if isLeader, leaderAPI := s.backend.Leader(); isLeader || leaderAPI != "" {
+			return isLeader, leaderAPI
+		}
+	}
 }
 
 // clientIP is the remote address without its port. X-Forwarded-For is not
