@@ -50,6 +50,13 @@ func newForwarder(tlsCfg *tls.Config, requestTimeout time.Duration, log *slog.Lo
 	}
 }
 
+// dialFailure, when in a request's context, asks proxyError to record a
+// failed dial there instead of answering, so the caller can try a new
+// leader: nothing of the request reached anyone.
+type dialFailure struct{ failed bool }
+
+type dialFailureKey struct{}
+
 func (f *forwarder) serve(w http.ResponseWriter, r *http.Request, leaderAPI string) {
 	proxy, err := f.proxyFor(leaderAPI)
 	if err != nil {
@@ -105,6 +112,10 @@ func (f *forwarder) proxyError(w http.ResponseWriter, r *http.Request, leaderAPI
 		"path", r.URL.Path, "err", err)
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
+		if df, ok := r.Context().Value(dialFailureKey{}).(*dialFailure); ok {
+			df.failed = true
+			return
+		}
 		writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeUnavailable,
 			Error: fmt.Sprintf("leader at %s is unreachable; retry", leaderAPI)})
 		return

@@ -107,6 +107,32 @@ func TestFollowerWaitsForALeader(t *testing.T) {
 	}
 }
 
+// A read forwarded to a leader that died (the dial fails, so nothing reached
+// it) is forwarded again to the leader elected next.
+func TestFollowerForwardsReadsToTheNextLeader(t *testing.T) {
+	next := apitest.NewBackend()
+	nextSrv := apitest.Serve(t, next, nil)
+	id, err := newClient(t, nextSrv.URL()).Submit(context.Background(), []byte(goodJob), "smoke.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := fmt.Sprintf("http://127.0.0.1:%d", testutil.FreeTCPPort(t))
+	var elected atomic.Bool
+	followerB := apitest.NewBackend()
+	followerB.SetLeaderFunc(func() (bool, string) {
+		if elected.Load() {
+			return false, nextSrv.URL()
+		}
+		return false, dead
+	})
+	follower := apitest.Serve(t, followerB, nil)
+	time.AfterFunc(200*time.Millisecond, func() { elected.Store(true) })
+	st, err := newClient(t, follower.URL()).Job(context.Background(), id)
+	if err != nil || st.JobID != id || !elected.Load() {
+		t.Fatalf("read through a follower whose leader died: %+v, %v (elected %v)", st, err, elected.Load())
+	}
+}
+
 func TestFollowerWithoutLeader(t *testing.T) {
 	tests := []struct {
 		name     string

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -184,8 +185,55 @@ func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 			defer context.AfterFunc(s.streams, cancel)()
 			r = r.WithContext(ctx)
 		}
-		s.fwd.serve(w, r, leaderAPI)
+		// A read (GET: no body to replay) can be forwarded again when the
+		// leader turns out dead (the dial failed, so nothing reached it):
+		// the follower waits for the election to name another, up to
+		// LeaderWait, rather than sending the client off to back off.
+		if r.Method != http.MethodGet || s.cfg.LeaderWait <= 0 {
+			s.fwd.serve(w, r, leaderAPI)
+			return
+		}
+		deadline := time.Now().Add(s.cfg.LeaderWait)
+		for {
+			df := &dialFailure{}
+			s.fwd.serve(w, r.WithContext(context.WithValue(r.Context(), dialFailureKey{}, df)), leaderAPI)
+			if !df.failed {
+				return
+			}
+			dead := leaderAPI
+			isLeader, leaderAPI = s.awaitNewLeader(r.Context(), dead, deadline)
+			switch {
+			case isLeader:
+				next.ServeHTTP(w, r)
+				return
+			case leaderAPI == "":
+				writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeUnavailable,
+					Error: fmt.Sprintf("leader at %s is unreachable and no other was elected; retry", dead)})
+				return
+			}
+		}
 	})
+}
+
+// awaitNewLeader polls until the backend leads or names a leader other than
+// dead, or deadline passes ("" then).
+func (s *Server) awaitNewLeader(ctx context.Context, dead string, deadline time.Time) (bool, string) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if isLeader, leaderAPI := s.backend.Leader(); isLeader || (leaderAPI != "" && leaderAPI != dead) {
+			return isLeader, leaderAPI
+		}
+		select {
+		case <-ctx.Done():
+			return false, ""
+		case <-s.streams.Done():
+			return false, ""
+		case <-t.C:
+		}
+	}
 }
 
 // awaitLeader polls the backend for a leader for up to LeaderWait. Nothing
