@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -30,10 +31,24 @@ import (
 // week of history.
 const gateFinalWindow = time.Minute
 
-// gateTable is the gates SWIM says are alive: id -> QUIC address.
+// gateTable is the gates SWIM says are alive: id -> QUIC address, and when
+// a report to each last failed. A gate that just failed a report goes last
+// until gateFailedFor passes: after a gate leader dies, SWIM takes a while
+// to say so, and every report round would otherwise wait on it first.
 type gateTable struct {
-	mu sync.Mutex
-	g  map[string]string
+	mu     sync.Mutex
+	g      map[string]string
+	failed map[string]time.Time
+	now    func() time.Time
+}
+
+// gateFailedFor is how long a gate that failed a report is tried last.
+const gateFailedFor = 10 * time.Second
+
+func (t *gateTable) fail(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failed[id] = t.now()
 }
 
 func (t *gateTable) set(id, addr string) {
@@ -54,25 +69,28 @@ func (t *gateTable) remove(id string) {
 func (t *gateTable) targets(first ...string) []transport.Peer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []transport.Peer
+	var out, failed []transport.Peer
 	seen := map[string]bool{}
+	add := func(id string) {
+		addr, ok := t.g[id]
+		if !ok || seen[id] {
+			return
+		}
+		seen[id] = true
+		p := transport.Peer{NodeID: id, Addr: addr}
+		if at, bad := t.failed[id]; bad && t.now().Sub(at) < gateFailedFor {
+			failed = append(failed, p)
+			return
+		}
+		out = append(out, p)
+	}
 	for _, id := range first {
-		if addr, ok := t.g[id]; ok && !seen[id] {
-			seen[id] = true
-			out = append(out, transport.Peer{NodeID: id, Addr: addr})
-		}
+		add(id)
 	}
-	rest := make([]string, 0, len(t.g))
-	for id := range t.g {
-		if !seen[id] {
-			rest = append(rest, id)
-		}
+	for _, id := range slices.Sorted(maps.Keys(t.g)) {
+		add(id)
 	}
-	slices.Sort(rest)
-	for _, id := range rest {
-		out = append(out, transport.Peer{NodeID: id, Addr: t.g[id]})
-	}
-	return out
+	return append(out, failed...)
 }
 
 // gateEmbedder puts the manager's heartbeat in the gate cluster's acks.
@@ -210,6 +228,7 @@ func (m *Manager) handleLeaseTransfer(ctx context.Context, from transport.Peer, 
 		return nil, wire.Errorf(wire.CodeUnavailable, "persist lease of job %s: %v", lt.JobID, err)
 	}
 	m.log.Info("lease transferred", "job_id", lt.JobID, "gate", holder, "fence_token", lt.NewFenceToken)
+	m.kickGates() // the new lease holder wants the job's state now
 	return &wire.LeaseAck{JobID: lt.JobID, Datacenter: m.cfg.Datacenter, Accepted: true}, nil
 }
 
@@ -293,13 +312,16 @@ func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
 		return
 	}
 	for _, p := range r.targets {
-		cctx, cancel := context.WithTimeout(ctx, m.cfg.GateReportInterval*4)
+		// One report interval per gate: a dead gate costs a round no more
+		// than that, and the next round tries it last.
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.GateReportInterval)
 		reply, err := m.tr.Call(cctx, p.Addr, &r.jp)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
+			m.gates.fail(p.NodeID)
 			log.Debug("progress report to gate failed", "gate", p.NodeID, "err", err)
 			continue
 		}

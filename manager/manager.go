@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"tempest/leadership"
 	"tempest/security"
@@ -272,7 +273,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		}
 		m.members = m.ownMembers
 	}
-	m.gates = &gateTable{g: make(map[string]string)}
+	m.gates = &gateTable{g: make(map[string]string), failed: make(map[string]time.Time), now: m.clock.Now}
 	if deps.Keyring != nil {
 		if err := m.startGateSwim(deps.Keyring.MemberlistKeys(), baseLog); err != nil {
 			return nil, err

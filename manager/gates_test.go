@@ -1,0 +1,58 @@
+package manager
+
+import (
+	"testing"
+	"time"
+
+	"tempest/wire"
+)
+
+// Reports go to the hinted gate, then the lease holder, then the rest by
+// name; a gate that just failed a report goes last until gateFailedFor
+// passes.
+func TestGateTargetsOrder(t *testing.T) {
+	now := time.Unix(100, 0)
+	g := &gateTable{g: map[string]string{"g1": "a1", "g2": "a2", "g3": "a3"}, failed: map[string]time.Time{}, now: func() time.Time { return now }}
+	ids := func(first ...string) string {
+		var s string
+		for _, p := range g.targets(first...) {
+			s += p.NodeID + " "
+		}
+		return s
+	}
+	if got := ids("g3", "g2"); got != "g3 g2 g1 " {
+		t.Fatalf("targets = %q, want hint, holder, rest", got)
+	}
+	g.fail("g3")
+	if got := ids("g3", "g2"); got != "g2 g1 g3 " {
+		t.Fatalf("after g3 failed: %q, want it last", got)
+	}
+	now = now.Add(gateFailedFor + time.Second)
+	if got := ids("g3", "g2"); got != "g3 g2 g1 " {
+		t.Fatalf("after the penalty: %q, want g3 first again", got)
+	}
+	if got := ids("gone", "g1"); got != "g1 g2 g3 " {
+		t.Fatalf("unknown hint: %q", got)
+	}
+}
+
+// A command under an older fence token than the newest seen for the job is
+// refused; zero (a client's own command) and newer tokens are not.
+func TestStaleFence(t *testing.T) {
+	j := &jobState{}
+	j.rec.Submission = wire.JobSubmission{JobID: "j", FenceToken: 10, Origin: "g1"}
+	if err := staleFenceLocked(j, 9); wire.CodeOf(err) != wire.CodeStaleFence {
+		t.Fatalf("older token: %v, want stale_fence", err)
+	}
+	for _, tok := range []uint64{0, 10, 11} {
+		if err := staleFenceLocked(j, tok); err != nil {
+			t.Fatalf("token %d: %v", tok, err)
+		}
+	}
+	if !adoptLeaseLocked(j, 12, "g2") || j.rec.Submission.FenceToken != 12 || j.rec.Submission.Origin != "g2" {
+		t.Fatalf("newer lease not adopted: %+v", j.rec.Submission)
+	}
+	if adoptLeaseLocked(j, 11, "g3") || j.rec.Submission.Origin != "g2" {
+		t.Fatalf("older lease adopted: %+v", j.rec.Submission)
+	}
+}
