@@ -425,19 +425,7 @@ func (g *Gate) PeerState(node swim.NodeInfo, state []byte, _ time.Duration) {
 func (g *Gate) ObserveManager(hb *wire.ManagerHeartbeat) { g.dcs.heartbeat(hb) }
 
 func (g *Gate) joinLoop(ctx context.Context) {
-	backoff := 250 * time.Millisecond
-	for {
-		n, err := g.members.Join(ctx, g.cfg.Join)
-		if err == nil {
-			g.log.Info("joined swim cluster", "contacted", n)
-			return
-		}
-		g.log.Warn("swim join failed; retrying", "seeds", g.cfg.Join, "err", err, "retry_in", backoff)
-		if !sleepCtx(ctx, backoff) {
-			return
-		}
-		backoff = min(backoff*2, 15*time.Second)
-	}
+	swim.KeepJoining(ctx, g.members.Join, g.cfg.Join, 250*time.Millisecond, 15*time.Second, "swim cluster", g.log)
 }
 
 // healthLoop hands SWIM's local health score to the election once the gate

@@ -139,19 +139,7 @@ func (m *Manager) onGateAlive(n swim.NodeInfo) {
 }
 
 func (m *Manager) gateJoinLoop(ctx context.Context) {
-	backoff := m.cfg.HeartbeatInterval
-	for {
-		n, err := m.gateMembers.Join(ctx, m.cfg.GateJoin)
-		if err == nil {
-			m.log.Info("joined the gates' swim cluster", "contacted", n)
-			return
-		}
-		m.log.Warn("gate swim join failed; retrying", "seeds", m.cfg.GateJoin, "err", err, "retry_in", backoff)
-		if !sleepCtx(ctx, backoff) {
-			return
-		}
-		backoff = min(backoff*2, 30*m.cfg.HeartbeatInterval)
-	}
+	swim.KeepJoining(ctx, m.gateMembers.Join, m.cfg.GateJoin, m.cfg.HeartbeatInterval, 30*m.cfg.HeartbeatInterval, "the gates' swim cluster", m.log)
 }
 
 // staleFenceLocked reports whether token is older than the newest this

@@ -103,17 +103,5 @@ func (m *Manager) nodeMeta() swim.NodeMeta {
 }
 
 func (m *Manager) joinLoop(ctx context.Context) {
-	backoff := m.cfg.HeartbeatInterval
-	for {
-		n, err := m.ownMembers.Join(ctx, m.cfg.Join)
-		if err == nil {
-			m.log.Info("joined swim cluster", "contacted", n)
-			return
-		}
-		m.log.Warn("swim join failed; retrying", "seeds", m.cfg.Join, "err", err, "retry_in", backoff)
-		if !sleepCtx(ctx, backoff) {
-			return
-		}
-		backoff = min(backoff*2, 30*m.cfg.HeartbeatInterval)
-	}
+	swim.KeepJoining(ctx, m.ownMembers.Join, m.cfg.Join, m.cfg.HeartbeatInterval, 30*m.cfg.HeartbeatInterval, "swim cluster", m.log)
 }

@@ -65,24 +65,5 @@ func (w *Worker) joinLoop(ctx context.Context, m Membership) {
 		w.log.Warn("no SWIM seeds configured (join): managers will not see this worker's heartbeats")
 		return
 	}
-	for attempt := 0; ; attempt++ {
-		n, err := m.Join(ctx, w.cfg.Join)
-		if err == nil {
-			w.log.Info("joined SWIM cluster", "contacted", n, "seeds", w.cfg.Join)
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if attempt%10 == 0 {
-			w.log.Warn("join SWIM cluster failed; retrying", "seeds", w.cfg.Join, "attempt", attempt+1, "err", err)
-		}
-		t := time.NewTimer(backoff(attempt, joinBackoffBase, joinBackoffMax))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
+	swim.KeepJoining(ctx, m.Join, w.cfg.Join, joinBackoffBase, joinBackoffMax, "SWIM cluster", w.log)
 }

@@ -18,7 +18,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -195,14 +194,5 @@ func loadConfig(args []string, stderr io.Writer) (gate.Config, options, error) {
 
 // parsePeers reads "id=quicaddr,id=quicaddr".
 func parsePeers(s string) ([]gate.Peer, error) {
-	var out []gate.Peer
-	for _, item := range nodecmd.SplitList(s) {
-		id, addr, ok := strings.Cut(item, "=")
-		id, addr = strings.TrimSpace(id), strings.TrimSpace(addr)
-		if !ok || id == "" || addr == "" {
-			return nil, fmt.Errorf("--peers: %q is not id=quicaddr", item)
-		}
-		out = append(out, gate.Peer{ID: id, QUIC: addr})
-	}
-	return out, nil
+	return nodecmd.ParsePeers(s, func(id, addr string) gate.Peer { return gate.Peer{ID: id, QUIC: addr} })
 }

@@ -20,7 +20,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -210,14 +209,5 @@ func loadConfig(args []string, stderr io.Writer) (manager.Config, options, error
 
 // parsePeers reads "id=quicaddr,id=quicaddr".
 func parsePeers(s string) ([]manager.Peer, error) {
-	var out []manager.Peer
-	for _, item := range nodecmd.SplitList(s) {
-		id, addr, ok := strings.Cut(item, "=")
-		id, addr = strings.TrimSpace(id), strings.TrimSpace(addr)
-		if !ok || id == "" || addr == "" {
-			return nil, fmt.Errorf("--peers: %q is not id=quicaddr", item)
-		}
-		out = append(out, manager.Peer{ID: id, QUIC: addr})
-	}
-	return out, nil
+	return nodecmd.ParsePeers(s, func(id, addr string) manager.Peer { return manager.Peer{ID: id, QUIC: addr} })
 }

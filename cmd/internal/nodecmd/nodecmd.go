@@ -145,3 +145,18 @@ func ParseEnv(r io.Reader, name string) (map[string]string, error) {
 	}
 	return vals, nil
 }
+
+// ParsePeers reads a --peers flag, "id=quicaddr,id=quicaddr", making each
+// entry with peer (the role's own Peer type).
+func ParsePeers[P any](s string, peer func(id, addr string) P) ([]P, error) {
+	var out []P
+	for _, item := range SplitList(s) {
+		id, addr, ok := strings.Cut(item, "=")
+		id, addr = strings.TrimSpace(id), strings.TrimSpace(addr)
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("--peers: %q is not id=quicaddr", item)
+		}
+		out = append(out, peer(id, addr))
+	}
+	return out, nil
+}
