@@ -74,6 +74,10 @@ type DatacenterStatus struct {
 	LeaseHolder    string  `json:"lease_holder,omitempty"`
 	FenceToken     uint64  `json:"fence_token,omitempty"`
 	LeaseExpiresIn float64 `json:"lease_expires_in,omitempty"`
+	// ReportedFenceToken is the token the datacenter's last report was
+	// made under: once it equals FenceToken the datacenter holds the
+	// current lease, and refuses commands under older tokens.
+	ReportedFenceToken uint64 `json:"reported_fence_token,omitempty"`
 }
 
 // ThresholdResult is one threshold's verdict on a workflow's merged results.

@@ -122,7 +122,8 @@ func MergedWorkflowStatus(statuses []wire.WorkflowStatus, expected int) wire.Wor
 				return s
 			}
 		}
-		return statuses[0]
+		// Some parts ended and the rest have not reported: in progress.
+		return wire.WorkflowRunning
 	case failed:
 		return wire.WorkflowFailed
 	case cancelled:

@@ -243,7 +243,7 @@ func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
 		st.TotalCompleted += p.TotalCompleted
 		st.TotalFailed += p.TotalFailed
 		ds := api.DatacenterStatus{Name: p.Datacenter, Status: p.Status, TotalCompleted: p.TotalCompleted,
-			TotalFailed: p.TotalFailed, Rate: p.OverallRate, Error: p.Error}
+			TotalFailed: p.TotalFailed, Rate: p.OverallRate, Error: p.Error, ReportedFenceToken: p.FenceToken}
 		for _, l := range rec.Leases {
 			if l.Datacenter == p.Datacenter {
 				ds.LeaseHolder, ds.FenceToken = l.LeaseHolder, l.FenceToken

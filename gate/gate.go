@@ -27,13 +27,14 @@ import (
 
 	"tempest/api"
 	"tempest/leadership"
+	"tempest/lifecycle"
 	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
 )
 
-// Lock order: Gate.lifeMu alone; Gate.mu → dcTable.mu. No lock is held
+// Lock order: the lifecycle.Owner's lock alone; Gate.mu → dcTable.mu. No lock is held
 // across network calls or store writes.
 
 // Deps are the gate's collaborators. Keyring is required unless Transport
@@ -80,12 +81,8 @@ type Gate struct {
 	ready  atomic.Bool // first state sync done: may lead
 	apiURL atomic.Pointer[string]
 
-	lifeMu  sync.Mutex
-	closing bool
-	running bool
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// life owns background goroutines and handlers in flight.
+	life    *lifecycle.Owner
 	runDone chan struct{}
 	closed  chan struct{}
 }
@@ -131,7 +128,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.life = lifecycle.New()
 	g.ids = wire.NewSnowflakeGenerator(cfg.ID, g.now)
 	g.dcs = newDCTable(g.now)
 	url := cfg.apiURL()
@@ -140,10 +137,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			g.lifeMu.Lock()
-			g.closing = true
-			g.lifeMu.Unlock()
-			g.cancel()
+			g.life.Close()
 			g.release()
 		}
 	}()
@@ -246,13 +240,9 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 // Run joins SWIM, syncs state from the other gates, takes part in elections
 // and serves until ctx ends or Shutdown is called.
 func (g *Gate) Run(ctx context.Context) error {
-	g.lifeMu.Lock()
-	if g.closing || g.running {
-		g.lifeMu.Unlock()
-		return errors.New("gate: Run called twice or after Shutdown")
+	if err := g.life.Start(); err != nil {
+		return fmt.Errorf("gate: %w", err)
 	}
-	g.running = true
-	g.lifeMu.Unlock()
 	defer close(g.runDone)
 
 	g.spawn(func(ctx context.Context) {
@@ -267,33 +257,28 @@ func (g *Gate) Run(ctx context.Context) error {
 	}
 	select {
 	case <-ctx.Done():
-	case <-g.ctx.Done():
+	case <-g.life.Context().Done():
 	}
-	g.cancel()
+	g.life.Cancel()
 	return nil
 }
 
 // Shutdown stops the gate: it leaves the election, waits for handlers and
 // background work, leaves SWIM and closes what it opened.
 func (g *Gate) Shutdown(ctx context.Context) error {
-	g.lifeMu.Lock()
-	if g.closing {
-		g.lifeMu.Unlock()
+	first, running := g.life.Close()
+	if !first {
 		<-g.closed
 		return nil
 	}
-	g.closing = true
-	running := g.running
-	g.lifeMu.Unlock()
 	defer close(g.closed)
 
 	g.log.Info("gate shutting down")
-	g.cancel()
 	if running {
 		<-g.runDone
 	}
 	g.elector.Stop()
-	g.wg.Wait()
+	g.life.Wait()
 	if g.members != nil {
 		timeout := 2 * time.Second
 		if dl, ok := ctx.Deadline(); ok {
@@ -446,37 +431,12 @@ func (g *Gate) healthLoop(ctx context.Context) {
 }
 
 // spawn runs f on a goroutine the gate owns; false once Shutdown began.
-func (g *Gate) spawn(f func(ctx context.Context)) bool {
-	g.lifeMu.Lock()
-	defer g.lifeMu.Unlock()
-	if g.closing {
-		return false
-	}
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		f(g.ctx)
-	}()
-	return true
-}
+func (g *Gate) spawn(f func(ctx context.Context)) bool { return g.life.Go(f) }
 
-// handle wraps a handler so Shutdown waits for it and refuses new ones.
+// handle registers a typed handler that Shutdown waits for and that refuses
+// messages once Shutdown began.
 func handle[T wire.Message](g *Gate, t wire.MsgType, f func(ctx context.Context, from transport.Peer, msg T) (wire.Message, error)) {
-	g.tr.Handle(t, func(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
-		typed, ok := msg.(T)
-		if !ok {
-			return nil, wire.Errorf(wire.CodeMalformed, "unexpected %T for %s", msg, t)
-		}
-		g.lifeMu.Lock()
-		if g.closing {
-			g.lifeMu.Unlock()
-			return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "gate shutting down"}
-		}
-		g.wg.Add(1)
-		g.lifeMu.Unlock()
-		defer g.wg.Done()
-		return f(ctx, from, typed)
-	})
+	lifecycle.Handle(g.life, g.tr, "gate", t, f)
 }
 
 func (g *Gate) registerHandlers() {

@@ -50,7 +50,7 @@ func (g *Gate) awaitLeader(ctx context.Context) (*leaderTerm, error) {
 }
 
 func (g *Gate) onBecomeLeader(term uint64) {
-	ctx, cancel := context.WithCancel(g.ctx)
+	ctx, cancel := context.WithCancel(g.life.Context())
 	lt := &leaderTerm{term: term, ctx: ctx, cancel: cancel, synced: make(chan struct{})}
 	g.lead.Store(lt)
 	g.log.Info("leading the gates", "term", term)

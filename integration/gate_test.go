@@ -109,6 +109,11 @@ func TestGateLeaderKilledMidJob(t *testing.T) {
 			if d.LeaseHolder == leader || d.FenceToken <= oldTokens[d.Name] {
 				return fmt.Errorf("%s lease still %s/%d", d.Name, d.LeaseHolder, d.FenceToken)
 			}
+			// Fencing starts when the datacenter has the new lease: its
+			// reports then carry the new token.
+			if d.ReportedFenceToken != d.FenceToken {
+				return fmt.Errorf("%s reports under token %d, the lease is %d", d.Name, d.ReportedFenceToken, d.FenceToken)
+			}
 		}
 		return nil
 	})

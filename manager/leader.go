@@ -15,7 +15,7 @@ func (m *Manager) leading() *leaderTerm {
 }
 
 func (m *Manager) onBecomeLeader(term uint64) {
-	lt := newLeaderTerm(m.ctx, term)
+	lt := newLeaderTerm(m.life.Context(), term)
 	m.lead.Store(lt)
 	m.log.Info("leading", "term", term)
 	m.refreshHeartbeat()

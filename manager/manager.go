@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"tempest/leadership"
+	"tempest/lifecycle"
 	"tempest/security"
 	"tempest/store"
 	"tempest/swim"
@@ -28,7 +29,7 @@ import (
 
 // Lock order (never take an earlier lock while holding a later one):
 //
-//	Manager.lifeMu (alone: nothing else is taken under it)
+//	the lifecycle.Owner's lock (alone: nothing else is taken under it)
 //	Manager.mu → workerTable.mu
 //	Manager.mu → Elector's status lock (m.leading reads it)
 //	managerTable.mu (alone)
@@ -109,12 +110,9 @@ type Manager struct {
 	hbVer    atomic.Uint64
 	apiURL   atomic.Pointer[string]
 
-	lifeMu  sync.Mutex
-	closing bool
-	running bool
-	ctx     context.Context // ends at Shutdown; parent of all background work
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // handlers in flight and background goroutines
+	// life owns background goroutines and handlers in flight; its context
+	// ends at Shutdown and is the parent of all background work.
+	life    *lifecycle.Owner
 	runDone chan struct{}
 	closed  chan struct{}
 }
@@ -174,7 +172,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if rnd == nil {
 		rnd = rand.Reader
 	}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.life = lifecycle.New()
 	m.ids = wire.NewSnowflakeGenerator(cfg.ID, m.clock.Now)
 	m.workers = newWorkerTable(rnd, cfg.QueueSoftLimit, m.clock.Now)
 	m.managers = newManagerTable(m.clock.Now)
@@ -184,10 +182,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			m.lifeMu.Lock()
-			m.closing = true // handlers already registered refuse from now on
-			m.lifeMu.Unlock()
-			m.cancel()
+			m.life.Close() // handlers already registered refuse from now on
 			m.release()
 		}
 	}()
@@ -290,13 +285,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 // Run joins the SWIM cluster, takes part in elections and serves until ctx
 // ends or Shutdown is called. It can run once.
 func (m *Manager) Run(ctx context.Context) error {
-	m.lifeMu.Lock()
-	if m.closing || m.running {
-		m.lifeMu.Unlock()
-		return errors.New("manager: Run called twice or after Shutdown")
+	if err := m.life.Start(); err != nil {
+		return fmt.Errorf("manager: %w", err)
 	}
-	m.running = true
-	m.lifeMu.Unlock()
 	defer close(m.runDone)
 
 	m.spawn(func(ctx context.Context) {
@@ -317,10 +308,10 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	select {
 	case <-ctx.Done():
-	case <-m.ctx.Done():
+	case <-m.life.Context().Done():
 	}
 	// Background work stops with Run; Shutdown still releases the rest.
-	m.cancel()
+	m.life.Cancel()
 	return nil
 }
 
@@ -328,24 +319,19 @@ func (m *Manager) Run(ctx context.Context) error {
 // term), waits for in-flight handlers and background work, leaves SWIM and
 // closes what it opened. ctx bounds the graceful SWIM leave.
 func (m *Manager) Shutdown(ctx context.Context) error {
-	m.lifeMu.Lock()
-	if m.closing {
-		m.lifeMu.Unlock()
+	first, running := m.life.Close()
+	if !first {
 		<-m.closed
 		return nil
 	}
-	m.closing = true
-	running := m.running
-	m.lifeMu.Unlock()
 	defer close(m.closed)
 
 	m.log.Info("manager shutting down")
-	m.cancel()
 	if running {
 		<-m.runDone
 	}
 	m.elector.Stop()
-	m.wg.Wait()
+	m.life.Wait()
 	m.stopTimers()
 	if m.ownMembers != nil {
 		timeout := m.cfg.HeartbeatInterval * 4
@@ -400,38 +386,12 @@ func (m *Manager) Term() uint64 { return m.elector.Status().Term }
 
 // spawn runs f on a goroutine the manager owns, with a context that ends at
 // Shutdown. It reports false (and runs nothing) once Shutdown has begun.
-func (m *Manager) spawn(f func(ctx context.Context)) bool {
-	m.lifeMu.Lock()
-	defer m.lifeMu.Unlock()
-	if m.closing {
-		return false
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		f(m.ctx)
-	}()
-	return true
-}
+func (m *Manager) spawn(f func(ctx context.Context)) bool { return m.life.Go(f) }
 
-// handle wraps a message handler so Shutdown waits for it and refuses new
-// ones: the store must not close under a running handler.
+// handle registers a typed handler that Shutdown waits for and that
+// refuses messages once Shutdown began: the store must not close under it.
 func handle[T wire.Message](m *Manager, t wire.MsgType, f func(ctx context.Context, from transport.Peer, msg T) (wire.Message, error)) {
-	m.tr.Handle(t, func(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
-		typed, ok := msg.(T)
-		if !ok {
-			return nil, wire.Errorf(wire.CodeMalformed, "unexpected %T for %s", msg, t)
-		}
-		m.lifeMu.Lock()
-		if m.closing {
-			m.lifeMu.Unlock()
-			return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "manager shutting down"}
-		}
-		m.wg.Add(1)
-		m.lifeMu.Unlock()
-		defer m.wg.Done()
-		return f(ctx, from, typed)
-	})
+	lifecycle.Handle(m.life, m.tr, "manager", t, f)
 }
 
 func (m *Manager) registerHandlers() {

@@ -1,0 +1,80 @@
+package api_test
+
+import (
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// part is one shard's or datacenter's report of step "s": n samples at d.
+func part(t *testing.T, label string, st wire.WorkflowStatus, n int, d time.Duration, failed int64) api.WorkflowPart {
+	t.Helper()
+	h := workflow.NewHistogram()
+	for range n {
+		h.Record(d)
+	}
+	enc, err := h.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api.WorkflowPart{Label: label, Attempts: 1, Progress: wire.WorkflowProgress{
+		WorkflowID: label + "wf", WorkflowName: "w", Status: st, WorkerID: "worker",
+		CompletedCount: int64(n), FailedCount: failed, Elapsed: 2 * time.Second,
+		StepStats: []wire.StepStats{{StepName: "s", CompletedCount: int64(n), FailedCount: failed, Histogram: enc,
+			Statuses: map[int]int64{200: int64(n)}}},
+	}}
+}
+
+// Parts merge by adding counts and histograms: the p99 of the merged
+// workflow is the p99 of all samples, not an average of the parts' p99s;
+// thresholds are judged on that, once every expected part has ended.
+func TestMergeWorkflow(t *testing.T) {
+	spec := wire.WorkflowSpec{Name: "w", Type: "http", Thresholds: []wire.Threshold{{Expr: "p(99) < 50ms"}}}
+	fast := part(t, "dc1/", wire.WorkflowCompleted, 990, time.Millisecond, 0)
+	slow := part(t, "dc2/", wire.WorkflowCompleted, 10, 100*time.Millisecond, 2)
+
+	ws, err := api.MergeWorkflow(spec, []api.WorkflowPart{fast, slow}, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.Status != wire.WorkflowCompleted || ws.CompletedCount != 1000 || ws.FailedCount != 2 || ws.Worker != "dc1/worker,dc2/worker" {
+		t.Fatalf("merged %+v", ws)
+	}
+	s := ws.Steps[0]
+	// 1% of the samples are slow: p99 is at the boundary, p99.9 is slow.
+	if s.P50Ms > 1.1 || s.P999Ms < 99 || s.Statuses["200"] != 1000 || len(s.Distribution) == 0 {
+		t.Fatalf("merged step %+v", s)
+	}
+	if len(ws.Thresholds) != 1 || !ws.Thresholds[0].Passed {
+		t.Fatalf("p(99) < 50ms on the merged histogram: %+v", ws.Thresholds)
+	}
+
+	// Until every expected part ended, the workflow runs and nothing is judged.
+	running, _ := api.MergeWorkflow(spec, []api.WorkflowPart{fast}, 2, false)
+	if running.Status.Terminal() || len(running.Thresholds) != 0 {
+		t.Fatalf("one of two parts ended: %s with %d verdicts", running.Status, len(running.Thresholds))
+	}
+	failed, _ := api.MergeWorkflow(spec, []api.WorkflowPart{fast, part(t, "dc2/", wire.WorkflowFailed, 1, time.Millisecond, 1)}, 2, false)
+	if failed.Status != wire.WorkflowFailed {
+		t.Fatalf("a failed part: merged %s, want FAILED", failed.Status)
+	}
+}
+
+func TestMergeSeries(t *testing.T) {
+	a := []wire.SecondStats{{Second: 0, Completed: 10, P50: time.Millisecond}, {Second: 1, Completed: 10}}
+	b := []wire.SecondStats{{Second: 0, Completed: 30, Failed: 2, P50: 3 * time.Millisecond}}
+	got := api.MergeSeries([][]wire.SecondStats{a, b})
+	if len(got) != 2 || got[0].Completed != 40 || got[0].Failed != 2 || got[1].Completed != 10 {
+		t.Fatalf("merged = %+v", got)
+	}
+	// Completion-weighted: (10*1 + 30*3)/40 = 2.5 ms.
+	if got[0].P50 != 2500*time.Microsecond {
+		t.Errorf("p50 = %s, want 2.5ms", got[0].P50)
+	}
+	if api.MergeSeries(nil) != nil {
+		t.Error("merging nothing should give nothing")
+	}
+}

@@ -1,0 +1,108 @@
+// Package lifecycle owns what a role (gate, manager) runs in the background:
+// its goroutines and its in-flight message handlers, so that Shutdown can
+// stop new work, wait for the running work, and only then close what that
+// work uses (the store, the transport).
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// ErrNotRunnable is Start's answer after Shutdown began or a second time.
+var ErrNotRunnable = errors.New("Run called twice or after Shutdown")
+
+// Owner is the lifecycle of one role. The zero value is not usable; use New.
+type Owner struct {
+	ctx    context.Context // ends when closing begins; parent of all background work
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex // alone: nothing else is taken under it
+	closing bool
+	running bool
+}
+
+// New returns an Owner whose context is live until Close.
+func New() *Owner {
+	o := &Owner{}
+	o.ctx, o.cancel = context.WithCancel(context.Background())
+	return o
+}
+
+// Context ends when Close begins.
+func (o *Owner) Context() context.Context { return o.ctx }
+
+// Go runs f on a goroutine the Owner waits for, with its context. It
+// reports false (and runs nothing) once Close has begun.
+func (o *Owner) Go(f func(ctx context.Context)) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closing {
+		return false
+	}
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		f(o.ctx)
+	}()
+	return true
+}
+
+// Start marks the role running (its Run began); a second call, or one after
+// Close began, fails.
+func (o *Owner) Start() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closing || o.running {
+		return ErrNotRunnable
+	}
+	o.running = true
+	return nil
+}
+
+// Cancel ends the context without closing: background work stops, handlers
+// are still accepted (Run returning while Shutdown has not been called).
+func (o *Owner) Cancel() { o.cancel() }
+
+// Close refuses new goroutines and handlers from now on and ends the
+// context. first is false when Close had already begun; running reports
+// whether Start had been called.
+func (o *Owner) Close() (first, running bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	first, running = !o.closing, o.running
+	o.closing = true
+	o.cancel()
+	return first, running
+}
+
+// Wait waits for every goroutine and handler the Owner let in.
+func (o *Owner) Wait() { o.wg.Wait() }
+
+// Handle registers f for message type t on tr, typed: a message of another
+// type is refused as malformed, and once Close began every message is
+// answered unavailable ("<role> shutting down"), so a handler never runs
+// after what it uses was closed.
+func Handle[T wire.Message](o *Owner, tr transport.Transport, role string, t wire.MsgType,
+	f func(ctx context.Context, from transport.Peer, msg T) (wire.Message, error)) {
+	tr.Handle(t, func(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
+		typed, ok := msg.(T)
+		if !ok {
+			return nil, wire.Errorf(wire.CodeMalformed, "unexpected %T for %s", msg, t)
+		}
+		o.mu.Lock()
+		if o.closing {
+			o.mu.Unlock()
+			return nil, &wire.Error{Code: wire.CodeUnavailable, Message: role + " shutting down"}
+		}
+		o.wg.Add(1)
+		o.mu.Unlock()
+		defer o.wg.Done()
+		return f(ctx, from, typed)
+	})
+}
