@@ -15,10 +15,7 @@ import (
 
 // Peer is one configured gate, this one included. The configured list fixes
 // the election quorum and who receives replicated job records.
-type Peer struct {
-	ID   string `yaml:"id"`
-	QUIC string `yaml:"quic"`
-}
+type Peer = leadership.Member
 
 // Config configures a Gate. The YAML tags are the config file's keys.
 type Config struct {
@@ -114,20 +111,8 @@ func (c Config) validate(haveTransport bool) error {
 	if _, err := leadership.ProfileByName(c.ElectionProfile); err != nil {
 		add("ElectionProfile: %v", err)
 	}
-	seen := map[string]bool{}
-	self := false
-	for i, p := range c.Peers {
-		if p.ID == "" || p.QUIC == "" {
-			add("Peers[%d]: id and quic address are both required, got %q=%q", i, p.ID, p.QUIC)
-		}
-		if seen[p.ID] {
-			add("Peers[%d]: duplicate id %q", i, p.ID)
-		}
-		seen[p.ID] = true
-		self = self || p.ID == c.ID
-	}
-	if len(c.Peers) > 0 && !self {
-		add("Peers: must include this gate %q", c.ID)
+	if err := leadership.CheckMembers(c.ID, "gate", c.Peers); err != nil {
+		errs = append(errs, err)
 	}
 	if c.DataDir == "" {
 		add("DataDir: must not be empty")

@@ -14,11 +14,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -166,16 +164,9 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if len(g.cfg.Peers) == 0 {
 		g.cfg.Peers = []Peer{{ID: cfg.ID, QUIC: g.tr.Addr()}}
 	}
-	g.peers = make(map[string]string)
-	electionPeers := make(map[string]string)
-	for _, p := range g.cfg.Peers {
-		electionPeers[p.ID] = p.QUIC
-		if p.ID != cfg.ID {
-			g.peers[p.ID] = p.QUIC
-		}
-	}
-	g.peerIDs = slices.Sorted(maps.Keys(g.peers))
-	g.quorumSize = len(g.cfg.Peers)/2 + 1
+	group := leadership.NewGroup(cfg.ID, g.cfg.Peers)
+	electionPeers := group.All
+	g.peers, g.peerIDs, g.quorumSize = group.Others, group.OtherIDs, group.Quorum
 
 	elStore := deps.ElectionStorage
 	if elStore == nil {

@@ -16,10 +16,7 @@ import (
 
 // Peer is one configured manager of this datacenter, this one included.
 // The configured list, not the live one, fixes the quorum (len/2+1).
-type Peer struct {
-	ID   string `yaml:"id"`
-	QUIC string `yaml:"quic"`
-}
+type Peer = leadership.Member
 
 // Config configures a Manager. The YAML tags are the config file's keys.
 type Config struct {
@@ -156,20 +153,8 @@ func (c Config) validate(haveTransport, haveMembership bool) error {
 			add("GateReportInterval: must be positive, got %s", c.GateReportInterval)
 		}
 	}
-	seen := map[string]bool{}
-	self := false
-	for i, p := range c.Peers {
-		if p.ID == "" || p.QUIC == "" {
-			add("Peers[%d]: id and quic address are both required, got %q=%q", i, p.ID, p.QUIC)
-		}
-		if seen[p.ID] {
-			add("Peers[%d]: duplicate id %q", i, p.ID)
-		}
-		seen[p.ID] = true
-		self = self || p.ID == c.ID
-	}
-	if len(c.Peers) > 0 && !self {
-		add("Peers: must include this manager %q", c.ID)
+	if err := leadership.CheckMembers(c.ID, "manager", c.Peers); err != nil {
+		errs = append(errs, err)
 	}
 	if c.APIListen != "" {
 		if _, _, err := net.SplitHostPort(c.APIListen); err != nil {
@@ -230,7 +215,3 @@ func (c Config) apiURL() string {
 	}
 	return "http://" + net.JoinHostPort(host, port)
 }
-
-// quorum is the number of confirmations, this manager's included, that a
-// placement needs: a majority of the configured managers.
-func quorum(configured int) int { return configured/2 + 1 }

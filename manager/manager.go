@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -212,16 +210,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if len(m.cfg.Peers) == 0 {
 		m.cfg.Peers = []Peer{{ID: cfg.ID, QUIC: m.tr.Addr()}}
 	}
-	m.peers = make(map[string]string)
-	electionPeers := make(map[string]string)
-	for _, p := range m.cfg.Peers {
-		electionPeers[p.ID] = p.QUIC
-		if p.ID != cfg.ID {
-			m.peers[p.ID] = p.QUIC
-		}
-	}
-	m.peerIDs = slices.Sorted(maps.Keys(m.peers))
-	m.quorumSize = quorum(len(m.cfg.Peers))
+	group := leadership.NewGroup(cfg.ID, m.cfg.Peers)
+	electionPeers := group.All
+	m.peers, m.peerIDs, m.quorumSize = group.Others, group.OtherIDs, group.Quorum
 
 	elStore := deps.ElectionStorage
 	if elStore == nil {
