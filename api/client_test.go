@@ -105,7 +105,7 @@ func TestClientUnreachable(t *testing.T) {
 func TestClientFailoverOnNoLeader(t *testing.T) {
 	lost := apitest.NewBackend()
 	lost.SetLeader(false, "")
-	follower := apitest.Serve(t, lost, nil)
+	follower := apitest.Serve(t, lost, shortLeaderWait)
 	good := apitest.NewBackend()
 	leader := apitest.Serve(t, good, nil)
 	c := newClient(t, follower.URL(), leader.URL())

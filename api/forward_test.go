@@ -131,7 +131,20 @@ func TestFollowerForwardsReadsToTheNextLeader(t *testing.T) {
 	if err != nil || st.JobID != id || !elected.Load() {
 		t.Fatalf("read through a follower whose leader died: %+v, %v (elected %v)", st, err, elected.Load())
 	}
+	// A submission (its body kept and sent again) goes the same way.
+	elected.Store(false)
+	time.AfterFunc(200*time.Millisecond, func() { elected.Store(true) })
+	if _, err := newClient(t, follower.URL()).Submit(context.Background(), []byte(goodJob), "smoke.yaml"); err != nil || !elected.Load() {
+		t.Fatalf("submit through a follower whose leader died: %v (elected %v)", err, elected.Load())
+	}
+	if n := len(next.Submissions()); n != 2 {
+		t.Fatalf("the new leader holds %d submissions, want 2", n)
+	}
 }
+
+// shortLeaderWait keeps the tests that expect no leader from waiting the
+// default LeaderWait for one.
+func shortLeaderWait(c *api.ServerConfig) { c.LeaderWait = 100 * time.Millisecond }
 
 func TestFollowerWithoutLeader(t *testing.T) {
 	tests := []struct {
@@ -142,22 +155,22 @@ func TestFollowerWithoutLeader(t *testing.T) {
 		{"no leader known", func(t *testing.T) string {
 			b := apitest.NewBackend()
 			b.SetLeader(false, "")
-			return apitest.Serve(t, b, func(c *api.ServerConfig) { c.LeaderWait = 100 * time.Millisecond }).URL()
+			return apitest.Serve(t, b, shortLeaderWait).URL()
 		}, api.CodeNoLeader},
 		{"leader unreachable", func(t *testing.T) string {
 			b := apitest.NewBackend()
 			b.SetLeader(false, fmt.Sprintf("http://127.0.0.1:%d", testutil.FreeTCPPort(t)))
-			return apitest.Serve(t, b, nil).URL()
+			return apitest.Serve(t, b, shortLeaderWait).URL()
 		}, api.CodeUnavailable},
 		{"leader URL unusable", func(t *testing.T) string {
 			b := apitest.NewBackend()
 			b.SetLeader(false, "quic://10.0.0.1:1")
-			return apitest.Serve(t, b, nil).URL()
+			return apitest.Serve(t, b, shortLeaderWait).URL()
 		}, api.CodeUnavailable},
 		{"two followers naming each other", func(t *testing.T) string {
 			b1, b2 := apitest.NewBackend(), apitest.NewBackend()
-			f1 := apitest.Serve(t, b1, nil)
-			f2 := apitest.Serve(t, b2, nil)
+			f1 := apitest.Serve(t, b1, shortLeaderWait)
+			f2 := apitest.Serve(t, b2, shortLeaderWait)
 			b1.SetLeader(false, f2.URL())
 			b2.SetLeader(false, f1.URL())
 			return f1.URL()

@@ -1,11 +1,14 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -185,17 +188,40 @@ func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 			defer context.AfterFunc(s.streams, cancel)()
 			r = r.WithContext(ctx)
 		}
-		// A read (GET: no body to replay) can be forwarded again when the
-		// leader turns out dead (the dial failed, so nothing reached it):
-		// the follower waits for the election to name another, up to
-		// LeaderWait, rather than sending the client off to back off.
-		if r.Method != http.MethodGet || s.cfg.LeaderWait <= 0 {
+		// A request forwarded to a leader that turns out dead (the dial
+		// failed, so nothing reached it) is forwarded again once the
+		// election names another, up to LeaderWait, rather than sending the
+		// client off to back off. Its body (bounded by MaxBodyBytes, which
+		// the leader would read whole anyway) is kept to send again.
+		if s.cfg.LeaderWait <= 0 {
 			s.fwd.serve(w, r, leaderAPI)
 			return
+		}
+		var body []byte
+		if r.Body != nil && r.Body != http.NoBody {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					writeErrorBody(w, http.StatusRequestEntityTooLarge, ErrorBody{Code: CodeTooLarge,
+						Error: "request body larger than the " + formatBytes(s.cfg.MaxBodyBytes) + " allowed"})
+					return
+				}
+				writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: "read request body: " + err.Error()})
+				return
+			}
+			body = b
+		}
+		rewind := func() {
+			if body != nil {
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				r.ContentLength = int64(len(body))
+			}
 		}
 		deadline := time.Now().Add(s.cfg.LeaderWait)
 		for {
 			df := &dialFailure{}
+			rewind()
 			s.fwd.serve(w, r.WithContext(context.WithValue(r.Context(), dialFailureKey{}, df)), leaderAPI)
 			if !df.failed {
 				return
@@ -204,6 +230,7 @@ func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 			isLeader, leaderAPI = s.awaitNewLeader(r.Context(), dead, deadline)
 			switch {
 			case isLeader:
+				rewind()
 				next.ServeHTTP(w, r)
 				return
 			case leaderAPI == "":
