@@ -407,7 +407,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 		return nil, wire.Errorf(wire.CodeRejected, "invalid job: %v", err)
 	}
 	s := *sub
-	s.Workflows = slices.Clone(sub.Workflows)
+	s.Workflows = m.splitOversized(slices.Clone(sub.Workflows))
 	if s.JobID == "" {
 		s.JobID = m.newJobID()
 	}

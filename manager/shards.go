@@ -1,8 +1,12 @@
 package manager
 
 import (
+	"fmt"
+
 	"tempest/api"
 	"tempest/store"
+	"tempest/wire"
+	"tempest/workflow"
 )
 
 // A workflow split with shards: N is N workflows of one name, placed on
@@ -68,4 +72,64 @@ func siblingWorkersLocked(w *workflowState) map[string]bool {
 		}
 	}
 	return out
+}
+
+// splitOversized splits each workflow that asks for more cores than the
+// largest live worker of this datacenter has, and whose type can split its
+// load, into shards of at most that many cores, placed on different
+// workers (SPEC: a workflow needing more cores than one worker has is split
+// across workers). A workflow the job file already split, one whose type
+// cannot split, or one whose load is too small to split that many ways
+// keeps its shape and waits for a worker big enough. With no worker known
+// yet nothing is split: a datacenter still starting up is no evidence.
+func (m *Manager) splitOversized(specs []wire.WorkflowSpec) []wire.WorkflowSpec {
+	largest := 0
+	for _, wv := range m.workers.list() {
+		if wv.Alive {
+			largest = max(largest, wv.TotalCores)
+		}
+	}
+	if largest == 0 {
+		return specs
+	}
+	var out []wire.WorkflowSpec
+	for _, spec := range specs {
+		if spec.Cores <= largest || spec.Shards > 0 {
+			out = append(out, spec)
+			continue
+		}
+		n := (spec.Cores + largest - 1) / largest
+		parts, err := m.splitSpec(spec, n)
+		if err != nil {
+			m.log.Warn("workflow needs more cores than any worker has and cannot be split; it waits for a larger worker",
+				"workflow", spec.Name, "cores", spec.Cores, "largest_worker", largest, "err", err)
+			out = append(out, spec)
+			continue
+		}
+		m.log.Info("workflow split over workers", "workflow", spec.Name, "cores", spec.Cores, "largest_worker", largest, "shards", n)
+		out = append(out, parts...)
+	}
+	return out
+}
+
+func (m *Manager) splitSpec(spec wire.WorkflowSpec, n int) ([]wire.WorkflowSpec, error) {
+	typ, ok := m.reg.Lookup(spec.Type)
+	if !ok {
+		return nil, fmt.Errorf("unknown workflow type %q", spec.Type)
+	}
+	splitter, ok := typ.(workflow.Splitter)
+	if !ok {
+		return nil, fmt.Errorf("a %s workflow cannot be split", spec.Type)
+	}
+	params, err := splitter.Split(spec.Params, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]wire.WorkflowSpec, n)
+	for i := range out {
+		out[i] = spec
+		out[i].Params, out[i].Shard, out[i].Shards = params[i], i+1, n
+		out[i].Cores = (spec.Cores + n - 1) / n
+	}
+	return out, nil
 }
