@@ -72,3 +72,34 @@ func FuzzDecodeError(f *testing.F) {
 		_ = e.Error()
 	})
 }
+
+// FuzzReadSubmission: a job file and its data files arrive as one multipart
+// body from any client; the reader must refuse what it cannot use with an
+// error, never panic, and never hand back more bytes than it was sent.
+func FuzzReadSubmission(f *testing.F) {
+	body, ctype, err := encodeBundle([]byte("name: x\n"), "x.yaml", map[string][]byte{"users.csv": []byte("a,b\n1,2\n")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(body, ctype)
+	f.Add([]byte("name: x\n"), "application/yaml")
+	f.Add([]byte("--b\r\n\r\n--b--"), "multipart/form-data; boundary=b")
+	f.Fuzz(func(t *testing.T, b []byte, contentType string) {
+		r, err := http.NewRequest(http.MethodPost, "http://x/v1/jobs", bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		r.Header.Set("Content-Type", contentType)
+		job, _, data, err := readSubmission(r)
+		if err != nil {
+			return
+		}
+		n := len(job)
+		for _, d := range data {
+			n += len(d)
+		}
+		if n > len(b) {
+			t.Fatalf("read %d bytes of files from a %d-byte body", n, len(b))
+		}
+	})
+}

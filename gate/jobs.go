@@ -255,7 +255,7 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	// refuses the job outright; the tick retries the rest.
 	errs := make([]error, len(dcs))
 	done := make(chan struct{})
-	g.spawn(func(context.Context) {
+	started := g.spawn(func(context.Context) {
 		defer close(done)
 		var wg sync.WaitGroup
 		for i, dc := range dcs {
@@ -263,9 +263,14 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 		}
 		wg.Wait()
 	})
+	if !started {
+		return nil, &wire.Error{Code: wire.CodeUnavailable, Message: "gate shutting down"}
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():
+		// The client left; the sends go on and the tick retries the rest.
+		return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
 	}
 	var rejected []string
 	for i, err := range errs {

@@ -60,3 +60,23 @@ func FuzzDecodeHistogram(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseDataCSV: a data file is whatever the user (or an API client)
+// uploads; parsing must end in a table or an error, never a panic, and a
+// table's rows all have the header's width.
+func FuzzParseDataCSV(f *testing.F) {
+	for _, s := range []string{"user,pass\na,b\nc,d\n", "a\n", "", "a,a\n1,2\n", "\"x\ny\",z\n1,2\n", "a,b\n1\n", "\xff,b\n1,2\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		table, err := parseDataCSV("f.csv", text)
+		if err != nil {
+			return
+		}
+		for i, row := range table.rows {
+			if len(row) != len(table.columns) {
+				t.Fatalf("row %d has %d fields, header %d", i, len(row), len(table.columns))
+			}
+		}
+	})
+}
