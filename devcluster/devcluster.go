@@ -162,6 +162,9 @@ type Cluster struct {
 	nodes    []*Node
 	managers map[string][]*Node // by datacenter
 	gates    []*Node
+	// ports holds every port handed out: the kernel may offer a port it
+	// just freed again, and two nodes of one cluster must never share one.
+	ports map[string]bool
 }
 
 // File is the JSON shape of DIR/cluster.json.
@@ -228,7 +231,7 @@ func (c *Cluster) layoutGates() ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if n.API, err = freeTCP(); err != nil {
+		if n.API, err = c.port(freeTCP); err != nil {
 			return nil, err
 		}
 		c.gates = append(c.gates, n)
@@ -259,11 +262,11 @@ func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 		if err != nil {
 			return err
 		}
-		if n.API, err = freeTCP(); err != nil {
+		if n.API, err = c.port(freeTCP); err != nil {
 			return err
 		}
 		if len(gateSeeds) > 0 {
-			if n.GateSwim, err = freeTCPAndUDP(); err != nil {
+			if n.GateSwim, err = c.port(freeTCPAndUDP); err != nil {
 				return err
 			}
 		}
@@ -371,11 +374,11 @@ func (c *Cluster) newNode(role, dc, name string) (*Node, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
-	quicAddr, err := freeUDP()
+	quicAddr, err := c.port(freeUDP)
 	if err != nil {
 		return nil, err
 	}
-	swimAddr, err := freeTCPAndUDP()
+	swimAddr, err := c.port(freeTCPAndUDP)
 	if err != nil {
 		return nil, err
 	}
@@ -685,6 +688,31 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("devcluster: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// port returns an address from free that no node of this cluster was
+// given yet.
+func (c *Cluster) port(free func() (string, error)) (string, error) {
+	for range 50 {
+		addr, err := free()
+		if err != nil {
+			return "", err
+		}
+		_, p, _ := net.SplitHostPort(addr)
+		c.mu.Lock()
+		taken := c.ports[p]
+		if !taken {
+			if c.ports == nil {
+				c.ports = map[string]bool{}
+			}
+			c.ports[p] = true
+		}
+		c.mu.Unlock()
+		if !taken {
+			return addr, nil
+		}
+	}
+	return "", errors.New("devcluster: no port unused by this cluster after 50 tries")
 }
 
 // Port helpers: a port free a moment ago. The small race with other
