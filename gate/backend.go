@@ -252,18 +252,12 @@ func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
 				}
 			}
 		}
-		if p.Status == wire.JobFailed && strings.HasPrefix(p.Error, wire.ThresholdAbortPrefix) {
-			st.ThresholdAbort = true
-		}
 		st.Datacenters = append(st.Datacenters, ds)
 	}
 	st.Datacenter = strings.Join(names, ",")
-	// A job is a threshold abort only if that is all that went wrong.
-	for _, p := range rec.Datacenters {
-		if p.Status.Terminal() && p.Status != wire.JobCompleted && !strings.HasPrefix(p.Error, wire.ThresholdAbortPrefix) {
-			st.ThresholdAbort = false
-		}
-	}
+	// The gate judges abort_on_fail thresholds on the merged results and
+	// ends the job with the reason (managers leave gate-driven jobs to it).
+	st.ThresholdAbort = rec.Status == wire.JobFailed && strings.HasPrefix(rec.Error, wire.ThresholdAbortPrefix)
 	st.ThresholdsFailed = st.ThresholdAbort
 	for i, spec := range rec.Submission.Workflows {
 		if spec.Shard > 1 && i > 0 && rec.Submission.Workflows[i-1].Name == spec.Name {

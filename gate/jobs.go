@@ -11,6 +11,7 @@ import (
 
 	"tempest/transport"
 	"tempest/wire"
+	"tempest/workflow"
 )
 
 // defaultJobTimeout matches the managers' default for a job without one.
@@ -30,8 +31,13 @@ type jobEntry struct {
 	send     map[string]bool
 	inFlight map[string]bool
 	// cancelled: a client cancelled the job (as opposed to a datacenter
-	// failing); the job ends CANCELLED.
+	// failing); the job ends CANCELLED. aborted: an abort_on_fail
+	// threshold failed on the merged results; the job ends FAILED with it.
 	cancelled string
+	aborted   string
+	// nextAbortCheck throttles the mid-run threshold checks, each of which
+	// merges every datacenter's histograms.
+	nextAbortCheck time.Time
 }
 
 func newJobEntry(rec wire.GateJobRecord) *jobEntry {
@@ -464,11 +470,94 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 	} else {
 		j.wakeLocked()
 	}
+	var check *wire.GateJobRecord
+	if j.aborted == "" && j.cancelled == "" && !now.Before(j.nextAbortCheck) && hasAbortThresholds(j.rec.Submission.Workflows) {
+		j.nextAbortCheck = now.Add(abortCheckInterval)
+		rec := j.rec
+		check = &rec
+	}
 	g.mu.Unlock()
 	if stored != nil {
 		g.save(stored)
 	}
+	if check != nil {
+		if reason := g.abortReason(check); reason != "" {
+			g.spawn(func(ctx context.Context) { g.abort(ctx, check.Submission.JobID, reason) })
+		}
+	}
 	return ack, nil
+}
+
+// abortCheckInterval is the least time between two mid-run checks of a
+// job's abort_on_fail thresholds on the merged results.
+const abortCheckInterval = time.Second
+
+func hasAbortThresholds(specs []wire.WorkflowSpec) bool {
+	for _, s := range specs {
+		for _, th := range s.Thresholds {
+			if th.AbortOnFail {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// abortReason judges a running job's abort_on_fail thresholds on the
+// results merged across datacenters (and shards); a threshold with no data
+// yet is not judged. It returns the failure, or "".
+func (g *Gate) abortReason(rec *wire.GateJobRecord) string {
+	for i, spec := range rec.Submission.Workflows {
+		if spec.Shard > 1 && i > 0 && rec.Submission.Workflows[i-1].Name == spec.Name {
+			continue
+		}
+		var abort []wire.Threshold
+		for _, th := range spec.Thresholds {
+			if th.AbortOnFail {
+				abort = append(abort, th)
+			}
+		}
+		if len(abort) == 0 {
+			continue
+		}
+		var steps []wire.StepStats
+		var completed, failed int64
+		var elapsed time.Duration
+		for _, p := range rec.Datacenters {
+			for _, w := range p.Workflows {
+				if w.WorkflowName == spec.Name {
+					steps = append(steps, w.StepStats...)
+					completed, failed, elapsed = completed+w.CompletedCount, failed+w.FailedCount, max(elapsed, w.Elapsed)
+				}
+			}
+		}
+		for _, r := range workflow.Evaluate(abort, steps, completed, failed, elapsed) {
+			if !r.Passed && r.Actual != workflow.NoData {
+				reason := fmt.Sprintf("%s%s (actual %s) in workflow %s", wire.ThresholdAbortPrefix, r.Expr, r.Actual, spec.Name)
+				if r.Step != "" {
+					reason += ", step " + r.Step
+				}
+				return reason
+			}
+		}
+	}
+	return ""
+}
+
+// abort ends a job everywhere because an abort_on_fail threshold failed.
+func (g *Gate) abort(ctx context.Context, id, reason string) {
+	g.mu.Lock()
+	j, ok := g.jobs[id]
+	if !ok || j.aborted != "" || j.rec.Status.Terminal() {
+		g.mu.Unlock()
+		return
+	}
+	j.aborted = reason
+	g.mu.Unlock()
+	g.log.Warn("abort_on_fail threshold failed on the merged results; ending the job", "job_id", id, "reason", reason)
+	if _, err := g.stopEverywhere(ctx, id, reason); err != nil {
+		g.log.Warn("abort", "job_id", id, "err", err)
+	}
 }
 
 // failDC ends job id in datacenter dc with reason, and tells the
@@ -504,7 +593,7 @@ func (g *Gate) refreshLocked(j *jobEntry) bool {
 	if old.Terminal() {
 		return false
 	}
-	st, msg := deriveStatus(j.rec.Datacenters, j.cancelled)
+	st, msg := deriveStatus(j.rec.Datacenters, j.cancelled, j.aborted)
 	j.rec.Status, j.rec.Error = st, msg
 	if st.Terminal() && j.rec.FinishedAt == 0 {
 		j.rec.FinishedAt = g.now().UnixNano()
@@ -519,7 +608,7 @@ func (g *Gate) refreshLocked(j *jobEntry) bool {
 // failure the client must see, never a silent retry elsewhere), or
 // CANCELLED when a client cancelled it. While running, the most advanced
 // datacenter's state shows.
-func deriveStatus(dcs []wire.JobProgress, cancelled string) (wire.JobStatus, string) {
+func deriveStatus(dcs []wire.JobProgress, cancelled, aborted string) (wire.JobStatus, string) {
 	if len(dcs) == 0 {
 		return wire.JobSubmitted, ""
 	}
@@ -548,6 +637,8 @@ func deriveStatus(dcs []wire.JobProgress, cancelled string) (wire.JobStatus, str
 	switch {
 	case !allDone:
 		return best, ""
+	case aborted != "":
+		return wire.JobFailed, aborted
 	case cancelled != "":
 		return wire.JobCancelled, cancelled
 	case allCompleted:
@@ -577,6 +668,20 @@ func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAc
 		return &wire.CancelAck{JobID: id, Cancelled: false, Error: "job already " + string(j.rec.Status)}, nil
 	}
 	j.cancelled = reason
+	g.mu.Unlock()
+	return g.stopEverywhere(ctx, id, reason)
+}
+
+// stopEverywhere tells every datacenter still running job id to stop, under
+// its lease's token, and ends the job's part there. A datacenter that cannot
+// be told now stops at its next report, which is answered with a cancel.
+func (g *Gate) stopEverywhere(ctx context.Context, id, reason string) (*wire.CancelAck, error) {
+	g.mu.Lock()
+	j, ok := g.jobs[id]
+	if !ok {
+		g.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
 	type target struct {
 		dc    string
 		token uint64

@@ -399,3 +399,35 @@ func scrape(base string) (map[string]float64, error) {
 	}
 	return out, sc.Err()
 }
+
+// An abort_on_fail threshold is judged by the gate on the results merged
+// across datacenters: failing, it ends the job in both early, and
+// `tempest submit --wait` exits 1 (thresholds), not 2.
+func TestGateAbortsOnMergedThresholds(t *testing.T) {
+	c := startGated(t, 3, 2, 1, 1)
+	tgt := startTarget(t, target.DefaultConfig())
+	job := gatedJob("abort", "http://"+tgt.Addr(), 2, "30s", 2) +
+		"    thresholds:\n      - {threshold: \"rps > 10000000\", abort_on_fail: true}\n"
+	path := filepath.Join(t.TempDir(), "abort.yaml")
+	if err := os.WriteFile(path, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(t, c, "submit", path, "--wait")
+	if code != 1 || !strings.Contains(out+errOut, "threshold failed: rps > 10000000") {
+		t.Fatalf("submit --wait exited %d, want 1 naming the threshold; stdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	jobs, err := c.client.Jobs(context.Background())
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("jobs: %v, %v", jobs, err)
+	}
+	st := jobs[0]
+	if st.Status != wire.JobFailed || !st.ThresholdAbort || len(st.Datacenters) != 2 {
+		t.Fatalf("job %s (abort %v) over %d datacenters: %s", st.Status, st.ThresholdAbort, len(st.Datacenters), st.Error)
+	}
+	// Ended early: neither datacenter ran its 30 s to completion.
+	for _, d := range st.Datacenters {
+		if d.Status != wire.JobCancelled {
+			t.Errorf("%s ended %s (%s), want CANCELLED by the abort", d.Name, d.Status, d.Error)
+		}
+	}
+}

@@ -91,6 +91,11 @@ func (m *Manager) checkAbortLocked(tx *txn, w *workflowState) {
 	if lt == nil || w.thresholds.aborting || w.rec.Status.Terminal() || w.job.rec.Status.Terminal() {
 		return
 	}
+	if w.job.rec.Submission.Origin != "" {
+		// A gate drives this job over several datacenters, each with part
+		// of the load: only the gate sees the whole, and judges it.
+		return
+	}
 	abort := abortThresholds(w.rec.Spec.Thresholds)
 	if len(abort) == 0 {
 		return
