@@ -163,10 +163,11 @@ type StepSummary struct {
 	CorrectedP99Ms float64 `json:"corrected_p99_ms,omitempty"`
 	// Errors counts failures by class (status, timeout, connect, body,
 	// transport, cancelled); Statuses counts responses by HTTP status
-	// code; BytesReceived sums response bodies.
+	// code; BytesReceived and BytesSent sum response and request bodies.
 	Errors        map[string]int64 `json:"errors,omitempty"`
 	Statuses      map[string]int64 `json:"statuses,omitempty"`
 	BytesReceived int64            `json:"bytes_received,omitempty"`
+	BytesSent     int64            `json:"bytes_sent,omitempty"`
 	// Distribution is the latency at each of DistributionPercentiles()
 	// from the merged histogram; only results carry it.
 	Distribution []PercentilePoint `json:"distribution,omitempty"`

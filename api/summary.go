@@ -25,7 +25,7 @@ func StepSummaries(steps []wire.StepStats) ([]StepSummary, []wire.StepStats, err
 	out := make([]StepSummary, 0, len(merged))
 	for _, s := range merged {
 		sum := StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount,
-			Errors: s.Errors, BytesReceived: s.BytesReceived}
+			Errors: s.Errors, BytesReceived: s.BytesReceived, BytesSent: s.BytesSent}
 		for code, n := range s.Statuses {
 			if sum.Statuses == nil {
 				sum.Statuses = make(map[string]int64, len(s.Statuses))

@@ -211,11 +211,12 @@ type StepStats struct {
 	CorrectedHistogram []byte `cbor:"6,keyasint,omitempty"`
 	// Errors counts failures by class (status, timeout, connect, body,
 	// transport, cancelled); Statuses counts responses by HTTP status
-	// code, whatever their verdict. BytesReceived sums response bodies.
-	// All cumulative, like the histograms.
+	// code, whatever their verdict. BytesReceived and BytesSent sum
+	// response and request bodies. All cumulative, like the histograms.
 	Errors        map[string]int64 `cbor:"7,keyasint,omitempty"`
 	Statuses      map[int]int64    `cbor:"8,keyasint,omitempty"`
 	BytesReceived int64            `cbor:"9,keyasint,omitempty"`
+	BytesSent     int64            `cbor:"10,keyasint,omitempty"`
 }
 
 // WorkflowProgress reports a workflow's counters from its worker.

@@ -153,13 +153,13 @@ func newH1Sender(steps []preparedStep, vus int, p *HTTPParams) (*h1Sender, error
 	return s, nil
 }
 
-func (s *h1Sender) send(ctx context.Context, vu, step int, v tmplVars, body io.Writer) (int, ErrorClass, error) {
+func (s *h1Sender) send(ctx context.Context, vu, step int, v tmplVars, body io.Writer) (int, int64, ErrorClass, error) {
 	st := &s.steps[step]
 	t := st.target
 	if t == nil {
 		var err error
 		if t, err = parseH1Target(st.url.render(v)); err != nil {
-			return 0, ErrorTransport, err // Validate checked the sample rendering; count, don't hide
+			return 0, 0, ErrorTransport, err // Validate checked the sample rendering; count, don't hide
 		}
 	}
 	req := h1.Request{
@@ -181,10 +181,11 @@ func (s *h1Sender) send(ctx context.Context, vu, step int, v tmplVars, body io.W
 		s.clients[vu] = c
 	}
 	status, err := c.Do(ctx, &req, body)
+	sent := int64(len(req.Body))
 	if err != nil {
-		return 0, classifyH1(ctx, err), err
+		return 0, sent, classifyH1(ctx, err), err
 	}
-	return status, "", nil
+	return status, sent, "", nil
 }
 
 func (s *h1Sender) close() error {

@@ -136,7 +136,9 @@ func (p *HTTPParams) validateProtocol(errs *FieldErrors) {
 // its error class. Calls for one VU never overlap: the executor runs at most
 // one goroutine per VU index at a time.
 type sender interface {
-	send(ctx context.Context, vu, step int, v tmplVars, body io.Writer) (status int, class ErrorClass, err error)
+	// send sends one request of step for VU vu, writing the response body
+	// to body; sent is the request body's length.
+	send(ctx context.Context, vu, step int, v tmplVars, body io.Writer) (status int, sent int64, class ErrorClass, err error)
 	// close releases every connection; no send may be in flight.
 	close() error
 }
@@ -176,19 +178,21 @@ type netHTTPSender struct {
 	client  *http.Client
 }
 
-func (s *netHTTPSender) send(ctx context.Context, _, step int, v tmplVars, sink io.Writer) (int, ErrorClass, error) {
+func (s *netHTTPSender) send(ctx context.Context, _, step int, v tmplVars, sink io.Writer) (int, int64, ErrorClass, error) {
 	st := &s.steps[step]
 	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var body io.Reader
-	if b := st.body.render(v); b != "" {
+	b := st.body.render(v)
+	if b != "" {
 		body = strings.NewReader(b)
 	}
+	sent := int64(len(b))
 	req, err := http.NewRequestWithContext(reqCtx, st.method, st.url.render(v), body)
 	if err != nil {
 		// A static URL was built once already by prepareStep; a templated
 		// one renders digits only. Count, don't hide.
-		return 0, ErrorTransport, err
+		return 0, sent, ErrorTransport, err
 	}
 	req.Header = st.headerFor(v)
 	if st.host != nil {
@@ -196,7 +200,7 @@ func (s *netHTTPSender) send(ctx context.Context, _, step int, v tmplVars, sink 
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, classify(ctx, reqCtx, err), err
+		return 0, sent, classify(ctx, reqCtx, err), err
 	}
 	if sink == nil {
 		sink = io.Discard
@@ -208,9 +212,9 @@ func (s *netHTTPSender) send(ctx context.Context, _, step int, v tmplVars, sink 
 		if class == ErrorTransport || class == ErrorConnect {
 			class = ErrorBody
 		}
-		return 0, class, err
+		return 0, sent, class, err
 	}
-	return resp.StatusCode, "", nil
+	return resp.StatusCode, sent, "", nil
 }
 
 // close releases every connection once no request is in flight: see

@@ -328,12 +328,12 @@ func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func(
 		body.w = match
 	}
 	started := now()
-	status, class, err := r.sender.send(ctx, vu, step, v, &body)
+	status, sent, class, err := r.sender.send(ctx, vu, step, v, &body)
 	latency := now().Sub(started)
 	if err != nil {
-		return outcome{failed: true, class: class, status: status, received: body.n}, err
+		return outcome{failed: true, class: class, status: status, sent: sent, received: body.n}, err
 	}
-	o := outcome{latency: latency, timed: true, status: status, received: body.n}
+	o := outcome{latency: latency, timed: true, status: status, sent: sent, received: body.n}
 	if !st.expects(status) {
 		o.failed, o.class = true, ErrorStatus
 		return o, fmt.Errorf("%s %s: unexpected status %d", st.method, st.url.render(v), status)

@@ -349,7 +349,8 @@ func TestHTTPCountsStatusesErrorsAndBytes(t *testing.T) {
 		}
 		io.WriteString(w, "0123456789")
 	})
-	p := HTTPParams{VUs: 2, Iterations: 40, Steps: []HTTPStep{step("good", tg.URL+"/good"), step("bad", tg.URL+"/bad")}}
+	post := HTTPStep{Name: "good", Method: "POST", URL: tg.URL + "/good", Body: "abc"}
+	p := HTTPParams{VUs: 2, Iterations: 40, Steps: []HTTPStep{post, step("bad", tg.URL+"/bad")}}
 	res, err := runHTTP(t, p, Env{Cores: []int{0}})
 	if err != nil {
 		t.Fatal(err)
@@ -359,8 +360,9 @@ func TestHTTPCountsStatusesErrorsAndBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	good, bad := stats[0], stats[1]
-	if good.Statuses[200] != 40 || good.BytesReceived != 400 || len(good.Errors) != 0 {
-		t.Errorf("good: statuses %v bytes %d errors %v; want 200:40, 400 bytes, no errors", good.Statuses, good.BytesReceived, good.Errors)
+	if good.Statuses[200] != 40 || good.BytesReceived != 400 || good.BytesSent != 120 || len(good.Errors) != 0 {
+		t.Errorf("good: statuses %v received %d sent %d errors %v; want 200:40, 400 and 120 bytes, no errors",
+			good.Statuses, good.BytesReceived, good.BytesSent, good.Errors)
 	}
 	if bad.Statuses[503] != 40 || bad.Errors[string(ErrorStatus)] != 40 || bad.FailedCount != 40 {
 		t.Errorf("bad: statuses %v errors %v failed %d; want 503:40, status:40, 40", bad.Statuses, bad.Errors, bad.FailedCount)

@@ -49,6 +49,7 @@ type recorder struct {
 	failed     []int64
 	errors     []map[ErrorClass]int64
 	statuses   []map[int]int64
+	sent       []int64
 	received   []int64
 	spares     []*hdrhistogram.Histogram
 	scratch    *hdrhistogram.PackedHistogram
@@ -68,6 +69,7 @@ type stepCounts struct {
 	failed    int64
 	errors    map[ErrorClass]int64
 	statuses  map[int]int64
+	sent      int64
 	received  int64
 	latency   *hdrhistogram.Histogram
 	corrected *hdrhistogram.Histogram // nil under the closed model
@@ -86,8 +88,8 @@ type outcome struct {
 	sec int64
 	// status is the response's HTTP status (0: no response); received its
 	// body bytes.
-	status   int
-	received int64
+	status         int
+	sent, received int64
 }
 
 func newRecorder(names []string, parallelism int, corrected bool) *recorder {
@@ -100,6 +102,7 @@ func newRecorder(names []string, parallelism int, corrected bool) *recorder {
 		failed:       make([]int64, len(names)),
 		errors:       make([]map[ErrorClass]int64, len(names)),
 		statuses:     make([]map[int]int64, len(names)),
+		sent:         make([]int64, len(names)),
 		received:     make([]int64, len(names)),
 		scratch:      NewHistogram().h,
 		droppedBySec: map[int64]int64{},
@@ -154,6 +157,7 @@ func (s *recorderShard) record(step int, o outcome) {
 		}
 		c.statuses[o.status]++
 	}
+	c.sent += o.sent
 	c.received += o.received
 	if o.timed {
 		_ = c.latency.RecordValue(clampMicros(o.latency)) // in range by construction
@@ -200,8 +204,9 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 				r.statuses[i][code] += n
 			}
 			clear(c.statuses)
+			r.sent[i] += c.sent
 			r.received[i] += c.received
-			c.received = 0
+			c.sent, c.received = 0, 0
 			// Both histograms move together, so in every snapshot the
 			// corrected one holds exactly the samples the uncorrected does.
 			var taken, takenCorrected *hdrhistogram.Histogram
@@ -233,6 +238,7 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 			Failed:    r.failed[i],
 			Errors:    maps.Clone(r.errors[i]),
 			Statuses:  maps.Clone(r.statuses[i]),
+			Sent:      r.sent[i],
 			Received:  r.received[i],
 			Latency:   r.cumulative[i].Clone(),
 		}

@@ -59,9 +59,10 @@ type StepSnapshot struct {
 	Failed    int64
 	// Errors counts failures by class; nil when there were none.
 	Errors map[ErrorClass]int64
-	// Statuses counts responses by HTTP status code; Received sums their
-	// body bytes.
+	// Statuses counts responses by HTTP status code; Sent and Received sum
+	// request and response body bytes.
 	Statuses map[int]int64
+	Sent     int64
 	Received int64
 	// Latency holds one sample per response received (whatever its status),
 	// cumulative since the run started. Failures without a response
@@ -101,6 +102,7 @@ func (s Snapshot) StepStats() ([]wire.StepStats, error) {
 			FailedCount:    st.Failed,
 			TotalCount:     st.Completed + st.Failed,
 			Statuses:       maps.Clone(st.Statuses),
+			BytesSent:      st.Sent,
 			BytesReceived:  st.Received,
 		}
 		for class, n := range st.Errors {
@@ -177,6 +179,9 @@ func mergeStep(name string, parts []wire.StepStats) (wire.StepStats, error) {
 		}
 		if m.TotalCount, err = addCount(m.TotalCount, p.TotalCount); err != nil {
 			return m, fmt.Errorf("total: %w", err)
+		}
+		if m.BytesSent, err = addCount(m.BytesSent, p.BytesSent); err != nil {
+			return m, fmt.Errorf("bytes sent: %w", err)
 		}
 		if m.BytesReceived, err = addCount(m.BytesReceived, p.BytesReceived); err != nil {
 			return m, fmt.Errorf("bytes received: %w", err)
