@@ -43,16 +43,6 @@ type fileConfig struct {
 	APITLSKey   string `yaml:"api_tls_key"`
 }
 
-type options struct {
-	configFile string
-	secretFile string
-	token      string
-	logFormat  string
-	logLevel   string
-	tlsCert    string
-	tlsKey     string
-}
-
 // run is main without the process: ready, if not nil, receives the API URL
 // once the gate serves.
 func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, ready chan<- string) int {
@@ -63,28 +53,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		}
 		return nodecmd.ExitUsage
 	}
-	logger, err := nodecmd.NewLogger(opts.logFormat, opts.logLevel, stderr)
+	node, code, err := nodecmd.Prepare("tempest-gate", cfg.ID, opts, getenv, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "tempest-gate: %v\n", err)
-		return nodecmd.ExitUsage
+		return code
 	}
-	cfg.Logger = logger
-	logger = logger.With("node", cfg.ID)
-
-	keyring, err := nodecmd.KeyringFromEnv(getenv)
-	if err != nil {
-		logger.Error("refusing to start", "err", err)
-		return nodecmd.ExitFailure
-	}
-	token := getenv("TEMPEST_TOKEN")
-	if opts.token != "" {
-		logger.Warn("API token given on the command line, where any local user can read it; prefer TEMPEST_TOKEN")
-		token = opts.token
-	}
-	if token == "" {
-		logger.Error("refusing to start", "err", "TEMPEST_TOKEN is not set: the API needs a bearer token")
-		return nodecmd.ExitFailure
-	}
+	cfg.Logger = node.Base
+	logger, keyring, token := node.Log, node.Keyring, node.Token
 	g, err := gate.New(cfg, gate.Deps{Keyring: keyring})
 	if err != nil {
 		logger.Error("refusing to start", "err", err)
@@ -93,7 +67,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	scfg := api.DefaultServerConfig()
 	scfg.Listen = cfg.APIListen
 	scfg.Token = token
-	scfg.TLSCertFile, scfg.TLSKeyFile = opts.tlsCert, opts.tlsKey
+	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
 	scfg.Registry = workflow.DefaultRegistry()
 	scfg.Logger = logger
 	scfg.Role = "gate"
@@ -110,7 +84,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		}
 	}
 	logger.Info("gate serving", "api", srv.URL(), "quic", g.Addr(), "swim", g.SwimAddr())
-	return nodecmd.Serve(g, srv, "gate", logger, sigs, opts.secretFile, getenv, shutdownTimeout, func() {
+	return nodecmd.Serve(g, srv, "gate", logger, sigs, opts.SecretFile, getenv, shutdownTimeout, func() {
 		if ready != nil {
 			ready <- srv.URL()
 		}
@@ -118,81 +92,34 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 }
 
 // loadConfig reads --config, then applies the flags that were given.
-func loadConfig(args []string, stderr io.Writer) (gate.Config, options, error) {
+func loadConfig(args []string, stderr io.Writer) (gate.Config, nodecmd.Options, error) {
 	fs := flag.NewFlagSet("tempest-gate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var opts options
-	fs.StringVar(&opts.configFile, "config", "", "YAML config `file`")
-	fs.StringVar(&opts.secretFile, "secret-file", "", "env `file` (KEY=VALUE lines) to reload AUTH_SECRET and AUTH_SECRET_PREVIOUS from on SIGHUP")
-	fs.StringVar(&opts.token, "token", "", "API bearer token (prefer the TEMPEST_TOKEN environment variable)")
-	fs.StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	id := fs.String("id", "", "node id (default gate-<hostname>)")
-	quic := fs.String("quic", "", "QUIC listen `address` (host:port)")
-	swimBind := fs.String("swim", "", "SWIM bind `address` (ip:port) of the gates' cluster")
-	apiListen := fs.String("api", "", "API listen `address` (host:port)")
-	dataDir := fs.String("data-dir", "", "data `directory` (jobs, leases, election state)")
-	peers := fs.String("peers", "", "every gate, this one included: `id=quicaddr,...`")
-	join := fs.String("join", "", "comma-separated SWIM seed addresses")
-	swimProfile := fs.String("swim-profile", "", "SWIM timing profile: lan, local or test")
-	electionProfile := fs.String("election-profile", "", "election timing profile: lan, local or test")
+	flags := nodecmd.NewFlags(fs, "gate")
 	leaseTTL := fs.Duration("lease-ttl", 0, "how long a datacenter's lease lasts without a progress report")
-	if err := fs.Parse(args); err != nil {
-		return gate.Config{}, opts, err
-	}
-	if fs.NArg() > 0 {
-		return gate.Config{}, opts, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	if err := flags.Parse(args); err != nil {
+		return gate.Config{}, nodecmd.Options{}, err
 	}
 	fc := fileConfig{Config: gate.DefaultConfig()}
-	if opts.configFile != "" {
-		if err := nodecmd.ReadConfigFile(opts.configFile, &fc); err != nil {
-			return gate.Config{}, opts, err
+	if file := flags.Options().ConfigFile; file != "" {
+		if err := nodecmd.ReadConfigFile(file, &fc); err != nil {
+			return gate.Config{}, nodecmd.Options{}, err
 		}
 	}
 	cfg := fc.Config
-	opts.tlsCert, opts.tlsKey = fc.APITLSCert, fc.APITLSKey
-	var perr error
+	flags.SetTLS(fc.APITLSCert, fc.APITLSKey)
+	if err := flags.Apply(nodecmd.Fields{ID: &cfg.ID, QUICListen: &cfg.QUICListen, SwimBind: &cfg.SwimBind,
+		APIListen: &cfg.APIListen, DataDir: &cfg.DataDir, SwimProfile: &cfg.SwimProfile,
+		ElectionProfile: &cfg.ElectionProfile, Join: &cfg.Join, Peers: &cfg.Peers}, "gate"); err != nil {
+		return gate.Config{}, nodecmd.Options{}, err
+	}
 	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "id":
-			cfg.ID = *id
-		case "quic":
-			cfg.QUICListen = *quic
-		case "swim":
-			cfg.SwimBind = *swimBind
-		case "api":
-			cfg.APIListen = *apiListen
-		case "data-dir":
-			cfg.DataDir = *dataDir
-		case "peers":
-			cfg.Peers, perr = parsePeers(*peers)
-		case "join":
-			cfg.Join = nodecmd.SplitList(*join)
-		case "swim-profile":
-			cfg.SwimProfile = *swimProfile
-		case "election-profile":
-			cfg.ElectionProfile = *electionProfile
-		case "lease-ttl":
+		if f.Name == "lease-ttl" {
 			cfg.LeaseTTL = *leaseTTL
 		}
 	})
-	if perr != nil {
-		return gate.Config{}, opts, perr
-	}
-	if cfg.ID == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return gate.Config{}, opts, fmt.Errorf("no --id and no hostname to derive one: %w", err)
-		}
-		cfg.ID = "gate-" + host
-	}
 	if err := cfg.Validate(); err != nil {
-		return gate.Config{}, opts, err
+		return gate.Config{}, nodecmd.Options{}, err
 	}
-	return cfg, opts, nil
-}
-
-// parsePeers reads "id=quicaddr,id=quicaddr".
-func parsePeers(s string) ([]gate.Peer, error) {
-	return nodecmd.ParsePeers(s, func(id, addr string) gate.Peer { return gate.Peer{ID: id, QUIC: addr} })
+	return cfg, flags.Options(), nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -66,14 +65,6 @@ func TestLoadConfigRefusals(t *testing.T) {
 	}
 }
 
-func TestParsePeers(t *testing.T) {
-	got, err := parsePeers(" g1=127.0.0.1:1, g2=127.0.0.1:2 ,")
-	want := []gate.Peer{{ID: "g1", QUIC: "127.0.0.1:1"}, {ID: "g2", QUIC: "127.0.0.1:2"}}
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("parsePeers = %+v, %v", got, err)
-	}
-}
-
 // The sample deployment's gate config loads with the real loader and
 // validates, so it cannot drift from gate.Config.
 func TestSampleConfig(t *testing.T) {
@@ -85,7 +76,7 @@ func TestSampleConfig(t *testing.T) {
 	if cfg.ID != "gate-1" || len(cfg.Peers) != 3 || len(cfg.Join) != 3 || !strings.HasPrefix(cfg.DataDir, "/var/lib/tempest/") {
 		t.Fatalf("config = %+v", cfg)
 	}
-	if opts.tlsCert == "" || opts.tlsKey == "" {
+	if opts.TLSCert == "" || opts.TLSKey == "" {
 		t.Fatalf("sample has no API TLS files: %+v", opts)
 	}
 }

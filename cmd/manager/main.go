@@ -53,17 +53,6 @@ type fileConfig struct {
 	APITLSKey      string `yaml:"api_tls_key"`
 }
 
-// options are the flags that are not part of manager.Config.
-type options struct {
-	configFile string
-	secretFile string
-	token      string
-	logFormat  string
-	logLevel   string
-	tlsCert    string
-	tlsKey     string
-}
-
 // run is main without the process: ready, if not nil, receives the API URL
 // once the manager serves (tests use it).
 func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, ready chan<- string) int {
@@ -74,28 +63,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		}
 		return exitUsage
 	}
-	logger, err := nodecmd.NewLogger(opts.logFormat, opts.logLevel, stderr)
+	node, code, err := nodecmd.Prepare("tempest-manager", cfg.ID, opts, getenv, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "tempest-manager: %v\n", err)
-		return exitUsage
+		return code
 	}
-	cfg.Logger = logger
-	logger = logger.With("node", cfg.ID)
-
-	keyring, err := nodecmd.KeyringFromEnv(getenv)
-	if err != nil {
-		logger.Error("refusing to start", "err", err)
-		return exitFailure
-	}
-	token := getenv("TEMPEST_TOKEN")
-	if opts.token != "" {
-		logger.Warn("API token given on the command line, where any local user can read it; prefer TEMPEST_TOKEN")
-		token = opts.token
-	}
-	if token == "" {
-		logger.Error("refusing to start", "err", "TEMPEST_TOKEN is not set: the API needs a bearer token")
-		return exitFailure
-	}
+	cfg.Logger = node.Base
+	logger, keyring, token := node.Log, node.Keyring, node.Token
 	reg := workflow.DefaultRegistry()
 	m, err := manager.New(cfg, manager.Deps{Keyring: keyring, Registry: reg})
 	if err != nil {
@@ -106,7 +79,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	scfg := api.DefaultServerConfig()
 	scfg.Listen = cfg.APIListen
 	scfg.Token = token
-	scfg.TLSCertFile, scfg.TLSKeyFile = opts.tlsCert, opts.tlsKey
+	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
 	scfg.Registry = reg
 	scfg.Logger = logger
 	scfg.Role = "manager"
@@ -124,7 +97,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	}
 	logger.Info("manager serving", "api", srv.URL(), "quic", m.Addr())
 
-	return nodecmd.Serve(m, srv, "manager", logger, sigs, opts.secretFile, getenv, shutdownTimeout, func() {
+	return nodecmd.Serve(m, srv, "manager", logger, sigs, opts.SecretFile, getenv, shutdownTimeout, func() {
 		if ready != nil {
 			ready <- srv.URL()
 		}
@@ -132,82 +105,34 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 }
 
 // loadConfig reads --config, then applies the flags that were given.
-func loadConfig(args []string, stderr io.Writer) (manager.Config, options, error) {
+func loadConfig(args []string, stderr io.Writer) (manager.Config, nodecmd.Options, error) {
 	fs := flag.NewFlagSet("tempest-manager", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var opts options
-	fs.StringVar(&opts.configFile, "config", "", "YAML config `file`")
-	fs.StringVar(&opts.secretFile, "secret-file", "", "env `file` (KEY=VALUE lines) to reload AUTH_SECRET and AUTH_SECRET_PREVIOUS from on SIGHUP")
-	fs.StringVar(&opts.token, "token", "", "API bearer token (prefer the TEMPEST_TOKEN environment variable)")
-	fs.StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	id := fs.String("id", "", "node id (default manager-<hostname>)")
+	flags := nodecmd.NewFlags(fs, "manager")
 	dc := fs.String("dc", "", "datacenter")
-	quic := fs.String("quic", "", "QUIC listen `address` (host:port)")
-	swimBind := fs.String("swim", "", "SWIM bind `address` (ip:port)")
-	apiListen := fs.String("api", "", "API listen `address` (host:port)")
-	dataDir := fs.String("data-dir", "", "data `directory` (jobs, election state)")
-	peers := fs.String("peers", "", "every manager of the datacenter, this one included: `id=quicaddr,...`")
-	join := fs.String("join", "", "comma-separated SWIM seed addresses")
-	swimProfile := fs.String("swim-profile", "", "SWIM timing profile: lan, local or test")
-	electionProfile := fs.String("election-profile", "", "election timing profile: lan, local or test")
-	if err := fs.Parse(args); err != nil {
-		return manager.Config{}, opts, err
+	if err := flags.Parse(args); err != nil {
+		return manager.Config{}, nodecmd.Options{}, err
 	}
-	if fs.NArg() > 0 {
-		return manager.Config{}, opts, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-
 	fc := fileConfig{Config: manager.DefaultConfig()}
-	if opts.configFile != "" {
-		if err := nodecmd.ReadConfigFile(opts.configFile, &fc); err != nil {
-			return manager.Config{}, opts, err
+	if file := flags.Options().ConfigFile; file != "" {
+		if err := nodecmd.ReadConfigFile(file, &fc); err != nil {
+			return manager.Config{}, nodecmd.Options{}, err
 		}
 	}
 	cfg := fc.Config
-	opts.tlsCert, opts.tlsKey = fc.APITLSCert, fc.APITLSKey
-	var perr error
+	flags.SetTLS(fc.APITLSCert, fc.APITLSKey)
+	if err := flags.Apply(nodecmd.Fields{ID: &cfg.ID, QUICListen: &cfg.QUICListen, SwimBind: &cfg.SwimBind,
+		APIListen: &cfg.APIListen, DataDir: &cfg.DataDir, SwimProfile: &cfg.SwimProfile,
+		ElectionProfile: &cfg.ElectionProfile, Join: &cfg.Join, Peers: &cfg.Peers}, "manager"); err != nil {
+		return manager.Config{}, nodecmd.Options{}, err
+	}
 	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
-		case "id":
-			cfg.ID = *id
-		case "dc":
+		if f.Name == "dc" {
 			cfg.Datacenter = *dc
-		case "quic":
-			cfg.QUICListen = *quic
-		case "swim":
-			cfg.SwimBind = *swimBind
-		case "api":
-			cfg.APIListen = *apiListen
-		case "data-dir":
-			cfg.DataDir = *dataDir
-		case "peers":
-			cfg.Peers, perr = parsePeers(*peers)
-		case "join":
-			cfg.Join = nodecmd.SplitList(*join)
-		case "swim-profile":
-			cfg.SwimProfile = *swimProfile
-		case "election-profile":
-			cfg.ElectionProfile = *electionProfile
 		}
 	})
-	if perr != nil {
-		return manager.Config{}, opts, perr
-	}
-	if cfg.ID == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return manager.Config{}, opts, fmt.Errorf("no --id and no hostname to derive one: %w", err)
-		}
-		cfg.ID = "manager-" + host
-	}
 	if err := cfg.Validate(); err != nil {
-		return manager.Config{}, opts, err
+		return manager.Config{}, nodecmd.Options{}, err
 	}
-	return cfg, opts, nil
-}
-
-// parsePeers reads "id=quicaddr,id=quicaddr".
-func parsePeers(s string) ([]manager.Peer, error) {
-	return nodecmd.ParsePeers(s, func(id, addr string) manager.Peer { return manager.Peer{ID: id, QUIC: addr} })
+	return cfg, flags.Options(), nil
 }

@@ -241,3 +241,14 @@ func TestParseEnvBadLine(t *testing.T) {
 		})
 	}
 }
+
+func TestParsePeers(t *testing.T) {
+	type peer struct{ id, addr string }
+	got, err := ParsePeers(" m1=127.0.0.1:1, m2=127.0.0.1:2 ,", func(id, addr string) peer { return peer{id, addr} })
+	if err != nil || len(got) != 2 || got[0] != (peer{"m1", "127.0.0.1:1"}) || got[1] != (peer{"m2", "127.0.0.1:2"}) {
+		t.Fatalf("ParsePeers = %+v, %v", got, err)
+	}
+	if _, err := ParsePeers("a=1,b", func(id, addr string) peer { return peer{id, addr} }); err == nil || !strings.Contains(err.Error(), `"b" is not id=quicaddr`) {
+		t.Fatalf("ParsePeers(a=1,b) = %v", err)
+	}
+}

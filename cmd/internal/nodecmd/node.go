@@ -1,0 +1,148 @@
+package nodecmd
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"tempest/leadership"
+	"tempest/security"
+)
+
+// Options are the flags of a node binary that are not part of its role's
+// config, and the API server's TLS files from its config file.
+type Options struct {
+	ConfigFile, SecretFile, Token, LogFormat, LogLevel string
+	TLSCert, TLSKey                                    string
+}
+
+// Fields point at the role config's fields that the shared flags set.
+type Fields struct {
+	ID, QUICListen, SwimBind, APIListen, DataDir, SwimProfile, ElectionProfile *string
+	Join                                                                       *[]string
+	Peers                                                                      *[]leadership.Member
+}
+
+// Flags are the flags every node binary with an API and an election has:
+// the role's own ones are added to the same FlagSet by its binary.
+type Flags struct {
+	fs   *flag.FlagSet
+	opts Options
+	vals map[string]*string
+}
+
+// NewFlags registers the shared flags on fs for role ("gate", "manager").
+func NewFlags(fs *flag.FlagSet, role string) *Flags {
+	f := &Flags{fs: fs, vals: map[string]*string{}}
+	fs.StringVar(&f.opts.ConfigFile, "config", "", "YAML config `file`")
+	fs.StringVar(&f.opts.SecretFile, "secret-file", "", "env `file` (KEY=VALUE lines) to reload AUTH_SECRET and AUTH_SECRET_PREVIOUS from on SIGHUP")
+	fs.StringVar(&f.opts.Token, "token", "", "API bearer token (prefer the TEMPEST_TOKEN environment variable)")
+	fs.StringVar(&f.opts.LogFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	for _, fl := range []struct{ name, usage string }{
+		{"id", "node id (default " + role + "-<hostname>)"},
+		{"quic", "QUIC listen `address` (host:port)"},
+		{"swim", "SWIM bind `address` (ip:port)"},
+		{"api", "API listen `address` (host:port)"},
+		{"data-dir", "data `directory`"},
+		{"peers", "every " + role + " of the election group, this one included: `id=quicaddr,...`"},
+		{"join", "comma-separated SWIM seed addresses"},
+		{"swim-profile", "SWIM timing profile: lan, local or test"},
+		{"election-profile", "election timing profile: lan, local or test"},
+	} {
+		f.vals[fl.name] = fs.String(fl.name, "", fl.usage)
+	}
+	return f
+}
+
+// Parse parses args and refuses stray arguments.
+func (f *Flags) Parse(args []string) error {
+	if err := f.fs.Parse(args); err != nil {
+		return err
+	}
+	if f.fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", f.fs.Args())
+	}
+	return nil
+}
+
+// Options returns the parsed options.
+func (f *Flags) Options() Options { return f.opts }
+
+// SetTLS records the API TLS files the config file named.
+func (f *Flags) SetTLS(cert, key string) { f.opts.TLSCert, f.opts.TLSKey = cert, key }
+
+// Apply sets dst's fields from the shared flags that were given, leaving
+// the config file's values for the rest, and derives ID from the host name
+// when neither set it.
+func (f *Flags) Apply(dst Fields, role string) error {
+	var err error
+	str := map[string]*string{"id": dst.ID, "quic": dst.QUICListen, "swim": dst.SwimBind, "api": dst.APIListen,
+		"data-dir": dst.DataDir, "swim-profile": dst.SwimProfile, "election-profile": dst.ElectionProfile}
+	f.fs.Visit(func(fl *flag.Flag) {
+		v, ok := f.vals[fl.Name]
+		if !ok {
+			return
+		}
+		switch fl.Name {
+		case "peers":
+			var peers []leadership.Member
+			peers, err = ParsePeers(*v, func(id, addr string) leadership.Member { return leadership.Member{ID: id, QUIC: addr} })
+			*dst.Peers = peers
+		case "join":
+			*dst.Join = SplitList(*v)
+		default:
+			*str[fl.Name] = *v
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if *dst.ID == "" {
+		host, herr := os.Hostname()
+		if herr != nil {
+			return fmt.Errorf("no --id and no hostname to derive one: %w", herr)
+		}
+		*dst.ID = role + "-" + host
+	}
+	return nil
+}
+
+// Node is what a node binary sets up before it builds its role: loggers,
+// the cluster keyring and the API token.
+type Node struct {
+	Base    *slog.Logger // for the role's own config (it adds its attributes)
+	Log     *slog.Logger // the binary's own lines, with the node id
+	Keyring *security.Keyring
+	Token   string
+}
+
+// Prepare builds the loggers and reads the secrets, refusing a weak or
+// missing AUTH_SECRET and a missing token. On failure it has written why
+// (to stderr or the log) and returns the exit code.
+func Prepare(name, id string, opts Options, getenv func(string) string, stderr io.Writer) (Node, int, error) {
+	base, err := NewLogger(opts.LogFormat, opts.LogLevel, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return Node{}, ExitUsage, err
+	}
+	n := Node{Base: base, Log: base.With("node", id)}
+	if n.Keyring, err = KeyringFromEnv(getenv); err != nil {
+		n.Log.Error("refusing to start", "err", err)
+		return n, ExitFailure, err
+	}
+	n.Token = getenv("TEMPEST_TOKEN")
+	if opts.Token != "" {
+		n.Log.Warn("API token given on the command line, where any local user can read it; prefer TEMPEST_TOKEN")
+		n.Token = opts.Token
+	}
+	if n.Token == "" {
+		err := errors.New("TEMPEST_TOKEN is not set: the API needs a bearer token")
+		n.Log.Error("refusing to start", "err", err)
+		return n, ExitFailure, err
+	}
+	return n, ExitOK, nil
+}
