@@ -1,7 +1,8 @@
-// Package nodecmd holds what the node binaries, tempest-manager and
-// tempest-worker, share around their startup: the YAML config file, list
-// flags, the logger, and the cluster secrets, read from the environment at
-// startup and from --secret-file (or the environment) again on SIGHUP.
+// Package nodecmd holds what the node binaries (tempest-gate,
+// tempest-manager, tempest-worker) share around their startup: the YAML
+// config file, the shared flags, the logger, the cluster secrets (read from
+// the environment at startup and from --secret-file, or the environment,
+// again on SIGHUP) and the signal loop.
 package nodecmd
 
 import (
