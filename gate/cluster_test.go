@@ -254,3 +254,38 @@ func waitJob(t *testing.T, g *Gate, id string, within time.Duration) *api.JobSta
 	})
 	return last
 }
+
+// Only the leader a gate follows may write its records: a record from
+// another gate (a deposed leader still replicating) is refused.
+func TestRecordsOnlyFromTheLeader(t *testing.T) {
+	hub := transport.NewHub()
+	ids := []string{"g1", "g2", "g3"}
+	hg := startHubGates(t, hub, ids, time.Minute)
+	leader := hg.leader(10*time.Second, ids...)
+	var followers []*Gate
+	for _, id := range ids {
+		if id != leader.ID() {
+			followers = append(followers, hg.gates[id])
+		}
+	}
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if l, _ := followers[1].elector.Leader(); l != leader.ID() {
+			return fmt.Errorf("%s follows %q", followers[1].ID(), l)
+		}
+		return nil
+	})
+	rec := &wire.GateJobRecord{Submission: wire.JobSubmission{JobID: "j-stray"}, Version: 1 << 40}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	reply, err := followers[0].tr.Call(ctx, followers[1].ID(), rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack := reply.(*wire.JobAck); ack.Accepted || len(followers[1].Leases("j-stray")) != 0 {
+		t.Fatalf("a follower took a record from another follower: %+v", ack)
+	}
+	reply, err = leader.tr.Call(ctx, followers[1].ID(), rec)
+	if err != nil || !reply.(*wire.JobAck).Accepted {
+		t.Fatalf("the leader's record: %v, %v", reply, err)
+	}
+}

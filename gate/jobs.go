@@ -126,7 +126,10 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 	acks := make(chan error, len(g.peerIDs))
 	for _, id := range g.peerIDs {
 		go func() {
-			_, err := g.tr.Call(ctx, g.peers[id], rec)
+			reply, err := g.tr.Call(ctx, g.peers[id], rec)
+			if ack, ok := reply.(*wire.JobAck); err == nil && (!ok || !ack.Accepted) {
+				err = fmt.Errorf("gate %s refused the record: %s", id, ackError(ack))
+			}
 			acks <- err
 		}()
 	}
@@ -146,6 +149,13 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 		rec.Submission.JobID, have, len(g.cfg.Peers), g.quorumSize, errors.Join(errs...))
 }
 
+func ackError(a *wire.JobAck) string {
+	if a == nil {
+		return "unexpected answer"
+	}
+	return a.Error
+}
+
 // handleRecord stores a record the gate leader replicated.
 func (g *Gate) handleRecord(_ context.Context, from transport.Peer, rec *wire.GateJobRecord) (wire.Message, error) {
 	if !g.isPeer(from.NodeID) {
@@ -158,6 +168,12 @@ func (g *Gate) handleRecord(_ context.Context, from transport.Peer, rec *wire.Ga
 		// A deposed leader still replicating: this gate's own copy, with
 		// the leases it took over, is newer.
 		return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: false, Error: "this gate leads now"}, nil
+	}
+	if leader, _ := g.elector.Leader(); leader != "" && leader != from.NodeID {
+		// Only the leader this gate follows writes records; a deposed one
+		// learns of its successor from the answer and its next election
+		// message.
+		return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: false, Error: "not the leader: " + leader + " leads"}, nil
 	}
 	if stored := g.adopt(rec); stored != nil {
 		if err := g.store.put(stored); err != nil {
