@@ -47,6 +47,8 @@ func (hg *hubGates) start(id string, ttl time.Duration) {
 	cfg.ID, cfg.Peers, cfg.SwimBind = id, peers, ""
 	cfg.DataDir = t.TempDir()
 	cfg.LeaseTTL, cfg.TickInterval, cfg.SyncTimeout, cfg.QuorumTimeout, cfg.DispatchTimeout = ttl, 20*time.Millisecond, 300*time.Millisecond, time.Second, 200*time.Millisecond
+	// One record per state-sync page, so every sync pages.
+	cfg.SyncPageBytes = 1
 	cfg.Logger = testutil.Logger(t, slog.LevelInfo)
 	tr := hg.hub.Node(id)
 	profile := leadership.TestProfile()
@@ -191,16 +193,24 @@ func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
 	var block atomic.Bool
 	block.Store(true)
 	hub.SetHook(func(from, to string, msg wire.Message) bool {
+		// While blocked, g3 gets no state at all: neither syncs nor the
+		// leader's replicated records, so what it ends up holding came
+		// through the (paged) sync.
 		_, sync := msg.(*wire.StateSyncRequest)
-		return !(block.Load() && sync && (from == "g3" || to == "g3"))
+		_, rec := msg.(*wire.GateJobRecord)
+		return !(block.Load() && (sync || rec) && (from == "g3" || to == "g3"))
 	})
 	ids := []string{"g1", "g2", "g3"}
 	hg := startHubGates(t, hub, ids, time.Minute)
 	hg.observe(1)
 	first := hg.leader(10*time.Second, "g1", "g2")
-	ack, err := first.Submit(context.Background(), sleepJob())
-	if err != nil {
-		t.Fatal(err)
+	var jobs []string
+	for range 5 {
+		ack, err := first.Submit(context.Background(), sleepJob())
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, ack.JobID)
 	}
 	late := hg.gates["g3"]
 	var led atomic.Bool
@@ -231,8 +241,10 @@ func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
 		if !late.Ready() {
 			return errors.New("late gate not ready")
 		}
-		if len(late.Leases(ack.JobID)) != 1 {
-			return fmt.Errorf("late gate does not hold job %s", ack.JobID)
+		for _, id := range jobs { // five records, one sync page each
+			if len(late.Leases(id)) != 1 {
+				return fmt.Errorf("late gate does not hold job %s", id)
+			}
 		}
 		return nil
 	})

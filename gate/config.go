@@ -55,6 +55,11 @@ type Config struct {
 	HealthTimeout time.Duration `yaml:"health_timeout"`
 	// SyncTimeout bounds the state sync a new leader runs before it serves.
 	SyncTimeout time.Duration `yaml:"sync_timeout"`
+	// SyncPageBytes bounds one state-sync answer: records go in pages of
+	// about this size (at least one record each), far below the 10 MiB
+	// message cap, since a week of jobs with their histograms and series
+	// would not fit in one.
+	SyncPageBytes int `yaml:"sync_page_bytes"`
 	// TickInterval paces lease expiry checks and dispatch retries.
 	TickInterval time.Duration `yaml:"tick_interval"`
 	// Retention keeps finished jobs queryable this long.
@@ -77,6 +82,7 @@ func DefaultConfig() Config {
 		DispatchTimeout: 5 * time.Second,
 		HealthTimeout:   10 * time.Second,
 		SyncTimeout:     5 * time.Second,
+		SyncPageBytes:   2 << 20,
 		TickInterval:    250 * time.Millisecond,
 		Retention:       7 * 24 * time.Hour,
 	}
@@ -128,6 +134,9 @@ func (c Config) validate(haveTransport bool) error {
 		if d.v <= 0 {
 			add("%s: must be positive, got %s", d.name, d.v)
 		}
+	}
+	if c.SyncPageBytes <= 0 || c.SyncPageBytes > 8<<20 {
+		add("SyncPageBytes: must be between 1 and %d, got %d", 8<<20, c.SyncPageBytes)
 	}
 	if c.LeaseTTL > 0 && c.TickInterval > 0 && c.LeaseTTL < 4*c.TickInterval {
 		add("LeaseTTL: %s is shorter than four TickIntervals (%s)", c.LeaseTTL, 4*c.TickInterval)

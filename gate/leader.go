@@ -1,7 +1,9 @@
 package gate
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -123,15 +125,10 @@ func (g *Gate) syncFromPeers(ctx context.Context, timeout time.Duration) int {
 		err  error
 	}
 	answers := make(chan answer, len(g.peerIDs))
-	req := &wire.StateSyncRequest{RequesterID: g.cfg.ID, RequesterRole: wire.RoleGate}
 	for _, id := range g.peerIDs {
 		go func() {
-			reply, err := g.tr.Call(ctx, g.peers[id], req)
-			a := answer{id: id, err: err}
-			if r, ok := reply.(*wire.StateSyncResponse); ok {
-				a.recs = r.GateJobs
-			}
-			answers <- a
+			recs, err := g.fetchRecords(ctx, id)
+			answers <- answer{id: id, recs: recs, err: err}
 		}()
 	}
 	need := g.quorumSize - 1
@@ -162,16 +159,62 @@ func (g *Gate) syncFromPeers(ctx context.Context, timeout time.Duration) int {
 	return answered
 }
 
-// handleStateSync answers another gate's state sync with every record.
+// fetchRecords pages through one gate's records, oldest first.
+func (g *Gate) fetchRecords(ctx context.Context, id string) ([]wire.GateJobRecord, error) {
+	var out []wire.GateJobRecord
+	var since uint64
+	for {
+		reply, err := g.tr.Call(ctx, g.peers[id], &wire.StateSyncRequest{RequesterID: g.cfg.ID, RequesterRole: wire.RoleGate, SinceVersion: since})
+		if err != nil {
+			return nil, err
+		}
+		resp, ok := reply.(*wire.StateSyncResponse)
+		if !ok {
+			return nil, fmt.Errorf("gate %s answered a state sync with %s", id, reply.Type())
+		}
+		out = append(out, resp.GateJobs...)
+		if len(resp.GateJobs) == 0 {
+			return out, nil
+		}
+		last := resp.GateJobs[len(resp.GateJobs)-1].Version
+		if last <= since || last >= resp.CurrentVersion {
+			return out, nil
+		}
+		since = last
+	}
+}
+
+// handleStateSync answers another gate's state sync with one page of
+// records: those newer than the request's SinceVersion, oldest first, up to
+// SyncPageBytes. CurrentVersion is the newest this gate has, so the asker
+// knows when it has them all.
 func (g *Gate) handleStateSync(_ context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
 	if !g.isPeer(from.NodeID) {
 		return nil, wire.Errorf(wire.CodeRejected, "gate state is only shared with configured gates")
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	resp := &wire.StateSyncResponse{ResponderID: g.cfg.ID, CurrentVersion: g.version}
+	recs := make([]wire.GateJobRecord, 0, len(g.jobs))
 	for _, j := range g.jobs {
-		resp.GateJobs = append(resp.GateJobs, j.rec)
+		if j.rec.Version > req.SinceVersion {
+			recs = append(recs, j.rec)
+		}
+	}
+	resp := &wire.StateSyncResponse{ResponderID: g.cfg.ID, CurrentVersion: g.version}
+	g.mu.Unlock()
+	slices.SortFunc(recs, func(a, b wire.GateJobRecord) int { return cmp.Compare(a.Version, b.Version) })
+	size := 0
+	for _, r := range recs {
+		b, err := wire.Marshal(&r)
+		if err != nil {
+			return nil, fmt.Errorf("encode job %s: %w", r.Submission.JobID, err)
+		}
+		// Pages end between versions, never inside one: the asker resumes
+		// after the last version it got.
+		if n := len(resp.GateJobs); n > 0 && size+len(b) > g.cfg.SyncPageBytes && resp.GateJobs[n-1].Version != r.Version {
+			break
+		}
+		size += len(b)
+		resp.GateJobs = append(resp.GateJobs, r)
 	}
 	return resp, nil
 }
