@@ -11,7 +11,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,10 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"tempest/api"
 	"tempest/cmd/internal/nodecmd"
 	"tempest/gate"
-	"tempest/workflow"
 )
 
 const shutdownTimeout = 15 * time.Second
@@ -38,9 +35,8 @@ func main() {
 // fileConfig is the config file: the gate's options plus the API server's
 // TLS files.
 type fileConfig struct {
-	gate.Config `yaml:",inline"`
-	APITLSCert  string `yaml:"api_tls_cert"`
-	APITLSKey   string `yaml:"api_tls_key"`
+	gate.Config      `yaml:",inline"`
+	nodecmd.TLSFiles `yaml:",inline"`
 }
 
 // run is main without the process: ready, if not nil, receives the API URL
@@ -58,37 +54,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		return code
 	}
 	cfg.Logger = node.Base
-	logger, keyring, token := node.Log, node.Keyring, node.Token
-	g, err := gate.New(cfg, gate.Deps{Keyring: keyring})
+	g, err := gate.New(cfg, gate.Deps{Keyring: node.Keyring})
 	if err != nil {
-		logger.Error("refusing to start", "err", err)
+		node.Log.Error("refusing to start", "err", err)
 		return nodecmd.ExitFailure
 	}
-	scfg := api.DefaultServerConfig()
-	scfg.Listen = cfg.APIListen
-	scfg.Token = token
-	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
-	scfg.Registry = workflow.DefaultRegistry()
-	scfg.Logger = logger
-	scfg.Role = "gate"
-	scfg.Metrics = g
-	srv := api.NewServer(scfg, g)
-	if err := srv.Start(context.Background()); err != nil {
-		logger.Error("refusing to start: API server", "err", err)
-		g.Shutdown(context.Background())
-		return nodecmd.ExitFailure
-	}
-	if cfg.APIAdvertise == "" {
-		if err := g.SetAPIAddr(srv.URL()); err != nil {
-			logger.Warn("could not publish the API address", "err", err)
-		}
-	}
-	logger.Info("gate serving", "api", srv.URL(), "quic", g.Addr(), "swim", g.SwimAddr())
-	return nodecmd.Serve(g, srv, "gate", logger, sigs, opts.SecretFile, getenv, shutdownTimeout, func() {
-		if ready != nil {
-			ready <- srv.URL()
-		}
-	})
+	return nodecmd.ServeAPI(g, "gate", node, opts, cfg.APIListen, cfg.APIAdvertise != "", sigs, getenv, shutdownTimeout, ready,
+		"quic", g.Addr(), "swim", g.SwimAddr())
 }
 
 // loadConfig reads --config, then applies the flags that were given.
@@ -101,13 +73,10 @@ func loadConfig(args []string, stderr io.Writer) (gate.Config, nodecmd.Options, 
 		return gate.Config{}, nodecmd.Options{}, err
 	}
 	fc := fileConfig{Config: gate.DefaultConfig()}
-	if file := flags.Options().ConfigFile; file != "" {
-		if err := nodecmd.ReadConfigFile(file, &fc); err != nil {
-			return gate.Config{}, nodecmd.Options{}, err
-		}
+	if err := flags.ReadConfig(&fc, &fc.TLSFiles); err != nil {
+		return gate.Config{}, nodecmd.Options{}, err
 	}
 	cfg := fc.Config
-	flags.SetTLS(fc.APITLSCert, fc.APITLSKey)
 	if err := flags.Apply(nodecmd.Fields{ID: &cfg.ID, QUICListen: &cfg.QUICListen, SwimBind: &cfg.SwimBind,
 		APIListen: &cfg.APIListen, DataDir: &cfg.DataDir, SwimProfile: &cfg.SwimProfile,
 		ElectionProfile: &cfg.ElectionProfile, Join: &cfg.Join, Peers: &cfg.Peers}, "gate"); err != nil {

@@ -13,7 +13,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,7 +22,6 @@ import (
 	"syscall"
 	"time"
 
-	"tempest/api"
 	"tempest/cmd/internal/nodecmd"
 	"tempest/manager"
 	"tempest/workflow"
@@ -48,9 +46,8 @@ func main() {
 // fileConfig is the config file: the manager's options plus the API
 // server's TLS files.
 type fileConfig struct {
-	manager.Config `yaml:",inline"`
-	APITLSCert     string `yaml:"api_tls_cert"`
-	APITLSKey      string `yaml:"api_tls_key"`
+	manager.Config   `yaml:",inline"`
+	nodecmd.TLSFiles `yaml:",inline"`
 }
 
 // run is main without the process: ready, if not nil, receives the API URL
@@ -68,40 +65,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		return code
 	}
 	cfg.Logger = node.Base
-	logger, keyring, token := node.Log, node.Keyring, node.Token
-	reg := workflow.DefaultRegistry()
-	m, err := manager.New(cfg, manager.Deps{Keyring: keyring, Registry: reg})
+	m, err := manager.New(cfg, manager.Deps{Keyring: node.Keyring, Registry: workflow.DefaultRegistry()})
 	if err != nil {
-		logger.Error("refusing to start", "err", err)
+		node.Log.Error("refusing to start", "err", err)
 		return exitFailure
 	}
-
-	scfg := api.DefaultServerConfig()
-	scfg.Listen = cfg.APIListen
-	scfg.Token = token
-	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
-	scfg.Registry = reg
-	scfg.Logger = logger
-	scfg.Role = "manager"
-	scfg.Metrics = m
-	srv := api.NewServer(scfg, m)
-	if err := srv.Start(context.Background()); err != nil {
-		logger.Error("refusing to start: API server", "err", err)
-		m.Shutdown(context.Background())
-		return exitFailure
-	}
-	if cfg.APIAdvertise == "" {
-		if err := m.SetAPIAddr(srv.URL()); err != nil {
-			logger.Warn("could not publish the API address", "err", err)
-		}
-	}
-	logger.Info("manager serving", "api", srv.URL(), "quic", m.Addr())
-
-	return nodecmd.Serve(m, srv, "manager", logger, sigs, opts.SecretFile, getenv, shutdownTimeout, func() {
-		if ready != nil {
-			ready <- srv.URL()
-		}
-	})
+	return nodecmd.ServeAPI(m, "manager", node, opts, cfg.APIListen, cfg.APIAdvertise != "", sigs, getenv, shutdownTimeout, ready,
+		"quic", m.Addr())
 }
 
 // loadConfig reads --config, then applies the flags that were given.
@@ -114,13 +84,10 @@ func loadConfig(args []string, stderr io.Writer) (manager.Config, nodecmd.Option
 		return manager.Config{}, nodecmd.Options{}, err
 	}
 	fc := fileConfig{Config: manager.DefaultConfig()}
-	if file := flags.Options().ConfigFile; file != "" {
-		if err := nodecmd.ReadConfigFile(file, &fc); err != nil {
-			return manager.Config{}, nodecmd.Options{}, err
-		}
+	if err := flags.ReadConfig(&fc, &fc.TLSFiles); err != nil {
+		return manager.Config{}, nodecmd.Options{}, err
 	}
 	cfg := fc.Config
-	flags.SetTLS(fc.APITLSCert, fc.APITLSKey)
 	if err := flags.Apply(nodecmd.Fields{ID: &cfg.ID, QUICListen: &cfg.QUICListen, SwimBind: &cfg.SwimBind,
 		APIListen: &cfg.APIListen, DataDir: &cfg.DataDir, SwimProfile: &cfg.SwimProfile,
 		ElectionProfile: &cfg.ElectionProfile, Join: &cfg.Join, Peers: &cfg.Peers}, "manager"); err != nil {

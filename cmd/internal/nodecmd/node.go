@@ -1,15 +1,19 @@
 package nodecmd
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
+	"tempest/api"
 	"tempest/leadership"
 	"tempest/security"
+	"tempest/workflow"
 )
 
 // Options are the flags of a node binary that are not part of its role's
@@ -71,9 +75,6 @@ func (f *Flags) Parse(args []string) error {
 
 // Options returns the parsed options.
 func (f *Flags) Options() Options { return f.opts }
-
-// SetTLS records the API TLS files the config file named.
-func (f *Flags) SetTLS(cert, key string) { f.opts.TLSCert, f.opts.TLSKey = cert, key }
 
 // Apply sets dst's fields from the shared flags that were given, leaving
 // the config file's values for the rest, and derives ID from the host name
@@ -145,4 +146,66 @@ func Prepare(name, id string, opts Options, getenv func(string) string, stderr i
 		return n, ExitFailure, err
 	}
 	return n, ExitOK, nil
+}
+
+// TLSFiles are the API server's certificate and key, in a node's config
+// file beside its role's own keys (embed it inline).
+type TLSFiles struct {
+	APITLSCert string `yaml:"api_tls_cert"`
+	APITLSKey  string `yaml:"api_tls_key"`
+}
+
+// ReadConfig reads the --config file, if one was given, over file (the
+// role's defaults with TLSFiles inline), and keeps its TLS files.
+func (f *Flags) ReadConfig(file any, tls *TLSFiles) error {
+	if f.opts.ConfigFile != "" {
+		if err := ReadConfigFile(f.opts.ConfigFile, file); err != nil {
+			return err
+		}
+	}
+	f.opts.TLSCert, f.opts.TLSKey = tls.APITLSCert, tls.APITLSKey
+	return nil
+}
+
+// APIRole is a role that serves the client API: it runs, answers the API
+// as its backend, adds its metrics, and publishes the API's URL once the
+// server has bound.
+type APIRole interface {
+	Role
+	api.Backend
+	api.MetricsSource
+	SetAPIAddr(url string) error
+}
+
+// ServeAPI starts the API server in front of role, publishes its URL unless
+// the config advertises one, and serves until a signal stops both (Serve).
+// ready, if not nil, receives the API URL once serving. It returns the exit
+// code; a server that cannot start shuts the role down.
+func ServeAPI(role APIRole, name string, node Node, opts Options, listen string, advertised bool,
+	sigs <-chan os.Signal, getenv func(string) string, timeout time.Duration, ready chan<- string, attrs ...any) int {
+	scfg := api.DefaultServerConfig()
+	scfg.Listen = listen
+	scfg.Token = node.Token
+	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
+	scfg.Registry = workflow.DefaultRegistry()
+	scfg.Logger = node.Log
+	scfg.Role = name
+	scfg.Metrics = role
+	srv := api.NewServer(scfg, role)
+	if err := srv.Start(context.Background()); err != nil {
+		node.Log.Error("refusing to start: API server", "err", err)
+		role.Shutdown(context.Background())
+		return ExitFailure
+	}
+	if !advertised {
+		if err := role.SetAPIAddr(srv.URL()); err != nil {
+			node.Log.Warn("could not publish the API address", "err", err)
+		}
+	}
+	node.Log.Info(name+" serving", append([]any{"api", srv.URL()}, attrs...)...)
+	return Serve(role, srv, name, node.Log, sigs, opts.SecretFile, getenv, timeout, func() {
+		if ready != nil {
+			ready <- srv.URL()
+		}
+	})
 }
