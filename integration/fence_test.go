@@ -13,11 +13,7 @@ import (
 // workflow is refused by the worker.
 func TestStaleFenceDispatchRefused(t *testing.T) {
 	c := startCluster(t, 1, 1, 2)
-	id := c.submit(`name: fenced
-timeout: 60s
-workflows:
-  - {name: nap, type: sleep, cores: 1, duration: 10s}
-`)
+	id := c.submit(napJob("fenced", "60s", "10s"))
 	st := c.waitRunning(id)
 	wf := st.Workflows[0]
 	w, ok := c.Node(wf.Worker)

@@ -27,6 +27,11 @@ workflows:
 %s`, name, vus, duration, url, extra)
 }
 
+// napJob is a job of one sleep workflow, nap, on one core.
+func napJob(name, timeout, duration string) string {
+	return fmt.Sprintf("name: %s\ntimeout: %s\nworkflows:\n  - {name: nap, type: sleep, cores: 1, duration: %s}\n", name, timeout, duration)
+}
+
 // A job of several http and sleep workflows completes, and the requests
 // it reports equal the requests the target answered.
 func TestJobCompletesAndCountsMatchTarget(t *testing.T) {
@@ -82,11 +87,7 @@ func TestJobCompletesAndCountsMatchTarget(t *testing.T) {
 // it, and the job completes.
 func TestWorkerKilledMidJob(t *testing.T) {
 	c := startCluster(t, 3, 3, 1)
-	id := c.submit(`name: long
-timeout: 90s
-workflows:
-  - {name: nap, type: sleep, cores: 1, duration: 4s}
-`)
+	id := c.submit(napJob("long", "90s", "4s"))
 	st := c.waitRunning(id)
 	victim := st.Workflows[0].Worker
 	if err := c.Kill(victim); err != nil {
@@ -107,11 +108,7 @@ workflows:
 // readable from every manager.
 func TestLeaderKilledMidJob(t *testing.T) {
 	c := startCluster(t, 3, 2, 1)
-	id := c.submit(`name: survive
-timeout: 90s
-workflows:
-  - {name: nap, type: sleep, cores: 1, duration: 5s}
-`)
+	id := c.submit(napJob("survive", "90s", "5s"))
 	st := c.waitRunning(id)
 	worker := st.Workflows[0].Worker
 	old := c.leader()
@@ -150,11 +147,7 @@ workflows:
 // SIGTERM of a worker: it drains (running work finishes) and leaves.
 func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 	c := startCluster(t, 1, 1, 1)
-	id := c.submit(`name: drain
-timeout: 60s
-workflows:
-  - {name: nap, type: sleep, cores: 1, duration: 2s}
-`)
+	id := c.submit(napJob("drain", "60s", "2s"))
 	st := c.waitRunning(id)
 	w := st.Workflows[0].Worker
 	if err := c.Signal(w, syscall.SIGTERM); err != nil {

@@ -196,46 +196,38 @@ func fmtSeconds(v float64, long bool) string {
 
 // throughputChart draws completed and failed outcomes per second.
 func throughputChart(series []Second) *chart {
-	c := newChart("Throughput", "time since start", "per second")
-	pts := bucket(series)
-	xs := make([]float64, len(pts))
-	done := make([]float64, len(pts))
-	failed := make([]float64, len(pts))
-	top := 0.0
-	for i, p := range pts {
-		xs[i] = float64(p.At)
-		done[i], failed[i] = float64(p.Completed), float64(p.Failed)
-		top = max(top, done[i], failed[i])
-	}
-	x := c.xAxis(xs[0], max(xs[len(xs)-1], xs[0]+1))
-	y := c.yAxis(niceMax(top))
-	c.addLine("completed", xs, done, x, y)
-	c.addLine("failed", xs, failed, x, y)
-	c.timeTicks(x)
-	c.valueTicks(y, fmtCount)
-	return c
+	return timeChart("Throughput", "per second", series, "completed", "failed", fmtCount,
+		func(p Second) (float64, float64) { return float64(p.Completed), float64(p.Failed) })
 }
 
 // latencyChart draws p50 and p99 per second; seconds without responses
 // are left at zero rather than interpolated.
 func latencyChart(series []Second) *chart {
-	c := newChart("Latency over time", "time since start", "latency")
+	return timeChart("Latency over time", "latency", series, "p50", "p99", fmtMs,
+		func(p Second) (float64, float64) { return p.P50Ms, p.P99Ms })
+}
+
+// timeChart draws two lines, named a and b with values from value, over
+// the run's (bucketed) seconds.
+func timeChart(title, yLabel string, series []Second, a, b string, format func(float64) string,
+	value func(Second) (float64, float64)) *chart {
+	c := newChart(title, "time since start", yLabel)
 	pts := bucket(series)
 	xs := make([]float64, len(pts))
-	p50 := make([]float64, len(pts))
-	p99 := make([]float64, len(pts))
+	as := make([]float64, len(pts))
+	bs := make([]float64, len(pts))
 	top := 0.0
 	for i, p := range pts {
 		xs[i] = float64(p.At)
-		p50[i], p99[i] = p.P50Ms, p.P99Ms
-		top = max(top, p.P50Ms, p.P99Ms)
+		as[i], bs[i] = value(p)
+		top = max(top, as[i], bs[i])
 	}
 	x := c.xAxis(xs[0], max(xs[len(xs)-1], xs[0]+1))
 	y := c.yAxis(niceMax(top))
-	c.addLine("p50", xs, p50, x, y)
-	c.addLine("p99", xs, p99, x, y)
+	c.addLine(a, xs, as, x, y)
+	c.addLine(b, xs, bs, x, y)
 	c.timeTicks(x)
-	c.valueTicks(y, fmtMs)
+	c.valueTicks(y, format)
 	return c
 }
 
