@@ -60,6 +60,25 @@ type JobSeries struct {
 	P99Ms             float64
 }
 
+// SeriesOf is a running job's numbers for /metrics: its counts, its rate
+// (the datacenters' current rates added up when a gate answers, else the
+// run's average so far) and the highest p99 of its steps.
+func SeriesOf(st JobStatus) JobSeries {
+	s := JobSeries{JobID: st.JobID, Completed: st.TotalCompleted, Failed: st.TotalFailed}
+	for _, d := range st.Datacenters {
+		s.Rate += d.Rate
+	}
+	for _, w := range st.Workflows {
+		if len(st.Datacenters) == 0 && st.ElapsedSeconds > 0 {
+			s.Rate += float64(w.CompletedCount+w.FailedCount) / st.ElapsedSeconds
+		}
+		for _, step := range w.Steps {
+			s.P99Ms = max(s.P99Ms, step.P99Ms)
+		}
+	}
+	return s
+}
+
 // Jobs writes live per-job series: iterations completed and failed, the
 // current rate and the p99 of the merged histograms.
 func (p Prom) Jobs(jobs []JobSeries) {

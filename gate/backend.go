@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/lifecycle"
 	"tempest/wire"
 )
 
@@ -106,7 +107,7 @@ func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, erro
 			case burst > 0:
 				burst--
 			default:
-				if !sleepCtx(ctx, watchPacing-since) {
+				if !lifecycle.Sleep(ctx, watchPacing-since) {
 					return
 				}
 			}

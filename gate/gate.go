@@ -441,15 +441,4 @@ func (g *Gate) isPeer(id string) bool {
 	return ok
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 var _ api.Backend = (*Gate)(nil)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tempest/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -91,7 +92,7 @@ func (g *Gate) initialSync(ctx context.Context) {
 			break
 		}
 		g.log.Info("no other gate answered the state sync yet; not eligible to lead", "retry_in", backoff)
-		if !sleepCtx(ctx, backoff) {
+		if !lifecycle.Sleep(ctx, backoff) {
 			return
 		}
 		backoff = min(backoff*2, 5*time.Second)

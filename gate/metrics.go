@@ -53,17 +53,7 @@ func (g *Gate) WriteMetrics(w io.Writer) {
 	if leader == 1 {
 		series := make([]api.JobSeries, 0, len(running))
 		for i := range running {
-			st := g.jobStatus(&running[i], false)
-			s := api.JobSeries{JobID: st.JobID, Completed: st.TotalCompleted, Failed: st.TotalFailed}
-			for _, d := range st.Datacenters {
-				s.Rate += d.Rate
-			}
-			for _, wf := range st.Workflows {
-				for _, step := range wf.Steps {
-					s.P99Ms = max(s.P99Ms, step.P99Ms)
-				}
-			}
-			series = append(series, s)
+			series = append(series, api.SeriesOf(g.jobStatus(&running[i], false)))
 		}
 		p.Jobs(series)
 	}

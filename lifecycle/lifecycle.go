@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"tempest/transport"
 	"tempest/wire"
@@ -79,6 +80,19 @@ func (o *Owner) Close() (first, running bool) {
 	o.closing = true
 	o.cancel()
 	return first, running
+}
+
+// Sleep waits d, or less if ctx ends first; it reports whether the whole d
+// passed (false: stop).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Wait waits for every goroutine and handler the Owner let in.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"
@@ -215,7 +216,7 @@ func (w *fakeWorker) run(ctx context.Context, r *fakeRun, runner workflow.Runner
 		if w.report(w.ctx, &final, true) {
 			return
 		}
-		if !sleepCtx(w.ctx, 20*time.Millisecond) {
+		if !lifecycle.Sleep(w.ctx, 20*time.Millisecond) {
 			return
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/lifecycle"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
@@ -260,7 +261,7 @@ func (m *Manager) gateReportLoop(ctx context.Context) {
 		wg.Wait()
 		// Kicks come with every status change; a round reports every
 		// gate-driven job, so rounds are spaced even when kicks are not.
-		if !sleepCtx(ctx, m.cfg.GateReportInterval/10) {
+		if !lifecycle.Sleep(ctx, m.cfg.GateReportInterval/10) {
 			return
 		}
 	}

@@ -53,23 +53,9 @@ func (m *Manager) WriteMetrics(w io.Writer) {
 	if leader == 1 {
 		series := make([]api.JobSeries, 0, len(running))
 		for _, v := range running {
-			series = append(series, liveSeries(m.jobStatus(v, false)))
+			series = append(series, api.SeriesOf(m.jobStatus(v, false)))
 		}
 		p.Jobs(series)
 	}
 	p.Transport(m.tr)
-}
-
-// liveSeries is a job status's numbers for /metrics.
-func liveSeries(st api.JobStatus) api.JobSeries {
-	s := api.JobSeries{JobID: st.JobID, Completed: st.TotalCompleted, Failed: st.TotalFailed}
-	for _, w := range st.Workflows {
-		if st.ElapsedSeconds > 0 {
-			s.Rate += float64(w.CompletedCount+w.FailedCount) / st.ElapsedSeconds
-		}
-		for _, step := range w.Steps {
-			s.P99Ms = max(s.P99Ms, step.P99Ms)
-		}
-	}
-	return s
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -219,7 +220,7 @@ func (m *Manager) fetchState(ctx context.Context, addr string, req *wire.StateSy
 			return nil, fmt.Errorf("state sync from %s after %d attempts: %w", addr, attempt+1, err)
 		}
 		d := m.cfg.StateSyncBackoff << attempt
-		if !sleepCtx(ctx, d/2+rand.N(d/2+1)) {
+		if !lifecycle.Sleep(ctx, d/2+rand.N(d/2+1)) {
 			return nil, ctx.Err()
 		}
 	}
@@ -273,7 +274,7 @@ func (m *Manager) resume(ctx context.Context, lt *leaderTerm, out *syncOutcome) 
 	if len(waiting) > 0 {
 		m.log.Info("waiting for unreachable workers before retrying their workflows", "workflows", len(waiting), "grace", m.cfg.StateSyncGrace)
 		m.spawnLeader(lt, func(ctx context.Context) {
-			if sleepCtx(ctx, m.cfg.StateSyncGrace) {
+			if lifecycle.Sleep(ctx, m.cfg.StateSyncGrace) {
 				m.retryStranded(waiting, start)
 			}
 		})
@@ -368,16 +369,4 @@ func (m *Manager) managerSnapshot() *wire.ManagerStateSnapshot {
 		ms.Commits = append(ms.Commits, c)
 	}
 	return ms
-}
-
-// sleepCtx waits d or until ctx ends, reporting whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/lifecycle"
 	"tempest/wire"
 )
 
@@ -73,7 +74,7 @@ func (m *Manager) Watch(ctx context.Context, id string) (<-chan api.JobStatus, e
 				// Building a status decodes every step's histogram; with
 				// many workflows reporting ten times a second, pace each
 				// stream so changes coalesce instead of piling up.
-				if !sleepCtx(ctx, watchInterval) || mctx.Err() != nil {
+				if !lifecycle.Sleep(ctx, watchInterval) || mctx.Err() != nil {
 					return
 				}
 				continue
