@@ -95,7 +95,7 @@ func (hg *hubGates) leader(within time.Duration, among ...string) *Gate {
 // observe tells every gate that datacenter east's leader is the hub node m.
 func (hg *hubGates) observe(version uint64) {
 	for _, g := range hg.gates {
-		g.ObserveManager(&wire.ManagerHeartbeat{NodeID: "east-1", Datacenter: "east", IsLeader: true, Term: 1, Version: version, Addr: "east-1", AvailableCores: 4})
+		g.observeManager(&wire.ManagerHeartbeat{NodeID: "east-1", Datacenter: "east", IsLeader: true, Term: 1, Version: version, Addr: "east-1", AvailableCores: 4})
 	}
 }
 
@@ -120,7 +120,7 @@ func TestTakeoverRaisesFenceTokensAndExpiryFailsTheDatacenter(t *testing.T) {
 		t.Fatalf("datacenters %v, want east", ack.Datacenters)
 	}
 	id := ack.JobID
-	before := first.Leases(id)[0]
+	before := first.leases(id)[0]
 	if before.LeaseHolder != first.ID() || before.FenceToken>>32 != first.elector.Status().Term {
 		t.Fatalf("lease %+v: want holder %s and a token from term %d", before, first.ID(), first.elector.Status().Term)
 	}
@@ -157,7 +157,7 @@ func TestTakeoverRaisesFenceTokensAndExpiryFailsTheDatacenter(t *testing.T) {
 		}
 	}
 	second := hg.leader(10*time.Second, rest...)
-	after := second.Leases(id)[0]
+	after := second.leases(id)[0]
 	if after.LeaseHolder != second.ID() || after.FenceToken <= before.FenceToken || after.FenceToken>>32 != second.elector.Status().Term {
 		t.Fatalf("after takeover lease %+v, before %+v: want holder %s and a newer token", after, before, second.ID())
 	}
@@ -242,7 +242,7 @@ func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
 			return errors.New("late gate not ready")
 		}
 		for _, id := range jobs { // five records, one sync page each
-			if len(late.Leases(id)) != 1 {
+			if len(late.leases(id)) != 1 {
 				return fmt.Errorf("late gate does not hold job %s", id)
 			}
 		}
@@ -293,7 +293,7 @@ func TestRecordsOnlyFromTheLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ack := reply.(*wire.JobAck); ack.Accepted || len(followers[1].Leases("j-stray")) != 0 {
+	if ack := reply.(*wire.JobAck); ack.Accepted || len(followers[1].leases("j-stray")) != 0 {
 		t.Fatalf("a follower took a record from another follower: %+v", ack)
 	}
 	reply, err = leader.tr.Call(ctx, followers[1].ID(), rec)

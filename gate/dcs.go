@@ -159,7 +159,7 @@ func (t *dcTable) targets(dc string) []string {
 	return rest
 }
 
-// managersOf lists a datacenter's managers (for the cluster view).
+// all lists every manager the table knows (for the cluster view).
 func (t *dcTable) all() []managerEntry {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -396,9 +396,9 @@ func (g *Gate) PeerState(node swim.NodeInfo, state []byte, _ time.Duration) {
 	g.dcs.heartbeat(hb)
 }
 
-// ObserveManager records a manager heartbeat that arrived some other way
+// observeManager records a manager heartbeat that arrived some other way
 // (tests without SWIM).
-func (g *Gate) ObserveManager(hb *wire.ManagerHeartbeat) { g.dcs.heartbeat(hb) }
+func (g *Gate) observeManager(hb *wire.ManagerHeartbeat) { g.dcs.heartbeat(hb) }
 
 func (g *Gate) joinLoop(ctx context.Context) {
 	swim.KeepJoining(ctx, g.members.Join, g.cfg.Join, 250*time.Millisecond, 15*time.Second, "swim cluster", g.log)

@@ -122,16 +122,19 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
+	var wg sync.WaitGroup
+	// Returning at quorum cancels the calls still out, and waits for them.
+	defer wg.Wait()
 	defer cancel()
 	acks := make(chan error, len(g.peerIDs))
 	for _, id := range g.peerIDs {
-		go func() {
+		wg.Go(func() {
 			reply, err := g.tr.Call(ctx, g.peers[id], rec)
 			if ack, ok := reply.(*wire.JobAck); err == nil && (!ok || !ack.Accepted) {
 				err = fmt.Errorf("gate %s refused the record: %s", id, ackError(ack))
 			}
 			acks <- err
-		}()
+		})
 	}
 	have, errs := 1, []error(nil)
 	for range g.peerIDs {

@@ -119,6 +119,9 @@ func (g *Gate) syncFromPeers(ctx context.Context, timeout time.Duration) int {
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
+	var wg sync.WaitGroup
+	// Returning at a majority cancels the fetches still out, and waits.
+	defer wg.Wait()
 	defer cancel()
 	type answer struct {
 		id   string
@@ -127,10 +130,10 @@ func (g *Gate) syncFromPeers(ctx context.Context, timeout time.Duration) int {
 	}
 	answers := make(chan answer, len(g.peerIDs))
 	for _, id := range g.peerIDs {
-		go func() {
+		wg.Go(func() {
 			recs, err := g.fetchRecords(ctx, id)
 			answers <- answer{id: id, recs: recs, err: err}
-		}()
+		})
 	}
 	need := g.quorumSize - 1
 	answered := 0
@@ -343,8 +346,8 @@ func (g *Gate) tokenOf(id, dc string) uint64 {
 	return 0
 }
 
-// leases lists a job's leases (for tests and the cluster view).
-func (g *Gate) Leases(id string) []wire.DatacenterLease {
+// leases lists a job's leases (tests read them).
+func (g *Gate) leases(id string) []wire.DatacenterLease {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if j, ok := g.jobs[id]; ok {
