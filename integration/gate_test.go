@@ -23,18 +23,7 @@ import (
 
 // gatedJob is httpJob spread over datacenters.
 func gatedJob(name, url string, vus int, duration string, dcs int) string {
-	return fmt.Sprintf(`name: %s
-timeout: 90s
-datacenters: %d
-workflows:
-  - name: get-root
-    type: http
-    cores: 1
-    vus: %d
-    duration: %s
-    steps:
-      - {name: root, method: GET, url: "%s/"}
-`, name, dcs, vus, duration, url)
+	return strings.Replace(httpJob(name, url, vus, duration, ""), "workflows:", fmt.Sprintf("datacenters: %d\nworkflows:", dcs), 1)
 }
 
 // A job over two datacenters completes through the gates; the gate's totals

@@ -197,17 +197,25 @@ func (b *Backend) Jobs(ctx context.Context) ([]api.JobStatus, error) {
 
 // Job returns one job or a not-found error.
 func (b *Backend) Job(ctx context.Context, id string) (*api.JobStatus, error) {
-	if err := b.errFor("Job"); err != nil {
+	st, err := b.status("Job", id)
+	if err != nil {
 		return nil, err
+	}
+	return &st, nil
+}
+
+// status is a copy of job id's status, or the error set for op.
+func (b *Backend) status(op, id string) (api.JobStatus, error) {
+	if err := b.errFor(op); err != nil {
+		return api.JobStatus{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	j, ok := b.jobs[id]
 	if !ok {
-		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+		return api.JobStatus{}, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
 	}
-	st := cloneStatus(j.status)
-	return &st, nil
+	return cloneStatus(j.status), nil
 }
 
 // Watch sends the current status, then the latest one after each change
@@ -291,16 +299,10 @@ func (b *Backend) Cancel(ctx context.Context, id, reason string) (*wire.CancelAc
 
 // Results returns the job's workflows.
 func (b *Backend) Results(ctx context.Context, id string) (*api.Results, error) {
-	if err := b.errFor("Results"); err != nil {
+	st, err := b.status("Results", id)
+	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	j, ok := b.jobs[id]
-	if !ok {
-		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
-	}
-	st := cloneStatus(j.status)
 	return &api.Results{JobID: id, Status: st.Status, Workflows: st.Workflows}, nil
 }
 
