@@ -59,7 +59,29 @@ type Options struct {
 	SwimProfile     string
 	ElectionProfile string
 	Logger          *slog.Logger
+	// Place, when set, is asked where each node runs: its own address for
+	// every listener (QUIC, SWIM, API) and a command prefix such as
+	// `ip netns exec NS`. Partition tests put each node in a network
+	// namespace this way. Nil keeps every node on loopback with free ports.
+	Place func(name, role, dc string) (Placement, error)
 }
+
+// Placement is where one node runs.
+type Placement struct {
+	// IP is the address the node binds every listener to, on fixed ports
+	// (nothing else uses the address). Empty: loopback, free ports.
+	IP string
+	// Prefix runs before the binary, e.g. ["ip", "netns", "exec", "ns1"].
+	Prefix []string
+}
+
+// Fixed ports of a node with its own address (Placement.IP).
+const (
+	placedQUIC     = 7101
+	placedSwim     = 7102
+	placedAPI      = 7103
+	placedGateSwim = 7104
+)
 
 func (o *Options) defaults() error {
 	if o.Dir == "" {
@@ -144,6 +166,10 @@ type Node struct {
 	// and Argv names it in --secret-file so SIGHUP reloads from it.
 	SecretFile string   `json:"secret_file"`
 	Argv       []string `json:"argv"`
+	// Prefix runs before Argv (Placement.Prefix), e.g. `ip netns exec NS`.
+	Prefix []string `json:"prefix,omitempty"`
+	// ip is the node's own address (Placement.IP), "" on loopback.
+	ip string
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -231,7 +257,7 @@ func (c *Cluster) layoutGates() ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if n.API, err = c.port(freeTCP); err != nil {
+		if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
 			return nil, err
 		}
 		c.gates = append(c.gates, n)
@@ -262,11 +288,11 @@ func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 		if err != nil {
 			return err
 		}
-		if n.API, err = c.port(freeTCP); err != nil {
+		if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
 			return err
 		}
 		if len(gateSeeds) > 0 {
-			if n.GateSwim, err = c.port(freeTCPAndUDP); err != nil {
+			if n.GateSwim, err = c.addr(n, placedGateSwim, freeTCPAndUDP); err != nil {
 				return err
 			}
 		}
@@ -374,20 +400,25 @@ func (c *Cluster) newNode(role, dc, name string) (*Node, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		return nil, fmt.Errorf("devcluster: %w", err)
 	}
-	quicAddr, err := c.port(freeUDP)
-	if err != nil {
-		return nil, err
-	}
-	swimAddr, err := c.port(freeTCPAndUDP)
-	if err != nil {
-		return nil, err
-	}
 	n := &Node{
 		Name: name, Role: role, DC: dc,
-		QUIC: quicAddr, Swim: swimAddr,
 		DataDir:    filepath.Join(dir, "data"),
 		Log:        filepath.Join(dir, "node.log"),
 		SecretFile: filepath.Join(dir, "secret.env"),
+	}
+	if c.opts.Place != nil {
+		pl, err := c.opts.Place(name, role, dc)
+		if err != nil {
+			return nil, fmt.Errorf("devcluster: place %s: %w", name, err)
+		}
+		n.ip, n.Prefix = pl.IP, pl.Prefix
+	}
+	var err error
+	if n.QUIC, err = c.addr(n, placedQUIC, freeUDP); err != nil {
+		return nil, err
+	}
+	if n.Swim, err = c.addr(n, placedSwim, freeTCPAndUDP); err != nil {
+		return nil, err
 	}
 	if err := c.writeSecrets(n, c.opts.Secret, ""); err != nil {
 		return nil, err
@@ -481,7 +512,8 @@ func (c *Cluster) start(n *Node) error {
 	if err != nil {
 		return fmt.Errorf("devcluster: log for %s: %w", n.Name, err)
 	}
-	cmd := exec.Command(n.Argv[0], n.Argv[1:]...)
+	argv := append(slices.Clip(n.Prefix), n.Argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = c.nodeEnv(n)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Children die with the launcher even if it is killed with SIGKILL, so
@@ -688,6 +720,15 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return fmt.Errorf("devcluster: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// addr is a node's listen address for one use: its own IP and the fixed
+// port when it was placed, else a loopback port from free.
+func (c *Cluster) addr(n *Node, fixed int, free func() (string, error)) (string, error) {
+	if n.ip != "" {
+		return net.JoinHostPort(n.ip, strconv.Itoa(fixed)), nil
+	}
+	return c.port(free)
 }
 
 // port returns an address from free that no node of this cluster was

@@ -104,3 +104,36 @@ func TestSetSecrets(t *testing.T) {
 		t.Fatal("unknown node accepted")
 	}
 }
+
+// A placed node binds every listener to its own address on fixed ports and
+// runs under its prefix; without Place, nodes stay on loopback.
+func TestPlacement(t *testing.T) {
+	dir := t.TempDir()
+	c := &Cluster{opts: Options{Dir: dir, Datacenter: "dc1", Secret: mustSecret(t), Token: "tok",
+		Place: func(name, role, dc string) (Placement, error) {
+			return Placement{IP: "10.213.7.3", Prefix: []string{"ip", "netns", "exec", "ns-" + name}}, nil
+		}}}
+	n, err := c.newNode("manager", "dc1", "dc1-manager-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := c.addr(n, placedAPI, freeTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.QUIC != "10.213.7.3:7101" || n.Swim != "10.213.7.3:7102" || api != "10.213.7.3:7103" {
+		t.Errorf("placed node listens on %s, %s, %s", n.QUIC, n.Swim, api)
+	}
+	if strings.Join(n.Prefix, " ") != "ip netns exec ns-dc1-manager-1" {
+		t.Errorf("prefix %q", n.Prefix)
+	}
+
+	loop := &Cluster{opts: Options{Dir: t.TempDir(), Datacenter: "dc1", Secret: mustSecret(t), Token: "tok"}}
+	m, err := loop.newNode("manager", "dc1", "dc1-manager-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(m.QUIC, "127.0.0.1:") || !strings.HasPrefix(m.Swim, "127.0.0.1:") || len(m.Prefix) != 0 {
+		t.Errorf("unplaced node: %s %s %q", m.QUIC, m.Swim, m.Prefix)
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tempest/testutil"
 )
 
 // helperEnv makes the test binary, re-executed inside a namespace, serve
@@ -21,7 +23,7 @@ func TestMain(m *testing.M) {
 		_ = http.ListenAndServe(addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	testutil.VerifyNoLeaks(m)
 }
 
 func newNet(t *testing.T) *Net {
