@@ -165,6 +165,10 @@ type Verdict struct {
 	Lost, Duplicated int
 	// Extra is the requests targets saw beyond what jobs reported, summed.
 	Extra uint64
+	// UnknownRan counts submissions with an unknown answer and no job id
+	// whose target saw requests: they ran, and the client cannot tell
+	// (only an idempotent retry would find them).
+	UnknownRan int
 	// Leaders is how many distinct (group, term) leaders were seen.
 	Leaders    int
 	Violations []Violation
@@ -179,8 +183,8 @@ func (v Verdict) String() string {
 	if !v.OK() {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(&b, "%s: %d acked, %d refused, %d unknown; %d lost, %d duplicated, %d extra requests; %d leaders seen",
-		verdict, v.Acked, v.Refused, v.Unknown, v.Lost, v.Duplicated, v.Extra, v.Leaders)
+	fmt.Fprintf(&b, "%s: %d acked, %d refused, %d unknown (%d of them ran); %d lost, %d duplicated, %d extra requests; %d leaders seen",
+		verdict, v.Acked, v.Refused, v.Unknown, v.UnknownRan, v.Lost, v.Duplicated, v.Extra, v.Leaders)
 	for _, x := range v.Violations {
 		b.WriteString("\n  ")
 		b.WriteString(x.String())
@@ -224,6 +228,8 @@ func (h *History) Check(r Rules) Verdict {
 			// id the job can be judged like an acknowledged one if it ran.
 			if sts := byJob[s.JobID]; s.JobID != "" && slices.ContainsFunc(sts, func(st Status) bool { return st.Terminal }) {
 				h.checkAcked(&v, r, s, sts)
+			} else if s.JobID == "" && h.counts[s.Key] > 0 {
+				v.UnknownRan++
 			}
 		}
 	}
@@ -265,7 +271,7 @@ func (h *History) checkAcked(v *Verdict, r Rules, s Submit, sts []Status) {
 				last = "the cluster answered not found"
 			}
 		}
-		v.add("lost", s.Key, "acknowledged job %s never ended (%s)", s.JobID, last)
+		v.add("lost", s.Key, "acknowledged job %s never ended (%s); its target saw %d requests", s.JobID, last, h.counts[s.Key])
 		return
 	}
 	seen, ok := h.counts[s.Key]

@@ -45,6 +45,7 @@ func TestCheck(t *testing.T) {
 		// want lists the violated rules, in order; empty means PASS.
 		want             []string
 		lost, duplicated int
+		unknownRan       int
 	}{
 		{name: "acked job ends once with the target's count",
 			evs: []ev{sub("a", "j1", Acked), st("j1", "RUNNING", false, 10, 1), st("j1", "COMPLETED", true, 100, 2),
@@ -87,6 +88,8 @@ func TestCheck(t *testing.T) {
 			want: []string{"refused-ran"}},
 		{name: "unknown answer: not running is fine",
 			evs: []ev{sub("a", "", Unknown), count("a", 0)}},
+		{name: "unknown answer without an id that ran is counted, not judged",
+			evs: []ev{sub("a", "", Unknown), count("a", 40)}, unknownRan: 1},
 		{name: "unknown answer with an id that ended is judged like an ack",
 			evs:  []ev{sub("a", "j1", Unknown), st("j1", "COMPLETED", true, 10, 1), count("a", 20)},
 			want: []string{"count-mismatch"}, duplicated: 1},
@@ -121,6 +124,9 @@ func TestCheck(t *testing.T) {
 			}
 			if v.Lost != tc.lost || v.Duplicated != tc.duplicated {
 				t.Errorf("lost %d duplicated %d, want %d and %d\n%s", v.Lost, v.Duplicated, tc.lost, tc.duplicated, v)
+			}
+			if v.UnknownRan != tc.unknownRan {
+				t.Errorf("unknown that ran %d, want %d", v.UnknownRan, tc.unknownRan)
 			}
 			if v.OK() != (len(tc.want) == 0) || strings.HasPrefix(v.String(), "PASS") != v.OK() {
 				t.Errorf("OK() = %v for %s", v.OK(), v)
