@@ -6,6 +6,11 @@ BIN := bin
 PKGS := ./...
 FUZZTIME ?= 20s
 TEST_TIMEOUT ?= 15m
+# make chaos: how long the randomized fault schedule runs, and its seed
+# (empty: a fresh one, printed; set it to replay a schedule).
+CHAOS_DURATION ?= 5m
+CHAOS_SEED ?=
+CHAOS_TOPOLOGY ?=
 
 .DEFAULT_GOAL := help
 
@@ -43,9 +48,15 @@ lint: ## gofmt and go vet
 	$(GO) vet $(PKGS)
 
 .PHONY: chaos
-chaos: ## Longer soak: thousands of seeded election simulations, repeated transport fault tests
+chaos: ## Longer soak: seeded election simulations, transport faults, CHAOS_DURATION of random kills/pauses/partitions (CHAOS_SEED replays)
 	TEMPEST_SIM_ITERS=5000 $(GO) test -race -count=1 -timeout 60m -run 'Simulation' ./leadership/
 	$(GO) test -race -count=20 -timeout 60m -run 'Breaker|Replay|Flood|Oversized|Close' ./transport/
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_TOPOLOGY=$(CHAOS_TOPOLOGY) \
+		$(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$' ./integration/
+
+.PHONY: partition
+partition: ## The partition suite alone, verbose (root; nodes in network namespaces)
+	$(GO) test -race -count=1 -v -timeout $(TEST_TIMEOUT) -run '^TestPartition' ./integration/
 
 .PHONY: clean
 clean: ## Remove build output

@@ -314,7 +314,10 @@ func classify(err error) (checker.Answer, string) {
 	var ae *api.Error
 	if errors.As(err, &ae) {
 		switch {
-		case ae.Code == api.CodeInternal, ae.Code == api.CodeUnavailable, ae.Status == http.StatusGatewayTimeout:
+		case ae.Code == api.CodeInternal, ae.Code == api.CodeUnavailable, ae.Code == "outcome_unknown",
+			ae.Status == http.StatusGatewayTimeout,
+			// A refusal that itself says the outcome is unknown is not one.
+			strings.Contains(ae.Message, "outcome unknown"), strings.Contains(ae.Message, "may run"):
 			return checker.Unknown, err.Error()
 		default:
 			return checker.Refused, err.Error()
@@ -365,11 +368,11 @@ func (p *pcluster) leaderOf(group string, minTerm uint64, within time.Duration) 
 	return name, term
 }
 
-// namesOf lists nodes by role (and datacenter, "" for any).
+// namesOf lists nodes by role and datacenter ("" for any).
 func (p *pcluster) namesOf(role, dc string) []string {
 	var out []string
 	for _, n := range p.Nodes() {
-		if n.Role == role && (dc == "" || n.DC == dc) {
+		if (role == "" || n.Role == role) && (dc == "" || n.DC == dc) {
 			out = append(out, n.Name)
 		}
 	}

@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"tempest/devcluster"
+	"tempest/integration/checker"
+)
+
+// TestChaos runs a randomized fault schedule against a cluster in network
+// namespaces for CHAOS_DURATION (it is skipped without it: `make chaos`
+// sets it), submitting jobs throughout, then heals everything and prints
+// the checker's verdict. The schedule is drawn from CHAOS_SEED (random
+// when unset, and printed), so a failing schedule replays with the same
+// seed; the cluster's own timing is not replayed, so a replay reproduces
+// the faults, not every interleaving. CHAOS_TOPOLOGY=gated runs three
+// gates over two datacenters instead of one datacenter.
+func TestChaos(t *testing.T) {
+	dur, err := time.ParseDuration(os.Getenv("CHAOS_DURATION"))
+	if err != nil || dur <= 0 {
+		t.Skip("chaos runs only with CHAOS_DURATION set (make chaos)")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CHAOS_SEED"); s != "" {
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("CHAOS_SEED: %v", err)
+		}
+	}
+	t.Logf("CHAOS_SEED=%d CHAOS_DURATION=%s", seed, dur)
+	opts := devcluster.Options{Managers: 3, Workers: 3}
+	dcs := 0
+	if os.Getenv("CHAOS_TOPOLOGY") == "gated" {
+		opts = devcluster.Options{Gates: 3, Datacenters: 2, Managers: 3, Workers: 1, LeaseTTL: 5 * time.Second}
+		dcs = 1
+	}
+	p := startPartitioned(t, opts)
+	ch := &chaos{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), killed: map[string]bool{}, paused: map[string]bool{}}
+
+	var submits sync.WaitGroup
+	end := time.Now().Add(dur)
+	for step := 1; time.Now().Before(end); step++ {
+		action := ch.next()
+		t.Logf("chaos step %d: %s", step, action.name)
+		if action.submit {
+			rate, secs := 10+ch.intn(20), 2+ch.intn(5) // drawn here: the schedule stays one per seed
+			submits.Add(1)
+			go func() {
+				defer submits.Done()
+				p.submitLoad("chaos", rate, fmt.Sprintf("%ds", secs), dcs)
+			}()
+		} else if err := action.do(); err != nil {
+			t.Logf("chaos step %d: %v", step, err)
+		}
+		time.Sleep(time.Duration(300+ch.intn(2500)) * time.Millisecond)
+	}
+	submits.Wait()
+	ch.restoreAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if _, err := p.WaitReady(ctx); err != nil {
+		t.Errorf("cluster not ready after the chaos: %v", err)
+	}
+	rec := p.recoverAfter(time.Now(), dcs, 60*time.Second)
+	v := p.finish(checker.Rules{MaxExtra: workerFenceBound(30)}, 180*time.Second)
+	t.Logf("CHAOS VERDICT (seed %d): %s", seed, v)
+	partitionReport(t, fmt.Sprintf("chaos seed=%d", seed), rec, v)
+	if !v.OK() {
+		t.Errorf("checker failed; replay the schedule with CHAOS_SEED=%d CHAOS_DURATION=%s", seed, dur)
+	}
+}
+
+// chaos draws fault actions from one seeded source. Draws happen only on
+// the test's goroutine, in schedule order, so a seed gives one schedule.
+type chaos struct {
+	p      *pcluster
+	mu     sync.Mutex
+	rng    *rand.Rand
+	killed map[string]bool
+	paused map[string]bool
+}
+
+type chaosAction struct {
+	name   string
+	submit bool
+	do     func() error
+}
+
+func (c *chaos) intn(n int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rng.IntN(n)
+}
+
+func (c *chaos) pick(names []string) string { return names[c.intn(len(names))] }
+
+// groups are the node sets that elect or run work: a fault takes at most
+// one node of a group down at a time, so the cluster can always recover.
+func (c *chaos) groups() [][]string {
+	var out [][]string
+	if gates := c.p.namesOf("gate", ""); len(gates) > 0 {
+		out = append(out, gates)
+	}
+	for _, dc := range c.p.Datacenters() {
+		out = append(out, c.p.namesOf("manager", dc))
+	}
+	return out
+}
+
+func (c *chaos) down(group []string) bool {
+	return slices.ContainsFunc(group, func(n string) bool { return c.killed[n] || c.paused[n] })
+}
+
+func (c *chaos) next() chaosAction {
+	all := c.p.namesOf("", "")
+	groups := c.groups()
+	g := groups[c.intn(len(groups))]
+	switch r := c.intn(100); {
+	case r < 35:
+		return chaosAction{name: "submit", submit: true}
+	case r < 50: // a minority of a group cut from the rest
+		n := c.pick(g)
+		return chaosAction{name: fmt.Sprintf("cut %s from %v", n, without(g, n)), do: func() error { return c.p.net.Cut(n, without(g, n)...) }}
+	case r < 55: // one way only
+		n := c.pick(g)
+		return chaosAction{name: fmt.Sprintf("cut %s one way to %v", n, without(g, n)), do: func() error { return c.p.net.CutOneWay(n, without(g, n)...) }}
+	case r < 62:
+		w := c.pick(c.p.namesOf("worker", ""))
+		return chaosAction{name: fmt.Sprintf("isolate %s from the cluster", w), do: func() error { return c.p.net.Cut(w, without(all, w)...) }}
+	case r < 67:
+		n, pct := c.pick(all), 10+c.intn(40)
+		return chaosAction{name: fmt.Sprintf("%d%% loss on %s", pct, n), do: func() error { return c.p.net.Loss(n, pct) }}
+	case r < 77:
+		return chaosAction{name: "heal", do: func() error { return c.p.net.Heal() }}
+	case r < 85:
+		if c.down(g) {
+			return chaosAction{name: "restore", do: c.restoreOne}
+		}
+		n := c.pick(g)
+		return chaosAction{name: "kill " + n, do: func() error {
+			c.killed[n] = true
+			return c.p.Kill(n)
+		}}
+	case r < 92:
+		if c.down(g) {
+			return chaosAction{name: "restore", do: c.restoreOne}
+		}
+		n := c.pick(g)
+		return chaosAction{name: "pause " + n, do: func() error {
+			c.paused[n] = true
+			return c.p.Signal(n, syscall.SIGSTOP)
+		}}
+	default:
+		return chaosAction{name: "restore", do: c.restoreOne}
+	}
+}
+
+// restoreOne restarts or resumes one node that is down, if any.
+func (c *chaos) restoreOne() error {
+	for _, n := range slices.Sorted(maps.Keys(c.killed)) {
+		delete(c.killed, n)
+		return c.p.Restart(n)
+	}
+	for _, n := range slices.Sorted(maps.Keys(c.paused)) {
+		delete(c.paused, n)
+		return c.p.Signal(n, syscall.SIGCONT)
+	}
+	return nil
+}
+
+func (c *chaos) restoreAll() {
+	if err := c.p.net.Heal(); err != nil {
+		c.p.t.Errorf("heal: %v", err)
+	}
+	for len(c.killed)+len(c.paused) > 0 {
+		if err := c.restoreOne(); err != nil {
+			c.p.t.Errorf("restore: %v", err)
+		}
+	}
+}
