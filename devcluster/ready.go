@@ -55,7 +55,11 @@ func (c *Cluster) WaitReady(ctx context.Context) (*api.ClusterView, error) {
 		if err == nil {
 			return view, nil
 		}
-		last = err
+		// An attempt cut short by ctx says nothing new: keep the reason
+		// the cluster gave before it.
+		if last == nil || ctx.Err() == nil {
+			last = err
+		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
