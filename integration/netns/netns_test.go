@@ -157,7 +157,7 @@ func TestCutHealAndLinkDown(t *testing.T) {
 	if rules, _ = n.Rules("c"); !strings.Contains(rules, "ip saddr "+a.IP+" drop") || strings.Contains(rules, "daddr") {
 		t.Errorf("c's side of the one-way cut from a:\n%s", rules)
 	}
-	if rules, _ = n.Rules("b"); !strings.Contains(rules, "numgen random mod 100 < 30") {
+	if rules, _ = n.Rules("b"); !strings.Contains(rules, "ip daddr != "+n.HostIP()+" numgen random mod 100 < 30") {
 		t.Errorf("b's loss rule:\n%s", rules)
 	}
 	if err := n.Loss("b", 100); err != nil {
@@ -165,6 +165,9 @@ func TestCutHealAndLinkDown(t *testing.T) {
 	}
 	if err := reach(c.NS, bAddr); err == nil {
 		t.Fatal("c reached b through 100% loss")
+	}
+	if err := reach("", bAddr); err != nil {
+		t.Fatalf("loss on b stopped the test's own traffic: %v", err)
 	}
 	if err := n.Heal("b"); err != nil {
 		t.Fatal(err)
