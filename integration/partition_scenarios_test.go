@@ -94,7 +94,7 @@ func TestPartitionLeaderCutRightAfterAck(t *testing.T) {
 func TestPartitionWorkerCutFromManagers(t *testing.T) {
 	p := startPartitioned(t, devcluster.Options{Managers: 3, Workers: 2})
 	const rate = 50
-	id, _ := p.submitLoad("job", rate, "25s", 0)
+	id, _ := p.submitLoad("job", rate, "40s", 0)
 	if id == "" {
 		t.Fatal("the submission was not acknowledged")
 	}
@@ -106,6 +106,7 @@ func TestPartitionWorkerCutFromManagers(t *testing.T) {
 	}
 	cut := time.Now()
 	t.Logf("cut %s from %v; the target stays reachable", worker, others)
+	rec := p.recoverAfter(cut, 0, 60*time.Second)
 	moved := p.waitStatus(id, 60*time.Second, func(st *api.JobStatus) error {
 		if st.Status.Terminal() {
 			return nil
@@ -115,9 +116,10 @@ func TestPartitionWorkerCutFromManagers(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("after %s: %s", time.Since(cut).Round(10*time.Millisecond), describe(moved))
-	rec := p.recoverAfter(cut, 0, 60*time.Second)
-	time.Sleep(5 * time.Second)
+	t.Logf("re-dispatched %s after the cut: %s", time.Since(cut).Round(10*time.Millisecond), describe(moved))
+	// Hold the cut well past the workers' lease period, so a worker that
+	// does not fence itself shows as load beyond the bound.
+	time.Sleep(time.Until(cut.Add(25 * time.Second)))
 	bound := workerFenceBound(rate)
 	v := p.finish(checker.Rules{MaxExtra: bound}, 120*time.Second)
 	t.Logf("the isolated worker's extra load: %d requests (%.1f s at %d/s); allowed %d", v.Extra, float64(v.Extra)/rate, rate, bound)
@@ -128,15 +130,16 @@ func TestPartitionWorkerCutFromManagers(t *testing.T) {
 }
 
 // workerFenceBound is the extra requests a worker cut from its managers
-// may send at rate before it stops: rate times the lease period plus a
-// second for the last report in flight. PARTITION_WORKER_LEASE overrides
-// the period (default 10s).
+// may send at rate before it stops: rate times the lease period (the
+// workers' fence_after) plus two seconds for the last report in flight and
+// a busy machine. PARTITION_WORKER_LEASE overrides the period (default
+// 10s, the workers' default).
 func workerFenceBound(rate int) uint64 {
 	lease := 10 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("PARTITION_WORKER_LEASE")); err == nil {
 		lease = d
 	}
-	return uint64(float64(rate) * (lease + time.Second).Seconds())
+	return uint64(float64(rate) * (lease + 2*time.Second).Seconds())
 }
 
 // The gate leader is cut from the other gates (the managers still reach
