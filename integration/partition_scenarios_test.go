@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"tempest/api"
 	"tempest/devcluster"
 	"tempest/integration/checker"
+	"tempest/testutil"
 )
 
 // The partition suite: each scenario runs real binaries, every node in a
@@ -107,16 +109,22 @@ func TestPartitionWorkerCutFromManagers(t *testing.T) {
 	cut := time.Now()
 	t.Logf("cut %s from %v; the target stays reachable", worker, others)
 	rec := p.recoverAfter(cut, 0, 60*time.Second)
-	moved := p.waitStatus(id, 60*time.Second, func(st *api.JobStatus) error {
-		if st.Status.Terminal() {
+	// Whether and when the managers re-run the workflow elsewhere is
+	// reported, not required: what must hold is the checker's verdict.
+	err := testutil.Poll(22*time.Second, 250*time.Millisecond, func() error {
+		st := p.pollJob(t.Context(), id)
+		switch {
+		case st == nil:
+			return errors.New("job status unavailable")
+		case st.Status.Terminal(), st.Workflows[0].Worker != worker:
+			t.Logf("%s after the cut: %s", time.Since(cut).Round(10*time.Millisecond), describe(st))
 			return nil
 		}
-		if w := st.Workflows[0].Worker; w == worker {
-			return fmt.Errorf("the workflow is still on %s (attempt %d)", w, st.Workflows[0].Attempts)
-		}
-		return nil
+		return fmt.Errorf("the workflow is still on %s (attempt %d)", worker, st.Workflows[0].Attempts)
 	})
-	t.Logf("re-dispatched %s after the cut: %s", time.Since(cut).Round(10*time.Millisecond), describe(moved))
+	if err != nil {
+		t.Logf("not re-dispatched 22 s after the cut: %v", err)
+	}
 	// Hold the cut well past the workers' lease period, so a worker that
 	// does not fence itself shows as load beyond the bound.
 	time.Sleep(time.Until(cut.Add(25 * time.Second)))
