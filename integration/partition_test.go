@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,7 +68,11 @@ func startPartitioned(t *testing.T, opts devcluster.Options) *pcluster {
 	}
 	// Registered first, so it runs last: after the cluster's processes
 	// (which keep their namespaces alive) are stopped.
+	var p *pcluster
 	t.Cleanup(func() {
+		if dir := os.Getenv("PARTITION_KEEP_LOGS"); dir != "" && t.Failed() && p != nil && p.cluster != nil {
+			p.keepLogs(filepath.Join(dir, t.Name()))
+		}
 		if err := nw.Close(); err != nil {
 			t.Errorf("network cleanup: %v", err)
 		}
@@ -82,7 +87,7 @@ func startPartitioned(t *testing.T, opts devcluster.Options) *pcluster {
 	if opts.CoresPerWorker == 0 {
 		opts.CoresPerWorker = 2
 	}
-	p := &pcluster{net: nw, hist: checker.New(), targets: map[string]*target.Server{}, jobs: map[string]string{},
+	p = &pcluster{net: nw, hist: checker.New(), targets: map[string]*target.Server{}, jobs: map[string]string{},
 		latest: map[string]nodeObs{}}
 	p.cluster = startWith(t, opts)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -90,6 +95,21 @@ func startPartitioned(t *testing.T, opts devcluster.Options) *pcluster {
 	go p.observe(ctx)
 	t.Cleanup(p.stopObserving)
 	return p
+}
+
+// keepLogs copies every node's whole log into dir: the failure dump shows
+// only their tails.
+func (p *pcluster) keepLogs(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Logf("keep logs: %v", err)
+		return
+	}
+	for _, n := range p.Nodes() {
+		if b, err := os.ReadFile(n.Log); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, n.Name+".log"), b, 0o644)
+		}
+	}
+	p.t.Logf("node logs kept in %s", dir)
 }
 
 func (p *pcluster) stopObserving() {
