@@ -68,11 +68,7 @@ func startPartitioned(t *testing.T, opts devcluster.Options) *pcluster {
 	}
 	// Registered first, so it runs last: after the cluster's processes
 	// (which keep their namespaces alive) are stopped.
-	var p *pcluster
 	t.Cleanup(func() {
-		if dir := os.Getenv("PARTITION_KEEP_LOGS"); dir != "" && t.Failed() && p != nil && p.cluster != nil {
-			p.keepLogs(filepath.Join(dir, t.Name()))
-		}
 		if err := nw.Close(); err != nil {
 			t.Errorf("network cleanup: %v", err)
 		}
@@ -87,9 +83,15 @@ func startPartitioned(t *testing.T, opts devcluster.Options) *pcluster {
 	if opts.CoresPerWorker == 0 {
 		opts.CoresPerWorker = 2
 	}
-	p = &pcluster{net: nw, hist: checker.New(), targets: map[string]*target.Server{}, jobs: map[string]string{},
+	p := &pcluster{net: nw, hist: checker.New(), targets: map[string]*target.Server{}, jobs: map[string]string{},
 		latest: map[string]nodeObs{}}
 	p.cluster = startWith(t, opts)
+	// Runs before the cluster's own cleanup removes its directory.
+	t.Cleanup(func() {
+		if dir := os.Getenv("PARTITION_KEEP_LOGS"); dir != "" && t.Failed() {
+			p.keepLogs(filepath.Join(dir, t.Name()))
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stopObs, p.obsDone = cancel, make(chan struct{})
 	go p.observe(ctx)
