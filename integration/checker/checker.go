@@ -149,7 +149,7 @@ type Rules struct {
 
 // Violation is one broken rule.
 type Violation struct {
-	Rule   string // lost, ended-twice, count-mismatch, refused-ran, two-leaders, term-regressed, fence-regressed
+	Rule   string // lost, ended-twice, resurrected, count-mismatch, refused-ran, two-leaders, term-regressed, fence-regressed
 	Job    string // the submission's key, or the group for leader rules
 	Detail string
 }
@@ -160,8 +160,8 @@ func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Rule, v.J
 type Verdict struct {
 	Acked, Refused, Unknown int
 	// Lost: acknowledged jobs that never ended (or were forgotten).
-	// Duplicated: acknowledged jobs that ended twice or whose target saw
-	// more requests than they report.
+	// Duplicated: acknowledged jobs that ended twice with different
+	// outcomes or whose target saw more requests than they report.
 	Lost, Duplicated int
 	// Extra is the requests targets saw beyond what jobs reported, summed.
 	Extra uint64
@@ -239,29 +239,33 @@ func (h *History) Check(r Rules) Verdict {
 }
 
 func (h *History) checkAcked(v *Verdict, r Rules, s Submit, sts []Status) {
-	var final *Status
-	ended, twice := false, false
+	// first and last are the first and the latest terminal observations:
+	// the job ended at first; last is what the user is left with.
+	var first, last *Status
+	twice, resurrected := false, false
 	for i := range sts {
 		st := &sts[i]
 		switch {
-		case st.Terminal && final == nil:
-			final, ended = st, true
-		case st.Terminal && (st.Status != final.Status || st.Requests != final.Requests):
-			twice = true
-			v.add("ended-twice", s.Key, "job %s ended %s with %d requests, later %s with %d", s.JobID, final.Status, final.Requests, st.Status, st.Requests)
-		case ended && !st.Terminal && !st.NotFound:
-			twice = true
-			v.add("ended-twice", s.Key, "job %s ended %s, later seen %s again", s.JobID, final.Status, st.Status)
-		case ended && st.NotFound:
+		case st.Terminal && first == nil:
+			first, last = st, st
+		case st.Terminal:
+			if !twice && (st.Status != first.Status || st.Requests != first.Requests) {
+				twice = true
+				v.add("ended-twice", s.Key, "job %s ended %s with %d requests, later %s with %d", s.JobID, first.Status, first.Requests, st.Status, st.Requests)
+			}
+			last = st
+		case first != nil && st.NotFound:
 			v.Lost++
-			v.add("lost", s.Key, "job %s ended %s, later the cluster did not know it", s.JobID, final.Status)
+			v.add("lost", s.Key, "job %s ended %s, later the cluster did not know it", s.JobID, first.Status)
 			return
-		}
-		if twice {
-			break
+		case first != nil && !resurrected:
+			// The user saw the job end, then saw it running again: a stale
+			// status served after a failover, or a second run.
+			resurrected = true
+			v.add("resurrected", s.Key, "job %s ended %s, later seen %s again", s.JobID, first.Status, st.Status)
 		}
 	}
-	if final == nil {
+	if first == nil {
 		v.Lost++
 		last := "never polled"
 		if len(sts) > 0 {
@@ -274,6 +278,7 @@ func (h *History) checkAcked(v *Verdict, r Rules, s Submit, sts []Status) {
 		v.add("lost", s.Key, "acknowledged job %s never ended (%s); its target saw %d requests", s.JobID, last, h.counts[s.Key])
 		return
 	}
+	final := last
 	seen, ok := h.counts[s.Key]
 	if !ok {
 		v.add("count-mismatch", s.Key, "no target count recorded for job %s", s.JobID)
