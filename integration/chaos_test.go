@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"tempest/api"
 	"tempest/devcluster"
 	"tempest/integration/checker"
 )
@@ -69,6 +70,18 @@ func TestChaos(t *testing.T) {
 	defer cancel()
 	if _, err := p.WaitReady(ctx); err != nil {
 		t.Errorf("cluster not ready after the chaos: %v", err)
+		for _, dc := range p.Datacenters() {
+			if cl, err := api.NewClient(p.ManagerAPIs(dc), p.Token()); err == nil {
+				vctx, vcancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if v, err := cl.Cluster(vctx); err == nil {
+					for _, n := range v.Nodes {
+						t.Logf("%s view: %s %s %s leader=%v term=%d cores=%d/%d", dc, n.Name, n.Role, n.State, n.IsLeader, n.Term, n.AvailableCores, n.TotalCores)
+					}
+				}
+				vcancel()
+				cl.Close()
+			}
+		}
 	}
 	rec := p.recoverAfter(time.Now(), dcs, 60*time.Second)
 	v := p.finish(checker.Rules{MaxExtra: workerFenceBound(30)}, 180*time.Second)
