@@ -38,12 +38,13 @@ func TestPartitionManagerLeaderMinority(t *testing.T) {
 	}
 	cut := time.Now()
 	t.Logf("cut %s (term %d) from %v", leader, term, peers)
-	// A submission in the window where the old leader may still think it
-	// leads: it must be refused, or acknowledged and then run once.
+	// A submission to the old leader in the window where it may still
+	// think it leads: it must be refused (and then never run), answered
+	// unknown, or acknowledged and then run once.
 	during := make(chan struct{})
 	go func() {
 		defer close(during)
-		p.submitLoad("during", 20, "3s", 0)
+		p.submitLoadVia(leader, "during", 20, "3s", 0)
 	}()
 	newLeader, newTerm := p.leaderOf("dc1", term, 60*time.Second)
 	t.Logf("%s leads in term %d, %s after the cut", newLeader, newTerm, time.Since(cut).Round(10*time.Millisecond))
@@ -180,9 +181,18 @@ func TestPartitionGateLeaderCut(t *testing.T) {
 	}
 	cut := time.Now()
 	t.Logf("cut gate %s (term %d) from %v", leader, term, others)
+	// A submission to the cut-off gate leader: it cannot store the job on
+	// a majority, so the answer must be a refusal that holds (the job never
+	// runs, even once the gates meet again) or an honest "unknown".
+	during := make(chan struct{})
+	go func() {
+		defer close(during)
+		p.submitLoadVia(leader, "during", 20, "3s", 1)
+	}()
 	newLeader, newTerm := p.leaderOf("gates", term, 60*time.Second)
 	t.Logf("%s leads the gates in term %d, %s after the cut", newLeader, newTerm, time.Since(cut).Round(10*time.Millisecond))
 	rec := p.recoverAfter(cut, 1, 60*time.Second)
+	<-during
 	time.Sleep(5 * time.Second)
 	v := p.finish(checker.Rules{}, 150*time.Second)
 	partitionReport(t, "gate-leader-cut", rec, v)

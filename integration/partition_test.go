@@ -305,15 +305,21 @@ func (p *pcluster) newTarget(prefix string) (key, url string) {
 // submitJob submits a job file (with data files, if any) and records the
 // answer under key.
 func (p *pcluster) submitJob(key string, job []byte, data map[string][]byte) (string, checker.Answer) {
+	return p.submitVia(p.client, key, job, data)
+}
+
+// submitVia is submitJob through a given client (e.g. one that reaches only
+// a node on the minority side of a cut).
+func (p *pcluster) submitVia(client *api.Client, key string, job []byte, data map[string][]byte) (string, checker.Answer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	at := time.Now()
 	var id string
 	var err error
 	if data != nil {
-		id, err = p.client.SubmitWithData(ctx, job, "job.yaml", data)
+		id, err = client.SubmitWithData(ctx, job, "job.yaml", data)
 	} else {
-		id, err = p.client.Submit(ctx, job, "job.yaml")
+		id, err = client.Submit(ctx, job, "job.yaml")
 	}
 	ans, detail := classify(err)
 	p.hist.AddSubmit(checker.Submit{Key: key, JobID: id, Answer: ans, Detail: detail, At: at})
@@ -324,6 +330,26 @@ func (p *pcluster) submitJob(key string, job []byte, data map[string][]byte) (st
 	}
 	p.t.Logf("submit %s: %s %s %s (%s)", key, ans, id, detail, time.Since(at).Round(time.Millisecond))
 	return id, ans
+}
+
+// submitLoadVia is submitLoad through only the API of node.
+func (p *pcluster) submitLoadVia(node, prefix string, rate int, duration string, dcs int) (string, checker.Answer) {
+	n, ok := p.Node(node)
+	if !ok {
+		p.t.Errorf("no node %s", node)
+		return "", checker.Unknown
+	}
+	client, err := api.NewClient([]string{"http://" + n.API}, p.Token())
+	if err != nil {
+		p.t.Errorf("client for %s: %v", node, err)
+		return "", checker.Unknown
+	}
+	defer client.Close()
+	key, url := p.newTarget(prefix)
+	if url == "" {
+		return "", checker.Unknown
+	}
+	return p.submitVia(client, key, []byte(loadJob(key, url, rate, duration, dcs)), nil)
 }
 
 // classify turns a submit's error into the answer the client got. An
