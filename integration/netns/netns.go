@@ -8,9 +8,9 @@
 // namespaces a Net creates and on its one root-side veth; no namespace has
 // a default route, so nothing a node sends can leave that network.
 //
-// Faults are nftables rules in a node's namespace (drop to or from given
-// peers, one way or both; random loss with `numgen random mod 100`) or the
-// node's link set down. This kernel has no netem, so there is no delay
+// Faults are nftables rules on the bridge (drop between given nodes, one
+// way or both; random loss with `numgen random mod 100`), so dropped
+// packets vanish as on a real network, or a node's link set down. This kernel has no netem, so there is no delay
 // injection; loss and cuts are what nftables gives.
 package netns
 
@@ -50,6 +50,9 @@ type Net struct {
 	mu    sync.Mutex
 	nodes map[string]*Node
 	order []*Node
+	// The faults, as one nftables table in the bridge's namespace.
+	drops map[[2]string]bool // (source IP, destination IP) pairs dropped
+	loss  map[string]int     // node IP → percent of its packets dropped
 }
 
 // Node is one namespace on the network.
@@ -58,11 +61,6 @@ type Node struct {
 	NS   string // namespace name
 	IP   string
 	port string // bridge-side veth
-
-	// Guarded by Net.mu: the node's fault rules, rewritten whole on change.
-	dropIn  map[string]bool // drop packets from these IPs
-	dropOut map[string]bool // drop packets to these IPs
-	loss    int             // percent, both directions
 }
 
 // Check says whether namespaces can be used here; the error wraps
@@ -175,7 +173,7 @@ func New() (*Net, error) {
 	if err := Sweep(); err != nil {
 		return nil, err
 	}
-	n := &Net{id: strconv.Itoa(os.Getpid()), nodes: map[string]*Node{}}
+	n := &Net{id: strconv.Itoa(os.Getpid()), nodes: map[string]*Node{}, drops: map[[2]string]bool{}, loss: map[string]int{}}
 	var err error
 	if n.subnet, err = freeSubnet(os.Getpid()); err != nil {
 		return nil, err
@@ -203,6 +201,10 @@ func New() (*Net, error) {
 			n.Close()
 			return nil, err
 		}
+	}
+	if err := n.applyLocked(); err != nil {
+		n.Close()
+		return nil, err
 	}
 	return n, nil
 }
@@ -246,7 +248,7 @@ func (n *Net) Add(name string) (*Node, error) {
 		return nil, errors.New("netns: at most 250 nodes")
 	}
 	nd := &Node{Name: name, NS: fmt.Sprintf("%s%s-%d-%d", namePrefix, n.id, n.subnet, idx), IP: n.addr(idx),
-		port: fmt.Sprintf("p%d", idx), dropIn: map[string]bool{}, dropOut: map[string]bool{}}
+		port: fmt.Sprintf("p%d", idx)}
 	steps := [][]string{
 		{"ip", "netns", "add", nd.NS},
 		{"ip", "-n", nd.NS, "link", "set", "lo", "up"},
@@ -263,9 +265,6 @@ func (n *Net) Add(name string) (*Node, error) {
 	}
 	n.nodes[name] = nd
 	n.order = append(n.order, nd)
-	if err := n.applyLocked(nd); err != nil {
-		return nil, err
-	}
 	return nd, nil
 }
 
@@ -292,34 +291,24 @@ func (n *Net) lookup(names ...string) ([]*Node, error) {
 	return out, nil
 }
 
-// Cut drops every packet between a and each of peers, both ways.
+// Cut drops every packet between a and each of peers, both ways. Packets
+// vanish on the bridge, so neither end gets an error, as on a real network.
 func (n *Net) Cut(a string, peers ...string) error {
-	return n.change(func() ([]*Node, error) {
-		nodes, err := n.lookup(append([]string{a}, peers...)...)
-		if err != nil {
-			return nil, err
-		}
+	return n.change(append([]string{a}, peers...), func(nodes []*Node) {
 		for _, p := range nodes[1:] {
-			nodes[0].dropIn[p.IP], nodes[0].dropOut[p.IP] = true, true
-			p.dropIn[nodes[0].IP], p.dropOut[nodes[0].IP] = true, true
+			n.drops[[2]string{nodes[0].IP, p.IP}] = true
+			n.drops[[2]string{p.IP, nodes[0].IP}] = true
 		}
-		return nodes, nil
 	})
 }
 
 // CutOneWay drops packets from a to each of peers; the other direction
 // still flows.
 func (n *Net) CutOneWay(a string, peers ...string) error {
-	return n.change(func() ([]*Node, error) {
-		nodes, err := n.lookup(append([]string{a}, peers...)...)
-		if err != nil {
-			return nil, err
-		}
+	return n.change(append([]string{a}, peers...), func(nodes []*Node) {
 		for _, p := range nodes[1:] {
-			nodes[0].dropOut[p.IP] = true
-			p.dropIn[nodes[0].IP] = true
+			n.drops[[2]string{nodes[0].IP, p.IP}] = true
 		}
-		return nodes, nil
 	})
 }
 
@@ -334,19 +323,15 @@ func (n *Net) Partition(side, other []string) error {
 }
 
 // Loss drops pct percent of a node's packets to and from other nodes, each
-// way, at random. Traffic with the test's own address (HostIP) is spared.
+// way, at random. Traffic with the test's own address (HostIP) is spared:
+// a job's target lives there, and a request lost on the way to it would be
+// counted failed by the worker yet maybe answered by the target, so counts
+// could not be compared exactly.
 func (n *Net) Loss(name string, pct int) error {
 	if pct < 0 || pct > 100 {
 		return fmt.Errorf("netns: loss %d%% out of range", pct)
 	}
-	return n.change(func() ([]*Node, error) {
-		nodes, err := n.lookup(name)
-		if err != nil {
-			return nil, err
-		}
-		nodes[0].loss = pct
-		return nodes, nil
-	})
+	return n.change([]string{name}, func(nodes []*Node) { n.loss[nodes[0].IP] = pct })
 }
 
 // Heal removes every rule touching the named nodes (all nodes when none
@@ -361,24 +346,15 @@ func (n *Net) Heal(names ...string) error {
 			return err
 		}
 	}
-	dirty := map[*Node]bool{}
 	for _, nd := range heal {
-		nd.dropIn, nd.dropOut, nd.loss = map[string]bool{}, map[string]bool{}, 0
-		dirty[nd] = true
-		for _, o := range n.order {
-			if o.dropIn[nd.IP] || o.dropOut[nd.IP] {
-				delete(o.dropIn, nd.IP)
-				delete(o.dropOut, nd.IP)
-				dirty[o] = true
+		delete(n.loss, nd.IP)
+		for pair := range n.drops {
+			if pair[0] == nd.IP || pair[1] == nd.IP {
+				delete(n.drops, pair)
 			}
 		}
 	}
-	var errs []error
-	for _, nd := range n.order {
-		if dirty[nd] {
-			errs = append(errs, n.applyLocked(nd))
-		}
-	}
+	errs := []error{n.applyLocked()}
 	for _, nd := range heal {
 		errs = append(errs, run("ip", "-n", nd.NS, "link", "set", "eth0", "up"))
 	}
@@ -386,7 +362,7 @@ func (n *Net) Heal(names ...string) error {
 }
 
 // LinkDown takes a node's only link down: it is cut from everything,
-// including the test process.
+// including the test process, and its own sends fail at once.
 func (n *Net) LinkDown(name string) error { return n.link(name, "down") }
 
 // LinkUp brings a node's link back.
@@ -402,71 +378,64 @@ func (n *Net) link(name, state string) error {
 	return run("ip", "-n", nodes[0].NS, "link", "set", "eth0", state)
 }
 
-func (n *Net) change(f func() ([]*Node, error)) error {
+func (n *Net) change(names []string, f func([]*Node)) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	nodes, err := f()
+	nodes, err := n.lookup(names...)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, nd := range nodes {
-		errs = append(errs, n.applyLocked(nd))
-	}
-	return errors.Join(errs...)
+	f(nodes)
+	return n.applyLocked()
 }
 
-// applyLocked replaces the node's whole rule table in one nft transaction.
-func (n *Net) applyLocked(nd *Node) error {
-	return nft(nd.NS, nd.ruleset(n.hostIP))
-}
+// applyLocked replaces the bridge's whole fault table in one nft
+// transaction.
+func (n *Net) applyLocked() error { return nft(n.bridge, n.ruleset()) }
 
-// ruleset is the node's nftables table: loss first, then the cuts.
-func (nd *Node) ruleset(host string) string {
-	var in, out []string
-	// Loss spares the test's own address: a job's target lives there, and
-	// a request lost on the way to it would be counted failed by the
-	// worker yet maybe answered by the target, so counts could not be
-	// compared exactly.
-	switch {
-	case nd.loss >= 100:
-		in, out = append(in, "ip saddr != "+host+" drop"), append(out, "ip daddr != "+host+" drop")
-	case nd.loss > 0:
-		r := fmt.Sprintf("numgen random mod 100 < %d drop", nd.loss)
-		in, out = append(in, "ip saddr != "+host+" "+r), append(out, "ip daddr != "+host+" "+r)
+// ruleset is the fault table: a bridge-family forward chain on br0, so
+// every packet between two nodes passes it and a dropped one just
+// vanishes (a drop in a node's own output chain would fail the send with
+// EPERM, which no real network does). Loss first, then the cuts.
+func (n *Net) ruleset() string {
+	var rules []string
+	for _, ip := range slices.Sorted(maps.Keys(n.loss)) {
+		pct := n.loss[ip]
+		match := ""
+		if pct < 100 {
+			match = fmt.Sprintf(" numgen random mod 100 < %d", pct)
+		}
+		if pct > 0 {
+			rules = append(rules,
+				fmt.Sprintf("ip saddr %s ip daddr != %s%s drop", ip, n.hostIP, match),
+				fmt.Sprintf("ip daddr %s ip saddr != %s%s drop", ip, n.hostIP, match))
+		}
 	}
-	for _, ip := range slices.Sorted(maps.Keys(nd.dropIn)) {
-		in = append(in, "ip saddr "+ip+" drop")
-	}
-	for _, ip := range slices.Sorted(maps.Keys(nd.dropOut)) {
-		out = append(out, "ip daddr "+ip+" drop")
+	pairs := slices.SortedFunc(maps.Keys(n.drops), func(a, b [2]string) int {
+		if c := strings.Compare(a[0], b[0]); c != 0 {
+			return c
+		}
+		return strings.Compare(a[1], b[1])
+	})
+	for _, p := range pairs {
+		rules = append(rules, fmt.Sprintf("ip saddr %s ip daddr %s drop", p[0], p[1]))
 	}
 	var b strings.Builder
 	// Declaring the table first makes the delete valid on the first apply.
-	b.WriteString("table inet tempest\ndelete table inet tempest\ntable inet tempest {\n")
-	b.WriteString("  chain in {\n    type filter hook input priority 0; policy accept;\n")
-	for _, r := range in {
-		b.WriteString("    " + r + "\n")
-	}
-	b.WriteString("  }\n  chain out {\n    type filter hook output priority 0; policy accept;\n")
-	for _, r := range out {
+	b.WriteString("table bridge tempest\ndelete table bridge tempest\ntable bridge tempest {\n")
+	b.WriteString("  chain forward {\n    type filter hook forward priority 0; policy accept;\n")
+	for _, r := range rules {
 		b.WriteString("    " + r + "\n")
 	}
 	b.WriteString("  }\n}\n")
 	return b.String()
 }
 
-// Rules returns the node's current nftables table as nft prints it.
-func (n *Net) Rules(name string) (string, error) {
-	n.mu.Lock()
-	nodes, err := n.lookup(name)
-	n.mu.Unlock()
+// Rules returns the fault table as nft prints it.
+func (n *Net) Rules() (string, error) {
+	out, err := exec.Command("ip", "netns", "exec", n.bridge, "nft", "list", "table", "bridge", "tempest").CombinedOutput()
 	if err != nil {
-		return "", err
-	}
-	out, err := exec.Command("ip", "netns", "exec", nodes[0].NS, "nft", "list", "table", "inet", "tempest").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("netns: nft list in %s: %v: %s", nodes[0].NS, err, out)
+		return "", fmt.Errorf("netns: nft list in %s: %v: %s", n.bridge, err, out)
 	}
 	return string(out), nil
 }
