@@ -277,7 +277,7 @@ func TestPartitionHealDuringElection(t *testing.T) {
 	p.waitRunning(id)
 	var rec time.Duration
 	for round := 1; round <= 3; round++ {
-		leader, term := p.leaderOf("dc1", 0, 60*time.Second)
+		leader, term := p.settledLeader("dc1", 60*time.Second)
 		peers := without(p.namesOf("manager", "dc1"), leader)
 		if err := p.net.Cut(leader, peers...); err != nil {
 			t.Fatal(err)

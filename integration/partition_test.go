@@ -416,6 +416,34 @@ func (p *pcluster) leaderOf(group string, minTerm uint64, within time.Duration) 
 	return name, term
 }
 
+// settledLeader waits until a node of group leads in the highest term any
+// node of the group is in (no election under way) and returns it.
+func (p *pcluster) settledLeader(group string, within time.Duration) (string, uint64) {
+	p.t.Helper()
+	var name string
+	var term uint64
+	testutil.Eventually(p.t, within, 100*time.Millisecond, func() error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		name, term = "", 0
+		var top uint64
+		for n, o := range p.latest {
+			if o.group != group || time.Since(o.at) > 2*time.Second {
+				continue
+			}
+			top = max(top, o.term)
+			if o.leading && o.term > term {
+				name, term = n, o.term
+			}
+		}
+		if name == "" || term < top {
+			return fmt.Errorf("%s: leader %q in term %d, a node is in term %d", group, name, term, top)
+		}
+		return nil
+	})
+	return name, term
+}
+
 // namesOf lists nodes by role and datacenter ("" for any).
 func (p *pcluster) namesOf(role, dc string) []string {
 	var out []string
