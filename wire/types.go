@@ -64,6 +64,14 @@ const (
 	TypeVoteResponse       MsgType = 83
 	TypeLeaderHeartbeat    MsgType = 84
 	TypeLeaderHeartbeatAck MsgType = 85
+
+	// Content-addressed blobs (blobs.go).
+	TypeBlobChunkPut MsgType = 130
+	TypeBlobCommit   MsgType = 131
+	TypeBlobStat     MsgType = 132
+	TypeBlobAck      MsgType = 133
+	TypeBlobChunkGet MsgType = 134
+	TypeBlobChunk    MsgType = 135
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -77,6 +85,9 @@ const (
 	ClassDispatch              // workflow dispatch to workers
 	ClassProgress              // progress streams and heartbeats
 	ClassDiag                  // ping/pong
+	// ClassBulk carries blob chunks: megabyte messages whose slow calls must
+	// not trip the control breaker to a peer nor use up its rate limit.
+	ClassBulk
 	numClasses
 )
 
@@ -95,6 +106,8 @@ func (c Class) String() string {
 		return "progress"
 	case ClassDiag:
 		return "diag"
+	case ClassBulk:
+		return "bulk"
 	}
 	return fmt.Sprintf("class(%d)", uint8(c))
 }
@@ -149,6 +162,13 @@ var catalogue = map[MsgType]typeInfo{
 	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
 	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
 	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+
+	TypeBlobChunkPut: {"BlobChunkPut", ClassBulk, func() Message { return new(BlobChunkPut) }},
+	TypeBlobCommit:   {"BlobCommit", ClassBulk, func() Message { return new(BlobCommit) }},
+	TypeBlobStat:     {"BlobStat", ClassBulk, func() Message { return new(BlobStat) }},
+	TypeBlobAck:      {"BlobAck", ClassBulk, func() Message { return new(BlobAck) }},
+	TypeBlobChunkGet: {"BlobChunkGet", ClassBulk, func() Message { return new(BlobChunkGet) }},
+	TypeBlobChunk:    {"BlobChunk", ClassBulk, func() Message { return new(BlobChunk) }},
 }
 
 func (t MsgType) String() string {
