@@ -90,7 +90,7 @@ func FuzzReadSubmission(f *testing.F) {
 			return
 		}
 		r.Header.Set("Content-Type", contentType)
-		job, _, data, err := readSubmission(r)
+		job, _, data, _, err := readSubmission(r)
 		if err != nil {
 			return
 		}

@@ -27,6 +27,19 @@ type Replicator struct {
 	Store *Store
 	Tr    transport.Transport
 	Log   *slog.Logger
+
+	mu     sync.Mutex
+	pushes map[pushKey]*pushCall // one push per (blob, node) at a time
+}
+
+type pushKey struct {
+	sum  Sum
+	addr string
+}
+
+type pushCall struct {
+	done chan struct{}
+	err  error
 }
 
 // ---- serving ------------------------------------------------------------------
@@ -145,8 +158,38 @@ func (r *Replicator) Stat(ctx context.Context, addr string, sum Sum) (*wire.Blob
 
 // Push sends the local complete blob sum to the node at addr, from where
 // that node's partial upload ends, and commits it there. It returns once
-// the node holds the complete, verified blob.
+// the node holds the complete, verified blob. A push of the same blob to
+// the same node already running is waited for rather than doubled.
 func (r *Replicator) Push(ctx context.Context, addr string, sum Sum) error {
+	key := pushKey{sum, addr}
+	r.mu.Lock()
+	if r.pushes == nil {
+		r.pushes = map[pushKey]*pushCall{}
+	}
+	if c, ok := r.pushes[key]; ok {
+		r.mu.Unlock()
+		select {
+		case <-c.done:
+			if c.err == nil {
+				return nil
+			}
+			return r.Push(ctx, addr, sum) // that one failed: try again
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	c := &pushCall{done: make(chan struct{})}
+	r.pushes[key] = c
+	r.mu.Unlock()
+	c.err = r.push(ctx, addr, sum)
+	r.mu.Lock()
+	delete(r.pushes, key)
+	r.mu.Unlock()
+	close(c.done)
+	return c.err
+}
+
+func (r *Replicator) push(ctx context.Context, addr string, sum Sum) error {
 	info, err := r.Store.Stat(sum)
 	if err != nil {
 		return err
@@ -180,15 +223,20 @@ func (r *Replicator) Push(ctx context.Context, addr string, sum Sum) error {
 		switch {
 		case a.Complete:
 			return nil
-		case a.Have != off+int64(n):
-			// The receiver is elsewhere (a partial from another sender or
-			// a restart): continue from what it holds, a few times only.
-			if resumes++; resumes > 3 || a.Have > info.Size {
+		case a.Have > info.Size:
+			return fmt.Errorf("push blob %s to %s: receiver holds %d bytes of a %d-byte blob", sum, addr, a.Have, info.Size)
+		case a.Have > off:
+			// At or past this chunk's end, or inside it: another sender (an
+			// earlier push still running) wrote the same bytes. Go on from
+			// there.
+			off = a.Have
+		default:
+			// Behind: the receiver lost its partial (a restart). Go back
+			// to what it holds, a few times only.
+			if resumes++; resumes > 3 {
 				return fmt.Errorf("push blob %s to %s: receiver holds %d bytes after a chunk at %d", sum, addr, a.Have, off)
 			}
 			off = a.Have
-		default:
-			off += int64(n)
 		}
 	}
 	a, err := r.call(ctx, addr, &wire.BlobCommit{Sum: sum[:], Size: info.Size})
