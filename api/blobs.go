@@ -112,8 +112,19 @@ func parseBlobRequest(sum string, query url.Values, wantOffset, wantSize bool) (
 	return req, nil
 }
 
-// readBlobChunk reads a chunk body of at most MaxBlobChunk bytes.
-func readBlobChunk(body io.Reader) ([]byte, error) {
+// readBlobChunk reads a chunk body of at most MaxBlobChunk bytes; with a
+// known length (contentLength ≥ 0) in one allocation of that size.
+func readBlobChunk(body io.Reader, contentLength int64) ([]byte, error) {
+	if contentLength > MaxBlobChunk {
+		return nil, &http.MaxBytesError{Limit: MaxBlobChunk}
+	}
+	if contentLength >= 0 {
+		b := make([]byte, contentLength)
+		if _, err := io.ReadFull(body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
 	b, err := io.ReadAll(io.LimitReader(body, MaxBlobChunk+1))
 	if err != nil {
 		return nil, err
@@ -163,7 +174,7 @@ func (s *Server) putBlobChunk(w http.ResponseWriter, r *http.Request) {
 		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: err.Error()})
 		return
 	}
-	data, err := readBlobChunk(r.Body)
+	data, err := readBlobChunk(r.Body, r.ContentLength)
 	if err != nil {
 		s.bodyError(w, err)
 		return
