@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"tempest/api"
@@ -25,19 +23,22 @@ import (
 // range from the manager that dispatched to them; a manager asked for a
 // blob it lacks (a new leader) fetches it from a peer first.
 
+// A submission from a gate may name blobs only the gates hold yet: the
+// manager fetches them from the gate that sent it (blobstore.WithSources).
+
 // blobPartialTTL is how long an upload nobody appends to is kept.
 const blobPartialTTL = time.Hour
 
 // blobGCEvery is how often a manager looks for blobs to remove.
 const blobGCEvery = 10 * time.Minute
 
-// blobState is the manager's blob store and the replications in flight.
+// blobState is the manager's blob store, its replication group (the
+// datacenter's managers) and the API over them.
 type blobState struct {
-	store *blobstore.Store
-	rep   *blobstore.Replicator
-
-	mu       sync.Mutex
-	inflight map[blobstore.Sum]chan struct{} // closed when that ensureDurable ends
+	store   *blobstore.Store
+	rep     *blobstore.Replicator
+	cluster *blobstore.Cluster
+	api     *api.BlobService
 }
 
 // openBlobs opens the blob store in the data dir; New calls it once the
@@ -47,11 +48,17 @@ func (m *Manager) openBlobs() error {
 	if err != nil {
 		return err
 	}
-	m.blobs = &blobState{
-		store:    st,
-		rep:      &blobstore.Replicator{Store: st, Tr: m.tr, Log: m.log},
-		inflight: map[blobstore.Sum]chan struct{}{},
-	}
+	rep := &blobstore.Replicator{Store: st, Tr: m.tr, Log: m.log}
+	cl := &blobstore.Cluster{Rep: rep, Peers: m.peerAddrs, Quorum: m.quorumSize, Spawn: m.spawn, Log: m.log}
+	m.blobs = &blobState{store: st, rep: rep, cluster: cl, api: &api.BlobService{
+		Cluster: cl,
+		Ready: func(ctx context.Context) error {
+			_, err := m.awaitLeader(ctx, m.notLeaderAPI)
+			return err
+		},
+		Life: m.life.Context(),
+		Log:  m.log,
+	}}
 	return nil
 }
 
@@ -76,16 +83,15 @@ func (m *Manager) registerBlobHandlers() {
 }
 
 // handleBlobGet serves a range read, fetching the blob from a peer first
-// when this manager lacks it and a worker asks (it leads now, or a worker
-// still reads from it).
+// when this manager lacks it and a worker asks (a new leader).
 func (m *Manager) handleBlobGet(ctx context.Context, from transport.Peer, msg *wire.BlobChunkGet) (wire.Message, error) {
 	sum, err := blobstore.SumFromBytes(msg.Sum)
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeMalformed, "%v", err)
 	}
-	if _, err := m.blobs.store.Stat(sum); errors.Is(err, blobstore.ErrNotFound) && !m.isPeer(from.NodeID) {
+	if ok, _ := m.blobs.cluster.HasLocal(sum); !ok && !m.isPeer(from.NodeID) {
 		// Peers asking are themselves looking for a holder: never recurse.
-		if err := m.fetchBlob(ctx, sum); err != nil {
+		if err := m.blobs.cluster.Fetch(ctx, sum); err != nil {
 			return nil, wire.Errorf(wire.CodeNotFound, "blob %s: %v", sum, err)
 		}
 	}
@@ -101,193 +107,25 @@ func (m *Manager) peerAddrs() []string {
 	return out
 }
 
-// fetchBlob copies sum from the first peer that holds it.
-func (m *Manager) fetchBlob(ctx context.Context, sum blobstore.Sum) error {
-	holders := m.blobs.rep.Holders(ctx, sum, m.peerAddrs())
-	if len(holders) == 0 {
-		return fmt.Errorf("blob %s: %w on any manager", sum, blobstore.ErrNotFound)
-	}
-	var errs []error
-	for _, addr := range holders {
-		err := m.blobs.rep.Fetch(ctx, addr, sum)
-		if err == nil {
-			m.log.Info("blob fetched from a peer", "sum", sum.String(), "peer", addr)
-			return nil
-		}
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+// StatBlob implements api.BlobBackend (leader only).
+func (m *Manager) StatBlob(ctx context.Context, sum string) (*api.BlobInfo, error) {
+	return m.blobs.api.StatBlob(ctx, sum)
 }
 
-// ensureDurable makes sum durable: held complete and verified by a majority
-// of the configured managers. This manager fetches it first if it lacks it;
-// peers that lack it get it pushed. It returns how many managers hold it.
-// Pushes still running when it returns go on in the background.
-func (m *Manager) ensureDurable(ctx context.Context, sum blobstore.Sum) (int, error) {
-	b := m.blobs
-	for {
-		b.mu.Lock()
-		wait, busy := b.inflight[sum]
-		if !busy {
-			b.inflight[sum] = make(chan struct{})
-		}
-		b.mu.Unlock()
-		if !busy {
-			break
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return 0, fmt.Errorf("blob %s: %w", sum, context.Cause(ctx))
-		}
-	}
-	defer func() {
-		b.mu.Lock()
-		close(b.inflight[sum])
-		delete(b.inflight, sum)
-		b.mu.Unlock()
-	}()
-	if _, err := b.store.Stat(sum); errors.Is(err, blobstore.ErrNotFound) {
-		if err := m.fetchBlob(ctx, sum); err != nil {
-			return 0, err
-		}
-	} else if err != nil {
-		return 0, err
-	}
-	peers := m.peerAddrs()
-	have := b.rep.Holders(ctx, sum, peers)
-	if 1+len(have) >= m.quorumSize {
-		if len(have) < len(peers) {
-			// Durable already; the stragglers catch up in the background.
-			missing := slices.DeleteFunc(slices.Clone(peers), func(a string) bool { return slices.Contains(have, a) })
-			_, _ = b.rep.Replicate(ctx, m.spawn, sum, missing, 1)
-		}
-		return 1 + len(have), nil
-	}
-	missing := slices.DeleteFunc(slices.Clone(peers), func(a string) bool { return slices.Contains(have, a) })
-	n, err := b.rep.Replicate(ctx, m.spawn, sum, missing, m.quorumSize-len(have))
-	return n + len(have), err
+// PutBlobChunk implements api.BlobBackend (leader only).
+func (m *Manager) PutBlobChunk(ctx context.Context, sum string, offset int64, data []byte) (int64, error) {
+	return m.blobs.api.PutBlobChunk(ctx, sum, offset, data)
 }
 
-// blobInfo answers the API about sum after a durability check.
-func (m *Manager) blobInfo(sum blobstore.Sum, holders int) *api.BlobInfo {
-	info, _ := m.blobs.store.Stat(sum)
-	return &api.BlobInfo{SHA256: sum.String(), Size: info.Size, Replicas: holders, Needed: m.quorumSize,
-		Durable: holders >= m.quorumSize}
+// CommitBlob implements api.BlobBackend (leader only): durable once a
+// majority of the datacenter's managers hold the blob.
+func (m *Manager) CommitBlob(ctx context.Context, sum string, size int64) (*api.BlobInfo, error) {
+	return m.blobs.api.CommitBlob(ctx, sum, size)
 }
 
-func parseBlobSum(s string) (blobstore.Sum, error) {
-	sum, err := blobstore.ParseSum(s)
-	if err != nil {
-		return sum, wire.Errorf(wire.CodeMalformed, "%v", err)
-	}
-	return sum, nil
-}
-
-// StatBlob implements api.BlobBackend (leader only): whether the blob is
-// stored, and on how many managers. A client that finds it durable skips
-// the upload; the check restarts the blob's retention period.
-func (m *Manager) StatBlob(ctx context.Context, s string) (*api.BlobInfo, error) {
-	if _, err := m.awaitLeader(ctx, m.notLeaderAPI); err != nil {
-		return nil, err
-	}
-	sum, err := parseBlobSum(s)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := m.blobs.store.Stat(sum); err != nil {
-		if errors.Is(err, blobstore.ErrNotFound) {
-			return nil, wire.Errorf(wire.CodeNotFound, "blob %s not stored", sum)
-		}
-		return nil, err
-	}
-	_ = m.blobs.store.Touch(sum)
-	holders := 1 + len(m.blobs.rep.Holders(ctx, sum, m.peerAddrs()))
-	return m.blobInfo(sum, holders), nil
-}
-
-// PutBlobChunk implements api.BlobBackend (leader only): it appends a chunk
-// to the leader's partial upload and returns the bytes held, which is not
-// offset+len(data) when the chunk did not start where the upload ends.
-func (m *Manager) PutBlobChunk(ctx context.Context, s string, offset int64, data []byte) (int64, error) {
-	if _, err := m.awaitLeader(ctx, m.notLeaderAPI); err != nil {
-		return 0, err
-	}
-	sum, err := parseBlobSum(s)
-	if err != nil {
-		return 0, err
-	}
-	have, err := m.blobs.store.WriteChunk(sum, offset, data)
-	var gap *blobstore.GapError
-	if errors.As(err, &gap) {
-		return gap.Have, nil
-	}
-	return have, err
-}
-
-// CommitBlob implements api.BlobBackend (leader only): verify the upload,
-// store it, replicate it to a majority. When ctx ends first the blob is not
-// yet durable (Durable false) and replication goes on; the client asks
-// again.
-func (m *Manager) CommitBlob(ctx context.Context, s string, size int64) (*api.BlobInfo, error) {
-	if _, err := m.awaitLeader(ctx, m.notLeaderAPI); err != nil {
-		return nil, err
-	}
-	sum, err := parseBlobSum(s)
-	if err != nil {
-		return nil, err
-	}
-	if err := m.blobs.store.Commit(sum, size); err != nil {
-		var gap *blobstore.GapError
-		switch {
-		case errors.As(err, &gap):
-			return nil, wire.Errorf(wire.CodeRejected, "blob %s: %d of %d bytes received; upload the rest first", sum, gap.Have, size)
-		case errors.Is(err, blobstore.ErrMismatch):
-			return nil, wire.Errorf(wire.CodeRejected, "%v; upload it again", err)
-		}
-		return nil, err
-	}
-	// Replication outlives a client that gives up waiting: its goroutines
-	// belong to the manager, and the next commit or stat finds the result.
-	rctx, cancel := context.WithTimeout(m.life.Context(), time.Hour)
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	holders, err := m.ensureDurable(rctx, sum)
-	if err != nil && ctx.Err() == nil {
-		m.log.Warn("blob not durable", "sum", sum.String(), "holders", holders, "err", err)
-		return nil, wire.Errorf(wire.CodeNoQuorum, "blob %s is on %d of the %d managers needed: %v", sum, holders, m.quorumSize, err)
-	}
-	m.log.Info("blob committed", "sum", sum.String(), "bytes", size, "holders", holders)
-	return m.blobInfo(sum, holders), nil
-}
-
-// ReadBlob implements api.BlobBackend: a small blob's whole content (a data
-// file the API server parses a job file against), fetched from a peer when
-// this manager lacks it. More than limit bytes is an error.
-func (m *Manager) ReadBlob(ctx context.Context, s string, limit int64) ([]byte, error) {
-	sum, err := parseBlobSum(s)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := m.blobs.store.Stat(sum); errors.Is(err, blobstore.ErrNotFound) {
-		if err := m.fetchBlob(ctx, sum); err != nil {
-			return nil, wire.Errorf(wire.CodeNotFound, "blob %s was not uploaded (or has expired): %v", sum, err)
-		}
-	}
-	f, err := m.blobs.store.Open(sum)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("read blob %s: %w", sum, err)
-	}
-	if int64(len(b)) > limit {
-		return nil, wire.Errorf(wire.CodeRejected, "blob %s is more than the %d bytes allowed here", sum, limit)
-	}
-	return b, nil
+// ReadBlob implements api.BlobBackend.
+func (m *Manager) ReadBlob(ctx context.Context, sum string, limit int64) ([]byte, error) {
+	return m.blobs.api.ReadBlob(ctx, sum, limit)
 }
 
 // submissionBlobs lists the blobs a submission references.
@@ -320,7 +158,7 @@ func (m *Manager) checkSubmissionBlobs(ctx context.Context, sub *wire.JobSubmiss
 		return wire.Errorf(wire.CodeRejected, "invalid job: %v", err)
 	}
 	for _, sum := range sums {
-		holders, err := m.ensureDurable(ctx, sum)
+		holders, err := m.blobs.cluster.EnsureDurable(ctx, sum)
 		if err == nil {
 			continue
 		}
@@ -385,7 +223,7 @@ func (m *Manager) collectBlobs() {
 // lost it), so a worker's read never waits on a missing copy.
 func (m *Manager) repairBlobs(ctx context.Context) {
 	for sum := range m.liveBlobs() {
-		if _, err := m.ensureDurable(ctx, sum); err != nil && ctx.Err() == nil {
+		if _, err := m.blobs.cluster.EnsureDurable(ctx, sum); err != nil && ctx.Err() == nil {
 			m.log.Warn("blob repair", "sum", sum.String(), "err", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"tempest/blobstore"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -65,7 +66,8 @@ func (m *Manager) handleJobSubmission(ctx context.Context, from transport.Peer, 
 			s.Origin = from.NodeID
 			sub = &s
 		}
-		return m.submit(ctx, sub, m.elector.NotLeaderError)
+		// Blobs it names that no manager holds yet come from the gate.
+		return m.submit(blobstore.WithSources(ctx, from.Addr), sub, m.elector.NotLeaderError)
 	}
 	if sub.JobID == "" {
 		return nil, wire.Errorf(wire.CodeRejected, "replicated submission without a job id")
