@@ -229,39 +229,7 @@ func mib(m map[string]int64) map[string]int64 {
 func TestShardedJobWithLargeDataFile(t *testing.T) {
 	c := startCluster(t, 3, 3, 2)
 	tgt := startTarget(t, target.DefaultConfig())
-	dir := t.TempDir()
-	var csv strings.Builder
-	csv.WriteString("user,pad\n")
-	for i := 0; csv.Len() < 3_600_000; i++ {
-		fmt.Fprintf(&csv, "u%07d,%s\n", i, strings.Repeat("x", 40))
-	}
-	if err := os.WriteFile(filepath.Join(dir, "users.csv"), []byte(csv.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	job := fmt.Sprintf(`name: big-data
-timeout: 120s
-workflows:
-  - name: users
-    type: http
-    cores: 1
-    vus: 3
-    iterations: 900
-    shards: 3
-    data: {file: users.csv, mode: per_vu}
-    steps:
-      - {name: get, method: GET, url: "http://%s/u/{{data.user}}"}
-`, tgt.Addr())
-	jobPath := filepath.Join(dir, "job.yaml")
-	if err := os.WriteFile(jobPath, []byte(job), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(binDir, "tempest"), "submit", jobPath)
-	cmd.Env = append(c.Env(), "TEMPEST_API="+strings.Join(c.APIs(), ","))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("tempest submit: %v\n%s", err, out)
-	}
-	id := strings.TrimSpace(string(out[strings.LastIndexByte(strings.TrimSpace(string(out)), '\n')+1:]))
+	id := submitBigDataJob(t, c, tgt.Addr(), "")
 	st := c.waitStatus(id, 90*time.Second, terminal)
 	if st.Status != wire.JobCompleted {
 		t.Fatalf("job ended %s: %s", st.Status, st.Error)
@@ -293,4 +261,81 @@ workflows:
 		}
 		return nil
 	})
+}
+
+// The same job through three gates into two datacenters: the CLI uploads
+// the data file to the gates (stored on a majority of them), each chosen
+// datacenter's manager fetches it from the gate with the job, and both
+// datacenters run it with the target's exact count.
+func TestGatedJobWithLargeDataFile(t *testing.T) {
+	c := startGated(t, 3, 2, 1, 3)
+	tgt := startTarget(t, target.DefaultConfig())
+	id := submitBigDataJob(t, c, tgt.Addr(), "datacenters: 2\n")
+	st := c.waitStatus(id, 120*time.Second, terminal)
+	if st.Status != wire.JobCompleted || len(st.Datacenters) != 2 {
+		t.Fatalf("job ended %s in %d datacenters: %s", st.Status, len(st.Datacenters), st.Error)
+	}
+	total := st.TotalCompleted + st.TotalFailed
+	if st.TotalFailed != 0 || total == 0 {
+		t.Fatalf("job counted %d completed, %d failed", st.TotalCompleted, st.TotalFailed)
+	}
+	if got := tgt.Stats().Requests; got != uint64(total) {
+		t.Fatalf("target answered %d requests, the job counted %d", got, total)
+	}
+	held := map[string]int{}
+	for _, n := range c.Nodes() {
+		if n.Role != "manager" && n.Role != "gate" {
+			continue
+		}
+		entries, _ := os.ReadDir(filepath.Join(n.DataDir, "blobs", "blobs"))
+		if len(entries) > 0 {
+			held[n.Role]++
+		}
+	}
+	if held["manager"] != 2 || held["gate"] < 2 {
+		t.Fatalf("blob held by %d managers (want both datacenters') and %d gates (want a majority)", held["manager"], held["gate"])
+	}
+}
+
+// submitBigDataJob writes a 3.6 MiB CSV data file and an http job with
+// shards: 3 naming it, and submits it with the real CLI.
+func submitBigDataJob(t *testing.T, c *cluster, targetAddr, extra string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var csv strings.Builder
+	csv.WriteString("user,pad\n")
+	for i := 0; csv.Len() < 3_600_000; i++ {
+		fmt.Fprintf(&csv, "u%07d,%s\n", i, strings.Repeat("x", 40))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users.csv"), []byte(csv.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	job := fmt.Sprintf(`name: big-data
+timeout: 120s
+%sworkflows:
+  - name: users
+    type: http
+    cores: 1
+    vus: 3
+    iterations: 900
+    shards: 3
+    data: {file: users.csv, mode: per_vu}
+    steps:
+      - {name: get, method: GET, url: "http://%s/u/{{data.user}}"}
+`, extra, targetAddr)
+	jobPath := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(jobPath, []byte(job), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "tempest"), "submit", jobPath)
+	cmd.Env = append(c.Env(), "TEMPEST_API="+strings.Join(c.APIs(), ","))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tempest submit: %v\n%s", err, out)
+	}
+	id := strings.TrimSpace(string(out[strings.LastIndexByte(strings.TrimSpace(string(out)), '\n')+1:]))
+	if id == "" {
+		t.Fatalf("tempest submit printed no job id: %s", out)
+	}
+	return id
 }
