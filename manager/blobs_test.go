@@ -41,7 +41,7 @@ func putBlob(t *testing.T, m *Manager, b []byte) (string, error) {
 	if err != nil {
 		return sum, err
 	}
-	if !info.Durable || info.Replicas < 2 {
+	if !info.Durable || info.Replicas < min(2, len(m.cfg.Peers)) {
 		return sum, fmt.Errorf("commit answered %+v", info)
 	}
 	return sum, nil
@@ -204,5 +204,43 @@ workflows:
 		if got := seen[fmt.Sprintf("/u%d", i)]; got != 10 {
 			t.Errorf("/u%d requested %d times, want 10 (seen %v)", i, got, seen)
 		}
+	}
+}
+
+// GC keeps a blob a kept job names and removes one nobody names once the
+// retention has passed.
+func TestBlobGCKeepsReferencedBlobs(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.Retention = 50 * time.Millisecond })
+	l := c.leader()
+	used := []byte("user,n\nalice,1\n")
+	usedSum, err := putBlob(t, l, used)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused := []byte("user,n\nbob,2\n")
+	unusedSum, err := putBlob(t, l, unused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := jobfile.Parse([]byte(`name: kept
+workflows:
+  - {name: w, type: http, vus: 1, iterations: 1, data: {file: users.csv}, steps: [{name: s, url: "http://127.0.0.1:1/{{data.user}}"}]}
+`), "job.yaml", c.reg, jobfile.WithDataFiles(jobfile.MapDataFiles(map[string][]byte{"users.csv": used})),
+		jobfile.WithDataBlobs(map[string]string{"users.csv": usedSum}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Submit(context.Background(), sub); err != nil { // no workers: it stays queued, and kept
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		l.collectBlobs()
+		if holds(l, unusedSum) {
+			return fmt.Errorf("unreferenced blob still stored")
+		}
+		return nil
+	})
+	if !holds(l, usedSum) {
+		t.Fatal("GC removed the blob a queued job names")
 	}
 }
