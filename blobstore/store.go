@@ -265,6 +265,12 @@ func (s *Store) Commit(sum Sum, size int64) error {
 		return nil
 	}
 	path := s.partialPath(sum)
+	if size == 0 {
+		// An empty blob has no chunk to create its partial file.
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			return fmt.Errorf("blob %s: create: %w", sum, err)
+		}
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &GapError{Sum: sum, Have: 0, Got: size}

@@ -71,6 +71,11 @@ func TestStoreRoundTripAndRangeRead(t *testing.T) {
 	if parts, _ := st.Partials(); len(parts) != 0 {
 		t.Fatalf("partials after commit: %+v", parts)
 	}
+	// An empty blob needs no chunk.
+	empty := put(t, st, nil, ChunkSize)
+	if info, err := st.Stat(empty); err != nil || info.Size != 0 {
+		t.Fatalf("empty blob: %+v, %v", info, err)
+	}
 	// Committing again, or writing chunks of a complete blob, is harmless.
 	if err := st.Commit(sum, int64(len(b))); err != nil {
 		t.Fatalf("second Commit: %v", err)
