@@ -288,9 +288,15 @@ func (r *Replicator) Fetch(ctx context.Context, addr string, sum Sum) error {
 		if len(c.Data) == 0 && off < size {
 			return fmt.Errorf("fetch blob %s from %s: empty chunk at %d of %d", sum, addr, off, size)
 		}
-		if off, err = r.Store.WriteChunk(sum, off, c.Data); err != nil {
+		next, err := r.Store.WriteChunk(sum, off, c.Data)
+		var gap *GapError
+		switch {
+		case errors.As(err, &gap) && gap.Have > off:
+			next = gap.Have // a push from the leader wrote the same bytes meanwhile
+		case err != nil:
 			return fmt.Errorf("fetch blob %s: %w", sum, err)
 		}
+		off = next
 	}
 	if err := r.Store.Commit(sum, size); err != nil {
 		return fmt.Errorf("fetch blob %s from %s: %w", sum, addr, err)

@@ -228,3 +228,24 @@ func (m *Manager) repairBlobs(ctx context.Context) {
 		}
 	}
 }
+
+// fetchMissingBlobs runs on a peer that stored a replicated submission: a
+// blob it names that this manager lacks (it was down when the leader
+// pushed) is fetched from a peer that holds it, in the background, so the
+// copy is here before this manager may have to lead.
+func (m *Manager) fetchMissingBlobs(sub *wire.JobSubmission) {
+	sums, err := m.submissionBlobs(sub)
+	if err != nil {
+		return
+	}
+	for _, sum := range sums {
+		if ok, _ := m.blobs.cluster.HasLocal(sum); ok {
+			continue
+		}
+		m.spawn(func(ctx context.Context) {
+			if err := m.blobs.cluster.Fetch(ctx, sum); err != nil && ctx.Err() == nil {
+				m.log.Warn("fetch blob of a replicated job", "job_id", sub.JobID, "sum", sum.String(), "err", err)
+			}
+		})
+	}
+}

@@ -244,3 +244,45 @@ workflows:
 		t.Fatal("GC removed the blob a queued job names")
 	}
 }
+
+// A follower that missed a blob (the leader's pushes to it were lost) gets
+// it from the other follower once it stores a replicated job naming it.
+func TestFollowerFetchesMissingBlobOfReplicatedJob(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	l := c.leader()
+	var f *Manager
+	for _, m := range c.running() {
+		if m != l {
+			f = m
+			break
+		}
+	}
+	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
+		return !(from == l.ID() && to == f.ID() && msg.Type().Class() == wire.ClassBulk)
+	})
+	data := []byte("user,n\n" + strings.Repeat("carol,3\n", 200_000))
+	sum, err := putBlob(t, l, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if holds(f, sum) {
+		t.Fatal("the follower got the blob although the leader's pushes to it are dropped")
+	}
+	sub, err := jobfile.Parse([]byte(`name: fetched
+workflows:
+  - {name: w, type: http, vus: 1, iterations: 1, data: {file: users.csv}, steps: [{name: s, url: "http://127.0.0.1:1/{{data.user}}"}]}
+`), "job.yaml", c.reg, jobfile.WithDataFiles(jobfile.MapDataFiles(map[string][]byte{"users.csv": data})),
+		jobfile.WithDataBlobs(map[string]string{"users.csv": sum}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Submit(context.Background(), sub); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !holds(f, sum) {
+			return fmt.Errorf("follower %s lacks the blob", f.ID())
+		}
+		return nil
+	})
+}

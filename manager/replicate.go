@@ -78,6 +78,7 @@ func (m *Manager) handleJobSubmission(ctx context.Context, from transport.Peer, 
 	if err := m.update(func(tx *txn) { m.adoptSubmissionLocked(tx, sub) }); err != nil {
 		return nil, wire.Errorf(wire.CodeUnavailable, "persist replicated job %s: %v", sub.JobID, err)
 	}
+	m.fetchMissingBlobs(sub)
 	return &wire.JobAck{JobID: sub.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}, nil
 }
 
