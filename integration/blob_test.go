@@ -211,6 +211,13 @@ func TestBlobUpload256MiB(t *testing.T) {
 	if err != nil || !info2.Durable {
 		t.Fatalf("second upload: %+v, %v", info2, err)
 	}
+	// The CLI's view of the same: `tempest blob put` prints the sum.
+	cmd := exec.Command(filepath.Join(binDir, "tempest"), "blob", "put", path)
+	cmd.Env = append(c.Env(), "TEMPEST_API="+strings.Join(c.APIs(), ","))
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != sum {
+		t.Fatalf("tempest blob put: %v, printed %q, want %s", err, out, sum)
+	}
 }
 
 func mib(m map[string]int64) map[string]int64 {
