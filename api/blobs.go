@@ -55,6 +55,17 @@ type BlobChunkAnswer struct {
 	Have int64 `json:"have"`
 }
 
+// BlobGapError is a commit of an upload that is short: Have bytes are held
+// (a leader change since the chunks were sent), where the client resumes.
+type BlobGapError struct {
+	Sum        string
+	Have, Size int64
+}
+
+func (e *BlobGapError) Error() string {
+	return fmt.Sprintf("blob %s: %d of %d bytes received; upload the rest first", e.Sum, e.Have, e.Size)
+}
+
 // BlobBackend is implemented by backends that store blobs (the manager).
 // Errors are typed like Backend's.
 type BlobBackend interface {
@@ -209,6 +220,11 @@ func (s *Server) commitBlob(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout/2)
 	defer cancel()
 	info, err := bb.CommitBlob(ctx, req.sum, req.size)
+	var gap *BlobGapError
+	if errors.As(err, &gap) {
+		writeJSON(w, http.StatusConflict, ErrorBody{Code: CodeRejected, Have: &gap.Have, Error: gap.Error()})
+		return
+	}
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("commit blob %s: %w", req.sum, err))
 		return
@@ -269,47 +285,73 @@ func (c *Client) UploadBlob(ctx context.Context, sum string, r io.ReaderAt, size
 	}
 	path := "/v1/blobs/" + url.PathEscape(sum)
 	buf := make([]byte, MaxBlobChunk)
-	for off, resumes := int64(0), 0; off < size; {
-		n, err := r.ReadAt(buf[:min(int64(MaxBlobChunk), size-off)], off)
-		if err != nil && !(errors.Is(err, io.EOF) && int64(n) == min(int64(MaxBlobChunk), size-off)) {
-			return nil, fmt.Errorf("upload blob %s: read at %d: %w", sum, off, err)
-		}
-		q := url.Values{"offset": {strconv.FormatInt(off, 10)}}
-		h := http.Header{"Content-Type": {"application/octet-stream"}}
-		a, err := c.exchange(ctx, request{method: http.MethodPut, path: path, query: q, body: buf[:n], header: h, idempotent: true})
-		var have int64
-		var apiErr *Error
-		switch {
-		case errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict && apiErr.Have != nil:
-			// The leader holds a different amount (a new leader, or a
-			// resumed upload): go on from there, a bounded number of times.
-			if resumes++; resumes > 16 {
-				return nil, fmt.Errorf("upload blob %s: %w", sum, err)
-			}
-			have = *apiErr.Have
-		case err != nil:
-			return nil, fmt.Errorf("upload blob %s at %d: %w", sum, off, err)
-		default:
-			var ans BlobChunkAnswer
-			if err := decodeAnswer(a, &ans); err != nil {
-				return nil, err
-			}
-			have = ans.Have
-		}
-		if have > size {
-			return nil, fmt.Errorf("upload blob %s: the cluster holds %d bytes of a %d-byte file", sum, have, size)
+	// resumes bounds how often the cluster may send the upload back to an
+	// earlier offset (a leader change: the new leader holds less).
+	off, resumes := int64(0), 0
+	resume := func(have int64, err error) error {
+		if resumes++; resumes > 16 || have > size {
+			return fmt.Errorf("upload blob %s: %w", sum, err)
 		}
 		off = have
-		if progress != nil {
-			progress(off, size)
-		}
+		return nil
 	}
-	// Commit until durable: each call waits a while for replication, and
-	// a 202 means it goes on.
+	for {
+		for off < size {
+			n, err := r.ReadAt(buf[:min(int64(MaxBlobChunk), size-off)], off)
+			if err != nil && !(errors.Is(err, io.EOF) && int64(n) == min(int64(MaxBlobChunk), size-off)) {
+				return nil, fmt.Errorf("upload blob %s: read at %d: %w", sum, off, err)
+			}
+			q := url.Values{"offset": {strconv.FormatInt(off, 10)}}
+			h := http.Header{"Content-Type": {"application/octet-stream"}}
+			a, err := c.exchange(ctx, request{method: http.MethodPut, path: path, query: q, body: buf[:n], header: h, idempotent: true})
+			var apiErr *Error
+			switch {
+			case errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict && apiErr.Have != nil:
+				// The leader holds a different amount (a new leader, or a
+				// resumed upload): go on from there.
+				if err := resume(*apiErr.Have, err); err != nil {
+					return nil, err
+				}
+			case err != nil:
+				return nil, fmt.Errorf("upload blob %s at %d: %w", sum, off, err)
+			default:
+				var ans BlobChunkAnswer
+				if err := decodeAnswer(a, &ans); err != nil {
+					return nil, err
+				}
+				if ans.Have > size {
+					return nil, fmt.Errorf("upload blob %s: the cluster holds %d bytes of a %d-byte file", sum, ans.Have, size)
+				}
+				off = ans.Have
+			}
+			if progress != nil {
+				progress(off, size)
+			}
+		}
+		info, err := c.commitBlob(ctx, path, sum, size)
+		var apiErr *Error
+		if errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict && apiErr.Have != nil {
+			// The leader changed after the last chunk and holds less.
+			if err := resume(*apiErr.Have, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return info, err
+	}
+}
+
+// commitBlob commits until durable: each call waits a while for
+// replication, and a 202 means it goes on.
+func (c *Client) commitBlob(ctx context.Context, path, sum string, size int64) (*BlobInfo, error) {
 	q := url.Values{"size": {strconv.FormatInt(size, 10)}}
 	for {
 		a, err := c.exchange(ctx, request{method: http.MethodPost, path: path + "/commit", query: q, idempotent: true})
 		if err != nil {
+			var apiErr *Error
+			if errors.As(err, &apiErr) {
+				return nil, err // the caller resumes a short upload
+			}
 			return nil, fmt.Errorf("commit blob %s: %w", sum, err)
 		}
 		var info BlobInfo

@@ -27,6 +27,9 @@ type blobBackend struct {
 	stored  map[string][]byte
 	commits map[string]int
 	puts    int
+	// leaderChange: the first commit finds half the upload (a new leader
+	// that got only part of it).
+	leaderChange bool
 }
 
 func newBlobBackend() *blobBackend {
@@ -62,6 +65,12 @@ func (b *blobBackend) PutBlobChunk(_ context.Context, sum string, off int64, dat
 func (b *blobBackend) CommitBlob(_ context.Context, sum string, size int64) (*api.BlobInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.leaderChange {
+		b.leaderChange = false
+		half := int64(len(b.partial[sum]) / 2)
+		b.partial[sum] = b.partial[sum][:half]
+		return nil, &api.BlobGapError{Sum: sum, Have: half, Size: size}
+	}
 	if _, ok := b.stored[sum]; !ok {
 		data := b.partial[sum]
 		h := sha256.Sum256(data)
@@ -207,5 +216,23 @@ workflows:
 				t.Fatalf("without blobs, shard %d names %v with %d bytes of params; want the text inline", spec.Shard, got, len(spec.Params))
 			}
 		}
+	}
+}
+
+// A commit that finds the upload short (the leader changed after the last
+// chunk) sends the client back to upload the rest.
+func TestUploadBlobResumesAfterShortCommit(t *testing.T) {
+	be := newBlobBackend()
+	be.leaderChange = true
+	srv := apitest.Serve(t, be, nil)
+	c := newClient(t, srv.URL())
+	data := bytes.Repeat([]byte("xyz"), api.MaxBlobChunk) // 3 MiB
+	sum := sumOf(data)
+	info, err := c.UploadBlob(context.Background(), sum, bytes.NewReader(data), int64(len(data)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Durable || !bytes.Equal(be.stored[sum], data) {
+		t.Fatalf("after a short commit: %+v, stored intact %v", info, bytes.Equal(be.stored[sum], data))
 	}
 }

@@ -92,7 +92,7 @@ func (b *BlobService) CommitBlob(ctx context.Context, s string, size int64) (*Bl
 		var gap *blobstore.GapError
 		switch {
 		case errors.As(err, &gap):
-			return nil, wire.Errorf(wire.CodeRejected, "blob %s: %d of %d bytes received; upload the rest first", sum, gap.Have, size)
+			return nil, &BlobGapError{Sum: sum.String(), Have: gap.Have, Size: size}
 		case errors.Is(err, blobstore.ErrMismatch):
 			return nil, wire.Errorf(wire.CodeRejected, "%v; upload it again", err)
 		}

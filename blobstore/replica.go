@@ -13,8 +13,14 @@ import (
 	"tempest/wire"
 )
 
-// ChunkSize is how much one chunk message carries.
+// ChunkSize is the most one chunk message may carry.
 const ChunkSize = wire.MaxBlobChunk
+
+// PeerChunk is what a push or a fetch sends per message: a quarter of the
+// bound, because a chunk holds up whatever shares its transport stream
+// (election heartbeats too) until it is written, and a 256 MiB replication
+// on a busy machine must not cost the leader its term.
+const PeerChunk = 256 << 10
 
 // callTimeout bounds one chunk call: a megabyte on a loaded machine.
 const callTimeout = 30 * time.Second
@@ -210,9 +216,9 @@ func (r *Replicator) push(ctx context.Context, addr string, sum Sum) error {
 	if off > info.Size {
 		off = 0 // a partial longer than the blob cannot be resumed; the commit refuses it
 	}
-	buf := make([]byte, ChunkSize)
+	buf := make([]byte, PeerChunk)
 	for resumes := 0; off < info.Size; {
-		n, err := f.ReadAt(buf[:min(int64(ChunkSize), info.Size-off)], off)
+		n, err := f.ReadAt(buf[:min(int64(PeerChunk), info.Size-off)], off)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("push blob %s: read: %w", sum, err)
 		}
@@ -277,7 +283,7 @@ func (r *Replicator) Fetch(ctx context.Context, addr string, sum Sum) error {
 	}
 	size := int64(-1)
 	for off := have; size < 0 || off < size; {
-		c, err := r.GetChunk(ctx, addr, sum, off, ChunkSize)
+		c, err := r.GetChunk(ctx, addr, sum, off, PeerChunk)
 		if err != nil {
 			return err
 		}

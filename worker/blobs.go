@@ -115,7 +115,7 @@ func (w *Worker) fetchBlob(ctx context.Context, addr, s string) ([]byte, error) 
 	r := &blobstore.Replicator{Tr: w.tr}
 	var out []byte
 	for size := int64(-1); size < 0 || int64(len(out)) < size; {
-		c, err := r.GetChunk(ctx, addr, sum, int64(len(out)), blobstore.ChunkSize)
+		c, err := r.GetChunk(ctx, addr, sum, int64(len(out)), blobstore.PeerChunk)
 		if err != nil {
 			return nil, err
 		}
