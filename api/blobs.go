@@ -306,6 +306,12 @@ func (c *Client) UploadBlob(ctx context.Context, sum string, r io.ReaderAt, size
 			a, err := c.exchange(ctx, request{method: http.MethodPut, path: path, query: q, body: buf[:n], header: h, idempotent: true})
 			var apiErr *Error
 			switch {
+			case errors.As(err, &apiErr) && apiErr.Status == http.StatusTooManyRequests:
+				// A fast link outruns the per-client request rate: chunks
+				// are requests. Wait as told and send the chunk again.
+				if err := sleepCtx(ctx, max(apiErr.RetryAfter, 100*time.Millisecond)); err != nil {
+					return nil, fmt.Errorf("upload blob %s: %w", sum, err)
+				}
 			case errors.As(err, &apiErr) && apiErr.Status == http.StatusConflict && apiErr.Have != nil:
 				// The leader holds a different amount (a new leader, or a
 				// resumed upload): go on from there.
@@ -347,8 +353,14 @@ func (c *Client) commitBlob(ctx context.Context, path, sum string, size int64) (
 	q := url.Values{"size": {strconv.FormatInt(size, 10)}}
 	for {
 		a, err := c.exchange(ctx, request{method: http.MethodPost, path: path + "/commit", query: q, idempotent: true})
+		var apiErr *Error
+		if errors.As(err, &apiErr) && apiErr.Status == http.StatusTooManyRequests {
+			if err := sleepCtx(ctx, max(apiErr.RetryAfter, 100*time.Millisecond)); err != nil {
+				return nil, fmt.Errorf("commit blob %s: %w", sum, err)
+			}
+			continue
+		}
 		if err != nil {
-			var apiErr *Error
 			if errors.As(err, &apiErr) {
 				return nil, err // the caller resumes a short upload
 			}
@@ -361,10 +373,8 @@ func (c *Client) commitBlob(ctx context.Context, path, sum string, size int64) (
 		if info.Durable {
 			return &info, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("commit blob %s: on %d of %d managers when the wait ended: %w", sum, info.Replicas, info.Needed, ctx.Err())
-		case <-time.After(200 * time.Millisecond):
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("commit blob %s: on %d of %d managers when the wait ended: %w", sum, info.Replicas, info.Needed, err)
 		}
 	}
 }

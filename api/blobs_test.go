@@ -236,3 +236,23 @@ func TestUploadBlobResumesAfterShortCommit(t *testing.T) {
 		t.Fatalf("after a short commit: %+v, stored intact %v", info, bytes.Equal(be.stored[sum], data))
 	}
 }
+
+// Chunks are requests: an upload faster than the per-client rate limit
+// waits as told instead of failing.
+func TestUploadBlobWaitsOutRateLimit(t *testing.T) {
+	be := newBlobBackend()
+	srv := apitest.Serve(t, be, func(cfg *api.ServerConfig) { cfg.RateLimit, cfg.RateBurst = 20, 2 })
+	c := newClient(t, srv.URL())
+	data := bytes.Repeat([]byte("r"), 3*api.MaxBlobChunk/2)
+	data = append(data, bytes.Repeat([]byte("s"), 3*api.MaxBlobChunk)...)
+	sum := sumOf(data)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := c.UploadBlob(ctx, sum, bytes.NewReader(data), int64(len(data)), nil)
+	if err != nil {
+		t.Fatalf("upload through a rate limit of 20/s, burst 2: %v", err)
+	}
+	if !info.Durable || !bytes.Equal(be.stored[sum], data) {
+		t.Fatalf("%+v", info)
+	}
+}
