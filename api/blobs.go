@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"tempest/jobfile"
 	"tempest/wire"
 )
 
@@ -245,7 +246,7 @@ func blobDataReader(ctx context.Context, bb BlobBackend, inline map[string][]byt
 		}
 		sum, ok := blobs[name]
 		if !ok || bb == nil {
-			return nil, &os.PathError{Op: "open", Path: name, Err: errNotSent}
+			return nil, &os.PathError{Op: "open", Path: name, Err: jobfile.ErrDataFileNotSent}
 		}
 		b, err := bb.ReadBlob(ctx, sum, limit)
 		if err != nil {
@@ -254,8 +255,6 @@ func blobDataReader(ctx context.Context, bb BlobBackend, inline map[string][]byt
 		return b, nil
 	}
 }
-
-var errNotSent = errors.New("not sent with the job file (tempest submit sends the data files a job file names)")
 
 // ---- client ---------------------------------------------------------------------
 
