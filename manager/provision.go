@@ -39,7 +39,7 @@ func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) p
 	var cores int
 	var excluded []string
 	m.update(func(tx *txn) {
-		if w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() {
+		if w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() || !w.job.rec.Confirmed {
 			return
 		}
 		w.placing = true
