@@ -242,3 +242,24 @@ func TestStoreFailureOnSubmitRunsNothing(t *testing.T) {
 		t.Fatalf("dispatched after a failed store: %v", toks)
 	}
 }
+
+// Commits for jobs whose submission never arrives are bounded in number
+// and age out.
+func TestOrphanCommitsBounded(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	l := c.leader()
+	for i := range maxOrphanCommits + 100 {
+		if err := l.applyCommit(&wire.ProvisionCommit{JobID: "j-lost", WorkflowID: fmt.Sprintf("j-lost-%d", i), TargetWorker: "w", FenceToken: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.orphanCommits); n > maxOrphanCommits {
+		t.Fatalf("%d orphan commits kept, bound is %d", n, maxOrphanCommits)
+	}
+	l.pruneOrphanCommitsLocked(time.Now().Add(orphanCommitTTL + time.Minute))
+	if n := len(l.orphanCommits); n != 0 {
+		t.Fatalf("%d orphan commits survive their TTL", n)
+	}
+}

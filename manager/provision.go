@@ -391,9 +391,7 @@ func (m *Manager) applyCommit(c *wire.ProvisionCommit) error {
 func (m *Manager) applyCommitLocked(tx *txn, c *wire.ProvisionCommit) {
 	w, ok := m.wfs[c.WorkflowID]
 	if !ok || w.rec.JobID != c.JobID {
-		if old, seen := m.orphanCommits[c.WorkflowID]; !seen || old.FenceToken < c.FenceToken {
-			m.orphanCommits[c.WorkflowID] = *c
-		}
+		m.keepOrphanCommitLocked(c)
 		return
 	}
 	if c.FenceToken <= w.rec.FenceToken || w.rec.Status.Terminal() {

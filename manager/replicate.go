@@ -90,9 +90,9 @@ func (m *Manager) adoptSubmissionLocked(tx *txn, sub *wire.JobSubmission) *jobSt
 	tx.touchJob(j, true)
 	for _, w := range j.wfs {
 		tx.touchWorkflow(w, true)
-		if c, ok := m.orphanCommits[w.rec.WorkflowID]; ok && c.JobID == sub.JobID {
+		if o, ok := m.orphanCommits[w.rec.WorkflowID]; ok && o.c.JobID == sub.JobID {
 			delete(m.orphanCommits, w.rec.WorkflowID)
-			m.applyCommitLocked(tx, &c)
+			m.applyCommitLocked(tx, &o.c)
 		}
 	}
 	return j

@@ -507,8 +507,8 @@ func (m *Manager) managerSnapshot(requesterTerm uint64) *wire.ManagerStateSnapsh
 	for _, j := range ended[:min(len(ended), maxSnapshotEndedJobs)] {
 		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
 	}
-	for _, c := range m.orphanCommits {
-		ms.Commits = append(ms.Commits, c)
+	for _, o := range m.orphanCommits {
+		ms.Commits = append(ms.Commits, o.c)
 	}
 	return ms
 }

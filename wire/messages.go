@@ -331,6 +331,11 @@ type ProgressAck struct {
 	Leader     string `cbor:"2,keyasint,omitempty"`
 	// Cancel asks the worker to stop the workflow (job cancelled or fenced out).
 	Cancel bool `cbor:"3,keyasint,omitempty"`
+	// FenceToken, in a gate's answer to a datacenter's report, is the lease
+	// token the gate holds for the job there. A manager obeys Cancel from a
+	// gate only from its lease holder under a token not older than the
+	// newest it knows for the job.
+	FenceToken uint64 `cbor:"17,keyasint,omitempty"`
 }
 
 func (*WorkflowProgress) Type() MsgType { return TypeWorkflowProgress }
