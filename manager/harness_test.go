@@ -85,6 +85,7 @@ func (c *testCluster) config(id string, dir string) Config {
 	cfg.StateSyncRetries = 2
 	cfg.StateSyncBackoff = 20 * time.Millisecond
 	cfg.StateSyncGrace = 500 * time.Millisecond
+	cfg.WorkerFenceAfter = 100 * time.Millisecond
 	cfg.HeartbeatInterval = 50 * time.Millisecond
 	cfg.Logger = c.log.With("manager", id)
 	if c.tweak != nil {

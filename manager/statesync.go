@@ -390,7 +390,7 @@ func (m *Manager) resume(ctx context.Context, lt *leaderTerm, out *syncOutcome) 
 					// The worker is fine; it just does not have it (the
 					// dispatch never arrived). Retry without blaming it.
 					m.retryLocked(tx, w, "", fmt.Sprintf("not running on %s after the leader change", worker))
-				case known && wv.Gone:
+				case known && wv.Gone && m.fenceWait(worker) <= 0:
 					m.retryLocked(tx, w, worker, fmt.Sprintf("worker %s is dead", worker))
 				default:
 					waiting = append(waiting, w.rec.WorkflowID)
@@ -405,9 +405,12 @@ func (m *Manager) resume(ctx context.Context, lt *leaderTerm, out *syncOutcome) 
 		}
 	}
 	if len(waiting) > 0 {
-		m.log.Info("waiting for unreachable workers before retrying their workflows", "workflows", len(waiting), "grace", m.cfg.StateSyncGrace)
+		// A worker this leader cannot reach may be cut off and still
+		// running its workflows until its fence_after runs out.
+		grace := max(m.cfg.StateSyncGrace, m.cfg.WorkerFenceAfter)
+		m.log.Info("waiting for unreachable workers before retrying their workflows", "workflows", len(waiting), "grace", grace)
 		m.spawnLeader(lt, func(ctx context.Context) {
-			if lifecycle.Sleep(ctx, m.cfg.StateSyncGrace) {
+			if lifecycle.Sleep(ctx, grace) {
 				m.retryStranded(waiting, start)
 			}
 		})
