@@ -288,6 +288,7 @@ func (m *Manager) gateReports() []gateReport {
 			}
 			jp.Workflows = append(jp.Workflows, p)
 		}
+		fitJobSeries(&jp)
 		out = append(out, gateReport{jp: jp, targets: m.gates.targets(j.gateHint, j.rec.Submission.Origin)})
 	}
 	return out
@@ -305,6 +306,16 @@ func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
 		// than that, and the next round tries it last.
 		cctx, cancel := context.WithTimeout(ctx, m.cfg.GateReportInterval)
 		reply, err := m.tr.Call(cctx, p.Addr, &r.jp)
+		if wire.CodeOf(err) == wire.CodeTooLarge {
+			// Too much detail for one message: the gate still needs the
+			// statuses and counts (they renew the lease and end the job),
+			// so they go without series, then without histograms.
+			log.Error("report to the gate over the message cap; sending it with less detail", "gate", p.NodeID, "err", err)
+			reply, err = m.tr.Call(cctx, p.Addr, slimReport(r.jp, false))
+			if wire.CodeOf(err) == wire.CodeTooLarge {
+				reply, err = m.tr.Call(cctx, p.Addr, slimReport(r.jp, true))
+			}
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -360,4 +371,17 @@ func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.
 	if _, err := m.cancelJob(ctx, jp.JobID, wire.JobCancelled, "cancelled by the gate: this datacenter's lease ended"); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Warn("cancel asked by the gate failed", "job_id", jp.JobID, "err", err)
 	}
+}
+
+// slimReport is jp without per-second series and, with noSteps, without
+// step statistics: what a report keeps when the whole does not fit.
+func slimReport(jp wire.JobProgress, noSteps bool) *wire.JobProgress {
+	jp.Workflows = slices.Clone(jp.Workflows)
+	for i := range jp.Workflows {
+		jp.Workflows[i].Series = nil
+		if noSteps {
+			jp.Workflows[i].StepStats = nil
+		}
+	}
+	return &jp
 }

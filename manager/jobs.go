@@ -178,6 +178,7 @@ func (m *Manager) finishLocked(tx *txn) []jobWrite {
 					for _, wr := range written.wfs {
 						jp.Workflows = append(jp.Workflows, replicaProgress(wr))
 					}
+					fitJobSeries(&jp)
 				}
 				tx.afterCommit(func() { m.replicateStatus(tx.leading, jp) })
 			}

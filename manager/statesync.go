@@ -133,16 +133,30 @@ func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRe
 		_, alive, known := m.managers.get(id)
 		return known && !alive
 	}
-	resp, err := m.fetchState(ctx, m.peers[id], req, gone)
-	if err != nil {
-		m.log.Warn("state sync from peer failed", "peer", id, "err", err)
-		return nil
+	var ms *wire.ManagerStateSnapshot
+	page := *req
+	for pages := 0; ; pages++ {
+		resp, err := m.fetchState(ctx, m.peers[id], &page, gone)
+		if err != nil {
+			m.log.Warn("state sync from peer failed", "peer", id, "page", pages, "err", err)
+			return nil
+		}
+		p := resp.ManagerState
+		if p == nil {
+			m.log.Warn("state sync: peer sent no manager snapshot", "peer", id)
+			return nil
+		}
+		if ms == nil {
+			ms = p
+		} else {
+			mergeSnapshotPage(ms, p)
+		}
+		if p.NextAfter == "" || p.NextAfter <= page.JobsAfter {
+			break
+		}
+		page.JobsAfter = p.NextAfter
 	}
-	ms := resp.ManagerState
-	if ms == nil {
-		m.log.Warn("state sync: peer sent no manager snapshot", "peer", id)
-		return nil
-	}
+	ms.NextAfter = ""
 	if ms.NodeID == "" {
 		ms.NodeID = id
 	}
@@ -150,6 +164,22 @@ func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRe
 		m.workers.learn(&ms.Workers[i])
 	}
 	return ms
+}
+
+// mergeSnapshotPage adds a later page of a peer's snapshot to the first.
+func mergeSnapshotPage(ms, p *wire.ManagerStateSnapshot) {
+	if ms.Jobs == nil {
+		ms.Jobs = make(map[string]wire.JobProgress)
+	}
+	if ms.Retries == nil {
+		ms.Retries = make(map[string]int)
+	}
+	maps.Copy(ms.Jobs, p.Jobs)
+	maps.Copy(ms.Retries, p.Retries)
+	ms.Submissions = append(ms.Submissions, p.Submissions...)
+	ms.Commits = append(ms.Commits, p.Commits...)
+	ms.Confirmed = append(ms.Confirmed, p.Confirmed...)
+	ms.Workers = append(ms.Workers, p.Workers...)
 }
 
 // applyPeerSnapshots folds the peers' snapshots into the job table, once
@@ -446,7 +476,7 @@ func (m *Manager) handleStateSync(_ context.Context, from transport.Peer, req *w
 	if !m.isPeer(from.NodeID) {
 		return nil, wire.Errorf(wire.CodeRejected, "state sync is only served to peer managers")
 	}
-	return &wire.StateSyncResponse{ResponderID: m.cfg.ID, CurrentVersion: m.currentRev(), ManagerState: m.managerSnapshot(req.Term)}, nil
+	return &wire.StateSyncResponse{ResponderID: m.cfg.ID, CurrentVersion: m.currentRev(), ManagerState: m.managerSnapshot(req.Term, req.JobsAfter)}, nil
 }
 
 func (m *Manager) currentRev() uint64 {
@@ -457,12 +487,14 @@ func (m *Manager) currentRev() uint64 {
 
 // managerSnapshot is this manager's view for a successor: the workers it
 // knows; every unfinished job with its submission, placements and retry
-// counts; and the most recently ended jobs' outcomes.
+// counts; and the most recently ended jobs' outcomes. It is paged by size
+// (snapshotPageBudget, at least one job a page, in job id order after
+// after): a datacenter's jobs together may be far larger than one message.
 //
 // A requester in a newer term than a job's intake decides that job's fate
 // from what it reads now, so jobs not yet confirmed here are abandoned: this
 // manager will not confirm them later behind the requester's back.
-func (m *Manager) managerSnapshot(requesterTerm uint64) *wire.ManagerStateSnapshot {
+func (m *Manager) managerSnapshot(requesterTerm uint64, after string) *wire.ManagerStateSnapshot {
 	st := m.elector.Status()
 	ms := &wire.ManagerStateSnapshot{
 		NodeID:     m.cfg.ID,
@@ -472,14 +504,24 @@ func (m *Manager) managerSnapshot(requesterTerm uint64) *wire.ManagerStateSnapsh
 		Jobs:       make(map[string]wire.JobProgress),
 		Retries:    make(map[string]int),
 	}
-	for _, wv := range m.workers.list() {
-		ms.Workers = append(ms.Workers, wire.WorkerStateSnapshot{
-			NodeID: wv.ID, State: wv.State, TotalCores: wv.TotalCores,
-			AvailableCores: wv.AvailableCores, Version: wv.Version, Addr: wv.Addr,
-		})
+	if after == "" {
+		for _, wv := range m.workers.list() {
+			ms.Workers = append(ms.Workers, wire.WorkerStateSnapshot{
+				NodeID: wv.ID, State: wv.State, TotalCores: wv.TotalCores,
+				AvailableCores: wv.AvailableCores, Version: wv.Version, Addr: wv.Addr,
+			})
+		}
 	}
+	type entry struct {
+		id        string
+		sub       *wire.JobSubmission // nil for an ended job
+		confirmed bool
+		jp        wire.JobProgress
+		retries   map[string]int
+		commits   []wire.ProvisionCommit
+	}
+	var entries []entry
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	ms.Version = m.rev
 	var ended []*jobState
 	for _, j := range m.jobs {
@@ -487,31 +529,80 @@ func (m *Manager) managerSnapshot(requesterTerm uint64) *wire.ManagerStateSnapsh
 			ended = append(ended, j)
 			continue
 		}
-		ms.Submissions = append(ms.Submissions, j.rec.Submission)
-		if j.rec.Confirmed {
-			ms.Confirmed = append(ms.Confirmed, j.rec.ID())
-		} else if j.rec.Submission.IntakeTerm < requesterTerm && j.adoptedTerm < requesterTerm {
+		if !j.rec.Confirmed && j.rec.Submission.IntakeTerm < requesterTerm && j.adoptedTerm < requesterTerm {
 			j.abandoned = true
 		}
-		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
+		if j.rec.ID() <= after {
+			continue
+		}
+		sub := j.rec.Submission
+		e := entry{id: j.rec.ID(), sub: &sub, confirmed: j.rec.Confirmed, jp: m.jobProgressLocked(j, true), retries: make(map[string]int)}
 		for _, w := range j.wfs {
 			if w.rec.Attempts > 0 {
-				ms.Retries[w.rec.WorkflowID] = w.rec.Attempts
+				e.retries[w.rec.WorkflowID] = w.rec.Attempts
 			}
 			if w.rec.Worker != "" && w.rec.FenceToken != 0 {
-				ms.Commits = append(ms.Commits, wire.ProvisionCommit{
+				e.commits = append(e.commits, wire.ProvisionCommit{
 					JobID: w.rec.JobID, WorkflowID: w.rec.WorkflowID, TargetWorker: w.rec.Worker,
 					CoresAssigned: w.rec.Spec.Cores, FenceToken: w.rec.FenceToken,
 				})
 			}
 		}
+		entries = append(entries, e)
 	}
 	slices.SortFunc(ended, func(a, b *jobState) int { return cmp.Compare(b.rec.FinishedAt, a.rec.FinishedAt) })
 	for _, j := range ended[:min(len(ended), maxSnapshotEndedJobs)] {
-		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
+		if j.rec.ID() > after {
+			entries = append(entries, entry{id: j.rec.ID(), jp: m.jobProgressLocked(j, true)})
+		}
 	}
-	for _, o := range m.orphanCommits {
-		ms.Commits = append(ms.Commits, o.c)
+	if after == "" {
+		for _, o := range m.orphanCommits {
+			ms.Commits = append(ms.Commits, o.c)
+		}
+	}
+	m.mu.Unlock()
+
+	// Sizes are measured outside the lock: encoding histograms is slow.
+	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.id, b.id) })
+	size := encodedSize(ms)
+	for i, e := range entries {
+		fitJobSeries(&e.jp)
+		n := encodedSize(&e.jp) + encodedSize(e.sub) + len(e.commits)*128 + len(e.retries)*64
+		if i > 0 && size+n > snapshotPageBudget {
+			ms.NextAfter = entries[i-1].id
+			break
+		}
+		size += n
+		if e.sub != nil {
+			ms.Submissions = append(ms.Submissions, *e.sub)
+			if e.confirmed {
+				ms.Confirmed = append(ms.Confirmed, e.id)
+			}
+		}
+		ms.Jobs[e.id] = e.jp
+		maps.Copy(ms.Retries, e.retries)
+		ms.Commits = append(ms.Commits, e.commits...)
 	}
 	return ms
+}
+
+// snapshotPageBudget is the encoded size one snapshot page aims at: far
+// below wire.MaxMessageSize, so one job over it still fits alone.
+const snapshotPageBudget = 2 << 20
+
+// encodedSize is msg's CBOR size; a value that cannot be encoded counts
+// as nothing here and fails where it is sent.
+func encodedSize(v any) int {
+	if v == nil {
+		return 0
+	}
+	if sub, ok := v.(*wire.JobSubmission); ok && sub == nil {
+		return 0
+	}
+	b, err := wire.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
 }

@@ -395,6 +395,10 @@ type StateSyncRequest struct {
 	RequesterRole NodeRole `cbor:"2,keyasint"`
 	SinceVersion  uint64   `cbor:"3,keyasint,omitempty"`
 	Term          uint64   `cbor:"4,keyasint,omitempty"`
+	// JobsAfter asks a manager for the page of its snapshot after this job
+	// id (ManagerStateSnapshot.NextAfter of the previous page); "" is the
+	// first page.
+	JobsAfter string `cbor:"18,keyasint,omitempty"`
 }
 
 // StateSyncResponse carries exactly one of the snapshots.
@@ -434,6 +438,10 @@ type ManagerStateSnapshot struct {
 	// Confirmed lists the jobs in Submissions this manager knows are
 	// stored on a majority of managers.
 	Confirmed []string `cbor:"24,keyasint,omitempty"`
+	// NextAfter, when set, says the snapshot continues: ask again with
+	// StateSyncRequest.JobsAfter = NextAfter. Pages are cut by size so each
+	// fits far below the message cap, with at least one job per page.
+	NextAfter string `cbor:"25,keyasint,omitempty"`
 }
 
 func (*StateSyncRequest) Type() MsgType  { return TypeStateSyncRequest }
