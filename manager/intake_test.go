@@ -263,3 +263,33 @@ func TestOrphanCommitsBounded(t *testing.T) {
 		t.Fatalf("%d orphan commits survive their TTL", n)
 	}
 }
+
+// A worker forgets a workflow once its final progress is acknowledged, so
+// the leader acknowledges a final that ends the workflow only once the end
+// is on a majority of managers: otherwise a successor reading a stale
+// majority would run the ended workflow again.
+func TestFinalAckedOnlyOnceEndIsOnMajority(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.addWorker("w1", 2)
+	l := c.leader()
+	ack, err := l.Submit(context.Background(), sleepJob(t, "ending", 1, 1, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker, token := workflowOn(t, c, ack.JobID)
+	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
+		return msg.Type() != wire.TypeJobProgress || from != l.ID()
+	})
+	final := &wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: workflowID(ack.JobID, 0), Status: wire.WorkflowCompleted,
+		WorkerID: worker, FenceToken: token, Final: true, CompletedCount: 1}
+	if _, err := c.hub.Node(worker).Call(context.Background(), l.ID(), final); wire.CodeOf(err) != wire.CodeUnavailable {
+		t.Fatalf("final acknowledged with its end on the leader's disk alone: %v", err)
+	}
+	c.hub.SetHook(nil)
+	if _, err := c.hub.Node(worker).Call(context.Background(), l.ID(), final); err != nil {
+		t.Fatalf("final once peers can store it: %v", err)
+	}
+	for _, m := range c.running() {
+		waitJob(t, m, ack.JobID, wire.JobCompleted, 5*time.Second)
+	}
+}

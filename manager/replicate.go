@@ -105,10 +105,23 @@ func (m *Manager) handleJobProgress(_ context.Context, from transport.Peer, jp *
 	}
 	if m.leading() != nil {
 		// A deposed leader still replicating: this manager's own view,
-		// built from the workers, is newer.
-		return &wire.ProgressAck{Leader: m.cfg.ID}, nil
+		// built from the workers, is newer. Refused, so that a sender
+		// counting stores does not count this one.
+		return nil, wire.Errorf(wire.CodeRejected, "%s leads; status from %s not stored", m.cfg.ID, from.NodeID)
 	}
-	m.update(func(tx *txn) { m.mergeJobLocked(tx, jp) })
+	known := false
+	err := m.update(func(tx *txn) {
+		_, known = m.jobs[jp.JobID]
+		m.mergeJobLocked(tx, jp)
+	})
+	switch {
+	case !known:
+		// Not stored, so not counted: this manager missed the submission
+		// and learns the job from a successor's state sync.
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not known to %s", jp.JobID, m.cfg.ID)
+	case err != nil:
+		return nil, wire.Errorf(wire.CodeUnavailable, "persist status of job %s: %v", jp.JobID, err)
+	}
 	return &wire.ProgressAck{Leader: m.cfg.ID}, nil
 }
 
