@@ -433,6 +433,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	var j *jobState
 	var existing *wire.JobAck
 	var retryIntake *jobState
+	var busy bool
 	var stale *wire.Error
 	err = m.update(func(tx *txn) {
 		if old, ok := m.jobs[s.JobID]; ok {
@@ -445,7 +446,12 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 				tx.touchJob(old, true)
 			}
 			existing = &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}
-			if !old.rec.Confirmed && !old.rec.Status.Terminal() && !old.intaking {
+			switch {
+			case old.rec.Confirmed || old.rec.Status.Terminal():
+			case old.intaking:
+				// Its intake is under way: it is not acknowledged yet.
+				busy = true
+			default:
 				// A resubmission after "outcome unknown": try the intake
 				// again, and only then say it is accepted.
 				old.intaking = true
@@ -463,6 +469,10 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	})
 	if stale != nil {
 		return nil, stale
+	}
+	if busy {
+		return nil, &wire.Error{Code: wire.CodeUnavailable, RetryAfter: m.cfg.QuorumTimeout,
+			Message: fmt.Sprintf("job %s is being stored on a majority of managers; ask again", s.JobID)}
 	}
 	if retryIntake != nil {
 		err := m.intake(ctx, lt, retryIntake, false)
