@@ -293,3 +293,29 @@ func TestFinalAckedOnlyOnceEndIsOnMajority(t *testing.T) {
 		waitJob(t, m, ack.JobID, wire.JobCompleted, 5*time.Second)
 	}
 }
+
+// A cancel is answered as done only once the job's end is on a majority of
+// managers; asked again, it confirms.
+func TestCancelEndsOnMajority(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.addWorker("w1", 2)
+	l := c.leader()
+	ack, err := l.Submit(context.Background(), sleepJob(t, "stop-me", 1, 1, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	workflowOn(t, c, ack.JobID)
+	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
+		return msg.Type() != wire.TypeJobProgress || from != l.ID()
+	})
+	if _, err := l.Cancel(context.Background(), ack.JobID, ""); !errors.Is(err, wire.ErrNoQuorum) {
+		t.Fatalf("cancel with its end on the leader's disk alone: %v, want no quorum", err)
+	}
+	c.hub.SetHook(nil)
+	if _, err := l.Cancel(context.Background(), ack.JobID, ""); err != nil {
+		t.Fatalf("cancel asked again: %v", err)
+	}
+	for _, m := range c.running() {
+		waitJob(t, m, ack.JobID, wire.JobCancelled, 5*time.Second)
+	}
+}

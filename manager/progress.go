@@ -52,7 +52,15 @@ func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) e
 	jp := m.jobProgressLocked(w.job, false)
 	jp.Workflows = []wire.WorkflowProgress{replicaProgress(&w.rec)}
 	m.mu.Unlock()
+	return m.statusOnMajority(ctx, jp)
+}
 
+// statusOnMajority sends a job's status to every peer and waits, up to the
+// quorum timeout, until a majority (this manager included) stored it.
+func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) error {
+	if len(m.peerIDs) == 0 {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 	defer cancel()
 	acks := make(chan error, len(m.peerIDs))
