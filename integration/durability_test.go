@@ -73,6 +73,7 @@ func TestLeaderKilledRightAfterAck(t *testing.T) {
 			if kerr := c.Kill(old); kerr != nil {
 				t.Fatal(kerr)
 			}
+			killed := time.Now()
 			if err != nil {
 				var apiErr *api.Error
 				if !errors.As(err, &apiErr) || apiErr.Code != api.CodeNoQuorum {
@@ -90,6 +91,7 @@ func TestLeaderKilledRightAfterAck(t *testing.T) {
 			if seen := tgt.Stats().Requests; reported != seen || seen == 0 {
 				t.Fatalf("job reports %d requests, the target answered %d", reported, seen)
 			}
+			t.Logf("acknowledged job completed %s after its leader was killed: %d requests, equal to the target's count", time.Since(killed).Round(100*time.Millisecond), reported)
 
 			// The old leader comes back with the job on its disk; then the
 			// leader changes again, so a new leader reads the old one's
@@ -101,10 +103,12 @@ func TestLeaderKilledRightAfterAck(t *testing.T) {
 			if err := c.Kill(c.leader()); err != nil {
 				t.Fatal(err)
 			}
+			second := time.Now()
 			// A fresh job completing proves the new leader has synced and
 			// resumed: had it resurrected the old job, its shards would be
 			// running by now.
-			nap := c.submit(napJob("after", "60s", "200ms"))
+			nap := c.submitEventually(napJob("after", "60s", "200ms"))
+			t.Logf("first submission acknowledged %s after the second leader kill", time.Since(second).Round(100*time.Millisecond))
 			if st := c.waitStatus(nap, 60*time.Second, terminal); st.Status != wire.JobCompleted {
 				t.Fatalf("job after the second failover ended %s", st.Status)
 			}
@@ -137,7 +141,7 @@ func reportedRequests(st *api.JobStatus) uint64 {
 // request to it.
 func (c *cluster) assertNeverRuns(tgt *target.Server) {
 	c.t.Helper()
-	nap := c.submit(napJob("after", "60s", "200ms"))
+	nap := c.submitEventually(napJob("after", "60s", "200ms"))
 	if st := c.waitStatus(nap, 60*time.Second, terminal); st.Status != wire.JobCompleted {
 		c.t.Fatalf("job after the failover ended %s", st.Status)
 	}
@@ -175,4 +179,19 @@ func (c *cluster) waitManagerFollows(name string) {
 		_, err := one.Jobs(ctx)
 		return err
 	})
+}
+
+// submitEventually submits job until the cluster accepts it (an election
+// may be under way) and returns the job id.
+func (c *cluster) submitEventually(job string) string {
+	c.t.Helper()
+	var id string
+	testutil.Eventually(c.t, 60*time.Second, 200*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var err error
+		id, err = c.client.Submit(ctx, []byte(job), "job.yaml")
+		return err
+	})
+	return id
 }
