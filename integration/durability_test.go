@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -194,4 +196,62 @@ func (c *cluster) submitEventually(job string) string {
 		return err
 	})
 	return id
+}
+
+// TestWorkerCutOffFencesItself cuts a worker off from every manager but
+// not from the target (the managers are paused with SIGSTOP): within its
+// fence_after it stops loading the target and says so in its log, rather
+// than keep going while a leader re-runs its work elsewhere.
+func TestWorkerCutOffFencesItself(t *testing.T) {
+	c := startCluster(t, 3, 1, 2)
+	tgt := startTarget(t, target.DefaultConfig())
+	id := c.submit(httpJob("cut-off", "http://"+tgt.Addr(), 2, "90s", ""))
+	st := c.waitRunning(id)
+	worker := st.Workflows[0].Worker
+	var managers []string
+	for _, n := range c.Nodes() {
+		if n.Role == "manager" {
+			managers = append(managers, n.Name)
+		}
+	}
+	for _, m := range managers {
+		if err := c.Signal(m, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut, atCut := time.Now(), tgt.Stats().Requests
+	defer func() {
+		for _, m := range managers {
+			c.Signal(m, syscall.SIGCONT)
+		}
+	}()
+	n, _ := c.Node(worker)
+	testutil.Eventually(t, 60*time.Second, 200*time.Millisecond, func() error {
+		log, err := os.ReadFile(n.Log)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(log), "fenced myself") {
+			return fmt.Errorf("%s has not fenced itself yet", worker)
+		}
+		return nil
+	})
+	fenced := time.Since(cut)
+	// Stopped: the target's count stands still while the managers stay
+	// paused (a run that went on would add hundreds a second).
+	var last uint64
+	stable := 0
+	testutil.Eventually(t, 30*time.Second, 300*time.Millisecond, func() error {
+		now := tgt.Stats().Requests
+		if now == last {
+			stable++
+		} else {
+			stable, last = 0, now
+		}
+		if stable < 3 {
+			return fmt.Errorf("the target still sees requests (%d)", now)
+		}
+		return nil
+	})
+	t.Logf("worker fenced itself %s after it was cut off; the target saw %d requests after the cut", fenced.Round(100*time.Millisecond), last-atCut)
 }

@@ -78,13 +78,22 @@ func (w *Worker) checkSelfFence(ctx context.Context, step time.Duration) {
 		}
 		return
 	}
-	if since >= step {
+	if since >= step && w.keepAlive.CompareAndSwap(false, true) {
 		e := running[0]
 		w.mu.Lock()
 		p := e.latest
 		w.mu.Unlock()
-		if p.WorkflowID != "" {
-			w.sendProgress(ctx, e, &p)
+		if p.WorkflowID == "" {
+			w.keepAlive.Store(false)
+			return
 		}
+		// Off this loop: a call to an unreachable leader waits out its
+		// timeout, and the fence must not wait with it.
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer w.keepAlive.Store(false)
+			w.sendProgress(ctx, e, &p)
+		}()
 	}
 }

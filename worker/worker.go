@@ -53,7 +53,9 @@ type Worker struct {
 
 	leader *leaderTracker
 	// contact: when a manager leader last answered (selffence.go).
-	contact      contactClock
+	contact contactClock
+	// keepAlive: a keep-alive progress is in flight (selffence.go).
+	keepAlive    atomic.Bool
 	managerClock *swim.VersionedClock
 	// kick asks the registrar to register again; the value is a manager
 	// address to try last (the one that just failed), or "".
