@@ -569,6 +569,13 @@ func (m *Manager) managerSnapshot(requesterTerm uint64, after string) *wire.Mana
 	for i, e := range entries {
 		fitJobSeries(&e.jp)
 		n := encodedSize(&e.jp) + encodedSize(e.sub) + len(e.commits)*128 + len(e.retries)*64
+		if n > wire.MaxMessageSize/2 {
+			// Could never travel, even alone (a job stored before
+			// submissions had to fit a message): left out rather than
+			// let it stall every successor's sync.
+			m.log.Error("job too large for a state sync page; a successor cannot learn it from this manager", "job_id", e.id, "bytes", n)
+			continue
+		}
 		if i > 0 && size+n > snapshotPageBudget {
 			ms.NextAfter = entries[i-1].id
 			break
