@@ -245,3 +245,14 @@ func BenchmarkReader(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
 }
+
+// readShared reads every record of a shared data file.
+func readShared(t testing.TB, path string, header bool) []Record {
+	t.Helper()
+	rd, err := NewReader(bytes.NewReader(sharedData(t, path)), ReaderOptions{Format: FormatCSV, Header: header})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, _ := readAll(t, rd)
+	return recs
+}
