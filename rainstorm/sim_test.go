@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -657,4 +658,40 @@ func (s *simRun) dump() string {
 		}
 	}
 	return b.String()
+}
+
+// TestSimExecPipeline runs a pipeline with an exec stage (the example awk
+// operator, one program per task incarnation) under the same faults: a
+// crashed or replaced task's program is killed with it and the new
+// incarnation starts its own.
+func TestSimExecPipeline(t *testing.T) {
+	full := sharedData(t, fullCSV)
+	script, err := filepath.Abs("../examples/rainstorm-upper.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := &Spec{Source: Source{File: "signs.csv", Header: true}, Stages: []Stage{
+		{Name: "upper", Op: OpExec, Tasks: 2, Command: []string{script}},
+		{Name: "count", Op: OpCount, Tasks: 2, Key: "9"}, // after exec, fields go by number
+	}}
+	m := map[string]int{}
+	for _, r := range csvRecords(t, full, true) {
+		if strings.Contains(r[6], "Telespar") {
+			m[strings.ToUpper(r[8])]++
+		}
+	}
+	want := countRows(m)
+	seeds := 3
+	if raceEnabled || testing.Short() {
+		seeds = 1
+	}
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		s, got := runSim(t, seed, heavy, spec, full, nil, ExecOptions{})
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: output differs (%d crashes)\n%s", seed, s.crashes, diffRows(got, want))
+		}
+		if s.crashes == 0 {
+			t.Fatalf("seed %d: no faults", seed)
+		}
+	}
 }

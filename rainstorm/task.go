@@ -397,7 +397,10 @@ func (m *TaskMachine) cut(final bool) {
 		}
 		o.open = nil
 		c.Outputs[i] = wire.RainstormOutput{To: i, Next: o.next, Acked: o.acked, EOS: o.eos}
-		c.Pending = append(c.Pending, derefBatches(o.pending)...)
+		// Only the batches cut now: the store keeps earlier ones until the
+		// acknowledged positions in Outputs drop them, so each batch is
+		// written once however long its acknowledgement takes.
+		c.Pending = append(c.Pending, derefBatches(o.pending[first:])...)
 		m.inflightSeq = append(m.inflightSeq, o.next-1)
 		if m.cfg.AtLeastOnce {
 			m.send(i, o.pending[first:])
