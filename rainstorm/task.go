@@ -316,7 +316,7 @@ func (m *TaskMachine) fail(err error) {
 
 // Ack delivers a downstream task's acknowledgement.
 func (m *TaskMachine) Ack(a *wire.RainstormBatchAck) {
-	if m.stopped || a.From.Index < 0 || a.From.Index >= len(m.out) {
+	if m.stopped || a.From.Index < 0 || a.From.Index >= len(m.out) || a.From.Stage != m.cfg.Task.Stage+1 {
 		return
 	}
 	o := &m.out[a.From.Index]
