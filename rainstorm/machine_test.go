@@ -338,3 +338,32 @@ func TestGeneratorDeterministic(t *testing.T) {
 		t.Fatalf("generated %v; resumed at 7: %v", all, r)
 	}
 }
+
+// TestStageBadRecords: a value a stage cannot use is counted (and kept in
+// the checkpoint), or fails the task under on_bad_record: fail.
+func TestStageBadRecords(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "s", Op: OpSum, Key: "1", Field: "2"}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := NewTaskMachine(TaskConfig{Task: wire.RainstormTask{Stage: 1}, Incarnation: 1, Upstream: 1, Stage: p.Stages[0],
+			FailOnBadRecord: fail, CheckpointTicks: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Batch(&wire.RainstormBatch{Incarnation: 1, Seq: 1, Records: []Record{
+			{ID: 0, Fields: []string{"a", "1.5"}}, {ID: 1, Fields: []string{"a", "lots"}}, {ID: 2, Fields: []string{"a", "2"}}}})
+		m.Tick()
+		r := m.Ready()
+		if fail {
+			if r.Failed == nil || !strings.Contains(r.Failed.Error(), "record 2") {
+				t.Fatalf("on_bad_record: fail gave %v", r.Failed)
+			}
+			continue
+		}
+		if r.Failed != nil || r.Checkpoint == nil || r.Checkpoint.BadRecords != 1 || r.Checkpoint.State[0].Sum != "3.5" {
+			t.Fatalf("ready %+v", r)
+		}
+	}
+}
