@@ -164,6 +164,10 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 	}
 	for i := range c.Pending {
 		b := c.Pending[i] // a copy: the checkpoint stays the store's
+		if b.To < 0 || b.To >= len(m.out) {
+			return fmt.Errorf("rainstorm task %d.%d: checkpoint holds a batch for task %d of %d",
+				m.cfg.Task.Stage, m.cfg.Task.Index, b.To, len(m.out))
+		}
 		b.Incarnation = m.cfg.Incarnation
 		m.out[b.To].pending = append(m.out[b.To].pending, &b)
 	}
