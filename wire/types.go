@@ -64,6 +64,12 @@ const (
 	TypeVoteResponse       MsgType = 83
 	TypeLeaderHeartbeat    MsgType = 84
 	TypeLeaderHeartbeatAck MsgType = 85
+
+	// RainStorm pipelines: tuples between tasks, checkpoints to the store.
+	TypeRainstormBatch         MsgType = 120
+	TypeRainstormBatchAck      MsgType = 121
+	TypeRainstormCheckpoint    MsgType = 122
+	TypeRainstormCheckpointAck MsgType = 123
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -149,6 +155,11 @@ var catalogue = map[MsgType]typeInfo{
 	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
 	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
 	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+
+	TypeRainstormBatch:         {"RainstormBatch", ClassDispatch, func() Message { return new(RainstormBatch) }},
+	TypeRainstormBatchAck:      {"RainstormBatchAck", ClassDispatch, func() Message { return new(RainstormBatchAck) }},
+	TypeRainstormCheckpoint:    {"RainstormCheckpoint", ClassControl, func() Message { return new(RainstormCheckpoint) }},
+	TypeRainstormCheckpointAck: {"RainstormCheckpointAck", ClassControl, func() Message { return new(RainstormCheckpointAck) }},
 }
 
 func (t MsgType) String() string {
