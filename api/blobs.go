@@ -283,7 +283,6 @@ func (c *Client) UploadBlob(ctx context.Context, sum string, r io.ReaderAt, size
 		return nil, fmt.Errorf("upload blob %s: %w", sum, err)
 	}
 	path := "/v1/blobs/" + url.PathEscape(sum)
-	buf := make([]byte, MaxBlobChunk)
 	// resumes bounds how often the cluster may send the upload back to an
 	// earlier offset (a leader change: the new leader holds less).
 	off, resumes := int64(0), 0
@@ -296,8 +295,12 @@ func (c *Client) UploadBlob(ctx context.Context, sum string, r io.ReaderAt, size
 	}
 	for {
 		for off < size {
-			n, err := r.ReadAt(buf[:min(int64(MaxBlobChunk), size-off)], off)
-			if err != nil && !(errors.Is(err, io.EOF) && int64(n) == min(int64(MaxBlobChunk), size-off)) {
+			// A fresh buffer per chunk: net/http may still be reading a
+			// request's body after its answer came (an early 429), so a
+			// reused one could be overwritten under it.
+			buf := make([]byte, min(int64(MaxBlobChunk), size-off))
+			n, err := r.ReadAt(buf, off)
+			if err != nil && !(errors.Is(err, io.EOF) && n == len(buf)) {
 				return nil, fmt.Errorf("upload blob %s: read at %d: %w", sum, off, err)
 			}
 			q := url.Values{"offset": {strconv.FormatInt(off, 10)}}

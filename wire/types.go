@@ -65,6 +65,12 @@ const (
 	TypeLeaderHeartbeat    MsgType = 84
 	TypeLeaderHeartbeatAck MsgType = 85
 
+	// RainStorm pipelines: tuples between tasks, checkpoints to the store.
+	TypeRainstormBatch         MsgType = 120
+	TypeRainstormBatchAck      MsgType = 121
+	TypeRainstormCheckpoint    MsgType = 122
+	TypeRainstormCheckpointAck MsgType = 123
+
 	// Content-addressed blobs (blobs.go).
 	TypeBlobChunkPut MsgType = 130
 	TypeBlobCommit   MsgType = 131
@@ -162,6 +168,11 @@ var catalogue = map[MsgType]typeInfo{
 	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
 	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
 	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+
+	TypeRainstormBatch:         {"RainstormBatch", ClassDispatch, func() Message { return new(RainstormBatch) }},
+	TypeRainstormBatchAck:      {"RainstormBatchAck", ClassDispatch, func() Message { return new(RainstormBatchAck) }},
+	TypeRainstormCheckpoint:    {"RainstormCheckpoint", ClassControl, func() Message { return new(RainstormCheckpoint) }},
+	TypeRainstormCheckpointAck: {"RainstormCheckpointAck", ClassControl, func() Message { return new(RainstormCheckpointAck) }},
 
 	TypeBlobChunkPut: {"BlobChunkPut", ClassBulk, func() Message { return new(BlobChunkPut) }},
 	TypeBlobCommit:   {"BlobCommit", ClassBulk, func() Message { return new(BlobCommit) }},

@@ -96,6 +96,7 @@ func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, msg wi
 	if err != nil {
 		return w.refuseLocked(d, "%v", err), nil
 	}
+	w.contact.touch(w.now()) // a dispatch comes from a leader
 	e := w.startLocked(d, spec, runner, cores)
 	e.blobs = blobs
 	e.log.Info("workflow started", "type", spec.Type, "cores", cores, "fence", d.FenceToken, "attempt", d.Attempt)
