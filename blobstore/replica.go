@@ -25,6 +25,10 @@ const PeerChunk = 256 << 10
 // callTimeout bounds one chunk call: a megabyte on a loaded machine.
 const callTimeout = 30 * time.Second
 
+// statTimeout bounds a BlobStat: small, and asked of every member while a
+// client waits, so a member cut off must not hold the answer long.
+const statTimeout = 5 * time.Second
+
 // Replicator moves blobs between a node's Store and other nodes over the
 // transport: it serves BlobChunkPut, BlobCommit, BlobStat and BlobChunkGet
 // (the role registers the Handle* methods, deciding who may call them), and
@@ -149,7 +153,7 @@ func (r *Replicator) ReadChunk(sum Sum, off, length int64) (*wire.BlobChunk, err
 
 // Stat asks the node at addr what it holds of sum.
 func (r *Replicator) Stat(ctx context.Context, addr string, sum Sum) (*wire.BlobAck, error) {
-	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	cctx, cancel := context.WithTimeout(ctx, statTimeout)
 	defer cancel()
 	reply, err := r.Tr.Call(cctx, addr, &wire.BlobStat{Sum: sum[:]}, transport.WithRetries(2), transport.Idempotent())
 	if err != nil {
