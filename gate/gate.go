@@ -243,6 +243,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	})
 	g.spawn(g.initialSync)
 	g.spawn(g.healthLoop)
+	g.spawn(g.retentionLoop)
 	if g.members != nil && len(g.cfg.Join) > 0 {
 		g.spawn(g.joinLoop)
 	}
@@ -434,6 +435,7 @@ func (g *Gate) registerHandlers() {
 	handle(g, wire.TypeJobProgress, g.handleJobProgress)
 	handle(g, wire.TypeGateJobRecord, g.handleRecord)
 	handle(g, wire.TypeStateSyncRequest, g.handleStateSync)
+	handle(g, wire.TypeGateRecordRequest, g.handleRecordRequest)
 }
 
 func (g *Gate) isPeer(id string) bool {

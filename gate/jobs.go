@@ -73,11 +73,20 @@ func (g *Gate) load() error {
 	if err != nil {
 		return err
 	}
+	now := g.now()
+	var old []string
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	for _, r := range recs {
-		g.jobs[r.Submission.JobID] = newJobEntry(*r)
 		g.version = max(g.version, r.Version)
+		if g.expired(r, now) {
+			old = append(old, r.Submission.JobID)
+			continue
+		}
+		g.jobs[r.Submission.JobID] = newJobEntry(*r)
+	}
+	g.mu.Unlock()
+	if err := g.store.delete(old...); err != nil {
+		g.log.Warn("retention: delete expired job records", "jobs", len(old), "err", err)
 	}
 	return nil
 }
@@ -186,12 +195,17 @@ func (g *Gate) handleRecord(_ context.Context, from transport.Peer, rec *wire.Ga
 	return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: true}, nil
 }
 
-// adopt merges a record from another gate: the higher version wins. It
-// returns the record to persist, or nil if it was not newer.
+// adopt merges a record from another gate: the higher version wins, and a
+// record past retention is never taken in. It returns the record to
+// persist, or nil if it was not newer.
 func (g *Gate) adopt(rec *wire.GateJobRecord) *wire.GateJobRecord {
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.version = max(g.version, rec.Version)
+	if g.expired(rec, now) {
+		return nil
+	}
 	j, ok := g.jobs[rec.Submission.JobID]
 	if ok && j.rec.Version >= rec.Version {
 		return nil
@@ -232,6 +246,12 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	g.mu.Unlock()
 
 	dcs, err := chooseDatacenters(g.dcs.health(g.cfg.HealthTimeout), s.Datacenters, s.DatacenterCount)
+	if wire.CodeOf(err) == wire.CodeUnavailable {
+		// The table may only be stale (heartbeats come every few SWIM
+		// probe intervals): ask the managers before refusing.
+		g.seedDatacenters(ctx)
+		dcs, err = chooseDatacenters(g.dcs.health(g.cfg.HealthTimeout), s.Datacenters, s.DatacenterCount)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -447,10 +467,22 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 		}
 		return g.tr.Call(ctx, addr, jp)
 	}
+	// No report is answered before the takeover's majority read: until
+	// then this gate may not hold the job.
 	select {
 	case <-lt.synced:
+	case <-lt.ctx.Done():
+		return nil, g.elector.NotLeaderError()
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	g.mu.Lock()
+	_, known := g.jobs[jp.JobID]
+	g.mu.Unlock()
+	if !known {
+		if ack, found := g.unknownReport(ctx, lt, jp); !found {
+			return ack, nil
+		}
 	}
 	now := g.now()
 	var stored *wire.GateJobRecord
@@ -458,8 +490,8 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 	g.mu.Lock()
 	j, ok := g.jobs[jp.JobID]
 	if !ok {
+		// Forgotten meanwhile (retention): nobody will read its results.
 		g.mu.Unlock()
-		// Nobody will ever read this job's results: stop it.
 		ack.Cancel = !jp.Status.Terminal()
 		return ack, nil
 	}

@@ -395,6 +395,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
 	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
+	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
 }
 
 // isPeer reports whether id is another configured manager. Transport ids

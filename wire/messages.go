@@ -384,6 +384,10 @@ type StateSyncRequest struct {
 	RequesterRole NodeRole `cbor:"2,keyasint"`
 	SinceVersion  uint64   `cbor:"3,keyasint,omitempty"`
 	Term          uint64   `cbor:"4,keyasint,omitempty"`
+	// SinceJobID, with SinceVersion, resumes a gate's paged answer inside
+	// one version: records are ordered by (version, job id), and the next
+	// page starts after this pair.
+	SinceJobID string `cbor:"14,keyasint,omitempty"`
 }
 
 // StateSyncResponse carries exactly one of the snapshots.
@@ -394,6 +398,8 @@ type StateSyncResponse struct {
 	ManagerState   *ManagerStateSnapshot `cbor:"4,keyasint,omitempty"`
 	// GateJobs is a gate's answer: every job it knows, leases included.
 	GateJobs []GateJobRecord `cbor:"5,keyasint,omitempty"`
+	// More says a gate's answer has further pages.
+	More bool `cbor:"15,keyasint,omitempty"`
 }
 
 // WorkerStateSnapshot is a worker's truth about the work it runs.
@@ -477,6 +483,23 @@ func (*GateJobRecord) Type() MsgType   { return TypeGateJobRecord }
 func (*DatacenterLease) Type() MsgType { return TypeDatacenterLease }
 func (*LeaseTransfer) Type() MsgType   { return TypeLeaseTransfer }
 func (*LeaseAck) Type() MsgType        { return TypeLeaseAck }
+
+// GateRecordRequest asks another gate for one job's record: the gate leader
+// sends it when a datacenter reports a job it does not hold. The answer is
+// the GateJobRecord, or a CodeNotFound error.
+type GateRecordRequest struct {
+	JobID string `cbor:"1,keyasint"`
+}
+
+// ManagerStatusRequest asks a manager for its ManagerHeartbeat now, rather
+// than when SWIM next carries it: a new gate leader seeds its datacenter
+// table with the answers.
+type ManagerStatusRequest struct {
+	RequesterID string `cbor:"1,keyasint"`
+}
+
+func (*GateRecordRequest) Type() MsgType    { return TypeGateRecordRequest }
+func (*ManagerStatusRequest) Type() MsgType { return TypeManagerStatusRequest }
 
 // ---- Registration and heartbeats ---------------------------------------------------------
 
