@@ -38,6 +38,10 @@ type jobEntry struct {
 	// nextAbortCheck throttles the mid-run threshold checks, each of which
 	// merges every datacenter's histograms.
 	nextAbortCheck time.Time
+	// placing is set while a new job's record is being stored on a
+	// majority of gates, and closed once that is decided: a submission of
+	// the same id meanwhile waits for it rather than answer too early.
+	placing chan struct{}
 }
 
 func newJobEntry(rec wire.GateJobRecord) *jobEntry {
@@ -237,13 +241,9 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	if s.JobID == "" {
 		s.JobID = fmt.Sprintf("j-%016x", g.ids.Next())
 	}
-	g.mu.Lock()
-	if j, ok := g.jobs[s.JobID]; ok {
-		dcs := j.datacentersLocked()
-		g.mu.Unlock()
-		return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
+	if ack, err := g.existing(ctx, s.JobID); ack != nil || err != nil {
+		return ack, err
 	}
-	g.mu.Unlock()
 
 	dcs, err := chooseDatacenters(g.dcs.health(g.cfg.HealthTimeout), s.Datacenters, s.DatacenterCount)
 	if wire.CodeOf(err) == wire.CodeUnavailable {
@@ -272,28 +272,38 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 		rec.Datacenters = append(rec.Datacenters, wire.JobProgress{JobID: s.JobID, Datacenter: dc, Status: wire.JobSubmitted})
 	}
 	g.mu.Lock()
-	if _, ok := g.jobs[s.JobID]; ok {
-		g.mu.Unlock()
-		return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
+	if old, ok := g.jobs[s.JobID]; ok {
+		if !old.rec.Withdrawn {
+			// Another submission of this id got here first.
+			g.mu.Unlock()
+			return g.existing(ctx, s.JobID)
+		}
+		// Placed afresh: the new record's version outranks the withdrawn
+		// one's everywhere.
+		old.wakeLocked()
 	}
 	j := newJobEntry(rec)
 	for _, dc := range dcs {
 		j.send[dc] = true
 	}
+	j.placing = make(chan struct{})
 	g.jobs[s.JobID] = j
 	stored := g.commitLocked(j)
 	g.mu.Unlock()
 
 	log := g.log.With("job_id", s.JobID)
 	if err := g.store.put(stored); err != nil {
+		g.placed(j)
 		g.forget(s.JobID)
 		return nil, fmt.Errorf("persist job %s: %w", s.JobID, err)
 	}
 	if err := g.replicateQuorum(ctx, stored); err != nil {
-		log.Warn("job refused: not replicated to a majority of gates", "err", err)
-		g.forget(s.JobID)
+		err = g.withdraw(j, err)
+		g.placed(j)
+		log.Warn("job not acknowledged: not stored on a majority of gates", "err", err)
 		return nil, err
 	}
+	g.placed(j)
 	log.Info("job submitted", "name", s.Name, "datacenters", dcs, "workflows", len(s.Workflows))
 
 	// First attempt now, so the client hears about a datacenter that
@@ -355,7 +365,9 @@ func (g *Gate) forget(id string) {
 func (g *Gate) sendToDC(lt *leaderTerm, id, dc string) error {
 	g.mu.Lock()
 	j, ok := g.jobs[id]
-	if !ok || j.inFlight[dc] || !j.send[dc] {
+	// A job still being stored on a majority of gates goes nowhere yet: it
+	// may be withdrawn.
+	if !ok || j.inFlight[dc] || !j.send[dc] || j.placing != nil {
 		g.mu.Unlock()
 		return nil
 	}

@@ -477,6 +477,10 @@ type GateJobRecord struct {
 	// Version grows with every change the leader makes; of two copies the
 	// higher version wins.
 	Version uint64 `cbor:"8,keyasint"`
+	// Withdrawn marks a job that was never stored on a majority of gates
+	// and was withdrawn before any datacenter got it: it never runs, and a
+	// re-submission under the same id places it afresh.
+	Withdrawn bool `cbor:"18,keyasint,omitempty"`
 }
 
 func (*GateJobRecord) Type() MsgType   { return TypeGateJobRecord }
