@@ -16,14 +16,17 @@ import (
 // within HealthTimeout and would refuse a job with "0 are healthy" though
 // every datacenter is fine. A new leader seeds its table before it serves,
 // and a submit that finds too few healthy datacenters seeds it once more
-// before refusing. It returns how many managers answered.
+// before refusing. Managers SWIM holds dead are not asked, and the asking
+// ends (within DispatchTimeout) once every known datacenter has a healthy
+// leader, so a dead manager does not hold a takeover up. It returns how
+// many managers answered.
 func (g *Gate) seedDatacenters(ctx context.Context) int {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.DispatchTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var answered atomic.Int32
 	for _, m := range g.dcs.all() {
-		if m.addr == "" {
+		if m.addr == "" || !m.alive {
 			continue
 		}
 		wg.Go(func() {
@@ -39,10 +42,23 @@ func (g *Gate) seedDatacenters(ctx context.Context) int {
 			}
 			g.dcs.answered(hb)
 			answered.Add(1)
+			if g.allHealthy() {
+				cancel()
+			}
 		})
 	}
 	wg.Wait()
 	n := int(answered.Load())
 	g.log.Info("datacenter table seeded from the managers", "answered", n)
 	return n
+}
+
+// allHealthy reports whether every datacenter the table knows is healthy.
+func (g *Gate) allHealthy() bool {
+	for _, h := range g.dcs.health(g.cfg.HealthTimeout) {
+		if !h.Healthy {
+			return false
+		}
+	}
+	return true
 }
