@@ -26,16 +26,19 @@ type lookupResult struct {
 }
 
 // lookupJob asks every other gate for job id's record, within
-// DispatchTimeout, and adopts the newest copy any of them holds.
+// DispatchTimeout, and adopts the newest copy it got. It stops asking once
+// a gate has the job or a majority said it has none.
 func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.DispatchTimeout)
+	var wg sync.WaitGroup
+	// Returning early cancels the calls still out, and waits for them.
+	defer wg.Wait()
 	defer cancel()
 	type answer struct {
 		rec *wire.GateJobRecord
 		err error
 	}
 	answers := make(chan answer, len(g.peerIDs))
-	var wg sync.WaitGroup
 	for _, peer := range g.peerIDs {
 		wg.Go(func() {
 			reply, err := g.tr.Call(ctx, g.peers[peer], &wire.GateRecordRequest{JobID: id})
@@ -51,11 +54,10 @@ func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 			answers <- answer{rec: rec}
 		})
 	}
-	wg.Wait()
-	close(answers)
 	res := lookupResult{absent: 1}
 	var newest *wire.GateJobRecord
-	for a := range answers {
+	for range g.peerIDs {
+		a := <-answers
 		switch {
 		case a.err == nil:
 			if newest == nil || a.rec.Version > newest.Version {
@@ -63,6 +65,9 @@ func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 			}
 		case wire.CodeOf(a.err) == wire.CodeNotFound:
 			res.absent++
+		}
+		if newest != nil || res.absent >= g.quorumSize {
+			break
 		}
 	}
 	if newest != nil {
