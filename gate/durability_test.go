@@ -169,7 +169,10 @@ func TestSyncKeepsPagesAndResumes(t *testing.T) {
 		return true
 	})
 	ids := []string{"g1", "g2", "g3"}
-	hg := &hubGates{t: t, hub: hub, ids: ids, gates: map[string]*Gate{}, stop: map[string]func(){}, dirs: map[string]string{}}
+	// A round long enough that a page asked for is not lost to its
+	// timeout on a busy machine.
+	hg := &hubGates{t: t, hub: hub, ids: ids, gates: map[string]*Gate{}, stop: map[string]func(){}, dirs: map[string]string{},
+		tune: func(c *Config) { c.SyncTimeout = 5 * time.Second }}
 	hg.start("g1", time.Minute)
 	hg.start("g2", time.Minute)
 	hg.observe(1)
@@ -187,7 +190,7 @@ func TestSyncKeepsPagesAndResumes(t *testing.T) {
 	late := hg.gates["g3"]
 	// One record per page: the two pages it got are kept though the
 	// read never completed.
-	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		n := 0
 		for _, id := range jobs {
 			if holds(late, id) {
@@ -300,7 +303,8 @@ func TestSyncPagesStayUnderTheMessageCap(t *testing.T) {
 			t.Fatalf("g1 did not take %s", id)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// Records of megabytes through the codec, under -race: generous.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	peer := transport.Peer{NodeID: "g2"}
 	req := &wire.StateSyncRequest{RequesterID: "g2", RequesterRole: wire.RoleGate}

@@ -27,7 +27,9 @@ type lookupResult struct {
 
 // lookupJob asks every other gate for job id's record, within
 // DispatchTimeout, and adopts the newest copy it got. It stops asking once
-// a gate has the job or a majority said it has none.
+// a gate has the job; a majority saying it has none is not enough to stop,
+// since the one gate that has it (a copy whose submission was answered
+// outcome_unknown, taken over by a later leader) may answer last.
 func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.DispatchTimeout)
 	var wg sync.WaitGroup
@@ -66,7 +68,7 @@ func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 		case wire.CodeOf(a.err) == wire.CodeNotFound:
 			res.absent++
 		}
-		if newest != nil || res.absent >= g.quorumSize {
+		if newest != nil {
 			break
 		}
 	}
