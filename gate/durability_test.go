@@ -340,14 +340,49 @@ func TestSyncPagesStayUnderTheMessageCap(t *testing.T) {
 		}
 	}
 
+	// A record grown past one message with its datacenters' histograms is
+	// sent without them (the submission, leases and statuses are what a
+	// successor needs), not left out of the sync.
+	hist := make([]byte, 4<<20)
+	heavy := &wire.GateJobRecord{Submission: wire.JobSubmission{JobID: "j-heavy"}, Status: wire.JobRunning, Version: 8}
+	for _, d := range []string{"east", "west", "north"} {
+		heavy.Datacenters = append(heavy.Datacenters, wire.JobProgress{JobID: "j-heavy", Datacenter: d, Status: wire.JobRunning, TotalCompleted: 5,
+			Workflows: []wire.WorkflowProgress{{WorkflowName: "nap", StepStats: []wire.StepStats{{StepName: "s", Histogram: hist}}}}})
+	}
+	if src.adopt(heavy) == nil {
+		t.Fatal("g1 did not take j-heavy")
+	}
+	if _, _, err := dst.fetchRecords(ctx, "g1", syncCursor{7, "j-big-3"}); err != nil {
+		t.Fatalf("sync of a record grown past one message: %v", err)
+	}
+	got, _, ok := dst.record("j-heavy")
+	if !ok || len(got.Datacenters) != 3 || got.Datacenters[2].TotalCompleted != 5 || got.Datacenters[0].Workflows[0].StepStats != nil {
+		t.Fatalf("g2 holds j-heavy as %+v (%v); want its statuses and counts without histograms", got.Datacenters, ok)
+	}
+
 	huge := &wire.GateJobRecord{Submission: wire.JobSubmission{JobID: "j-huge"}, Status: wire.JobRunning,
-		Error: strings.Repeat("y", wire.MaxMessageSize), Version: 8}
+		Error: strings.Repeat("y", wire.MaxMessageSize), Version: 9}
 	if src.adopt(huge) == nil {
 		t.Fatal("g1 did not take j-huge")
 	}
-	_, _, err := dst.fetchRecords(ctx, "g1", syncCursor{7, "j-big-3"})
+	_, _, err := dst.fetchRecords(ctx, "g1", syncCursor{8, "j-heavy"})
 	if wire.CodeOf(err) != wire.CodeTooLarge || !strings.Contains(err.Error(), "j-huge") {
 		t.Fatalf("sync of an oversized record: %v; want a too_large error naming j-huge", err)
+	}
+
+	// A job whose record could never reach the other gates is refused
+	// before anything is stored.
+	leader := hg.leader(10*time.Second, ids...)
+	job := sleepJob()
+	job.JobID, job.Name = "j-toolarge", strings.Repeat("n", wire.MaxMessageSize)
+	hg.observe(1)
+	if _, err := leader.Submit(ctx, job); wire.CodeOf(err) != wire.CodeTooLarge {
+		t.Fatalf("submit of a job too large for one message: %v; want too_large", err)
+	}
+	for _, g := range hg.gates {
+		if holds(g, job.JobID) {
+			t.Fatalf("%s holds the refused job", g.ID())
+		}
 	}
 }
 

@@ -114,11 +114,23 @@ func (g *Gate) save(recs ...*wire.GateJobRecord) {
 	if err := g.store.put(recs...); err != nil {
 		g.log.Error("persist job records", "err", err)
 	}
+	out := make([]*wire.GateJobRecord, 0, len(recs))
+	for _, r := range recs {
+		fit, _, shed, err := fitRecord(r)
+		if err != nil {
+			g.log.Warn("replicate job record: too large to send", "job_id", r.Submission.JobID, "err", err)
+			continue
+		}
+		if shed != "" {
+			g.log.Warn("replicate job record: too large for a message; sent without "+shed, "job_id", r.Submission.JobID)
+		}
+		out = append(out, fit)
+	}
 	g.spawn(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
 		defer cancel()
 		for _, id := range g.peerIDs {
-			for _, r := range recs {
+			for _, r := range out {
 				if err := g.tr.Send(ctx, g.peers[id], r); err != nil {
 					g.log.Debug("replicate job record", "peer", id, "job_id", r.Submission.JobID, "err", err)
 				}
@@ -270,6 +282,14 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 			ExpiresAt: now.Add(g.cfg.LeaseTTL).UnixNano(),
 		})
 		rec.Datacenters = append(rec.Datacenters, wire.JobProgress{JobID: s.JobID, Datacenter: dc, Status: wire.JobSubmitted})
+	}
+	// A record that cannot reach the other gates in one message could
+	// never be acknowledged: refuse it before anything is stored.
+	if b, err := wire.Marshal(&rec); err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", s.JobID, err)
+	} else if len(b) > maxRecordBytes {
+		return nil, wire.Errorf(wire.CodeTooLarge, "job %s: its record is %d bytes, more than the %d one message between gates holds (data files count)",
+			s.JobID, len(b), maxRecordBytes)
 	}
 	g.mu.Lock()
 	if old, ok := g.jobs[s.JobID]; ok {

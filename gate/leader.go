@@ -257,17 +257,14 @@ func (g *Gate) merge(recs []wire.GateJobRecord) (int, error) {
 	return len(stored), nil
 }
 
-// maxSyncPage bounds one state-sync answer, whatever SyncPageBytes says:
-// the message cap less room for the envelope and the answer's other fields.
-const maxSyncPage = wire.MaxMessageSize - 64<<10
-
 // handleStateSync answers another gate's state sync with one page of
 // records after the request's (SinceVersion, SinceJobID), in (version, job
 // id) order: at least one whole record and then as many as fit in
-// SyncPageBytes. More says whether pages remain; CurrentVersion is the
-// newest version this gate has. A record too large for any message is an
-// error the asker sees, naming the job, rather than an answer the transport
-// cannot carry.
+// SyncPageBytes, never more than one message holds. More says whether
+// pages remain; CurrentVersion is the newest version this gate has. A
+// record too large for a message goes lighter (fitRecord); one too large
+// even then is an error the asker sees, naming the job, rather than an
+// answer the transport cannot carry.
 func (g *Gate) handleStateSync(_ context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
 	if !g.isPeer(from.NodeID) {
 		return nil, wire.Errorf(wire.CodeRejected, "gate state is only shared with configured gates")
@@ -290,23 +287,23 @@ func (g *Gate) handleStateSync(_ context.Context, from transport.Peer, req *wire
 	slices.SortFunc(recs, func(a, b wire.GateJobRecord) int {
 		return cmp.Or(cmp.Compare(a.Version, b.Version), cmp.Compare(a.Submission.JobID, b.Submission.JobID))
 	})
-	limit := min(g.cfg.SyncPageBytes, maxSyncPage)
+	limit := min(g.cfg.SyncPageBytes, maxRecordBytes)
 	size := 0
-	for _, r := range recs {
-		b, err := wire.Marshal(&r)
+	for i := range recs {
+		r, b, shed, err := fitRecord(&recs[i])
 		if err != nil {
-			return nil, fmt.Errorf("encode job %s: %w", r.Submission.JobID, err)
-		}
-		if len(resp.GateJobs) == 0 && len(b) > maxSyncPage {
-			return nil, wire.Errorf(wire.CodeTooLarge, "job %s: record of %d bytes does not fit a state-sync answer (at most %d)",
-				r.Submission.JobID, len(b), maxSyncPage)
+			g.log.Warn("state sync: a job record cannot be sent", "job_id", recs[i].Submission.JobID, "err", err)
+			return nil, err
 		}
 		if len(resp.GateJobs) > 0 && size+len(b) > limit {
 			resp.More = true
 			break
 		}
+		if shed != "" {
+			g.log.Warn("state sync: job record too large for a message; sent without "+shed, "job_id", r.Submission.JobID)
+		}
 		size += len(b)
-		resp.GateJobs = append(resp.GateJobs, r)
+		resp.GateJobs = append(resp.GateJobs, *r)
 	}
 	return resp, nil
 }

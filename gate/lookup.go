@@ -92,7 +92,8 @@ func (g *Gate) handleRecordRequest(_ context.Context, from transport.Peer, req *
 	if !ok || g.expired(&rec, g.now()) {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", req.JobID)
 	}
-	return &rec, nil
+	out, _, _, err := fitRecord(&rec)
+	return out, err
 }
 
 // unknownReport answers a datacenter's report for a job this leader does
