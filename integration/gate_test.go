@@ -187,6 +187,7 @@ func TestGateLateJoinerSyncsBeforeLeading(t *testing.T) {
 			others = append(others, g)
 		}
 	}
+	killed := time.Now()
 	if err := c.Kill(late); err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +199,7 @@ func TestGateLateJoinerSyncsBeforeLeading(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := c.submit(gatedJob("late-joiner", "http://"+tgt.Addr(), 2, "1s", 1))
+	t.Logf("first submit after the gate leader was killed accepted %s later", time.Since(killed).Round(time.Millisecond))
 	done := c.waitStatus(id, 60*time.Second, terminal)
 	if done.Status != wire.JobCompleted {
 		t.Fatalf("job ended %s: %s", done.Status, done.Error)
