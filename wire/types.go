@@ -69,6 +69,12 @@ const (
 	// asking a manager for its heartbeat.
 	TypeGateRecordRequest    MsgType = 110
 	TypeManagerStatusRequest MsgType = 111
+
+	// RainStorm pipelines: tuples between tasks, checkpoints to the store.
+	TypeRainstormBatch         MsgType = 120
+	TypeRainstormBatchAck      MsgType = 121
+	TypeRainstormCheckpoint    MsgType = 122
+	TypeRainstormCheckpointAck MsgType = 123
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -157,6 +163,11 @@ var catalogue = map[MsgType]typeInfo{
 	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
 	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
 	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+
+	TypeRainstormBatch:         {"RainstormBatch", ClassDispatch, func() Message { return new(RainstormBatch) }},
+	TypeRainstormBatchAck:      {"RainstormBatchAck", ClassDispatch, func() Message { return new(RainstormBatchAck) }},
+	TypeRainstormCheckpoint:    {"RainstormCheckpoint", ClassControl, func() Message { return new(RainstormCheckpoint) }},
+	TypeRainstormCheckpointAck: {"RainstormCheckpointAck", ClassControl, func() Message { return new(RainstormCheckpointAck) }},
 }
 
 func (t MsgType) String() string {
