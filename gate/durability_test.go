@@ -28,11 +28,27 @@ type fakeEast struct {
 	tr       transport.Transport
 	version  atomic.Uint64
 	statuses atomic.Int32 // status requests answered
+
+	mu      sync.Mutex
+	cancels map[string]uint64 // job id -> fence token of the last CancelJob
+}
+
+func (e *fakeEast) cancelled(id string) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cancels[id]
 }
 
 func newFakeEast(t *testing.T, hub *transport.Hub) *fakeEast {
-	e := &fakeEast{tr: hub.Node("east-1")}
+	e := &fakeEast{tr: hub.Node("east-1"), cancels: map[string]uint64{}}
 	t.Cleanup(func() { e.tr.Close() })
+	e.tr.Handle(wire.TypeCancelJob, func(_ context.Context, _ transport.Peer, m wire.Message) (wire.Message, error) {
+		c := m.(*wire.CancelJob)
+		e.mu.Lock()
+		e.cancels[c.JobID] = c.FenceToken
+		e.mu.Unlock()
+		return &wire.CancelAck{JobID: c.JobID, Cancelled: true}, nil
+	})
 	e.tr.Handle(wire.TypeJobSubmission, func(_ context.Context, _ transport.Peer, m wire.Message) (wire.Message, error) {
 		return &wire.JobAck{JobID: m.(*wire.JobSubmission).JobID, Accepted: true}, nil
 	})
@@ -277,11 +293,22 @@ func TestReportForAJobTheLeaderLacks(t *testing.T) {
 	if ack, err := east.report(leader.ID(), &wire.JobProgress{JobID: "j-nowhere", Status: wire.JobRunning}); err != nil || ack.Cancel {
 		t.Fatalf("report while no gate could be asked: %+v, %v; want no cancel", ack, err)
 	}
-	// A majority says there is no such job: it stops.
+	if east.cancelled("j-nowhere") != 0 {
+		t.Fatal("the datacenter was told to cancel a job whose gates did not all answer")
+	}
+	// A majority says there is no such job: it stops, told under a token
+	// from the leader's term (managers obey an answer's cancel only from
+	// the lease holder).
 	dropLookups.Store(false)
 	if ack, err := east.report(leader.ID(), &wire.JobProgress{JobID: "j-nowhere", Status: wire.JobRunning}); err != nil || !ack.Cancel {
 		t.Fatalf("report for a job no gate holds: %+v, %v; want a cancel", ack, err)
 	}
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if tok := east.cancelled("j-nowhere"); tok>>32 != leader.elector.Status().Term {
+			return fmt.Errorf("cancel token %d, want one from term %d", tok, leader.elector.Status().Term)
+		}
+		return nil
+	})
 }
 
 // Sync pages hold at least one whole record, split inside one version when

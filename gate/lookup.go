@@ -110,11 +110,23 @@ func (g *Gate) unknownReport(ctx context.Context, lt *leaderTerm, jp *wire.JobPr
 		return nil, true
 	case res.absent >= g.quorumSize:
 		// A majority holds no such job: it was never acknowledged (or is
-		// past retention), and nobody will read its results.
-		ack.Cancel = !jp.Status.Terminal()
-		if ack.Cancel {
-			log.Warn("a datacenter reported a job no majority of gates holds; telling it to stop", "gates_without_it", res.absent)
+		// past retention), and nobody will read its results. Managers obey
+		// a Cancel in an answer only from the job's lease holder, which
+		// this gate is not, so the datacenter is told with a CancelJob
+		// under a token from this term: newer than any it holds.
+		if jp.Status.Terminal() {
+			return ack, false
 		}
+		token := lt.nextToken()
+		ack.Cancel, ack.FenceToken = true, token
+		log.Warn("a datacenter reported a job no majority of gates holds; telling it to stop", "gates_without_it", res.absent, "fence_token", token)
+		g.spawn(func(context.Context) {
+			ctx, cancel := context.WithTimeout(lt.ctx, g.cfg.DispatchTimeout)
+			defer cancel()
+			if err := g.callDC(ctx, jp.Datacenter, &wire.CancelJob{JobID: jp.JobID, Reason: "no gate holds this job", FenceToken: token}); err != nil {
+				log.Warn("cancel of a job no gate holds not delivered; its next report asks again", "err", err)
+			}
+		})
 		return ack, false
 	default:
 		// Not enough gates answered to tell: the datacenter goes on and
