@@ -103,6 +103,11 @@ func answerFor(err error) (errorAnswer, bool) {
 		}
 	case wire.CodeNoQuorum, wire.CodeUnavailable:
 		a.status = http.StatusServiceUnavailable
+	case wire.CodeOutcomeUnknown:
+		a.status = http.StatusServiceUnavailable
+		if a.retryAfter <= 0 {
+			a.retryAfter = time.Second
+		}
 	default:
 		// Internal, and codes that only make sense node to node (unknown
 		// type, no handler): the client cannot act on them.

@@ -250,6 +250,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	g.spawn(g.initialSync)
 	g.spawn(g.healthLoop)
 	g.spawn(g.blobGCLoop)
+	g.spawn(g.retentionLoop)
 	if g.members != nil && len(g.cfg.Join) > 0 {
 		g.spawn(g.joinLoop)
 	}
@@ -442,6 +443,7 @@ func (g *Gate) registerHandlers() {
 	handle(g, wire.TypeJobProgress, g.handleJobProgress)
 	handle(g, wire.TypeGateJobRecord, g.handleRecord)
 	handle(g, wire.TypeStateSyncRequest, g.handleStateSync)
+	handle(g, wire.TypeGateRecordRequest, g.handleRecordRequest)
 }
 
 func (g *Gate) isPeer(id string) bool {

@@ -403,6 +403,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
 	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
 	m.registerBlobHandlers()
+	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
 }
 
 // isPeer reports whether id is another configured manager. Transport ids

@@ -395,6 +395,10 @@ type StateSyncRequest struct {
 	RequesterRole NodeRole `cbor:"2,keyasint"`
 	SinceVersion  uint64   `cbor:"3,keyasint,omitempty"`
 	Term          uint64   `cbor:"4,keyasint,omitempty"`
+	// SinceJobID, with SinceVersion, resumes a gate's paged answer inside
+	// one version: records are ordered by (version, job id), and the next
+	// page starts after this pair.
+	SinceJobID string `cbor:"14,keyasint,omitempty"`
 	// JobsAfter asks a manager for the page of its snapshot after this job
 	// id (ManagerStateSnapshot.NextAfter of the previous page); "" is the
 	// first page.
@@ -409,6 +413,8 @@ type StateSyncResponse struct {
 	ManagerState   *ManagerStateSnapshot `cbor:"4,keyasint,omitempty"`
 	// GateJobs is a gate's answer: every job it knows, leases included.
 	GateJobs []GateJobRecord `cbor:"5,keyasint,omitempty"`
+	// More says a gate's answer has further pages.
+	More bool `cbor:"15,keyasint,omitempty"`
 }
 
 // WorkerStateSnapshot is a worker's truth about the work it runs.
@@ -493,12 +499,33 @@ type GateJobRecord struct {
 	// Version grows with every change the leader makes; of two copies the
 	// higher version wins.
 	Version uint64 `cbor:"8,keyasint"`
+	// Withdrawn marks a job that was never stored on a majority of gates
+	// and was withdrawn before any datacenter got it: it never runs, and a
+	// re-submission under the same id places it afresh.
+	Withdrawn bool `cbor:"18,keyasint,omitempty"`
 }
 
 func (*GateJobRecord) Type() MsgType   { return TypeGateJobRecord }
 func (*DatacenterLease) Type() MsgType { return TypeDatacenterLease }
 func (*LeaseTransfer) Type() MsgType   { return TypeLeaseTransfer }
 func (*LeaseAck) Type() MsgType        { return TypeLeaseAck }
+
+// GateRecordRequest asks another gate for one job's record: the gate leader
+// sends it when a datacenter reports a job it does not hold. The answer is
+// the GateJobRecord, or a CodeNotFound error.
+type GateRecordRequest struct {
+	JobID string `cbor:"1,keyasint"`
+}
+
+// ManagerStatusRequest asks a manager for its ManagerHeartbeat now, rather
+// than when SWIM next carries it: a new gate leader seeds its datacenter
+// table with the answers.
+type ManagerStatusRequest struct {
+	RequesterID string `cbor:"1,keyasint"`
+}
+
+func (*GateRecordRequest) Type() MsgType    { return TypeGateRecordRequest }
+func (*ManagerStatusRequest) Type() MsgType { return TypeManagerStatusRequest }
 
 // ---- Registration and heartbeats ---------------------------------------------------------
 

@@ -65,6 +65,11 @@ const (
 	TypeLeaderHeartbeat    MsgType = 84
 	TypeLeaderHeartbeatAck MsgType = 85
 
+	// Gate durability: a gate asking the others for one job's record, and
+	// asking a manager for its heartbeat.
+	TypeGateRecordRequest    MsgType = 110
+	TypeManagerStatusRequest MsgType = 111
+
 	// RainStorm pipelines: tuples between tasks, checkpoints to the store.
 	TypeRainstormBatch         MsgType = 120
 	TypeRainstormBatchAck      MsgType = 121
@@ -156,6 +161,9 @@ var catalogue = map[MsgType]typeInfo{
 	TypeLeaseTransfer:   {"LeaseTransfer", ClassControl, func() Message { return new(LeaseTransfer) }},
 	TypeLeaseAck:        {"LeaseAck", ClassControl, func() Message { return new(LeaseAck) }},
 	TypeGateJobRecord:   {"GateJobRecord", ClassControl, func() Message { return new(GateJobRecord) }},
+
+	TypeGateRecordRequest:    {"GateRecordRequest", ClassControl, func() Message { return new(GateRecordRequest) }},
+	TypeManagerStatusRequest: {"ManagerStatusRequest", ClassControl, func() Message { return new(ManagerStatusRequest) }},
 
 	TypeWorkerRegistration: {"WorkerRegistration", ClassControl, func() Message { return new(WorkerRegistration) }},
 	TypeRegistrationAck:    {"RegistrationAck", ClassControl, func() Message { return new(RegistrationAck) }},
