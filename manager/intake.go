@@ -21,7 +21,7 @@ import (
 //   - a true refusal (ErrNoQuorum, the job FAILED here) when every peer
 //     certainly did not store it (it answered with a refusal, or the request
 //     certainly never reached it), so nothing anywhere can run it;
-//   - otherwise "outcome unknown" (also ErrNoQuorum, saying so): some peer
+//   - otherwise "outcome unknown" (ErrOutcomeUnknown, as gates answer): some peer
 //     may hold the job, so it may still run. The leader keeps trying to
 //     store it on a majority and places it once it has; a resubmission with
 //     the same job id (the API's Idempotency-Key) finds it, retries the
@@ -137,7 +137,7 @@ func (m *Manager) unknownOutcome(id string, res intakeResult, why string) error 
 	if why != "" {
 		why = " (" + why + ")"
 	}
-	return wire.Errorf(wire.CodeNoQuorum, "no quorum: %d of %d managers confirmed storing job %s%s; outcome unknown: "+
+	return wire.Errorf(wire.CodeOutcomeUnknown, "no quorum: %d of %d managers confirmed storing job %s%s; outcome unknown: "+
 		"it runs if a majority comes to hold it; resubmit with the same Idempotency-Key to learn which",
 		1+res.stored, len(m.cfg.Peers), id, why)
 }

@@ -130,7 +130,7 @@ func TestOutcomeUnknownThenResubmitFindsIt(t *testing.T) {
 	sub := sleepJob(t, "maybe", 1, 1, 200*time.Millisecond)
 	sub.JobID = "j-maybe"
 	_, err := l.Submit(context.Background(), sub)
-	if !errors.Is(err, wire.ErrNoQuorum) || !strings.Contains(err.Error(), "outcome unknown") {
+	if !errors.Is(err, wire.ErrOutcomeUnknown) || !strings.Contains(err.Error(), "outcome unknown") {
 		t.Fatalf("Submit with every answer lost = %v, want no quorum with the outcome unknown", err)
 	}
 	if toks := w.dispatchTokens(workflowID(sub.JobID, 0)); len(toks) != 0 {

@@ -111,6 +111,7 @@ var (
 	ErrNotLeader       = &Error{Code: CodeNotLeader}
 	ErrStaleFence      = &Error{Code: CodeStaleFence}
 	ErrNoQuorum        = &Error{Code: CodeNoQuorum}
+	ErrOutcomeUnknown  = &Error{Code: CodeOutcomeUnknown}
 	ErrUnavailable     = &Error{Code: CodeUnavailable}
 	ErrNoHandler       = &Error{Code: CodeNoHandler}
 )
