@@ -3,6 +3,7 @@ package security
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -28,6 +29,7 @@ const (
 	envelopeInfo   = "tempest envelope v1"
 	memberlistInfo = "tempest memberlist keyring v1"
 	resetInfo      = "tempest quic stateless reset v1 "
+	proofInfo      = "tempest connection proof v1"
 )
 
 // Errors from Open. They are returned wrapped with context; test with
@@ -74,6 +76,7 @@ type secretKey struct {
 	id         uint32
 	secret     []byte
 	memberlist []byte // keySize bytes
+	proof      []byte // keySize bytes: HMAC key for connection proofs
 }
 
 // NewKeyring builds a keyring that sends with current and accepts current
@@ -132,10 +135,13 @@ func newKeySet(current, previous string) (*keySet, error) {
 }
 
 func newSecretKey(secret string) (*secretKey, error) {
-	sk := &secretKey{secret: []byte(secret), memberlist: make([]byte, keySize)}
+	sk := &secretKey{secret: []byte(secret), memberlist: make([]byte, keySize), proof: make([]byte, keySize)}
 	sk.id = keyID(sk.secret)
 	if _, err := io.ReadFull(hkdf.New(sha256.New, sk.secret, nil, []byte(memberlistInfo)), sk.memberlist); err != nil {
 		return nil, fmt.Errorf("derive memberlist key for %08x: %w", sk.id, err)
+	}
+	if _, err := io.ReadFull(hkdf.New(sha256.New, sk.secret, nil, []byte(proofInfo)), sk.proof); err != nil {
+		return nil, fmt.Errorf("derive proof key for %08x: %w", sk.id, err)
 	}
 	return sk, nil
 }
@@ -154,6 +160,37 @@ func (k *Keyring) StatelessResetKey(node string) ([32]byte, error) {
 		return key, fmt.Errorf("derive stateless reset key: %w", err)
 	}
 	return key, nil
+}
+
+// ProofSize is the length of a connection proof.
+const ProofSize = sha256.Size
+
+// Prove returns an HMAC-SHA256 over transcript under a key derived from the
+// current secret, and that secret's id. The transport uses it for the hello
+// that opens every connection: the transcript names the TLS session (an
+// exporter value), so a proof cannot be replayed on another connection, and
+// a relay in the middle, which holds two TLS sessions, cannot forward one.
+func (k *Keyring) Prove(transcript []byte) (keyID uint32, proof []byte) {
+	sk := k.keys.Load().send
+	m := hmac.New(sha256.New, sk.proof)
+	m.Write(transcript)
+	return sk.id, m.Sum(nil)
+}
+
+// VerifyProof checks a proof made by Prove with the accepted secret named by
+// keyID, in constant time. Errors wrap ErrUnknownKey or ErrAuthFailed.
+func (k *Keyring) VerifyProof(keyID uint32, transcript, proof []byte) error {
+	ks := k.keys.Load()
+	sk := ks.lookup(keyID)
+	if sk == nil {
+		return fmt.Errorf("proof: key id %08x is not accepted (accepting %s): %w", keyID, ks.idList(), ErrUnknownKey)
+	}
+	m := hmac.New(sha256.New, sk.proof)
+	m.Write(transcript)
+	if !hmac.Equal(m.Sum(nil), proof) {
+		return fmt.Errorf("proof with key %08x: %w", keyID, ErrAuthFailed)
+	}
+	return nil
 }
 
 // SendKeyID is the id of the secret Seal uses.

@@ -470,3 +470,35 @@ func BenchmarkOpen1KiB(b *testing.B) {
 		}
 	}
 }
+
+func TestProofBindsSecretAndTranscript(t *testing.T) {
+	a, err := NewKeyring(secretOld, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, proof := a.Prove([]byte("session one"))
+	if err := a.VerifyProof(id, []byte("session one"), proof); err != nil {
+		t.Fatalf("own proof refused: %v", err)
+	}
+	if err := a.VerifyProof(id, []byte("session two"), proof); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("proof moved to another transcript: want ErrAuthFailed, got %v", err)
+	}
+	if err := a.VerifyProof(id^1, []byte("session one"), proof); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("unknown key id: want ErrUnknownKey, got %v", err)
+	}
+	// During a rotation the previous secret's proofs are accepted, and
+	// dropped with it.
+	b, err := NewKeyring(secretNew, secretOld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.VerifyProof(id, []byte("session one"), proof); err != nil {
+		t.Fatalf("previous secret's proof refused mid-rotation: %v", err)
+	}
+	if err := b.Reload(secretNew, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.VerifyProof(id, []byte("session one"), proof); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("proof with a removed secret: want ErrUnknownKey, got %v", err)
+	}
+}

@@ -13,9 +13,11 @@ import (
 // genuinely sealed frame may open.
 func FuzzOpenFrame(f *testing.F) {
 	sender := newFuzzNode(f, "fuzz-sender")
+	channel := bytes.Repeat([]byte{7}, channelLen)
+	w := &streamWriter{sealer: sender.keys.NewStreamSealer(), recipient: "fuzz-recv", channel: channel}
 	for _, typ := range wire.Types() {
 		m, _ := wire.New(typ)
-		_, frame, err := sender.seal(sender.keys.NewStreamSealer(), m, 0, 0)
+		_, frame, err := sender.seal(w, m, 0, 0)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -26,11 +28,12 @@ func FuzzOpenFrame(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	recv := newFuzzNode(f, "fuzz-recv")
 	f.Fuzz(func(t *testing.T, data []byte) {
-		payload, _, err := readFrame(bytes.NewReader(data), nil)
+		payload, _, err := readFrame(bytes.NewReader(data), nil, maxFrameLen)
 		if err != nil {
 			return
 		}
-		env, msg, oerr := recv.open(payload, "fuzz", recv.keys.NewStreamOpener())
+		conn := &servedConn{peerID: "fuzz-sender", channel: channel, remote: "fuzz"}
+		env, msg, oerr := recv.open(payload, conn, recv.keys.NewStreamOpener())
 		if oerr == nil {
 			if env == nil || msg == nil || msg.Type() != env.Type {
 				t.Fatalf("opened inconsistently: %v %v", env, msg)
@@ -58,4 +61,46 @@ func newFuzzNode(f *testing.F, id string) *QUIC {
 	}
 	f.Cleanup(func() { tr.Close() })
 	return tr
+}
+
+// FuzzHello feeds arbitrary bytes through the listener's and the dialer's
+// hello decoders and proof checks, the only code that reads a connection
+// before it has proven the secret. It must never panic, never accept a
+// frame over wire.MaxHelloSize, and never verify a proof it did not get
+// from a holder of the secret for this channel.
+func FuzzHello(f *testing.F) {
+	node := newFuzzNode(f, "fuzz-hello")
+	channel := bytes.Repeat([]byte{9}, channelLen)
+	keyID, proof := node.keys.Prove(helloTranscript(helloClient, channel, "dialer"))
+	good, _ := wire.Marshal(&wire.Hello{NodeID: "dialer", KeyID: keyID, Proof: proof})
+	f.Add(appendFrame(nil, good))
+	ackID, ackProof := node.keys.Prove(helloTranscript(helloServer, channel, "listener", "fuzz-hello"))
+	ack, _ := wire.Marshal(&wire.HelloAck{NodeID: "listener", KeyID: ackID, Proof: ackProof})
+	f.Add(appendFrame(nil, ack))
+	f.Add([]byte{0, 0, 4, 1})
+	f.Add(appendFrame(nil, []byte{0xa3, 0x01, 0x60, 0x02, 0x00, 0x03, 0x40}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		payload, _, err := readFrame(bytes.NewReader(data), nil, wire.MaxHelloSize)
+		if err != nil {
+			return
+		}
+		if len(payload) > wire.MaxHelloSize {
+			t.Fatalf("read a hello of %d bytes", len(payload))
+		}
+		if h, err := wire.DecodeHello(payload); err == nil {
+			if h.NodeID == "" || len(h.NodeID) > wire.MaxSenderLen {
+				t.Fatalf("hello with node id %q decoded", h.NodeID)
+			}
+			verr := node.keys.VerifyProof(h.KeyID, helloTranscript(helloClient, channel, h.NodeID), h.Proof)
+			if verr == nil && (h.NodeID != "dialer" || !bytes.Equal(h.Proof, proof)) {
+				t.Fatalf("forged hello from %q verified", h.NodeID)
+			}
+		}
+		if a, err := wire.DecodeHelloAck(payload); err == nil {
+			verr := node.keys.VerifyProof(a.KeyID, helloTranscript(helloServer, channel, a.NodeID, "fuzz-hello"), a.Proof)
+			if verr == nil && (a.NodeID != "listener" || !bytes.Equal(a.Proof, ackProof)) {
+				t.Fatalf("forged hello ack from %q verified", a.NodeID)
+			}
+		}
+	})
 }

@@ -64,6 +64,11 @@ const (
 	TypeVoteResponse       MsgType = 83
 	TypeLeaderHeartbeat    MsgType = 84
 	TypeLeaderHeartbeatAck MsgType = 85
+
+	// Connection hello: the first frame each way on a new connection, before
+	// any envelope (transport/handshake.go). Never sent inside an envelope.
+	TypeHello    MsgType = 90
+	TypeHelloAck MsgType = 91
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -149,6 +154,9 @@ var catalogue = map[MsgType]typeInfo{
 	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
 	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
 	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+
+	TypeHello:    {"Hello", ClassControl, func() Message { return new(Hello) }},
+	TypeHelloAck: {"HelloAck", ClassControl, func() Message { return new(HelloAck) }},
 }
 
 func (t MsgType) String() string {
