@@ -62,6 +62,16 @@
 // then on refuses anything that old, so it may refuse a fresh message under
 // overload but never accepts a replay.
 //
-// RateLimiter is a token bucket per remote address and message class. A
-// refusal carries a retry-after so senders back off instead of losing work.
+// RateLimiter is a token bucket per source and message class; the transport
+// keys it by the node id a connection's hello proved (and, for new
+// connections, by source IP). A refusal carries a retry-after so senders
+// back off instead of losing work.
+//
+// # Proofs
+//
+// Keyring.Prove and VerifyProof are HMAC-SHA256 under a key derived from the
+// secret (HKDF info "tempest connection proof v1"), with the key id of the
+// secret, so they rotate exactly as envelopes do. The transport's connection
+// hello proves the secret over a TLS exporter value with them; the API's
+// followers vouch for a client's address with them.
 package security

@@ -72,21 +72,45 @@ func helloTranscript(label string, channel []byte, ids ...string) []byte {
 var errHelloTimeout = errors.New("hello timed out")
 
 // acceptHello runs the listener's side of the hello on a new inbound
-// connection and returns the dialer's proven node id and the channel
-// binding. Every failure is counted.
-func (t *QUIC) acceptHello(conn *quic.Conn) (string, []byte, error) {
+// connection and returns the dialer's proven node id, the channel binding
+// and, if the dialer opened its first stream so fast that it was accepted
+// here, that stream. Every failure is counted.
+func (t *QUIC) acceptHello(conn *quic.Conn) (string, []byte, *quic.Stream, error) {
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.Limits.HelloTimeout)
 	defer cancel()
 	s, err := conn.AcceptStream(ctx)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.stats.helloTimeouts.Add(1)
-			return "", nil, errHelloTimeout
+			return "", nil, nil, errHelloTimeout
 		}
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	defer s.Close()
 	defer s.CancelRead(codeStreamClosed)
+	// A dialer waits for our ack before it opens another stream, so a
+	// second stream now is a flood, not a peer: refuse the connection at
+	// once rather than let it sit on streams until the hello times out.
+	// answered is set just before the ack leaves: a stream accepted after
+	// that is the dialer's first real one, handed back to serveConn.
+	var answered atomic.Bool
+	var next *quic.Stream
+	early := make(chan struct{})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	go func() {
+		defer close(early)
+		s, err := conn.AcceptStream(watchCtx)
+		if err != nil {
+			return
+		}
+		if answered.Load() {
+			next = s
+			return
+		}
+		t.stats.malformed.Add(1)
+		refuse(conn, "stream opened before the hello was answered")
+	}()
+	defer func() { stopWatch(); <-early }()
 	deadline, _ := ctx.Deadline()
 	s.SetDeadline(deadline)
 	frame, _, err := readFrame(s, nil, wire.MaxHelloSize)
@@ -96,37 +120,40 @@ func (t *QUIC) acceptHello(conn *quic.Conn) (string, []byte, error) {
 		switch {
 		case errors.As(err, &big):
 			t.stats.tooLarge.Add(1)
-			return "", nil, refuse(conn, big.Error())
+			return "", nil, nil, refuse(conn, big.Error())
 		case errors.As(err, &ne) && ne.Timeout():
 			t.stats.helloTimeouts.Add(1)
-			return "", nil, errHelloTimeout
+			return "", nil, nil, errHelloTimeout
 		}
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
 	h, err := wire.DecodeHello(frame)
 	if err != nil {
 		t.stats.malformed.Add(1)
-		return "", nil, refuse(conn, "malformed hello: "+err.Error())
+		return "", nil, nil, refuse(conn, "malformed hello: "+err.Error())
 	}
 	channel, err := channelBinding(conn)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	if err := t.keys.VerifyProof(h.KeyID, helloTranscript(helloClient, channel, h.NodeID), h.Proof); err != nil {
 		t.stats.authFailures.Add(1)
 		t.log.Debug("hello failed authentication", "remote", conn.RemoteAddr().String(), "claimed_sender", h.NodeID, "key_id", h.KeyID, "err", err)
-		return "", nil, refuse(conn, "hello did not verify with any accepted key (check AUTH_SECRET): "+err.Error())
+		return "", nil, nil, refuse(conn, "hello did not verify with any accepted key (check AUTH_SECRET): "+err.Error())
 	}
 	keyID, proof := t.keys.Prove(helloTranscript(helloServer, channel, t.cfg.NodeID, h.NodeID))
 	ack, err := wire.Marshal(&wire.HelloAck{NodeID: t.cfg.NodeID, KeyID: keyID, Proof: proof})
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
+	answered.Store(true)
 	if _, err := s.Write(appendFrame(nil, ack)); err != nil {
-		return "", nil, fmt.Errorf("hello ack: %w", err)
+		return "", nil, nil, fmt.Errorf("hello ack: %w", err)
 	}
-	return h.NodeID, channel, nil
+	stopWatch()
+	<-early
+	return h.NodeID, channel, next, nil
 }
 
 // refuse closes conn with the hello-refused code and reason.

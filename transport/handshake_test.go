@@ -19,11 +19,12 @@ import (
 
 // A peer without the secret can announce huge frames on many streams, but
 // the node reads nothing of them before a hello: its connection buffers at
-// most the pre-auth window, and is closed when the hello does not come.
+// most the pre-auth window, and is closed as soon as a stream beside the
+// hello's shows up.
 func TestUnauthenticatedConnectionIsBounded(t *testing.T) {
-	const window = 128 << 10
+	const window = 64 << 10
 	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) {
-		c.Limits.HelloTimeout = 1500 * time.Millisecond
+		c.Limits.HelloTimeout = 10 * time.Second
 		c.Limits.PreAuthWindow = window
 	}})
 	echo(b, nil)
@@ -71,6 +72,31 @@ func TestUnauthenticatedConnectionIsBounded(t *testing.T) {
 	if n := written.Load(); n > window+64<<10 {
 		t.Fatalf("an unauthenticated peer got %d bytes accepted, window is %d", n, window)
 	}
+	<-conn.Context().Done()
+	var ae *quic.ApplicationError
+	if err := context.Cause(conn.Context()); !errors.As(err, &ae) || ae.ErrorCode != codeHelloRefused {
+		t.Fatalf("want the connection refused, got %v", err)
+	}
+	if s := b.Stats(); s.MessagesIn != 0 || s.Malformed != 1 {
+		t.Fatalf("messages in %d (want 0), malformed %d (want 1) from a peer that never said hello", s.MessagesIn, s.Malformed)
+	}
+}
+
+// A hello that never completes is cut off at HelloTimeout and counted.
+func TestSlowHelloTimesOut(t *testing.T) {
+	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.Limits.HelloTimeout = 500 * time.Millisecond }})
+	conn := dialRawConn(t, b.Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	hs, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs.Write([]byte{0, 0, 0, 100}) // a hello of 100 bytes is coming...
+	for i := 0; conn.Context().Err() == nil && i < 50; i++ {
+		hs.Write([]byte{0xa3}) // ...a byte at a time
+		time.Sleep(50 * time.Millisecond)
+	}
 	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if n := b.Stats().HelloTimeouts; n != 1 {
 			return fmt.Errorf("hello timeouts %d, want 1", n)
@@ -80,9 +106,6 @@ func TestUnauthenticatedConnectionIsBounded(t *testing.T) {
 		}
 		return nil
 	})
-	if s := b.Stats(); s.MessagesIn != 0 {
-		t.Fatalf("messages in %d from a peer that never said hello", s.MessagesIn)
-	}
 }
 
 // A hello announcing more than wire.MaxHelloSize is refused before it is

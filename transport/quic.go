@@ -300,7 +300,7 @@ func (t *QUIC) serveConn(conn *quic.Conn) {
 		t.mu.Unlock()
 	}()
 	remote := conn.RemoteAddr().String()
-	peerID, channel, err := t.acceptHello(conn)
+	peerID, channel, first, err := t.acceptHello(conn)
 	if err != nil {
 		t.log.Debug("inbound connection failed its hello", "remote", remote, "err", err)
 		return
@@ -311,6 +311,10 @@ func (t *QUIC) serveConn(conn *quic.Conn) {
 		t.admission.authenticated(slot)
 	}
 	c := &servedConn{peerID: peerID, channel: channel, remote: remote}
+	if first != nil {
+		t.wg.Add(1)
+		go t.serveStream(c, first)
+	}
 	for {
 		s, err := conn.AcceptStream(t.ctx)
 		if err != nil {

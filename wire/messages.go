@@ -184,6 +184,9 @@ type WorkflowDispatch struct {
 	Timeout    time.Duration `cbor:"6,keyasint,omitempty"`
 	FenceToken uint64        `cbor:"7,keyasint"`
 	Attempt    int           `cbor:"8,keyasint,omitempty"`
+	// Worker names the worker this dispatch is for; a worker refuses one
+	// addressed to another (an insider replaying it elsewhere).
+	Worker string `cbor:"18,keyasint,omitempty"`
 }
 
 // WorkflowDispatchAck answers a WorkflowDispatch.
