@@ -20,8 +20,9 @@ import (
 //
 //	X-Tempest-Client: <ip> <unix ms> <key id, hex> <proof, base64url>
 //
-// where proof = Keyring.Prove("tempest api client v1" ‖ ip ‖ unix ms). An
-// API client holds only the bearer token, so it cannot make one.
+// where proof = Keyring.Prove(manager tier, "tempest api client v1" ‖ ip ‖
+// unix ms). An API client holds only the bearer token, and a worker only the
+// worker key, so neither can make one.
 const clientHeader = "X-Tempest-Client"
 
 const (
@@ -40,7 +41,10 @@ func clientTranscript(ip string, ms int64) []byte {
 // signClient makes the header value for ip.
 func signClient(keys *security.Keyring, ip string, now time.Time) string {
 	ms := now.UnixMilli()
-	id, proof := keys.Prove(clientTranscript(ip, ms))
+	id, proof, err := keys.Prove(security.TierManager, clientTranscript(ip, ms))
+	if err != nil {
+		return "" // a node without a manager key vouches for nobody
+	}
 	return fmt.Sprintf("%s %d %08x %s", ip, ms, id, base64.RawURLEncoding.EncodeToString(proof))
 }
 
@@ -65,7 +69,7 @@ func verifyClient(keys *security.Keyring, v string, now time.Time) (string, erro
 	if err != nil {
 		return "", fmt.Errorf("%s: proof: %w", clientHeader, err)
 	}
-	if err := keys.VerifyProof(uint32(id), clientTranscript(f[0], ms), proof); err != nil {
+	if err := keys.VerifyProof(security.TierManager, uint32(id), clientTranscript(f[0], ms), proof); err != nil {
 		return "", fmt.Errorf("%s: %w", clientHeader, err)
 	}
 	return f[0], nil

@@ -66,7 +66,10 @@ func TestLeaderLimitsEachClientBehindAFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, proof := other.Prove([]byte("anything"))
+	id, proof, err := other.Prove(security.TierManager, []byte("anything"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := rawClientFrom(t, "127.0.0.3")
 	foreign := fmt.Sprintf("127.0.0.98 %d %08x %s", now.UnixMilli(), id, base64.RawURLEncoding.EncodeToString(proof))
 	for _, h := range []string{"127.0.0.99 0 00000000 AAAA", foreign} {

@@ -96,7 +96,9 @@ func (f *forwarder) proxyFor(leaderAPI string) (*httputil.ReverseProxy, error) {
 			// vouch for it; whatever header the client sent is replaced.
 			pr.Out.Header.Del(clientHeader)
 			if f.keys != nil {
-				pr.Out.Header.Set(clientHeader, signClient(f.keys, clientIP(pr.In), f.now()))
+				if v := signClient(f.keys, clientIP(pr.In), f.now()); v != "" {
+					pr.Out.Header.Set(clientHeader, v)
+				}
 			}
 		},
 		Transport: f.transport,

@@ -44,6 +44,7 @@ func (p Prom) Transport(tr transport.Transport) {
 	p.Counter("tempest_transport_conns_refused_total", "Inbound connections refused by a connection limit (per source IP or in total).", st.ConnsRefused)
 	p.Counter("tempest_transport_hello_timeouts_total", "Inbound connections closed for not completing their hello in time.", st.HelloTimeouts)
 	p.Counter("tempest_transport_too_large_total", "Frames announced over the size cap.", st.TooLarge)
+	p.Counter("tempest_transport_role_refused_total", "Requests of a type the sender's key tier may not send (a worker key sending a vote).", st.RoleRefused)
 	p.Counter("tempest_transport_replays_dropped_total", "Replayed or stale envelopes dropped.", st.ReplaysDropped)
 	p.Counter("tempest_transport_rate_limited_total", "Messages refused by rate limits.", st.RateLimited)
 	p.Counter("tempest_transport_malformed_total", "Undecodable frames, envelopes or bodies.", st.Malformed)

@@ -239,7 +239,7 @@ func TestHostileNetworkWithoutTheSecret(t *testing.T) {
 // An insider's captured envelope is served once, on the connection it was
 // sealed for; replayed on the same connection it is dropped, and on a new
 // connection to the same node, to another node, or to the node after a
-// restart it does not open.
+// restart it does not open. A worker's key cannot send manager messages.
 func TestCapturedEnvelopeIsNotReplayable(t *testing.T) {
 	c := startCluster(t, 3, 1, 1)
 	leader := c.leader()
@@ -281,6 +281,37 @@ func TestCapturedEnvelopeIsNotReplayable(t *testing.T) {
 	expect("replay on the same connection", first, captured, attack.Silent)
 	expect("replay on a new connection to the same node", session(ln.QUIC), captured, attack.Unauthenticated)
 	expect("replay to another node", session(on.QUIC), captured, attack.Unauthenticated)
+
+	// A stolen worker key (what a worker host holds) seals only what workers
+	// send: the manager refuses a vote or a commit sealed with it.
+	workerSecret, err := security.DeriveRoleSecret(c.Secret(), security.TierWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerKeys, err := security.NewKeyring(workerSecret, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen, err := a.Hello(ctx, ln.QUIC, "stolen-worker", workerKeys)
+	if err != nil {
+		t.Fatalf("hello with a worker key: %v", err)
+	}
+	t.Cleanup(stolen.Close)
+	for _, msg := range []wire.Message{&wire.VoteRequest{Term: 1 << 40, Candidate: "stolen-worker"}, &wire.ProvisionCommit{JobID: "j", WorkflowID: "w"}, &wire.JobSubmission{}} {
+		frame, err := stolen.Seal(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		expect(msg.Type().String()+" with a worker key", stolen, frame, attack.Rejected)
+	}
+	ping, err := stolen.Seal(&wire.Ping{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("ping with a worker key", stolen, ping, attack.Accepted)
+	if m, err := scrape("http://" + ln.API); err != nil || m["tempest_transport_role_refused_total"] != 3 {
+		t.Fatalf("leader counted %v role refusals (%v), want 3", m["tempest_transport_role_refused_total"], err)
+	}
 	if err := c.Kill(leader); err != nil {
 		t.Fatal(err)
 	}

@@ -225,6 +225,7 @@ type peer struct {
 	// remoteID and channel are what the connection's hello proved: the
 	// peer's node id and the channel binding.
 	remoteID string
+	tier     security.Tier
 	channel  []byte
 	streams  []*clientStream
 	dialing  chan struct{} // closed when the dial in progress ends
@@ -379,7 +380,7 @@ func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
 
 // dialPeer connects p in the background and publishes the outcome.
 func (t *QUIC) dialPeer(p *peer, done chan struct{}) {
-	conn, remoteID, channel, err := t.dial(t.ctx, p.addr)
+	conn, remoteID, tier, channel, err := t.dial(t.ctx, p.addr)
 	if err == nil && t.isClosing() {
 		conn.CloseWithError(codeNormalClose, "node closing")
 		conn, err = nil, ErrClosed
@@ -387,7 +388,7 @@ func (t *QUIC) dialPeer(p *peer, done chan struct{}) {
 	p.mu.Lock()
 	p.dialing, p.dialErr = nil, err
 	if err == nil {
-		p.conn, p.remoteID, p.channel = conn, remoteID, channel
+		p.conn, p.remoteID, p.tier, p.channel = conn, remoteID, tier, channel
 		p.streams = make([]*clientStream, t.cfg.StreamsPerPeer)
 	}
 	p.mu.Unlock()
@@ -406,8 +407,8 @@ func (t *QUIC) pickStream(ctx context.Context, p *peer) (*clientStream, error) {
 		return nil, fmt.Errorf("open stream to %s: %w: %v", p.addr, ErrNotDelivered, err)
 	}
 	s := &clientStream{
-		w:       newStreamWriter(qs, t.keys.NewStreamSealer(), p.remoteID, p.channel),
-		opener:  t.keys.NewStreamOpener(),
+		w:       newStreamWriter(qs, t.keys.NewStreamSealer(p.tier), p.remoteID, p.channel),
+		opener:  t.keys.NewStreamOpener(p.tier),
 		owner:   p,
 		pending: make(map[uint64]chan result),
 	}
@@ -422,25 +423,25 @@ func (t *QUIC) pickStream(ctx context.Context, p *peer) (*clientStream, error) {
 
 // dial connects to addr and runs the hello, returning the connection, the
 // peer's proven node id and the channel binding.
-func (t *QUIC) dial(ctx context.Context, addr string) (*quic.Conn, string, []byte, error) {
+func (t *QUIC) dial(ctx context.Context, addr string) (*quic.Conn, string, security.Tier, []byte, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("resolve %s: %w: %v", addr, ErrNotDelivered, err)
+		return nil, "", 0, nil, fmt.Errorf("resolve %s: %w: %v", addr, ErrNotDelivered, err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
 	defer cancel()
 	conn, err := t.tr.Dial(dctx, ua, t.clientTLS, t.quicConf)
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, err)
+		return nil, "", 0, nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, err)
 	}
-	remoteID, channel, err := t.dialHello(dctx, conn, addr)
+	remoteID, tier, channel, err := t.dialHello(dctx, conn, addr)
 	if err != nil {
 		conn.CloseWithError(codeNormalClose, "hello failed")
-		return nil, "", nil, err
+		return nil, "", 0, nil, err
 	}
 	t.authed.Store(conn, struct{}{})
 	context.AfterFunc(conn.Context(), func() { t.authed.Delete(conn) })
-	return conn, remoteID, channel, nil
+	return conn, remoteID, tier, channel, nil
 }
 
 // readReplies demultiplexes replies on one outbound stream to their callers.

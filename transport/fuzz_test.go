@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"tempest/security"
 	"tempest/wire"
 )
 
@@ -14,7 +15,7 @@ import (
 func FuzzOpenFrame(f *testing.F) {
 	sender := newFuzzNode(f, "fuzz-sender")
 	channel := bytes.Repeat([]byte{7}, channelLen)
-	w := &streamWriter{sealer: sender.keys.NewStreamSealer(), recipient: "fuzz-recv", channel: channel}
+	w := &streamWriter{sealer: sender.keys.NewStreamSealer(security.TierCluster), recipient: "fuzz-recv", channel: channel}
 	for _, typ := range wire.Types() {
 		m, _ := wire.New(typ)
 		_, frame, err := sender.seal(w, m, 0, 0)
@@ -32,8 +33,8 @@ func FuzzOpenFrame(f *testing.F) {
 		if err != nil {
 			return
 		}
-		conn := &servedConn{peerID: "fuzz-sender", channel: channel, remote: "fuzz"}
-		env, msg, oerr := recv.open(payload, conn, recv.keys.NewStreamOpener())
+		conn := &servedConn{peerID: "fuzz-sender", tier: security.TierCluster, channel: channel, remote: "fuzz"}
+		env, msg, oerr := recv.open(payload, conn, recv.keys.NewStreamOpener(security.TierCluster))
 		if oerr == nil {
 			if env == nil || msg == nil || msg.Type() != env.Type {
 				t.Fatalf("opened inconsistently: %v %v", env, msg)
@@ -71,14 +72,21 @@ func newFuzzNode(f *testing.F, id string) *QUIC {
 func FuzzHello(f *testing.F) {
 	node := newFuzzNode(f, "fuzz-hello")
 	channel := bytes.Repeat([]byte{9}, channelLen)
-	keyID, proof := node.keys.Prove(helloTranscript(helloClient, channel, "dialer"))
-	good, _ := wire.Marshal(&wire.Hello{NodeID: "dialer", KeyID: keyID, Proof: proof})
+	tier := security.TierCluster
+	keyID, proof, err := node.keys.Prove(tier, helloTranscript(helloClient, tier, channel, "dialer"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, _ := wire.Marshal(&wire.Hello{NodeID: "dialer", Proofs: []wire.HelloProof{{Tier: uint8(tier), KeyID: keyID, Proof: proof}}})
 	f.Add(appendFrame(nil, good))
-	ackID, ackProof := node.keys.Prove(helloTranscript(helloServer, channel, "listener", "fuzz-hello"))
-	ack, _ := wire.Marshal(&wire.HelloAck{NodeID: "listener", KeyID: ackID, Proof: ackProof})
+	ackID, ackProof, err := node.keys.Prove(tier, helloTranscript(helloServer, tier, channel, "listener", "fuzz-hello"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	ack, _ := wire.Marshal(&wire.HelloAck{NodeID: "listener", Proof: wire.HelloProof{Tier: uint8(tier), KeyID: ackID, Proof: ackProof}})
 	f.Add(appendFrame(nil, ack))
 	f.Add([]byte{0, 0, 4, 1})
-	f.Add(appendFrame(nil, []byte{0xa3, 0x01, 0x60, 0x02, 0x00, 0x03, 0x40}))
+	f.Add(appendFrame(nil, []byte{0xa2, 0x01, 0x60, 0x02, 0x80}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		payload, _, err := readFrame(bytes.NewReader(data), nil, wire.MaxHelloSize)
 		if err != nil {
@@ -88,17 +96,21 @@ func FuzzHello(f *testing.F) {
 			t.Fatalf("read a hello of %d bytes", len(payload))
 		}
 		if h, err := wire.DecodeHello(payload); err == nil {
-			if h.NodeID == "" || len(h.NodeID) > wire.MaxSenderLen {
-				t.Fatalf("hello with node id %q decoded", h.NodeID)
+			if h.NodeID == "" || len(h.NodeID) > wire.MaxSenderLen || len(h.Proofs) == 0 || len(h.Proofs) > wire.MaxHelloTiers {
+				t.Fatalf("hello %+v decoded", h)
 			}
-			verr := node.keys.VerifyProof(h.KeyID, helloTranscript(helloClient, channel, h.NodeID), h.Proof)
-			if verr == nil && (h.NodeID != "dialer" || !bytes.Equal(h.Proof, proof)) {
-				t.Fatalf("forged hello from %q verified", h.NodeID)
+			for _, p := range h.Proofs {
+				pt := security.Tier(p.Tier)
+				verr := node.keys.VerifyProof(pt, p.KeyID, helloTranscript(helloClient, pt, channel, h.NodeID), p.Proof)
+				if verr == nil && (h.NodeID != "dialer" || pt != tier || !bytes.Equal(p.Proof, proof)) {
+					t.Fatalf("forged hello from %q verified", h.NodeID)
+				}
 			}
 		}
 		if a, err := wire.DecodeHelloAck(payload); err == nil {
-			verr := node.keys.VerifyProof(a.KeyID, helloTranscript(helloServer, channel, a.NodeID, "fuzz-hello"), a.Proof)
-			if verr == nil && (a.NodeID != "listener" || !bytes.Equal(a.Proof, ackProof)) {
+			pt := security.Tier(a.Proof.Tier)
+			verr := node.keys.VerifyProof(pt, a.Proof.KeyID, helloTranscript(helloServer, pt, channel, a.NodeID, "fuzz-hello"), a.Proof.Proof)
+			if verr == nil && (a.NodeID != "listener" || !bytes.Equal(a.Proof.Proof, ackProof)) {
 				t.Fatalf("forged hello ack from %q verified", a.NodeID)
 			}
 		}

@@ -2,14 +2,14 @@ package transport
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"encoding/binary"
 
 	"github.com/quic-go/quic-go"
 
@@ -55,11 +55,12 @@ func channelBinding(conn *quic.Conn) ([]byte, error) {
 	return b, nil
 }
 
-// helloTranscript is what a hello proof covers: the role of the prover, the
-// channel binding and the node ids known at that point.
-func helloTranscript(label string, channel []byte, ids ...string) []byte {
+// helloTranscript is what a hello proof covers: the side of the prover,
+// the key tier, the channel binding and the node ids known at that point.
+func helloTranscript(label string, tier security.Tier, channel []byte, ids ...string) []byte {
 	b := make([]byte, 0, len(label)+len(channel)+64)
 	b = append(b, label...)
+	b = append(b, byte(tier))
 	b = append(b, channel...)
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, uint64(len(id)))
@@ -72,19 +73,19 @@ func helloTranscript(label string, channel []byte, ids ...string) []byte {
 var errHelloTimeout = errors.New("hello timed out")
 
 // acceptHello runs the listener's side of the hello on a new inbound
-// connection and returns the dialer's proven node id, the channel binding
-// and, if the dialer opened its first stream so fast that it was accepted
-// here, that stream. Every failure is counted.
-func (t *QUIC) acceptHello(conn *quic.Conn) (string, []byte, *quic.Stream, error) {
+// connection and returns what it proved (the dialer's node id, the link's
+// key tier, the channel binding) and, if the dialer opened its first stream
+// so fast that it was accepted here, that stream. Every failure is counted.
+func (t *QUIC) acceptHello(conn *quic.Conn) (*servedConn, *quic.Stream, error) {
 	ctx, cancel := context.WithTimeout(t.ctx, t.cfg.Limits.HelloTimeout)
 	defer cancel()
 	s, err := conn.AcceptStream(ctx)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			t.stats.helloTimeouts.Add(1)
-			return "", nil, nil, errHelloTimeout
+			return nil, nil, errHelloTimeout
 		}
-		return "", nil, nil, err
+		return nil, nil, err
 	}
 	defer s.Close()
 	defer s.CancelRead(codeStreamClosed)
@@ -120,40 +121,62 @@ func (t *QUIC) acceptHello(conn *quic.Conn) (string, []byte, *quic.Stream, error
 		switch {
 		case errors.As(err, &big):
 			t.stats.tooLarge.Add(1)
-			return "", nil, nil, refuse(conn, big.Error())
+			return nil, nil, refuse(conn, big.Error())
 		case errors.As(err, &ne) && ne.Timeout():
 			t.stats.helloTimeouts.Add(1)
-			return "", nil, nil, errHelloTimeout
+			return nil, nil, errHelloTimeout
 		}
-		return "", nil, nil, err
+		return nil, nil, err
 	}
 	t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
 	h, err := wire.DecodeHello(frame)
 	if err != nil {
 		t.stats.malformed.Add(1)
-		return "", nil, nil, refuse(conn, "malformed hello: "+err.Error())
+		return nil, nil, refuse(conn, "malformed hello: "+err.Error())
 	}
 	channel, err := channelBinding(conn)
 	if err != nil {
-		return "", nil, nil, err
+		return nil, nil, err
 	}
-	if err := t.keys.VerifyProof(h.KeyID, helloTranscript(helloClient, channel, h.NodeID), h.Proof); err != nil {
+	// The link's tier is the highest tier of the dialer's proofs that this
+	// node holds too and that verifies: the lower of the two nodes' tiers.
+	own := t.keys.Tier()
+	var link security.Tier
+	var lastErr error
+	for _, p := range slices.SortedFunc(slices.Values(h.Proofs), func(a, b wire.HelloProof) int { return int(b.Tier) - int(a.Tier) }) {
+		tier := security.Tier(p.Tier)
+		if tier > own {
+			continue
+		}
+		if lastErr = t.keys.VerifyProof(tier, p.KeyID, helloTranscript(helloClient, tier, channel, h.NodeID), p.Proof); lastErr == nil {
+			link = tier
+			break
+		}
+	}
+	if link == security.TierNone {
 		t.stats.authFailures.Add(1)
-		t.log.Debug("hello failed authentication", "remote", conn.RemoteAddr().String(), "claimed_sender", h.NodeID, "key_id", h.KeyID, "err", err)
-		return "", nil, nil, refuse(conn, "hello did not verify with any accepted key (check AUTH_SECRET): "+err.Error())
+		t.log.Debug("hello failed authentication", "remote", conn.RemoteAddr().String(), "claimed_sender", h.NodeID, "err", lastErr)
+		reason := "hello did not verify with any accepted key (check AUTH_SECRET)"
+		if lastErr != nil {
+			reason += ": " + lastErr.Error()
+		}
+		return nil, nil, refuse(conn, reason)
 	}
-	keyID, proof := t.keys.Prove(helloTranscript(helloServer, channel, t.cfg.NodeID, h.NodeID))
-	ack, err := wire.Marshal(&wire.HelloAck{NodeID: t.cfg.NodeID, KeyID: keyID, Proof: proof})
+	keyID, proof, err := t.keys.Prove(link, helloTranscript(helloServer, link, channel, t.cfg.NodeID, h.NodeID))
 	if err != nil {
-		return "", nil, nil, err
+		return nil, nil, refuse(conn, "hello: "+err.Error())
+	}
+	ack, err := wire.Marshal(&wire.HelloAck{NodeID: t.cfg.NodeID, Proof: wire.HelloProof{Tier: uint8(link), KeyID: keyID, Proof: proof}})
+	if err != nil {
+		return nil, nil, err
 	}
 	answered.Store(true)
 	if _, err := s.Write(appendFrame(nil, ack)); err != nil {
-		return "", nil, nil, fmt.Errorf("hello ack: %w", err)
+		return nil, nil, fmt.Errorf("hello ack: %w", err)
 	}
 	stopWatch()
 	<-early
-	return h.NodeID, channel, next, nil
+	return &servedConn{peerID: h.NodeID, tier: link, channel: channel, remote: conn.RemoteAddr().String()}, next, nil
 }
 
 // refuse closes conn with the hello-refused code and reason.
@@ -163,45 +186,56 @@ func refuse(conn *quic.Conn, reason string) error {
 }
 
 // dialHello runs the dialer's side of the hello on a connection we just
-// dialed and returns the listener's proven node id and the channel binding.
-// A refusal comes back as a *wire.Error (unauthenticated), which callers
-// and breakers treat as an answer from a live peer.
-func (t *QUIC) dialHello(ctx context.Context, conn *quic.Conn, addr string) (string, []byte, error) {
+// dialed and returns the listener's proven node id, the link's key tier and
+// the channel binding. A refusal comes back as a *wire.Error
+// (unauthenticated), which callers and breakers treat as an answer from a
+// live peer.
+func (t *QUIC) dialHello(ctx context.Context, conn *quic.Conn, addr string) (string, security.Tier, []byte, error) {
 	channel, err := channelBinding(conn)
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	s, err := conn.OpenStreamSync(ctx)
 	if err != nil {
-		return "", nil, helloErr(addr, err)
+		return "", 0, nil, helloErr(addr, err)
 	}
 	defer s.Close()
 	defer s.CancelRead(codeStreamClosed)
 	if d, ok := ctx.Deadline(); ok {
 		s.SetDeadline(d)
 	}
-	keyID, proof := t.keys.Prove(helloTranscript(helloClient, channel, t.cfg.NodeID))
-	hello, err := wire.Marshal(&wire.Hello{NodeID: t.cfg.NodeID, KeyID: keyID, Proof: proof})
+	// A proof for every tier we hold: the listener verifies the highest it
+	// holds too.
+	h := &wire.Hello{NodeID: t.cfg.NodeID}
+	for tier := t.keys.Tier(); tier >= security.TierWorker; tier-- {
+		keyID, proof, err := t.keys.Prove(tier, helloTranscript(helloClient, tier, channel, t.cfg.NodeID))
+		if err != nil {
+			return "", 0, nil, err
+		}
+		h.Proofs = append(h.Proofs, wire.HelloProof{Tier: uint8(tier), KeyID: keyID, Proof: proof})
+	}
+	hello, err := wire.Marshal(h)
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	if _, err := s.Write(appendFrame(nil, hello)); err != nil {
-		return "", nil, helloErr(addr, err)
+		return "", 0, nil, helloErr(addr, err)
 	}
 	frame, _, err := readFrame(s, nil, wire.MaxHelloSize)
 	if err != nil {
-		return "", nil, helloErr(addr, err)
+		return "", 0, nil, helloErr(addr, err)
 	}
 	ack, err := wire.DecodeHelloAck(frame)
 	if err != nil {
 		t.stats.malformed.Add(1)
-		return "", nil, fmt.Errorf("hello ack from %s: %w", addr, err)
+		return "", 0, nil, fmt.Errorf("hello ack from %s: %w", addr, err)
 	}
-	if err := t.keys.VerifyProof(ack.KeyID, helloTranscript(helloServer, channel, ack.NodeID, t.cfg.NodeID), ack.Proof); err != nil {
+	link := security.Tier(ack.Proof.Tier)
+	if err := t.keys.VerifyProof(link, ack.Proof.KeyID, helloTranscript(helloServer, link, channel, ack.NodeID, t.cfg.NodeID), ack.Proof.Proof); err != nil {
 		t.stats.authFailures.Add(1)
-		return "", nil, fmt.Errorf("hello ack from %s: %w", addr, &wire.Error{Code: wire.CodeUnauthenticated, Message: "listener did not prove the secret: " + err.Error()})
+		return "", 0, nil, fmt.Errorf("hello ack from %s: %w", addr, &wire.Error{Code: wire.CodeUnauthenticated, Message: "listener did not prove the secret: " + err.Error()})
 	}
-	return ack.NodeID, channel, nil
+	return ack.NodeID, link, channel, nil
 }
 
 // helloErr turns the listener closing the connection on our hello into the

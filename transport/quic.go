@@ -300,7 +300,7 @@ func (t *QUIC) serveConn(conn *quic.Conn) {
 		t.mu.Unlock()
 	}()
 	remote := conn.RemoteAddr().String()
-	peerID, channel, first, err := t.acceptHello(conn)
+	c, first, err := t.acceptHello(conn)
 	if err != nil {
 		t.log.Debug("inbound connection failed its hello", "remote", remote, "err", err)
 		return
@@ -310,7 +310,6 @@ func (t *QUIC) serveConn(conn *quic.Conn) {
 	if slot, ok := conn.Context().Value(connKey{}).(*connSlot); ok {
 		t.admission.authenticated(slot)
 	}
-	c := &servedConn{peerID: peerID, channel: channel, remote: remote}
 	if first != nil {
 		t.wg.Add(1)
 		go t.serveStream(c, first)
@@ -326,9 +325,11 @@ func (t *QUIC) serveConn(conn *quic.Conn) {
 }
 
 // servedConn is what an inbound connection's hello proved: who is on the
-// other end, and the channel binding its envelopes are sealed to.
+// other end, the key tier of the link, and the channel binding its
+// envelopes are sealed to.
 type servedConn struct {
 	peerID  string
+	tier    security.Tier
 	channel []byte
 	remote  string
 }
@@ -339,8 +340,8 @@ type servedConn struct {
 func (t *QUIC) serveStream(c *servedConn, s *quic.Stream) {
 	defer t.wg.Done()
 	remote := c.remote
-	w := newStreamWriter(s, t.keys.NewStreamSealer(), c.peerID, c.channel)
-	opener := t.keys.NewStreamOpener()
+	w := newStreamWriter(s, t.keys.NewStreamSealer(c.tier), c.peerID, c.channel)
+	opener := t.keys.NewStreamOpener(c.tier)
 	defer s.Close()
 	var buf []byte
 	for {
@@ -426,6 +427,13 @@ func (t *QUIC) open(frame []byte, c *servedConn, opener *security.StreamOpener) 
 		t.stats.authFailures.Add(1)
 		t.log.Debug("envelope names another sender than its connection's hello", "remote", remote, "hello", c.peerID, "claimed_sender", env.Sender)
 		return env, nil, &openError{reply: &wire.Error{Code: wire.CodeUnauthenticated, Message: "sender does not match the connection's hello"}, plain: true}
+	}
+	// A peer holding only a lower tier's key (a worker's) may send only the
+	// requests that tier sends; a stolen worker key cannot vote or commit.
+	if !wire.MaySend(uint8(c.tier), uint8(t.keys.Tier()), env.Type) {
+		t.stats.roleRefused.Add(1)
+		t.log.Debug("request type refused for the peer's key tier", "remote", remote, "sender", env.Sender, "tier", c.tier.String(), "type", env.Type)
+		return env, nil, &openError{reply: wire.Errorf(wire.CodeRejected, "%s refuses %s from a %s key", t.cfg.NodeID, env.Type, c.tier)}
 	}
 	// Keyed by the proven node id: a node's budget does not grow with the
 	// number of connections or source ports it uses.

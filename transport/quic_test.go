@@ -210,6 +210,7 @@ type rawClient struct {
 	s        *quic.Stream
 	as       *QUIC
 	remoteID string
+	tier     security.Tier
 	channel  []byte
 }
 
@@ -231,7 +232,7 @@ func dialRaw(t *testing.T, addr string, as *QUIC) *rawClient {
 	conn := dialRawConn(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	remoteID, channel, err := as.dialHello(ctx, conn, addr)
+	remoteID, tier, channel, err := as.dialHello(ctx, conn, addr)
 	if err != nil {
 		t.Fatalf("raw hello: %v", err)
 	}
@@ -239,13 +240,13 @@ func dialRaw(t *testing.T, addr string, as *QUIC) *rawClient {
 	if err != nil {
 		t.Fatalf("raw stream: %v", err)
 	}
-	return &rawClient{conn: conn, s: s, as: as, remoteID: remoteID, channel: channel}
+	return &rawClient{conn: conn, s: s, as: as, remoteID: remoteID, tier: tier, channel: channel}
 }
 
 // sealFor seals msg as r.as would for this connection.
 func (r *rawClient) sealFor(t *testing.T, msg wire.Message) (uint64, []byte) {
 	t.Helper()
-	id, frame, err := r.as.seal(&streamWriter{sealer: r.as.keys.NewStreamSealer(), recipient: r.remoteID, channel: r.channel}, msg, 0, 0)
+	id, frame, err := r.as.seal(&streamWriter{sealer: r.as.keys.NewStreamSealer(r.tier), recipient: r.remoteID, channel: r.channel}, msg, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

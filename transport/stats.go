@@ -17,6 +17,7 @@ type Stats struct {
 	AuthFailures   uint64 // hellos and envelopes that did not verify with any accepted key, or named another sender
 	ConnsRefused   uint64 // inbound connections refused by a connection limit
 	HelloTimeouts  uint64 // inbound connections closed for not completing their hello in time
+	RoleRefused    uint64 // requests of a type the peer's key tier may not send (a worker key sending a vote)
 	ReplaysDropped uint64 // duplicate ids, or timestamps outside the window
 	RateLimited    uint64 // refused with a retry-after
 	Malformed      uint64 // undecodable frames, envelopes or bodies
@@ -46,6 +47,7 @@ type counters struct {
 	rateLimited, malformed        atomic.Uint64
 	tooLarge, callErrors, breaker atomic.Uint64
 	connsRefused, helloTimeouts   atomic.Uint64
+	roleRefused                   atomic.Uint64
 
 	mu       sync.Mutex
 	breakers map[breakerKey]string
@@ -78,6 +80,7 @@ func (c *counters) snapshot() Stats {
 		AuthFailures:   c.authFailures.Load(),
 		ConnsRefused:   c.connsRefused.Load(),
 		HelloTimeouts:  c.helloTimeouts.Load(),
+		RoleRefused:    c.roleRefused.Load(),
 		ReplaysDropped: c.replaysDropped.Load(),
 		RateLimited:    c.rateLimited.Load(),
 		Malformed:      c.malformed.Load(),

@@ -624,22 +624,32 @@ func (*LeaderHeartbeatAck) Type() MsgType { return TypeLeaderHeartbeatAck }
 const MaxHelloSize = 1024
 
 // Hello is the first frame a dialer sends on a new connection: its node id
-// and a proof that it holds the cluster secret, bound to this TLS session
-// (see security.Keyring.Prove). Nothing else is read from a connection
-// until its Hello verifies.
+// and, for each key tier it holds (worker, manager, cluster: see
+// security.Tier), a proof of that key bound to this TLS session (see
+// security.Keyring.Prove). The listener verifies the highest tier it can;
+// that is the link's tier. Nothing else is read from a connection until its
+// Hello verifies.
 type Hello struct {
-	NodeID string `cbor:"1,keyasint"`
-	KeyID  uint32 `cbor:"2,keyasint"`
-	Proof  []byte `cbor:"3,keyasint"`
+	NodeID string       `cbor:"1,keyasint"`
+	Proofs []HelloProof `cbor:"2,keyasint"`
 }
 
+// HelloProof is one tier's proof in a Hello or HelloAck.
+type HelloProof struct {
+	Tier  uint8  `cbor:"1,keyasint"`
+	KeyID uint32 `cbor:"2,keyasint"`
+	Proof []byte `cbor:"3,keyasint"`
+}
+
+// MaxHelloTiers bounds the proofs in a Hello: one per key tier.
+const MaxHelloTiers = 3
+
 // HelloAck answers a Hello that verified: the listener's own node id and
-// proof. A refused Hello gets no ack: the listener closes the connection
-// with a reason instead.
+// its proof at the link's tier. A refused Hello gets no ack: the listener
+// closes the connection with a reason instead.
 type HelloAck struct {
-	NodeID string `cbor:"1,keyasint"`
-	KeyID  uint32 `cbor:"2,keyasint"`
-	Proof  []byte `cbor:"3,keyasint"`
+	NodeID string     `cbor:"1,keyasint"`
+	Proof  HelloProof `cbor:"2,keyasint"`
 }
 
 func (*Hello) Type() MsgType    { return TypeHello }
@@ -657,7 +667,27 @@ func DecodeHello(b []byte) (*Hello, error) {
 	if err := checkHelloNode(h.NodeID); err != nil {
 		return nil, err
 	}
+	if len(h.Proofs) == 0 || len(h.Proofs) > MaxHelloTiers {
+		return nil, &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: %d proofs, want 1..%d", len(h.Proofs), MaxHelloTiers)}
+	}
+	var seen [MaxHelloTiers + 1]bool
+	for _, p := range h.Proofs {
+		if err := checkHelloProof(p); err != nil {
+			return nil, err
+		}
+		if seen[p.Tier] {
+			return nil, &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: two proofs of tier %d", p.Tier)}
+		}
+		seen[p.Tier] = true
+	}
 	return &h, nil
+}
+
+func checkHelloProof(p HelloProof) error {
+	if p.Tier < 1 || p.Tier > MaxHelloTiers || len(p.Proof) != 32 {
+		return &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: proof of tier %d with %d bytes", p.Tier, len(p.Proof))}
+	}
+	return nil
 }
 
 // DecodeHelloAck decodes and checks an untrusted HelloAck.
@@ -670,6 +700,9 @@ func DecodeHelloAck(b []byte) (*HelloAck, error) {
 		return nil, &Error{Code: CodeMalformed, Message: "hello ack: " + err.Error()}
 	}
 	if err := checkHelloNode(h.NodeID); err != nil {
+		return nil, err
+	}
+	if err := checkHelloProof(h.Proof); err != nil {
 		return nil, err
 	}
 	return &h, nil

@@ -217,6 +217,7 @@ type Session struct {
 	Conn     *quic.Conn
 	NodeID   string
 	RemoteID string
+	Tier     security.Tier // the link's key tier the hello settled on
 	Channel  []byte
 	keys     *security.Keyring
 	ids      *wire.SnowflakeGenerator
@@ -246,8 +247,15 @@ func (a *Attacker) Hello(ctx context.Context, addr, nodeID string, keys *securit
 		return fail(err)
 	}
 	s.SetDeadline(time.Now().Add(5 * time.Second))
-	keyID, proof := keys.Prove(transcript(helloDialer, channel, nodeID))
-	b, err := wire.Marshal(&wire.Hello{NodeID: nodeID, KeyID: keyID, Proof: proof})
+	h := &wire.Hello{NodeID: nodeID}
+	for tier := keys.Tier(); tier >= security.TierWorker; tier-- {
+		keyID, proof, err := keys.Prove(tier, transcript(helloDialer, tier, channel, nodeID))
+		if err != nil {
+			return fail(err)
+		}
+		h.Proofs = append(h.Proofs, wire.HelloProof{Tier: uint8(tier), KeyID: keyID, Proof: proof})
+	}
+	b, err := wire.Marshal(h)
 	if err != nil {
 		return fail(err)
 	}
@@ -266,10 +274,11 @@ func (a *Attacker) Hello(ctx context.Context, addr, nodeID string, keys *securit
 	if err != nil {
 		return fail(err)
 	}
-	if err := keys.VerifyProof(ack.KeyID, transcript(helloListener, channel, ack.NodeID, nodeID), ack.Proof); err != nil {
+	tier := security.Tier(ack.Proof.Tier)
+	if err := keys.VerifyProof(tier, ack.Proof.KeyID, transcript(helloListener, tier, channel, ack.NodeID, nodeID), ack.Proof.Proof); err != nil {
 		return fail(fmt.Errorf("listener's proof: %w", err))
 	}
-	return &Session{Conn: conn, NodeID: nodeID, RemoteID: ack.NodeID, Channel: channel, keys: keys,
+	return &Session{Conn: conn, NodeID: nodeID, RemoteID: ack.NodeID, Tier: tier, Channel: channel, keys: keys,
 		ids: wire.NewSnowflakeGenerator(nodeID, nil)}, nil
 }
 
@@ -281,7 +290,7 @@ func (s *Session) Seal(msg wire.Message) ([]byte, error) {
 		return nil, err
 	}
 	env := &wire.Envelope{Version: wire.ProtocolVersion, Sender: s.NodeID, Type: msg.Type(), ID: s.ids.Next()}
-	sealed, err := s.keys.Seal(nil, env.BoundAAD(nil, s.RemoteID, s.Channel), body)
+	sealed, err := s.keys.NewStreamSealer(s.Tier).Seal(nil, env.BoundAAD(nil, s.RemoteID, s.Channel), body)
 	if err != nil {
 		return nil, err
 	}
@@ -305,10 +314,13 @@ const (
 	Unauthenticated
 	// Silent: no answer in time, as for a replay.
 	Silent
+	// Rejected: a sealed error reply with code rejected: the envelope
+	// opened, but its type is not one the sender's key tier may send.
+	Rejected
 )
 
 func (o Outcome) String() string {
-	return [...]string{"accepted", "refused (unauthenticated)", "no answer"}[o]
+	return [...]string{"accepted", "refused (unauthenticated)", "no answer", "rejected"}[o]
 }
 
 // Send writes frames on a new stream of the session and reports how the
@@ -338,20 +350,35 @@ func (s *Session) Send(ctx context.Context, wait time.Duration, frames ...[]byte
 		if err != nil {
 			return out, err
 		}
-		if env.Flags&wire.FlagPlainError != 0 {
+		switch {
+		case env.Flags&wire.FlagPlainError != 0:
 			out = append(out, Unauthenticated)
-		} else {
+		case env.Type == wire.TypeError && s.isRejected(env):
+			out = append(out, Rejected)
+		default:
 			out = append(out, Accepted)
 		}
 	}
 	return out, nil
 }
 
+// isRejected opens a sealed error reply and reports whether it is a
+// rejection.
+func (s *Session) isRejected(env *wire.Envelope) bool {
+	body, err := s.keys.NewStreamOpener(s.Tier).Open(env.KeyID, env.Salt, env.Nonce, env.BoundAAD(nil, s.NodeID, s.Channel), env.Body, nil)
+	if err != nil {
+		return false
+	}
+	var e wire.Error
+	return wire.Unmarshal(body, &e) == nil && e.Code == wire.CodeRejected
+}
+
 // Close ends the session.
 func (s *Session) Close() { s.Conn.CloseWithError(0, "") }
 
-func transcript(label string, channel []byte, ids ...string) []byte {
-	b := append([]byte(label), channel...)
+func transcript(label string, tier security.Tier, channel []byte, ids ...string) []byte {
+	b := append([]byte(label), byte(tier))
+	b = append(b, channel...)
 	for _, id := range ids {
 		b = binary.AppendUvarint(b, uint64(len(id)))
 		b = append(b, id...)
