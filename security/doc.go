@@ -6,10 +6,13 @@
 //
 // # Sealing
 //
-// Every node holds AUTH_SECRET (and, during a rotation, AUTH_SECRET_PREVIOUS).
-// A message is sealed with AES-256-GCM under a key derived for that message
-// alone: HKDF-SHA256(secret, salt, "tempest envelope v1") with a fresh 16-byte
-// random salt that travels beside the ciphertext. Deriving per message costs
+// Every node holds AUTH_SECRET, or the key of its role derived from it (see
+// Tier and DeriveRoleSecret: a worker host holds a key that derives nothing
+// above it), and during a rotation AUTH_SECRET_PREVIOUS likewise. A message is
+// sealed with AES-256-GCM under a key derived for that message alone:
+// HKDF-SHA256(tier key, salt, "tempest envelope v1") with a fresh 16-byte
+// random salt that travels beside the ciphertext; the tier is the lower of
+// the two nodes' tiers, settled by the transport's connection hello. Deriving per message costs
 // a few HMACs but buys two properties that matter more:
 //
 //   - Nonce reuse cannot happen. GCM breaks catastrophically if a nonce
