@@ -11,6 +11,10 @@ var (
 		TypeWorkerRegistration: true,
 		TypeWorkflowProgress:   true,
 		TypeWorkerHeartbeat:    true,
+		// RainStorm tasks run on workers: they send tuples to other tasks
+		// and checkpoints to the store on the managers.
+		TypeRainstormBatch:      true,
+		TypeRainstormCheckpoint: true,
 	}
 	managerRequests = map[MsgType]bool{
 		TypePing:             true,

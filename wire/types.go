@@ -69,6 +69,12 @@ const (
 	// any envelope (transport/handshake.go). Never sent inside an envelope.
 	TypeHello    MsgType = 90
 	TypeHelloAck MsgType = 91
+
+	// RainStorm pipelines: tuples between tasks, checkpoints to the store.
+	TypeRainstormBatch         MsgType = 120
+	TypeRainstormBatchAck      MsgType = 121
+	TypeRainstormCheckpoint    MsgType = 122
+	TypeRainstormCheckpointAck MsgType = 123
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -157,6 +163,11 @@ var catalogue = map[MsgType]typeInfo{
 
 	TypeHello:    {"Hello", ClassControl, func() Message { return new(Hello) }},
 	TypeHelloAck: {"HelloAck", ClassControl, func() Message { return new(HelloAck) }},
+
+	TypeRainstormBatch:         {"RainstormBatch", ClassDispatch, func() Message { return new(RainstormBatch) }},
+	TypeRainstormBatchAck:      {"RainstormBatchAck", ClassDispatch, func() Message { return new(RainstormBatchAck) }},
+	TypeRainstormCheckpoint:    {"RainstormCheckpoint", ClassControl, func() Message { return new(RainstormCheckpoint) }},
+	TypeRainstormCheckpointAck: {"RainstormCheckpointAck", ClassControl, func() Message { return new(RainstormCheckpointAck) }},
 }
 
 func (t MsgType) String() string {

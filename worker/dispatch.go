@@ -94,6 +94,7 @@ func (w *Worker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Me
 	if err != nil {
 		return w.refuseLocked(d, "%v", err), nil
 	}
+	w.contact.touch(w.now()) // a dispatch comes from a leader
 	e := w.startLocked(d, spec, runner, cores)
 	e.log.Info("workflow started", "type", spec.Type, "cores", cores, "fence", d.FenceToken, "attempt", d.Attempt)
 	return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: cores, AvailableCores: w.cores.Available()}, nil
