@@ -46,6 +46,7 @@ lint: ## gofmt and go vet
 chaos: ## Longer soak: thousands of seeded election simulations, repeated transport fault tests
 	TEMPEST_SIM_ITERS=5000 $(GO) test -race -count=1 -timeout 60m -run 'Simulation' ./leadership/
 	$(GO) test -race -count=20 -timeout 60m -run 'Breaker|Replay|Flood|Oversized|Close' ./transport/
+	TEMPEST_HOSTILE_SCALE=4 $(GO) test -race -count=1 -timeout 30m -run 'Hostile|Captured|APIAbuse' ./integration/
 
 .PHONY: clean
 clean: ## Remove build output

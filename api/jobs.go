@@ -195,6 +195,11 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) metricsText(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.MetricsToken != "" && !bearerMatches(r, s.cfg.MetricsToken) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tempest metrics"`)
+		writeErrorBody(w, http.StatusUnauthorized, ErrorBody{Code: CodeUnauthenticated, Error: "/metrics needs the metrics token"})
+		return
+	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	s.metrics.write(w, s.limiter.size())
 	if s.cfg.Metrics != nil {

@@ -62,6 +62,7 @@ func NewServer(cfg ServerConfig, backend Backend) *Server {
 		metrics:   newAPIMetrics(),
 	}
 	s.fwd = newForwarder(cfg.ForwardTLS, cfg.RequestTimeout, s.log, s.metrics)
+	s.fwd.keys, s.fwd.now = cfg.Keyring, cfg.Now
 	s.streams, s.cancelStream = context.WithCancel(context.Background())
 	s.handler = s.routes()
 	return s

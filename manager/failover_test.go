@@ -55,7 +55,7 @@ func TestWorkerDeathRetriesElsewhereNeverBack(t *testing.T) {
 	// A progress report from the superseded attempt (a worker SWIM wrongly
 	// declared dead) is told to stop.
 	resp, err := c.hub.Node("ghost").Call(context.Background(), l.ID(), &wire.WorkflowProgress{
-		JobID: ack.JobID, WorkflowID: wfID, Status: wire.WorkflowRunning, WorkerID: first, FenceToken: token1,
+		JobID: ack.JobID, WorkflowID: wfID, Status: wire.WorkflowRunning, FenceToken: token1,
 	})
 	if err != nil || !resp.(*wire.ProgressAck).Cancel {
 		t.Fatalf("stale progress answered %+v, %v; want cancel", resp, err)

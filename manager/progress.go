@@ -20,9 +20,11 @@ func (m *Manager) handleProgress(ctx context.Context, from transport.Peer, p *wi
 	if m.leading() == nil {
 		return nil, m.elector.NotLeaderError()
 	}
-	worker := p.WorkerID
-	if worker == "" {
-		worker = from.NodeID
+	// The sender is proven by the transport; a report naming another
+	// worker is refused, so a worker speaks only for itself.
+	worker := from.NodeID
+	if p.WorkerID != "" && p.WorkerID != worker {
+		return nil, wire.Errorf(wire.CodeRejected, "progress for %s names worker %s but comes from %s", p.WorkflowID, p.WorkerID, worker)
 	}
 	m.workers.seen(worker)
 	cancel := m.applyProgress(p, worker)
@@ -121,6 +123,12 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		if final {
 			m.workers.freed(worker, len(p.AssignedCores))
 		}
+		return !final
+	}
+	if p.FenceToken == w.rec.FenceToken && w.rec.Worker != "" && w.rec.Worker != worker {
+		// This attempt was dispatched to another worker: whoever runs it
+		// here got the dispatch replayed, not placed. Stop it.
+		log.Warn("progress from a worker the attempt was not dispatched to; cancelling it", "dispatched_to", w.rec.Worker, "fence_token", p.FenceToken)
 		return !final
 	}
 	if w.rec.Status.Terminal() {

@@ -115,6 +115,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leaderTerm, w *workflowState,
 		m.workers.unreserve(wv.ID, cores)
 		return placeResult{outcome: outcomeFailed, err: err}, false
 	}
+	dispatch.Worker = wv.ID
 
 	confirmed, answered, refusals := m.provision(ctx, &wire.ProvisionRequest{
 		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,

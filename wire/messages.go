@@ -1,6 +1,9 @@
 package wire
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Enumerations carried as strings so logs and JSON stay readable.
 type (
@@ -187,6 +190,9 @@ type WorkflowDispatch struct {
 	Timeout    time.Duration `cbor:"6,keyasint,omitempty"`
 	FenceToken uint64        `cbor:"7,keyasint"`
 	Attempt    int           `cbor:"8,keyasint,omitempty"`
+	// Worker names the worker this dispatch is for; a worker refuses one
+	// addressed to another (an insider replaying it elsewhere).
+	Worker string `cbor:"18,keyasint,omitempty"`
 }
 
 // WorkflowDispatchAck answers a WorkflowDispatch.
@@ -659,3 +665,101 @@ func (*VoteRequest) Type() MsgType        { return TypeVoteRequest }
 func (*VoteResponse) Type() MsgType       { return TypeVoteResponse }
 func (*LeaderHeartbeat) Type() MsgType    { return TypeLeaderHeartbeat }
 func (*LeaderHeartbeatAck) Type() MsgType { return TypeLeaderHeartbeatAck }
+
+// ---- Connection hello ------------------------------------------------------------
+
+// MaxHelloSize caps an encoded Hello or HelloAck. A receiver reads at most
+// this many bytes from a connection that has not proven the secret yet.
+const MaxHelloSize = 1024
+
+// Hello is the first frame a dialer sends on a new connection: its node id
+// and, for each key tier it holds (worker, manager, cluster: see
+// security.Tier), a proof of that key bound to this TLS session (see
+// security.Keyring.Prove). The listener verifies the highest tier it can;
+// that is the link's tier. Nothing else is read from a connection until its
+// Hello verifies.
+type Hello struct {
+	NodeID string       `cbor:"1,keyasint"`
+	Proofs []HelloProof `cbor:"2,keyasint"`
+}
+
+// HelloProof is one tier's proof in a Hello or HelloAck.
+type HelloProof struct {
+	Tier  uint8  `cbor:"1,keyasint"`
+	KeyID uint32 `cbor:"2,keyasint"`
+	Proof []byte `cbor:"3,keyasint"`
+}
+
+// MaxHelloTiers bounds the proofs in a Hello: one per key tier.
+const MaxHelloTiers = 3
+
+// HelloAck answers a Hello that verified: the listener's own node id and
+// its proof at the link's tier. A refused Hello gets no ack: the listener
+// closes the connection with a reason instead.
+type HelloAck struct {
+	NodeID string     `cbor:"1,keyasint"`
+	Proof  HelloProof `cbor:"2,keyasint"`
+}
+
+func (*Hello) Type() MsgType    { return TypeHello }
+func (*HelloAck) Type() MsgType { return TypeHelloAck }
+
+// DecodeHello decodes and checks an untrusted Hello.
+func DecodeHello(b []byte) (*Hello, error) {
+	if len(b) > MaxHelloSize {
+		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("hello of %d bytes exceeds %d", len(b), MaxHelloSize)}
+	}
+	var h Hello
+	if err := Unmarshal(b, &h); err != nil {
+		return nil, &Error{Code: CodeMalformed, Message: "hello: " + err.Error()}
+	}
+	if err := checkHelloNode(h.NodeID); err != nil {
+		return nil, err
+	}
+	if len(h.Proofs) == 0 || len(h.Proofs) > MaxHelloTiers {
+		return nil, &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: %d proofs, want 1..%d", len(h.Proofs), MaxHelloTiers)}
+	}
+	var seen [MaxHelloTiers + 1]bool
+	for _, p := range h.Proofs {
+		if err := checkHelloProof(p); err != nil {
+			return nil, err
+		}
+		if seen[p.Tier] {
+			return nil, &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: two proofs of tier %d", p.Tier)}
+		}
+		seen[p.Tier] = true
+	}
+	return &h, nil
+}
+
+func checkHelloProof(p HelloProof) error {
+	if p.Tier < 1 || p.Tier > MaxHelloTiers || len(p.Proof) != 32 {
+		return &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: proof of tier %d with %d bytes", p.Tier, len(p.Proof))}
+	}
+	return nil
+}
+
+// DecodeHelloAck decodes and checks an untrusted HelloAck.
+func DecodeHelloAck(b []byte) (*HelloAck, error) {
+	if len(b) > MaxHelloSize {
+		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("hello ack of %d bytes exceeds %d", len(b), MaxHelloSize)}
+	}
+	var h HelloAck
+	if err := Unmarshal(b, &h); err != nil {
+		return nil, &Error{Code: CodeMalformed, Message: "hello ack: " + err.Error()}
+	}
+	if err := checkHelloNode(h.NodeID); err != nil {
+		return nil, err
+	}
+	if err := checkHelloProof(h.Proof); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+func checkHelloNode(id string) error {
+	if id == "" || len(id) > MaxSenderLen {
+		return &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: node id length %d outside 1..%d", len(id), MaxSenderLen)}
+	}
+	return nil
+}

@@ -65,6 +65,11 @@ const (
 	TypeLeaderHeartbeat    MsgType = 84
 	TypeLeaderHeartbeatAck MsgType = 85
 
+	// Connection hello: the first frame each way on a new connection, before
+	// any envelope (transport/handshake.go). Never sent inside an envelope.
+	TypeHello    MsgType = 90
+	TypeHelloAck MsgType = 91
+
 	// Gate durability: a gate asking the others for one job's record, and
 	// asking a manager for its heartbeat.
 	TypeGateRecordRequest    MsgType = 110
@@ -176,6 +181,9 @@ var catalogue = map[MsgType]typeInfo{
 	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
 	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
 	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+
+	TypeHello:    {"Hello", ClassControl, func() Message { return new(Hello) }},
+	TypeHelloAck: {"HelloAck", ClassControl, func() Message { return new(HelloAck) }},
 
 	TypeRainstormBatch:         {"RainstormBatch", ClassDispatch, func() Message { return new(RainstormBatch) }},
 	TypeRainstormBatchAck:      {"RainstormBatchAck", ClassDispatch, func() Message { return new(RainstormBatchAck) }},

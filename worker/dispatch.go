@@ -61,6 +61,9 @@ func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, msg wi
 	if !ok {
 		return nil, wire.Errorf(wire.CodeMalformed, "dispatch handler got %s", msg.Type())
 	}
+	if d.Worker != "" && d.Worker != w.cfg.ID {
+		return nil, wire.Errorf(wire.CodeRejected, "dispatch of %s is addressed to worker %s, not %s", d.WorkflowID, d.Worker, w.cfg.ID)
+	}
 	spec := d.Workflow
 	if d.Cores > 0 {
 		spec.Cores = d.Cores

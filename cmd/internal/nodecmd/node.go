@@ -195,6 +195,10 @@ func ServeAPI(role APIRole, name string, node Node, opts Options, listen string,
 	scfg.Logger = node.Log
 	scfg.Role = name
 	scfg.Metrics = role
+	// Followers vouch for their clients' addresses to the leader with the
+	// cluster secret; /metrics takes its own token when one is set.
+	scfg.Keyring = node.Keyring
+	scfg.MetricsToken = getenv("TEMPEST_METRICS_TOKEN")
 	srv := api.NewServer(scfg, role)
 	if err := srv.Start(context.Background()); err != nil {
 		node.Log.Error("refusing to start: API server", "err", err)
