@@ -15,11 +15,17 @@ var (
 		// and checkpoints to the store on the managers.
 		TypeRainstormBatch:      true,
 		TypeRainstormCheckpoint: true,
+		// A worker reads a dispatch's data blobs from the manager.
+		TypeBlobStat:     true,
+		TypeBlobChunkGet: true,
 	}
 	managerRequests = map[MsgType]bool{
 		TypePing:             true,
 		TypeJobProgress:      true,
 		TypeManagerHeartbeat: true,
+		// A manager fetches a job's blobs from the gate that sent it.
+		TypeBlobStat:     true,
+		TypeBlobChunkGet: true,
 	}
 )
 
