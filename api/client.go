@@ -314,7 +314,10 @@ func (c *Client) newRequest(ctx context.Context, ep string, req request) (*http.
 func failoverAnswer(e *Error, idempotent bool) bool {
 	switch e.Status {
 	case http.StatusServiceUnavailable:
-		return e.Code == CodeNoLeader || e.Code == CodeNotLeader || e.Code == CodeUnavailable
+		// outcome_unknown promises nothing, but a request that names itself
+		// (an idempotency key) finds its first copy wherever it is re-sent.
+		return e.Code == CodeNoLeader || e.Code == CodeNotLeader || e.Code == CodeUnavailable ||
+			e.Code == CodeOutcomeUnknown && idempotent
 	case http.StatusBadGateway:
 		return idempotent
 	}
@@ -333,7 +336,7 @@ func decodeError(a *answer) *Error {
 	e := &Error{Status: a.status, Endpoint: a.endpoint, RetryAfter: parseRetryAfter(a.header.Get("Retry-After"))}
 	var body ErrorBody
 	if err := json.Unmarshal(a.body, &body); err == nil && (body.Code != "" || body.Error != "") {
-		e.Code, e.Message, e.Problems, e.Leader = body.Code, body.Error, body.Problems, body.Leader
+		e.Code, e.Message, e.Problems, e.Leader, e.Have = body.Code, body.Error, body.Problems, body.Leader, body.Have
 		return e
 	}
 	// Not ours: a proxy or a foreign server. Keep a bounded, printable
@@ -385,7 +388,18 @@ func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename st
 		jobFile = []byte{}
 	}
 	if len(data) > 0 {
-		body, contentType, err := encodeBundle(jobFile, filepath.Base(filename), data)
+		// Data files go first, as blobs the cluster stores once for every
+		// shard; a node that stores no blobs (a gate) gets the bytes inline.
+		blobs, err := c.uploadDataFiles(ctx, data)
+		switch {
+		case err == nil:
+			data = nil
+		case isUnsupported(err):
+			blobs = nil
+		default:
+			return "", fmt.Errorf("submit: %w", err)
+		}
+		body, contentType, err := encodeBundleBlobs(jobFile, filepath.Base(filename), data, blobs)
 		if err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}
@@ -400,7 +414,7 @@ func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename st
 		return "", err
 	}
 	h.Set(IdempotencyHeader, key)
-	a, err := c.exchange(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: jobFile, header: h, idempotent: true})
+	a, err := c.submitUnderKey(ctx, request{method: http.MethodPost, path: "/v1/jobs", body: jobFile, header: h, idempotent: true}, key)
 	if err != nil {
 		return "", err
 	}
@@ -412,6 +426,40 @@ func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename st
 		return "", fmt.Errorf("submit: %s answered without a job id", a.endpoint)
 	}
 	return resp.JobID, nil
+}
+
+// unknownOutcomeRetries is how many times a submission answered
+// outcome_unknown is re-sent (same key, so never a second job) before the
+// client gives the answer to its caller.
+const unknownOutcomeRetries = 3
+
+// submitUnderKey sends a submission, re-sending it under the same key while
+// the cluster answers that it cannot tell whether it stored it. If that
+// answer stays, the error says plainly that the job may still run and how
+// to find it: re-submitting the file would make a second job.
+func (c *Client) submitUnderKey(ctx context.Context, req request, key string) (*answer, error) {
+	wait := 500 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		a, err := c.exchange(ctx, req)
+		var apiErr *Error
+		if err == nil || !errors.As(err, &apiErr) || apiErr.Code != CodeOutcomeUnknown {
+			return a, err
+		}
+		if attempt >= unknownOutcomeRetries {
+			id := "j-" + key
+			apiErr.Message = fmt.Sprintf("the cluster could not confirm whether it stored job %s, and it may still run: "+
+				"`tempest status %s` shows it if it does (submitting the file again would make a second job): %s", id, id, apiErr.Message)
+			return nil, apiErr
+		}
+		t := time.NewTimer(max(wait, apiErr.RetryAfter))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		wait *= 2
+	}
 }
 
 func newIdempotencyKey() (string, error) {

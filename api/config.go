@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"tempest/security"
 	"tempest/workflow"
 )
 
@@ -38,9 +39,10 @@ type ServerConfig struct {
 	// MaxBodyBytes caps a request body; more is answered 413.
 	MaxBodyBytes int64
 	// RateLimit is the requests per second each client IP may make on
-	// average, RateBurst how many it may make at once. The limit is per
-	// remote address: a follower forwarding to the leader shares one bucket
-	// there for all its clients, so size the limit for that.
+	// average, RateBurst how many it may make at once. A follower
+	// forwarding to the leader vouches for each request's original client
+	// with a header only holders of the cluster secret can make (Keyring),
+	// so the leader limits clients, not followers.
 	RateLimit float64
 	RateBurst int
 	// RequestTimeout bounds each backend call (not event streams).
@@ -61,6 +63,14 @@ type ServerConfig struct {
 	Role string
 	// Metrics, when set, appends the role's metrics to /metrics.
 	Metrics MetricsSource
+	// Keyring signs the original client address on forwarded requests and
+	// verifies it on forwarded requests received. Nil: no header is sent,
+	// and every request is limited by its remote address.
+	Keyring *security.Keyring
+	// MetricsToken, when set, is the bearer token /metrics requires (it
+	// lists running job ids); empty serves /metrics to anyone who reaches
+	// the API port.
+	MetricsToken string
 	// ForwardTLS is used when forwarding to a leader whose API URL is
 	// https; nil means the system roots.
 	ForwardTLS *tls.Config
@@ -98,6 +108,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		add("TLSCertFile, TLSKeyFile: set both for TLS, or neither")
+	}
+	if strings.ContainsAny(c.MetricsToken, " \t\r\n") {
+		add("MetricsToken: must not contain whitespace")
 	}
 	if c.MaxBodyBytes <= 0 {
 		add("MaxBodyBytes: must be positive, got %d", c.MaxBodyBytes)

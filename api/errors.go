@@ -25,6 +25,8 @@ type Error struct {
 	Leader string
 	// Endpoint is the base URL that answered.
 	Endpoint string
+	// Have is a refused blob chunk's count of bytes held (409).
+	Have *int64
 }
 
 func (e *Error) Error() string {
@@ -101,6 +103,11 @@ func answerFor(err error) (errorAnswer, bool) {
 		}
 	case wire.CodeNoQuorum, wire.CodeUnavailable:
 		a.status = http.StatusServiceUnavailable
+	case wire.CodeOutcomeUnknown:
+		a.status = http.StatusServiceUnavailable
+		if a.retryAfter <= 0 {
+			a.retryAfter = time.Second
+		}
 	default:
 		// Internal, and codes that only make sense node to node (unknown
 		// type, no handler): the client cannot act on them.

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"tempest/security"
 )
 
 // forwarder proxies a follower's /v1 requests to the leader's API. The
@@ -21,6 +23,8 @@ type forwarder struct {
 	transport *http.Transport
 	log       *slog.Logger
 	metrics   *apiMetrics
+	keys      *security.Keyring // nil: no client header
+	now       func() time.Time
 
 	// One proxy is cached for the current leader; a leader change builds a
 	// new one. Connections are pooled by the shared transport either way.
@@ -88,6 +92,14 @@ func (f *forwarder) proxyFor(leaderAPI string) (*httputil.ReverseProxy, error) {
 			pr.SetURL(target)
 			pr.SetXForwarded()
 			pr.Out.Header.Set(forwardedHeader, "1")
+			// The leader limits the original client, not us, when we
+			// vouch for it; whatever header the client sent is replaced.
+			pr.Out.Header.Del(clientHeader)
+			if f.keys != nil {
+				if v := signClient(f.keys, clientIP(pr.In), f.now()); v != "" {
+					pr.Out.Header.Set(clientHeader, v)
+				}
+			}
 		},
 		Transport: f.transport,
 		// Flush every write: event streams must not sit in a buffer, and the

@@ -24,7 +24,8 @@ type apiMetrics struct {
 	mu          sync.Mutex
 	requests    map[requestKey]uint64
 	forwarded   uint64
-	streams     int64 // event streams open now
+	badClient   uint64 // forwarded-client headers that did not verify
+	streams     int64  // event streams open now
 	streamsSeen uint64
 }
 
@@ -46,6 +47,12 @@ func (m *apiMetrics) request(method, route string, code int) {
 func (m *apiMetrics) forward() {
 	m.mu.Lock()
 	m.forwarded++
+	m.mu.Unlock()
+}
+
+func (m *apiMetrics) badClientHeader() {
+	m.mu.Lock()
+	m.badClient++
 	m.mu.Unlock()
 }
 
@@ -76,7 +83,7 @@ func (m *apiMetrics) write(w io.Writer, rateLimitClients int) {
 	for i, k := range keys {
 		counts[i] = m.requests[k]
 	}
-	forwarded, streams, streamsSeen := m.forwarded, m.streams, m.streamsSeen
+	forwarded, streams, streamsSeen, badClient := m.forwarded, m.streams, m.streamsSeen, m.badClient
 	m.mu.Unlock()
 
 	fmt.Fprintln(w, "# HELP tempest_api_requests_total HTTP API requests by method, route and status code.")
@@ -88,6 +95,9 @@ func (m *apiMetrics) write(w io.Writer, rateLimitClients int) {
 	fmt.Fprintln(w, "# HELP tempest_api_forwarded_requests_total API requests this follower forwarded to the leader.")
 	fmt.Fprintln(w, "# TYPE tempest_api_forwarded_requests_total counter")
 	fmt.Fprintf(w, "tempest_api_forwarded_requests_total %d\n", forwarded)
+	fmt.Fprintln(w, "# HELP tempest_api_untrusted_client_headers_total Forwarded-client headers that did not verify (the request was limited by its remote address).")
+	fmt.Fprintln(w, "# TYPE tempest_api_untrusted_client_headers_total counter")
+	fmt.Fprintf(w, "tempest_api_untrusted_client_headers_total %d\n", badClient)
 	fmt.Fprintln(w, "# HELP tempest_api_event_streams Job event streams open now.")
 	fmt.Fprintln(w, "# TYPE tempest_api_event_streams gauge")
 	fmt.Fprintf(w, "tempest_api_event_streams %d\n", streams)

@@ -118,11 +118,12 @@ func (s *Server) observe(next http.Handler) http.Handler {
 // before authentication, so guessing tokens is rate limited too.
 func (s *Server) rateLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ok, wait := s.limiter.allow(clientIP(r))
+		key := s.rateKey(r)
+		ok, wait := s.limiter.allow(key)
 		if !ok {
 			w.Header().Set("Retry-After", retryAfterHeader(wait))
 			writeErrorBody(w, http.StatusTooManyRequests, ErrorBody{Code: CodeRateLimited,
-				Error: "too many requests from " + clientIP(r)})
+				Error: "too many requests from " + key})
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -146,6 +147,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerMatches reports whether r carries want as its bearer token,
+// comparing hashes in constant time.
+func bearerMatches(r *http.Request, want string) bool {
+	token, ok := bearerToken(r.Header.Get("Authorization"))
+	got, exp := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(want))
+	return ok && subtle.ConstantTimeCompare(got[:], exp[:]) == 1
 }
 
 func bearerToken(h string) (string, bool) {
@@ -289,7 +298,8 @@ func (s *Server) awaitLeader(ctx context.Context) (bool, string) {
 }
 
 // clientIP is the remote address without its port. X-Forwarded-For is not
-// trusted: any client could set it to dodge its rate limit.
+// trusted: any client could set it to dodge its rate limit (a follower's
+// signed X-Tempest-Client is, see rateKey).
 func clientIP(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

@@ -485,7 +485,18 @@ func (c *Cluster) SetSecrets(node, current, previous string) error {
 // at that moment reads the old file or the new one, never half of it) and
 // records its values for the next start. Values are double-quoted with Go
 // escapes, which both systemd's EnvironmentFile and nodecmd.ParseEnv read.
+//
+// Like an operator following the README, it gives each node only its role's
+// key: workers and managers get secrets derived from AUTH_SECRET for their
+// role (security.DeriveRoleSecret), gates AUTH_SECRET itself.
 func (c *Cluster) writeSecrets(n *Node, current, previous string) error {
+	var err error
+	if current, err = roleSecret(n.Role, current); err != nil {
+		return err
+	}
+	if previous, err = roleSecret(n.Role, previous); err != nil {
+		return err
+	}
 	vals := map[string]string{"AUTH_SECRET": current}
 	if previous != "" {
 		vals["AUTH_SECRET_PREVIOUS"] = previous
@@ -505,6 +516,22 @@ func (c *Cluster) writeSecrets(n *Node, current, previous string) error {
 	}
 	n.secrets = vals
 	return nil
+}
+
+// roleSecret derives the secret a node of role holds from secret.
+func roleSecret(role, secret string) (string, error) {
+	if secret == "" || role == "gate" {
+		return secret, nil
+	}
+	tier, err := security.ParseRole(role)
+	if err != nil {
+		return "", fmt.Errorf("devcluster: %w", err)
+	}
+	s, err := security.DeriveRoleSecret(secret, tier)
+	if err != nil {
+		return "", fmt.Errorf("devcluster: %s secret: %w", role, err)
+	}
+	return s, nil
 }
 
 func (c *Cluster) start(n *Node) error {

@@ -50,10 +50,11 @@ func TestSetSecrets(t *testing.T) {
 		current, previous string
 		want              map[string]string
 	}{
-		{"initial worker", w, "", "", map[string]string{"AUTH_SECRET": old}},
-		{"install on a manager", m, old, next, map[string]string{"AUTH_SECRET": old, "AUTH_SECRET_PREVIOUS": next, "TEMPEST_TOKEN": "tok"}},
-		{"use", m, next, old, map[string]string{"AUTH_SECRET": next, "AUTH_SECRET_PREVIOUS": old, "TEMPEST_TOKEN": "tok"}},
-		{"remove", w, next, "", map[string]string{"AUTH_SECRET": next}},
+		// Each node holds its role's key, derived from the cluster secret.
+		{"initial worker", w, "", "", map[string]string{"AUTH_SECRET": role(t, "worker", old)}},
+		{"install on a manager", m, old, next, map[string]string{"AUTH_SECRET": role(t, "manager", old), "AUTH_SECRET_PREVIOUS": role(t, "manager", next), "TEMPEST_TOKEN": "tok"}},
+		{"use", m, next, old, map[string]string{"AUTH_SECRET": role(t, "manager", next), "AUTH_SECRET_PREVIOUS": role(t, "manager", old), "TEMPEST_TOKEN": "tok"}},
+		{"remove", w, next, "", map[string]string{"AUTH_SECRET": role(t, "worker", next)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.current != "" {
@@ -136,4 +137,13 @@ func TestPlacement(t *testing.T) {
 	if !strings.HasPrefix(m.QUIC, "127.0.0.1:") || !strings.HasPrefix(m.Swim, "127.0.0.1:") || len(m.Prefix) != 0 {
 		t.Errorf("unplaced node: %s %s %q", m.QUIC, m.Swim, m.Prefix)
 	}
+}
+
+func role(t *testing.T, r, secret string) string {
+	t.Helper()
+	s, err := roleSecret(r, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

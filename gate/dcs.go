@@ -83,6 +83,17 @@ func (t *dcTable) heartbeat(hb *wire.ManagerHeartbeat) {
 	}
 }
 
+// answered records the heartbeat a manager sent in answer to a status
+// request: proof that it is alive now, whatever SWIM last said.
+func (t *dcTable) answered(hb *wire.ManagerHeartbeat) {
+	t.heartbeat(hb)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.managers[hb.NodeID]; ok && e.hb.Version == hb.Version {
+		e.alive = true
+	}
+}
+
 // dcHealth summarises one datacenter.
 type dcHealth struct {
 	Name           string

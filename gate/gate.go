@@ -83,6 +83,9 @@ type Gate struct {
 	life    *lifecycle.Owner
 	runDone chan struct{}
 	closed  chan struct{}
+
+	// blobs: the gates' copy of jobs' data files (blobs.go).
+	blobs *gateBlobs
 }
 
 // New builds a gate: it opens the store and loads every job, binds the
@@ -222,6 +225,9 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			return nil, fmt.Errorf("gate swim: %w", err)
 		}
 	}
+	if err := g.openBlobs(); err != nil {
+		return nil, err
+	}
 	g.registerHandlers()
 	ok = true
 	g.log.Info("gate ready", "quic", g.tr.Addr(), "peers", len(g.cfg.Peers), "jobs_loaded", len(g.jobs))
@@ -243,6 +249,8 @@ func (g *Gate) Run(ctx context.Context) error {
 	})
 	g.spawn(g.initialSync)
 	g.spawn(g.healthLoop)
+	g.spawn(g.blobGCLoop)
+	g.spawn(g.retentionLoop)
 	if g.members != nil && len(g.cfg.Join) > 0 {
 		g.spawn(g.joinLoop)
 	}
@@ -431,9 +439,11 @@ func handle[T wire.Message](g *Gate, t wire.MsgType, f func(ctx context.Context,
 }
 
 func (g *Gate) registerHandlers() {
+	g.registerBlobHandlers()
 	handle(g, wire.TypeJobProgress, g.handleJobProgress)
 	handle(g, wire.TypeGateJobRecord, g.handleRecord)
 	handle(g, wire.TypeStateSyncRequest, g.handleStateSync)
+	handle(g, wire.TypeGateRecordRequest, g.handleRecordRequest)
 }
 
 func (g *Gate) isPeer(id string) bool {

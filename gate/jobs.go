@@ -38,6 +38,10 @@ type jobEntry struct {
 	// nextAbortCheck throttles the mid-run threshold checks, each of which
 	// merges every datacenter's histograms.
 	nextAbortCheck time.Time
+	// placing is set while a new job's record is being stored on a
+	// majority of gates, and closed once that is decided: a submission of
+	// the same id meanwhile waits for it rather than answer too early.
+	placing chan struct{}
 }
 
 func newJobEntry(rec wire.GateJobRecord) *jobEntry {
@@ -73,11 +77,20 @@ func (g *Gate) load() error {
 	if err != nil {
 		return err
 	}
+	now := g.now()
+	var old []string
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	for _, r := range recs {
-		g.jobs[r.Submission.JobID] = newJobEntry(*r)
 		g.version = max(g.version, r.Version)
+		if g.expired(r, now) {
+			old = append(old, r.Submission.JobID)
+			continue
+		}
+		g.jobs[r.Submission.JobID] = newJobEntry(*r)
+	}
+	g.mu.Unlock()
+	if err := g.store.delete(old...); err != nil {
+		g.log.Warn("retention: delete expired job records", "jobs", len(old), "err", err)
 	}
 	return nil
 }
@@ -101,11 +114,23 @@ func (g *Gate) save(recs ...*wire.GateJobRecord) {
 	if err := g.store.put(recs...); err != nil {
 		g.log.Error("persist job records", "err", err)
 	}
+	out := make([]*wire.GateJobRecord, 0, len(recs))
+	for _, r := range recs {
+		fit, _, shed, err := fitRecord(r)
+		if err != nil {
+			g.log.Warn("replicate job record: too large to send", "job_id", r.Submission.JobID, "err", err)
+			continue
+		}
+		if shed != "" {
+			g.log.Warn("replicate job record: too large for a message; sent without "+shed, "job_id", r.Submission.JobID)
+		}
+		out = append(out, fit)
+	}
 	g.spawn(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
 		defer cancel()
 		for _, id := range g.peerIDs {
-			for _, r := range recs {
+			for _, r := range out {
 				if err := g.tr.Send(ctx, g.peers[id], r); err != nil {
 					g.log.Debug("replicate job record", "peer", id, "job_id", r.Submission.JobID, "err", err)
 				}
@@ -186,12 +211,17 @@ func (g *Gate) handleRecord(_ context.Context, from transport.Peer, rec *wire.Ga
 	return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: true}, nil
 }
 
-// adopt merges a record from another gate: the higher version wins. It
-// returns the record to persist, or nil if it was not newer.
+// adopt merges a record from another gate: the higher version wins, and a
+// record past retention is never taken in. It returns the record to
+// persist, or nil if it was not newer.
 func (g *Gate) adopt(rec *wire.GateJobRecord) *wire.GateJobRecord {
+	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.version = max(g.version, rec.Version)
+	if g.expired(rec, now) {
+		return nil
+	}
 	j, ok := g.jobs[rec.Submission.JobID]
 	if ok && j.rec.Version >= rec.Version {
 		return nil
@@ -223,15 +253,17 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	if s.JobID == "" {
 		s.JobID = fmt.Sprintf("j-%016x", g.ids.Next())
 	}
-	g.mu.Lock()
-	if j, ok := g.jobs[s.JobID]; ok {
-		dcs := j.datacentersLocked()
-		g.mu.Unlock()
-		return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
+	if ack, err := g.existing(ctx, s.JobID); ack != nil || err != nil {
+		return ack, err
 	}
-	g.mu.Unlock()
 
 	dcs, err := chooseDatacenters(g.dcs.health(g.cfg.HealthTimeout), s.Datacenters, s.DatacenterCount)
+	if wire.CodeOf(err) == wire.CodeUnavailable {
+		// The table may only be stale (heartbeats come every few SWIM
+		// probe intervals): ask the managers before refusing.
+		g.seedDatacenters(ctx)
+		dcs, err = chooseDatacenters(g.dcs.health(g.cfg.HealthTimeout), s.Datacenters, s.DatacenterCount)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -251,29 +283,47 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 		})
 		rec.Datacenters = append(rec.Datacenters, wire.JobProgress{JobID: s.JobID, Datacenter: dc, Status: wire.JobSubmitted})
 	}
+	// A record that cannot reach the other gates in one message could
+	// never be acknowledged: refuse it before anything is stored.
+	if b, err := wire.Marshal(&rec); err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", s.JobID, err)
+	} else if len(b) > maxRecordBytes {
+		return nil, wire.Errorf(wire.CodeTooLarge, "job %s: its record is %d bytes, more than the %d one message between gates holds (data files count)",
+			s.JobID, len(b), maxRecordBytes)
+	}
 	g.mu.Lock()
-	if _, ok := g.jobs[s.JobID]; ok {
-		g.mu.Unlock()
-		return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
+	if old, ok := g.jobs[s.JobID]; ok {
+		if !old.rec.Withdrawn {
+			// Another submission of this id got here first.
+			g.mu.Unlock()
+			return g.existing(ctx, s.JobID)
+		}
+		// Placed afresh: the new record's version outranks the withdrawn
+		// one's everywhere.
+		old.wakeLocked()
 	}
 	j := newJobEntry(rec)
 	for _, dc := range dcs {
 		j.send[dc] = true
 	}
+	j.placing = make(chan struct{})
 	g.jobs[s.JobID] = j
 	stored := g.commitLocked(j)
 	g.mu.Unlock()
 
 	log := g.log.With("job_id", s.JobID)
 	if err := g.store.put(stored); err != nil {
+		g.placed(j)
 		g.forget(s.JobID)
 		return nil, fmt.Errorf("persist job %s: %w", s.JobID, err)
 	}
 	if err := g.replicateQuorum(ctx, stored); err != nil {
-		log.Warn("job refused: not replicated to a majority of gates", "err", err)
-		g.forget(s.JobID)
+		err = g.withdraw(j, err)
+		g.placed(j)
+		log.Warn("job not acknowledged: not stored on a majority of gates", "err", err)
 		return nil, err
 	}
+	g.placed(j)
 	log.Info("job submitted", "name", s.Name, "datacenters", dcs, "workflows", len(s.Workflows))
 
 	// First attempt now, so the client hears about a datacenter that
@@ -335,7 +385,9 @@ func (g *Gate) forget(id string) {
 func (g *Gate) sendToDC(lt *leaderTerm, id, dc string) error {
 	g.mu.Lock()
 	j, ok := g.jobs[id]
-	if !ok || j.inFlight[dc] || !j.send[dc] {
+	// A job still being stored on a majority of gates goes nowhere yet: it
+	// may be withdrawn.
+	if !ok || j.inFlight[dc] || !j.send[dc] || j.placing != nil {
 		g.mu.Unlock()
 		return nil
 	}
@@ -447,10 +499,22 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 		}
 		return g.tr.Call(ctx, addr, jp)
 	}
+	// No report is answered before the takeover's majority read: until
+	// then this gate may not hold the job.
 	select {
 	case <-lt.synced:
+	case <-lt.ctx.Done():
+		return nil, g.elector.NotLeaderError()
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+	g.mu.Lock()
+	_, known := g.jobs[jp.JobID]
+	g.mu.Unlock()
+	if !known {
+		if ack, found := g.unknownReport(ctx, lt, jp); !found {
+			return ack, nil
+		}
 	}
 	now := g.now()
 	var stored *wire.GateJobRecord
@@ -458,8 +522,8 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 	g.mu.Lock()
 	j, ok := g.jobs[jp.JobID]
 	if !ok {
+		// Forgotten meanwhile (retention): nobody will read its results.
 		g.mu.Unlock()
-		// Nobody will ever read this job's results: stop it.
 		ack.Cancel = !jp.Status.Terminal()
 		return ack, nil
 	}
@@ -471,8 +535,10 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 	cur := j.rec.Datacenters[pi]
 	if cur.Status.Terminal() {
 		// The gate already ended the job here (lease expired, cancelled):
-		// a datacenter still running it must stop.
+		// a datacenter still running it must stop. The token proves to the
+		// manager that the lease holder says so.
 		ack.Cancel = !jp.Status.Terminal()
+		ack.FenceToken = j.rec.Leases[li].FenceToken
 		g.mu.Unlock()
 		return ack, nil
 	}

@@ -60,7 +60,15 @@ func (g *Gate) onBecomeLeader(term uint64) {
 	lt.wg.Add(1)
 	if !g.spawn(func(context.Context) {
 		defer lt.wg.Done()
-		g.syncFromPeers(lt.ctx, g.cfg.SyncTimeout)
+		// No lease is issued, no job taken and no report answered before a
+		// majority of gates has been read: until then this gate may lack a
+		// job a majority acknowledged. A sync that fails is tried again for
+		// as long as this term lasts, never skipped.
+		if err := g.syncMajority(lt.ctx, "takeover"); err != nil {
+			g.log.Info("lost the lead before a majority of gates was read; never served", "term", term)
+			return
+		}
+		g.seedDatacenters(lt.ctx)
 		g.takeOver(lt)
 		close(lt.synced)
 		g.log.Info("serving as gate leader", "term", term)
@@ -81,21 +89,13 @@ func (g *Gate) onLoseLeadership(term uint64) {
 	g.log.Info("no longer leading the gates", "term", term)
 }
 
-// initialSync runs once at start: the gate asks the other gates for their
-// records and becomes eligible to lead only once one of them answered (or it
-// is alone). A gate that joins late therefore never leads without the
+// initialSync runs once at start: the gate reads the other gates' records
+// and becomes eligible to lead only once it has read a majority of gates
+// (or is alone). A gate that joins late therefore never leads without the
 // jobs and leases the others hold.
 func (g *Gate) initialSync(ctx context.Context) {
-	backoff := 200 * time.Millisecond
-	for {
-		if len(g.peerIDs) == 0 || g.syncFromPeers(ctx, g.cfg.SyncTimeout) >= g.quorumSize-1 {
-			break
-		}
-		g.log.Info("no other gate answered the state sync yet; not eligible to lead", "retry_in", backoff)
-		if !lifecycle.Sleep(ctx, backoff) {
-			return
-		}
-		backoff = min(backoff*2, 5*time.Second)
+	if err := g.syncMajority(ctx, "start"); err != nil {
+		return
 	}
 	g.ready.Store(true)
 	lhm := 0
@@ -109,130 +109,224 @@ func (g *Gate) initialSync(ctx context.Context) {
 	g.log.Info("state synced; eligible to lead", "jobs", n)
 }
 
-// syncFromPeers merges other gates' records into this one's until enough of
-// them answered that, with this gate, they form a majority (or timeout
-// passes), and returns how many answered. Any majority shares a gate with
-// the majority every new job was replicated to before its client heard of
-// it, so no acknowledged job is missed; a crashed gate is not waited for.
-func (g *Gate) syncFromPeers(ctx context.Context, timeout time.Duration) int {
-	if len(g.peerIDs) == 0 {
-		return 0
+// syncCursor is how far one gate's records have been read: records are
+// paged in (version, job id) order.
+type syncCursor struct {
+	version uint64
+	jobID   string
+}
+
+func (c syncCursor) before(o syncCursor) bool {
+	return c.version < o.version || c.version == o.version && c.jobID < o.jobID
+}
+
+// syncRetryMax caps the wait between two rounds of a state sync that has
+// not yet read a majority.
+const syncRetryMax = 5 * time.Second
+
+// syncMajority merges other gates' records into this one's until it has
+// read a majority of gates in full — this gate's own records count as one
+// gate's, never as more. Any majority shares a gate with the majority every
+// new job was stored on before its client heard of it, so no acknowledged
+// job is missed. Rounds are bounded by SyncTimeout and repeated with backoff
+// until enough gates were read or ctx ends (the only error); a gate whose
+// read failed part way is asked again from the page after the last one it
+// answered, and every page received is kept.
+func (g *Gate) syncMajority(ctx context.Context, why string) error {
+	need := g.quorumSize - 1
+	if need <= 0 {
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	cursors := make(map[string]syncCursor, len(g.peerIDs))
+	read := make(map[string]bool, len(g.peerIDs))
+	backoff := 100 * time.Millisecond
+	for round := 1; ; round++ {
+		adopted := g.syncRound(ctx, cursors, read, need)
+		if len(read) >= need {
+			g.log.Info("state sync: read a majority of gates", "why", why, "gates_read", len(read), "rounds", round, "adopted", adopted)
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		g.log.Info("state sync: a majority of gates not read yet; not leading", "why", why,
+			"gates_read", len(read), "need", need, "retry_in", backoff)
+		if !lifecycle.Sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, syncRetryMax)
+	}
+}
+
+// syncRound reads, at once and within SyncTimeout, every gate not read yet,
+// each from its cursor; it marks the gates read in full and returns at a
+// majority (cancelling the reads still out) or when every read ended. It
+// returns how many records it adopted.
+func (g *Gate) syncRound(ctx context.Context, cursors map[string]syncCursor, read map[string]bool, need int) int {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.SyncTimeout)
 	var wg sync.WaitGroup
 	// Returning at a majority cancels the fetches still out, and waits.
 	defer wg.Wait()
 	defer cancel()
 	type answer struct {
-		id   string
-		recs []wire.GateJobRecord
-		err  error
+		id      string
+		cur     syncCursor
+		adopted int
+		err     error
 	}
-	answers := make(chan answer, len(g.peerIDs))
+	var ask []string
 	for _, id := range g.peerIDs {
+		if !read[id] {
+			ask = append(ask, id)
+		}
+	}
+	answers := make(chan answer, len(ask))
+	for _, id := range ask {
+		cur := cursors[id]
 		wg.Go(func() {
-			recs, err := g.fetchRecords(ctx, id)
-			answers <- answer{id: id, recs: recs, err: err}
+			cur, n, err := g.fetchRecords(ctx, id, cur)
+			answers <- answer{id: id, cur: cur, adopted: n, err: err}
 		})
 	}
-	need := g.quorumSize - 1
-	answered := 0
-	var stored []*wire.GateJobRecord
-	for range g.peerIDs {
+	adopted := 0
+	for range ask {
 		a := <-answers
+		cursors[a.id] = a.cur
+		adopted += a.adopted
 		if a.err != nil {
-			g.log.Debug("state sync: gate did not answer", "gate", a.id, "err", a.err)
+			g.log.Debug("state sync: gate not read in full", "gate", a.id, "err", a.err)
 			continue
 		}
-		answered++
-		for i := range a.recs {
-			if r := g.adopt(&a.recs[i]); r != nil {
-				stored = append(stored, r)
-			}
-		}
-		if answered >= need {
+		read[a.id] = true
+		if len(read) >= need {
 			break
 		}
 	}
-	if err := g.store.put(stored...); err != nil {
-		g.log.Error("persist synced job records", "err", err)
-	}
-	if len(stored) > 0 {
-		g.log.Info("state sync adopted newer job records", "records", len(stored), "gates_answered", answered)
-	}
-	return answered
+	return adopted
 }
 
-// fetchRecords pages through one gate's records, oldest first.
-func (g *Gate) fetchRecords(ctx context.Context, id string) ([]wire.GateJobRecord, error) {
-	var out []wire.GateJobRecord
-	var since uint64
+// fetchRecords pages through one gate's records from cur on, merging and
+// persisting each page as it arrives, and returns where it got to and how
+// many records it adopted. It ends without error only once the gate said
+// it has nothing more.
+func (g *Gate) fetchRecords(ctx context.Context, id string, cur syncCursor) (syncCursor, int, error) {
+	adopted := 0
 	for {
-		reply, err := g.tr.Call(ctx, g.peers[id], &wire.StateSyncRequest{RequesterID: g.cfg.ID, RequesterRole: wire.RoleGate, SinceVersion: since})
+		reply, err := g.tr.Call(ctx, g.peers[id], &wire.StateSyncRequest{RequesterID: g.cfg.ID, RequesterRole: wire.RoleGate,
+			SinceVersion: cur.version, SinceJobID: cur.jobID})
 		if err != nil {
-			return nil, err
+			return cur, adopted, fmt.Errorf("gate %s: state sync after version %d: %w", id, cur.version, err)
 		}
 		resp, ok := reply.(*wire.StateSyncResponse)
 		if !ok {
-			return nil, fmt.Errorf("gate %s answered a state sync with %s", id, reply.Type())
+			return cur, adopted, fmt.Errorf("gate %s answered a state sync with %s", id, reply.Type())
 		}
-		out = append(out, resp.GateJobs...)
 		if len(resp.GateJobs) == 0 {
-			return out, nil
+			return cur, adopted, nil
 		}
-		last := resp.GateJobs[len(resp.GateJobs)-1].Version
-		if last <= since || last >= resp.CurrentVersion {
-			return out, nil
+		n, err := g.merge(resp.GateJobs)
+		adopted += n
+		if err != nil {
+			return cur, adopted, fmt.Errorf("gate %s: %w", id, err)
 		}
-		since = last
+		last := resp.GateJobs[len(resp.GateJobs)-1]
+		next := syncCursor{last.Version, last.Submission.JobID}
+		if !cur.before(next) {
+			return cur, adopted, fmt.Errorf("gate %s: state sync page did not advance past version %d", id, cur.version)
+		}
+		cur = next
+		// More is the answer's own word; a gate that does not send it
+		// ends pages between versions, so its newest version ends them.
+		if !resp.More && last.Version >= resp.CurrentVersion {
+			return cur, adopted, nil
+		}
 	}
 }
 
+// merge adopts records newer than this gate's copies and persists them.
+func (g *Gate) merge(recs []wire.GateJobRecord) (int, error) {
+	var stored []*wire.GateJobRecord
+	for i := range recs {
+		if r := g.adopt(&recs[i]); r != nil {
+			stored = append(stored, r)
+		}
+	}
+	if err := g.store.put(stored...); err != nil {
+		return len(stored), fmt.Errorf("persist synced job records: %w", err)
+	}
+	return len(stored), nil
+}
+
 // handleStateSync answers another gate's state sync with one page of
-// records: those newer than the request's SinceVersion, oldest first, up to
-// SyncPageBytes. CurrentVersion is the newest this gate has, so the asker
-// knows when it has them all.
+// records after the request's (SinceVersion, SinceJobID), in (version, job
+// id) order: at least one whole record and then as many as fit in
+// SyncPageBytes, never more than one message holds. More says whether
+// pages remain; CurrentVersion is the newest version this gate has. A
+// record too large for a message goes lighter (fitRecord); one too large
+// even then is an error the asker sees, naming the job, rather than an
+// answer the transport cannot carry.
 func (g *Gate) handleStateSync(_ context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
 	if !g.isPeer(from.NodeID) {
 		return nil, wire.Errorf(wire.CodeRejected, "gate state is only shared with configured gates")
 	}
+	// Without SinceJobID the asker has every record of SinceVersion (it
+	// pages by version alone).
+	wanted := func(r *wire.GateJobRecord) bool {
+		return r.Version > req.SinceVersion ||
+			req.SinceJobID != "" && r.Version == req.SinceVersion && r.Submission.JobID > req.SinceJobID
+	}
 	g.mu.Lock()
 	recs := make([]wire.GateJobRecord, 0, len(g.jobs))
 	for _, j := range g.jobs {
-		if j.rec.Version > req.SinceVersion {
+		if wanted(&j.rec) {
 			recs = append(recs, j.rec)
 		}
 	}
 	resp := &wire.StateSyncResponse{ResponderID: g.cfg.ID, CurrentVersion: g.version}
 	g.mu.Unlock()
-	slices.SortFunc(recs, func(a, b wire.GateJobRecord) int { return cmp.Compare(a.Version, b.Version) })
+	slices.SortFunc(recs, func(a, b wire.GateJobRecord) int {
+		return cmp.Or(cmp.Compare(a.Version, b.Version), cmp.Compare(a.Submission.JobID, b.Submission.JobID))
+	})
+	limit := min(g.cfg.SyncPageBytes, maxRecordBytes)
 	size := 0
-	for _, r := range recs {
-		b, err := wire.Marshal(&r)
+	for i := range recs {
+		r, b, shed, err := fitRecord(&recs[i])
 		if err != nil {
-			return nil, fmt.Errorf("encode job %s: %w", r.Submission.JobID, err)
+			g.log.Warn("state sync: a job record cannot be sent", "job_id", recs[i].Submission.JobID, "err", err)
+			return nil, err
 		}
-		// Pages end between versions, never inside one: the asker resumes
-		// after the last version it got.
-		if n := len(resp.GateJobs); n > 0 && size+len(b) > g.cfg.SyncPageBytes && resp.GateJobs[n-1].Version != r.Version {
+		if len(resp.GateJobs) > 0 && size+len(b) > limit {
+			resp.More = true
 			break
 		}
+		if shed != "" {
+			g.log.Warn("state sync: job record too large for a message; sent without "+shed, "job_id", r.Submission.JobID)
+		}
 		size += len(b)
-		resp.GateJobs = append(resp.GateJobs, r)
+		resp.GateJobs = append(resp.GateJobs, *r)
 	}
 	return resp, nil
 }
 
-// takeOver moves every unfinished job's leases to this leader: new fence
-// tokens from this term, fresh expiry (the datacenters have had no gate to
-// report to), and a LeaseTransfer to each datacenter, which from then on
-// refuses the old leader's commands.
-func (g *Gate) takeOver(lt *leaderTerm) {
+// takeOver moves every unfinished job's leases (or, with ids, those jobs'
+// only) to this leader: new fence tokens from this term, fresh expiry (the
+// datacenters have had no gate to report to), and a LeaseTransfer to each
+// datacenter, which from then on refuses the old leader's commands.
+func (g *Gate) takeOver(lt *leaderTerm, ids ...string) {
 	now := g.now()
 	var stored []*wire.GateJobRecord
 	var sends [][2]string
 	g.mu.Lock()
-	for id, j := range g.jobs {
+	jobs := g.jobs
+	if len(ids) > 0 {
+		jobs = make(map[string]*jobEntry, len(ids))
+		for _, id := range ids {
+			if j, ok := g.jobs[id]; ok {
+				jobs[id] = j
+			}
+		}
+	}
+	for id, j := range jobs {
 		if j.rec.Status.Terminal() {
 			continue
 		}
@@ -243,6 +337,9 @@ func (g *Gate) takeOver(lt *leaderTerm) {
 				pi := j.progressIndex(l.Datacenter)
 				if pi >= 0 && rec.Datacenters[pi].Status.Terminal() {
 					continue
+				}
+				if l.LeaseHolder == g.cfg.ID && l.FenceToken>>32 == lt.term {
+					continue // already this term's
 				}
 				l.LeaseHolder = g.cfg.ID
 				l.FenceToken = lt.nextToken()
@@ -271,8 +368,9 @@ func (g *Gate) takeOver(lt *leaderTerm) {
 }
 
 // tickLoop is the leader's clock: expired leases fail their datacenter,
-// datacenters that have not taken a job (or a lease) yet are tried again,
-// and finished jobs past retention are forgotten.
+// and datacenters that have not taken a job (or a lease) yet are tried
+// again. Finished jobs past retention are forgotten by every gate
+// (retentionLoop).
 func (g *Gate) tickLoop(lt *leaderTerm) {
 	t := time.NewTicker(g.cfg.TickInterval)
 	defer t.Stop()
@@ -287,13 +385,9 @@ func (g *Gate) tickLoop(lt *leaderTerm) {
 		now := g.now()
 		type dcRef struct{ id, dc, reason string }
 		var expired, retry []dcRef
-		var old []string
 		g.mu.Lock()
 		for id, j := range g.jobs {
 			if j.rec.Status.Terminal() {
-				if j.rec.FinishedAt != 0 && now.Sub(time.Unix(0, j.rec.FinishedAt)) > g.cfg.Retention {
-					old = append(old, id)
-				}
 				continue
 			}
 			for _, l := range j.rec.Leases {
@@ -310,15 +404,7 @@ func (g *Gate) tickLoop(lt *leaderTerm) {
 				}
 			}
 		}
-		for _, id := range old {
-			delete(g.jobs, id)
-		}
 		g.mu.Unlock()
-		if len(old) > 0 {
-			if err := g.store.delete(old...); err != nil {
-				g.log.Warn("retention", "err", err)
-			}
-		}
 		for _, e := range expired {
 			g.failDC(e.id, e.dc, "lease expired: no progress from "+e.dc+" for "+g.cfg.LeaseTTL.String())
 			sends.Go(func() {

@@ -176,7 +176,18 @@ func TestGateDatacenterLost(t *testing.T) {
 func TestGateLateJoinerSyncsBeforeLeading(t *testing.T) {
 	c := startGated(t, 3, 1, 1, 1)
 	tgt := startTarget(t, target.DefaultConfig())
-	late := "gate-3"
+	// The late joiner is the gate that leads now, so every run submits
+	// right after a gate failover: the new leader must know the
+	// datacenter is healthy at once (it asks the managers as it takes
+	// over), not only once SWIM carries a heartbeat to it.
+	late := c.gateLeader()
+	var others []string
+	for _, g := range []string{"gate-1", "gate-2", "gate-3"} {
+		if g != late {
+			others = append(others, g)
+		}
+	}
+	killed := time.Now()
 	if err := c.Kill(late); err != nil {
 		t.Fatal(err)
 	}
@@ -188,13 +199,13 @@ func TestGateLateJoinerSyncsBeforeLeading(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := c.submit(gatedJob("late-joiner", "http://"+tgt.Addr(), 2, "1s", 1))
+	t.Logf("first submit after the gate leader was killed accepted %s later", time.Since(killed).Round(time.Millisecond))
 	done := c.waitStatus(id, 60*time.Second, terminal)
 	if done.Status != wire.JobCompleted {
 		t.Fatalf("job ended %s: %s", done.Status, done.Error)
 	}
 
 	// Its peers frozen, the late gate cannot sync, so it may not lead.
-	others := []string{"gate-1", "gate-2"}
 	for _, g := range others {
 		if err := c.Signal(g, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
@@ -250,14 +261,14 @@ func TestGateLateJoinerSyncsBeforeLeading(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n1, _ := c.Node("gate-1")
+	n1, _ := c.Node(others[0])
 	if err := os.RemoveAll(n1.DataDir); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(n1.DataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Restart("gate-1"); err != nil {
+	if err := c.Restart(others[0]); err != nil {
 		t.Fatal(err)
 	}
 	st := c.waitStatus(id, 30*time.Second, terminal)

@@ -25,7 +25,8 @@ type cancelTarget struct {
 func (m *Manager) cancelJob(ctx context.Context, id string, status wire.JobStatus, reason string) (*wire.CancelAck, error) {
 	ack := &wire.CancelAck{JobID: id}
 	var targets []cancelTarget
-	found := false
+	var jp wire.JobProgress
+	found, again := false, false
 	m.update(func(tx *txn) {
 		j, ok := m.jobs[id]
 		if !ok {
@@ -34,6 +35,8 @@ func (m *Manager) cancelJob(ctx context.Context, id string, status wire.JobStatu
 		found = true
 		if j.rec.Status.Terminal() {
 			ack.Error = fmt.Sprintf("job already %s", j.rec.Status)
+			jp = m.jobProgressLocked(j, true)
+			again = true
 			return
 		}
 		for _, w := range j.wfs {
@@ -43,13 +46,29 @@ func (m *Manager) cancelJob(ctx context.Context, id string, status wire.JobStatu
 		}
 		targets = m.endJobLocked(tx, j, status, reason)
 		ack.Cancelled = true
+		jp = m.jobProgressLocked(j, true)
 	})
 	if !found {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
 	}
+	fitJobSeries(&jp)
+	if again {
+		// Asked again (perhaps after "not yet stored on a majority"): make
+		// sure of the end before saying so.
+		if err := m.statusOnMajority(ctx, jp); err != nil {
+			return nil, wire.Errorf(wire.CodeNoQuorum, "job %s ended here, but not yet stored on a majority of managers (%v); ask again to confirm", id, err)
+		}
+	}
 	if ack.Cancelled {
 		m.log.Info("job ended", "job_id", id, "status", status, "reason", reason, "workflows", ack.WorkflowsCancelled)
+		// The end must be on a majority before the answer: a successor
+		// reading a stale majority would otherwise run the job again.
+		// The workers are told either way: the job is over here.
+		err := m.statusOnMajority(ctx, jp)
 		m.cancelOnWorkers(ctx, targets, reason)
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeNoQuorum, "job %s %s here, but not yet stored on a majority of managers (%v); ask again to confirm", id, status, err)
+		}
 	}
 	return ack, nil
 }

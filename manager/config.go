@@ -77,6 +77,13 @@ type Config struct {
 	// not reach during state sync (a restarted leader may not know it yet)
 	// to show up before retrying that worker's workflows elsewhere.
 	StateSyncGrace time.Duration `yaml:"state_sync_grace"`
+	// WorkerFenceAfter is how long after last hearing from a lost worker
+	// (SWIM declared it dead, or a new leader cannot reach it) the leader
+	// waits before re-dispatching its workflows: a worker cut off from its
+	// leader stops them after its fence_after, so this must not be shorter
+	// than the workers' fence_after. It bounds the double load of a
+	// partition; see docs/datacenter.md.
+	WorkerFenceAfter time.Duration `yaml:"worker_fence_after"`
 	// HeartbeatInterval is how often the SWIM-embedded heartbeat is rebuilt
 	// and the scheduler re-checks queued work.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
@@ -107,6 +114,7 @@ func DefaultConfig() Config {
 		StateSyncBackoff:      250 * time.Millisecond,
 		StateSyncTimeout:      5 * time.Second,
 		StateSyncGrace:        10 * time.Second,
+		WorkerFenceAfter:      DefaultWorkerFenceAfter,
 		HeartbeatInterval:     500 * time.Millisecond,
 		MaxParallelPlacements: 16,
 		GateReportInterval:    500 * time.Millisecond,
@@ -179,6 +187,7 @@ func (c Config) validate(haveTransport, haveMembership bool) error {
 		{"StateSyncBackoff", c.StateSyncBackoff},
 		{"StateSyncTimeout", c.StateSyncTimeout},
 		{"StateSyncGrace", c.StateSyncGrace},
+		{"WorkerFenceAfter", c.WorkerFenceAfter},
 		{"HeartbeatInterval", c.HeartbeatInterval},
 	}
 	for _, p := range positive {
@@ -215,3 +224,8 @@ func (c Config) apiURL() string {
 	}
 	return "http://" + net.JoinHostPort(host, port)
 }
+
+// DefaultWorkerFenceAfter is the workers' default fence_after (10 s) plus a
+// margin for a final acknowledgement in flight and the time a worker takes
+// to stop its runs.
+const DefaultWorkerFenceAfter = 12 * time.Second

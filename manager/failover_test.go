@@ -55,7 +55,7 @@ func TestWorkerDeathRetriesElsewhereNeverBack(t *testing.T) {
 	// A progress report from the superseded attempt (a worker SWIM wrongly
 	// declared dead) is told to stop.
 	resp, err := c.hub.Node("ghost").Call(context.Background(), l.ID(), &wire.WorkflowProgress{
-		JobID: ack.JobID, WorkflowID: wfID, Status: wire.WorkflowRunning, WorkerID: first, FenceToken: token1,
+		JobID: ack.JobID, WorkflowID: wfID, Status: wire.WorkflowRunning, FenceToken: token1,
 	})
 	if err != nil || !resp.(*wire.ProgressAck).Cancel {
 		t.Fatalf("stale progress answered %+v, %v; want cancel", resp, err)
@@ -223,5 +223,39 @@ func TestRestartedManagerKnowsItsJobs(t *testing.T) {
 	st = waitJob(t, l, running.JobID, wire.JobCompleted, 15*time.Second)
 	if w := st.Workflows[0]; w.Attempts != 1 {
 		t.Fatalf("workflow after restart: %+v", w)
+	}
+}
+
+// A lost worker's workflows are not re-dispatched before WorkerFenceAfter
+// has passed since it was last heard from: a worker that is only cut off
+// stops them itself by then, so the target never sees both runs.
+func TestLostWorkerWaitsForItsFence(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.WorkerFenceAfter = time.Hour })
+	c.addWorker("w1", 2)
+	c.addWorker("w2", 2)
+	l := c.leader()
+	ack, err := l.Submit(context.Background(), sleepJob(t, "patient", 1, 1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, token := workflowOn(t, c, ack.JobID)
+	c.killWorker(first)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if wv, _ := l.workers.get(first); !wv.Gone {
+			return fmt.Errorf("%s not gone yet", first)
+		}
+		return nil
+	})
+	// The death is known, yet within the fence wait the workflow stays
+	// where it was, under the same token.
+	l.mu.Lock()
+	w := l.jobs[ack.JobID].wfs[0]
+	worker, tok, status := w.rec.Worker, w.rec.FenceToken, w.rec.Status
+	l.mu.Unlock()
+	if worker != first || tok != token || status != wire.WorkflowRunning {
+		t.Fatalf("re-dispatched before the worker's fence ran out: %s on %s under %#x", status, worker, tok)
+	}
+	if wait := l.fenceWait(first); wait <= 0 || wait > time.Hour {
+		t.Fatalf("fence wait %s, want up to an hour from when %s was last heard from", wait, first)
 	}
 }

@@ -288,6 +288,7 @@ func (m *Manager) gateReports() []gateReport {
 			}
 			jp.Workflows = append(jp.Workflows, p)
 		}
+		fitJobSeries(&jp)
 		out = append(out, gateReport{jp: jp, targets: m.gates.targets(j.gateHint, j.rec.Submission.Origin)})
 	}
 	return out
@@ -305,6 +306,16 @@ func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
 		// than that, and the next round tries it last.
 		cctx, cancel := context.WithTimeout(ctx, m.cfg.GateReportInterval)
 		reply, err := m.tr.Call(cctx, p.Addr, &r.jp)
+		if wire.CodeOf(err) == wire.CodeTooLarge {
+			// Too much detail for one message: the gate still needs the
+			// statuses and counts (they renew the lease and end the job),
+			// so they go without series, then without histograms.
+			log.Error("report to the gate over the message cap; sending it with less detail", "gate", p.NodeID, "err", err)
+			reply, err = m.tr.Call(cctx, p.Addr, slimReport(r.jp, false))
+			if wire.CodeOf(err) == wire.CodeTooLarge {
+				reply, err = m.tr.Call(cctx, p.Addr, slimReport(r.jp, true))
+			}
+		}
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -327,9 +338,16 @@ func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
 // gateAcked records a gate's answer to a report: who leads the gates now,
 // that the final report arrived, or that the gate has ended the job here
 // (its lease expired or the job was cancelled), in which case it stops.
+//
+// A Cancel is obeyed only from the job's lease holder, under a token not
+// older than the newest this manager knows for the job: a deposed gate
+// leader, or a gate that merely has not heard of the job yet, must not
+// kill an acknowledged job.
 func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.ProgressAck) {
 	m.mu.Lock()
 	j, ok := m.jobs[jp.JobID]
+	var holder string
+	var token uint64
 	if ok {
 		if ack.Leader != "" {
 			j.gateHint = ack.Leader
@@ -337,14 +355,33 @@ func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.
 		if jp.Status.Terminal() {
 			j.gateFinalAcked = true
 		}
+		holder, token = j.rec.Submission.Origin, j.rec.Submission.FenceToken
 	}
 	terminal := ok && j.rec.Status.Terminal()
 	m.mu.Unlock()
 	if !ack.Cancel || !ok || terminal {
 		return
 	}
+	if ack.Leader != holder || ack.FenceToken == 0 || ack.FenceToken < token {
+		m.log.Warn("ignoring a cancel from a gate that does not hold the job's lease", "job_id", jp.JobID,
+			"gate", ack.Leader, "lease_holder", holder, "fence_token", ack.FenceToken, "newest", token)
+		return
+	}
 	m.log.Warn("the gate ended this job here; cancelling it", "job_id", jp.JobID)
 	if _, err := m.cancelJob(ctx, jp.JobID, wire.JobCancelled, "cancelled by the gate: this datacenter's lease ended"); err != nil && !errors.Is(err, context.Canceled) {
 		m.log.Warn("cancel asked by the gate failed", "job_id", jp.JobID, "err", err)
 	}
+}
+
+// slimReport is jp without per-second series and, with noSteps, without
+// step statistics: what a report keeps when the whole does not fit.
+func slimReport(jp wire.JobProgress, noSteps bool) *wire.JobProgress {
+	jp.Workflows = slices.Clone(jp.Workflows)
+	for i := range jp.Workflows {
+		jp.Workflows[i].Series = nil
+		if noSteps {
+			jp.Workflows[i].StepStats = nil
+		}
+	}
+	return &jp
 }

@@ -78,6 +78,7 @@ type Manager struct {
 	elector    *leadership.Elector
 	ownElStore *leadership.BoltStorage
 	store      *store.Store
+	blobs      *blobState // blobs.go
 
 	peers      map[string]string // other configured managers: id -> QUIC addr
 	peerIDs    []string          // sorted keys of peers
@@ -96,8 +97,10 @@ type Manager struct {
 	rev  uint64 // last revision handed to a record
 	// orphanCommits are commits for jobs whose submission has not reached
 	// this peer yet; they are applied when it does, and reported in state
-	// sync meanwhile.
-	orphanCommits map[string]wire.ProvisionCommit
+	// sync meanwhile. Bounded in age and number (orphanCommitTTL,
+	// maxOrphanCommits): a submission that never arrives must not make
+	// them grow for ever.
+	orphanCommits map[string]orphanCommit
 
 	lead   atomic.Pointer[leaderTerm]
 	kickCh chan struct{}
@@ -150,7 +153,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		keyring:       deps.Keyring,
 		jobs:          make(map[string]*jobState),
 		wfs:           make(map[string]*workflowState),
-		orphanCommits: make(map[string]wire.ProvisionCommit),
+		orphanCommits: make(map[string]orphanCommit),
 		kickCh:        make(chan struct{}, 1),
 		gateKick:      make(chan struct{}, 1),
 		runDone:       make(chan struct{}),
@@ -259,6 +262,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		}
 		m.members = m.ownMembers
 	}
+	if err := m.openBlobs(); err != nil {
+		return nil, err
+	}
 	m.gates = &gateTable{g: make(map[string]string), failed: make(map[string]time.Time), now: m.clock.Now}
 	if deps.Keyring != nil {
 		if err := m.startGateSwim(deps.Keyring.MemberlistKeys(), baseLog); err != nil {
@@ -288,6 +294,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	})
 	m.spawn(m.heartbeatLoop)
 	m.spawn(m.housekeepingLoop)
+	m.spawn(m.blobGCLoop)
 	if m.ownMembers != nil && len(m.cfg.Join) > 0 {
 		m.spawn(m.joinLoop)
 	}
@@ -395,6 +402,8 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
 	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
+	m.registerBlobHandlers()
+	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
 }
 
 // isPeer reports whether id is another configured manager. Transport ids

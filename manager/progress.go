@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 
 	"tempest/store"
@@ -14,17 +16,78 @@ import (
 // worker that reported to a deposed leader finds the new one. The ack tells
 // the worker who leads and whether to stop (the job ended, or this attempt
 // was superseded by a newer one).
-func (m *Manager) handleProgress(_ context.Context, from transport.Peer, p *wire.WorkflowProgress) (wire.Message, error) {
+func (m *Manager) handleProgress(ctx context.Context, from transport.Peer, p *wire.WorkflowProgress) (wire.Message, error) {
 	if m.leading() == nil {
 		return nil, m.elector.NotLeaderError()
 	}
-	worker := p.WorkerID
-	if worker == "" {
-		worker = from.NodeID
+	// The sender is proven by the transport; a report naming another
+	// worker is refused, so a worker speaks only for itself.
+	worker := from.NodeID
+	if p.WorkerID != "" && p.WorkerID != worker {
+		return nil, wire.Errorf(wire.CodeRejected, "progress for %s names worker %s but comes from %s", p.WorkflowID, p.WorkerID, worker)
 	}
 	m.workers.seen(worker)
 	cancel := m.applyProgress(p, worker)
+	if (p.Final || p.Status.Terminal()) && !cancel {
+		// The worker forgets a workflow once its final is acknowledged, so
+		// the end must be on a majority of managers first: a successor
+		// reading a majority would otherwise find it still placed, not on
+		// its worker, and run it again.
+		if err := m.endOnMajority(ctx, p.JobID, p.WorkflowID); err != nil {
+			return nil, wire.Errorf(wire.CodeUnavailable, "final progress of %s not yet stored on a majority of managers: %v", p.WorkflowID, err)
+		}
+	}
 	return &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancel}, nil
+}
+
+// endOnMajority stores the ended workflow's record (and its job's status)
+// on a majority of managers, this one included, if the workflow has ended
+// here. Other outcomes (a retry, an unknown workflow) need not wait: the
+// work is not over, and a successor re-runs or fences it either way.
+func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) error {
+	m.mu.Lock()
+	w, ok := m.wfs[workflowID]
+	if !ok || w.rec.JobID != jobID || !w.rec.Status.Terminal() || len(m.peerIDs) == 0 {
+		m.mu.Unlock()
+		return nil
+	}
+	jp := m.jobProgressLocked(w.job, false)
+	jp.Workflows = []wire.WorkflowProgress{replicaProgress(&w.rec)}
+	m.mu.Unlock()
+	return m.statusOnMajority(ctx, jp)
+}
+
+// statusOnMajority sends a job's status to every peer and waits, up to the
+// quorum timeout, until a majority (this manager included) stored it.
+func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) error {
+	if len(m.peerIDs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
+	defer cancel()
+	acks := make(chan error, len(m.peerIDs))
+	for _, id := range m.peerIDs {
+		if !m.spawn(func(context.Context) {
+			_, err := m.tr.Call(ctx, m.peers[id], &jp)
+			acks <- err
+		}) {
+			acks <- errors.New("shutting down")
+		}
+	}
+	stored := 1
+	var errs []error
+	for range m.peerIDs {
+		err := <-acks
+		if err == nil {
+			stored++
+		} else {
+			errs = append(errs, err)
+		}
+		if stored >= m.quorumSize {
+			return nil
+		}
+	}
+	return fmt.Errorf("%d of %d managers stored it: %w", stored, len(m.cfg.Peers), errors.Join(errs...))
 }
 
 // applyProgress folds one progress report into the job table and reports
@@ -39,9 +102,15 @@ func (m *Manager) applyProgress(p *wire.WorkflowProgress, worker string) (cancel
 func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker string) (cancel bool) {
 	w, ok := m.wfs[p.WorkflowID]
 	if !ok || w.rec.JobID != p.JobID {
-		// Not ours (a job this leader has no record of). Leave it running:
-		// workers are the source of truth, and a manager that has not yet
-		// heard of a job must not kill it.
+		// Not ours (a job this leader has no record of). Before this
+		// leader's state sync is done it may yet learn of it, so it is left
+		// running. After, a majority of managers has been read, and every
+		// acknowledged job is on a majority: this one never was, or was
+		// withdrawn or pruned. It is fenced, never left to run unseen.
+		if lt := m.leading(); lt != nil && lt.isSynced() && !(p.Final || p.Status.Terminal()) {
+			m.log.Warn("progress for a job no majority of managers holds; stopping it", "job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
+			return true
+		}
 		m.log.Debug("progress for an unknown workflow", "job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
 		return false
 	}
@@ -54,6 +123,12 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		if final {
 			m.workers.freed(worker, len(p.AssignedCores))
 		}
+		return !final
+	}
+	if p.FenceToken == w.rec.FenceToken && w.rec.Worker != "" && w.rec.Worker != worker {
+		// This attempt was dispatched to another worker: whoever runs it
+		// here got the dispatch replayed, not placed. Stop it.
+		log.Warn("progress from a worker the attempt was not dispatched to; cancelling it", "dispatched_to", w.rec.Worker, "fence_token", p.FenceToken)
 		return !final
 	}
 	if w.rec.Status.Terminal() {

@@ -39,9 +39,17 @@ func (m *Manager) handleRegistration(_ context.Context, from transport.Peer, reg
 		m.spawn(func(ctx context.Context) { m.sendToPeers(ctx, &relay) })
 	}
 	if m.leading() != nil {
+		var stop []cancelTarget
 		for i := range reg.ActiveWorkflows {
 			p := reg.ActiveWorkflows[i]
-			m.applyProgress(&p, reg.NodeID)
+			if m.applyProgress(&p, reg.NodeID) {
+				// Superseded, ended, or of a job no majority holds: it must
+				// not keep running just because it reports no progress.
+				stop = append(stop, cancelTarget{worker: reg.NodeID, jobID: p.JobID, workflowID: p.WorkflowID, fence: p.FenceToken})
+			}
+		}
+		if len(stop) > 0 {
+			m.spawn(func(ctx context.Context) { m.cancelOnWorkers(ctx, stop, "stopped by the leader at registration") })
 		}
 	}
 	m.kick()

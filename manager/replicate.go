@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"tempest/blobstore"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -25,14 +26,10 @@ import (
 //     statistics of ended workflows (so a successor neither re-runs finished
 //     work nor loses its results).
 //
-// Both are best effort: the workers remain the source of truth for what
-// runs, and a successor's state sync reconciles whatever a peer missed.
-
-// replicateSubmission hands a new job to every peer and waits, up to the
-// quorum timeout, for them to store it.
-func (m *Manager) replicateSubmission(ctx context.Context, sub *wire.JobSubmission) {
-	m.callPeers(ctx, sub, "submission not replicated", "job_id", sub.JobID)
-}
+// The submission must reach a majority before the client hears the job is
+// accepted (intake.go); status updates are best effort: the workers remain
+// the source of truth for what runs, and a successor's state sync
+// reconciles whatever a peer missed.
 
 // replicateStatus sends a job's status to every peer, one way.
 func (m *Manager) replicateStatus(lt *leaderTerm, jp wire.JobProgress) {
@@ -65,7 +62,8 @@ func (m *Manager) handleJobSubmission(ctx context.Context, from transport.Peer, 
 			s.Origin = from.NodeID
 			sub = &s
 		}
-		return m.submit(ctx, sub, m.elector.NotLeaderError)
+		// Blobs it names that no manager holds yet come from the gate.
+		return m.submit(blobstore.WithSources(ctx, from.Addr), sub, m.elector.NotLeaderError)
 	}
 	if sub.JobID == "" {
 		return nil, wire.Errorf(wire.CodeRejected, "replicated submission without a job id")
@@ -76,6 +74,7 @@ func (m *Manager) handleJobSubmission(ctx context.Context, from transport.Peer, 
 	if err := m.update(func(tx *txn) { m.adoptSubmissionLocked(tx, sub) }); err != nil {
 		return nil, wire.Errorf(wire.CodeUnavailable, "persist replicated job %s: %v", sub.JobID, err)
 	}
+	m.fetchMissingBlobs(sub)
 	return &wire.JobAck{JobID: sub.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}, nil
 }
 
@@ -94,9 +93,9 @@ func (m *Manager) adoptSubmissionLocked(tx *txn, sub *wire.JobSubmission) *jobSt
 	tx.touchJob(j, true)
 	for _, w := range j.wfs {
 		tx.touchWorkflow(w, true)
-		if c, ok := m.orphanCommits[w.rec.WorkflowID]; ok && c.JobID == sub.JobID {
+		if o, ok := m.orphanCommits[w.rec.WorkflowID]; ok && o.c.JobID == sub.JobID {
 			delete(m.orphanCommits, w.rec.WorkflowID)
-			m.applyCommitLocked(tx, &c)
+			m.applyCommitLocked(tx, &o.c)
 		}
 	}
 	return j
@@ -109,10 +108,23 @@ func (m *Manager) handleJobProgress(_ context.Context, from transport.Peer, jp *
 	}
 	if m.leading() != nil {
 		// A deposed leader still replicating: this manager's own view,
-		// built from the workers, is newer.
-		return &wire.ProgressAck{Leader: m.cfg.ID}, nil
+		// built from the workers, is newer. Refused, so that a sender
+		// counting stores does not count this one.
+		return nil, wire.Errorf(wire.CodeRejected, "%s leads; status from %s not stored", m.cfg.ID, from.NodeID)
 	}
-	m.update(func(tx *txn) { m.mergeJobLocked(tx, jp) })
+	known := false
+	err := m.update(func(tx *txn) {
+		_, known = m.jobs[jp.JobID]
+		m.mergeJobLocked(tx, jp)
+	})
+	switch {
+	case !known:
+		// Not stored, so not counted: this manager missed the submission
+		// and learns the job from a successor's state sync.
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not known to %s", jp.JobID, m.cfg.ID)
+	case err != nil:
+		return nil, wire.Errorf(wire.CodeUnavailable, "persist status of job %s: %v", jp.JobID, err)
+	}
 	return &wire.ProgressAck{Leader: m.cfg.ID}, nil
 }
 

@@ -74,7 +74,7 @@ func TestFinalSeriesReachesResults(t *testing.T) {
 	send := func(p *wire.WorkflowProgress) {
 		t.Helper()
 		p.JobID, p.WorkflowID, p.WorkerID, p.FenceToken = ack.JobID, wfID, worker, token
-		if _, err := c.hub.Node("reporter").Call(ctx, l.ID(), p); err != nil {
+		if _, err := c.hub.Node(worker).Call(ctx, l.ID(), p); err != nil {
 			t.Fatalf("progress: %v", err)
 		}
 	}
@@ -140,7 +140,7 @@ func TestSeriesReplicatedToPeers(t *testing.T) {
 	worker, token := workflowOn(t, c, ack.JobID)
 	p := &wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: workflowID(ack.JobID, 0), WorkerID: worker,
 		FenceToken: token, Status: wire.WorkflowCompleted, Final: true, CompletedCount: 7, Series: wireSeries(90)}
-	if _, err := c.hub.Node("reporter").Call(ctx, l.ID(), p); err != nil {
+	if _, err := c.hub.Node(worker).Call(ctx, l.ID(), p); err != nil {
 		t.Fatalf("progress: %v", err)
 	}
 	for _, m := range c.running() {

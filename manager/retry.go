@@ -1,9 +1,12 @@
 package manager
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"time"
 
+	"tempest/lifecycle"
 	"tempest/store"
 	"tempest/wire"
 )
@@ -67,8 +70,42 @@ func (m *Manager) retryLocked(tx *txn, w *workflowState, worker, reason string) 
 }
 
 // workerLost retries, elsewhere, every workflow the leader had placed on a
-// worker that SWIM declared dead.
+// worker that SWIM declared dead, once WorkerFenceAfter has passed since
+// the worker was last heard from: a worker that is only cut off stops its
+// runs by then (self-fencing), so the retry does not double the load.
 func (m *Manager) workerLost(worker, reason string) {
+	lt := m.leading()
+	if lt == nil {
+		return
+	}
+	wait := m.fenceWait(worker)
+	if wait <= 0 {
+		m.retryLost(worker, reason)
+		return
+	}
+	m.log.Info("waiting for the lost worker to fence itself before re-dispatching its workflows", "worker", worker, "wait", wait)
+	m.spawnLeader(lt, func(ctx context.Context) {
+		if !lifecycle.Sleep(ctx, wait) {
+			return
+		}
+		if wv, ok := m.workers.get(worker); ok && !wv.Gone {
+			return // it came back: its runs go on, or it reports them stopped
+		}
+		m.retryLost(worker, reason)
+	})
+}
+
+// fenceWait is how much longer to wait before re-running a lost worker's
+// workflows: WorkerFenceAfter from when it was last heard from.
+func (m *Manager) fenceWait(worker string) time.Duration {
+	wv, ok := m.workers.get(worker)
+	if !ok || wv.LastSeen.IsZero() {
+		return m.cfg.WorkerFenceAfter
+	}
+	return wv.LastSeen.Add(m.cfg.WorkerFenceAfter).Sub(m.clock.Now())
+}
+
+func (m *Manager) retryLost(worker, reason string) {
 	if m.leading() == nil {
 		return
 	}

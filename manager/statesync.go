@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -42,6 +43,7 @@ type syncOutcome struct {
 // then acts on the result. The whole sync is bounded by StateSyncTimeout.
 func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
 	start := m.clock.Now()
+	termCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StateSyncTimeout)
 	defer cancel()
 	out := &syncOutcome{answered: make(map[string]bool), running: make(map[string]string)}
@@ -58,16 +60,17 @@ func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
 		}
 	}
 	var wg sync.WaitGroup
-	for _, id := range m.peerIDs {
-		wg.Go(func() { m.syncPeer(ctx, id, req) })
-	}
+	var snaps []*wire.ManagerStateSnapshot
+	wg.Go(func() { snaps = m.readMajority(termCtx, req) })
 	askWorkers(&wg)
 	wg.Wait()
+	m.applyPeerSnapshots(lt, snaps)
 	var wg2 sync.WaitGroup
 	askWorkers(&wg2) // workers only the peers knew of
 	wg2.Wait()
 	// Worker and peer snapshots were merged in whatever order they came;
-	// work a worker reported before a peer told us its job is adopted now.
+	// work a worker reported before a peer told us its job is adopted now,
+	// and work of a job no manager of a majority holds is stopped.
 	for _, ws := range out.unknown {
 		m.cancelOnWorkers(ctx, m.adoptRunning(ws, out, true), "superseded after a leader change")
 	}
@@ -77,48 +80,203 @@ func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
 	return out
 }
 
-func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRequest) {
+// readMajority collects peers' snapshots until, with this manager, a
+// majority of the configured managers has been read: only then is every job
+// a previous leader acknowledged (stored on a majority) certainly among
+// them. Peers that fail are asked again, in rounds, for as long as the term
+// lasts; a leader that cannot read a majority never serves, and loses its
+// term to check-quorum.
+func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) []*wire.ManagerStateSnapshot {
+	var mu sync.Mutex
+	got := make(map[string]*wire.ManagerStateSnapshot)
+	for round := 0; ; round++ {
+		var wg sync.WaitGroup
+		for _, id := range m.peerIDs {
+			mu.Lock()
+			done := got[id] != nil
+			mu.Unlock()
+			if done {
+				continue
+			}
+			wg.Go(func() {
+				if ms := m.syncPeer(ctx, id, req); ms != nil {
+					mu.Lock()
+					got[id] = ms
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if 1+len(got) >= m.quorumSize || ctx.Err() != nil {
+			break
+		}
+		m.log.Warn("state sync: no majority of managers read yet; asking again", "read", 1+len(got), "quorum", m.quorumSize, "round", round)
+		d := m.cfg.StateSyncBackoff << min(round, 6)
+		if !lifecycle.Sleep(ctx, d/2+rand.N(d/2+1)) {
+			break
+		}
+	}
+	out := make([]*wire.ManagerStateSnapshot, 0, len(got))
+	for _, id := range m.peerIDs {
+		if ms := got[id]; ms != nil {
+			out = append(out, ms)
+		}
+	}
+	return out
+}
+
+// syncPeer fetches one peer's snapshot and learns the workers it knows.
+func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRequest) *wire.ManagerStateSnapshot {
 	// A peer SWIM has declared dead (typically the leader that just
 	// crashed) is not worth the retries.
 	gone := func() bool {
 		_, alive, known := m.managers.get(id)
 		return known && !alive
 	}
-	resp, err := m.fetchState(ctx, m.peers[id], req, gone)
-	if err != nil {
-		m.log.Warn("state sync from peer failed", "peer", id, "err", err)
-		return
+	var ms *wire.ManagerStateSnapshot
+	page := *req
+	for pages := 0; ; pages++ {
+		resp, err := m.fetchState(ctx, m.peers[id], &page, gone)
+		if err != nil {
+			m.log.Warn("state sync from peer failed", "peer", id, "page", pages, "err", err)
+			return nil
+		}
+		p := resp.ManagerState
+		if p == nil {
+			m.log.Warn("state sync: peer sent no manager snapshot", "peer", id)
+			return nil
+		}
+		if ms == nil {
+			ms = p
+		} else {
+			mergeSnapshotPage(ms, p)
+		}
+		if p.NextAfter == "" || p.NextAfter <= page.JobsAfter {
+			break
+		}
+		page.JobsAfter = p.NextAfter
 	}
-	ms := resp.ManagerState
-	if ms == nil {
-		m.log.Warn("state sync: peer sent no manager snapshot", "peer", id)
-		return
+	ms.NextAfter = ""
+	if ms.NodeID == "" {
+		ms.NodeID = id
 	}
 	for i := range ms.Workers {
 		m.workers.learn(&ms.Workers[i])
 	}
+	return ms
+}
+
+// mergeSnapshotPage adds a later page of a peer's snapshot to the first.
+func mergeSnapshotPage(ms, p *wire.ManagerStateSnapshot) {
+	if ms.Jobs == nil {
+		ms.Jobs = make(map[string]wire.JobProgress)
+	}
+	if ms.Retries == nil {
+		ms.Retries = make(map[string]int)
+	}
+	maps.Copy(ms.Jobs, p.Jobs)
+	maps.Copy(ms.Retries, p.Retries)
+	ms.Submissions = append(ms.Submissions, p.Submissions...)
+	ms.Commits = append(ms.Commits, p.Commits...)
+	ms.Confirmed = append(ms.Confirmed, p.Confirmed...)
+	ms.Workers = append(ms.Workers, p.Workers...)
+}
+
+// applyPeerSnapshots folds the peers' snapshots into the job table, once
+// they are all in, since whether an unconfirmed job is adopted depends on
+// who holds it (resolveIntake).
+func (m *Manager) applyPeerSnapshots(lt *leaderTerm, snaps []*wire.ManagerStateSnapshot) {
+	var targets []cancelTarget
 	m.update(func(tx *txn) {
-		for i := range ms.Submissions {
-			sub := &ms.Submissions[i]
-			if sub.JobID == "" || m.validateSubmission(sub) != nil {
-				continue
+		targets = m.resolveIntakeLocked(tx, lt, snaps)
+		for _, ms := range snaps {
+			for i := range ms.Commits {
+				m.applyCommitLocked(tx, &ms.Commits[i])
 			}
-			m.adoptSubmissionLocked(tx, sub)
-		}
-		for i := range ms.Commits {
-			m.applyCommitLocked(tx, &ms.Commits[i])
-		}
-		for jobID, jp := range ms.Jobs {
-			jp.JobID = jobID
-			m.mergeJobLocked(tx, &jp)
-		}
-		for wfID, n := range ms.Retries {
-			if w, ok := m.wfs[wfID]; ok && n > w.rec.Attempts {
-				w.rec.Attempts = n
-				tx.touchWorkflow(w, true)
+			for jobID, jp := range ms.Jobs {
+				jp.JobID = jobID
+				m.mergeJobLocked(tx, &jp)
+			}
+			for wfID, n := range ms.Retries {
+				if w, ok := m.wfs[wfID]; ok && n > w.rec.Attempts {
+					w.rec.Attempts = n
+					tx.touchWorkflow(w, true)
+				}
 			}
 		}
 	})
+	m.cancelOnWorkers(lt.ctx, targets, "withdrawn: never stored on a majority of managers")
+}
+
+// resolveIntakeLocked decides, for every unfinished job found here or in a
+// peer's snapshot, whether it is known to be on a majority (confirmed), was
+// never on one (held, unconfirmed, by the leader that accepted it in an
+// older term and nobody else: withdrawn, never run), or may be (adopted,
+// and stored on a majority before it is placed). See intake.go.
+func (m *Manager) resolveIntakeLocked(tx *txn, lt *leaderTerm, snaps []*wire.ManagerStateSnapshot) []cancelTarget {
+	holders := make(map[string]map[string]bool)
+	confirmed := make(map[string]bool)
+	subs := make(map[string]*wire.JobSubmission)
+	hold := func(id, node string) {
+		if holders[id] == nil {
+			holders[id] = make(map[string]bool)
+		}
+		holders[id][node] = true
+	}
+	for id, j := range m.jobs {
+		if j.rec.Status.Terminal() {
+			continue
+		}
+		hold(id, m.cfg.ID)
+		confirmed[id] = confirmed[id] || j.rec.Confirmed
+		subs[id] = &j.rec.Submission
+	}
+	for _, ms := range snaps {
+		for i := range ms.Submissions {
+			sub := &ms.Submissions[i]
+			if sub.JobID == "" {
+				continue
+			}
+			hold(sub.JobID, ms.NodeID)
+			if subs[sub.JobID] == nil {
+				subs[sub.JobID] = sub
+			}
+		}
+		for _, id := range ms.Confirmed {
+			confirmed[id] = true
+		}
+	}
+	var targets []cancelTarget
+	for _, id := range slices.Sorted(maps.Keys(subs)) {
+		sub := subs[id]
+		j, known := m.jobs[id]
+		if known && j.rec.Status.Terminal() {
+			continue
+		}
+		h := holders[id]
+		if !confirmed[id] && sub.IntakeLeader != "" && sub.IntakeTerm < lt.term && len(h) == 1 && h[sub.IntakeLeader] {
+			m.log.Info("withdrawing a job its leader never stored on a majority", "job_id", id,
+				"intake_leader", sub.IntakeLeader, "intake_term", sub.IntakeTerm)
+			if known {
+				targets = append(targets, m.endJobLocked(tx, j, wire.JobFailed, "withdrawn: never stored on a majority of managers")...)
+			}
+			continue
+		}
+		if !known {
+			if m.validateSubmission(sub) != nil {
+				continue
+			}
+			j = m.adoptSubmissionLocked(tx, sub)
+		}
+		if confirmed[id] && !j.rec.Confirmed {
+			j.rec.Confirmed = true
+			tx.touchJob(j, true)
+		}
+		if !j.rec.Confirmed {
+			j.abandoned, j.adoptedTerm = false, lt.term
+		}
+	}
+	return targets
 }
 
 func (m *Manager) syncWorker(ctx context.Context, wv workerView, req *wire.StateSyncRequest, out *syncOutcome) {
@@ -164,7 +322,12 @@ func (m *Manager) adoptRunning(ws *wire.WorkerStateSnapshot, out *syncOutcome, l
 			w, ok := m.wfs[p.WorkflowID]
 			if !ok {
 				if last {
-					m.log.Warn("worker runs a workflow no manager knows of; leaving it", "worker", ws.NodeID, "workflow_id", p.WorkflowID, "job_id", p.JobID)
+					// A majority of managers has been read, and every job a
+					// leader acknowledged is on a majority: this one was
+					// never acknowledged, or was withdrawn. Fence it rather
+					// than let it load the target unseen.
+					m.log.Warn("worker runs a workflow of a job no majority of managers holds; stopping it", "worker", ws.NodeID, "workflow_id", p.WorkflowID, "job_id", p.JobID)
+					targets = append(targets, cancelTarget{worker: ws.NodeID, jobID: p.JobID, workflowID: p.WorkflowID, fence: p.FenceToken})
 					continue
 				}
 				if unknown == nil {
@@ -257,7 +420,7 @@ func (m *Manager) resume(ctx context.Context, lt *leaderTerm, out *syncOutcome) 
 					// The worker is fine; it just does not have it (the
 					// dispatch never arrived). Retry without blaming it.
 					m.retryLocked(tx, w, "", fmt.Sprintf("not running on %s after the leader change", worker))
-				case known && wv.Gone:
+				case known && wv.Gone && m.fenceWait(worker) <= 0:
 					m.retryLocked(tx, w, worker, fmt.Sprintf("worker %s is dead", worker))
 				default:
 					waiting = append(waiting, w.rec.WorkflowID)
@@ -272,9 +435,12 @@ func (m *Manager) resume(ctx context.Context, lt *leaderTerm, out *syncOutcome) 
 		}
 	}
 	if len(waiting) > 0 {
-		m.log.Info("waiting for unreachable workers before retrying their workflows", "workflows", len(waiting), "grace", m.cfg.StateSyncGrace)
+		// A worker this leader cannot reach may be cut off and still
+		// running its workflows until its fence_after runs out.
+		grace := max(m.cfg.StateSyncGrace, m.cfg.WorkerFenceAfter)
+		m.log.Info("waiting for unreachable workers before retrying their workflows", "workflows", len(waiting), "grace", grace)
 		m.spawnLeader(lt, func(ctx context.Context) {
-			if lifecycle.Sleep(ctx, m.cfg.StateSyncGrace) {
+			if lifecycle.Sleep(ctx, grace) {
 				m.retryStranded(waiting, start)
 			}
 		})
@@ -310,7 +476,7 @@ func (m *Manager) handleStateSync(_ context.Context, from transport.Peer, req *w
 	if !m.isPeer(from.NodeID) {
 		return nil, wire.Errorf(wire.CodeRejected, "state sync is only served to peer managers")
 	}
-	return &wire.StateSyncResponse{ResponderID: m.cfg.ID, CurrentVersion: m.currentRev(), ManagerState: m.managerSnapshot()}, nil
+	return &wire.StateSyncResponse{ResponderID: m.cfg.ID, CurrentVersion: m.currentRev(), ManagerState: m.managerSnapshot(req.Term, req.JobsAfter)}, nil
 }
 
 func (m *Manager) currentRev() uint64 {
@@ -321,8 +487,14 @@ func (m *Manager) currentRev() uint64 {
 
 // managerSnapshot is this manager's view for a successor: the workers it
 // knows; every unfinished job with its submission, placements and retry
-// counts; and the most recently ended jobs' outcomes.
-func (m *Manager) managerSnapshot() *wire.ManagerStateSnapshot {
+// counts; and the most recently ended jobs' outcomes. It is paged by size
+// (snapshotPageBudget, at least one job a page, in job id order after
+// after): a datacenter's jobs together may be far larger than one message.
+//
+// A requester in a newer term than a job's intake decides that job's fate
+// from what it reads now, so jobs not yet confirmed here are abandoned: this
+// manager will not confirm them later behind the requester's back.
+func (m *Manager) managerSnapshot(requesterTerm uint64, after string) *wire.ManagerStateSnapshot {
 	st := m.elector.Status()
 	ms := &wire.ManagerStateSnapshot{
 		NodeID:     m.cfg.ID,
@@ -332,14 +504,24 @@ func (m *Manager) managerSnapshot() *wire.ManagerStateSnapshot {
 		Jobs:       make(map[string]wire.JobProgress),
 		Retries:    make(map[string]int),
 	}
-	for _, wv := range m.workers.list() {
-		ms.Workers = append(ms.Workers, wire.WorkerStateSnapshot{
-			NodeID: wv.ID, State: wv.State, TotalCores: wv.TotalCores,
-			AvailableCores: wv.AvailableCores, Version: wv.Version, Addr: wv.Addr,
-		})
+	if after == "" {
+		for _, wv := range m.workers.list() {
+			ms.Workers = append(ms.Workers, wire.WorkerStateSnapshot{
+				NodeID: wv.ID, State: wv.State, TotalCores: wv.TotalCores,
+				AvailableCores: wv.AvailableCores, Version: wv.Version, Addr: wv.Addr,
+			})
+		}
 	}
+	type entry struct {
+		id        string
+		sub       *wire.JobSubmission // nil for an ended job
+		confirmed bool
+		jp        wire.JobProgress
+		retries   map[string]int
+		commits   []wire.ProvisionCommit
+	}
+	var entries []entry
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	ms.Version = m.rev
 	var ended []*jobState
 	for _, j := range m.jobs {
@@ -347,26 +529,87 @@ func (m *Manager) managerSnapshot() *wire.ManagerStateSnapshot {
 			ended = append(ended, j)
 			continue
 		}
-		ms.Submissions = append(ms.Submissions, j.rec.Submission)
-		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
+		if !j.rec.Confirmed && j.rec.Submission.IntakeTerm < requesterTerm && j.adoptedTerm < requesterTerm {
+			j.abandoned = true
+		}
+		if j.rec.ID() <= after {
+			continue
+		}
+		sub := j.rec.Submission
+		e := entry{id: j.rec.ID(), sub: &sub, confirmed: j.rec.Confirmed, jp: m.jobProgressLocked(j, true), retries: make(map[string]int)}
 		for _, w := range j.wfs {
 			if w.rec.Attempts > 0 {
-				ms.Retries[w.rec.WorkflowID] = w.rec.Attempts
+				e.retries[w.rec.WorkflowID] = w.rec.Attempts
 			}
 			if w.rec.Worker != "" && w.rec.FenceToken != 0 {
-				ms.Commits = append(ms.Commits, wire.ProvisionCommit{
+				e.commits = append(e.commits, wire.ProvisionCommit{
 					JobID: w.rec.JobID, WorkflowID: w.rec.WorkflowID, TargetWorker: w.rec.Worker,
 					CoresAssigned: w.rec.Spec.Cores, FenceToken: w.rec.FenceToken,
 				})
 			}
 		}
+		entries = append(entries, e)
 	}
 	slices.SortFunc(ended, func(a, b *jobState) int { return cmp.Compare(b.rec.FinishedAt, a.rec.FinishedAt) })
 	for _, j := range ended[:min(len(ended), maxSnapshotEndedJobs)] {
-		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
+		if j.rec.ID() > after {
+			entries = append(entries, entry{id: j.rec.ID(), jp: m.jobProgressLocked(j, true)})
+		}
 	}
-	for _, c := range m.orphanCommits {
-		ms.Commits = append(ms.Commits, c)
+	if after == "" {
+		for _, o := range m.orphanCommits {
+			ms.Commits = append(ms.Commits, o.c)
+		}
+	}
+	m.mu.Unlock()
+
+	// Sizes are measured outside the lock: encoding histograms is slow.
+	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.id, b.id) })
+	size := encodedSize(ms)
+	for i, e := range entries {
+		fitJobSeries(&e.jp)
+		n := encodedSize(&e.jp) + encodedSize(e.sub) + len(e.commits)*128 + len(e.retries)*64
+		if n > wire.MaxMessageSize/2 {
+			// Could never travel, even alone (a job stored before
+			// submissions had to fit a message): left out rather than
+			// let it stall every successor's sync.
+			m.log.Error("job too large for a state sync page; a successor cannot learn it from this manager", "job_id", e.id, "bytes", n)
+			continue
+		}
+		if i > 0 && size+n > snapshotPageBudget {
+			ms.NextAfter = entries[i-1].id
+			break
+		}
+		size += n
+		if e.sub != nil {
+			ms.Submissions = append(ms.Submissions, *e.sub)
+			if e.confirmed {
+				ms.Confirmed = append(ms.Confirmed, e.id)
+			}
+		}
+		ms.Jobs[e.id] = e.jp
+		maps.Copy(ms.Retries, e.retries)
+		ms.Commits = append(ms.Commits, e.commits...)
 	}
 	return ms
+}
+
+// snapshotPageBudget is the encoded size one snapshot page aims at: far
+// below wire.MaxMessageSize, so one job over it still fits alone.
+const snapshotPageBudget = 2 << 20
+
+// encodedSize is msg's CBOR size; a value that cannot be encoded counts
+// as nothing here and fails where it is sent.
+func encodedSize(v any) int {
+	if v == nil {
+		return 0
+	}
+	if sub, ok := v.(*wire.JobSubmission); ok && sub == nil {
+		return 0
+	}
+	b, err := wire.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return len(b)
 }

@@ -6,10 +6,13 @@
 //
 // # Sealing
 //
-// Every node holds AUTH_SECRET (and, during a rotation, AUTH_SECRET_PREVIOUS).
-// A message is sealed with AES-256-GCM under a key derived for that message
-// alone: HKDF-SHA256(secret, salt, "tempest envelope v1") with a fresh 16-byte
-// random salt that travels beside the ciphertext. Deriving per message costs
+// Every node holds AUTH_SECRET, or the key of its role derived from it (see
+// Tier and DeriveRoleSecret: a worker host holds a key that derives nothing
+// above it), and during a rotation AUTH_SECRET_PREVIOUS likewise. A message is
+// sealed with AES-256-GCM under a key derived for that message alone:
+// HKDF-SHA256(tier key, salt, "tempest envelope v1") with a fresh 16-byte
+// random salt that travels beside the ciphertext; the tier is the lower of
+// the two nodes' tiers, settled by the transport's connection hello. Deriving per message costs
 // a few HMACs but buys two properties that matter more:
 //
 //   - Nonce reuse cannot happen. GCM breaks catastrophically if a nonce
@@ -62,6 +65,16 @@
 // then on refuses anything that old, so it may refuse a fresh message under
 // overload but never accepts a replay.
 //
-// RateLimiter is a token bucket per remote address and message class. A
-// refusal carries a retry-after so senders back off instead of losing work.
+// RateLimiter is a token bucket per source and message class; the transport
+// keys it by the node id a connection's hello proved (and, for new
+// connections, by source IP). A refusal carries a retry-after so senders
+// back off instead of losing work.
+//
+// # Proofs
+//
+// Keyring.Prove and VerifyProof are HMAC-SHA256 under a key derived from the
+// secret (HKDF info "tempest connection proof v1"), with the key id of the
+// secret, so they rotate exactly as envelopes do. The transport's connection
+// hello proves the secret over a TLS exporter value with them; the API's
+// followers vouch for a client's address with them.
 package security

@@ -3,6 +3,7 @@ package security
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -28,6 +29,7 @@ const (
 	envelopeInfo   = "tempest envelope v1"
 	memberlistInfo = "tempest memberlist keyring v1"
 	resetInfo      = "tempest quic stateless reset v1 "
+	proofInfo      = "tempest connection proof v1"
 )
 
 // Errors from Open. They are returned wrapped with context; test with
@@ -66,19 +68,31 @@ type Keyring struct {
 
 // keySet is immutable once built.
 type keySet struct {
-	send   *secretKey
-	accept []*secretKey // send first, then the previous secret if any
+	// top is the highest tier the current secret holds.
+	top Tier
+	// send holds the current secret's key of each tier up to top.
+	send [numTiers]*secretKey
+	// accept holds every tier's key of the current, then the previous,
+	// secret; ids are unique across it.
+	accept []*secretKey
+	// display is the cluster key id of the current, then the previous,
+	// secret: what logs and `tempest cluster` show.
+	display []uint32
+	// gossip holds memberlist keys, current first (see MemberlistKeys).
+	gossip [][]byte
 }
 
 type secretKey struct {
-	id         uint32
-	secret     []byte
-	memberlist []byte // keySize bytes
+	id     uint32 // names this tier key in envelopes and hellos
+	tier   Tier
+	secret []byte
+	proof  []byte // keySize bytes: HMAC key for proofs
 }
 
 // NewKeyring builds a keyring that sends with current and accepts current
-// and, unless empty, previous. Both are checked with ValidateSecret; errors
-// name AUTH_SECRET or AUTH_SECRET_PREVIOUS so an operator knows which to fix.
+// and, unless empty, previous. Each is AUTH_SECRET itself (checked with
+// ValidateSecret) or a role secret from DeriveRoleSecret; errors name
+// AUTH_SECRET or AUTH_SECRET_PREVIOUS so an operator knows which to fix.
 func NewKeyring(current, previous string) (*Keyring, error) {
 	ks, err := newKeySet(current, previous)
 	if err != nil {
@@ -102,43 +116,75 @@ func (k *Keyring) Reload(current, previous string) error {
 }
 
 func newKeySet(current, previous string) (*keySet, error) {
-	if err := validateSecret("AUTH_SECRET", current); err != nil {
-		return nil, err
-	}
-	cur, err := newSecretKey(current)
+	cur, err := parseSecret("AUTH_SECRET", current)
 	if err != nil {
 		return nil, err
 	}
-	ks := &keySet{send: cur, accept: []*secretKey{cur}}
+	ks := &keySet{top: cur.tier}
+	curKeys, err := ks.add(cur)
+	if err != nil {
+		return nil, err
+	}
+	for t := TierWorker; t <= cur.tier; t++ {
+		ks.send[t] = curKeys[t]
+	}
 	// Setting both to the same value is harmless (an operator may do it
 	// mid-rotation); keep one copy so key ids stay unique.
 	if previous == "" || previous == current {
 		return ks, nil
 	}
-	if err := validateSecret("AUTH_SECRET_PREVIOUS", previous); err != nil {
-		return nil, err
-	}
-	prev, err := newSecretKey(previous)
+	prev, err := parseSecret("AUTH_SECRET_PREVIOUS", previous)
 	if err != nil {
 		return nil, err
 	}
-	if prev.id == cur.id {
-		// Open picks a key by id alone, so two secrets with one id would make
-		// one of them unusable. A 1-in-2^32 accident; a new secret fixes it.
-		return nil, fmt.Errorf("AUTH_SECRET and AUTH_SECRET_PREVIOUS differ but share key id %08x; generate a new AUTH_SECRET", cur.id)
+	if _, err := ks.add(prev); err != nil {
+		return nil, err
 	}
-	ks.accept = append(ks.accept, prev)
 	return ks, nil
 }
 
-func newSecretKey(secret string) (*secretKey, error) {
-	sk := &secretKey{secret: []byte(secret), memberlist: make([]byte, keySize)}
+// add derives every tier key of ts into the set.
+func (ks *keySet) add(ts tierSecret) ([numTiers]*secretKey, error) {
+	var out [numTiers]*secretKey
+	raw, err := ts.chain()
+	if err != nil {
+		return out, err
+	}
+	for t := ts.tier; t >= TierWorker; t-- {
+		sk, err := newSecretKey(raw[t], t)
+		if err != nil {
+			return out, err
+		}
+		if ks.lookup(sk.id) != nil {
+			// Open picks a key by id alone, so two keys with one id would
+			// make one of them unusable. A 1-in-2^32 accident (or the same
+			// secret given twice in different forms); a new secret fixes it.
+			return out, fmt.Errorf("AUTH_SECRET and AUTH_SECRET_PREVIOUS differ but share key id %08x; generate a new AUTH_SECRET", sk.id)
+		}
+		ks.accept = append(ks.accept, sk)
+		out[t] = sk
+	}
+	gossip := make([]byte, keySize)
+	if _, err := io.ReadFull(hkdf.New(sha256.New, raw[TierWorker], nil, []byte(memberlistInfo)), gossip); err != nil {
+		return out, fmt.Errorf("derive memberlist key for %08x: %w", ts.display, err)
+	}
+	ks.display = append(ks.display, ts.display)
+	ks.gossip = append(ks.gossip, gossip)
+	return out, nil
+}
+
+func newSecretKey(secret []byte, tier Tier) (*secretKey, error) {
+	sk := &secretKey{secret: secret, tier: tier, proof: make([]byte, keySize)}
 	sk.id = keyID(sk.secret)
-	if _, err := io.ReadFull(hkdf.New(sha256.New, sk.secret, nil, []byte(memberlistInfo)), sk.memberlist); err != nil {
-		return nil, fmt.Errorf("derive memberlist key for %08x: %w", sk.id, err)
+	if _, err := io.ReadFull(hkdf.New(sha256.New, sk.secret, nil, []byte(proofInfo)), sk.proof); err != nil {
+		return nil, fmt.Errorf("derive proof key for %08x: %w", sk.id, err)
 	}
 	return sk, nil
 }
+
+// Tier is the highest tier the current secret holds: TierCluster for
+// AUTH_SECRET itself, lower for a role secret.
+func (k *Keyring) Tier() Tier { return k.keys.Load().top }
 
 // StatelessResetKey derives node's QUIC stateless reset key from the secret
 // it sends with. A node restarted after a crash derives the same key, so it
@@ -149,37 +195,77 @@ func newSecretKey(secret string) (*secretKey, error) {
 // key. The key is secret: it lets its holder reset the node's connections.
 func (k *Keyring) StatelessResetKey(node string) ([32]byte, error) {
 	var key [32]byte
-	sk := k.keys.Load().send
+	ks := k.keys.Load()
+	sk := ks.send[ks.top]
 	if _, err := io.ReadFull(hkdf.New(sha256.New, sk.secret, nil, []byte(resetInfo+node)), key[:]); err != nil {
 		return key, fmt.Errorf("derive stateless reset key: %w", err)
 	}
 	return key, nil
 }
 
-// SendKeyID is the id of the secret Seal uses.
-func (k *Keyring) SendKeyID() uint32 {
-	return k.keys.Load().send.id
+// ProofSize is the length of a connection proof.
+const ProofSize = sha256.Size
+
+// ErrNoTierKey: the keyring holds no key of the tier asked for (a worker
+// key cannot prove or seal as a manager).
+var ErrNoTierKey = errors.New("no key of that tier")
+
+// Prove returns an HMAC-SHA256 over transcript under a key derived from the
+// current secret's key of tier t, and that key's id. The transport uses it
+// for the hello that opens every connection: the transcript names the TLS
+// session (an exporter value), so a proof cannot be replayed on another
+// connection, and a relay in the middle, which holds two TLS sessions,
+// cannot forward one.
+func (k *Keyring) Prove(t Tier, transcript []byte) (keyID uint32, proof []byte, err error) {
+	ks := k.keys.Load()
+	if t < TierWorker || t > ks.top {
+		return 0, nil, fmt.Errorf("prove as %s holding a %s key: %w", t, ks.top, ErrNoTierKey)
+	}
+	sk := ks.send[t]
+	m := hmac.New(sha256.New, sk.proof)
+	m.Write(transcript)
+	return sk.id, m.Sum(nil), nil
 }
 
-// AcceptedKeyIDs lists the ids Open accepts, the sending key first.
-func (k *Keyring) AcceptedKeyIDs() []uint32 {
+// VerifyProof checks a proof made by Prove with the accepted tier-t key
+// named by keyID, in constant time. Errors wrap ErrUnknownKey (no accepted
+// key of that id and tier) or ErrAuthFailed.
+func (k *Keyring) VerifyProof(t Tier, keyID uint32, transcript, proof []byte) error {
 	ks := k.keys.Load()
-	ids := make([]uint32, len(ks.accept))
-	for i, sk := range ks.accept {
-		ids[i] = sk.id
+	sk := ks.lookup(keyID)
+	if sk == nil || sk.tier != t {
+		return fmt.Errorf("proof: %s key id %08x is not accepted (accepting %s): %w", t, keyID, ks.idList(), ErrUnknownKey)
 	}
-	return ids
+	m := hmac.New(sha256.New, sk.proof)
+	m.Write(transcript)
+	if !hmac.Equal(m.Sum(nil), proof) {
+		return fmt.Errorf("proof with key %08x: %w", keyID, ErrAuthFailed)
+	}
+	return nil
+}
+
+// SendKeyID is the cluster key id of the secret this node sends with: the
+// id of AUTH_SECRET, or of the AUTH_SECRET a role secret was derived from,
+// so every node of a cluster shows the same id whatever its role.
+func (k *Keyring) SendKeyID() uint32 {
+	return k.keys.Load().display[0]
+}
+
+// AcceptedKeyIDs lists the cluster key ids of the secrets this node
+// accepts, the sending one first.
+func (k *Keyring) AcceptedKeyIDs() []uint32 {
+	return append([]uint32(nil), k.keys.Load().display...)
 }
 
 // MemberlistKeys returns 32-byte keys for memberlist's gossip keyring,
-// derived from the accepted secrets, current first: memberlist encrypts with
-// the first and decrypts with any, which matches how envelopes rotate. The
-// slices are fresh copies.
+// derived from the accepted secrets' worker keys (workers gossip too),
+// current first: memberlist encrypts with the first and decrypts with any,
+// which matches how envelopes rotate. The slices are fresh copies.
 func (k *Keyring) MemberlistKeys() [][]byte {
 	ks := k.keys.Load()
-	keys := make([][]byte, len(ks.accept))
-	for i, sk := range ks.accept {
-		keys[i] = append([]byte(nil), sk.memberlist...)
+	keys := make([][]byte, len(ks.gossip))
+	for i, g := range ks.gossip {
+		keys[i] = append([]byte(nil), g...)
 	}
 	return keys
 }
@@ -189,7 +275,8 @@ func (k *Keyring) MemberlistKeys() [][]byte {
 // reuse a buffer; plaintext[:0] seals in place); salt and nonce are fresh
 // from crypto/rand.
 func (k *Keyring) Seal(dst, aad, plaintext []byte) (Sealed, error) {
-	sk := k.keys.Load().send
+	ks := k.keys.Load()
+	sk := ks.send[ks.top]
 	// One allocation for both fields; they are handed to the caller.
 	fields := make([]byte, SaltSize+NonceSize)
 	if _, err := rand.Read(fields); err != nil {

@@ -370,7 +370,8 @@ func TestReloadDuringTraffic(t *testing.T) {
 // never chooses its salt or nonce.
 func sealFixed(t testing.TB, k *Keyring, salt, nonce, aad, plaintext []byte) Sealed {
 	t.Helper()
-	sk := k.keys.Load().send
+	ks := k.keys.Load()
+	sk := ks.send[ks.top]
 	aead, err := sk.aead(salt)
 	if err != nil {
 		t.Fatalf("derive: %v", err)
@@ -402,8 +403,10 @@ func TestSealKnownAnswer(t *testing.T) {
 
 const knownAnswerHex = "8e30d498d303274e743382410bac239fbff57f0eee4a9b5d1d0803fc"
 
+// The gossip key is derived from the secret's worker key (workers gossip
+// with managers), so its value pins the role derivation too.
 func TestMemberlistKeyKnownAnswer(t *testing.T) {
-	const want = "4a0c88ab59ea09ef226d41f52dc31c3a70a9a95de9aec79aa6c880fcbe1dc70a"
+	const want = "2ff34034741acc9d6a52314450f1c45d1971fb401191f853ad5819927c552ee8"
 	if got := hex.EncodeToString(mustKeyring(t, secretOld, "").MemberlistKeys()[0]); got != want {
 		t.Fatalf("memberlist key = %s\nwant             %s", got, want)
 	}
@@ -468,5 +471,40 @@ func BenchmarkOpen1KiB(b *testing.B) {
 		if _, err := k.Open(s.KeyID, s.Salt, s.Nonce, aad, s.Ciphertext, buf[:0]); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestProofBindsSecretAndTranscript(t *testing.T) {
+	a, err := NewKeyring(secretOld, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, proof, err := a.Prove(TierCluster, []byte("session one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.VerifyProof(TierCluster, id, []byte("session one"), proof); err != nil {
+		t.Fatalf("own proof refused: %v", err)
+	}
+	if err := a.VerifyProof(TierCluster, id, []byte("session two"), proof); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("proof moved to another transcript: want ErrAuthFailed, got %v", err)
+	}
+	if err := a.VerifyProof(TierCluster, id^1, []byte("session one"), proof); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("unknown key id: want ErrUnknownKey, got %v", err)
+	}
+	// During a rotation the previous secret's proofs are accepted, and
+	// dropped with it.
+	b, err := NewKeyring(secretNew, secretOld)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.VerifyProof(TierCluster, id, []byte("session one"), proof); err != nil {
+		t.Fatalf("previous secret's proof refused mid-rotation: %v", err)
+	}
+	if err := b.Reload(secretNew, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.VerifyProof(TierCluster, id, []byte("session one"), proof); !errors.Is(err, ErrUnknownKey) {
+		t.Fatalf("proof with a removed secret: want ErrUnknownKey, got %v", err)
 	}
 }

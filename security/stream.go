@@ -26,7 +26,8 @@ const nonceCounterLimit = 1 << 32
 // first Seal after a reload derives a fresh key from the new secret. Safe for
 // concurrent use.
 type StreamSealer struct {
-	k *Keyring
+	k    *Keyring
+	tier Tier
 
 	mu      sync.Mutex
 	set     *keySet // the key set the current key came from
@@ -37,20 +38,25 @@ type StreamSealer struct {
 	counter uint64
 }
 
-// NewStreamSealer returns a sealer for one stream.
-func (k *Keyring) NewStreamSealer() *StreamSealer { return &StreamSealer{k: k} }
+// NewStreamSealer returns a sealer for one stream that seals with the
+// current secret's key of tier t: the tier of the link the stream is on.
+func (k *Keyring) NewStreamSealer(t Tier) *StreamSealer { return &StreamSealer{k: k, tier: t} }
 
 // rekey derives a new stream key from the current secret. Caller holds mu.
 func (s *StreamSealer) rekey(ks *keySet) error {
+	if s.tier < TierWorker || s.tier > ks.top {
+		return fmt.Errorf("stream seal as %s holding a %s key: %w", s.tier, ks.top, ErrNoTierKey)
+	}
+	send := ks.send[s.tier]
 	fields := make([]byte, SaltSize+len(s.prefix))
 	if _, err := rand.Read(fields); err != nil {
-		return fmt.Errorf("stream seal with key %08x: read salt: %w", ks.send.id, err)
+		return fmt.Errorf("stream seal with key %08x: read salt: %w", send.id, err)
 	}
-	aead, err := ks.send.aead(fields[:SaltSize])
+	aead, err := send.aead(fields[:SaltSize])
 	if err != nil {
-		return fmt.Errorf("stream seal with key %08x: %w", ks.send.id, err)
+		return fmt.Errorf("stream seal with key %08x: %w", send.id, err)
 	}
-	s.set, s.sk, s.salt, s.aead = ks, ks.send, fields[:SaltSize:SaltSize], aead
+	s.set, s.sk, s.salt, s.aead = ks, send, fields[:SaltSize:SaltSize], aead
 	copy(s.prefix[:], fields[SaltSize:])
 	s.counter = 0
 	return nil
@@ -81,7 +87,8 @@ func (s *StreamSealer) Seal(dst, aad, plaintext []byte) (Sealed, error) {
 // one derivation, not one per message. It accepts exactly what Keyring.Open
 // accepts, including after a Reload drops a key. Safe for concurrent use.
 type StreamOpener struct {
-	k *Keyring
+	k    *Keyring
+	tier Tier
 
 	mu    sync.Mutex
 	cache [4]openerEntry // a stream changes salt only on rekey or reload
@@ -94,8 +101,9 @@ type openerEntry struct {
 	aead cipher.AEAD
 }
 
-// NewStreamOpener returns an opener for one stream.
-func (k *Keyring) NewStreamOpener() *StreamOpener { return &StreamOpener{k: k} }
+// NewStreamOpener returns an opener for one stream that opens only
+// envelopes sealed with a tier-t key: the tier of the link the stream is on.
+func (k *Keyring) NewStreamOpener(t Tier) *StreamOpener { return &StreamOpener{k: k, tier: t} }
 
 // Open is Keyring.Open with a small cache of derived keys.
 func (o *StreamOpener) Open(keyID uint32, salt, nonce, aad, ciphertext, dst []byte) ([]byte, error) {
@@ -111,8 +119,8 @@ func (o *StreamOpener) Open(keyID uint32, salt, nonce, aad, ciphertext, dst []by
 	// Looking the key up in the current set on every call is what makes a
 	// cached key stop working the moment a reload removes its secret.
 	sk := ks.lookup(keyID)
-	if sk == nil {
-		return nil, fmt.Errorf("open: key id %08x is not accepted (accepting %s): %w", keyID, ks.idList(), ErrUnknownKey)
+	if sk == nil || sk.tier != o.tier {
+		return nil, fmt.Errorf("open: %s key id %08x is not accepted (accepting %s): %w", o.tier, keyID, ks.idList(), ErrUnknownKey)
 	}
 	var saltKey [SaltSize]byte
 	copy(saltKey[:], salt)

@@ -9,8 +9,8 @@ import (
 
 func TestStreamSealerRoundTripAndNonces(t *testing.T) {
 	k := mustKeyring(t, secretOld, "")
-	s := k.NewStreamSealer()
-	o := k.NewStreamOpener()
+	s := k.NewStreamSealer(TierCluster)
+	o := k.NewStreamOpener(TierCluster)
 	seen := map[string]bool{}
 	var salt []byte
 	for i := 0; i < 1000; i++ {
@@ -57,8 +57,8 @@ func TestStreamSealerRoundTripAndNonces(t *testing.T) {
 
 func TestStreamSealerFollowsReload(t *testing.T) {
 	k := mustKeyring(t, secretOld, "")
-	s := k.NewStreamSealer()
-	o := k.NewStreamOpener()
+	s := k.NewStreamSealer(TierCluster)
+	o := k.NewStreamOpener(TierCluster)
 	before, _ := s.Seal(nil, nil, []byte("a"))
 	if _, err := o.Open(before.KeyID, before.Salt, before.Nonce, nil, before.Ciphertext, nil); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestStreamSealerFollowsReload(t *testing.T) {
 
 func TestStreamSealerConcurrentNoncesUnique(t *testing.T) {
 	k := mustKeyring(t, secretOld, "")
-	s := k.NewStreamSealer()
+	s := k.NewStreamSealer(TierCluster)
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	var wg sync.WaitGroup
@@ -113,7 +113,7 @@ func TestStreamSealerConcurrentNoncesUnique(t *testing.T) {
 
 func BenchmarkStreamSeal1KiB(b *testing.B) {
 	k := mustKeyring(b, secretOld, "")
-	s := k.NewStreamSealer()
+	s := k.NewStreamSealer(TierCluster)
 	msg := make([]byte, 1024)
 	b.SetBytes(int64(len(msg)))
 	for b.Loop() {
@@ -125,8 +125,8 @@ func BenchmarkStreamSeal1KiB(b *testing.B) {
 
 func BenchmarkStreamOpen1KiB(b *testing.B) {
 	k := mustKeyring(b, secretOld, "")
-	s := k.NewStreamSealer()
-	o := k.NewStreamOpener()
+	s := k.NewStreamSealer(TierCluster)
+	o := k.NewStreamOpener(TierCluster)
 	sealed, _ := s.Seal(nil, nil, make([]byte, 1024))
 	b.SetBytes(1024)
 	for b.Loop() {

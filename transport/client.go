@@ -113,7 +113,7 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 		if err != nil {
 			return nil, err
 		}
-		_, frame, err := t.seal(s.w.sealer, msg, 0, wire.FlagOneWay)
+		_, frame, err := t.seal(s.w, msg, 0, wire.FlagOneWay)
 		if err != nil {
 			return nil, err
 		}
@@ -137,7 +137,7 @@ func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wi
 	if err != nil {
 		return nil, err
 	}
-	id, frame, err := t.seal(s.w.sealer, req, 0, 0)
+	id, frame, err := t.seal(s.w, req, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -220,12 +220,17 @@ type result struct {
 type peer struct {
 	addr string
 
-	mu      sync.Mutex
-	conn    *quic.Conn
-	streams []*clientStream
-	dialing chan struct{} // closed when the dial in progress ends
-	dialErr error         // outcome of the last dial
-	next    atomic.Uint32
+	mu   sync.Mutex
+	conn *quic.Conn
+	// remoteID and channel are what the connection's hello proved: the
+	// peer's node id and the channel binding.
+	remoteID string
+	tier     security.Tier
+	channel  []byte
+	streams  []*clientStream
+	dialing  chan struct{} // closed when the dial in progress ends
+	dialErr  error         // outcome of the last dial
+	next     atomic.Uint32
 }
 
 // dropConn closes the connection s belongs to, if it is still current.
@@ -375,7 +380,7 @@ func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
 
 // dialPeer connects p in the background and publishes the outcome.
 func (t *QUIC) dialPeer(p *peer, done chan struct{}) {
-	conn, err := t.dial(t.ctx, p.addr)
+	conn, remoteID, tier, channel, err := t.dial(t.ctx, p.addr)
 	if err == nil && t.isClosing() {
 		conn.CloseWithError(codeNormalClose, "node closing")
 		conn, err = nil, ErrClosed
@@ -383,7 +388,7 @@ func (t *QUIC) dialPeer(p *peer, done chan struct{}) {
 	p.mu.Lock()
 	p.dialing, p.dialErr = nil, err
 	if err == nil {
-		p.conn = conn
+		p.conn, p.remoteID, p.tier, p.channel = conn, remoteID, tier, channel
 		p.streams = make([]*clientStream, t.cfg.StreamsPerPeer)
 	}
 	p.mu.Unlock()
@@ -402,8 +407,8 @@ func (t *QUIC) pickStream(ctx context.Context, p *peer) (*clientStream, error) {
 		return nil, fmt.Errorf("open stream to %s: %w: %v", p.addr, ErrNotDelivered, err)
 	}
 	s := &clientStream{
-		w:       newStreamWriter(qs, t.keys.NewStreamSealer()),
-		opener:  t.keys.NewStreamOpener(),
+		w:       newStreamWriter(qs, t.keys.NewStreamSealer(p.tier), p.remoteID, p.channel),
+		opener:  t.keys.NewStreamOpener(p.tier),
 		owner:   p,
 		pending: make(map[uint64]chan result),
 	}
@@ -416,25 +421,34 @@ func (t *QUIC) pickStream(ctx context.Context, p *peer) (*clientStream, error) {
 	return s, nil
 }
 
-func (t *QUIC) dial(ctx context.Context, addr string) (*quic.Conn, error) {
+// dial connects to addr and runs the hello, returning the connection, the
+// peer's proven node id and the channel binding.
+func (t *QUIC) dial(ctx context.Context, addr string) (*quic.Conn, string, security.Tier, []byte, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("resolve %s: %w: %v", addr, ErrNotDelivered, err)
+		return nil, "", 0, nil, fmt.Errorf("resolve %s: %w: %v", addr, ErrNotDelivered, err)
 	}
 	dctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
 	defer cancel()
 	conn, err := t.tr.Dial(dctx, ua, t.clientTLS, t.quicConf)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, err)
+		return nil, "", 0, nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, err)
 	}
-	return conn, nil
+	remoteID, tier, channel, err := t.dialHello(dctx, conn, addr)
+	if err != nil {
+		conn.CloseWithError(codeNormalClose, "hello failed")
+		return nil, "", 0, nil, err
+	}
+	t.authed.Store(conn, struct{}{})
+	context.AfterFunc(conn.Context(), func() { t.authed.Delete(conn) })
+	return conn, remoteID, tier, channel, nil
 }
 
 // readReplies demultiplexes replies on one outbound stream to their callers.
 func (t *QUIC) readReplies(addr string, s *clientStream) {
 	var buf []byte
 	for {
-		frame, nb, err := readFrame(s.w.s, buf)
+		frame, nb, err := readFrame(s.w.s, buf, maxFrameLen)
 		buf = nb
 		if err != nil {
 			s.fail(fmt.Errorf("stream to %s: %w: %v", addr, ErrConnLost, err))
@@ -462,7 +476,12 @@ func (t *QUIC) readReplies(addr string, s *clientStream) {
 			s.deliver(env.ReplyTo, result{err: &e})
 			continue
 		}
-		body, err := s.opener.Open(env.KeyID, env.Salt, env.Nonce, env.AAD(nil), env.Body, nil)
+		if env.Sender != s.w.recipient {
+			t.stats.authFailures.Add(1)
+			s.deliver(env.ReplyTo, result{err: &wire.Error{Code: wire.CodeUnauthenticated, Message: "reply from " + addr + " names another sender than the connection's hello"}})
+			continue
+		}
+		body, err := s.opener.Open(env.KeyID, env.Salt, env.Nonce, env.BoundAAD(nil, t.cfg.NodeID, s.w.channel), env.Body, nil)
 		if err != nil {
 			t.stats.authFailures.Add(1)
 			s.deliver(env.ReplyTo, result{err: &wire.Error{Code: wire.CodeUnauthenticated, Message: "reply from " + addr + " did not open with any accepted key"}})

@@ -43,6 +43,9 @@ type Config struct {
 
 	Breaker BreakerConfig
 	Backoff BackoffConfig
+	// Limits bound what inbound connections cost, above all before they
+	// have proven the secret.
+	Limits Limits
 
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -55,6 +58,33 @@ type BreakerConfig struct {
 	// OpenFor is how long an open breaker fails fast before letting one
 	// probe call through (half-open).
 	OpenFor time.Duration
+}
+
+// Limits bound inbound connections. A connection is pending from its first
+// packet until its hello verifies; only pending connections can come from
+// someone without the secret, so their limits are tight, while the limits on
+// all connections are sized for a cluster whose nodes share one address
+// (a local dev cluster on 127.0.0.1).
+type Limits struct {
+	// HelloTimeout is how long a new inbound connection has, once its TLS
+	// handshake is done, to send a hello that verifies.
+	HelloTimeout time.Duration
+	// MaxPendingConns and MaxPendingPerIP cap connections awaiting their
+	// hello, in total and per source IP.
+	MaxPendingConns int
+	MaxPendingPerIP int
+	// MaxConns and MaxConnsPerIP cap every inbound connection.
+	MaxConns      int
+	MaxConnsPerIP int
+	// ConnsPerSecondPerIP and ConnBurstPerIP rate-limit new inbound
+	// connections by source IP (not IP and port, which an attacker can
+	// rotate).
+	ConnsPerSecondPerIP float64
+	ConnBurstPerIP      int
+	// PreAuthWindow is a new connection's QUIC receive window; it grows
+	// (up to 16 MiB per stream, 64 MiB per connection) only once the hello
+	// has verified, so a pending connection buffers at most about this much.
+	PreAuthWindow uint64
 }
 
 // BackoffConfig shapes retries: wait = rand[0, min(Max, Base*2^attempt)).
@@ -79,8 +109,18 @@ func DefaultConfig() Config {
 		Linger:         200 * time.Millisecond,
 		Breaker:        BreakerConfig{ConsecutiveFailures: 5, OpenFor: 5 * time.Second},
 		Backoff:        BackoffConfig{Base: 50 * time.Millisecond, Max: 2 * time.Second},
-		Logger:         slog.Default(),
-		Now:            time.Now,
+		Limits: Limits{
+			HelloTimeout:        5 * time.Second,
+			MaxPendingConns:     64,
+			MaxPendingPerIP:     8,
+			MaxConns:            4096,
+			MaxConnsPerIP:       512,
+			ConnsPerSecondPerIP: 20,
+			ConnBurstPerIP:      40,
+			PreAuthWindow:       64 << 10,
+		},
+		Logger: slog.Default(),
+		Now:    time.Now,
 	}
 }
 
@@ -137,6 +177,30 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Backoff.Max <= 0 {
 		c.Backoff.Max = d.Backoff.Max
+	}
+	if c.Limits.HelloTimeout <= 0 {
+		c.Limits.HelloTimeout = d.Limits.HelloTimeout
+	}
+	if c.Limits.MaxPendingConns <= 0 {
+		c.Limits.MaxPendingConns = d.Limits.MaxPendingConns
+	}
+	if c.Limits.MaxPendingPerIP <= 0 {
+		c.Limits.MaxPendingPerIP = d.Limits.MaxPendingPerIP
+	}
+	if c.Limits.MaxConns <= 0 {
+		c.Limits.MaxConns = d.Limits.MaxConns
+	}
+	if c.Limits.MaxConnsPerIP <= 0 {
+		c.Limits.MaxConnsPerIP = d.Limits.MaxConnsPerIP
+	}
+	if c.Limits.ConnsPerSecondPerIP <= 0 {
+		c.Limits.ConnsPerSecondPerIP = d.Limits.ConnsPerSecondPerIP
+	}
+	if c.Limits.ConnBurstPerIP <= 0 {
+		c.Limits.ConnBurstPerIP = d.Limits.ConnBurstPerIP
+	}
+	if c.Limits.PreAuthWindow == 0 {
+		c.Limits.PreAuthWindow = d.Limits.PreAuthWindow
 	}
 	if c.Logger == nil {
 		c.Logger = d.Logger

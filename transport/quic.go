@@ -38,6 +38,7 @@ type QUIC struct {
 	keys      *security.Keyring
 	replay    *security.ReplayGuard
 	limiter   *security.RateLimiter
+	admission *admission
 	ids       *wire.SnowflakeGenerator
 	stats     counters
 	tr        *quic.Transport
@@ -46,6 +47,10 @@ type QUIC struct {
 	clientTLS *tls.Config
 	quicConf  *quic.Config
 	addr      string
+
+	// authed holds every connection (inbound or outbound) whose hello has
+	// verified; only those may grow their flow-control windows.
+	authed sync.Map // *quic.Conn -> struct{}
 
 	handlersMu sync.RWMutex
 	handlers   map[wire.MsgType]Handler
@@ -86,29 +91,10 @@ func NewQUIC(cfg Config) (*QUIC, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.ListenAddr, err)
 	}
-	qc := &quic.Config{
-		HandshakeIdleTimeout: cfg.DialTimeout,
-		MaxIdleTimeout:       cfg.IdleTimeout,
-		KeepAlivePeriod:      cfg.KeepAlive,
-		MaxIncomingStreams:   int64(cfg.StreamsPerPeer) * 64,
-		// Frames up to 10 MiB must fit without stalling on window updates.
-		MaxStreamReceiveWindow:     16 << 20,
-		MaxConnectionReceiveWindow: 64 << 20,
-	}
-	resetKey, err := cfg.Keyring.StatelessResetKey(cfg.NodeID)
+	adm, err := newAdmission(cfg.Limits, cfg.Now)
 	if err != nil {
 		udp.Close()
 		return nil, err
-	}
-	// Stateless resets let a peer of a crashed-and-restarted node drop its
-	// dead connection at the restarted node's first answer. Without them a
-	// one-way message (an election vote, a report) keeps going into the
-	// dead connection until the idle timeout.
-	tr := &quic.Transport{Conn: udp, StatelessResetKey: (*quic.StatelessResetKey)(&resetKey)}
-	ln, err := tr.Listen(serverTLS, qc)
-	if err != nil {
-		udp.Close()
-		return nil, fmt.Errorf("quic listen %s: %w", cfg.ListenAddr, err)
 	}
 	replay, err := security.NewReplayGuard(cfg.Replay)
 	if err != nil {
@@ -120,19 +106,24 @@ func NewQUIC(cfg Config) (*QUIC, error) {
 		udp.Close()
 		return nil, fmt.Errorf("transport rate limiter: %w", err)
 	}
+	resetKey, err := cfg.Keyring.StatelessResetKey(cfg.NodeID)
+	if err != nil {
+		udp.Close()
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// t is complete, but for the listener, before quic-go can call the
+	// admission and flow-control callbacks below.
 	t := &QUIC{
 		cfg:       cfg,
 		log:       cfg.Logger.With("node", cfg.NodeID),
 		keys:      cfg.Keyring,
 		replay:    replay,
 		limiter:   limiter,
+		admission: adm,
 		ids:       wire.NewSnowflakeGenerator(cfg.NodeID, cfg.Now),
-		tr:        tr,
 		udp:       udp,
-		listener:  ln,
 		clientTLS: clientTLS,
-		quicConf:  qc,
 		addr:      udp.LocalAddr().String(),
 		handlers:  make(map[wire.MsgType]Handler),
 		ctx:       ctx,
@@ -144,6 +135,39 @@ func NewQUIC(cfg Config) (*QUIC, error) {
 	}
 	if cfg.AdvertiseAddr != "" {
 		t.addr = cfg.AdvertiseAddr
+	}
+	t.quicConf = &quic.Config{
+		HandshakeIdleTimeout: cfg.DialTimeout,
+		MaxIdleTimeout:       cfg.IdleTimeout,
+		KeepAlivePeriod:      cfg.KeepAlive,
+		// A peer uses StreamsPerPeer streams and one for the hello; the
+		// rest is room for streams replaced after a failure.
+		MaxIncomingStreams:    int64(cfg.StreamsPerPeer) * 16,
+		MaxIncomingUniStreams: -1,
+		// Windows start small and grow only on connections whose hello
+		// verified (allowWindow), up to sizes where frames of 10 MiB fit
+		// without stalling on window updates.
+		InitialStreamReceiveWindow:     cfg.Limits.PreAuthWindow,
+		InitialConnectionReceiveWindow: cfg.Limits.PreAuthWindow,
+		MaxStreamReceiveWindow:         16 << 20,
+		MaxConnectionReceiveWindow:     64 << 20,
+		AllowConnectionWindowIncrease:  t.allowWindow,
+	}
+	// Stateless resets let a peer of a crashed-and-restarted node drop its
+	// dead connection at the restarted node's first answer. Without them a
+	// one-way message (an election vote, a report) keeps going into the
+	// dead connection until the idle timeout.
+	t.tr = &quic.Transport{
+		Conn:                udp,
+		StatelessResetKey:   (*quic.StatelessResetKey)(&resetKey),
+		ConnContext:         t.connContext,
+		VerifySourceAddress: t.verifySource,
+	}
+	t.listener, err = t.tr.Listen(serverTLS, t.quicConf)
+	if err != nil {
+		cancel()
+		udp.Close()
+		return nil, fmt.Errorf("quic listen %s: %w", cfg.ListenAddr, err)
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -276,27 +300,52 @@ func (t *QUIC) serveConn(conn *quic.Conn) {
 		t.mu.Unlock()
 	}()
 	remote := conn.RemoteAddr().String()
+	c, first, err := t.acceptHello(conn)
+	if err != nil {
+		t.log.Debug("inbound connection failed its hello", "remote", remote, "err", err)
+		return
+	}
+	t.authed.Store(conn, struct{}{})
+	defer t.authed.Delete(conn)
+	if slot, ok := conn.Context().Value(connKey{}).(*connSlot); ok {
+		t.admission.authenticated(slot)
+	}
+	if first != nil {
+		t.wg.Add(1)
+		go t.serveStream(c, first)
+	}
 	for {
 		s, err := conn.AcceptStream(t.ctx)
 		if err != nil {
 			return
 		}
 		t.wg.Add(1)
-		go t.serveStream(conn, s, remote)
+		go t.serveStream(c, s)
 	}
+}
+
+// servedConn is what an inbound connection's hello proved: who is on the
+// other end, the key tier of the link, and the channel binding its
+// envelopes are sealed to.
+type servedConn struct {
+	peerID  string
+	tier    security.Tier
+	channel []byte
+	remote  string
 }
 
 // serveStream reads request frames off one stream. Envelope checks run
 // inline (they are microseconds); handlers run concurrently, and replies
 // share the stream under its write lock.
-func (t *QUIC) serveStream(conn *quic.Conn, s *quic.Stream, remote string) {
+func (t *QUIC) serveStream(c *servedConn, s *quic.Stream) {
 	defer t.wg.Done()
-	w := newStreamWriter(s, t.keys.NewStreamSealer())
-	opener := t.keys.NewStreamOpener()
+	remote := c.remote
+	w := newStreamWriter(s, t.keys.NewStreamSealer(c.tier), c.peerID, c.channel)
+	opener := t.keys.NewStreamOpener(c.tier)
 	defer s.Close()
 	var buf []byte
 	for {
-		frame, nb, err := readFrame(s, buf)
+		frame, nb, err := readFrame(s, buf, maxFrameLen)
 		buf = nb
 		if err != nil {
 			var big errFrameTooLarge
@@ -312,7 +361,7 @@ func (t *QUIC) serveStream(conn *quic.Conn, s *quic.Stream, remote string) {
 		}
 		t.stats.messagesIn.Add(1)
 		t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
-		env, msg, perr := t.open(frame, remote, opener)
+		env, msg, perr := t.open(frame, c, opener)
 		if perr != nil {
 			if env != nil && env.Flags&wire.FlagOneWay == 0 && perr.reply != nil {
 				t.replyError(w, env, perr.reply, perr.plain)
@@ -362,15 +411,33 @@ type openError struct {
 }
 
 // open runs every check an inbound envelope must pass, cheapest first:
-// header decode, rate limit, authenticate, replay, body decode. It counts each refusal.
-func (t *QUIC) open(frame []byte, remote string, opener *security.StreamOpener) (*wire.Envelope, wire.Message, *openError) {
+// header decode, sender, rate limit, authenticate, replay, body decode. It
+// counts each refusal. The connection's hello already proved its peer holds
+// the secret; the envelope must still name that peer as its sender and open
+// under this node's id and the connection's channel binding.
+func (t *QUIC) open(frame []byte, c *servedConn, opener *security.StreamOpener) (*wire.Envelope, wire.Message, *openError) {
+	remote := c.remote
 	env, err := wire.DecodeEnvelope(frame)
 	if err != nil {
 		t.stats.malformed.Add(1)
 		t.log.Debug("malformed envelope", "remote", remote, "err", err)
 		return nil, nil, &openError{}
 	}
-	if ok, retry := t.limiter.Allow(remote, int(env.Type.Class())); !ok {
+	if env.Sender != c.peerID {
+		t.stats.authFailures.Add(1)
+		t.log.Debug("envelope names another sender than its connection's hello", "remote", remote, "hello", c.peerID, "claimed_sender", env.Sender)
+		return env, nil, &openError{reply: &wire.Error{Code: wire.CodeUnauthenticated, Message: "sender does not match the connection's hello"}, plain: true}
+	}
+	// A peer holding only a lower tier's key (a worker's) may send only the
+	// requests that tier sends; a stolen worker key cannot vote or commit.
+	if !wire.MaySend(uint8(c.tier), uint8(t.keys.Tier()), env.Type) {
+		t.stats.roleRefused.Add(1)
+		t.log.Debug("request type refused for the peer's key tier", "remote", remote, "sender", env.Sender, "tier", c.tier.String(), "type", env.Type)
+		return env, nil, &openError{reply: wire.Errorf(wire.CodeRejected, "%s refuses %s from a %s key", t.cfg.NodeID, env.Type, c.tier)}
+	}
+	// Keyed by the proven node id: a node's budget does not grow with the
+	// number of connections or source ports it uses.
+	if ok, retry := t.limiter.Allow(c.peerID, int(env.Type.Class())); !ok {
 		t.stats.rateLimited.Add(1)
 		return env, nil, &openError{reply: &wire.Error{Code: wire.CodeRateLimited, Message: "rate limit for " + env.Type.Class().String() + " messages", RetryAfter: retry}, plain: true}
 	}
@@ -378,7 +445,7 @@ func (t *QUIC) open(frame []byte, remote string, opener *security.StreamOpener) 
 		// Unsealed errors are only meaningful as replies to our calls.
 		return env, nil, &openError{}
 	}
-	body, err := opener.Open(env.KeyID, env.Salt, env.Nonce, env.AAD(nil), env.Body, nil)
+	body, err := opener.Open(env.KeyID, env.Salt, env.Nonce, env.BoundAAD(nil, t.cfg.NodeID, c.channel), env.Body, nil)
 	if err != nil {
 		t.stats.authFailures.Add(1)
 		t.log.Debug("envelope failed authentication", "remote", remote, "claimed_sender", env.Sender, "key_id", env.KeyID, "err", err)
@@ -423,6 +490,15 @@ func (t *QUIC) runHandler(w *streamWriter, env *wire.Envelope, msg wire.Message,
 		return
 	}
 	if err := t.writeMessage(w, resp, env.ID, wire.FlagReply); err != nil {
+		var typed *wire.Error
+		if errors.As(err, &typed) {
+			// The reply could not be encoded (over the size cap): the
+			// caller hears why now, instead of waiting out its timeout and
+			// dropping a healthy connection as silent.
+			t.log.Warn("reply not sent", "type", resp.Type(), "to", env.Sender, "err", err)
+			t.replyError(w, env, wire.Errorf(typed.Code, "reply %s to %s not sent: %s", resp.Type(), env.Type, typed.Message), false)
+			return
+		}
 		t.log.Debug("reply not sent", "type", resp.Type(), "to", env.Sender, "err", err)
 	}
 }
@@ -462,8 +538,9 @@ func (t *QUIC) writePlainError(w *streamWriter, replyTo uint64, e *wire.Error) {
 	}
 }
 
-// seal builds the sealed frame for msg with a stream's sealer.
-func (t *QUIC) seal(sealer *security.StreamSealer, msg wire.Message, replyTo uint64, flags wire.Flags) (id uint64, frame []byte, err error) {
+// seal builds the sealed frame for msg with a stream's sealer, bound to the
+// stream's peer and connection.
+func (t *QUIC) seal(w *streamWriter, msg wire.Message, replyTo uint64, flags wire.Flags) (id uint64, frame []byte, err error) {
 	body, err := wire.Marshal(msg)
 	if err != nil {
 		return 0, nil, err
@@ -479,7 +556,7 @@ func (t *QUIC) seal(sealer *security.StreamSealer, msg wire.Message, replyTo uin
 		ReplyTo: replyTo,
 		Flags:   flags,
 	}
-	sealed, err := sealer.Seal(nil, env.AAD(nil), body)
+	sealed, err := w.sealer.Seal(nil, env.BoundAAD(nil, w.recipient, w.channel), body)
 	if err != nil {
 		return 0, nil, fmt.Errorf("seal %s: %w", msg.Type(), err)
 	}
@@ -492,7 +569,7 @@ func (t *QUIC) seal(sealer *security.StreamSealer, msg wire.Message, replyTo uin
 }
 
 func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, flags wire.Flags) error {
-	_, frame, err := t.seal(w.sealer, msg, replyTo, flags)
+	_, frame, err := t.seal(w, msg, replyTo, flags)
 	if err != nil {
 		return err
 	}
@@ -512,6 +589,10 @@ func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, f
 type streamWriter struct {
 	s      *quic.Stream
 	sealer *security.StreamSealer
+	// recipient and channel are the peer's node id and the connection's
+	// channel binding, sealed into every envelope written here.
+	recipient string
+	channel   []byte
 
 	mu      sync.Mutex
 	pending *writeBatch // frames waiting for the current write to finish
@@ -524,8 +605,8 @@ type writeBatch struct {
 	err  error
 }
 
-func newStreamWriter(s *quic.Stream, sealer *security.StreamSealer) *streamWriter {
-	return &streamWriter{s: s, sealer: sealer}
+func newStreamWriter(s *quic.Stream, sealer *security.StreamSealer, recipient string, channel []byte) *streamWriter {
+	return &streamWriter{s: s, sealer: sealer, recipient: recipient, channel: channel}
 }
 
 // write returns once frame has been handed to QUIC (or failed to be).

@@ -181,8 +181,10 @@ func TestWrongSecretGetsNothingThrough(t *testing.T) {
 		if wire.CodeOf(err) != wire.CodeUnauthenticated {
 			t.Fatalf("wrong secret: want unauthenticated, got %v", err)
 		}
-		if err := evil.Send(ctx, b.Addr(), &wire.Ping{}); err != nil {
-			t.Fatalf("one-way send should leave without error, got %v", err)
+		// The hello fails before anything is sent, so even a one-way
+		// message learns it was refused.
+		if err := evil.Send(ctx, b.Addr(), &wire.Ping{}); wire.CodeOf(err) != wire.CodeUnauthenticated {
+			t.Fatalf("wrong secret, one-way: want unauthenticated, got %v", err)
 		}
 	}
 	testutil.Eventually(t, 3*time.Second, 10*time.Millisecond, func() error {
@@ -200,13 +202,19 @@ func TestWrongSecretGetsNothingThrough(t *testing.T) {
 }
 
 // rawClient speaks QUIC to a transport without the envelope layer, to feed
-// it captured, forged or broken frames.
+// it captured, forged or broken frames. Dialed with dialRaw it has passed
+// the hello with the credentials of a real node (as), so it can seal
+// envelopes for this connection with sealFor.
 type rawClient struct {
-	conn *quic.Conn
-	s    *quic.Stream
+	conn     *quic.Conn
+	s        *quic.Stream
+	as       *QUIC
+	remoteID string
+	tier     security.Tier
+	channel  []byte
 }
 
-func dialRaw(t *testing.T, addr string) *rawClient {
+func dialRawConn(t *testing.T, addr string) *quic.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
@@ -214,12 +222,35 @@ func dialRaw(t *testing.T, addr string) *rawClient {
 	if err != nil {
 		t.Fatalf("raw dial: %v", err)
 	}
+	t.Cleanup(func() { conn.CloseWithError(0, "") })
+	return conn
+}
+
+// dialRaw connects to addr and passes the hello as node as.
+func dialRaw(t *testing.T, addr string, as *QUIC) *rawClient {
+	t.Helper()
+	conn := dialRawConn(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	remoteID, tier, channel, err := as.dialHello(ctx, conn, addr)
+	if err != nil {
+		t.Fatalf("raw hello: %v", err)
+	}
 	s, err := conn.OpenStreamSync(ctx)
 	if err != nil {
 		t.Fatalf("raw stream: %v", err)
 	}
-	t.Cleanup(func() { conn.CloseWithError(0, "") })
-	return &rawClient{conn: conn, s: s}
+	return &rawClient{conn: conn, s: s, as: as, remoteID: remoteID, tier: tier, channel: channel}
+}
+
+// sealFor seals msg as r.as would for this connection.
+func (r *rawClient) sealFor(t *testing.T, msg wire.Message) (uint64, []byte) {
+	t.Helper()
+	id, frame, err := r.as.seal(&streamWriter{sealer: r.as.keys.NewStreamSealer(r.tier), recipient: r.remoteID, channel: r.channel}, msg, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, frame
 }
 
 func (r *rawClient) write(t *testing.T, frame []byte) {
@@ -233,7 +264,7 @@ func (r *rawClient) write(t *testing.T, frame []byte) {
 func (r *rawClient) readReply(t *testing.T) *wire.Envelope {
 	t.Helper()
 	r.s.SetReadDeadline(time.Now().Add(3 * time.Second))
-	frame, _, err := readFrame(r.s, nil)
+	frame, _, err := readFrame(r.s, nil, maxFrameLen)
 	if err != nil {
 		t.Fatalf("raw read: %v", err)
 	}
@@ -251,29 +282,24 @@ func TestReplayedEnvelopesAreDropped(t *testing.T) {
 		served.Add(1)
 		return msg, nil
 	})
-	// The attacker captured a genuine frame from node a.
+	// A genuine frame from node a, written twice on its connection.
 	a := newNode(t, "a", nodeOpts{})
-	_, captured, err := a.seal(a.keys.NewStreamSealer(), &wire.Ping{Seq: 1}, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := dialRaw(t, b.Addr(), a)
+	_, captured := raw.sealFor(t, &wire.Ping{Seq: 1})
 	// And one from node "late", whose clock (and so snowflake) is 2 minutes
 	// behind: outside the default 60 s window.
 	late := newNode(t, "late", nodeOpts{tweak: func(c *Config) {
 		c.Now = func() time.Time { return time.Now().Add(-2 * time.Minute) }
 	}})
-	_, stale, err := late.seal(late.keys.NewStreamSealer(), &wire.Ping{Seq: 2}, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rawLate := dialRaw(t, b.Addr(), late)
+	_, stale := rawLate.sealFor(t, &wire.Ping{Seq: 2})
 
-	raw := dialRaw(t, b.Addr())
 	raw.write(t, captured)
 	if env := raw.readReply(t); env.Type != wire.TypePing {
 		t.Fatalf("first delivery should be served, got %s", env.Type)
 	}
-	raw.write(t, captured) // inside the window: a replay
-	raw.write(t, stale)    // outside the window
+	raw.write(t, captured)  // inside the window: a replay
+	rawLate.write(t, stale) // outside the window
 	testutil.Eventually(t, 3*time.Second, 10*time.Millisecond, func() error {
 		if n := b.Stats().ReplaysDropped; n != 2 {
 			return fmt.Errorf("replays dropped %d, want 2", n)
@@ -414,11 +440,11 @@ func TestOversizedAndMalformedInput(t *testing.T) {
 	// Garbage frame, then a frame with a valid envelope but a body that is
 	// not the CBOR its type says: counted, answered where possible, and the
 	// stream keeps serving.
-	raw := dialRaw(t, b.Addr())
+	raw := dialRaw(t, b.Addr(), a)
 	raw.write(t, appendFrame(nil, []byte("\xff\x00not cbor at all")))
 	body := []byte{0xa1, 0x01, 0x61} // truncated map
 	env := &wire.Envelope{Version: wire.ProtocolVersion, Sender: "a", Type: wire.TypePing, ID: a.ids.Next()}
-	sealed, err := a.keys.Seal(nil, env.AAD(nil), body)
+	sealed, err := a.keys.Seal(nil, env.BoundAAD(nil, "b", raw.channel), body)
 	env.KeyID = sealed.KeyID
 	if err != nil {
 		t.Fatal(err)
@@ -430,7 +456,7 @@ func TestOversizedAndMalformedInput(t *testing.T) {
 	if reply.Type != wire.TypeError || reply.ReplyTo != env.ID {
 		t.Fatalf("malformed body: want error reply to %d, got %s reply to %d", env.ID, reply.Type, reply.ReplyTo)
 	}
-	plain, err := a.keys.Open(reply.KeyID, reply.Salt, reply.Nonce, reply.AAD(nil), reply.Body, nil)
+	plain, err := a.keys.Open(reply.KeyID, reply.Salt, reply.Nonce, reply.BoundAAD(nil, "a", raw.channel), reply.Body, nil)
 	if err != nil {
 		t.Fatalf("open error reply: %v", err)
 	}
@@ -607,4 +633,27 @@ func TestRestartedPeerResetsTheDeadConnection(t *testing.T) {
 		return nil
 	})
 	t.Logf("one-way messages reach the restarted peer after %s (idle timeout %s)", time.Since(start).Round(time.Millisecond), time.Minute)
+}
+
+// A reply over the size cap is a typed error the caller sees at once, not
+// a silent timeout that drops the connection; so is a request over it.
+func TestOversizedReplyIsATypedError(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.CallTimeout = time.Minute }})
+	b := newNode(t, "b", nodeOpts{})
+	big := make([]byte, wire.MaxMessageSize+1)
+	b.Handle(wire.TypePing, func(ctx context.Context, from Peer, msg wire.Message) (wire.Message, error) {
+		return &wire.Ping{Payload: big}, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := a.Call(ctx, b.Addr(), &wire.Ping{Seq: 1})
+	if wire.CodeOf(err) != wire.CodeTooLarge {
+		t.Fatalf("oversized reply: %v, want a too_large error", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the caller waited out its deadline")
+	}
+	if _, err := a.Call(ctx, b.Addr(), &wire.Ping{Payload: big}); wire.CodeOf(err) != wire.CodeTooLarge {
+		t.Fatalf("oversized request: %v, want a too_large error", err)
+	}
 }

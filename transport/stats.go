@@ -14,7 +14,10 @@ type Stats struct {
 	MessagesOut    uint64
 	BytesIn        uint64
 	BytesOut       uint64
-	AuthFailures   uint64 // envelopes that opened with no accepted key
+	AuthFailures   uint64 // hellos and envelopes that did not verify with any accepted key, or named another sender
+	ConnsRefused   uint64 // inbound connections refused by a connection limit
+	HelloTimeouts  uint64 // inbound connections closed for not completing their hello in time
+	RoleRefused    uint64 // requests of a type the peer's key tier may not send (a worker key sending a vote)
 	ReplaysDropped uint64 // duplicate ids, or timestamps outside the window
 	RateLimited    uint64 // refused with a retry-after
 	Malformed      uint64 // undecodable frames, envelopes or bodies
@@ -43,6 +46,8 @@ type counters struct {
 	authFailures, replaysDropped  atomic.Uint64
 	rateLimited, malformed        atomic.Uint64
 	tooLarge, callErrors, breaker atomic.Uint64
+	connsRefused, helloTimeouts   atomic.Uint64
+	roleRefused                   atomic.Uint64
 
 	mu       sync.Mutex
 	breakers map[breakerKey]string
@@ -73,6 +78,9 @@ func (c *counters) snapshot() Stats {
 		BytesIn:        c.bytesIn.Load(),
 		BytesOut:       c.bytesOut.Load(),
 		AuthFailures:   c.authFailures.Load(),
+		ConnsRefused:   c.connsRefused.Load(),
+		HelloTimeouts:  c.helloTimeouts.Load(),
+		RoleRefused:    c.roleRefused.Load(),
 		ReplaysDropped: c.replaysDropped.Load(),
 		RateLimited:    c.rateLimited.Load(),
 		Malformed:      c.malformed.Load(),

@@ -62,6 +62,18 @@ func (e *Envelope) AAD(dst []byte) []byte {
 	return dst
 }
 
+// BoundAAD is AAD followed by the recipient's node id and the connection's
+// channel binding (a TLS exporter value both ends compute). The transport
+// seals and opens with it, so a captured envelope opens only for the node it
+// was sent to, and only on the connection it was sent on: not at another
+// node, and not at the same node after a reconnect or a restart.
+func (e *Envelope) BoundAAD(dst []byte, recipient string, channel []byte) []byte {
+	dst = e.AAD(dst)
+	dst = binary.AppendUvarint(dst, uint64(len(recipient)))
+	dst = append(dst, recipient...)
+	return append(dst, channel...)
+}
+
 // EncodeEnvelope encodes e for the wire.
 func EncodeEnvelope(e *Envelope) ([]byte, error) {
 	return Marshal(e)

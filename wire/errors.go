@@ -24,6 +24,10 @@ const (
 	CodeInternal        Code = 11 // handler failed; text is sanitized
 	CodeNotFound        Code = 12
 	CodeRejected        Code = 13 // request understood and refused
+	// CodeOutcomeUnknown: a write may or may not have taken effect (it
+	// reached some peers, not a majority, and could not be withdrawn);
+	// re-sending it under the same idempotency key finds it or makes it.
+	CodeOutcomeUnknown Code = 20
 )
 
 func (c Code) String() string {
@@ -54,6 +58,8 @@ func (c Code) String() string {
 		return "not_found"
 	case CodeRejected:
 		return "rejected"
+	case CodeOutcomeUnknown:
+		return "outcome_unknown"
 	}
 	return fmt.Sprintf("code(%d)", uint16(c))
 }
@@ -105,6 +111,7 @@ var (
 	ErrNotLeader       = &Error{Code: CodeNotLeader}
 	ErrStaleFence      = &Error{Code: CodeStaleFence}
 	ErrNoQuorum        = &Error{Code: CodeNoQuorum}
+	ErrOutcomeUnknown  = &Error{Code: CodeOutcomeUnknown}
 	ErrUnavailable     = &Error{Code: CodeUnavailable}
 	ErrNoHandler       = &Error{Code: CodeNoHandler}
 )

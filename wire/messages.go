@@ -1,6 +1,9 @@
 package wire
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Enumerations carried as strings so logs and JSON stay readable.
 type (
@@ -135,6 +138,12 @@ type JobSubmission struct {
 	FenceToken  uint64 `cbor:"7,keyasint,omitempty"`
 	Origin      string `cbor:"8,keyasint,omitempty"` // gate node id holding the lease
 	SubmittedAt int64  `cbor:"9,keyasint,omitempty"` // unix nanoseconds
+	// IntakeLeader and IntakeTerm: the manager leader that accepted the job
+	// and its term, set by that leader before it replicates the job. A
+	// successor uses them to tell a job its intake leader never stored on a
+	// majority (found on that leader alone) from one it did.
+	IntakeLeader string `cbor:"24,keyasint,omitempty"`
+	IntakeTerm   uint64 `cbor:"25,keyasint,omitempty"`
 }
 
 // JobAck answers a JobSubmission.
@@ -181,6 +190,9 @@ type WorkflowDispatch struct {
 	Timeout    time.Duration `cbor:"6,keyasint,omitempty"`
 	FenceToken uint64        `cbor:"7,keyasint"`
 	Attempt    int           `cbor:"8,keyasint,omitempty"`
+	// Worker names the worker this dispatch is for; a worker refuses one
+	// addressed to another (an insider replaying it elsewhere).
+	Worker string `cbor:"18,keyasint,omitempty"`
 }
 
 // WorkflowDispatchAck answers a WorkflowDispatch.
@@ -325,6 +337,11 @@ type ProgressAck struct {
 	Leader     string `cbor:"2,keyasint,omitempty"`
 	// Cancel asks the worker to stop the workflow (job cancelled or fenced out).
 	Cancel bool `cbor:"3,keyasint,omitempty"`
+	// FenceToken, in a gate's answer to a datacenter's report, is the lease
+	// token the gate holds for the job there. A manager obeys Cancel from a
+	// gate only from its lease holder under a token not older than the
+	// newest it knows for the job.
+	FenceToken uint64 `cbor:"17,keyasint,omitempty"`
 }
 
 func (*WorkflowProgress) Type() MsgType { return TypeWorkflowProgress }
@@ -384,6 +401,14 @@ type StateSyncRequest struct {
 	RequesterRole NodeRole `cbor:"2,keyasint"`
 	SinceVersion  uint64   `cbor:"3,keyasint,omitempty"`
 	Term          uint64   `cbor:"4,keyasint,omitempty"`
+	// SinceJobID, with SinceVersion, resumes a gate's paged answer inside
+	// one version: records are ordered by (version, job id), and the next
+	// page starts after this pair.
+	SinceJobID string `cbor:"14,keyasint,omitempty"`
+	// JobsAfter asks a manager for the page of its snapshot after this job
+	// id (ManagerStateSnapshot.NextAfter of the previous page); "" is the
+	// first page.
+	JobsAfter string `cbor:"18,keyasint,omitempty"`
 }
 
 // StateSyncResponse carries exactly one of the snapshots.
@@ -394,6 +419,8 @@ type StateSyncResponse struct {
 	ManagerState   *ManagerStateSnapshot `cbor:"4,keyasint,omitempty"`
 	// GateJobs is a gate's answer: every job it knows, leases included.
 	GateJobs []GateJobRecord `cbor:"5,keyasint,omitempty"`
+	// More says a gate's answer has further pages.
+	More bool `cbor:"15,keyasint,omitempty"`
 }
 
 // WorkerStateSnapshot is a worker's truth about the work it runs.
@@ -420,6 +447,13 @@ type ManagerStateSnapshot struct {
 	Submissions []JobSubmission   `cbor:"8,keyasint,omitempty"`
 	Retries     map[string]int    `cbor:"9,keyasint,omitempty"`
 	Commits     []ProvisionCommit `cbor:"10,keyasint,omitempty"`
+	// Confirmed lists the jobs in Submissions this manager knows are
+	// stored on a majority of managers.
+	Confirmed []string `cbor:"24,keyasint,omitempty"`
+	// NextAfter, when set, says the snapshot continues: ask again with
+	// StateSyncRequest.JobsAfter = NextAfter. Pages are cut by size so each
+	// fits far below the message cap, with at least one job per page.
+	NextAfter string `cbor:"25,keyasint,omitempty"`
 }
 
 func (*StateSyncRequest) Type() MsgType  { return TypeStateSyncRequest }
@@ -471,12 +505,33 @@ type GateJobRecord struct {
 	// Version grows with every change the leader makes; of two copies the
 	// higher version wins.
 	Version uint64 `cbor:"8,keyasint"`
+	// Withdrawn marks a job that was never stored on a majority of gates
+	// and was withdrawn before any datacenter got it: it never runs, and a
+	// re-submission under the same id places it afresh.
+	Withdrawn bool `cbor:"18,keyasint,omitempty"`
 }
 
 func (*GateJobRecord) Type() MsgType   { return TypeGateJobRecord }
 func (*DatacenterLease) Type() MsgType { return TypeDatacenterLease }
 func (*LeaseTransfer) Type() MsgType   { return TypeLeaseTransfer }
 func (*LeaseAck) Type() MsgType        { return TypeLeaseAck }
+
+// GateRecordRequest asks another gate for one job's record: the gate leader
+// sends it when a datacenter reports a job it does not hold. The answer is
+// the GateJobRecord, or a CodeNotFound error.
+type GateRecordRequest struct {
+	JobID string `cbor:"1,keyasint"`
+}
+
+// ManagerStatusRequest asks a manager for its ManagerHeartbeat now, rather
+// than when SWIM next carries it: a new gate leader seeds its datacenter
+// table with the answers.
+type ManagerStatusRequest struct {
+	RequesterID string `cbor:"1,keyasint"`
+}
+
+func (*GateRecordRequest) Type() MsgType    { return TypeGateRecordRequest }
+func (*ManagerStatusRequest) Type() MsgType { return TypeManagerStatusRequest }
 
 // ---- Registration and heartbeats ---------------------------------------------------------
 
@@ -610,3 +665,101 @@ func (*VoteRequest) Type() MsgType        { return TypeVoteRequest }
 func (*VoteResponse) Type() MsgType       { return TypeVoteResponse }
 func (*LeaderHeartbeat) Type() MsgType    { return TypeLeaderHeartbeat }
 func (*LeaderHeartbeatAck) Type() MsgType { return TypeLeaderHeartbeatAck }
+
+// ---- Connection hello ------------------------------------------------------------
+
+// MaxHelloSize caps an encoded Hello or HelloAck. A receiver reads at most
+// this many bytes from a connection that has not proven the secret yet.
+const MaxHelloSize = 1024
+
+// Hello is the first frame a dialer sends on a new connection: its node id
+// and, for each key tier it holds (worker, manager, cluster: see
+// security.Tier), a proof of that key bound to this TLS session (see
+// security.Keyring.Prove). The listener verifies the highest tier it can;
+// that is the link's tier. Nothing else is read from a connection until its
+// Hello verifies.
+type Hello struct {
+	NodeID string       `cbor:"1,keyasint"`
+	Proofs []HelloProof `cbor:"2,keyasint"`
+}
+
+// HelloProof is one tier's proof in a Hello or HelloAck.
+type HelloProof struct {
+	Tier  uint8  `cbor:"1,keyasint"`
+	KeyID uint32 `cbor:"2,keyasint"`
+	Proof []byte `cbor:"3,keyasint"`
+}
+
+// MaxHelloTiers bounds the proofs in a Hello: one per key tier.
+const MaxHelloTiers = 3
+
+// HelloAck answers a Hello that verified: the listener's own node id and
+// its proof at the link's tier. A refused Hello gets no ack: the listener
+// closes the connection with a reason instead.
+type HelloAck struct {
+	NodeID string     `cbor:"1,keyasint"`
+	Proof  HelloProof `cbor:"2,keyasint"`
+}
+
+func (*Hello) Type() MsgType    { return TypeHello }
+func (*HelloAck) Type() MsgType { return TypeHelloAck }
+
+// DecodeHello decodes and checks an untrusted Hello.
+func DecodeHello(b []byte) (*Hello, error) {
+	if len(b) > MaxHelloSize {
+		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("hello of %d bytes exceeds %d", len(b), MaxHelloSize)}
+	}
+	var h Hello
+	if err := Unmarshal(b, &h); err != nil {
+		return nil, &Error{Code: CodeMalformed, Message: "hello: " + err.Error()}
+	}
+	if err := checkHelloNode(h.NodeID); err != nil {
+		return nil, err
+	}
+	if len(h.Proofs) == 0 || len(h.Proofs) > MaxHelloTiers {
+		return nil, &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: %d proofs, want 1..%d", len(h.Proofs), MaxHelloTiers)}
+	}
+	var seen [MaxHelloTiers + 1]bool
+	for _, p := range h.Proofs {
+		if err := checkHelloProof(p); err != nil {
+			return nil, err
+		}
+		if seen[p.Tier] {
+			return nil, &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: two proofs of tier %d", p.Tier)}
+		}
+		seen[p.Tier] = true
+	}
+	return &h, nil
+}
+
+func checkHelloProof(p HelloProof) error {
+	if p.Tier < 1 || p.Tier > MaxHelloTiers || len(p.Proof) != 32 {
+		return &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: proof of tier %d with %d bytes", p.Tier, len(p.Proof))}
+	}
+	return nil
+}
+
+// DecodeHelloAck decodes and checks an untrusted HelloAck.
+func DecodeHelloAck(b []byte) (*HelloAck, error) {
+	if len(b) > MaxHelloSize {
+		return nil, &Error{Code: CodeTooLarge, Message: fmt.Sprintf("hello ack of %d bytes exceeds %d", len(b), MaxHelloSize)}
+	}
+	var h HelloAck
+	if err := Unmarshal(b, &h); err != nil {
+		return nil, &Error{Code: CodeMalformed, Message: "hello ack: " + err.Error()}
+	}
+	if err := checkHelloNode(h.NodeID); err != nil {
+		return nil, err
+	}
+	if err := checkHelloProof(h.Proof); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+func checkHelloNode(id string) error {
+	if id == "" || len(id) > MaxSenderLen {
+		return &Error{Code: CodeMalformed, Message: fmt.Sprintf("hello: node id length %d outside 1..%d", len(id), MaxSenderLen)}
+	}
+	return nil
+}

@@ -64,6 +64,30 @@ const (
 	TypeVoteResponse       MsgType = 83
 	TypeLeaderHeartbeat    MsgType = 84
 	TypeLeaderHeartbeatAck MsgType = 85
+
+	// Connection hello: the first frame each way on a new connection, before
+	// any envelope (transport/handshake.go). Never sent inside an envelope.
+	TypeHello    MsgType = 90
+	TypeHelloAck MsgType = 91
+
+	// Gate durability: a gate asking the others for one job's record, and
+	// asking a manager for its heartbeat.
+	TypeGateRecordRequest    MsgType = 110
+	TypeManagerStatusRequest MsgType = 111
+
+	// RainStorm pipelines: tuples between tasks, checkpoints to the store.
+	TypeRainstormBatch         MsgType = 120
+	TypeRainstormBatchAck      MsgType = 121
+	TypeRainstormCheckpoint    MsgType = 122
+	TypeRainstormCheckpointAck MsgType = 123
+
+	// Content-addressed blobs (blobs.go).
+	TypeBlobChunkPut MsgType = 130
+	TypeBlobCommit   MsgType = 131
+	TypeBlobStat     MsgType = 132
+	TypeBlobAck      MsgType = 133
+	TypeBlobChunkGet MsgType = 134
+	TypeBlobChunk    MsgType = 135
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -77,6 +101,9 @@ const (
 	ClassDispatch              // workflow dispatch to workers
 	ClassProgress              // progress streams and heartbeats
 	ClassDiag                  // ping/pong
+	// ClassBulk carries blob chunks: megabyte messages whose slow calls must
+	// not trip the control breaker to a peer nor use up its rate limit.
+	ClassBulk
 	numClasses
 )
 
@@ -95,6 +122,8 @@ func (c Class) String() string {
 		return "progress"
 	case ClassDiag:
 		return "diag"
+	case ClassBulk:
+		return "bulk"
 	}
 	return fmt.Sprintf("class(%d)", uint8(c))
 }
@@ -138,6 +167,9 @@ var catalogue = map[MsgType]typeInfo{
 	TypeLeaseAck:        {"LeaseAck", ClassControl, func() Message { return new(LeaseAck) }},
 	TypeGateJobRecord:   {"GateJobRecord", ClassControl, func() Message { return new(GateJobRecord) }},
 
+	TypeGateRecordRequest:    {"GateRecordRequest", ClassControl, func() Message { return new(GateRecordRequest) }},
+	TypeManagerStatusRequest: {"ManagerStatusRequest", ClassControl, func() Message { return new(ManagerStatusRequest) }},
+
 	TypeWorkerRegistration: {"WorkerRegistration", ClassControl, func() Message { return new(WorkerRegistration) }},
 	TypeRegistrationAck:    {"RegistrationAck", ClassControl, func() Message { return new(RegistrationAck) }},
 	TypeWorkerHeartbeat:    {"WorkerHeartbeat", ClassProgress, func() Message { return new(WorkerHeartbeat) }},
@@ -149,6 +181,21 @@ var catalogue = map[MsgType]typeInfo{
 	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
 	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
 	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+
+	TypeHello:    {"Hello", ClassControl, func() Message { return new(Hello) }},
+	TypeHelloAck: {"HelloAck", ClassControl, func() Message { return new(HelloAck) }},
+
+	TypeRainstormBatch:         {"RainstormBatch", ClassDispatch, func() Message { return new(RainstormBatch) }},
+	TypeRainstormBatchAck:      {"RainstormBatchAck", ClassDispatch, func() Message { return new(RainstormBatchAck) }},
+	TypeRainstormCheckpoint:    {"RainstormCheckpoint", ClassControl, func() Message { return new(RainstormCheckpoint) }},
+	TypeRainstormCheckpointAck: {"RainstormCheckpointAck", ClassControl, func() Message { return new(RainstormCheckpointAck) }},
+
+	TypeBlobChunkPut: {"BlobChunkPut", ClassBulk, func() Message { return new(BlobChunkPut) }},
+	TypeBlobCommit:   {"BlobCommit", ClassBulk, func() Message { return new(BlobCommit) }},
+	TypeBlobStat:     {"BlobStat", ClassBulk, func() Message { return new(BlobStat) }},
+	TypeBlobAck:      {"BlobAck", ClassBulk, func() Message { return new(BlobAck) }},
+	TypeBlobChunkGet: {"BlobChunkGet", ClassBulk, func() Message { return new(BlobChunkGet) }},
+	TypeBlobChunk:    {"BlobChunk", ClassBulk, func() Message { return new(BlobChunk) }},
 }
 
 func (t MsgType) String() string {

@@ -78,6 +78,13 @@ type Config struct {
 	// FenceRetention is how long a finished workflow's fence token is kept,
 	// so a delayed or repeated dispatch of it is still refused as stale.
 	FenceRetention time.Duration `yaml:"fence_retention"`
+	// FenceAfter is the lease period of self-fencing: a worker running
+	// workflows that no manager leader has answered for this long stops
+	// them (and says so in its log), since it may be cut off while a leader
+	// elsewhere re-runs them. Managers wait at least this long after last
+	// hearing from a lost worker before re-dispatching its workflows
+	// (manager worker_fence_after, which must not be shorter).
+	FenceAfter time.Duration `yaml:"fence_after"`
 
 	// Logger receives the worker's logs; nil means slog.Default().
 	Logger *slog.Logger `yaml:"-"`
@@ -103,6 +110,7 @@ func DefaultConfig() Config {
 		DrainTimeout:     30 * time.Second,
 		CallTimeout:      5 * time.Second,
 		FenceRetention:   10 * time.Minute,
+		FenceAfter:       DefaultFenceAfter,
 	}
 }
 
@@ -184,6 +192,7 @@ func (c Config) Validate() error {
 		{"DrainTimeout", c.DrainTimeout},
 		{"CallTimeout", c.CallTimeout},
 		{"FenceRetention", c.FenceRetention},
+		{"FenceAfter", c.FenceAfter},
 	} {
 		if d.v <= 0 {
 			bad(d.field, "must be positive, got %s", d.v)

@@ -29,6 +29,7 @@ type execution struct {
 
 	// Guarded by Worker.mu.
 	fence    uint64
+	blobs    []string // sums of the blobs its params name (blobs.go)
 	latest   wire.WorkflowProgress
 	seq      uint64 // bumped with latest
 	finished bool
@@ -55,10 +56,13 @@ func (s *stopReason) Error() string { return s.reason }
 // with Accepted false; a stale fence token is a typed ErrStaleFence, since
 // the sender is a deposed leader and must not retry anywhere, and a missing
 // one (0) a typed CodeRejected.
-func (w *Worker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
 	d, ok := msg.(*wire.WorkflowDispatch)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeMalformed, "dispatch handler got %s", msg.Type())
+	}
+	if d.Worker != "" && d.Worker != w.cfg.ID {
+		return nil, wire.Errorf(wire.CodeRejected, "dispatch of %s is addressed to worker %s, not %s", d.WorkflowID, d.Worker, w.cfg.ID)
 	}
 	spec := d.Workflow
 	if d.Cores > 0 {
@@ -77,6 +81,10 @@ func (w *Worker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Me
 	if decided {
 		return reply, err
 	}
+	spec, blobs, err := w.attachBlobs(ctx, from, spec)
+	if err != nil {
+		return w.refuse(d, "read blob from %s: %v", from.NodeID, err), nil
+	}
 	runner, err := w.registry.New(spec)
 	if err != nil {
 		return w.refuse(d, "%v", err), nil
@@ -91,7 +99,9 @@ func (w *Worker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Me
 	if err != nil {
 		return w.refuseLocked(d, "%v", err), nil
 	}
+	w.contact.touch(w.now()) // a dispatch comes from a leader
 	e := w.startLocked(d, spec, runner, cores)
+	e.blobs = blobs
 	e.log.Info("workflow started", "type", spec.Type, "cores", cores, "fence", d.FenceToken, "attempt", d.Attempt)
 	return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: cores, AvailableCores: w.cores.Available()}, nil
 }

@@ -212,6 +212,9 @@ func (w *Worker) sendProgress(ctx context.Context, e *execution, p *wire.Workflo
 		e.log.Warn("manager answered progress with an unexpected message", "manager", addr, "type", resp.Type())
 		return retryLater
 	}
+	// Only a leader acknowledges progress: it still stands behind this
+	// worker's work (selffence.go).
+	w.contact.touch(w.now())
 	if ack.Cancel {
 		w.mu.Lock()
 		stopped := w.stopLocked(e, wire.WorkflowCancelled, "cancelled by manager")

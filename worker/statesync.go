@@ -24,6 +24,9 @@ func (w *Worker) handleStateSync(_ context.Context, from transport.Peer, msg wir
 	if req.RequesterRole == wire.RoleManager && w.leader.adoptNewTerm(req.RequesterID, from.Addr, req.Term) {
 		w.log.Info("leader changed (state sync from new term)", "leader", req.RequesterID, "addr", from.Addr, "term", req.Term)
 	}
+	if req.RequesterRole == wire.RoleManager {
+		w.contact.touch(w.now()) // a leader syncing is a leader that will adopt this work
+	}
 	snap := w.Snapshot()
 	return &wire.StateSyncResponse{ResponderID: w.cfg.ID, CurrentVersion: snap.Version, WorkerState: &snap}, nil
 }

@@ -51,7 +51,11 @@ type Worker struct {
 	now      func() time.Time
 	deps     Deps
 
-	leader       *leaderTracker
+	leader *leaderTracker
+	// contact: when a manager leader last answered (selffence.go).
+	contact contactClock
+	// keepAlive: a keep-alive progress is in flight (selffence.go).
+	keepAlive    atomic.Bool
 	managerClock *swim.VersionedClock
 	// kick asks the registrar to register again; the value is a manager
 	// address to try last (the one that just failed), or "".
@@ -74,6 +78,7 @@ type Worker struct {
 	cores    *CoreSet
 	fences   *FenceTable
 	execs    map[string]*execution
+	blobs    blobCache // blobs.go
 	health   healthMachine
 	cpuPct   float64
 	memPct   float64
@@ -193,10 +198,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.bumpLocked()
 	w.mu.Unlock()
 
-	w.wg.Add(3)
+	w.contact.touch(w.now())
+	w.wg.Add(4)
 	go w.registerLoop(runCtx)
 	go w.joinLoop(runCtx, members)
 	go w.monitorLoop(runCtx)
+	go w.selfFenceLoop(runCtx)
 	close(w.ready)
 	w.log.Info("worker started", "addr", tr.Addr(), "swim", members.Addr(), "cores", w.cfg.Cores, "datacenter", w.cfg.Datacenter)
 

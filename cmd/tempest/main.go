@@ -37,6 +37,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "submit":
 		return runSubmit(ctx, args[1:], stdout, stderr)
+	case "blob":
+		return runBlob(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "watch":
@@ -71,6 +73,7 @@ func usage(w io.Writer) {
 
 commands:
   submit FILE [--wait] [--json]   submit a job file; --wait follows it to the end
+  blob put FILE | blob stat SUM   upload a file in chunks (prints its SHA-256) or ask whether it is stored
   status ID [--json]              show a job
   watch ID [--json]               follow a job's progress until it ends
   cancel ID                       cancel a job
@@ -81,22 +84,60 @@ commands:
   demo                            run a local demo and print what happened
   target                          run the built-in HTTP target (counts requests; GET /__stats)
   secret generate                 print a strong random AUTH_SECRET
+  secret derive --role ROLE       print the key a worker or manager host holds instead of AUTH_SECRET
+                                  (read from AUTH_SECRET in the environment)
 `)
 }
 
 func runSecret(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "derive" {
+		return runSecretDerive(args[1:], os.Getenv, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("secret", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
 	if fs.NArg() != 1 || fs.Arg(0) != "generate" {
-		fmt.Fprintln(stderr, "usage: tempest secret generate")
+		fmt.Fprintln(stderr, "usage: tempest secret generate | tempest secret derive --role worker|manager")
 		return exitUsage
 	}
 	s, err := security.GenerateSecret()
 	if err != nil {
 		fmt.Fprintf(stderr, "tempest: generate secret: %v\n", err)
+		return exitUsage
+	}
+	fmt.Fprintln(stdout, s)
+	return exitOK
+}
+
+// runSecretDerive prints the role secret for --role derived from
+// AUTH_SECRET. The secret comes from the environment, never an argument,
+// so it stays out of shell history and ps.
+func runSecretDerive(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("secret derive", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	role := fs.String("role", "", "worker or manager")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 0 || *role == "" {
+		fmt.Fprintln(stderr, "usage: AUTH_SECRET=... tempest secret derive --role worker|manager")
+		return exitUsage
+	}
+	tier, err := security.ParseRole(*role)
+	if err != nil {
+		fmt.Fprintf(stderr, "tempest: %v\n", err)
+		return exitUsage
+	}
+	secret := getenv("AUTH_SECRET")
+	if secret == "" {
+		fmt.Fprintln(stderr, "tempest: AUTH_SECRET is not set: derive reads the cluster secret from the environment")
+		return exitUsage
+	}
+	s, err := security.DeriveRoleSecret(secret, tier)
+	if err != nil {
+		fmt.Fprintf(stderr, "tempest: derive %s key: %v\n", *role, err)
 		return exitUsage
 	}
 	fmt.Fprintln(stdout, s)

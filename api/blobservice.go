@@ -1,0 +1,143 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"tempest/blobstore"
+	"tempest/wire"
+)
+
+// BlobService implements BlobBackend over a node's blob store and its
+// replication group: what the manager and the gate both serve.
+type BlobService struct {
+	Cluster *blobstore.Cluster
+	// Ready is asked first by the methods that change or report the
+	// group's state: a role answers a typed not-leader error when it does
+	// not lead.
+	Ready func(ctx context.Context) error
+	// Life is the parent of replication that outlives a request: it ends at
+	// the role's shutdown.
+	Life context.Context
+	Log  *slog.Logger
+}
+
+func parseSum(s string) (blobstore.Sum, error) {
+	sum, err := blobstore.ParseSum(s)
+	if err != nil {
+		return sum, wire.Errorf(wire.CodeMalformed, "%v", err)
+	}
+	return sum, nil
+}
+
+func (b *BlobService) info(sum blobstore.Sum, holders int) *BlobInfo {
+	st, _ := b.Cluster.Rep.Store.Stat(sum)
+	return &BlobInfo{SHA256: sum.String(), Size: st.Size, Replicas: holders, Needed: b.Cluster.Quorum,
+		Durable: holders >= b.Cluster.Quorum}
+}
+
+// StatBlob implements BlobBackend: whether the blob is stored here, and on
+// how many members. The check restarts the blob's retention period: a
+// client that finds it is about to submit a job naming it.
+func (b *BlobService) StatBlob(ctx context.Context, s string) (*BlobInfo, error) {
+	if err := b.Ready(ctx); err != nil {
+		return nil, err
+	}
+	sum, err := parseSum(s)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := b.Cluster.HasLocal(sum); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "blob %s not stored", sum)
+	}
+	_ = b.Cluster.Rep.Store.Touch(sum)
+	return b.info(sum, b.Cluster.Holders(ctx, sum)), nil
+}
+
+// PutBlobChunk implements BlobBackend.
+func (b *BlobService) PutBlobChunk(ctx context.Context, s string, offset int64, data []byte) (int64, error) {
+	if err := b.Ready(ctx); err != nil {
+		return 0, err
+	}
+	sum, err := parseSum(s)
+	if err != nil {
+		return 0, err
+	}
+	have, err := b.Cluster.Rep.Store.WriteChunk(sum, offset, data)
+	var gap *blobstore.GapError
+	if errors.As(err, &gap) {
+		return gap.Have, nil
+	}
+	return have, err
+}
+
+// CommitBlob implements BlobBackend: verify, store, replicate to a
+// majority. When ctx ends first the answer says not yet durable and the
+// replication goes on under Life; the client asks again.
+func (b *BlobService) CommitBlob(ctx context.Context, s string, size int64) (*BlobInfo, error) {
+	if err := b.Ready(ctx); err != nil {
+		return nil, err
+	}
+	sum, err := parseSum(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Cluster.Rep.Store.Commit(sum, size); err != nil {
+		var gap *blobstore.GapError
+		switch {
+		case errors.As(err, &gap):
+			return nil, &BlobGapError{Sum: sum.String(), Have: gap.Have, Size: size}
+		case errors.Is(err, blobstore.ErrMismatch):
+			return nil, wire.Errorf(wire.CodeRejected, "%v; upload it again", err)
+		}
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(b.Life, time.Hour)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	holders, err := b.Cluster.EnsureDurable(rctx, sum)
+	if err != nil && ctx.Err() == nil {
+		b.Log.Warn("blob not durable", "sum", sum.String(), "holders", holders, "err", err)
+		return nil, wire.Errorf(wire.CodeNoQuorum, "blob %s is on %d of the %d nodes needed: %v", sum, holders, b.Cluster.Quorum, err)
+	}
+	if err != nil {
+		holders = b.Cluster.Holders(context.WithoutCancel(ctx), sum)
+	}
+	b.Log.Info("blob committed", "sum", sum.String(), "bytes", size, "holders", holders)
+	return b.info(sum, holders), nil
+}
+
+// ReadBlob implements BlobBackend: a small blob's whole content, fetched
+// from a member when this node lacks it.
+func (b *BlobService) ReadBlob(ctx context.Context, s string, limit int64) ([]byte, error) {
+	sum, err := parseSum(s)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := b.Cluster.HasLocal(sum); err != nil {
+		return nil, err
+	} else if !ok {
+		if err := b.Cluster.Fetch(ctx, sum); err != nil {
+			return nil, wire.Errorf(wire.CodeNotFound, "blob %s was not uploaded (or has expired): %v", sum, err)
+		}
+	}
+	f, err := b.Cluster.Rep.Store.Open(sum)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read blob %s: %w", sum, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, wire.Errorf(wire.CodeRejected, "blob %s is more than the %d bytes allowed here", sum, limit)
+	}
+	return data, nil
+}

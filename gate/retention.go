@@ -1,0 +1,58 @@
+package gate
+
+import (
+	"context"
+	"time"
+
+	"tempest/wire"
+)
+
+// Retention. Every gate, leader or not, forgets a finished job Retention
+// after it finished (retentionLoop), and no gate takes in a record that is
+// already past it, however it arrives (state sync, replication, a record
+// lookup, its own disk at start): a record finished longer ago than
+// Retention exists on a gate for at most one TickInterval more, and a new
+// leader never brings an expired job back from a follower whose clock lags.
+
+// expired reports whether rec finished longer than Retention ago.
+func (g *Gate) expired(rec *wire.GateJobRecord, now time.Time) bool {
+	return rec.Status.Terminal() && rec.FinishedAt != 0 && now.Sub(time.Unix(0, rec.FinishedAt)) > g.cfg.Retention
+}
+
+// retentionLoop forgets finished jobs past retention, every TickInterval.
+func (g *Gate) retentionLoop(ctx context.Context) {
+	t := time.NewTicker(g.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		g.expireOld()
+	}
+}
+
+// expireOld forgets every finished job past retention, in memory and on
+// disk, and returns how many.
+func (g *Gate) expireOld() int {
+	now := g.now()
+	var old []string
+	g.mu.Lock()
+	for id, j := range g.jobs {
+		if g.expired(&j.rec, now) {
+			old = append(old, id)
+			delete(g.jobs, id)
+		}
+	}
+	g.mu.Unlock()
+	if len(old) == 0 {
+		return 0
+	}
+	if err := g.store.delete(old...); err != nil {
+		// The disk copies are skipped at the next start anyway.
+		g.log.Warn("retention: delete expired job records", "jobs", len(old), "err", err)
+	}
+	g.log.Debug("retention: forgot finished jobs", "jobs", len(old))
+	return len(old)
+}

@@ -1,0 +1,251 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"tempest/api"
+	"tempest/blobstore"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// Blobs (docs/blobs.md): files jobs reference by SHA-256, stored by every
+// manager of the datacenter. A client uploads to the leader in chunks; the
+// leader commits locally (verified against the sum), pushes the blob to its
+// peers and calls it durable once a majority of the configured managers,
+// itself counting one, hold it complete and verified. A submission naming
+// a blob is accepted only when the blob is durable. Workers read blobs by
+// range from the manager that dispatched to them; a manager asked for a
+// blob it lacks (a new leader) fetches it from a peer first.
+
+// A submission from a gate may name blobs only the gates hold yet: the
+// manager fetches them from the gate that sent it (blobstore.WithSources).
+
+// blobPartialTTL is how long an upload nobody appends to is kept.
+const blobPartialTTL = time.Hour
+
+// blobGCEvery is how often a manager looks for blobs to remove.
+const blobGCEvery = 10 * time.Minute
+
+// blobState is the manager's blob store, its replication group (the
+// datacenter's managers) and the API over them.
+type blobState struct {
+	store   *blobstore.Store
+	rep     *blobstore.Replicator
+	cluster *blobstore.Cluster
+	api     *api.BlobService
+}
+
+// openBlobs opens the blob store in the data dir; New calls it once the
+// transport exists.
+func (m *Manager) openBlobs() error {
+	st, err := blobstore.Open(filepath.Join(m.cfg.DataDir, "blobs"), m.log, m.clock.Now)
+	if err != nil {
+		return err
+	}
+	rep := &blobstore.Replicator{Store: st, Tr: m.tr, Log: m.log}
+	cl := &blobstore.Cluster{Rep: rep, Peers: m.peerAddrs, Quorum: m.quorumSize, Spawn: m.spawn, Log: m.log}
+	m.blobs = &blobState{store: st, rep: rep, cluster: cl, api: &api.BlobService{
+		Cluster: cl,
+		Ready: func(ctx context.Context) error {
+			_, err := m.awaitLeader(ctx, m.notLeaderAPI)
+			return err
+		},
+		Life: m.life.Context(),
+		Log:  m.log,
+	}}
+	return nil
+}
+
+// registerBlobHandlers: only peer managers may write blobs here; any node
+// of the cluster (a worker, a gate) may ask for one or read it.
+func (m *Manager) registerBlobHandlers() {
+	b := m.blobs
+	handle(m, wire.TypeBlobChunkPut, func(ctx context.Context, from transport.Peer, msg *wire.BlobChunkPut) (wire.Message, error) {
+		if !m.isPeer(from.NodeID) {
+			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
+		}
+		return b.rep.HandlePut(ctx, from, msg)
+	})
+	handle(m, wire.TypeBlobCommit, func(ctx context.Context, from transport.Peer, msg *wire.BlobCommit) (wire.Message, error) {
+		if !m.isPeer(from.NodeID) {
+			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
+		}
+		return b.rep.HandleCommit(ctx, from, msg)
+	})
+	handle(m, wire.TypeBlobStat, b.rep.HandleStat)
+	handle(m, wire.TypeBlobChunkGet, m.handleBlobGet)
+}
+
+// handleBlobGet serves a range read, fetching the blob from a peer first
+// when this manager lacks it and a worker asks (a new leader).
+func (m *Manager) handleBlobGet(ctx context.Context, from transport.Peer, msg *wire.BlobChunkGet) (wire.Message, error) {
+	sum, err := blobstore.SumFromBytes(msg.Sum)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeMalformed, "%v", err)
+	}
+	if ok, _ := m.blobs.cluster.HasLocal(sum); !ok && !m.isPeer(from.NodeID) {
+		// Peers asking are themselves looking for a holder: never recurse.
+		if err := m.blobs.cluster.Fetch(ctx, sum); err != nil {
+			return nil, wire.Errorf(wire.CodeNotFound, "blob %s: %v", sum, err)
+		}
+	}
+	return m.blobs.rep.HandleGet(ctx, from, msg)
+}
+
+// peerAddrs lists the other configured managers' addresses.
+func (m *Manager) peerAddrs() []string {
+	out := make([]string, 0, len(m.peerIDs))
+	for _, id := range m.peerIDs {
+		out = append(out, m.peers[id])
+	}
+	return out
+}
+
+// StatBlob implements api.BlobBackend (leader only).
+func (m *Manager) StatBlob(ctx context.Context, sum string) (*api.BlobInfo, error) {
+	return m.blobs.api.StatBlob(ctx, sum)
+}
+
+// PutBlobChunk implements api.BlobBackend (leader only).
+func (m *Manager) PutBlobChunk(ctx context.Context, sum string, offset int64, data []byte) (int64, error) {
+	return m.blobs.api.PutBlobChunk(ctx, sum, offset, data)
+}
+
+// CommitBlob implements api.BlobBackend (leader only): durable once a
+// majority of the datacenter's managers hold the blob.
+func (m *Manager) CommitBlob(ctx context.Context, sum string, size int64) (*api.BlobInfo, error) {
+	return m.blobs.api.CommitBlob(ctx, sum, size)
+}
+
+// ReadBlob implements api.BlobBackend.
+func (m *Manager) ReadBlob(ctx context.Context, sum string, limit int64) ([]byte, error) {
+	return m.blobs.api.ReadBlob(ctx, sum, limit)
+}
+
+// submissionBlobs lists the blobs a submission references.
+func (m *Manager) submissionBlobs(sub *wire.JobSubmission) ([]blobstore.Sum, error) {
+	var out []blobstore.Sum
+	for i, spec := range sub.Workflows {
+		sums, err := m.reg.SpecBlobs(spec)
+		if err != nil {
+			return nil, fmt.Errorf("workflows[%d]: %w", i, err)
+		}
+		for _, s := range sums {
+			sum, err := blobstore.ParseSum(s)
+			if err != nil {
+				return nil, fmt.Errorf("workflows[%d]: %w", i, err)
+			}
+			if !slices.Contains(out, sum) {
+				out = append(out, sum)
+			}
+		}
+	}
+	return out, nil
+}
+
+// checkSubmissionBlobs refuses a submission naming a blob that is not on a
+// majority of the managers (after trying to make it so): a job must never
+// be acknowledged while the data it needs could be lost with one manager.
+func (m *Manager) checkSubmissionBlobs(ctx context.Context, sub *wire.JobSubmission) error {
+	sums, err := m.submissionBlobs(sub)
+	if err != nil {
+		return wire.Errorf(wire.CodeRejected, "invalid job: %v", err)
+	}
+	for _, sum := range sums {
+		holders, err := m.blobs.cluster.EnsureDurable(ctx, sum)
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, blobstore.ErrNotFound) {
+			return wire.Errorf(wire.CodeRejected, "job %q references blob %s, which no manager holds: upload it first (tempest submit does)", sub.Name, sum)
+		}
+		return wire.Errorf(wire.CodeNoQuorum, "job %q references blob %s, which is on %d of the %d managers needed: %v", sub.Name, sum, holders, m.quorumSize, err)
+	}
+	return nil
+}
+
+// liveBlobs is every blob a job this manager still keeps references
+// (finished jobs count until their retention ends, so a re-run of a
+// finished job's workflow still finds its data).
+func (m *Manager) liveBlobs() map[blobstore.Sum]bool {
+	m.mu.Lock()
+	specs := make([]wire.WorkflowSpec, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		specs = append(specs, j.rec.Submission.Workflows...)
+	}
+	m.mu.Unlock()
+	live := map[blobstore.Sum]bool{}
+	for _, spec := range specs {
+		sums, _ := m.reg.SpecBlobs(spec)
+		for _, s := range sums {
+			if sum, err := blobstore.ParseSum(s); err == nil {
+				live[sum] = true
+			}
+		}
+	}
+	return live
+}
+
+// blobGCLoop removes blobs no kept job references once their retention
+// (the manager's job retention) has passed, and abandoned partial uploads.
+func (m *Manager) blobGCLoop(ctx context.Context) {
+	t := time.NewTicker(blobGCEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.collectBlobs()
+		}
+	}
+}
+
+func (m *Manager) collectBlobs() {
+	live := m.liveBlobs()
+	if _, err := m.blobs.store.GC(blobstore.GCPolicy{
+		Live:       func(s blobstore.Sum) bool { return live[s] },
+		Retention:  m.cfg.Retention,
+		PartialTTL: blobPartialTTL,
+	}); err != nil {
+		m.log.Warn("blob gc", "err", err)
+	}
+}
+
+// repairBlobs runs when this manager starts leading: every blob a kept job
+// references is made durable again (fetched here, pushed to peers that
+// lost it), so a worker's read never waits on a missing copy.
+func (m *Manager) repairBlobs(ctx context.Context) {
+	for sum := range m.liveBlobs() {
+		if _, err := m.blobs.cluster.EnsureDurable(ctx, sum); err != nil && ctx.Err() == nil {
+			m.log.Warn("blob repair", "sum", sum.String(), "err", err)
+		}
+	}
+}
+
+// fetchMissingBlobs runs on a peer that stored a replicated submission: a
+// blob it names that this manager lacks (it was down when the leader
+// pushed) is fetched from a peer that holds it, in the background, so the
+// copy is here before this manager may have to lead.
+func (m *Manager) fetchMissingBlobs(sub *wire.JobSubmission) {
+	sums, err := m.submissionBlobs(sub)
+	if err != nil {
+		return
+	}
+	for _, sum := range sums {
+		if ok, _ := m.blobs.cluster.HasLocal(sum); ok {
+			continue
+		}
+		m.spawn(func(ctx context.Context) {
+			if err := m.blobs.cluster.Fetch(ctx, sum); err != nil && ctx.Err() == nil {
+				m.log.Warn("fetch blob of a replicated job", "job_id", sub.JobID, "sum", sum.String(), "err", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,11 @@
+package rainstorm
+
+import (
+	"testing"
+
+	"tempest/testutil"
+)
+
+func TestMain(m *testing.M) {
+	testutil.VerifyNoLeaks(m)
+}

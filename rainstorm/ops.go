@@ -1,0 +1,411 @@
+package rainstorm
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"math/big"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"tempest/wire"
+)
+
+// Pipeline is a spec resolved against its input's columns: field names
+// turned into indexes, patterns compiled. It is immutable and shared by
+// every task of the pipeline; NewTransform and NewAggregate give each task
+// its own operator.
+type Pipeline struct {
+	Spec   *Spec
+	Stages []*CompiledStage
+}
+
+// CompiledStage is one stage with its fields resolved.
+type CompiledStage struct {
+	Stage
+	// keyIdx is the index of Key in the stage's input, -1 for stages that
+	// route by input id.
+	keyIdx   int
+	fieldIdx int
+	fields   []int // project
+	equals   string
+	re       *regexp.Regexp
+}
+
+// Compile resolves spec against header, the source's column names (nil for
+// a CSV input without a header, whose fields are named by number).
+func Compile(spec *Spec, header []string) (*Pipeline, error) {
+	if err := spec.Check(header); err != nil {
+		return nil, err
+	}
+	cols := header
+	if spec.Source.Generate != nil {
+		cols = GenerateColumns
+	} else if spec.Source.SourceFormat() == FormatLines {
+		cols = []string{LineField}
+	}
+	p := &Pipeline{Spec: spec}
+	for i, st := range spec.Stages {
+		cs := &CompiledStage{Stage: st, keyIdx: -1, fieldIdx: -1}
+		path := fmt.Sprintf("stages[%d]", i)
+		var err error
+		resolve := func(key, name string) int {
+			if err != nil {
+				return -1
+			}
+			var j int
+			j, err = columnIndex(cols, name)
+			if err != nil {
+				err = fmt.Errorf("%s.%s: %w", path, key, err)
+			}
+			return j
+		}
+		switch st.Op {
+		case OpFilter:
+			if st.Field != "" {
+				cs.fieldIdx = resolve("field", st.Field)
+			}
+			if st.Equals != nil {
+				cs.equals = *st.Equals
+			} else {
+				cs.re, err = regexp.Compile(st.Matches)
+			}
+		case OpProject:
+			for _, name := range st.Fields {
+				cs.fields = append(cs.fields, resolve("fields", name))
+			}
+		case OpReplace:
+			cs.fieldIdx = resolve("field", st.Field)
+			if err == nil {
+				cs.re, err = regexp.Compile(st.Pattern)
+			}
+		case OpCount:
+			cs.keyIdx = resolve("key", st.Key)
+		case OpSum:
+			cs.keyIdx = resolve("key", st.Key)
+			cs.fieldIdx = resolve("field", st.Field)
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch st.Op {
+		case OpProject:
+			// Without a header the kept columns keep their numbers as names.
+			cols = slices.Clone(st.Fields)
+		case OpExec:
+			cols = nil
+		}
+		p.Stages = append(p.Stages, cs)
+	}
+	return p, nil
+}
+
+// columnIndex finds name among cols; nil cols name fields by number.
+func columnIndex(cols []string, name string) (int, error) {
+	if cols == nil {
+		n, err := parseColumnNumber(name)
+		if err != nil || n < 1 {
+			return -1, fmt.Errorf("field %q: without a header (or after exec) fields are named by column number from 1", name)
+		}
+		return n - 1, nil
+	}
+	if j := slices.Index(cols, name); j >= 0 {
+		return j, nil
+	}
+	return -1, fmt.Errorf("field %q is not in the input's columns (%s)", name, strings.Join(cols, ", "))
+}
+
+// Route returns the task of this stage (of tasks tasks) that rec goes to:
+// by its key's group for a keyed stage, else by its input id's group.
+func (cs *CompiledStage) Route(rec *Record, tasks int) int {
+	if cs.keyIdx >= 0 && cs.keyIdx < len(rec.Fields) {
+		return GroupTask(KeyGroup(rec.Fields[cs.keyIdx]), tasks)
+	}
+	return GroupTask(IDGroup(rec.ID), tasks)
+}
+
+// FieldError is a record that lacks a field an operator needs, or whose
+// value it cannot use (a sum over a non-number): a bad record.
+type FieldError struct {
+	Stage  string
+	Record uint64
+	Msg    string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("stage %s: record %d: %s", e.Stage, e.Record+1, e.Msg)
+}
+
+// Transform is a record-at-a-time operator (filter, project, replace,
+// exec) for one task. Apply appends the outputs of in to out, in input
+// order, keeping each output's input id. A *FieldError for one record is
+// reported through bad and the record dropped; any other error fails the
+// batch (an exec program that keeps crashing).
+type Transform interface {
+	Apply(in []Record, out []Record, bad func(error)) ([]Record, error)
+	Close() error
+}
+
+// NewTransform returns the operator of a record stage for one task. exec
+// stages need a runner: see NewExec.
+func (cs *CompiledStage) NewTransform() (Transform, error) {
+	switch cs.Op {
+	case OpFilter, OpProject, OpReplace:
+		return &builtin{cs: cs}, nil
+	case OpExec:
+		return nil, fmt.Errorf("stage %s: exec operators are made by NewExec", cs.Name)
+	}
+	return nil, fmt.Errorf("stage %s: %s is not a record operator", cs.Name, cs.Op)
+}
+
+type builtin struct {
+	cs  *CompiledStage
+	buf bytes.Buffer
+	w   *csv.Writer
+}
+
+func (b *builtin) Close() error { return nil }
+
+func (b *builtin) Apply(in []Record, out []Record, bad func(error)) ([]Record, error) {
+	cs := b.cs
+	for i := range in {
+		rec := &in[i]
+		if cs.fieldIdx >= len(rec.Fields) {
+			bad(&FieldError{Stage: cs.Name, Record: rec.ID, Msg: fmt.Sprintf("has %d fields, no field %s", len(rec.Fields), cs.Field)})
+			continue
+		}
+		switch cs.Op {
+		case OpFilter:
+			var keep bool
+			switch {
+			case cs.fieldIdx >= 0 && cs.re == nil:
+				keep = rec.Fields[cs.fieldIdx] == cs.equals
+			case cs.fieldIdx >= 0:
+				keep = cs.re.MatchString(rec.Fields[cs.fieldIdx])
+			default:
+				keep = cs.re.Match(b.line(rec.Fields))
+			}
+			if keep {
+				out = append(out, *rec)
+			}
+		case OpProject:
+			fields := make([]string, len(cs.fields))
+			ok := true
+			for j, k := range cs.fields {
+				if k >= len(rec.Fields) {
+					bad(&FieldError{Stage: cs.Name, Record: rec.ID, Msg: fmt.Sprintf("has %d fields, no field %s", len(rec.Fields), cs.Fields[j])})
+					ok = false
+					break
+				}
+				fields[j] = rec.Fields[k]
+			}
+			if ok {
+				out = append(out, Record{ID: rec.ID, Fields: fields})
+			}
+		case OpReplace:
+			v := rec.Fields[cs.fieldIdx]
+			nv := cs.re.ReplaceAllString(v, cs.With)
+			if nv == v {
+				out = append(out, *rec)
+				continue
+			}
+			fields := slices.Clone(rec.Fields)
+			fields[cs.fieldIdx] = nv
+			out = append(out, Record{ID: rec.ID, Fields: fields})
+		}
+	}
+	return out, nil
+}
+
+// line is the record as one CSV line (RFC 4180 quoting, no line end):
+// what `matches` without a field is tried against.
+func (b *builtin) line(fields []string) []byte {
+	b.buf.Reset()
+	if b.w == nil {
+		b.w = csv.NewWriter(&b.buf)
+	}
+	_ = b.w.Write(fields) // into a bytes.Buffer: cannot fail
+	b.w.Flush()
+	return bytes.TrimSuffix(b.buf.Bytes(), []byte{'\n'})
+}
+
+// FormatRecordsCSV writes records as CSV text, one per line.
+func FormatRecordsCSV(header []string, recs []Record) []byte {
+	var buf bytes.Buffer
+	w := csv.NewWriter(&buf)
+	if header != nil {
+		_ = w.Write(header)
+	}
+	for _, r := range recs {
+		_ = w.Write(r.Fields)
+	}
+	w.Flush()
+	return buf.Bytes()
+}
+
+// Aggregate is a count or sum stage's per-key state in one task. Sums are
+// exact (integers in an int64 until they overflow, else rationals), so the
+// order in which records arrive — which differs between runs — cannot
+// change a result.
+type Aggregate struct {
+	cs   *CompiledStage
+	keys map[string]*aggValue
+}
+
+type aggValue struct {
+	count int64
+	n     int64    // integer sum while it fits and every value was an integer
+	rat   *big.Rat // the sum once a value had a fraction or n overflowed
+	scale int      // most digits after the decimal point seen
+}
+
+// NewAggregate returns the state of an aggregate stage for one task.
+func (cs *CompiledStage) NewAggregate() (*Aggregate, error) {
+	if !cs.Op.Aggregate() {
+		return nil, fmt.Errorf("stage %s: %s is not an aggregate", cs.Name, cs.Op)
+	}
+	return &Aggregate{cs: cs, keys: map[string]*aggValue{}}, nil
+}
+
+// Add folds in records; a record without the key or with a sum field that
+// is not a decimal number goes to bad.
+func (a *Aggregate) Add(in []Record, bad func(error)) {
+	cs := a.cs
+	for i := range in {
+		rec := &in[i]
+		if cs.keyIdx >= len(rec.Fields) || cs.fieldIdx >= len(rec.Fields) {
+			bad(&FieldError{Stage: cs.Name, Record: rec.ID, Msg: fmt.Sprintf("has %d fields, too few for key %s", len(rec.Fields), cs.Key)})
+			continue
+		}
+		key := rec.Fields[cs.keyIdx]
+		v := a.keys[key]
+		if cs.Op == OpSum {
+			text := strings.TrimSpace(rec.Fields[cs.fieldIdx])
+			if v == nil {
+				v = &aggValue{}
+			}
+			if err := v.add(text); err != nil {
+				bad(&FieldError{Stage: cs.Name, Record: rec.ID, Msg: fmt.Sprintf("field %s: %v", cs.Field, err)})
+				continue
+			}
+			v.count++
+			a.keys[key] = v
+			continue
+		}
+		if v == nil {
+			v = &aggValue{}
+			a.keys[key] = v
+		}
+		v.count++
+	}
+}
+
+func (v *aggValue) add(text string) error {
+	if n, err := strconv.ParseInt(text, 10, 64); err == nil && v.rat == nil {
+		s := v.n + n
+		if (n > 0 && s < v.n) || (n < 0 && s > v.n) {
+			v.rat = new(big.Rat).SetInt64(v.n)
+			v.rat.Add(v.rat, new(big.Rat).SetInt64(n))
+			return nil
+		}
+		v.n = s
+		return nil
+	}
+	if !isDecimal(text) {
+		return fmt.Errorf("%q is not a decimal number", truncate(text, 40))
+	}
+	r, ok := new(big.Rat).SetString(text)
+	if !ok {
+		return fmt.Errorf("%q is not a decimal number", truncate(text, 40))
+	}
+	if dot := strings.IndexByte(text, '.'); dot >= 0 {
+		v.scale = max(v.scale, len(text)-dot-1)
+	}
+	if v.rat == nil {
+		v.rat = new(big.Rat).SetInt64(v.n)
+	}
+	v.rat.Add(v.rat, r)
+	return nil
+}
+
+// isDecimal accepts [+-]digits[.digits]: no exponents, fractions or hex,
+// which big.Rat would take but which would make the printed sum ambiguous.
+func isDecimal(s string) bool {
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		s = s[1:]
+	}
+	digits, dot := 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !dot:
+			dot = true
+		default:
+			return false
+		}
+	}
+	return digits > 0 && len(s) <= 64
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func (v *aggValue) text() string {
+	if v.rat == nil {
+		return strconv.FormatInt(v.n, 10)
+	}
+	return v.rat.FloatString(v.scale)
+}
+
+// Snapshot returns the state sorted by key, for a checkpoint.
+func (a *Aggregate) Snapshot() []wire.RainstormAggregate {
+	out := make([]wire.RainstormAggregate, 0, len(a.keys))
+	for k, v := range a.keys {
+		e := wire.RainstormAggregate{Key: k, Count: v.count}
+		if a.cs.Op == OpSum {
+			e.Sum = v.text()
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(x, y wire.RainstormAggregate) int { return strings.Compare(x.Key, y.Key) })
+	return out
+}
+
+// Restore replaces the state with a snapshot's.
+func (a *Aggregate) Restore(snap []wire.RainstormAggregate) error {
+	a.keys = make(map[string]*aggValue, len(snap))
+	for _, e := range snap {
+		v := &aggValue{count: e.Count}
+		if a.cs.Op == OpSum {
+			if err := v.add(e.Sum); err != nil {
+				return fmt.Errorf("restore sum of %q: %w", e.Key, err)
+			}
+		}
+		a.keys[e.Key] = v
+	}
+	return nil
+}
+
+// Rows returns the final rows, key and value, sorted by key.
+func (a *Aggregate) Rows() []Record {
+	snap := a.Snapshot()
+	out := make([]Record, len(snap))
+	for i, e := range snap {
+		val := strconv.FormatInt(e.Count, 10)
+		if a.cs.Op == OpSum {
+			val = e.Sum
+		}
+		out[i] = Record{ID: uint64(i), Fields: []string{e.Key, val}}
+	}
+	return out
+}
+
+// AggregateHeader is the header of an aggregate's output.
+var AggregateHeader = []string{"key", "value"}

@@ -1,0 +1,128 @@
+package wire
+
+// RainStorm pipeline messages. A pipeline's tasks are named by stage (0 is
+// the source, 1.. the stages in job-file order) and index within the stage;
+// a channel is one (upstream task, downstream task) pair, and every batch on
+// it carries the next number of that channel's sequence. docs/rainstorm.md
+// is the contract.
+
+// RainstormTask names one task of one pipeline.
+type RainstormTask struct {
+	Job      string `cbor:"1,keyasint"`
+	Workflow string `cbor:"2,keyasint"`
+	Stage    int    `cbor:"3,keyasint,omitempty"`
+	Index    int    `cbor:"4,keyasint,omitempty"`
+}
+
+// RainstormRecord is one tuple: the input id it descends from (the source's
+// record index, stable across re-reads) and its fields.
+type RainstormRecord struct {
+	ID     uint64   `cbor:"1,keyasint,omitempty"`
+	Fields []string `cbor:"2,keyasint"`
+}
+
+// RainstormBatch carries records on one channel. Seq numbers the channel's
+// batches from 1; EOS marks the channel's last batch (end of stream), which
+// may hold records too. Incarnation is the sender's: a receiver refuses
+// batches from an incarnation older than one it has seen on the channel.
+type RainstormBatch struct {
+	From        RainstormTask     `cbor:"1,keyasint"`
+	To          int               `cbor:"2,keyasint,omitempty"` // index in the next stage
+	Incarnation uint64            `cbor:"3,keyasint"`
+	Seq         uint64            `cbor:"4,keyasint"`
+	Records     []RainstormRecord `cbor:"5,keyasint,omitempty"`
+	EOS         bool              `cbor:"6,keyasint,omitempty"`
+}
+
+// RainstormBatchAck tells one sender that the receiver's durable state
+// covers the channel's batches up to UpTo. Seqs lists single batches covered
+// out of order (at-least-once mode, which does not keep order).
+type RainstormBatchAck struct {
+	From        RainstormTask `cbor:"1,keyasint"` // the receiver
+	To          int           `cbor:"2,keyasint,omitempty"`
+	Incarnation uint64        `cbor:"3,keyasint"`
+	UpTo        uint64        `cbor:"4,keyasint,omitempty"`
+	Seqs        []uint64      `cbor:"5,keyasint,omitempty"`
+}
+
+// RainstormInput is a task's position on one input channel: the next
+// sequence number it expects, whether the channel ended, and the newest
+// sender incarnation it has accepted.
+type RainstormInput struct {
+	From        int    `cbor:"1,keyasint,omitempty"` // upstream index
+	Next        uint64 `cbor:"2,keyasint"`
+	EOS         bool   `cbor:"3,keyasint,omitempty"`
+	Incarnation uint64 `cbor:"4,keyasint,omitempty"`
+}
+
+// RainstormOutput is a task's position on one output channel: the next
+// sequence number it will assign and the highest one the receiver has
+// acknowledged as durable.
+type RainstormOutput struct {
+	To    int    `cbor:"1,keyasint,omitempty"` // downstream index
+	Next  uint64 `cbor:"2,keyasint"`
+	Acked uint64 `cbor:"3,keyasint,omitempty"`
+	EOS   bool   `cbor:"4,keyasint,omitempty"` // end of stream is cut
+}
+
+// RainstormAggregate is one key's running value in a count or sum stage.
+// Sum is exact decimal text, so that the order in which records arrive
+// cannot change the result.
+type RainstormAggregate struct {
+	Key   string `cbor:"1,keyasint"`
+	Count int64  `cbor:"2,keyasint,omitempty"`
+	Sum   string `cbor:"3,keyasint,omitempty"`
+}
+
+// RainstormSourcePos is where a source resumes: the first record (index and
+// byte offset) of its oldest unacknowledged segment, and the malformed
+// records seen before it.
+type RainstormSourcePos struct {
+	Segment    uint64   `cbor:"1,keyasint,omitempty"`
+	Record     uint64   `cbor:"2,keyasint,omitempty"`
+	Offset     int64    `cbor:"3,keyasint,omitempty"`
+	BadRecords uint64   `cbor:"4,keyasint,omitempty"`
+	BadFirst   []uint64 `cbor:"5,keyasint,omitempty"` // first few bad record indexes
+}
+
+// RainstormCheckpoint is one task's durable state, written atomically with
+// compare-and-set on (Incarnation, Version): the store refuses it unless
+// Incarnation is the task's current one and Version is one past the stored
+// version. Pending and Rows are deltas: the batches cut and the output
+// rows produced since the previous checkpoint. The store keeps pending
+// batches until Outputs' acknowledged positions drop them, and publishes
+// Rows (the pipeline's output is every durable checkpoint's rows, in
+// version order).
+type RainstormCheckpoint struct {
+	Task        RainstormTask        `cbor:"1,keyasint"`
+	Incarnation uint64               `cbor:"2,keyasint"`
+	Version     uint64               `cbor:"3,keyasint"`
+	Inputs      []RainstormInput     `cbor:"4,keyasint,omitempty"`
+	Outputs     []RainstormOutput    `cbor:"5,keyasint,omitempty"`
+	Pending     []RainstormBatch     `cbor:"6,keyasint,omitempty"` // cut since the previous checkpoint
+	State       []RainstormAggregate `cbor:"7,keyasint,omitempty"`
+	Rows        []RainstormRecord    `cbor:"8,keyasint,omitempty"`
+	Source      *RainstormSourcePos  `cbor:"9,keyasint,omitempty"`
+	// Done: every input ended and every output (or final row) is in this
+	// checkpoint. A sink's Done checkpoint completes its part of the output.
+	Done bool `cbor:"10,keyasint,omitempty"`
+	// BadRecords counts records the task refused (malformed for its op).
+	BadRecords uint64 `cbor:"11,keyasint,omitempty"`
+}
+
+// RainstormCheckpointAck answers a RainstormCheckpoint. Refused says the
+// compare-and-set failed; Current is then the store's incarnation for the
+// task (newer than the writer's when it has been replaced).
+type RainstormCheckpointAck struct {
+	Task        RainstormTask `cbor:"1,keyasint"`
+	Incarnation uint64        `cbor:"2,keyasint"`
+	Version     uint64        `cbor:"3,keyasint"`
+	Refused     bool          `cbor:"4,keyasint,omitempty"`
+	Current     uint64        `cbor:"5,keyasint,omitempty"`
+	Reason      string        `cbor:"6,keyasint,omitempty"`
+}
+
+func (*RainstormBatch) Type() MsgType         { return TypeRainstormBatch }
+func (*RainstormBatchAck) Type() MsgType      { return TypeRainstormBatchAck }
+func (*RainstormCheckpoint) Type() MsgType    { return TypeRainstormCheckpoint }
+func (*RainstormCheckpointAck) Type() MsgType { return TypeRainstormCheckpointAck }

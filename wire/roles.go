@@ -1,0 +1,45 @@
+package wire
+
+// Requests a node holding only a lower tier's key may send to a node of a
+// higher tier (security.Tier): a receiver that learns from a connection's
+// hello that its peer holds no more than a worker's key (or a manager's)
+// refuses every other request type from it. Between nodes of one tier
+// nothing is refused: they cannot tell each other's roles apart.
+var (
+	workerRequests = map[MsgType]bool{
+		TypePing:               true,
+		TypeWorkerRegistration: true,
+		TypeWorkflowProgress:   true,
+		TypeWorkerHeartbeat:    true,
+		// RainStorm tasks run on workers: they send tuples to other tasks
+		// and checkpoints to the store on the managers.
+		TypeRainstormBatch:      true,
+		TypeRainstormCheckpoint: true,
+		// A worker reads a dispatch's data blobs from the manager.
+		TypeBlobStat:     true,
+		TypeBlobChunkGet: true,
+	}
+	managerRequests = map[MsgType]bool{
+		TypePing:             true,
+		TypeJobProgress:      true,
+		TypeManagerHeartbeat: true,
+		// A manager fetches a job's blobs from the gate that sent it.
+		TypeBlobStat:     true,
+		TypeBlobChunkGet: true,
+	}
+)
+
+// MaySend reports whether a peer whose key is of tier peer (1 worker,
+// 2 manager, 3 cluster) may send request t to a node whose key is of tier
+// own.
+func MaySend(peer, own uint8, t MsgType) bool {
+	switch {
+	case peer >= own:
+		return true
+	case peer == 1:
+		return workerRequests[t]
+	case peer == 2:
+		return managerRequests[t]
+	}
+	return false
+}
