@@ -88,7 +88,7 @@ func startPartitioned(t *testing.T, opts devcluster.Options) *pcluster {
 	p.cluster = startWith(t, opts)
 	// Runs before the cluster's own cleanup removes its directory.
 	t.Cleanup(func() {
-		if dir := os.Getenv("PARTITION_KEEP_LOGS"); dir != "" && t.Failed() {
+		if dir := os.Getenv("PARTITION_KEEP_LOGS"); dir != "" && (t.Failed() || os.Getenv("PARTITION_KEEP_ALL") != "") {
 			p.keepLogs(filepath.Join(dir, t.Name()))
 		}
 	})
