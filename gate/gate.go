@@ -189,6 +189,11 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		OnLoseLeadership: g.onLoseLeadership,
 		OnLeaderChange: func(leader string, term uint64) {
 			g.log.Info("gate leader changed", "leader", leader, "term", term)
+			// Before the start sync ends, initialSync decides (it knows
+			// which gates it read).
+			if g.ready.Load() {
+				g.catchUpFrom(leader)
+			}
 		},
 	})
 	if err != nil {

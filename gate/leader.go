@@ -64,7 +64,7 @@ func (g *Gate) onBecomeLeader(term uint64) {
 		// majority of gates has been read: until then this gate may lack a
 		// job a majority acknowledged. A sync that fails is tried again for
 		// as long as this term lasts, never skipped.
-		if err := g.syncMajority(lt.ctx, "takeover"); err != nil {
+		if _, err := g.syncMajority(lt.ctx, "takeover"); err != nil {
 			g.log.Info("lost the lead before a majority of gates was read; never served", "term", term)
 			return
 		}
@@ -94,10 +94,14 @@ func (g *Gate) onLoseLeadership(term uint64) {
 // (or is alone). A gate that joins late therefore never leads without the
 // jobs and leases the others hold.
 func (g *Gate) initialSync(ctx context.Context) {
-	if err := g.syncMajority(ctx, "start"); err != nil {
+	read, err := g.syncMajority(ctx, "start")
+	if err != nil {
 		return
 	}
 	g.ready.Store(true)
+	if leader, _ := g.elector.Leader(); !read[leader] {
+		g.catchUpFrom(leader)
+	}
 	lhm := 0
 	if g.members != nil {
 		lhm = g.members.LocalHealth()
@@ -107,6 +111,32 @@ func (g *Gate) initialSync(ctx context.Context) {
 	n := len(g.jobs)
 	g.mu.Unlock()
 	g.log.Info("state synced; eligible to lead", "jobs", n)
+}
+
+// catchUpFrom reads every record of the leader a gate follows, when its
+// majority read did not include that leader or the leader changed since.
+// A majority read holds every acknowledged job, but later changes travel one way from
+// the leader, so the majority a gate read may hold older versions of them
+// (a gate restarted empty while the job finished reads the one peer that
+// missed the last change). The leader has the newest version of every job
+// it leads; reading it once per leader change brings a follower level
+// without waiting for the next change of each record.
+func (g *Gate) catchUpFrom(leader string) {
+	if leader == "" || leader == g.cfg.ID || !g.isPeer(leader) {
+		return
+	}
+	g.spawn(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, g.cfg.SyncTimeout)
+		defer cancel()
+		_, n, err := g.fetchRecords(ctx, leader, syncCursor{})
+		if err != nil {
+			g.log.Debug("catch-up from the leader not finished", "leader", leader, "adopted", n, "err", err)
+			return
+		}
+		if n > 0 {
+			g.log.Info("caught up from the leader", "leader", leader, "adopted", n)
+		}
+	})
 }
 
 // syncCursor is how far one gate's records have been read: records are
@@ -131,11 +161,12 @@ const syncRetryMax = 5 * time.Second
 // job is missed. Rounds are bounded by SyncTimeout and repeated with backoff
 // until enough gates were read or ctx ends (the only error); a gate whose
 // read failed part way is asked again from the page after the last one it
-// answered, and every page received is kept.
-func (g *Gate) syncMajority(ctx context.Context, why string) error {
+// answered, and every page received is kept. It returns the gates it read
+// in full.
+func (g *Gate) syncMajority(ctx context.Context, why string) (map[string]bool, error) {
 	need := g.quorumSize - 1
 	if need <= 0 {
-		return nil
+		return nil, nil
 	}
 	cursors := make(map[string]syncCursor, len(g.peerIDs))
 	read := make(map[string]bool, len(g.peerIDs))
@@ -144,15 +175,15 @@ func (g *Gate) syncMajority(ctx context.Context, why string) error {
 		adopted := g.syncRound(ctx, cursors, read, need)
 		if len(read) >= need {
 			g.log.Info("state sync: read a majority of gates", "why", why, "gates_read", len(read), "rounds", round, "adopted", adopted)
-			return nil
+			return read, nil
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		g.log.Info("state sync: a majority of gates not read yet; not leading", "why", why,
 			"gates_read", len(read), "need", need, "retry_in", backoff)
 		if !lifecycle.Sleep(ctx, backoff) {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		backoff = min(backoff*2, syncRetryMax)
 	}
