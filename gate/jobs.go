@@ -399,7 +399,7 @@ func (g *Gate) sendToDC(lt *leaderTerm, id, dc string) error {
 	lease := j.rec.Leases[i]
 	sub := j.rec.Submission
 	sub.Datacenters, sub.DatacenterCount = nil, 0
-	sub.FenceToken, sub.Origin = lease.FenceToken, g.cfg.ID
+	sub.FenceToken, sub.Origin, sub.LeaseTTL = lease.FenceToken, g.cfg.ID, g.cfg.LeaseTTL
 	transfer := lease.Version > 0 // the lease changed hands at least once
 	j.inFlight[dc] = true
 	g.mu.Unlock()
@@ -412,7 +412,7 @@ func (g *Gate) sendToDC(lt *leaderTerm, id, dc string) error {
 	log := g.log.With("job_id", id, "dc", dc)
 	var msg wire.Message = &sub
 	if transfer {
-		msg = &wire.LeaseTransfer{JobID: id, Datacenter: dc, FromGate: "", ToGate: g.cfg.ID, NewFenceToken: lease.FenceToken, Version: lease.Version}
+		msg = &wire.LeaseTransfer{JobID: id, Datacenter: dc, FromGate: "", ToGate: g.cfg.ID, NewFenceToken: lease.FenceToken, Version: lease.Version, LeaseTTL: g.cfg.LeaseTTL}
 	}
 	err := g.callDC(lt.ctx, dc, msg)
 	var we *wire.Error
@@ -550,6 +550,9 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 		rec.Leases[li].ExpiresAt = now.Add(g.cfg.LeaseTTL).UnixNano()
 		rec.Datacenters[pi] = *jp
 	})
+	if rec := j.rec.Leases[li]; rec.LeaseHolder == g.cfg.ID {
+		ack.LeaseTTL = g.cfg.LeaseTTL
+	}
 	if g.refreshLocked(j) || statusChanged {
 		stored = g.commitLocked(j)
 	} else {

@@ -204,6 +204,10 @@ func (m *Manager) handleLeaseTransfer(ctx context.Context, from transport.Peer, 
 		if stale = staleFenceLocked(j, lt.NewFenceToken); stale != nil {
 			return
 		}
+		if lt.LeaseTTL > 0 {
+			j.rec.Submission.LeaseTTL = lt.LeaseTTL
+			j.leaseUntil = m.clock.Now().Add(lt.LeaseTTL)
+		}
 		if adoptLeaseLocked(j, lt.NewFenceToken, holder) {
 			tx.touchJob(j, true)
 		}
@@ -259,6 +263,7 @@ func (m *Manager) gateReportLoop(ctx context.Context) {
 			wg.Go(func() { m.sendGateReport(lt.ctx, r) })
 		}
 		wg.Wait()
+		m.stopLapsedLeases(lt.ctx)
 		// Kicks come with every status change; a round reports every
 		// gate-driven job, so rounds are spaced even when kicks are not.
 		if !lifecycle.Sleep(ctx, m.cfg.GateReportInterval/10) {
@@ -304,6 +309,7 @@ func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
 	for _, p := range r.targets {
 		// One report interval per gate: a dead gate costs a round no more
 		// than that, and the next round tries it last.
+		sentAt := m.clock.Now()
 		cctx, cancel := context.WithTimeout(ctx, m.cfg.GateReportInterval)
 		reply, err := m.tr.Call(cctx, p.Addr, &r.jp)
 		if wire.CodeOf(err) == wire.CodeTooLarge {
@@ -330,7 +336,7 @@ func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
 			log.Warn("unexpected reply to a gate report", "gate", p.NodeID, "type", reply.Type())
 			return
 		}
-		m.gateAcked(ctx, r.jp, ack)
+		m.gateAcked(ctx, r.jp, ack, sentAt)
 		return
 	}
 }
@@ -343,7 +349,7 @@ func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
 // older than the newest this manager knows for the job: a deposed gate
 // leader, or a gate that merely has not heard of the job yet, must not
 // kill an acknowledged job.
-func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.ProgressAck) {
+func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.ProgressAck, sentAt time.Time) {
 	m.mu.Lock()
 	j, ok := m.jobs[jp.JobID]
 	var holder string
@@ -351,6 +357,13 @@ func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.
 	if ok {
 		if ack.Leader != "" {
 			j.gateHint = ack.Leader
+		}
+		if ack.LeaseTTL > 0 && ack.Leader == j.rec.Submission.Origin {
+			// Renewed at the gate when the report arrived, which is after
+			// it left: counting from sentAt lapses here first.
+			if until := sentAt.Add(ack.LeaseTTL); until.After(j.leaseUntil) {
+				j.leaseUntil = until
+			}
 		}
 		if jp.Status.Terminal() {
 			j.gateFinalAcked = true

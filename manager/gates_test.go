@@ -2,9 +2,14 @@ package manager
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"tempest/testutil"
+	"tempest/transport"
 	"tempest/wire"
 )
 
@@ -77,11 +82,60 @@ func TestGateCancelIsFenced(t *testing.T) {
 		{Leader: "g1", Cancel: true, FenceToken: sub.FenceToken - 1}, // an older lease
 		{Leader: "g1", Cancel: true},                                 // no token at all
 	} {
-		l.gateAcked(context.Background(), jp, &ack)
+		l.gateAcked(context.Background(), jp, &ack, time.Now())
 		if st, err := l.Job(context.Background(), sub.JobID); err != nil || st.Status.Terminal() {
 			t.Fatalf("after an unfenced cancel %+v: %v %v", ack, st.Status, err)
 		}
 	}
-	l.gateAcked(context.Background(), jp, &wire.ProgressAck{Leader: "g1", Cancel: true, FenceToken: sub.FenceToken})
+	l.gateAcked(context.Background(), jp, &wire.ProgressAck{Leader: "g1", Cancel: true, FenceToken: sub.FenceToken}, time.Now())
 	waitJob(t, l, sub.JobID, wire.JobCancelled, 10*time.Second)
+}
+
+// A datacenter cut off from its gate stops the gate's job once the lease
+// lapses: while the lease holder acknowledges reports the job runs on,
+// and once nothing answers for lease_ttl the manager fails it here, as the
+// gate has.
+func TestGateLeaseLapseStopsTheJob(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.GateReportInterval = 50 * time.Millisecond })
+	c.addWorker("w1", 2)
+	l := c.leader()
+	const ttl = 400 * time.Millisecond
+	var answering atomic.Bool
+	answering.Store(true)
+	var renewals atomic.Int64
+	g1 := c.hub.Node("g1")
+	g1.Handle(wire.TypeJobProgress, func(_ context.Context, _ transport.Peer, _ wire.Message) (wire.Message, error) {
+		if !answering.Load() {
+			return nil, wire.Errorf(wire.CodeUnavailable, "cut off")
+		}
+		renewals.Add(1)
+		return &wire.ProgressAck{Leader: "g1", LeaseTTL: ttl}, nil
+	})
+	l.gates.set("g1", "g1")
+	// The loop runs beside a gate SWIM membership, which hub clusters lack.
+	l.spawn(l.gateReportLoop)
+	sub := sleepJob(t, "leased", 1, 1, time.Minute)
+	sub.JobID = "j-lapse"
+	sub.FenceToken = 7 << 32
+	sub.Origin = "g1"
+	sub.LeaseTTL = ttl
+	if _, err := g1.Call(context.Background(), l.ID(), sub); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, l, sub.JobID, wire.JobRunning, 10*time.Second)
+	// Renewed reports spanning several lease periods keep it running.
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if n := renewals.Load(); n < int64(4*ttl/(50*time.Millisecond)) {
+			return fmt.Errorf("%d renewals so far", n)
+		}
+		return nil
+	})
+	if st, err := l.Job(context.Background(), sub.JobID); err != nil || st.Status != wire.JobRunning {
+		t.Fatalf("job with a renewed lease: %v %v, want RUNNING", st.Status, err)
+	}
+	answering.Store(false)
+	st := waitJob(t, l, sub.JobID, wire.JobFailed, 20*time.Second)
+	if !strings.Contains(st.Error, "lease lapsed") {
+		t.Fatalf("job failed with %q, want the lapsed lease named", st.Error)
+	}
 }

@@ -42,6 +42,10 @@ type jobState struct {
 	// leader; gateFinalAcked: that gate has the job's final report.
 	gateHint       string
 	gateFinalAcked bool
+	// leaseUntil is when this datacenter's gate lease lapses unless a
+	// report is acknowledged by its holder first (leaselapse.go); zero
+	// until this leader first looks.
+	leaseUntil time.Time
 	// intaking: a goroutine is storing the submission on the peers
 	// (intake.go); abandoned: a newer term's state sync read this job
 	// unconfirmed, so this manager must never confirm it.

@@ -144,6 +144,10 @@ type JobSubmission struct {
 	// majority (found on that leader alone) from one it did.
 	IntakeLeader string `cbor:"24,keyasint,omitempty"`
 	IntakeTerm   uint64 `cbor:"25,keyasint,omitempty"`
+	// LeaseTTL, on a gate's submission, is how long the datacenter's lease
+	// lasts without an acknowledged report: a manager cut off from the
+	// gates that long stops the job, since the gate has failed it there.
+	LeaseTTL time.Duration `cbor:"30,keyasint,omitempty"`
 }
 
 // JobAck answers a JobSubmission.
@@ -342,6 +346,9 @@ type ProgressAck struct {
 	// gate only from its lease holder under a token not older than the
 	// newest it knows for the job.
 	FenceToken uint64 `cbor:"17,keyasint,omitempty"`
+	// LeaseTTL, in the lease holder's answer to a report, says the report
+	// renewed the datacenter's lease for that long.
+	LeaseTTL time.Duration `cbor:"18,keyasint,omitempty"`
 }
 
 func (*WorkflowProgress) Type() MsgType { return TypeWorkflowProgress }
@@ -479,6 +486,8 @@ type LeaseTransfer struct {
 	ToGate        string `cbor:"4,keyasint"`
 	NewFenceToken uint64 `cbor:"5,keyasint"`
 	Version       uint64 `cbor:"6,keyasint"`
+	// LeaseTTL: as JobSubmission.LeaseTTL; the transfer renews the lease.
+	LeaseTTL time.Duration `cbor:"10,keyasint,omitempty"`
 }
 
 // LeaseAck answers a lease or lease transfer.
