@@ -40,6 +40,11 @@ const maxDataParts = jobfile.MaxWorkflows
 // encodeBundle writes a job file and its data files as a multipart body and
 // returns the body and its Content-Type.
 func encodeBundle(jobFile []byte, filename string, data map[string][]byte) ([]byte, string, error) {
+	return encodeBundleBlobs(jobFile, filename, data, nil)
+}
+
+// encodeBundleBlobs is encodeBundle with data files named by blob too.
+func encodeBundleBlobs(jobFile []byte, filename string, data map[string][]byte, blobs map[string]string) ([]byte, string, error) {
 	var body bytes.Buffer
 	mw := multipart.NewWriter(&body)
 	part := func(field, name string, content []byte) error {
@@ -69,6 +74,16 @@ func encodeBundle(jobFile []byte, filename string, data map[string][]byte) ([]by
 			return nil, "", fmt.Errorf("encode data file %s: %w", name, err)
 		}
 	}
+	names = names[:0]
+	for name := range blobs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := part(FormDataBlob, name, []byte(blobs[name])); err != nil {
+			return nil, "", fmt.Errorf("encode data blob %s: %w", name, err)
+		}
+	}
 	if err := mw.Close(); err != nil {
 		return nil, "", fmt.Errorf("encode submission: %w", err)
 	}
@@ -82,14 +97,34 @@ var errBadBundle = errors.New("malformed submission")
 // readSubmission reads a job file and its data files from r: the plain
 // body, or a multipart bundle (see FormJobFile). The body is already capped
 // by the server's MaxBodyBytes.
-func readSubmission(r *http.Request) (jobFile []byte, partName string, data map[string][]byte, err error) {
+//
+// A FormDataBlob part names a data file uploaded as a blob instead: blobs
+// maps the job file's name to the blob's hex SHA-256.
+func readSubmission(r *http.Request) (jobFile []byte, partName string, data map[string][]byte, blobs map[string]string, err error) {
+	jobFile, partName, data, blobs, err = readSubmissionParts(r)
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	for name, sum := range blobs {
+		if _, dup := data[name]; dup {
+			return nil, "", nil, nil, fmt.Errorf("%w: data file %q sent both as bytes and as a blob", errBadBundle, truncateName(name))
+		}
+		if len(sum) != 64 || strings.Trim(strings.ToLower(sum), "0123456789abcdef") != "" {
+			return nil, "", nil, nil, fmt.Errorf("%w: data file %q: blob name is not a hex SHA-256", errBadBundle, truncateName(name))
+		}
+		blobs[name] = strings.ToLower(sum)
+	}
+	return jobFile, partName, data, blobs, nil
+}
+
+func readSubmissionParts(r *http.Request) (jobFile []byte, partName string, data map[string][]byte, blobs map[string]string, err error) {
 	mt, params, perr := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if perr != nil || mt != "multipart/form-data" {
 		jobFile, err = io.ReadAll(r.Body)
-		return jobFile, "", nil, err
+		return jobFile, "", nil, nil, err
 	}
 	if params["boundary"] == "" {
-		return nil, "", nil, fmt.Errorf("%w: multipart body without a boundary", errBadBundle)
+		return nil, "", nil, nil, fmt.Errorf("%w: multipart body without a boundary", errBadBundle)
 	}
 	mr := multipart.NewReader(r.Body, params["boundary"])
 	seenJob := false
@@ -101,46 +136,60 @@ func readSubmission(r *http.Request) (jobFile []byte, partName string, data map[
 			break
 		}
 		if err != nil {
-			return nil, "", nil, bundleErr(err)
+			return nil, "", nil, nil, bundleErr(err)
 		}
 		// Part.FileName would strip directories, and the name must match
 		// the job file's "data/users.csv".
 		_, disp, derr := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
 		if derr != nil {
-			return nil, "", nil, fmt.Errorf("%w: part Content-Disposition: %v", errBadBundle, derr)
+			return nil, "", nil, nil, fmt.Errorf("%w: part Content-Disposition: %v", errBadBundle, derr)
 		}
 		content, err := io.ReadAll(p)
 		if err != nil {
-			return nil, "", nil, bundleErr(err)
+			return nil, "", nil, nil, bundleErr(err)
 		}
 		switch field, name := disp["name"], disp["filename"]; field {
 		case FormJobFile:
 			if seenJob {
-				return nil, "", nil, fmt.Errorf("%w: more than one %q part", errBadBundle, FormJobFile)
+				return nil, "", nil, nil, fmt.Errorf("%w: more than one %q part", errBadBundle, FormJobFile)
 			}
 			seenJob, jobFile, partName = true, content, name
+		case FormDataBlob:
+			switch {
+			case name == "":
+				return nil, "", nil, nil, fmt.Errorf("%w: a %q part without a filename", errBadBundle, FormDataBlob)
+			case len(blobs) == maxDataParts:
+				return nil, "", nil, nil, fmt.Errorf("%w: more than %d data blobs", errBadBundle, maxDataParts)
+			}
+			if _, dup := blobs[name]; dup {
+				return nil, "", nil, nil, fmt.Errorf("%w: data blob %q sent twice", errBadBundle, truncateName(name))
+			}
+			if blobs == nil {
+				blobs = map[string]string{}
+			}
+			blobs[name] = strings.TrimSpace(string(content))
 		case FormDataFile:
 			switch {
 			case name == "":
-				return nil, "", nil, fmt.Errorf("%w: a %q part without a filename", errBadBundle, FormDataFile)
+				return nil, "", nil, nil, fmt.Errorf("%w: a %q part without a filename", errBadBundle, FormDataFile)
 			case len(data) == maxDataParts:
-				return nil, "", nil, fmt.Errorf("%w: more than %d data files", errBadBundle, maxDataParts)
+				return nil, "", nil, nil, fmt.Errorf("%w: more than %d data files", errBadBundle, maxDataParts)
 			}
 			if _, dup := data[name]; dup {
-				return nil, "", nil, fmt.Errorf("%w: data file %q sent twice", errBadBundle, truncateName(name))
+				return nil, "", nil, nil, fmt.Errorf("%w: data file %q sent twice", errBadBundle, truncateName(name))
 			}
 			if data == nil {
 				data = map[string][]byte{}
 			}
 			data[name] = content
 		default:
-			return nil, "", nil, fmt.Errorf("%w: unknown part %q (want %q and %q)", errBadBundle, truncateName(field), FormJobFile, FormDataFile)
+			return nil, "", nil, nil, fmt.Errorf("%w: unknown part %q (want %q and %q)", errBadBundle, truncateName(field), FormJobFile, FormDataFile)
 		}
 	}
 	if !seenJob {
-		return nil, "", nil, fmt.Errorf("%w: no %q part holding the job file", errBadBundle, FormJobFile)
+		return nil, "", nil, nil, fmt.Errorf("%w: no %q part holding the job file", errBadBundle, FormJobFile)
 	}
-	return jobFile, partName, data, nil
+	return jobFile, partName, data, blobs, nil
 }
 
 // bundleErr keeps a body-size error as it is (the handler answers 413 for

@@ -333,7 +333,7 @@ func decodeError(a *answer) *Error {
 	e := &Error{Status: a.status, Endpoint: a.endpoint, RetryAfter: parseRetryAfter(a.header.Get("Retry-After"))}
 	var body ErrorBody
 	if err := json.Unmarshal(a.body, &body); err == nil && (body.Code != "" || body.Error != "") {
-		e.Code, e.Message, e.Problems, e.Leader = body.Code, body.Error, body.Problems, body.Leader
+		e.Code, e.Message, e.Problems, e.Leader, e.Have = body.Code, body.Error, body.Problems, body.Leader, body.Have
 		return e
 	}
 	// Not ours: a proxy or a foreign server. Keep a bounded, printable
@@ -385,7 +385,18 @@ func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename st
 		jobFile = []byte{}
 	}
 	if len(data) > 0 {
-		body, contentType, err := encodeBundle(jobFile, filepath.Base(filename), data)
+		// Data files go first, as blobs the cluster stores once for every
+		// shard; a node that stores no blobs (a gate) gets the bytes inline.
+		blobs, err := c.uploadDataFiles(ctx, data)
+		switch {
+		case err == nil:
+			data = nil
+		case isUnsupported(err):
+			blobs = nil
+		default:
+			return "", fmt.Errorf("submit: %w", err)
+		}
+		body, contentType, err := encodeBundleBlobs(jobFile, filepath.Base(filename), data, blobs)
 		if err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}

@@ -25,6 +25,8 @@ type Error struct {
 	Leader string
 	// Endpoint is the base URL that answered.
 	Endpoint string
+	// Have is a refused blob chunk's count of bytes held (409).
+	Have *int64
 }
 
 func (e *Error) Error() string {

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -82,6 +83,9 @@ func FuzzReadSubmission(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(body, ctype)
+	if body, ctype, err := encodeBundleBlobs([]byte("name: x\n"), "x.yaml", nil, map[string]string{"users.csv": strings.Repeat("ab", 32)}); err == nil {
+		f.Add(body, ctype)
+	}
 	f.Add([]byte("name: x\n"), "application/yaml")
 	f.Add([]byte("--b\r\n\r\n--b--"), "multipart/form-data; boundary=b")
 	f.Fuzz(func(t *testing.T, b []byte, contentType string) {
@@ -90,7 +94,7 @@ func FuzzReadSubmission(f *testing.F) {
 			return
 		}
 		r.Header.Set("Content-Type", contentType)
-		job, _, data, err := readSubmission(r)
+		job, _, data, _, err := readSubmission(r)
 		if err != nil {
 			return
 		}
@@ -100,6 +104,31 @@ func FuzzReadSubmission(f *testing.F) {
 		}
 		if n > len(b) {
 			t.Fatalf("read %d bytes of files from a %d-byte body", n, len(b))
+		}
+	})
+}
+
+// FuzzBlobRequest feeds the blob routes' parsing untrusted path values,
+// queries and chunk bodies: it must never panic, accept only a 64-digit hex
+// sum and non-negative numbers, and never read past the chunk bound.
+func FuzzBlobRequest(f *testing.F) {
+	f.Add(strings.Repeat("ab", 32), "offset=0&size=10", []byte("chunk"), int64(5))
+	f.Add("ABC", "offset=-1", []byte{}, int64(-1))
+	f.Add(strings.Repeat("0", 64), "offset=99999999999999999999", []byte("x"), int64(2))
+	f.Fuzz(func(t *testing.T, sum, query string, body []byte, contentLength int64) {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return
+		}
+		req, err := parseBlobRequest(sum, q, true, true)
+		if err == nil {
+			if len(req.sum) != 64 || strings.Trim(req.sum, "0123456789abcdef") != "" || req.offset < 0 || req.size < 0 {
+				t.Fatalf("accepted %q %q as %+v", sum, query, req)
+			}
+		}
+		b, err := readBlobChunk(bytes.NewReader(body), contentLength)
+		if err == nil && (len(b) > MaxBlobChunk || len(b) > len(body)) {
+			t.Fatalf("read %d bytes from a %d-byte body", len(b), len(body))
 		}
 	})
 }

@@ -10,13 +10,14 @@ import (
 
 	"tempest/jobfile"
 	"tempest/wire"
+	"tempest/workflow"
 )
 
 // maxJobIDLen bounds a job id taken from a URL; manager ids are far shorter.
 const maxJobIDLen = 128
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
-	body, partName, data, err := readSubmission(r)
+	body, partName, data, blobs, err := readSubmission(r)
 	if errors.Is(err, errBadBundle) {
 		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: err.Error()})
 		return
@@ -35,9 +36,25 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		name = partName
 	}
 	filename := jobFilename(name)
-	// Data files come only from the request: a server never reads its own
-	// disk for a client's job file.
-	job, err := jobfile.Parse(body, filename, s.cfg.Registry, jobfile.WithDataFiles(jobfile.MapDataFiles(data)))
+	// Data files come only from the request, or from blobs uploaded before
+	// it: a server never reads its own disk for a client's job file.
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	bb, _ := s.backend.(BlobBackend)
+	if bb != nil && len(data) > 0 {
+		// Bytes sent inline become blobs too, so shards share one stored
+		// copy instead of carrying one each.
+		if blobs, err = storeInlineData(ctx, bb, data, blobs); err != nil {
+			s.fail(w, r, fmt.Errorf("store data files: %w", err))
+			return
+		}
+		data = nil
+	}
+	opts := []jobfile.Option{jobfile.WithDataFiles(blobDataReader(ctx, bb, data, blobs, workflow.MaxDataSize))}
+	if len(blobs) > 0 {
+		opts = append(opts, jobfile.WithDataBlobs(blobs))
+	}
+	job, err := jobfile.Parse(body, filename, s.cfg.Registry, opts...)
 	if err != nil {
 		var jfe *jobfile.Error
 		if errors.As(err, &jfe) {
@@ -57,8 +74,6 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		}
 		job.JobID = id
 	}
-	ctx, cancel := s.callContext(r)
-	defer cancel()
 	ack, err := s.backend.Submit(ctx, job)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("submit job %q: %w", job.Name, err))

@@ -193,6 +193,9 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/jobs/{id}/cancel", true, s.cancelJob},
 		{"GET", "/v1/jobs/{id}/results", true, s.jobResults},
 		{"GET", "/v1/cluster", true, s.cluster},
+		{"GET", "/v1/blobs/{sum}", true, s.statBlob},
+		{"PUT", "/v1/blobs/{sum}", true, s.putBlobChunk},
+		{"POST", "/v1/blobs/{sum}/commit", true, s.commitBlob},
 	} {
 		s.route(mux, rt.method+" "+rt.path, rt.path, rt.v1, rt.h)
 		allowed[rt.path] = append(allowed[rt.path], rt.method)

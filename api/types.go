@@ -31,6 +31,7 @@ const (
 	CodeNoLeader        = "no_leader"       // 503: this node follows and knows no leader
 	CodeNoQuorum        = "no_quorum"       // 503
 	CodeUnavailable     = "unavailable"     // 503: shutting down, overloaded, leader unreachable
+	CodeUnsupported     = "unsupported"     // 501: this node does not serve that (blobs on a gate)
 )
 
 // SubmitResponse answers POST /v1/jobs.
@@ -71,6 +72,9 @@ type ErrorBody struct {
 	Problems []Problem `json:"problems,omitempty"`
 	// Leader names the leader's node id with not_leader, when known.
 	Leader string `json:"leader,omitempty"`
+	// Have is a refused blob chunk's answer: the bytes the upload holds,
+	// where the client resumes.
+	Have *int64 `json:"have,omitempty"`
 }
 
 // maxCancelReason bounds a client-supplied cancel reason: it is logged and

@@ -16,6 +16,15 @@ type Option func(*options)
 
 type options struct {
 	readData workflow.DataReader
+	blobs    map[string]string
+}
+
+// WithDataBlobs names the data files that were uploaded as blobs (the job
+// file's name → hex SHA-256). Parse still reads and checks their text
+// through the DataReader, then leaves only the blob's name in the params,
+// so every shard shares the one stored copy.
+func WithDataBlobs(blobs map[string]string) Option {
+	return func(o *options) { o.blobs = blobs }
 }
 
 // WithDataFiles makes Parse read the data files a job file names (an http

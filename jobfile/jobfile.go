@@ -76,6 +76,12 @@ func Parse(data []byte, filename string, reg *workflow.Registry, opts ...Option)
 	}
 	p := parser{reg: reg, root: workflow.NewFields("", root)}
 	p.root.ReadDataWith(o.readData)
+	if o.blobs != nil {
+		p.root.DataBlobsWith(func(name string) (string, bool) {
+			sum, ok := o.blobs[name]
+			return sum, ok
+		})
+	}
 	sub := p.submission()
 	if all := mergeProblems(problems, p.root.Finish()); len(all) > 0 {
 		return nil, fail(all)
@@ -244,6 +250,14 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 	spec.Params = typ.ParseParams(f)
 	if f.HasProblems() {
 		return []wire.WorkflowSpec{spec}
+	}
+	if br, ok := typ.(workflow.BlobReferrer); ok {
+		params, err := br.DetachBlobs(spec.Params)
+		if err != nil {
+			f.Problemf("detach data blobs: %v", err)
+			return []wire.WorkflowSpec{spec}
+		}
+		spec.Params = params
 	}
 	spec.Planned = workflow.PlannedDuration(typ, spec.Params)
 	if shards == 1 {

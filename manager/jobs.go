@@ -406,6 +406,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	if err := m.validateSubmission(sub); err != nil {
 		return nil, wire.Errorf(wire.CodeRejected, "invalid job: %v", err)
 	}
+	if err := m.checkSubmissionBlobs(ctx, sub); err != nil {
+		return nil, err
+	}
 	s := *sub
 	s.Workflows = m.splitOversized(slices.Clone(sub.Workflows))
 	if s.JobID == "" {

@@ -22,6 +22,7 @@ func (m *Manager) onBecomeLeader(term uint64) {
 	m.spawnLeader(lt, func(ctx context.Context) {
 		out := m.syncState(ctx, lt)
 		close(lt.synced)
+		m.spawnLeader(lt, m.repairBlobs)
 		m.resume(ctx, lt, out)
 		m.scheduleLoop(ctx, lt)
 	})

@@ -78,6 +78,7 @@ type Manager struct {
 	elector    *leadership.Elector
 	ownElStore *leadership.BoltStorage
 	store      *store.Store
+	blobs      *blobState // blobs.go
 
 	peers      map[string]string // other configured managers: id -> QUIC addr
 	peerIDs    []string          // sorted keys of peers
@@ -259,6 +260,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		}
 		m.members = m.ownMembers
 	}
+	if err := m.openBlobs(); err != nil {
+		return nil, err
+	}
 	m.gates = &gateTable{g: make(map[string]string), failed: make(map[string]time.Time), now: m.clock.Now}
 	if deps.Keyring != nil {
 		if err := m.startGateSwim(deps.Keyring.MemberlistKeys(), baseLog); err != nil {
@@ -288,6 +292,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	})
 	m.spawn(m.heartbeatLoop)
 	m.spawn(m.housekeepingLoop)
+	m.spawn(m.blobGCLoop)
 	if m.ownMembers != nil && len(m.cfg.Join) > 0 {
 		m.spawn(m.joinLoop)
 	}
@@ -395,6 +400,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
 	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
+	m.registerBlobHandlers()
 }
 
 // isPeer reports whether id is another configured manager. Transport ids

@@ -70,6 +70,13 @@ const (
 	TypeRainstormBatchAck      MsgType = 121
 	TypeRainstormCheckpoint    MsgType = 122
 	TypeRainstormCheckpointAck MsgType = 123
+	// Content-addressed blobs (blobs.go).
+	TypeBlobChunkPut MsgType = 130
+	TypeBlobCommit   MsgType = 131
+	TypeBlobStat     MsgType = 132
+	TypeBlobAck      MsgType = 133
+	TypeBlobChunkGet MsgType = 134
+	TypeBlobChunk    MsgType = 135
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -83,6 +90,9 @@ const (
 	ClassDispatch              // workflow dispatch to workers
 	ClassProgress              // progress streams and heartbeats
 	ClassDiag                  // ping/pong
+	// ClassBulk carries blob chunks: megabyte messages whose slow calls must
+	// not trip the control breaker to a peer nor use up its rate limit.
+	ClassBulk
 	numClasses
 )
 
@@ -101,6 +111,8 @@ func (c Class) String() string {
 		return "progress"
 	case ClassDiag:
 		return "diag"
+	case ClassBulk:
+		return "bulk"
 	}
 	return fmt.Sprintf("class(%d)", uint8(c))
 }
@@ -160,6 +172,12 @@ var catalogue = map[MsgType]typeInfo{
 	TypeRainstormBatchAck:      {"RainstormBatchAck", ClassDispatch, func() Message { return new(RainstormBatchAck) }},
 	TypeRainstormCheckpoint:    {"RainstormCheckpoint", ClassControl, func() Message { return new(RainstormCheckpoint) }},
 	TypeRainstormCheckpointAck: {"RainstormCheckpointAck", ClassControl, func() Message { return new(RainstormCheckpointAck) }},
+	TypeBlobChunkPut: {"BlobChunkPut", ClassBulk, func() Message { return new(BlobChunkPut) }},
+	TypeBlobCommit:   {"BlobCommit", ClassBulk, func() Message { return new(BlobCommit) }},
+	TypeBlobStat:     {"BlobStat", ClassBulk, func() Message { return new(BlobStat) }},
+	TypeBlobAck:      {"BlobAck", ClassBulk, func() Message { return new(BlobAck) }},
+	TypeBlobChunkGet: {"BlobChunkGet", ClassBulk, func() Message { return new(BlobChunkGet) }},
+	TypeBlobChunk:    {"BlobChunk", ClassBulk, func() Message { return new(BlobChunk) }},
 }
 
 func (t MsgType) String() string {

@@ -29,6 +29,7 @@ type execution struct {
 
 	// Guarded by Worker.mu.
 	fence    uint64
+	blobs    []string // sums of the blobs its params name (blobs.go)
 	latest   wire.WorkflowProgress
 	seq      uint64 // bumped with latest
 	finished bool
@@ -55,7 +56,7 @@ func (s *stopReason) Error() string { return s.reason }
 // with Accepted false; a stale fence token is a typed ErrStaleFence, since
 // the sender is a deposed leader and must not retry anywhere, and a missing
 // one (0) a typed CodeRejected.
-func (w *Worker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
 	d, ok := msg.(*wire.WorkflowDispatch)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeMalformed, "dispatch handler got %s", msg.Type())
@@ -77,6 +78,10 @@ func (w *Worker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Me
 	if decided {
 		return reply, err
 	}
+	spec, blobs, err := w.attachBlobs(ctx, from, spec)
+	if err != nil {
+		return w.refuse(d, "read blob from %s: %v", from.NodeID, err), nil
+	}
 	runner, err := w.registry.New(spec)
 	if err != nil {
 		return w.refuse(d, "%v", err), nil
@@ -92,6 +97,7 @@ func (w *Worker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Me
 		return w.refuseLocked(d, "%v", err), nil
 	}
 	e := w.startLocked(d, spec, runner, cores)
+	e.blobs = blobs
 	e.log.Info("workflow started", "type", spec.Type, "cores", cores, "fence", d.FenceToken, "attempt", d.Attempt)
 	return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: cores, AvailableCores: w.cores.Available()}, nil
 }

@@ -74,6 +74,7 @@ type Worker struct {
 	cores    *CoreSet
 	fences   *FenceTable
 	execs    map[string]*execution
+	blobs    blobCache // blobs.go
 	health   healthMachine
 	cpuPct   float64
 	memPct   float64

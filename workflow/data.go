@@ -1,7 +1,9 @@
 package workflow
 
 import (
+	"crypto/sha256"
 	"encoding/csv"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -72,8 +74,13 @@ type HTTPData struct {
 	File string   `cbor:"1,keyasint"`
 	Mode DataMode `cbor:"2,keyasint,omitempty"`
 	// CSV is the file's text: a header row of unique column names, then at
-	// least one row with as many fields.
+	// least one row with as many fields. Empty when Blob names the file
+	// instead: the worker fills it in from the blob before running.
 	CSV string `cbor:"3,keyasint"`
+	// Blob is the file's SHA-256 (hex) when it travels as a blob stored by
+	// the managers (see blobs.go) rather than inside the params, so shards
+	// and retries share one copy.
+	Blob string `cbor:"13,keyasint,omitempty"`
 }
 
 // dataTable is a parsed data file.
@@ -189,6 +196,20 @@ func (d *HTTPData) validate(errs *FieldErrors) *dataTable {
 	}
 	if !slices.Contains([]DataMode{DataSequential, DataRandom, DataPerVU}, d.Mode) {
 		errs.add("data.mode", "must be sequential, random or per_vu, got %s", d.Mode)
+	}
+	if d.Blob != "" {
+		if err := checkBlobSum(d.Blob); err != nil {
+			errs.add("data.file", "data file %q: %v", truncate(d.File, 80), err)
+			return nil
+		}
+		if d.CSV == "" {
+			// Checked in full where the job file was parsed, with the text.
+			return nil
+		}
+		if sum := sha256.Sum256([]byte(d.CSV)); hex.EncodeToString(sum[:]) != d.Blob {
+			errs.add("data.file", "data file %q does not match its blob %s", truncate(d.File, 80), d.Blob)
+			return nil
+		}
 	}
 	t, err := parseDataCSV(d.File, d.CSV)
 	if err != nil {

@@ -149,6 +149,9 @@ type problemSink struct {
 	// what the file has read so far, against MaxDataSize.
 	readData  DataReader
 	dataBytes int
+	// blobOf names the blob (hex SHA-256) a data file was uploaded as; nil
+	// or false: the file travels inside the params.
+	blobOf func(name string) (string, bool)
 }
 
 // DataReader returns the content of a data file named in a job file, by the
@@ -190,6 +193,21 @@ func newFields(path string, n *Node, line int, sink *problemSink) *Fields {
 // belongs to. Without it every data file is a problem.
 func (f *Fields) ReadDataWith(read DataReader) {
 	f.sink.readData = read
+}
+
+// DataBlobsWith sets which data files travel as blobs, for the whole tree
+// f belongs to: blobOf returns a file's hex SHA-256, by the name the job
+// file uses.
+func (f *Fields) DataBlobsWith(blobOf func(name string) (string, bool)) {
+	f.sink.blobOf = blobOf
+}
+
+// DataBlob is the blob a data file read by DataFile was uploaded as.
+func (f *Fields) DataBlob(name string) (string, bool) {
+	if f.sink.blobOf == nil {
+		return "", false
+	}
+	return f.sink.blobOf(name)
 }
 
 // HasProblems reports whether anything in the tree f belongs to has a

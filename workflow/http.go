@@ -537,6 +537,9 @@ func parseData(f *Fields) *HTTPData {
 	d := &HTTPData{}
 	if name, text, ok := df.DataFile("file"); ok {
 		d.File, d.CSV = name, text
+		// Both for now, so Validate checks the text; DetachBlobs drops the
+		// text once the whole job file is checked.
+		d.Blob, _ = df.DataBlob(name)
 	}
 	if s, ok := df.String("mode"); ok {
 		if m, known := parseDataMode(s); known {

@@ -88,6 +88,9 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 	}
 	var table *dataTable
 	if p.Data != nil {
+		if p.Data.CSV == "" && p.Data.Blob != "" {
+			return nil, fmt.Errorf("data file %q: blob %s was not attached before the run", p.Data.File, p.Data.Blob)
+		}
 		t, err := parseDataCSV(p.Data.File, p.Data.CSV)
 		if err != nil {
 			return nil, fmt.Errorf("data file %q: %w", p.Data.File, err)

@@ -37,6 +37,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "submit":
 		return runSubmit(ctx, args[1:], stdout, stderr)
+	case "blob":
+		return runBlob(ctx, args[1:], stdout, stderr)
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "watch":
@@ -71,6 +73,7 @@ func usage(w io.Writer) {
 
 commands:
   submit FILE [--wait] [--json]   submit a job file; --wait follows it to the end
+  blob put FILE | blob stat SUM   upload a file in chunks (prints its SHA-256) or ask whether it is stored
   status ID [--json]              show a job
   watch ID [--json]               follow a job's progress until it ends
   cancel ID                       cancel a job
