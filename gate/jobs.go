@@ -471,8 +471,10 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 	cur := j.rec.Datacenters[pi]
 	if cur.Status.Terminal() {
 		// The gate already ended the job here (lease expired, cancelled):
-		// a datacenter still running it must stop.
+		// a datacenter still running it must stop. The token proves to the
+		// manager that the lease holder says so.
 		ack.Cancel = !jp.Status.Terminal()
+		ack.FenceToken = j.rec.Leases[li].FenceToken
 		g.mu.Unlock()
 		return ack, nil
 	}

@@ -333,6 +333,11 @@ func (e *Elector) process() {
 				"term", e.m.Status().Term, "err", err)
 		}
 		e.saveFailing = true
+		// A step-down is published even so: the roles must stop leading
+		// now, not once the disk recovers.
+		if rd.StateChange != nil {
+			e.publish(*rd.StateChange)
+		}
 		return
 	}
 	if e.saveFailing {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -452,5 +453,87 @@ func TestProfiles(t *testing.T) {
 	}
 	if _, err := ProfileByName("wan"); !errors.Is(err, ErrUnknownProfile) {
 		t.Fatalf("ProfileByName(wan) = %v, want ErrUnknownProfile", err)
+	}
+}
+
+// switchStorage is a Storage whose saves fail while fail is set.
+type switchStorage struct {
+	mem  MemoryStorage
+	fail atomic.Bool
+}
+
+func (s *switchStorage) Load() (HardState, error) { return s.mem.Load() }
+func (s *switchStorage) Save(hs HardState) error {
+	if s.fail.Load() {
+		return errors.New("disk failed")
+	}
+	return s.mem.Save(hs)
+}
+
+// A leader whose election storage fails just as it learns of a newer term
+// still steps down: OnLoseLeadership runs and IsLeader turns false, so the
+// role stops placing work under a deposed token.
+func TestElectorStepsDownWhenSaveFails(t *testing.T) {
+	hub := transport.NewHub()
+	trA, trB := hub.Node("a"), hub.Node("b")
+	defer trA.Close()
+	defer trB.Close()
+	// b is played by the test: it grants every pre-vote and vote.
+	grant := func(ctx context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+		var out wire.Message
+		switch m := msg.(type) {
+		case *wire.PreVoteRequest:
+			out = &wire.PreVoteResponse{Cluster: m.Cluster, Term: m.Term, Voter: "b", Granted: true}
+		case *wire.VoteRequest:
+			out = &wire.VoteResponse{Cluster: m.Cluster, Term: m.Term, Voter: "b", Granted: true}
+		default:
+			return nil, nil
+		}
+		go trB.Send(context.Background(), "a", out)
+		return nil, nil
+	}
+	for _, typ := range []wire.MsgType{wire.TypePreVoteRequest, wire.TypeVoteRequest, wire.TypeLeaderHeartbeat} {
+		trB.Handle(typ, grant)
+	}
+	st := &switchStorage{}
+	lost := make(chan uint64, 4)
+	e, err := New(ElectorConfig{
+		Cluster: "managers/test", Transport: trA, Peers: map[string]string{"a": "a", "b": "b"},
+		Profile: TestProfile(), Storage: st,
+		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnLoseLeadership: func(term uint64) { lost <- term },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- e.Run(context.Background()) }()
+	defer func() {
+		e.Stop()
+		if err := <-errc; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	testutil.Eventually(t, waitFor, pollGap, func() error {
+		if !e.IsLeader() {
+			return fmt.Errorf("not leader: %+v", e.Status())
+		}
+		return nil
+	})
+	term := e.Status().Term
+	st.fail.Store(true)
+	if err := trB.Send(context.Background(), "a", &wire.LeaderHeartbeat{Cluster: "managers/test", Term: term + 3, Leader: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-lost:
+		if got != term {
+			t.Fatalf("OnLoseLeadership(%d), want %d", got, term)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("a leader whose storage failed kept leading: %+v", e.Status())
+	}
+	if e.IsLeader() {
+		t.Fatalf("still leader: %+v", e.Status())
 	}
 }

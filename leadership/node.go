@@ -242,13 +242,26 @@ func (m *Machine) CoolingDown() bool { return m.now < m.cooldownUntil }
 //
 // If Save fails, Ready returns the error and discards the pending messages:
 // they may depend on the unsaved vote, and elections tolerate loss. The next
-// Ready retries the save.
+// Ready retries the save. A step-down is still reported with the error: a
+// leader that has seen a newer term must stop acting as leader whether or
+// not its disk can record that term, or it keeps placing work under a token
+// the cluster has moved past. And a node whose term is not durable never
+// leads: its fencing token is that term.
 func (m *Machine) Ready() (Ready, error) {
 	hs := HardState{Term: m.term, VotedFor: m.votedFor}
 	if hs != m.saved {
 		if err := m.storage.Save(hs); err != nil {
 			m.msgs = nil
-			return Ready{}, fmt.Errorf("persist term %d vote %q: %w", hs.Term, hs.VotedFor, err)
+			if m.state == Leader {
+				m.becomeFollower(m.term, "")
+			}
+			var rd Ready
+			if m.reported.State == Leader { // and, just above, no longer is
+				st := m.Status()
+				m.reported = st
+				rd.StateChange = &st
+			}
+			return rd, fmt.Errorf("persist term %d vote %q: %w", hs.Term, hs.VotedFor, err)
 		}
 		m.saved = hs
 	}

@@ -710,3 +710,49 @@ func TestReadyReportsStatusChangesOnce(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+// A leader that learns of a newer term steps down even when its disk cannot
+// record that term: the step-down is reported with the error, so the driver
+// can tell the role to stop leading.
+func TestStepDownReportedWhenSaveFails(t *testing.T) {
+	st := &failingStorage{}
+	h := newHarness(t, "a", st, nil)
+	h.makeLeader()
+	term := h.m.Status().Term
+	st.fail = true
+	h.m.Step("b", &wire.LeaderHeartbeat{Cluster: "c", Term: term + 5, Leader: "b"})
+	rd, err := h.m.Ready()
+	if err == nil {
+		t.Fatal("Ready with failing storage: no error")
+	}
+	if len(rd.Messages) != 0 {
+		t.Fatalf("messages released without a durable term: %+v", rd.Messages)
+	}
+	if rd.StateChange == nil || rd.StateChange.State == Leader || rd.StateChange.FenceToken != 0 {
+		t.Fatalf("step-down not reported: %+v", rd.StateChange)
+	}
+}
+
+// A node whose term cannot be made durable never leads, even alone.
+func TestUnsavedTermNeverLeads(t *testing.T) {
+	st := &failingStorage{fail: true}
+	h := newHarness(t, "a", st, func(c *Config) { c.Peers = []string{"a"} })
+	for range 5 * et {
+		h.m.Tick()
+		rd, _ := h.m.Ready()
+		if rd.StateChange != nil && rd.StateChange.State == Leader {
+			t.Fatalf("led with an unsaved term: %+v", rd.StateChange)
+		}
+		if s := h.m.Status(); s.State == Leader {
+			t.Fatalf("machine leads with an unsaved term: %+v", s)
+		}
+	}
+	st.fail = false
+	for range 5 * et {
+		h.m.Tick()
+		h.ready()
+	}
+	if s := h.m.Status(); s.State != Leader {
+		t.Fatalf("after the disk recovered: %+v", s)
+	}
+}

@@ -327,9 +327,16 @@ func (m *Manager) sendGateReport(ctx context.Context, r gateReport) {
 // gateAcked records a gate's answer to a report: who leads the gates now,
 // that the final report arrived, or that the gate has ended the job here
 // (its lease expired or the job was cancelled), in which case it stops.
+//
+// A Cancel is obeyed only from the job's lease holder, under a token not
+// older than the newest this manager knows for the job: a deposed gate
+// leader, or a gate that merely has not heard of the job yet, must not
+// kill an acknowledged job.
 func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.ProgressAck) {
 	m.mu.Lock()
 	j, ok := m.jobs[jp.JobID]
+	var holder string
+	var token uint64
 	if ok {
 		if ack.Leader != "" {
 			j.gateHint = ack.Leader
@@ -337,10 +344,16 @@ func (m *Manager) gateAcked(ctx context.Context, jp wire.JobProgress, ack *wire.
 		if jp.Status.Terminal() {
 			j.gateFinalAcked = true
 		}
+		holder, token = j.rec.Submission.Origin, j.rec.Submission.FenceToken
 	}
 	terminal := ok && j.rec.Status.Terminal()
 	m.mu.Unlock()
 	if !ack.Cancel || !ok || terminal {
+		return
+	}
+	if ack.Leader != holder || ack.FenceToken == 0 || ack.FenceToken < token {
+		m.log.Warn("ignoring a cancel from a gate that does not hold the job's lease", "job_id", jp.JobID,
+			"gate", ack.Leader, "lease_holder", holder, "fence_token", ack.FenceToken, "newest", token)
 		return
 	}
 	m.log.Warn("the gate ended this job here; cancelling it", "job_id", jp.JobID)

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -55,4 +56,32 @@ func TestStaleFence(t *testing.T) {
 	if adoptLeaseLocked(j, 11, "g3") || j.rec.Submission.Origin != "g2" {
 		t.Fatalf("older lease adopted: %+v", j.rec.Submission)
 	}
+}
+
+// A Cancel in a gate's answer is obeyed only from the job's lease holder
+// under a token not older than the newest the manager knows.
+func TestGateCancelIsFenced(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	c.addWorker("w1", 2)
+	l := c.leader()
+	sub := sleepJob(t, "leased", 1, 1, time.Minute)
+	sub.JobID = "j-leased"
+	sub.FenceToken = 7 << 32
+	if _, err := c.hub.Node("g1").Call(context.Background(), l.ID(), sub); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, l, sub.JobID, wire.JobRunning, 10*time.Second)
+	jp := wire.JobProgress{JobID: sub.JobID, Status: wire.JobRunning}
+	for _, ack := range []wire.ProgressAck{
+		{Leader: "g2", Cancel: true, FenceToken: sub.FenceToken},     // not the lease holder
+		{Leader: "g1", Cancel: true, FenceToken: sub.FenceToken - 1}, // an older lease
+		{Leader: "g1", Cancel: true},                                 // no token at all
+	} {
+		l.gateAcked(context.Background(), jp, &ack)
+		if st, err := l.Job(context.Background(), sub.JobID); err != nil || st.Status.Terminal() {
+			t.Fatalf("after an unfenced cancel %+v: %v %v", ack, st.Status, err)
+		}
+	}
+	l.gateAcked(context.Background(), jp, &wire.ProgressAck{Leader: "g1", Cancel: true, FenceToken: sub.FenceToken})
+	waitJob(t, l, sub.JobID, wire.JobCancelled, 10*time.Second)
 }

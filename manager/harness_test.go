@@ -31,6 +31,8 @@ type testCluster struct {
 	ids     []string
 	tweak   func(*Config)
 	members *fakeMembers
+	// loss, when set, sits between each manager and the hub (intake_test.go).
+	loss *lossControl
 
 	mu       sync.Mutex
 	managers map[string]*testManager
@@ -46,8 +48,15 @@ type testManager struct {
 
 func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 	t.Helper()
+	return newLossyCluster(t, n, tweak, nil)
+}
+
+// newLossyCluster is newTestCluster with loss (nil for none) between each
+// manager and the hub.
+func newLossyCluster(t *testing.T, n int, tweak func(*Config), loss *lossControl) *testCluster {
+	t.Helper()
 	c := &testCluster{
-		t: t, hub: transport.NewHub(), reg: workflow.DefaultRegistry(), log: testLogger(t), tweak: tweak,
+		t: t, hub: transport.NewHub(), reg: workflow.DefaultRegistry(), log: testLogger(t), tweak: tweak, loss: loss,
 		managers: make(map[string]*testManager), workers: make(map[string]*fakeWorker),
 	}
 	c.members = &fakeMembers{c: c, meta: make(map[string]swim.NodeMeta)}
@@ -97,9 +106,13 @@ func (c *testCluster) startManager(id string) *Manager {
 		dir = testutil.DataDir(c.t, id)
 	}
 	seed := uint64(len(id)) * 7919
+	var tr transport.Transport = c.hub.Node(id)
+	if c.loss != nil {
+		tr = &lossyTransport{Transport: tr, c: c.loss}
+	}
 	m, err := New(c.config(id, dir), Deps{
 		Registry:   c.reg,
-		Transport:  c.hub.Node(id),
+		Transport:  tr,
 		Membership: c.members.forNode(id),
 		Rand:       rand.NewChaCha8([32]byte{byte(seed), byte(id[len(id)-1])}),
 	})

@@ -42,6 +42,14 @@ type jobState struct {
 	// leader; gateFinalAcked: that gate has the job's final report.
 	gateHint       string
 	gateFinalAcked bool
+	// intaking: a goroutine is storing the submission on the peers
+	// (intake.go); abandoned: a newer term's state sync read this job
+	// unconfirmed, so this manager must never confirm it.
+	intaking  bool
+	abandoned bool
+	// adoptedTerm is the term in which this manager, leading, adopted the
+	// job unconfirmed; only a newer term's sync abandons it.
+	adoptedTerm uint64
 }
 
 // workflowState is one workflow in memory, guarded by Manager.mu.
@@ -393,10 +401,10 @@ func workflowID(jobID string, i int) string { return jobID + "-" + strconv.Itoa(
 func (m *Manager) newJobID() string { return fmt.Sprintf("j-%016x", m.ids.Next()) }
 
 // submit is job intake (leader only): validate, assign the id, persist
-// SUBMITTED, tell the peers, and try to place every workflow now. The
-// answer says whether the job runs or waits (QUEUED); a submission that
-// cannot reach a quorum of managers before anything is dispatched fails
-// with ErrNoQuorum rather than waiting. redirect builds the not-leader error
+// SUBMITTED, store it on a majority of managers (intake.go), and try to
+// place every workflow now. The answer says whether the job runs or waits
+// (QUEUED); a submission no majority stored fails with ErrNoQuorum, as a
+// true refusal or with the outcome unknown (intake.go). redirect builds the not-leader error
 // in the caller's terms (API URL or QUIC address).
 func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect func() *wire.Error) (*wire.JobAck, error) {
 	lt, err := m.awaitLeader(ctx, redirect)
@@ -422,8 +430,11 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 		s.SubmittedAt = now.UnixNano()
 	}
 
+	s.IntakeLeader, s.IntakeTerm = m.cfg.ID, lt.term
+
 	var j *jobState
 	var existing *wire.JobAck
+	var retryIntake *jobState
 	var stale *wire.Error
 	err = m.update(func(tx *txn) {
 		if old, ok := m.jobs[s.JobID]; ok {
@@ -436,9 +447,16 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 				tx.touchJob(old, true)
 			}
 			existing = &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}
+			if !old.rec.Confirmed && !old.rec.Status.Terminal() && !old.intaking {
+				// A resubmission after "outcome unknown": try the intake
+				// again, and only then say it is accepted.
+				old.intaking = true
+				retryIntake = old
+			}
 			return
 		}
 		j = m.newJobLocked(s, now)
+		j.intaking = true
 		m.armTimeoutLocked(j)
 		tx.touchJob(j, true)
 		for _, w := range j.wfs {
@@ -448,11 +466,26 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	if stale != nil {
 		return nil, stale
 	}
+	if retryIntake != nil {
+		err := m.intake(ctx, lt, retryIntake, false)
+		m.mu.Lock()
+		retryIntake.intaking = false
+		m.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		return existing, nil
+	}
 	if existing != nil {
 		return existing, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("persist job %s: %w", s.JobID, err)
+		// Not durable here: forget it, so nothing places a job its
+		// submitter was told failed.
+		m.mu.Lock()
+		m.dropJobLocked(j)
+		m.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeUnavailable, "persist job %s: %v", s.JobID, err)
 	}
 	log := m.log.With("job_id", s.JobID)
 	log.Info("job submitted", "name", s.Name, "workflows", len(s.Workflows), "timeout", s.Timeout)
@@ -463,29 +496,26 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	defer cancel()
 	defer context.AfterFunc(lt.ctx, cancel)()
 
-	m.replicateSubmission(ctx, &s)
+	err = m.intake(ctx, lt, j, true)
+	m.mu.Lock()
+	j.intaking = false
+	m.mu.Unlock()
+	if err != nil {
+		log.Warn("job not acknowledged: not stored on a majority of managers", "err", err)
+		return nil, err
+	}
 
 	m.mu.Lock()
 	wfs := slices.Clone(j.wfs)
 	m.mu.Unlock()
-	results := m.placeAll(ctx, lt, wfs)
-
-	placed := 0
-	var quorumErr error
-	for _, r := range results {
-		switch r.outcome {
-		case outcomePlaced:
-			placed++
-		case outcomeNoQuorum:
-			quorumErr = r.err
+	// The job is on a majority now, so it is acknowledged whatever
+	// placement finds: work that cannot be placed yet is QUEUED, and a
+	// later leader would run it anyway.
+	for _, r := range m.placeAll(ctx, lt, wfs) {
+		if r.outcome == outcomeNoQuorum {
+			log.Warn("job queued: no quorum to place it yet", "err", r.err)
+			break
 		}
-	}
-	if placed == 0 && quorumErr != nil {
-		// Nothing was dispatched: fail the job now so it is not placed
-		// later behind the client's back, and tell the client why.
-		log.Warn("job refused: no quorum", "err", quorumErr)
-		m.endJob(j, wire.JobFailed, quorumErr.Error())
-		return nil, quorumErr
 	}
 	ack := &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: []string{m.cfg.Datacenter}}
 	m.mu.Lock()

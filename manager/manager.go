@@ -97,8 +97,10 @@ type Manager struct {
 	rev  uint64 // last revision handed to a record
 	// orphanCommits are commits for jobs whose submission has not reached
 	// this peer yet; they are applied when it does, and reported in state
-	// sync meanwhile.
-	orphanCommits map[string]wire.ProvisionCommit
+	// sync meanwhile. Bounded in age and number (orphanCommitTTL,
+	// maxOrphanCommits): a submission that never arrives must not make
+	// them grow for ever.
+	orphanCommits map[string]orphanCommit
 
 	lead   atomic.Pointer[leaderTerm]
 	kickCh chan struct{}
@@ -151,7 +153,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		keyring:       deps.Keyring,
 		jobs:          make(map[string]*jobState),
 		wfs:           make(map[string]*workflowState),
-		orphanCommits: make(map[string]wire.ProvisionCommit),
+		orphanCommits: make(map[string]orphanCommit),
 		kickCh:        make(chan struct{}, 1),
 		gateKick:      make(chan struct{}, 1),
 		runDone:       make(chan struct{}),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"tempest/wire"
 )
 
 // load rebuilds the job table from the store, so a restarted manager knows
@@ -66,6 +68,9 @@ func (m *Manager) housekeepingLoop(ctx context.Context) {
 		case <-t.C:
 			m.expireFinished()
 			m.workers.cleanup(10 * time.Minute)
+			m.mu.Lock()
+			m.pruneOrphanCommitsLocked(m.clock.Now())
+			m.mu.Unlock()
 		}
 	}
 }
@@ -97,5 +102,52 @@ func (m *Manager) forgetLocked(j *jobState) {
 	delete(m.jobs, j.rec.ID())
 	for w := range j.watchers {
 		w.wake() // they find the job gone and close
+	}
+}
+
+// Bounds on commits kept for jobs whose submission has not arrived. A
+// successor reads a majority of managers and the workers, so an old orphan
+// tells it nothing the others do not: past the TTL its submission is not
+// coming (it was withdrawn, or this manager missed it and will learn the
+// job from a successor's sync instead).
+const (
+	orphanCommitTTL  = 10 * time.Minute
+	maxOrphanCommits = 4096
+)
+
+// orphanCommit is a commit kept aside, with when it arrived.
+type orphanCommit struct {
+	c  wire.ProvisionCommit
+	at time.Time
+}
+
+// keepOrphanCommitLocked sets c aside until its job's submission arrives,
+// newest token per workflow, evicting the oldest when full.
+func (m *Manager) keepOrphanCommitLocked(c *wire.ProvisionCommit) {
+	if old, seen := m.orphanCommits[c.WorkflowID]; seen && old.c.FenceToken >= c.FenceToken {
+		return
+	}
+	now := m.clock.Now()
+	if _, seen := m.orphanCommits[c.WorkflowID]; !seen && len(m.orphanCommits) >= maxOrphanCommits {
+		m.pruneOrphanCommitsLocked(now)
+		if len(m.orphanCommits) >= maxOrphanCommits {
+			oldest, at := "", now
+			for id, o := range m.orphanCommits {
+				if !o.at.After(at) {
+					oldest, at = id, o.at
+				}
+			}
+			delete(m.orphanCommits, oldest)
+		}
+	}
+	m.orphanCommits[c.WorkflowID] = orphanCommit{c: *c, at: now}
+}
+
+// pruneOrphanCommitsLocked drops orphan commits older than orphanCommitTTL.
+func (m *Manager) pruneOrphanCommitsLocked(now time.Time) {
+	for id, o := range m.orphanCommits {
+		if now.Sub(o.at) > orphanCommitTTL {
+			delete(m.orphanCommits, id)
+		}
 	}
 }

@@ -39,9 +39,15 @@ func (m *Manager) applyProgress(p *wire.WorkflowProgress, worker string) (cancel
 func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker string) (cancel bool) {
 	w, ok := m.wfs[p.WorkflowID]
 	if !ok || w.rec.JobID != p.JobID {
-		// Not ours (a job this leader has no record of). Leave it running:
-		// workers are the source of truth, and a manager that has not yet
-		// heard of a job must not kill it.
+		// Not ours (a job this leader has no record of). Before this
+		// leader's state sync is done it may yet learn of it, so it is left
+		// running. After, a majority of managers has been read, and every
+		// acknowledged job is on a majority: this one never was, or was
+		// withdrawn or pruned. It is fenced, never left to run unseen.
+		if lt := m.leading(); lt != nil && lt.isSynced() && !(p.Final || p.Status.Terminal()) {
+			m.log.Warn("progress for a job no majority of managers holds; stopping it", "job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
+			return true
+		}
 		m.log.Debug("progress for an unknown workflow", "job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
 		return false
 	}

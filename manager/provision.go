@@ -39,7 +39,7 @@ func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) p
 	var cores int
 	var excluded []string
 	m.update(func(tx *txn) {
-		if w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() {
+		if w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() || !w.job.rec.Confirmed {
 			return
 		}
 		w.placing = true
@@ -391,9 +391,7 @@ func (m *Manager) applyCommit(c *wire.ProvisionCommit) error {
 func (m *Manager) applyCommitLocked(tx *txn, c *wire.ProvisionCommit) {
 	w, ok := m.wfs[c.WorkflowID]
 	if !ok || w.rec.JobID != c.JobID {
-		if old, seen := m.orphanCommits[c.WorkflowID]; !seen || old.FenceToken < c.FenceToken {
-			m.orphanCommits[c.WorkflowID] = *c
-		}
+		m.keepOrphanCommitLocked(c)
 		return
 	}
 	if c.FenceToken <= w.rec.FenceToken || w.rec.Status.Terminal() {

@@ -25,14 +25,10 @@ import (
 //     statistics of ended workflows (so a successor neither re-runs finished
 //     work nor loses its results).
 //
-// Both are best effort: the workers remain the source of truth for what
-// runs, and a successor's state sync reconciles whatever a peer missed.
-
-// replicateSubmission hands a new job to every peer and waits, up to the
-// quorum timeout, for them to store it.
-func (m *Manager) replicateSubmission(ctx context.Context, sub *wire.JobSubmission) {
-	m.callPeers(ctx, sub, "submission not replicated", "job_id", sub.JobID)
-}
+// The submission must reach a majority before the client hears the job is
+// accepted (intake.go); status updates are best effort: the workers remain
+// the source of truth for what runs, and a successor's state sync
+// reconciles whatever a peer missed.
 
 // replicateStatus sends a job's status to every peer, one way.
 func (m *Manager) replicateStatus(lt *leaderTerm, jp wire.JobProgress) {
@@ -94,9 +90,9 @@ func (m *Manager) adoptSubmissionLocked(tx *txn, sub *wire.JobSubmission) *jobSt
 	tx.touchJob(j, true)
 	for _, w := range j.wfs {
 		tx.touchWorkflow(w, true)
-		if c, ok := m.orphanCommits[w.rec.WorkflowID]; ok && c.JobID == sub.JobID {
+		if o, ok := m.orphanCommits[w.rec.WorkflowID]; ok && o.c.JobID == sub.JobID {
 			delete(m.orphanCommits, w.rec.WorkflowID)
-			m.applyCommitLocked(tx, &c)
+			m.applyCommitLocked(tx, &o.c)
 		}
 	}
 	return j

@@ -19,6 +19,7 @@ func (m *Manager) scheduleLoop(ctx context.Context, lt *leaderTerm) {
 	t := time.NewTicker(m.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
+		m.confirmPending(ctx, lt)
 		m.placePending(ctx, lt)
 		select {
 		case <-ctx.Done():
@@ -36,7 +37,7 @@ func (m *Manager) placePending(ctx context.Context, lt *leaderTerm) {
 	m.mu.Lock()
 	jobs := make([]*jobState, 0, len(m.jobs))
 	for _, j := range m.jobs {
-		if !j.rec.Status.Terminal() {
+		if !j.rec.Status.Terminal() && j.rec.Confirmed {
 			jobs = append(jobs, j)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -42,6 +43,7 @@ type syncOutcome struct {
 // then acts on the result. The whole sync is bounded by StateSyncTimeout.
 func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
 	start := m.clock.Now()
+	termCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StateSyncTimeout)
 	defer cancel()
 	out := &syncOutcome{answered: make(map[string]bool), running: make(map[string]string)}
@@ -58,16 +60,17 @@ func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
 		}
 	}
 	var wg sync.WaitGroup
-	for _, id := range m.peerIDs {
-		wg.Go(func() { m.syncPeer(ctx, id, req) })
-	}
+	var snaps []*wire.ManagerStateSnapshot
+	wg.Go(func() { snaps = m.readMajority(termCtx, req) })
 	askWorkers(&wg)
 	wg.Wait()
+	m.applyPeerSnapshots(lt, snaps)
 	var wg2 sync.WaitGroup
 	askWorkers(&wg2) // workers only the peers knew of
 	wg2.Wait()
 	// Worker and peer snapshots were merged in whatever order they came;
-	// work a worker reported before a peer told us its job is adopted now.
+	// work a worker reported before a peer told us its job is adopted now,
+	// and work of a job no manager of a majority holds is stopped.
 	for _, ws := range out.unknown {
 		m.cancelOnWorkers(ctx, m.adoptRunning(ws, out, true), "superseded after a leader change")
 	}
@@ -77,7 +80,53 @@ func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
 	return out
 }
 
-func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRequest) {
+// readMajority collects peers' snapshots until, with this manager, a
+// majority of the configured managers has been read: only then is every job
+// a previous leader acknowledged (stored on a majority) certainly among
+// them. Peers that fail are asked again, in rounds, for as long as the term
+// lasts; a leader that cannot read a majority never serves, and loses its
+// term to check-quorum.
+func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) []*wire.ManagerStateSnapshot {
+	var mu sync.Mutex
+	got := make(map[string]*wire.ManagerStateSnapshot)
+	for round := 0; ; round++ {
+		var wg sync.WaitGroup
+		for _, id := range m.peerIDs {
+			mu.Lock()
+			done := got[id] != nil
+			mu.Unlock()
+			if done {
+				continue
+			}
+			wg.Go(func() {
+				if ms := m.syncPeer(ctx, id, req); ms != nil {
+					mu.Lock()
+					got[id] = ms
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if 1+len(got) >= m.quorumSize || ctx.Err() != nil {
+			break
+		}
+		m.log.Warn("state sync: no majority of managers read yet; asking again", "read", 1+len(got), "quorum", m.quorumSize, "round", round)
+		d := m.cfg.StateSyncBackoff << min(round, 6)
+		if !lifecycle.Sleep(ctx, d/2+rand.N(d/2+1)) {
+			break
+		}
+	}
+	out := make([]*wire.ManagerStateSnapshot, 0, len(got))
+	for _, id := range m.peerIDs {
+		if ms := got[id]; ms != nil {
+			out = append(out, ms)
+		}
+	}
+	return out
+}
+
+// syncPeer fetches one peer's snapshot and learns the workers it knows.
+func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRequest) *wire.ManagerStateSnapshot {
 	// A peer SWIM has declared dead (typically the leader that just
 	// crashed) is not worth the retries.
 	gone := func() bool {
@@ -87,38 +136,117 @@ func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRe
 	resp, err := m.fetchState(ctx, m.peers[id], req, gone)
 	if err != nil {
 		m.log.Warn("state sync from peer failed", "peer", id, "err", err)
-		return
+		return nil
 	}
 	ms := resp.ManagerState
 	if ms == nil {
 		m.log.Warn("state sync: peer sent no manager snapshot", "peer", id)
-		return
+		return nil
+	}
+	if ms.NodeID == "" {
+		ms.NodeID = id
 	}
 	for i := range ms.Workers {
 		m.workers.learn(&ms.Workers[i])
 	}
+	return ms
+}
+
+// applyPeerSnapshots folds the peers' snapshots into the job table, once
+// they are all in, since whether an unconfirmed job is adopted depends on
+// who holds it (resolveIntake).
+func (m *Manager) applyPeerSnapshots(lt *leaderTerm, snaps []*wire.ManagerStateSnapshot) {
+	var targets []cancelTarget
 	m.update(func(tx *txn) {
-		for i := range ms.Submissions {
-			sub := &ms.Submissions[i]
-			if sub.JobID == "" || m.validateSubmission(sub) != nil {
-				continue
+		targets = m.resolveIntakeLocked(tx, lt, snaps)
+		for _, ms := range snaps {
+			for i := range ms.Commits {
+				m.applyCommitLocked(tx, &ms.Commits[i])
 			}
-			m.adoptSubmissionLocked(tx, sub)
-		}
-		for i := range ms.Commits {
-			m.applyCommitLocked(tx, &ms.Commits[i])
-		}
-		for jobID, jp := range ms.Jobs {
-			jp.JobID = jobID
-			m.mergeJobLocked(tx, &jp)
-		}
-		for wfID, n := range ms.Retries {
-			if w, ok := m.wfs[wfID]; ok && n > w.rec.Attempts {
-				w.rec.Attempts = n
-				tx.touchWorkflow(w, true)
+			for jobID, jp := range ms.Jobs {
+				jp.JobID = jobID
+				m.mergeJobLocked(tx, &jp)
+			}
+			for wfID, n := range ms.Retries {
+				if w, ok := m.wfs[wfID]; ok && n > w.rec.Attempts {
+					w.rec.Attempts = n
+					tx.touchWorkflow(w, true)
+				}
 			}
 		}
 	})
+	m.cancelOnWorkers(lt.ctx, targets, "withdrawn: never stored on a majority of managers")
+}
+
+// resolveIntakeLocked decides, for every unfinished job found here or in a
+// peer's snapshot, whether it is known to be on a majority (confirmed), was
+// never on one (held, unconfirmed, by the leader that accepted it in an
+// older term and nobody else: withdrawn, never run), or may be (adopted,
+// and stored on a majority before it is placed). See intake.go.
+func (m *Manager) resolveIntakeLocked(tx *txn, lt *leaderTerm, snaps []*wire.ManagerStateSnapshot) []cancelTarget {
+	holders := make(map[string]map[string]bool)
+	confirmed := make(map[string]bool)
+	subs := make(map[string]*wire.JobSubmission)
+	hold := func(id, node string) {
+		if holders[id] == nil {
+			holders[id] = make(map[string]bool)
+		}
+		holders[id][node] = true
+	}
+	for id, j := range m.jobs {
+		if j.rec.Status.Terminal() {
+			continue
+		}
+		hold(id, m.cfg.ID)
+		confirmed[id] = confirmed[id] || j.rec.Confirmed
+		subs[id] = &j.rec.Submission
+	}
+	for _, ms := range snaps {
+		for i := range ms.Submissions {
+			sub := &ms.Submissions[i]
+			if sub.JobID == "" {
+				continue
+			}
+			hold(sub.JobID, ms.NodeID)
+			if subs[sub.JobID] == nil {
+				subs[sub.JobID] = sub
+			}
+		}
+		for _, id := range ms.Confirmed {
+			confirmed[id] = true
+		}
+	}
+	var targets []cancelTarget
+	for _, id := range slices.Sorted(maps.Keys(subs)) {
+		sub := subs[id]
+		j, known := m.jobs[id]
+		if known && j.rec.Status.Terminal() {
+			continue
+		}
+		h := holders[id]
+		if !confirmed[id] && sub.IntakeLeader != "" && sub.IntakeTerm < lt.term && len(h) == 1 && h[sub.IntakeLeader] {
+			m.log.Info("withdrawing a job its leader never stored on a majority", "job_id", id,
+				"intake_leader", sub.IntakeLeader, "intake_term", sub.IntakeTerm)
+			if known {
+				targets = append(targets, m.endJobLocked(tx, j, wire.JobFailed, "withdrawn: never stored on a majority of managers")...)
+			}
+			continue
+		}
+		if !known {
+			if m.validateSubmission(sub) != nil {
+				continue
+			}
+			j = m.adoptSubmissionLocked(tx, sub)
+		}
+		if confirmed[id] && !j.rec.Confirmed {
+			j.rec.Confirmed = true
+			tx.touchJob(j, true)
+		}
+		if !j.rec.Confirmed {
+			j.abandoned, j.adoptedTerm = false, lt.term
+		}
+	}
+	return targets
 }
 
 func (m *Manager) syncWorker(ctx context.Context, wv workerView, req *wire.StateSyncRequest, out *syncOutcome) {
@@ -164,7 +292,12 @@ func (m *Manager) adoptRunning(ws *wire.WorkerStateSnapshot, out *syncOutcome, l
 			w, ok := m.wfs[p.WorkflowID]
 			if !ok {
 				if last {
-					m.log.Warn("worker runs a workflow no manager knows of; leaving it", "worker", ws.NodeID, "workflow_id", p.WorkflowID, "job_id", p.JobID)
+					// A majority of managers has been read, and every job a
+					// leader acknowledged is on a majority: this one was
+					// never acknowledged, or was withdrawn. Fence it rather
+					// than let it load the target unseen.
+					m.log.Warn("worker runs a workflow of a job no majority of managers holds; stopping it", "worker", ws.NodeID, "workflow_id", p.WorkflowID, "job_id", p.JobID)
+					targets = append(targets, cancelTarget{worker: ws.NodeID, jobID: p.JobID, workflowID: p.WorkflowID, fence: p.FenceToken})
 					continue
 				}
 				if unknown == nil {
@@ -310,7 +443,7 @@ func (m *Manager) handleStateSync(_ context.Context, from transport.Peer, req *w
 	if !m.isPeer(from.NodeID) {
 		return nil, wire.Errorf(wire.CodeRejected, "state sync is only served to peer managers")
 	}
-	return &wire.StateSyncResponse{ResponderID: m.cfg.ID, CurrentVersion: m.currentRev(), ManagerState: m.managerSnapshot()}, nil
+	return &wire.StateSyncResponse{ResponderID: m.cfg.ID, CurrentVersion: m.currentRev(), ManagerState: m.managerSnapshot(req.Term)}, nil
 }
 
 func (m *Manager) currentRev() uint64 {
@@ -322,7 +455,11 @@ func (m *Manager) currentRev() uint64 {
 // managerSnapshot is this manager's view for a successor: the workers it
 // knows; every unfinished job with its submission, placements and retry
 // counts; and the most recently ended jobs' outcomes.
-func (m *Manager) managerSnapshot() *wire.ManagerStateSnapshot {
+//
+// A requester in a newer term than a job's intake decides that job's fate
+// from what it reads now, so jobs not yet confirmed here are abandoned: this
+// manager will not confirm them later behind the requester's back.
+func (m *Manager) managerSnapshot(requesterTerm uint64) *wire.ManagerStateSnapshot {
 	st := m.elector.Status()
 	ms := &wire.ManagerStateSnapshot{
 		NodeID:     m.cfg.ID,
@@ -348,6 +485,11 @@ func (m *Manager) managerSnapshot() *wire.ManagerStateSnapshot {
 			continue
 		}
 		ms.Submissions = append(ms.Submissions, j.rec.Submission)
+		if j.rec.Confirmed {
+			ms.Confirmed = append(ms.Confirmed, j.rec.ID())
+		} else if j.rec.Submission.IntakeTerm < requesterTerm && j.adoptedTerm < requesterTerm {
+			j.abandoned = true
+		}
 		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
 		for _, w := range j.wfs {
 			if w.rec.Attempts > 0 {
@@ -365,8 +507,8 @@ func (m *Manager) managerSnapshot() *wire.ManagerStateSnapshot {
 	for _, j := range ended[:min(len(ended), maxSnapshotEndedJobs)] {
 		ms.Jobs[j.rec.ID()] = m.jobProgressLocked(j, true)
 	}
-	for _, c := range m.orphanCommits {
-		ms.Commits = append(ms.Commits, c)
+	for _, o := range m.orphanCommits {
+		ms.Commits = append(ms.Commits, o.c)
 	}
 	return ms
 }

@@ -19,6 +19,10 @@ type JobRecord struct {
 	CreatedAt  int64            `cbor:"5,keyasint"`
 	FinishedAt int64            `cbor:"6,keyasint,omitempty"`
 	Error      string           `cbor:"7,keyasint,omitempty"`
+	// Confirmed: this manager knows the submission is stored on a majority
+	// of the datacenter's managers (it led the intake, or learnt it in a
+	// state sync). Only confirmed jobs are placed; see manager/intake.go.
+	Confirmed bool `cbor:"20,keyasint,omitempty"`
 }
 
 // ID is the job's id.

@@ -423,6 +423,15 @@ func (t *QUIC) runHandler(w *streamWriter, env *wire.Envelope, msg wire.Message,
 		return
 	}
 	if err := t.writeMessage(w, resp, env.ID, wire.FlagReply); err != nil {
+		var typed *wire.Error
+		if errors.As(err, &typed) {
+			// The reply could not be encoded (over the size cap): the
+			// caller hears why now, instead of waiting out its timeout and
+			// dropping a healthy connection as silent.
+			t.log.Warn("reply not sent", "type", resp.Type(), "to", env.Sender, "err", err)
+			t.replyError(w, env, wire.Errorf(typed.Code, "reply %s to %s not sent: %s", resp.Type(), env.Type, typed.Message), false)
+			return
+		}
 		t.log.Debug("reply not sent", "type", resp.Type(), "to", env.Sender, "err", err)
 	}
 }

@@ -608,3 +608,26 @@ func TestRestartedPeerResetsTheDeadConnection(t *testing.T) {
 	})
 	t.Logf("one-way messages reach the restarted peer after %s (idle timeout %s)", time.Since(start).Round(time.Millisecond), time.Minute)
 }
+
+// A reply over the size cap is a typed error the caller sees at once, not
+// a silent timeout that drops the connection; so is a request over it.
+func TestOversizedReplyIsATypedError(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.CallTimeout = time.Minute }})
+	b := newNode(t, "b", nodeOpts{})
+	big := make([]byte, wire.MaxMessageSize+1)
+	b.Handle(wire.TypePing, func(ctx context.Context, from Peer, msg wire.Message) (wire.Message, error) {
+		return &wire.Ping{Payload: big}, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := a.Call(ctx, b.Addr(), &wire.Ping{Seq: 1})
+	if wire.CodeOf(err) != wire.CodeTooLarge {
+		t.Fatalf("oversized reply: %v, want a too_large error", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the caller waited out its deadline")
+	}
+	if _, err := a.Call(ctx, b.Addr(), &wire.Ping{Payload: big}); wire.CodeOf(err) != wire.CodeTooLarge {
+		t.Fatalf("oversized request: %v, want a too_large error", err)
+	}
+}

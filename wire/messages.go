@@ -135,6 +135,12 @@ type JobSubmission struct {
 	FenceToken  uint64 `cbor:"7,keyasint,omitempty"`
 	Origin      string `cbor:"8,keyasint,omitempty"` // gate node id holding the lease
 	SubmittedAt int64  `cbor:"9,keyasint,omitempty"` // unix nanoseconds
+	// IntakeLeader and IntakeTerm: the manager leader that accepted the job
+	// and its term, set by that leader before it replicates the job. A
+	// successor uses them to tell a job its intake leader never stored on a
+	// majority (found on that leader alone) from one it did.
+	IntakeLeader string `cbor:"24,keyasint,omitempty"`
+	IntakeTerm   uint64 `cbor:"25,keyasint,omitempty"`
 }
 
 // JobAck answers a JobSubmission.
@@ -325,6 +331,11 @@ type ProgressAck struct {
 	Leader     string `cbor:"2,keyasint,omitempty"`
 	// Cancel asks the worker to stop the workflow (job cancelled or fenced out).
 	Cancel bool `cbor:"3,keyasint,omitempty"`
+	// FenceToken, in a gate's answer to a datacenter's report, is the lease
+	// token the gate holds for the job there. A manager obeys Cancel from a
+	// gate only from its lease holder under a token not older than the
+	// newest it knows for the job.
+	FenceToken uint64 `cbor:"17,keyasint,omitempty"`
 }
 
 func (*WorkflowProgress) Type() MsgType { return TypeWorkflowProgress }
@@ -420,6 +431,9 @@ type ManagerStateSnapshot struct {
 	Submissions []JobSubmission   `cbor:"8,keyasint,omitempty"`
 	Retries     map[string]int    `cbor:"9,keyasint,omitempty"`
 	Commits     []ProvisionCommit `cbor:"10,keyasint,omitempty"`
+	// Confirmed lists the jobs in Submissions this manager knows are
+	// stored on a majority of managers.
+	Confirmed []string `cbor:"24,keyasint,omitempty"`
 }
 
 func (*StateSyncRequest) Type() MsgType  { return TypeStateSyncRequest }

@@ -3,7 +3,8 @@
 // job in one or more datacenters under fenced leases (SPEC §8).
 //
 // Configuration comes from a YAML file (--config) with flags overriding it.
-// Secrets come only from the environment: AUTH_SECRET (and, during a
+// Secrets come from the environment or, over it, from --secret-file (read at
+// start-up as well as on SIGHUP): AUTH_SECRET (and, during a
 // rotation, AUTH_SECRET_PREVIOUS) for the cluster, TEMPEST_TOKEN for the API.
 // Signals: SIGTERM or SIGINT stop the API, give up leadership, leave SWIM
 // and exit 0; a second one exits at once. SIGHUP reloads the secrets from

@@ -3,7 +3,8 @@
 // on workers with quorum confirmation, and serve the client API.
 //
 // Configuration comes from a YAML file (--config) with flags overriding it.
-// Secrets come only from the environment: AUTH_SECRET (and, during a
+// Secrets come from the environment or, over it, from --secret-file (read at
+// start-up as well as on SIGHUP): AUTH_SECRET (and, during a
 // rotation, AUTH_SECRET_PREVIOUS) for the cluster, TEMPEST_TOKEN for the API
 // (--token exists for development, but a command line is visible to every
 // user of the machine). Signals: SIGTERM or SIGINT stop the API, give up

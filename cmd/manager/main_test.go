@@ -259,3 +259,61 @@ func TestSampleConfigs(t *testing.T) {
 		})
 	}
 }
+
+// TestStartsWithOnlySecretFile starts the manager as cluster.json's argv
+// does, with an empty environment: AUTH_SECRET and TEMPEST_TOKEN come from
+// --secret-file alone, at start-up, not only on SIGHUP. A secret file that
+// cannot be read refuses the start rather than falling back.
+func TestStartsWithOnlySecretFile(t *testing.T) {
+	secret, err := security.GenerateSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretFile := testutil.WriteFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%q\nTEMPEST_TOKEN=\"file-token\"\n", secret))
+	quic := fmt.Sprintf("127.0.0.1:%d", testutil.FreeUDPPort(t))
+	args := []string{
+		"--id", "m1", "--dc", "dc1", "--quic", quic, "--swim", fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)),
+		"--api", "127.0.0.1:0", "--data-dir", testutil.DataDir(t, "m1"), "--peers", "m1=" + quic,
+		"--swim-profile", "test", "--election-profile", "test", "--secret-file", secretFile,
+	}
+	noEnv := func(string) string { return "" }
+
+	var missing bytes.Buffer
+	bad := append(slices.Clone(args[:len(args)-1]), filepath.Join(t.TempDir(), "absent.env"))
+	if code := run(bad, noEnv, &missing, nil, nil); code != exitFailure || !strings.Contains(missing.String(), "secret file") {
+		t.Fatalf("absent secret file: exit %d\n%s", code, missing.String())
+	}
+
+	sigs := make(chan os.Signal, 1)
+	ready := make(chan string, 1)
+	exit := make(chan int, 1)
+	var stderr testutil.SyncBuffer
+	go func() { exit <- run(args, noEnv, &stderr, sigs, ready) }()
+	var url string
+	select {
+	case url = <-ready:
+	case code := <-exit:
+		t.Fatalf("exited %d before serving:\n%s", code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("not serving after 30s:\n%s", stderr.String())
+	}
+	// The API takes the file's token.
+	cl, err := api.NewClient([]string{url}, "file-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cl.Jobs(ctx); err != nil {
+		t.Fatalf("API with the file's token: %v\n%s", err, stderr.String())
+	}
+	sigs <- syscall.SIGTERM
+	select {
+	case code := <-exit:
+		if code != nodecmd.ExitOK {
+			t.Fatalf("exit %d after SIGTERM\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+}

@@ -3,7 +3,8 @@
 // dispatch.
 //
 // Configuration comes from a YAML file (--config) with flags overriding it;
-// secrets only from the environment (AUTH_SECRET, AUTH_SECRET_PREVIOUS).
+// secrets from the environment (AUTH_SECRET, AUTH_SECRET_PREVIOUS) or, over
+// it, from --secret-file, read at start-up as well as on SIGHUP.
 // Signals: SIGTERM or SIGINT drains (no new work, running work finishes or is
 // handed back, final progress delivered, SWIM left) and exits 0; a second one
 // stops at once. SIGHUP reloads the secrets from --secret-file, or from the
@@ -69,7 +70,12 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	cfg.Logger = logger // the worker and its layers add the node id themselves
 	logger = logger.With("node", cfg.ID)
 
-	keyring, err := nodecmd.KeyringFromEnv(getenv)
+	startEnv, err := nodecmd.StartupEnv(opts.secretFile, getenv)
+	if err != nil {
+		logger.Error("refusing to start", "err", err)
+		return exitFailure
+	}
+	keyring, err := nodecmd.KeyringFromEnv(startEnv)
 	if err != nil {
 		logger.Error("refusing to start", "err", err)
 		return exitFailure
@@ -139,7 +145,7 @@ func loadConfig(args []string, stderr io.Writer) (worker.Config, options, error)
 	fs.SetOutput(stderr)
 	var opts options
 	fs.StringVar(&opts.configFile, "config", "", "YAML config `file`")
-	fs.StringVar(&opts.secretFile, "secret-file", "", "env `file` (KEY=VALUE lines) to reload AUTH_SECRET and AUTH_SECRET_PREVIOUS from on SIGHUP")
+	fs.StringVar(&opts.secretFile, "secret-file", "", "env `file` (KEY=VALUE lines) with AUTH_SECRET and AUTH_SECRET_PREVIOUS, read at start-up (over the environment) and on SIGHUP")
 	fs.StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	id := fs.String("id", "", "node id (default worker-<hostname>)")

@@ -177,3 +177,26 @@ func TestSampleConfigs(t *testing.T) {
 		})
 	}
 }
+
+// TestStartsWithOnlySecretFile starts the worker as cluster.json's argv
+// does, with an empty environment: the secret comes from --secret-file at
+// start-up, not only on SIGHUP.
+func TestStartsWithOnlySecretFile(t *testing.T) {
+	secretFile := testutil.WriteFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%q\n", mustSecret(t)))
+	args := []string{"--id", "w-file", "--quic", "127.0.0.1:0", "--swim", "127.0.0.1:0", "--managers", "127.0.0.1:1",
+		"--swim-profile", "test", "--log-format", "json", "--secret-file", secretFile}
+	var stderr testutil.SyncBuffer
+	sigs := make(chan os.Signal, 1)
+	exit := make(chan int, 1)
+	go func() { exit <- run(args, func(string) string { return "" }, &stderr, sigs) }()
+	waitForLog(t, &stderr, `"msg":"worker started"`)
+	sigs <- syscall.SIGTERM
+	select {
+	case code := <-exit:
+		if code != exitOK {
+			t.Fatalf("exit %d after SIGTERM\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit after SIGTERM")
+	}
+}

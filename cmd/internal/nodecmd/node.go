@@ -42,7 +42,7 @@ type Flags struct {
 func NewFlags(fs *flag.FlagSet, role string) *Flags {
 	f := &Flags{fs: fs, vals: map[string]*string{}}
 	fs.StringVar(&f.opts.ConfigFile, "config", "", "YAML config `file`")
-	fs.StringVar(&f.opts.SecretFile, "secret-file", "", "env `file` (KEY=VALUE lines) to reload AUTH_SECRET and AUTH_SECRET_PREVIOUS from on SIGHUP")
+	fs.StringVar(&f.opts.SecretFile, "secret-file", "", "env `file` (KEY=VALUE lines) with AUTH_SECRET, AUTH_SECRET_PREVIOUS and TEMPEST_TOKEN, read at start-up (over the environment) and on SIGHUP")
 	fs.StringVar(&f.opts.Token, "token", "", "API bearer token (prefer the TEMPEST_TOKEN environment variable)")
 	fs.StringVar(&f.opts.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -131,6 +131,10 @@ func Prepare(name, id string, opts Options, getenv func(string) string, stderr i
 		return Node{}, ExitUsage, err
 	}
 	n := Node{Base: base, Log: base.With("node", id)}
+	if getenv, err = StartupEnv(opts.SecretFile, getenv); err != nil {
+		n.Log.Error("refusing to start", "err", err)
+		return n, ExitFailure, err
+	}
 	if n.Keyring, err = KeyringFromEnv(getenv); err != nil {
 		n.Log.Error("refusing to start", "err", err)
 		return n, ExitFailure, err

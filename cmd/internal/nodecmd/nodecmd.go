@@ -1,8 +1,8 @@
 // Package nodecmd holds what the node binaries (tempest-gate,
 // tempest-manager, tempest-worker) share around their startup: the YAML
 // config file, the shared flags, the logger, the cluster secrets (read from
-// the environment at startup and from --secret-file, or the environment,
-// again on SIGHUP) and the signal loop.
+// --secret-file over the environment, at startup and again on SIGHUP) and
+// the signal loop.
 package nodecmd
 
 import (
@@ -75,6 +75,37 @@ func KeyringFromEnv(getenv func(string) string) (*security.Keyring, error) {
 		return nil, errors.New("AUTH_SECRET is not set (create one with `tempest secret generate`)")
 	}
 	return security.NewKeyring(current, getenv("AUTH_SECRET_PREVIOUS"))
+}
+
+// secretKeys are the variables a --secret-file may hold.
+var secretKeys = []string{"AUTH_SECRET", "AUTH_SECRET_PREVIOUS", "TEMPEST_TOKEN"}
+
+// StartupEnv is the environment a node starts from: with a secretFile, the
+// file's AUTH_SECRET, AUTH_SECRET_PREVIOUS and TEMPEST_TOKEN over getenv's
+// (the file is what SIGHUP reloads, so starting from anything else would
+// make a restart and a reload disagree); without one, getenv itself. A
+// variable the file does not set falls through to getenv. A file that
+// cannot be read is an error, never a silent fall back to the environment.
+func StartupEnv(secretFile string, getenv func(string) string) (func(string) string, error) {
+	if secretFile == "" {
+		return getenv, nil
+	}
+	vals, err := ReadEnvFile(secretFile)
+	if err != nil {
+		return nil, err
+	}
+	file := make(map[string]string, len(secretKeys))
+	for _, k := range secretKeys {
+		if v, ok := vals[k]; ok {
+			file[k] = v
+		}
+	}
+	return func(k string) string {
+		if v, ok := file[k]; ok {
+			return v
+		}
+		return getenv(k)
+	}, nil
 }
 
 // Secrets re-reads AUTH_SECRET and AUTH_SECRET_PREVIOUS for a rotation pass

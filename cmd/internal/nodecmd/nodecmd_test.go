@@ -2,6 +2,7 @@ package nodecmd
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -250,5 +251,29 @@ func TestParsePeers(t *testing.T) {
 	}
 	if _, err := ParsePeers("a=1,b", func(id, addr string) peer { return peer{id, addr} }); err == nil || !strings.Contains(err.Error(), `"b" is not id=quicaddr`) {
 		t.Fatalf("ParsePeers(a=1,b) = %v", err)
+	}
+}
+
+func TestStartupEnv(t *testing.T) {
+	env := map[string]string{"AUTH_SECRET": "from-env", "TEMPEST_TOKEN": "env-token", "OTHER": "x"}
+	getenv := func(k string) string { return env[k] }
+	file := filepath.Join(t.TempDir(), "secret.env")
+	if err := os.WriteFile(file, []byte("AUTH_SECRET=\"from-file\"\nOTHER=ignored\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	get, err := StartupEnv(file, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{"AUTH_SECRET": "from-file", "TEMPEST_TOKEN": "env-token", "OTHER": "x", "AUTH_SECRET_PREVIOUS": ""} {
+		if got := get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if _, err := StartupEnv(filepath.Join(t.TempDir(), "absent"), getenv); err == nil {
+		t.Error("absent secret file: no error")
+	}
+	if get, _ := StartupEnv("", getenv); get("AUTH_SECRET") != "from-env" {
+		t.Error("no secret file: environment not used")
 	}
 }
