@@ -172,12 +172,12 @@ var catalogue = map[MsgType]typeInfo{
 	TypeRainstormBatchAck:      {"RainstormBatchAck", ClassDispatch, func() Message { return new(RainstormBatchAck) }},
 	TypeRainstormCheckpoint:    {"RainstormCheckpoint", ClassControl, func() Message { return new(RainstormCheckpoint) }},
 	TypeRainstormCheckpointAck: {"RainstormCheckpointAck", ClassControl, func() Message { return new(RainstormCheckpointAck) }},
-	TypeBlobChunkPut: {"BlobChunkPut", ClassBulk, func() Message { return new(BlobChunkPut) }},
-	TypeBlobCommit:   {"BlobCommit", ClassBulk, func() Message { return new(BlobCommit) }},
-	TypeBlobStat:     {"BlobStat", ClassBulk, func() Message { return new(BlobStat) }},
-	TypeBlobAck:      {"BlobAck", ClassBulk, func() Message { return new(BlobAck) }},
-	TypeBlobChunkGet: {"BlobChunkGet", ClassBulk, func() Message { return new(BlobChunkGet) }},
-	TypeBlobChunk:    {"BlobChunk", ClassBulk, func() Message { return new(BlobChunk) }},
+	TypeBlobChunkPut:           {"BlobChunkPut", ClassBulk, func() Message { return new(BlobChunkPut) }},
+	TypeBlobCommit:             {"BlobCommit", ClassBulk, func() Message { return new(BlobCommit) }},
+	TypeBlobStat:               {"BlobStat", ClassBulk, func() Message { return new(BlobStat) }},
+	TypeBlobAck:                {"BlobAck", ClassBulk, func() Message { return new(BlobAck) }},
+	TypeBlobChunkGet:           {"BlobChunkGet", ClassBulk, func() Message { return new(BlobChunkGet) }},
+	TypeBlobChunk:              {"BlobChunk", ClassBulk, func() Message { return new(BlobChunk) }},
 }
 
 func (t MsgType) String() string {
