@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"tempest/jobfile"
-	"tempest/workflow"
 )
 
 // runSubmit sends a job file. Without --wait it prints the job id alone,
@@ -87,7 +86,7 @@ func readDataFiles(jobFile []byte, path string) (map[string][]byte, error) {
 		}
 		return b, err
 	}
-	if _, err := jobfile.Parse(jobFile, path, workflow.DefaultRegistry(), jobfile.WithDataFiles(read)); err != nil {
+	if _, err := jobfile.Parse(jobFile, path, cliRegistry(filepath.Dir(path)), jobfile.WithDataFiles(read)); err != nil {
 		return nil, err
 	}
 	return files, nil
