@@ -103,6 +103,8 @@ type RainstormCheckpoint struct {
 	// Done: every input ended and every output (or final row) is in this
 	// checkpoint. A sink's Done checkpoint completes its part of the output.
 	Done bool `cbor:"10,keyasint,omitempty"`
+	// BadRecords counts records the task refused (malformed for its op).
+	BadRecords uint64 `cbor:"11,keyasint,omitempty"`
 }
 
 // RainstormCheckpointAck answers a RainstormCheckpoint. Refused says the

@@ -1,0 +1,5 @@
+//go:build !race
+
+package rainstorm
+
+const raceEnabled = false

@@ -1,0 +1,660 @@
+package rainstorm
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/csv"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"tempest/wire"
+)
+
+// The simulation runs a pipeline's machines on a deterministic network and
+// clock: every message can be dropped, duplicated, delayed and reordered;
+// any task can crash and restart from its latest durable checkpoint with a
+// new incarnation; a task can be frozen (SIGSTOP), replaced, and then wake
+// up and go on sending and checkpointing as if nothing happened. The
+// output must equal the sequential pass exactly.
+
+type faults struct {
+	drop, dup     float64 // per message
+	maxDelay      int     // ticks; delays vary, so messages reorder
+	crash, freeze float64 // per tick
+	maxCrashes    int
+}
+
+var heavy = faults{drop: 0.05, dup: 0.05, maxDelay: 6, crash: 0.02, freeze: 0.01, maxCrashes: 10}
+
+type simMsg struct {
+	at, n int
+	to    wire.RainstormTask
+	toInc uint64 // checkpoint answers go to the writer only
+	batch *wire.RainstormBatch
+	ack   *wire.RainstormBatchAck
+	ckpt  *wire.RainstormCheckpoint
+	cack  *wire.RainstormCheckpointAck
+}
+
+type simInst struct {
+	id        wire.RainstormTask
+	inc       uint64
+	src       *SourceMachine
+	rd        RecordSource
+	task      *TaskMachine
+	op        Transform
+	frozen    bool
+	stale     bool
+	staleTill int
+}
+
+type simRun struct {
+	t       testing.TB
+	r       *rand.Rand
+	f       faults
+	p       *Pipeline
+	data    []byte
+	ropts   ReaderOptions
+	header  []string
+	store   *MemStore
+	exec    ExecOptions
+	cfgTune func(*TaskConfig)
+
+	now, n      int
+	queue       []simMsg
+	insts       []*simInst
+	restarts    []restart
+	incs        map[wire.RainstormTask]uint64
+	crashes     int
+	staleRefuse int // checkpoints of stale incarnations the store refused
+	staleSends  int // batches stale incarnations sent
+	sent        map[[4]uint64]string
+}
+
+// checkIdentical holds the invariant the proof rests on: a batch sent
+// again, by any incarnation, has the same records as the first time.
+func (s *simRun) checkIdentical(in *simInst, b *wire.RainstormBatch) {
+	if s.sent == nil {
+		s.sent = map[[4]uint64]string{}
+	}
+	k := [4]uint64{uint64(b.From.Stage), uint64(b.From.Index), uint64(b.To), b.Seq}
+	v := fmt.Sprint(b.EOS, b.Records)
+	if old, ok := s.sent[k]; ok && old != v {
+		s.t.Fatalf("tick %d: task %d.%d incarnation %d (stale %v) sent batch %d to %d unlike the first time:\n%.300s\nvs\n%.300s",
+			s.now, in.id.Stage, in.id.Index, in.inc, in.stale, b.Seq, b.To, v, old)
+	}
+	s.sent[k] = v
+}
+
+type restart struct {
+	at int
+	id wire.RainstormTask
+}
+
+func (s *simRun) tasksOf(stage int) int {
+	if stage == 0 {
+		return 1
+	}
+	return s.p.Stages[stage-1].TaskCount()
+}
+
+func (s *simRun) start(id wire.RainstormTask) *simInst {
+	s.incs[id]++
+	inc := s.incs[id]
+	ckpt, err := s.store.Fence(id, inc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	in := &simInst{id: id, inc: inc}
+	nstages := len(s.p.Stages)
+	if id.Stage == 0 {
+		in.src, err = NewSourceMachine(SourceConfig{Task: id, Incarnation: inc, Downstream: s.tasksOf(1), Next: s.p.Stages[0],
+			FailOnBadRecord: s.p.Spec.FailOnBadRecord, SegmentRecords: 256, Window: 8, ResendTicks: 12}, ckpt)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		pos := in.src.Resume()
+		if pos == (Position{}) {
+			in.rd, err = NewReader(bytes.NewReader(s.data), s.ropts)
+			if err != nil {
+				s.t.Fatal(err)
+			}
+		} else {
+			in.rd = ResumeReader(bytes.NewReader(s.data[pos.Offset:]), pos, s.ropts, s.header)
+		}
+	} else {
+		cs := s.p.Stages[id.Stage-1]
+		cfg := TaskConfig{Task: id, Incarnation: inc, Upstream: s.tasksOf(id.Stage - 1), Stage: cs,
+			AtLeastOnce: s.p.Spec.AtLeastOnce, BatchRecords: 128, MaxPending: 16, ResendTicks: 12}
+		if id.Stage < nstages {
+			cfg.Downstream, cfg.Next = s.tasksOf(id.Stage+1), s.p.Stages[id.Stage]
+		}
+		if !cs.Op.Aggregate() {
+			in.op, err = cs.Operator(s.exec)
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			cfg.Transform = in.op
+		}
+		if s.cfgTune != nil {
+			s.cfgTune(&cfg)
+		}
+		in.task, err = NewTaskMachine(cfg, ckpt)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	s.insts = append(s.insts, in)
+	return in
+}
+
+func (s *simRun) remove(in *simInst) {
+	if in.op != nil {
+		_ = in.op.Close()
+	}
+	s.insts = slices.DeleteFunc(s.insts, func(x *simInst) bool { return x == in })
+}
+
+func (s *simRun) send(m simMsg) {
+	if s.r.Float64() < s.f.drop {
+		return
+	}
+	copies := 1
+	if s.r.Float64() < s.f.dup {
+		copies = 2
+	}
+	for range copies {
+		m.at = s.now + 1 + s.r.IntN(s.f.maxDelay+1)
+		m.n = s.n
+		s.n++
+		s.queue = append(s.queue, m)
+	}
+}
+
+func (s *simRun) handle(in *simInst, rd Ready) {
+	if rd.Failed != nil {
+		s.t.Fatalf("task %d.%d (incarnation %d) failed: %v", in.id.Stage, in.id.Index, in.inc, rd.Failed)
+	}
+	for _, b := range rd.Batches {
+		if !s.p.Spec.AtLeastOnce {
+			s.checkIdentical(in, b)
+		}
+		if in.stale {
+			s.staleSends++
+		}
+		s.send(simMsg{to: wire.RainstormTask{Stage: in.id.Stage + 1, Index: b.To}, batch: b})
+	}
+	for _, a := range rd.Acks {
+		s.send(simMsg{to: wire.RainstormTask{Stage: in.id.Stage - 1, Index: a.To}, ack: a})
+	}
+	if rd.Checkpoint != nil {
+		s.send(simMsg{to: in.id, ckpt: rd.Checkpoint})
+	}
+	if rd.Fenced {
+		s.remove(in)
+	}
+}
+
+func (s *simRun) deliver(m simMsg) {
+	if m.ckpt != nil {
+		a := s.store.Put(m.ckpt)
+		if a.Refused && a.Current > m.ckpt.Incarnation {
+			s.staleRefuse++
+		}
+		s.send(simMsg{to: m.ckpt.Task, toInc: m.ckpt.Incarnation, cack: a})
+		return
+	}
+	for _, in := range slices.Clone(s.insts) {
+		if in.id != m.to || in.frozen || (m.cack != nil && in.inc != m.toInc) {
+			continue
+		}
+		switch {
+		case in.src != nil && m.ack != nil:
+			in.src.Ack(m.ack)
+		case in.src != nil && m.cack != nil:
+			in.src.CheckpointResult(m.cack)
+		case in.task != nil && m.batch != nil:
+			in.task.Batch(m.batch)
+		case in.task != nil && m.ack != nil:
+			in.task.Ack(m.ack)
+		case in.task != nil && m.cack != nil:
+			in.task.CheckpointResult(m.cack)
+		default:
+			continue
+		}
+		s.handle(in, s.ready(in))
+	}
+}
+
+func (s *simRun) ready(in *simInst) Ready {
+	if in.src != nil {
+		return in.src.Ready()
+	}
+	return in.task.Ready()
+}
+
+func (s *simRun) current(id wire.RainstormTask) *simInst {
+	for _, in := range s.insts {
+		if in.id == id && in.inc == s.incs[id] {
+			return in
+		}
+	}
+	return nil
+}
+
+func (s *simRun) faultStep() {
+	if s.crashes >= s.f.maxCrashes {
+		return
+	}
+	var ids []wire.RainstormTask
+	for st := 0; st <= len(s.p.Stages); st++ {
+		for i := range s.tasksOf(st) {
+			if in := s.current(wire.RainstormTask{Stage: st, Index: i}); in != nil && !in.frozen {
+				ids = append(ids, in.id)
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	switch x := s.r.Float64(); {
+	case x < s.f.crash:
+		in := s.current(ids[s.r.IntN(len(ids))])
+		s.remove(in)
+		s.crashes++
+		s.restarts = append(s.restarts, restart{at: s.now + 1 + s.r.IntN(10), id: in.id})
+	case x < s.f.crash+s.f.freeze:
+		// SIGSTOP: frozen past failure detection, replaced, then SIGCONT.
+		in := s.current(ids[s.r.IntN(len(ids))])
+		in.frozen = true
+		s.crashes++
+		s.restarts = append(s.restarts, restart{at: s.now + 1 + s.r.IntN(10), id: in.id})
+		thaw := s.now + 12 + s.r.IntN(20)
+		in.staleTill = thaw + 150
+		s.restarts = append(s.restarts, restart{at: thaw, id: wire.RainstormTask{Stage: -1 - in.id.Stage, Index: in.id.Index}})
+	}
+}
+
+// step runs one tick; it returns true once every sink's final checkpoint
+// is durable.
+func (s *simRun) step() bool {
+	s.now++
+	// Messages due now, in send order.
+	sort.SliceStable(s.queue, func(i, j int) bool {
+		return cmp.Or(cmp.Compare(s.queue[i].at, s.queue[j].at), cmp.Compare(s.queue[i].n, s.queue[j].n)) < 0
+	})
+	k := 0
+	for k < len(s.queue) && s.queue[k].at <= s.now {
+		k++
+	}
+	due := slices.Clone(s.queue[:k])
+	s.queue = s.queue[k:]
+	for _, m := range due {
+		s.deliver(m)
+	}
+	// Restarts and thaws that are due.
+	var later []restart
+	for _, rs := range s.restarts {
+		switch {
+		case rs.at > s.now:
+			later = append(later, rs)
+		case rs.id.Stage < 0: // thaw a frozen instance: it is now stale
+			id := wire.RainstormTask{Stage: -1 - rs.id.Stage, Index: rs.id.Index}
+			for _, in := range s.insts {
+				if in.id == id && in.frozen {
+					in.frozen, in.stale = false, true
+				}
+			}
+		default:
+			s.start(rs.id)
+		}
+	}
+	s.restarts = later
+	s.faultStep()
+	for _, in := range slices.Clone(s.insts) {
+		if in.frozen {
+			continue
+		}
+		if in.stale && s.now > in.staleTill {
+			s.remove(in) // the frozen process is finally killed
+			continue
+		}
+		if in.src != nil {
+			for range 4 {
+				idx, ok := in.src.Want()
+				if !ok {
+					break
+				}
+				seg, err := ReadSegment(in.rd, idx, 256)
+				if err != nil {
+					s.t.Fatal(err)
+				}
+				in.src.Segment(seg)
+			}
+			in.src.Tick()
+		} else {
+			in.task.Tick()
+		}
+		s.handle(in, s.ready(in))
+	}
+	last := len(s.p.Stages)
+	for i := range s.tasksOf(last) {
+		if !s.store.Done(wire.RainstormTask{Stage: last, Index: i}) {
+			return false
+		}
+	}
+	return true
+}
+
+// output gathers every sink's published rows in Output's order.
+func (s *simRun) output() []Record {
+	var rows []Record
+	last := len(s.p.Stages)
+	for i := range s.tasksOf(last) {
+		rows = append(rows, s.store.Output(wire.RainstormTask{Stage: last, Index: i})...)
+	}
+	s.p.SortRows(rows)
+	return rows
+}
+
+func runSim(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune func(*TaskConfig), ex ExecOptions) (*simRun, []Record) {
+	t.Helper()
+	ropts := ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
+	rd, err := NewReader(bytes.NewReader(data), ropts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(spec, rd.Header())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &simRun{t: t, r: rand.New(rand.NewPCG(seed, 0x5eed)), f: f, p: p, data: data, ropts: ropts, header: rd.Header(),
+		store: NewMemStore(), incs: map[wire.RainstormTask]uint64{}, cfgTune: tune, exec: ex}
+	for st := 0; st <= len(spec.Stages); st++ {
+		for i := range s.tasksOf(st) {
+			s.start(wire.RainstormTask{Stage: st, Index: i})
+		}
+	}
+	defer func() {
+		for _, in := range slices.Clone(s.insts) {
+			s.remove(in)
+		}
+	}()
+	for !s.step() {
+		if s.now > 20000 {
+			t.Fatalf("seed %d: no completion after %d ticks (%d messages queued)\n%s", seed, s.now, len(s.queue), s.dump())
+		}
+	}
+	return s, s.output()
+}
+
+// ---- the sequential passes, written independently with encoding/csv -------
+
+func csvRecords(t testing.TB, data []byte, header bool) [][]string {
+	t.Helper()
+	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(data, []byte("\xEF\xBB\xBF"))))
+	all, err := r.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if header {
+		all = all[1:]
+	}
+	return all
+}
+
+func countRows(m map[string]int) []Record {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]Record, len(keys))
+	for i, k := range keys {
+		out[i] = Record{ID: uint64(i), Fields: []string{k, fmt.Sprint(m[k])}}
+	}
+	return out
+}
+
+// expectTelesparCount: Sign_Post (column 7) == "Punched Telespar", count
+// by Category (column 9).
+func expectTelesparCount(t testing.TB, data []byte, header bool) []Record {
+	m := map[string]int{}
+	for _, r := range csvRecords(t, data, header) {
+		if r[6] == "Punched Telespar" {
+			m[r[8]]++
+		}
+	}
+	return countRows(m)
+}
+
+// expectWarningProject: Category matches ^(Warning|School)$, Sign_Text
+// with runs of spaces made "_", then OBJECTID, Category, Sign_Text.
+func expectWarningProject(t testing.TB, data []byte) []Record {
+	var out []Record
+	for i, r := range csvRecords(t, data, true) {
+		if r[8] != "Warning" && r[8] != "School" {
+			continue
+		}
+		txt := regexp.MustCompile(" +").ReplaceAllString(r[16], "_")
+		out = append(out, Record{ID: uint64(i), Fields: []string{r[2], r[8], txt}})
+	}
+	return out
+}
+
+// expectSumX: Sign_Post contains "Telespar", exact sum of X by Category.
+func expectSumX(t testing.TB, data []byte) []Record {
+	sums := map[string]*big.Rat{}
+	scale := map[string]int{}
+	for _, r := range csvRecords(t, data, true) {
+		if !strings.Contains(r[6], "Telespar") {
+			continue
+		}
+		v, ok := new(big.Rat).SetString(r[0])
+		if !ok {
+			t.Fatalf("X %q", r[0])
+		}
+		if sums[r[8]] == nil {
+			sums[r[8]] = new(big.Rat)
+		}
+		sums[r[8]].Add(sums[r[8]], v)
+		if d := strings.IndexByte(r[0], '.'); d >= 0 {
+			scale[r[8]] = max(scale[r[8]], len(r[0])-d-1)
+		}
+	}
+	keys := make([]string, 0, len(sums))
+	for k := range sums {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]Record, len(keys))
+	for i, k := range keys {
+		out[i] = Record{ID: uint64(i), Fields: []string{k, sums[k].FloatString(scale[k])}}
+	}
+	return out
+}
+
+type simCase struct {
+	name   string
+	spec   func(eo bool) *Spec
+	data   []byte
+	expect []Record
+}
+
+func simCases(t testing.TB) []simCase {
+	full, tenk := sharedData(t, fullCSV), sharedData(t, tenkCSV)
+	eq := "Punched Telespar"
+	src := Source{File: "signs.csv", Header: true}
+	return []simCase{
+		{"filter-count", func(eo bool) *Spec {
+			return &Spec{Source: src, AtLeastOnce: !eo, Stages: []Stage{
+				{Name: "telespar", Op: OpFilter, Tasks: 3, Field: "Sign_Post", Equals: &eq},
+				{Name: "count", Op: OpCount, Tasks: 3, Key: "Category"}}}
+		}, full, expectTelesparCount(t, full, true)},
+		{"filter-count-noheader", func(eo bool) *Spec {
+			return &Spec{Source: Source{File: "10k.csv"}, AtLeastOnce: !eo, Stages: []Stage{
+				{Name: "telespar", Op: OpFilter, Tasks: 2, Field: "7", Equals: &eq},
+				{Name: "count", Op: OpCount, Tasks: 2, Key: "9"}}}
+		}, tenk, expectTelesparCount(t, tenk, false)},
+		{"filter-replace-project", func(eo bool) *Spec {
+			return &Spec{Source: src, AtLeastOnce: !eo, Stages: []Stage{
+				{Name: "warning", Op: OpFilter, Tasks: 2, Field: "Category", Matches: "^(Warning|School)$"},
+				{Name: "spaces", Op: OpReplace, Tasks: 2, Field: "Sign_Text", Pattern: " +", With: "_"},
+				{Name: "pick", Op: OpProject, Tasks: 3, Fields: []string{"OBJECTID", "Category", "Sign_Text"}}}}
+		}, full, expectWarningProject(t, full)},
+		{"filter-sum", func(eo bool) *Spec {
+			return &Spec{Source: src, AtLeastOnce: !eo, Stages: []Stage{
+				{Name: "telespar", Op: OpFilter, Tasks: 2, Field: "Sign_Post", Matches: "Telespar"},
+				{Name: "sum", Op: OpSum, Tasks: 3, Key: "Category", Field: "X"}}}
+		}, full, expectSumX(t, full)},
+	}
+}
+
+// TestReferenceMatchesSequentialPass checks Reference against the passes
+// above, so that either can serve as the expected output.
+func TestReferenceMatchesSequentialPass(t *testing.T) {
+	for _, c := range simCases(t) {
+		spec := c.spec(true)
+		opts := ReaderOptions{Format: FormatCSV, Header: spec.Source.Header}
+		rd, err := NewReader(bytes.NewReader(c.data), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Compile(spec, rd.Header())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Reference(p, rd, ExecOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.expect) == 0 || !reflect.DeepEqual(out.Rows, c.expect) {
+			t.Fatalf("%s: reference gave %d rows, the sequential pass %d", c.name, len(out.Rows), len(c.expect))
+		}
+	}
+}
+
+func simSeeds(t *testing.T) int {
+	if testing.Short() || raceEnabled {
+		return 4
+	}
+	return 25
+}
+
+// TestSimExactlyOnce: under drops, duplicates, reordering, crashes and
+// stale incarnations, every seed's output equals the sequential pass.
+func TestSimExactlyOnce(t *testing.T) {
+	var crashes, staleRefused, staleSends int
+	for _, c := range simCases(t) {
+		for seed := uint64(1); seed <= uint64(simSeeds(t)); seed++ {
+			s, got := runSim(t, seed, heavy, c.spec(true), c.data, nil, ExecOptions{})
+			if !reflect.DeepEqual(got, c.expect) {
+				t.Fatalf("%s seed %d: output differs from the sequential pass (%d rows, want %d; %d crashes)\n%s",
+					c.name, seed, len(got), len(c.expect), s.crashes, diffRows(got, c.expect))
+			}
+			crashes += s.crashes
+			staleRefused += s.staleRefuse
+			staleSends += s.staleSends
+		}
+	}
+	// The faults must have happened, or the test proves nothing.
+	if crashes == 0 || staleRefused == 0 || staleSends == 0 {
+		t.Fatalf("faults not exercised: %d crashes, %d stale checkpoints refused, %d stale batches sent", crashes, staleRefused, staleSends)
+	}
+	t.Logf("%d crashes or freezes, %d checkpoints of stale incarnations refused, %d batches sent by stale incarnations", crashes, staleRefused, staleSends)
+}
+
+// TestSimAtLeastOnceOverCounts runs the same faults in at-least-once mode:
+// nothing may be lost, and some seeds must count too much (which is what
+// the exactly-once machinery prevents).
+func TestSimAtLeastOnceOverCounts(t *testing.T) {
+	c := simCases(t)[0]
+	want := map[string]int{}
+	for _, r := range c.expect {
+		fmt.Sscan(r.Fields[1], new(int))
+		var n int
+		fmt.Sscan(r.Fields[1], &n)
+		want[r.Fields[0]] = n
+	}
+	over := 0
+	for seed := uint64(1); seed <= uint64(simSeeds(t)); seed++ {
+		_, got := runSim(t, seed, heavy, c.spec(false), c.data, nil, ExecOptions{})
+		if len(got) != len(c.expect) {
+			t.Fatalf("seed %d: %d keys, want %d", seed, len(got), len(c.expect))
+		}
+		differs := false
+		for _, r := range got {
+			var n int
+			fmt.Sscan(r.Fields[1], &n)
+			if n < want[r.Fields[0]] {
+				t.Fatalf("seed %d: at-least-once lost records: %s = %d, want at least %d", seed, r.Fields[0], n, want[r.Fields[0]])
+			}
+			differs = differs || n > want[r.Fields[0]]
+		}
+		if differs {
+			over++
+		}
+	}
+	if over == 0 {
+		t.Fatal("at-least-once never over-counted: the faults do not reach what exactly-once guards against")
+	}
+	t.Logf("at-least-once over-counted in %d of %d seeds", over, simSeeds(t))
+}
+
+func diffRows(got, want []Record) string {
+	var b strings.Builder
+	for i := 0; i < max(len(got), len(want)) && b.Len() < 2000; i++ {
+		var g, w Record
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if !reflect.DeepEqual(g, w) {
+			fmt.Fprintf(&b, "  row %d: got %d %q, want %d %q\n", i, g.ID, g.Fields, w.ID, w.Fields)
+		}
+	}
+	return b.String()
+}
+
+func TestSimNoFaults(t *testing.T) {
+	c := simCases(t)[0]
+	s, got := runSim(t, 1, faults{maxDelay: 0}, c.spec(true), c.data, nil, ExecOptions{})
+	if !reflect.DeepEqual(got, c.expect) {
+		t.Fatalf("output differs\n%s", diffRows(got, c.expect))
+	}
+	t.Logf("%d ticks", s.now)
+}
+
+// dump describes every instance, for a run that does not finish.
+
+func (s *simRun) dump() string {
+	var b strings.Builder
+	for _, in := range s.insts {
+		fmt.Fprintf(&b, "%d.%d inc %d frozen %v stale %v: ", in.id.Stage, in.id.Index, in.inc, in.frozen, in.stale)
+		if in.src != nil {
+			m := in.src
+			fmt.Fprintf(&b, "src next %d eof %v acked %v segs %d done %v stopped %v inflight %v\n", m.nextSeg, m.eof, m.acked, len(m.segs), m.done, m.stopped, m.inflight != nil)
+		} else {
+			m := in.task
+			fmt.Fprintf(&b, "task final %v done %v stopped %v inflight %v in:", m.final, m.done, m.stopped, m.inflight != nil)
+			for _, c := range m.in {
+				fmt.Fprintf(&b, " {next %d eos %v dn %d inc %d reorder %d}", c.next, c.eos, c.durableNext, c.inc, len(c.reorder))
+			}
+			b.WriteString(" out:")
+			for _, o := range m.out {
+				fmt.Fprintf(&b, " {next %d acked %d durable %d pending %d}", o.next, o.acked, o.durable, len(o.pending))
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,339 @@
+package rainstorm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"tempest/wire"
+)
+
+// Source defaults.
+const (
+	// DefaultSegmentRecords is the records per source segment. Segments
+	// are cut by input id (segment j holds ids [j*n, (j+1)*n)), so a
+	// restarted source cuts the same ones and regenerates batches
+	// identical to those it sent.
+	DefaultSegmentRecords = 1024
+	// DefaultWindow is the unacknowledged segments a source keeps.
+	DefaultWindow = 32
+	maxBadFirst   = 10
+)
+
+// RecordSource is what a source reads: a *Reader or a *Generator.
+type RecordSource interface {
+	Next() (Record, error)
+	Pos() Position
+}
+
+// Segment is one run of input records: ids [Index*n, (Index+1)*n) of
+// SegmentRecords n, fewer only at the end of input (EOF).
+type Segment struct {
+	Index   uint64
+	Start   Position // before the segment's first record
+	End     Position // after its last
+	Records []Record
+	Bad     []uint64 // ids of malformed records in the segment
+	EOF     bool
+}
+
+// ReadSegment reads segment index from src, which must stand at its first
+// record, with n records per segment. A malformed record still takes its
+// id, so segments do not depend on what could be parsed.
+func ReadSegment(src RecordSource, index uint64, n int) (Segment, error) {
+	seg := Segment{Index: index, Start: src.Pos()}
+	end := (index + 1) * uint64(n)
+	for src.Pos().Record < end {
+		rec, err := src.Next()
+		var bad *BadRecordError
+		switch {
+		case errors.Is(err, io.EOF):
+			seg.EOF = true
+			seg.End = src.Pos()
+			return seg, nil
+		case errors.As(err, &bad):
+			seg.Bad = append(seg.Bad, bad.Record)
+		case err != nil:
+			return seg, err
+		default:
+			seg.Records = append(seg.Records, rec)
+		}
+	}
+	seg.End = src.Pos()
+	return seg, nil
+}
+
+// Generator makes a generate source's records: record i has the fields
+// id (i), key ("k" + i mod keys) and value (a number from i), the same on
+// every read, so it can resume anywhere.
+type Generator struct {
+	records, keys uint64
+	next          uint64
+}
+
+// NewGenerator starts a generator at record index from.
+func NewGenerator(g *Generate, from uint64) *Generator {
+	return &Generator{records: uint64(g.Records), keys: uint64(max(g.Keys, 1)), next: from}
+}
+
+// Next implements RecordSource.
+func (g *Generator) Next() (Record, error) {
+	if g.next >= g.records {
+		return Record{}, io.EOF
+	}
+	i := g.next
+	g.next++
+	return Record{ID: i, Fields: []string{
+		strconv.FormatUint(i, 10),
+		"k" + strconv.FormatUint(i%g.keys, 10),
+		strconv.FormatUint(mix64(i)%1000, 10),
+	}}, nil
+}
+
+// Pos implements RecordSource.
+func (g *Generator) Pos() Position { return Position{Record: g.next} }
+
+// SourceConfig configures the source task's machine.
+type SourceConfig struct {
+	Task            wire.RainstormTask // Stage 0
+	Incarnation     uint64
+	Downstream      int
+	Next            *CompiledStage // the first stage (routes records)
+	FailOnBadRecord bool
+	SegmentRecords  int
+	Window          int
+	CheckpointTicks int
+	ResendTicks     int
+}
+
+type sourceSeg struct {
+	index     uint64
+	start     Position
+	badBefore uint64 // malformed records before this segment
+	batches   []*wire.RainstormBatch
+}
+
+// SourceMachine is the source task's state machine. The driver reads
+// segments when Want says so and hands them to Segment. The source's
+// batches are regenerable, so it sends them at once; its checkpoint is
+// only where to resume (the oldest unacknowledged segment) and what each
+// channel has acknowledged, and it needs no checkpoint before sending.
+type SourceMachine struct {
+	cfg      SourceConfig
+	acked    []uint64 // per channel: highest acknowledged seq (= segment index + 1)
+	lastSent []int
+	segs     []*sourceSeg // unacknowledged, oldest first
+	nextSeg  uint64
+	eof      bool
+	lastSeq  uint64 // the EOS batch's seq once known
+	bad      uint64
+	badFirst []uint64
+	resume   wire.RainstormSourcePos
+	readPos  Position // after the last segment read
+
+	version  uint64
+	inflight *wire.RainstormCheckpoint
+	saved    uint64 // resume segment of the latest durable checkpoint
+	done     bool
+	stopped  bool
+	tick     int
+	lastCut  int
+	ready    Ready
+}
+
+// NewSourceMachine starts the source from its latest durable checkpoint
+// (nil for a fresh start). The driver opens the input at Resume().
+func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*SourceMachine, error) {
+	if cfg.SegmentRecords <= 0 {
+		cfg.SegmentRecords = DefaultSegmentRecords
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.CheckpointTicks <= 0 {
+		cfg.CheckpointTicks = DefaultCheckpointTicks
+	}
+	if cfg.ResendTicks <= 0 {
+		cfg.ResendTicks = DefaultResendTicks
+	}
+	if cfg.Downstream < 1 || cfg.Next == nil {
+		return nil, errors.New("rainstorm source: downstream and next stage must be set")
+	}
+	m := &SourceMachine{cfg: cfg, acked: make([]uint64, cfg.Downstream), lastSent: make([]int, cfg.Downstream)}
+	if ckpt != nil {
+		if ckpt.Source == nil || len(ckpt.Outputs) != cfg.Downstream {
+			return nil, errors.New("rainstorm source: checkpoint is not a source's of this shape")
+		}
+		m.version = ckpt.Version
+		m.resume = *ckpt.Source
+		m.nextSeg, m.saved = m.resume.Segment, m.resume.Segment
+		m.bad, m.badFirst = m.resume.BadRecords, append([]uint64(nil), m.resume.BadFirst...)
+		for i, o := range ckpt.Outputs {
+			m.acked[i] = o.Acked
+		}
+		m.done = ckpt.Done
+	}
+	m.readPos = m.Resume()
+	return m, nil
+}
+
+// Resume is where the driver opens the input: the first record of the
+// oldest segment not acknowledged on every channel.
+func (m *SourceMachine) Resume() Position {
+	return Position{Record: m.resume.Record, Offset: m.resume.Offset}
+}
+
+// Want reports whether the source wants its next segment read (window not
+// full, input not ended), and which.
+func (m *SourceMachine) Want() (uint64, bool) {
+	return m.nextSeg, !m.stopped && !m.eof && !m.done && len(m.segs) < m.cfg.Window
+}
+
+// Ready returns and clears what the machine wants done.
+func (m *SourceMachine) Ready() Ready {
+	r := m.ready
+	m.ready = Ready{}
+	return r
+}
+
+// BadRecords is the count of malformed input records and the first few ids.
+func (m *SourceMachine) BadRecords() (uint64, []uint64) { return m.bad, m.badFirst }
+
+// Segment hands the machine the segment Want asked for.
+func (m *SourceMachine) Segment(seg Segment) {
+	if m.stopped || seg.Index != m.nextSeg || m.eof {
+		return
+	}
+	s := &sourceSeg{index: seg.Index, start: seg.Start, badBefore: m.bad, batches: make([]*wire.RainstormBatch, m.cfg.Downstream)}
+	for _, id := range seg.Bad {
+		m.bad++
+		if len(m.badFirst) < maxBadFirst {
+			m.badFirst = append(m.badFirst, id)
+		}
+	}
+	if len(seg.Bad) > 0 && m.cfg.FailOnBadRecord {
+		m.stopped = true
+		m.ready.Failed = fmt.Errorf("malformed input record %d (on_bad_record: fail)", seg.Bad[0]+1)
+		return
+	}
+	seq := seg.Index + 1
+	for d := range s.batches {
+		s.batches[d] = &wire.RainstormBatch{From: m.cfg.Task, To: d, Incarnation: m.cfg.Incarnation, Seq: seq, EOS: seg.EOF}
+	}
+	for i := range seg.Records {
+		d := m.cfg.Next.Route(&seg.Records[i], m.cfg.Downstream)
+		s.batches[d].Records = append(s.batches[d].Records, seg.Records[i])
+	}
+	m.segs = append(m.segs, s)
+	m.nextSeg++
+	m.readPos = seg.End
+	if seg.EOF {
+		m.eof, m.lastSeq = true, seq
+	}
+	for d, b := range s.batches {
+		if b.Seq > m.acked[d] {
+			m.ready.Batches = append(m.ready.Batches, b)
+			m.lastSent[d] = m.tick
+		}
+	}
+}
+
+// Ack delivers a first-stage task's acknowledgement.
+func (m *SourceMachine) Ack(a *wire.RainstormBatchAck) {
+	d := a.From.Index
+	if m.stopped || d < 0 || d >= len(m.acked) || a.UpTo <= m.acked[d] {
+		return
+	}
+	m.acked[d] = a.UpTo
+	m.lastSent[d] = m.tick
+	low := m.acked[0]
+	for _, x := range m.acked {
+		low = min(low, x)
+	}
+	k := 0
+	for k < len(m.segs) && m.segs[k].index+1 <= low {
+		k++
+	}
+	clear(m.segs[:k])
+	m.segs = m.segs[k:]
+}
+
+// Tick advances the clock: resend overdue batches, checkpoint progress.
+func (m *SourceMachine) Tick() {
+	if m.stopped {
+		return
+	}
+	m.tick++
+	if m.inflight != nil && m.tick-m.lastCut >= m.cfg.ResendTicks {
+		m.ready.Checkpoint = m.inflight // lost on the way, or its answer was
+		m.lastCut = m.tick
+	}
+	for d := range m.acked {
+		if m.tick-m.lastSent[d] < m.cfg.ResendTicks {
+			continue
+		}
+		for _, s := range m.segs {
+			if b := s.batches[d]; b.Seq > m.acked[d] {
+				m.ready.Batches = append(m.ready.Batches, b)
+				m.lastSent[d] = m.tick
+			}
+		}
+	}
+	allAcked := m.eof
+	for _, x := range m.acked {
+		allAcked = allAcked && x >= m.lastSeq
+	}
+	pos := m.position()
+	if m.inflight == nil && !m.done && (allAcked || (pos.Segment > m.saved && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
+		c := &wire.RainstormCheckpoint{Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
+			Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: allAcked}
+		for d, x := range m.acked {
+			c.Outputs[d] = wire.RainstormOutput{To: d, Next: x + 1, Acked: x}
+		}
+		m.inflight = c
+		m.lastCut = m.tick
+		m.ready.Checkpoint = c
+	}
+}
+
+// position is where a restart resumes: the oldest unacknowledged segment,
+// or the next to read when all are acknowledged.
+func (m *SourceMachine) position() wire.RainstormSourcePos {
+	if len(m.segs) > 0 {
+		s := m.segs[0]
+		return wire.RainstormSourcePos{Segment: s.index, Record: s.start.Record, Offset: s.start.Offset,
+			BadRecords: s.badBefore, BadFirst: m.firstBadBefore(s.badBefore)}
+	}
+	return wire.RainstormSourcePos{Segment: m.nextSeg, Record: m.readPos.Record, Offset: m.readPos.Offset,
+		BadRecords: m.bad, BadFirst: m.badFirst}
+}
+
+func (m *SourceMachine) firstBadBefore(n uint64) []uint64 {
+	k := min(uint64(len(m.badFirst)), n)
+	return append([]uint64(nil), m.badFirst[:k]...)
+}
+
+// CheckpointResult delivers the store's answer to a checkpoint.
+func (m *SourceMachine) CheckpointResult(a *wire.RainstormCheckpointAck) {
+	c := m.inflight
+	if m.stopped || c == nil || a.Version != c.Version || a.Incarnation != c.Incarnation {
+		return
+	}
+	m.inflight = nil
+	if a.Refused {
+		m.stopped = true
+		if a.Current > m.cfg.Incarnation {
+			m.ready.Fenced = true
+			return
+		}
+		m.ready.Failed = fmt.Errorf("source checkpoint %d refused: %s", c.Version, a.Reason)
+		return
+	}
+	m.version = c.Version
+	m.saved = c.Source.Segment
+	if c.Done {
+		m.done = true
+		m.ready.Done = true
+	}
+}

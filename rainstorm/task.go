@@ -1,0 +1,520 @@
+package rainstorm
+
+import (
+	"errors"
+	"fmt"
+
+	"tempest/wire"
+)
+
+// Machine defaults, in ticks of the driver's clock (the runtime's tick is
+// tens of milliseconds) and records.
+const (
+	DefaultCheckpointTicks = 2
+	DefaultResendTicks     = 10
+	DefaultMaxPending      = 64
+	DefaultBatchRecords    = 4096
+	maxReorder             = 256
+)
+
+// Ready is what a machine asks its driver to do, collected since the last
+// call to Ready: send Batches downstream (each to Batch.To) and Acks
+// upstream (each to Ack.To), write Checkpoint to the store (at most one is
+// outstanding). Failed ends the task with an error that fails the
+// pipeline; Fenced says a newer incarnation replaced this one (stop
+// quietly); Done says the task's final checkpoint is durable.
+type Ready struct {
+	Batches    []*wire.RainstormBatch
+	Acks       []*wire.RainstormBatchAck
+	Checkpoint *wire.RainstormCheckpoint
+	Failed     error
+	Fenced     bool
+	Done       bool
+}
+
+// ErrFenced is Failed's cause when the store refused a checkpoint because
+// a newer incarnation of the task exists.
+var ErrFenced = errors.New("replaced by a newer incarnation")
+
+// TaskConfig configures a stage task's machine.
+type TaskConfig struct {
+	Task        wire.RainstormTask // Stage >= 1
+	Incarnation uint64
+	Upstream    int            // tasks of the stage before (1 for the source)
+	Downstream  int            // tasks of the stage after; 0 for a sink
+	Stage       *CompiledStage // this stage
+	Next        *CompiledStage // the stage after (routes outputs); nil for a sink
+	// Transform runs a record stage (filter, project, replace, exec);
+	// aggregates (count, sum) get their state from Stage.
+	Transform Transform
+	// AtLeastOnce: no de-duplication, outputs sent before they are
+	// durable. For comparison only.
+	AtLeastOnce     bool
+	FailOnBadRecord bool
+	CheckpointTicks int // cut a checkpoint at most this often
+	ResendTicks     int // resend unacknowledged batches after this long without progress
+	MaxPending      int // unacknowledged batches per output channel before input waits
+	BatchRecords    int // records per output batch at most
+}
+
+func (c *TaskConfig) defaults() {
+	if c.CheckpointTicks <= 0 {
+		c.CheckpointTicks = DefaultCheckpointTicks
+	}
+	if c.ResendTicks <= 0 {
+		c.ResendTicks = DefaultResendTicks
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.BatchRecords <= 0 {
+		c.BatchRecords = DefaultBatchRecords
+	}
+}
+
+type inChan struct {
+	next        uint64 // next sequence number to process
+	eos         bool
+	inc         uint64
+	durableNext uint64 // next as of the latest durable checkpoint
+	ackedNext   uint64 // the durableNext last acknowledged upstream
+	reorder     map[uint64]*wire.RainstormBatch
+}
+
+type outChan struct {
+	next     uint64 // next sequence number to assign
+	acked    uint64
+	durable  uint64 // highest sequence number in a durable checkpoint
+	eos      bool
+	open     []Record
+	pending  []*wire.RainstormBatch // unacknowledged, in sequence order
+	lastSent int                    // tick of the last send or ack progress
+}
+
+// TaskMachine is one stage task's exactly-once state machine. Inputs:
+// Batch, Ack, CheckpointResult, Tick; outputs: Ready. It has no clock,
+// goroutines or I/O of its own (a Transform may: exec talks to a program).
+type TaskMachine struct {
+	cfg     TaskConfig
+	agg     *Aggregate
+	in      []inChan
+	out     []outChan
+	rows    []Record // a sink's output since the last cut
+	bad     uint64
+	version uint64 // latest durable version
+
+	inflight    *wire.RainstormCheckpoint
+	inflightPos []uint64 // input positions in inflight
+	inflightSeq []uint64 // per output, the highest seq in inflight
+	dirty       bool
+	final       bool // the final checkpoint has been cut
+	done        bool
+	stopped     bool
+
+	tick     int
+	lastCut  int
+	deferred uint64
+	scratch  []Record
+	ready    Ready
+}
+
+// NewTaskMachine starts a task from its latest durable checkpoint (nil for
+// a fresh start). Its first Ready resends every batch the checkpoint holds
+// and acknowledges its inputs, so a restart resumes at once.
+func NewTaskMachine(cfg TaskConfig, ckpt *wire.RainstormCheckpoint) (*TaskMachine, error) {
+	cfg.defaults()
+	if cfg.Stage == nil || cfg.Upstream < 1 || (cfg.Downstream > 0) != (cfg.Next != nil) {
+		return nil, errors.New("rainstorm task: stage, upstream and next/downstream must be set")
+	}
+	m := &TaskMachine{cfg: cfg, in: make([]inChan, cfg.Upstream), out: make([]outChan, cfg.Downstream)}
+	if cfg.Stage.Op.Aggregate() {
+		a, err := cfg.Stage.NewAggregate()
+		if err != nil {
+			return nil, err
+		}
+		m.agg = a
+	} else if cfg.Transform == nil {
+		return nil, fmt.Errorf("rainstorm task: stage %s needs a transform", cfg.Stage.Name)
+	}
+	for i := range m.in {
+		m.in[i] = inChan{next: 1, durableNext: 1, ackedNext: 1}
+	}
+	for i := range m.out {
+		m.out[i] = outChan{next: 1}
+	}
+	if ckpt != nil {
+		if err := m.restore(ckpt); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
+	if len(c.Inputs) != len(m.in) || len(c.Outputs) != len(m.out) {
+		return fmt.Errorf("rainstorm task %d.%d: checkpoint has %d inputs and %d outputs, want %d and %d",
+			m.cfg.Task.Stage, m.cfg.Task.Index, len(c.Inputs), len(c.Outputs), len(m.in), len(m.out))
+	}
+	m.version = c.Version
+	for i, p := range c.Inputs {
+		m.in[i] = inChan{next: p.Next, eos: p.EOS, inc: p.Incarnation, durableNext: p.Next}
+	}
+	for i, o := range c.Outputs {
+		m.out[i] = outChan{next: o.Next, acked: o.Acked, durable: o.Next - 1, eos: o.EOS}
+	}
+	for i := range c.Pending {
+		b := c.Pending[i] // a copy: the checkpoint stays the store's
+		b.Incarnation = m.cfg.Incarnation
+		m.out[b.To].pending = append(m.out[b.To].pending, &b)
+	}
+	if m.agg != nil {
+		if err := m.agg.Restore(c.State); err != nil {
+			return err
+		}
+	}
+	m.bad = c.BadRecords
+	m.final, m.done = c.Done, c.Done
+	// Resend what is pending now rather than after a timeout, and tell
+	// upstream how far this task's durable state goes.
+	for i := range m.out {
+		m.send(i, m.out[i].pending)
+	}
+	m.ackInputs(true)
+	if m.done {
+		m.ready.Done = true
+	}
+	return nil
+}
+
+// Ready returns and clears what the machine wants done.
+func (m *TaskMachine) Ready() Ready {
+	r := m.ready
+	m.ready = Ready{}
+	return r
+}
+
+// Bad is how many records this task refused as malformed.
+func (m *TaskMachine) Bad() uint64 { return m.bad }
+
+// Deferred counts input batches left for a resend because outputs were
+// backed up.
+func (m *TaskMachine) Deferred() uint64 { return m.deferred }
+
+// Batch delivers a batch from upstream task b.From.Index.
+func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
+	if m.stopped || m.final || b.From.Index < 0 || b.From.Index >= len(m.in) || b.From.Stage != m.cfg.Task.Stage-1 {
+		if m.final && !m.stopped && b.From.Index >= 0 && b.From.Index < len(m.in) && m.in[b.From.Index].durableNext > 1 {
+			m.ack(b.From.Index, m.in[b.From.Index].durableNext) // the sender missed an ack
+		}
+		return
+	}
+	ch := &m.in[b.From.Index]
+	if b.Incarnation < ch.inc {
+		return // from a replaced sender
+	}
+	ch.inc = b.Incarnation
+	switch {
+	case b.Seq < ch.next:
+		// A duplicate. If it is durable here, the sender resends because
+		// the ack was lost: say it again.
+		if b.Seq < ch.durableNext {
+			m.ack(b.From.Index, ch.durableNext)
+		}
+		if !m.cfg.AtLeastOnce {
+			return // its effect is already in this task's state
+		}
+		// At-least-once keeps no record of what it processed.
+		if !m.backedUp() {
+			m.process(b)
+			m.dirty = true
+			// A batch re-cut after a restart may end the stream where the
+			// first one with this number did not.
+			ch.eos = ch.eos || b.EOS
+		}
+		return
+	case b.Seq > ch.next:
+		if ch.reorder == nil {
+			ch.reorder = map[uint64]*wire.RainstormBatch{}
+		}
+		if len(ch.reorder) < maxReorder {
+			ch.reorder[b.Seq] = b
+		}
+		return
+	}
+	if ch.eos {
+		return // nothing follows the end of a stream
+	}
+	for b != nil && !m.stopped {
+		if m.backedUp() {
+			m.deferred++
+			return // not processed: the sender resends it
+		}
+		m.process(b)
+		ch.next++
+		if b.EOS {
+			ch.eos = true
+			ch.reorder = nil
+			break
+		}
+		b = ch.reorder[ch.next]
+		delete(ch.reorder, ch.next)
+	}
+	m.dirty = true
+}
+
+// backedUp reports whether any output channel holds MaxPending
+// unacknowledged batches: input then waits, which bounds memory and the
+// size of checkpoints.
+func (m *TaskMachine) backedUp() bool {
+	for i := range m.out {
+		if len(m.out[i].pending) >= m.cfg.MaxPending {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *TaskMachine) process(b *wire.RainstormBatch) {
+	bad := func(err error) {
+		m.bad++
+		if m.cfg.FailOnBadRecord && m.ready.Failed == nil {
+			m.fail(err)
+		}
+	}
+	if m.agg != nil {
+		m.agg.Add(b.Records, bad)
+		return
+	}
+	out, err := m.cfg.Transform.Apply(b.Records, m.scratch[:0], bad)
+	if err != nil {
+		m.fail(err)
+		return
+	}
+	m.emit(out)
+	clear(out)
+	m.scratch = out[:0]
+}
+
+// emit routes records to the open batch of their downstream task, or to a
+// sink's output.
+func (m *TaskMachine) emit(recs []Record) {
+	if m.cfg.Next == nil {
+		m.rows = append(m.rows, recs...)
+		return
+	}
+	n := len(m.out)
+	for i := range recs {
+		d := m.cfg.Next.Route(&recs[i], n)
+		m.out[d].open = append(m.out[d].open, recs[i])
+	}
+}
+
+func (m *TaskMachine) fail(err error) {
+	m.stopped = true
+	m.ready.Failed = err
+}
+
+// Ack delivers a downstream task's acknowledgement.
+func (m *TaskMachine) Ack(a *wire.RainstormBatchAck) {
+	if m.stopped || a.From.Index < 0 || a.From.Index >= len(m.out) {
+		return
+	}
+	o := &m.out[a.From.Index]
+	if a.UpTo <= o.acked {
+		return
+	}
+	o.acked = a.UpTo
+	k := 0
+	for k < len(o.pending) && o.pending[k].Seq <= o.acked {
+		k++
+	}
+	clear(o.pending[:k])
+	o.pending = o.pending[k:]
+	o.lastSent = m.tick
+	m.dirty = true
+}
+
+// Tick advances the machine's clock: it cuts a checkpoint when one is due
+// and resends batches whose acknowledgement is overdue.
+func (m *TaskMachine) Tick() {
+	if m.stopped {
+		return
+	}
+	m.tick++
+	if m.inflight != nil && m.tick-m.lastCut >= m.cfg.ResendTicks {
+		// The checkpoint or its answer was lost: the store takes a resend
+		// of the same version as a no-op.
+		m.ready.Checkpoint = m.inflight
+		m.lastCut = m.tick
+	}
+	allEOS := true
+	for i := range m.in {
+		allEOS = allEOS && m.in[i].eos
+	}
+	if m.inflight == nil && !m.final && (allEOS || (m.dirty && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
+		m.cut(allEOS)
+	}
+	for i := range m.out {
+		o := &m.out[i]
+		if len(o.pending) > 0 && m.tick-o.lastSent >= m.cfg.ResendTicks {
+			m.send(i, m.sendable(o))
+		}
+	}
+}
+
+// cut closes the open batches and asks for a checkpoint holding them.
+func (m *TaskMachine) cut(final bool) {
+	if final {
+		m.final = true
+		if m.agg != nil {
+			m.emit(m.agg.Rows())
+		}
+	}
+	c := &wire.RainstormCheckpoint{
+		Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
+		Inputs: make([]wire.RainstormInput, len(m.in)), Outputs: make([]wire.RainstormOutput, len(m.out)),
+		BadRecords: m.bad, Done: final,
+	}
+	m.inflightPos = m.inflightPos[:0]
+	for i := range m.in {
+		ch := &m.in[i]
+		c.Inputs[i] = wire.RainstormInput{From: i, Next: ch.next, EOS: ch.eos, Incarnation: ch.inc}
+		m.inflightPos = append(m.inflightPos, ch.next)
+	}
+	m.inflightSeq = m.inflightSeq[:0]
+	for i := range m.out {
+		o := &m.out[i]
+		first := len(o.pending)
+		for len(o.open) > 0 || (final && !o.eos) {
+			n := min(len(o.open), m.cfg.BatchRecords)
+			b := &wire.RainstormBatch{From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, Seq: o.next, Records: o.open[:n:n]}
+			o.open = o.open[n:]
+			o.next++
+			if final && len(o.open) == 0 {
+				b.EOS, o.eos = true, true
+			}
+			o.pending = append(o.pending, b)
+		}
+		o.open = nil
+		c.Outputs[i] = wire.RainstormOutput{To: i, Next: o.next, Acked: o.acked, EOS: o.eos}
+		c.Pending = append(c.Pending, derefBatches(o.pending)...)
+		m.inflightSeq = append(m.inflightSeq, o.next-1)
+		if m.cfg.AtLeastOnce {
+			m.send(i, o.pending[first:])
+		}
+	}
+	if m.agg != nil {
+		c.State = m.agg.Snapshot()
+	}
+	c.Rows, m.rows = m.rows, nil
+	m.inflight = c
+	m.dirty = false
+	m.lastCut = m.tick
+	m.ready.Checkpoint = c
+}
+
+func derefBatches(bs []*wire.RainstormBatch) []wire.RainstormBatch {
+	out := make([]wire.RainstormBatch, len(bs))
+	for i, b := range bs {
+		out[i] = *b
+	}
+	return out
+}
+
+// CheckpointResult delivers the store's answer to a checkpoint.
+func (m *TaskMachine) CheckpointResult(a *wire.RainstormCheckpointAck) {
+	c := m.inflight
+	if m.stopped || c == nil || a.Version != c.Version || a.Incarnation != c.Incarnation {
+		return // an answer to an older checkpoint, resent
+	}
+	if a.Refused {
+		m.stopped = true
+		if a.Current > m.cfg.Incarnation {
+			m.ready.Fenced = true
+			return
+		}
+		m.ready.Failed = fmt.Errorf("checkpoint %d of task %d.%d refused: %s", c.Version, m.cfg.Task.Stage, m.cfg.Task.Index, a.Reason)
+		return
+	}
+	m.inflight = nil
+	m.version = c.Version
+	for i := range m.out {
+		o := &m.out[i]
+		seq := m.inflightSeq[i]
+		if seq > o.durable {
+			if !m.cfg.AtLeastOnce {
+				// Durable now, so any resend will be these same bytes.
+				var fresh []*wire.RainstormBatch
+				for _, b := range o.pending {
+					if b.Seq > o.durable && b.Seq <= seq {
+						fresh = append(fresh, b)
+					}
+				}
+				m.send(i, fresh)
+			}
+			o.durable = seq
+		}
+	}
+	for i := range m.in {
+		m.in[i].durableNext = m.inflightPos[i]
+	}
+	m.ackInputs(false)
+	if c.Done {
+		m.done = true
+		m.ready.Done = true
+	}
+}
+
+// sendable is the prefix of o's pending batches that may leave: in
+// exactly-once mode only those in a durable checkpoint, so that whatever
+// incarnation sends a batch, it sends the same records.
+func (m *TaskMachine) sendable(o *outChan) []*wire.RainstormBatch {
+	if m.cfg.AtLeastOnce {
+		return o.pending
+	}
+	k := 0
+	for k < len(o.pending) && o.pending[k].Seq <= o.durable {
+		k++
+	}
+	return o.pending[:k]
+}
+
+func (m *TaskMachine) send(i int, bs []*wire.RainstormBatch) {
+	if len(bs) == 0 {
+		return
+	}
+	m.ready.Batches = append(m.ready.Batches, bs...)
+	m.out[i].lastSent = m.tick
+}
+
+// ackInputs tells each upstream task how far this task's durable state
+// covers its channel (only where that moved, unless all).
+func (m *TaskMachine) ackInputs(all bool) {
+	for i := range m.in {
+		ch := &m.in[i]
+		if ch.durableNext > 1 && (all || ch.durableNext > ch.ackedNext) {
+			m.ack(i, ch.durableNext)
+		}
+	}
+}
+
+func (m *TaskMachine) ack(i int, durableNext uint64) {
+	m.in[i].ackedNext = max(m.in[i].ackedNext, durableNext)
+	m.ready.Acks = append(m.ready.Acks, &wire.RainstormBatchAck{
+		From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, UpTo: durableNext - 1,
+	})
+}
+
+// Finished reports whether the task has nothing left to do: its final
+// checkpoint is durable and downstream has acknowledged every batch.
+func (m *TaskMachine) Finished() bool {
+	if !m.done {
+		return false
+	}
+	for i := range m.out {
+		if len(m.out[i].pending) > 0 {
+			return false
+		}
+	}
+	return true
+}
