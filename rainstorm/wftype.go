@@ -114,3 +114,26 @@ func Registry(opts ParseOptions) *workflow.Registry {
 	}
 	return r
 }
+
+// Columns returns the column names at the input of stage i (0-based; i =
+// len(Stages) gives the pipeline's output columns) for an input with
+// header: nil where fields are named by number (no header, after exec).
+func Columns(spec *Spec, header []string, i int) []string {
+	cols := header
+	if spec.Source.Generate != nil {
+		cols = GenerateColumns
+	} else if spec.Source.SourceFormat() == FormatLines {
+		cols = []string{LineField}
+	}
+	for _, st := range spec.Stages[:min(i, len(spec.Stages))] {
+		switch st.Op {
+		case OpProject:
+			cols = st.Fields
+		case OpExec:
+			cols = nil
+		case OpCount, OpSum:
+			cols = AggregateHeader
+		}
+	}
+	return cols
+}

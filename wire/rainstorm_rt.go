@@ -36,6 +36,9 @@ type RainstormRoute struct {
 	Index       int    `cbor:"2,keyasint,omitempty"`
 	Addr        string `cbor:"3,keyasint,omitempty"`
 	Incarnation uint64 `cbor:"4,keyasint,omitempty"`
+	// Done: the task completed (its final checkpoint is durable and every
+	// batch it takes is in it).
+	Done bool `cbor:"5,keyasint,omitempty"`
 }
 
 // RainstormRoutesRequest asks the manager leader for a pipeline's routes.

@@ -82,7 +82,7 @@ func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, msg wi
 	if err != nil {
 		return w.refuse(d, "read blob from %s: %v", from.NodeID, err), nil
 	}
-	runner, err := w.registry.New(spec)
+	runner, err := w.newRunner(d, spec)
 	if err != nil {
 		return w.refuse(d, "%v", err), nil
 	}
