@@ -1,0 +1,453 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/rainstorm"
+	"tempest/wire"
+)
+
+// RainStorm pipelines on real processes. Every test computes its expected
+// output with a plain sequential pass and compares exactly.
+
+const signsFile = "../../shared/data/traffic_signs_full.csv"
+
+// signsPath returns the traffic signs file's absolute path, or skips.
+func signsPath(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs(signsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("RainStorm data file %s is absent (%v): these tests read the shared traffic signs data", p, err)
+	}
+	return p
+}
+
+// readSigns reads the traffic signs file with encoding/csv: header, rows.
+func readSigns(t *testing.T, path string) ([]string, [][]string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(b, []byte("\xEF\xBB\xBF"))))
+	r.FieldsPerRecord = -1
+	all, err := r.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all[0], all[1:]
+}
+
+func col(t *testing.T, header []string, name string) int {
+	t.Helper()
+	i := slices.Index(header, name)
+	if i < 0 {
+		t.Fatalf("column %s not in %v", name, header)
+	}
+	return i
+}
+
+// countRows is a count stage's expected output as sorted key,value rows.
+func countRows(counts map[string]int) [][]string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([][]string, len(keys))
+	for i, k := range keys {
+		out[i] = []string{k, strconv.Itoa(counts[k])}
+	}
+	return out
+}
+
+// output fetches a pipeline's output through the API.
+func (c *cluster) output(id, wf string) (*api.PipelineOutput, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := c.client.Output(ctx, id, wf, "json")
+	if err != nil {
+		return nil, err
+	}
+	var out api.PipelineOutput
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("decode output: %w", err)
+	}
+	return &out, nil
+}
+
+// runPipeline submits job, waits for it to complete and returns the output.
+func (c *cluster) runPipeline(job, wf string, within time.Duration) (string, *api.PipelineOutput) {
+	c.t.Helper()
+	id := c.submit(job)
+	st := c.waitStatus(id, within, terminal)
+	if st.Status != wire.JobCompleted {
+		c.t.Fatalf("job %s ended %s: %+v", id, st.Status, st.Workflows)
+	}
+	out, err := c.output(id, wf)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !out.Complete {
+		c.t.Fatalf("job completed but its output is not complete: %+v", out)
+	}
+	return id, out
+}
+
+func diffRows(t *testing.T, what string, got, want [][]string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d rows, want %d", what, len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("%s: row %d is %q, want %q", what, i, got[i], want[i])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+func TestRainstormFilterCount(t *testing.T) {
+	path := signsPath(t)
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if r[post] == "Punched Telespar" {
+			counts[r[cat]]++
+		}
+	}
+	want := countRows(counts)
+
+	c := startCluster(t, 1, 3, 3)
+	job := fmt.Sprintf(`name: telespar
+timeout: 120s
+workflows:
+  - name: by-category
+    type: rainstorm
+    source: {path: %q, format: csv, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: 3, field: Sign_Post, equals: "Punched Telespar"}
+      - {name: count, op: count, tasks: 2, key: Category}
+`, path)
+	id, out := c.runPipeline(job, "by-category", 90*time.Second)
+	if !slices.Equal(out.Header, []string{"key", "value"}) {
+		t.Errorf("header %v", out.Header)
+	}
+	diffRows(t, "filter→count", out.Rows, want)
+
+	// The CLI prints the same as CSV.
+	code, stdout, stderr := runCLI(t, c, "results", id, "--workflow", "by-category", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("tempest results: exit %d: %s", code, stderr)
+	}
+	var wantCSV bytes.Buffer
+	cw := csv.NewWriter(&wantCSV)
+	_ = cw.Write([]string{"key", "value"})
+	_ = cw.WriteAll(want)
+	if stdout != wantCSV.String() {
+		t.Fatalf("tempest results --format csv:\n%s\nwant:\n%s", stdout, wantCSV.String())
+	}
+}
+
+func TestRainstormFilterReplaceProject(t *testing.T) {
+	path := signsPath(t)
+	header, rows := readSigns(t, path)
+	post, text, id, cat := col(t, header, "Sign_Post"), col(t, header, "Sign_Text"), col(t, header, "OBJECTID"), col(t, header, "Category")
+	re := regexp.MustCompile(`St\b`)
+	var want [][]string
+	for _, r := range rows {
+		if r[post] != "Punched Telespar" {
+			continue
+		}
+		want = append(want, []string{r[id], re.ReplaceAllString(r[text], "Street"), r[cat]})
+	}
+
+	c := startCluster(t, 1, 3, 3)
+	job := fmt.Sprintf(`name: streets
+timeout: 120s
+workflows:
+  - name: streets
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: 2, field: Sign_Post, equals: "Punched Telespar"}
+      - {name: street, op: replace, tasks: 2, field: Sign_Text, pattern: 'St\b', with: Street}
+      - {name: keep, op: project, tasks: 2, fields: [OBJECTID, Sign_Text, Category]}
+`, path)
+	_, out := c.runPipeline(job, "streets", 90*time.Second)
+	if !slices.Equal(out.Header, []string{"OBJECTID", "Sign_Text", "Category"}) {
+		t.Errorf("header %v", out.Header)
+	}
+	diffRows(t, "filter→replace→project", out.Rows, want)
+}
+
+// generated is the expected output of a generate source filtered on value
+// and counted by key, computed from the generator's definition.
+func generated(t *testing.T, records, keys int64, keep func(value int) bool) [][]string {
+	t.Helper()
+	g := rainstorm.NewGenerator(&rainstorm.Generate{Records: records, Keys: keys}, 0)
+	counts := map[string]int{}
+	for {
+		rec, err := g.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.Atoi(rec.Fields[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep(v) {
+			counts[rec.Fields[1]]++
+		}
+	}
+	return countRows(counts)
+}
+
+// pacedJob is a generated pipeline slow enough for faults to land mid-run.
+func pacedJob(records int64, rate int, exactlyOnce bool) string {
+	return fmt.Sprintf(`name: paced
+timeout: 300s
+workflows:
+  - name: paced
+    type: rainstorm
+    exactly_once: %t
+    source: {generate: {records: %d, rate: %d, keys: 17}}
+    stages:
+      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: count, op: count, tasks: 2, key: key}
+`, exactlyOnce, records, rate)
+}
+
+func keepLow(v int) bool { return v < 500 } // what the filter's pattern keeps
+
+// taskWorker waits until task k of the job's only workflow runs and
+// returns its worker, after at least some records went through.
+func (c *cluster) taskWorker(id string, k int) string {
+	c.t.Helper()
+	var worker string
+	c.waitStatus(id, 60*time.Second, func(st *api.JobStatus) error {
+		if len(st.Workflows) <= k {
+			return fmt.Errorf("job %s has %d workflows", id, len(st.Workflows))
+		}
+		wf := st.Workflows[k]
+		if wf.Status != wire.WorkflowRunning || wf.Worker == "" {
+			return fmt.Errorf("task %d is %s", k, wf.Status)
+		}
+		if st.Workflows[0].CompletedCount < 2000 {
+			return fmt.Errorf("source read %d records", st.Workflows[0].CompletedCount)
+		}
+		worker = wf.Worker
+		return nil
+	})
+	return worker
+}
+
+func restarts(st *api.JobStatus) int {
+	n := 0
+	for _, wf := range st.Workflows {
+		n += max(wf.Attempts-1, 0)
+	}
+	return n
+}
+
+func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 4, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	victim := c.taskWorker(id, 3) // the first count task: holds state
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	st := c.waitStatus(id, 180*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
+	}
+	if restarts(st) == 0 {
+		t.Fatalf("killing %s restarted no task: %+v", victim, st.Workflows)
+	}
+	out, err := c.output(id, "paced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffRows(t, "after a stage worker's SIGKILL", out.Rows, want)
+}
+
+func TestRainstormSourceWorkerKillExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 4, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	victim := c.taskWorker(id, 0)
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	st := c.waitStatus(id, 180*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
+	}
+	if restarts(st) == 0 {
+		t.Fatalf("killing %s restarted no task", victim)
+	}
+	out, err := c.output(id, "paced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffRows(t, "after the source worker's SIGKILL", out.Rows, want)
+}
+
+func TestRainstormLeaderKillExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 3, 3, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	c.taskWorker(id, 3)
+	leader := c.leader()
+	if err := c.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	st := c.waitStatus(id, 180*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
+	}
+	out, err := c.output(id, "paced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffRows(t, "after the manager leader's SIGKILL", out.Rows, want)
+}
+
+// A worker frozen past failure detection is replaced; when it thaws, its
+// checkpoints and batches are refused by incarnation.
+func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 4, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	victim := c.taskWorker(id, 3)
+	if err := c.Signal(victim, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Past detection: the task runs again elsewhere.
+	c.waitStatus(id, 60*time.Second, func(st *api.JobStatus) error {
+		if wf := st.Workflows[3]; wf.Attempts < 2 || wf.Worker == victim {
+			return fmt.Errorf("task 3 is still on %s (attempt %d)", wf.Worker, wf.Attempts)
+		}
+		return nil
+	})
+	if err := c.Signal(victim, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	st := c.waitStatus(id, 180*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
+	}
+	out, err := c.output(id, "paced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffRows(t, "after SIGSTOP and SIGCONT", out.Rows, want)
+}
+
+// At-least-once under the same fault may count some records twice; the
+// exactly-once tests are not exact by luck.
+func TestRainstormAtLeastOnceCanOverCount(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	total := func(rows [][]string) int {
+		n := 0
+		for _, r := range rows {
+			v, _ := strconv.Atoi(r[1])
+			n += v
+		}
+		return n
+	}
+	c := startCluster(t, 1, 4, 3)
+	for attempt := range 3 {
+		id := c.submit(pacedJob(records, 4000, false))
+		victim := c.taskWorker(id, 1) // a filter task: its unacked output is resent
+		if err := c.Kill(victim); err != nil {
+			t.Fatal(err)
+		}
+		st := c.waitStatus(id, 180*time.Second, terminal)
+		if st.Status != wire.JobCompleted {
+			t.Fatalf("job ended %s", st.Status)
+		}
+		out, err := c.output(id, "paced")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, exact := total(out.Rows), total(want)
+		t.Logf("attempt %d: at-least-once counted %d records, exactly %d", attempt+1, got, exact)
+		if got > exact {
+			return
+		}
+		if got < exact {
+			t.Fatalf("at-least-once lost records: %d < %d", got, exact)
+		}
+		if err := c.Restart(victim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("at-least-once never over-counted under a worker SIGKILL")
+}
+
+func TestRainstormBadInputThroughCLI(t *testing.T) {
+	path := signsPath(t)
+	dir := t.TempDir()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 1, 1, 2)
+	cases := []struct{ name, stages, want string }{
+		{"unknown op", "      - {name: a, op: frobnicate}\n", `:7: `},
+		{"key not in header", "      - {name: a, op: count, key: Nope}\n", `"Nope" is not in the input's columns`},
+		{"missing exec program", "      - {name: a, op: exec, command: [/no/such/program]}\n", `/no/such/program`},
+		{"tasks 0", "      - {name: a, op: filter, tasks: 0, matches: x}\n", `tasks`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := "name: bad\nworkflows:\n  - name: bad\n    type: rainstorm\n    source: {file: signs.csv, header: true}\n    stages:\n" + tc.stages
+			jf := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(jf, []byte(job), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, _, stderr := runCLI(t, c, "submit", jf)
+			if code == 0 {
+				t.Fatalf("accepted:\n%s", job)
+			}
+			if !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, ":7") {
+				t.Fatalf("stderr does not point at line 7 with %q:\n%s", tc.want, stderr)
+			}
+		})
+	}
+}
