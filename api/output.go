@@ -25,9 +25,22 @@ type PipelineOutput struct {
 	Rows       [][]string     `json:"rows"`
 	BadRecords uint64         `json:"bad_records"`
 	// BadFirst are the first malformed input records' numbers (1-based).
-	BadFirst []uint64 `json:"bad_first,omitempty"`
-	Restarts int      `json:"restarts"`
-	Tasks    int      `json:"tasks"`
+	BadFirst []uint64       `json:"bad_first,omitempty"`
+	Restarts int            `json:"restarts"`
+	Tasks    []PipelineTask `json:"tasks"`
+}
+
+// PipelineTask is one task of a pipeline: stage 0 is the source.
+type PipelineTask struct {
+	Stage    int                 `json:"stage"`
+	Index    int                 `json:"index"`
+	Name     string              `json:"name"` // the stage's name, or "source"
+	Status   wire.WorkflowStatus `json:"status"`
+	Worker   string              `json:"worker,omitempty"`
+	Attempts int                 `json:"attempts"`
+	// Records counts records the task took in (read, for the source).
+	Records int64 `json:"records"`
+	Bad     int64 `json:"bad_records,omitempty"`
 }
 
 // OutputBackend is implemented by backends that run pipelines (managers).

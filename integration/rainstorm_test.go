@@ -20,6 +20,7 @@ import (
 
 	"tempest/api"
 	"tempest/rainstorm"
+	"tempest/testutil"
 	"tempest/wire"
 )
 
@@ -245,34 +246,47 @@ workflows:
 
 func keepLow(v int) bool { return v < 500 } // what the filter's pattern keeps
 
-// taskWorker waits until task k of the job's only workflow runs and
-// returns its worker, after at least some records went through.
-func (c *cluster) taskWorker(id string, k int) string {
+// taskWorker waits until task k (in task order: 0 is the source) of a
+// pipeline runs, after some records went through, and returns its worker.
+func (c *cluster) taskWorker(id, wf string, k int) string {
 	c.t.Helper()
 	var worker string
-	c.waitStatus(id, 60*time.Second, func(st *api.JobStatus) error {
-		if len(st.Workflows) <= k {
-			return fmt.Errorf("job %s has %d workflows", id, len(st.Workflows))
+	testutil.Eventually(c.t, 60*time.Second, 100*time.Millisecond, func() error {
+		out, err := c.output(id, wf)
+		if err != nil {
+			return err
 		}
-		wf := st.Workflows[k]
-		if wf.Status != wire.WorkflowRunning || wf.Worker == "" {
-			return fmt.Errorf("task %d is %s", k, wf.Status)
+		if len(out.Tasks) <= k {
+			return fmt.Errorf("pipeline has %d tasks", len(out.Tasks))
 		}
-		if st.Workflows[0].CompletedCount < 2000 {
-			return fmt.Errorf("source read %d records", st.Workflows[0].CompletedCount)
+		task := out.Tasks[k]
+		if task.Status != wire.WorkflowRunning || task.Worker == "" {
+			return fmt.Errorf("task %d is %s", k, task.Status)
 		}
-		worker = wf.Worker
+		if out.Tasks[0].Records < 2000 {
+			return fmt.Errorf("source read %d records", out.Tasks[0].Records)
+		}
+		worker = task.Worker
 		return nil
 	})
 	return worker
 }
 
-func restarts(st *api.JobStatus) int {
-	n := 0
-	for _, wf := range st.Workflows {
-		n += max(wf.Attempts-1, 0)
+// finish waits for a pipeline's job to complete and returns its output.
+func (c *cluster) finish(id, wf string) *api.PipelineOutput {
+	c.t.Helper()
+	st := c.waitStatus(id, 180*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		c.t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
 	}
-	return n
+	out, err := c.output(id, wf)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !out.Complete {
+		c.t.Fatalf("job completed, output incomplete: %+v", out.Tasks)
+	}
+	return out
 }
 
 func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
@@ -280,20 +294,13 @@ func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
 	want := generated(t, records, 17, keepLow)
 	c := startCluster(t, 1, 4, 3)
 	id := c.submit(pacedJob(records, 4000, true))
-	victim := c.taskWorker(id, 3) // the first count task: holds state
+	victim := c.taskWorker(id, "paced", 3) // the first count task: holds state
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
-	st := c.waitStatus(id, 180*time.Second, terminal)
-	if st.Status != wire.JobCompleted {
-		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
-	}
-	if restarts(st) == 0 {
-		t.Fatalf("killing %s restarted no task: %+v", victim, st.Workflows)
-	}
-	out, err := c.output(id, "paced")
-	if err != nil {
-		t.Fatal(err)
+	out := c.finish(id, "paced")
+	if out.Restarts == 0 {
+		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
 	}
 	diffRows(t, "after a stage worker's SIGKILL", out.Rows, want)
 }
@@ -303,20 +310,13 @@ func TestRainstormSourceWorkerKillExactlyOnce(t *testing.T) {
 	want := generated(t, records, 17, keepLow)
 	c := startCluster(t, 1, 4, 3)
 	id := c.submit(pacedJob(records, 4000, true))
-	victim := c.taskWorker(id, 0)
+	victim := c.taskWorker(id, "paced", 0)
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
-	st := c.waitStatus(id, 180*time.Second, terminal)
-	if st.Status != wire.JobCompleted {
-		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
-	}
-	if restarts(st) == 0 {
-		t.Fatalf("killing %s restarted no task", victim)
-	}
-	out, err := c.output(id, "paced")
-	if err != nil {
-		t.Fatal(err)
+	out := c.finish(id, "paced")
+	if out.Restarts == 0 {
+		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
 	}
 	diffRows(t, "after the source worker's SIGKILL", out.Rows, want)
 }
@@ -326,19 +326,12 @@ func TestRainstormLeaderKillExactlyOnce(t *testing.T) {
 	want := generated(t, records, 17, keepLow)
 	c := startCluster(t, 3, 3, 3)
 	id := c.submit(pacedJob(records, 4000, true))
-	c.taskWorker(id, 3)
+	c.taskWorker(id, "paced", 3)
 	leader := c.leader()
 	if err := c.Kill(leader); err != nil {
 		t.Fatal(err)
 	}
-	st := c.waitStatus(id, 180*time.Second, terminal)
-	if st.Status != wire.JobCompleted {
-		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
-	}
-	out, err := c.output(id, "paced")
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := c.finish(id, "paced")
 	diffRows(t, "after the manager leader's SIGKILL", out.Rows, want)
 }
 
@@ -349,28 +342,25 @@ func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
 	want := generated(t, records, 17, keepLow)
 	c := startCluster(t, 1, 4, 3)
 	id := c.submit(pacedJob(records, 4000, true))
-	victim := c.taskWorker(id, 3)
+	victim := c.taskWorker(id, "paced", 3)
 	if err := c.Signal(victim, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	// Past detection: the task runs again elsewhere.
-	c.waitStatus(id, 60*time.Second, func(st *api.JobStatus) error {
-		if wf := st.Workflows[3]; wf.Attempts < 2 || wf.Worker == victim {
-			return fmt.Errorf("task 3 is still on %s (attempt %d)", wf.Worker, wf.Attempts)
+	testutil.Eventually(t, 60*time.Second, 200*time.Millisecond, func() error {
+		out, err := c.output(id, "paced")
+		if err != nil {
+			return err
+		}
+		if task := out.Tasks[3]; task.Attempts < 2 || task.Worker == victim {
+			return fmt.Errorf("task 3 is still on %s (attempt %d)", task.Worker, task.Attempts)
 		}
 		return nil
 	})
 	if err := c.Signal(victim, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	st := c.waitStatus(id, 180*time.Second, terminal)
-	if st.Status != wire.JobCompleted {
-		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
-	}
-	out, err := c.output(id, "paced")
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := c.finish(id, "paced")
 	diffRows(t, "after SIGSTOP and SIGCONT", out.Rows, want)
 }
 
@@ -390,7 +380,7 @@ func TestRainstormAtLeastOnceCanOverCount(t *testing.T) {
 	c := startCluster(t, 1, 4, 3)
 	for attempt := range 3 {
 		id := c.submit(pacedJob(records, 4000, false))
-		victim := c.taskWorker(id, 1) // a filter task: its unacked output is resent
+		victim := c.taskWorker(id, "paced", 1) // a filter task: its unacked output is resent
 		if err := c.Kill(victim); err != nil {
 			t.Fatal(err)
 		}

@@ -387,6 +387,8 @@ func (m *Manager) rsSync(ctx context.Context) error {
 type rsTaskInfo struct {
 	found    bool
 	attempts int
+	records  int64
+	bad      int64
 	token    uint64
 	status   wire.WorkflowStatus
 	worker   string
@@ -420,7 +422,8 @@ func (m *Manager) rsTasks(job, wf string) (*rainstorm.Spec, []wire.RainstormTask
 		order[i].Job, order[i].Workflow = job, wf
 		if i < len(parts) {
 			r := &parts[i].rec
-			infos[i] = rsTaskInfo{found: true, attempts: r.Attempts, token: r.FenceToken, status: r.Status, worker: r.Worker}
+			infos[i] = rsTaskInfo{found: true, attempts: r.Attempts, token: r.FenceToken, status: r.Status, worker: r.Worker,
+				records: r.LastProgress.CompletedCount, bad: r.LastProgress.FailedCount}
 		}
 	}
 	return &p.Spec, order, infos

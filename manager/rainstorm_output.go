@@ -21,7 +21,16 @@ func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string) (*ap
 	if spec == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
 	}
-	out := &api.PipelineOutput{JobID: jobID, Workflow: workflow, Complete: true, Tasks: len(order)}
+	out := &api.PipelineOutput{JobID: jobID, Workflow: workflow, Complete: true}
+	for i, t := range order {
+		name := "source"
+		if t.Stage > 0 {
+			name = spec.Stages[t.Stage-1].Name
+		}
+		in := infos[i]
+		out.Tasks = append(out.Tasks, api.PipelineTask{Stage: t.Stage, Index: t.Index, Name: name, Status: in.status,
+			Worker: in.worker, Attempts: in.attempts, Records: in.records, Bad: in.bad})
+	}
 	if v, ok := m.viewJob(jobID); ok {
 		out.Status = m.jobStatus(v, false).Status
 	}
