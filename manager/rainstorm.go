@@ -492,8 +492,8 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 		in := infos[i]
 		if o := r.open; o != nil {
 			if !in.current(o.Incarnation) {
-				answers[r] = rsResult{err: wire.Errorf(wire.CodeStaleFence, "task %d.%d of %s: incarnation %d is not the current dispatch (%d)",
-					o.Task.Stage, o.Task.Index, o.Task.Workflow, o.Incarnation, in.token)}
+				answers[r] = rsResult{err: wire.Errorf(wire.CodeStaleFence, "task %d.%d of %s: incarnation %d is not a running dispatch (current %d, %s)",
+					o.Task.Stage, o.Task.Index, o.Task.Workflow, o.Incarnation, in.token, in.status)}
 				continue
 			}
 			if o.Task.Stage == 0 && o.HasHeader {

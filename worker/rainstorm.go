@@ -28,8 +28,13 @@ const (
 	rsTick       = 50 * time.Millisecond // the machines' clock
 	rsRouteEvery = time.Second           // route table refresh without a failure
 	rsRetry      = 200 * time.Millisecond
-	rsInbox      = 4096 // messages queued for one task; more are dropped (resent later)
-	rsOutbox     = 8192
+	// rsResendTicks: unacknowledged batches go again after 2 s. Acks wait
+	// for a checkpoint to reach a majority of managers, which takes a good
+	// part of a second on a loaded machine; resending sooner floods the
+	// receivers with duplicates (which at-least-once processes again).
+	rsResendTicks = 40
+	rsInbox       = 4096 // messages queued for one task; more are dropped (resent later)
+	rsOutbox      = 8192
 	// rsLinger keeps a finished task answering resent batches with acks
 	// for a while, in case its last acks were lost.
 	rsLinger = time.Second
@@ -144,7 +149,9 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 	}
 	r.w.rs.add(d.t)
 	defer r.w.rs.remove(d.t)
+	stopReports := d.reportLoop()
 	err := d.run(ctx)
+	stopReports()
 	snap := d.snapshot()
 	if env.Report != nil {
 		env.Report(snap)
@@ -192,6 +199,32 @@ type rsDriver struct {
 	records atomic.Int64 // records handled (read by the source, received by a stage)
 	bad     atomic.Int64
 	wg      sync.WaitGroup
+}
+
+// reportLoop reports progress every ReportInterval until the returned
+// function is called (which waits for a report in progress).
+func (d *rsDriver) reportLoop() (stop func()) {
+	if d.env.Report == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(d.env.ReportInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				d.env.Report(d.snapshot())
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 func (d *rsDriver) snapshot() workflow.Snapshot {
@@ -490,7 +523,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	spec := &d.p.Spec
 	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
 		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
-		FailOnBadRecord: spec.FailOnBadRecord,
+		FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks,
 	}, ckpt)
 	if err != nil {
 		return err
@@ -600,7 +633,7 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 	cs := pipe.Stages[d.task.Stage-1]
 	cfg := rainstorm.TaskConfig{
 		Task: d.task, Incarnation: d.inc, Stage: cs,
-		AtLeastOnce: spec.AtLeastOnce, FailOnBadRecord: spec.FailOnBadRecord,
+		AtLeastOnce: spec.AtLeastOnce, FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks,
 	}
 	if d.task.Stage == 1 {
 		cfg.Upstream = 1
