@@ -204,6 +204,35 @@ workflows:
 	diffRows(t, "filter→replace→project", out.Rows, want)
 }
 
+func TestRainstormExecStage(t *testing.T) {
+	path := signsPath(t)
+	script, err := filepath.Abs("../examples/rainstorm-upper.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if strings.Contains(r[post], "Telespar") {
+			counts[strings.ToUpper(r[cat])]++
+		}
+	}
+	c := startCluster(t, 1, 3, 3)
+	job := fmt.Sprintf(`name: upper
+timeout: 120s
+workflows:
+  - name: upper
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: upper, op: exec, tasks: 2, command: %q}
+      - {name: count, op: count, tasks: 2, key: "9"}
+`, path, script)
+	_, out := c.runPipeline(job, "upper", 90*time.Second)
+	diffRows(t, "exec→count", out.Rows, countRows(counts))
+}
+
 // generated is the expected output of a generate source filtered on value
 // and counted by key, computed from the generator's definition.
 func generated(t *testing.T, records, keys int64, keep func(value int) bool) [][]string {
@@ -421,7 +450,7 @@ func TestRainstormBadInputThroughCLI(t *testing.T) {
 	cases := []struct{ name, stages, want string }{
 		{"unknown op", "      - {name: a, op: frobnicate}\n", `:7: `},
 		{"key not in header", "      - {name: a, op: count, key: Nope}\n", `"Nope" is not in the input's columns`},
-		{"missing exec program", "      - {name: a, op: exec, command: [/no/such/program]}\n", `/no/such/program`},
+		{"missing exec program", "      - {name: a, op: exec, command: /no/such/program}\n", `/no/such/program`},
 		{"tasks 0", "      - {name: a, op: filter, tasks: 0, matches: x}\n", `tasks`},
 	}
 	for _, tc := range cases {

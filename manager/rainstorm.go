@@ -480,7 +480,7 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 		opens   []*rsReq
 		cs      []*wire.RainstormCheckpoint
 		hs      []wire.RainstormHeader
-		staged  = map[wire.RainstormTask]uint64{}
+		staged  = map[wire.RainstormTask]*wire.RainstormCheckpoint{}
 		answers = map[*rsReq]rsResult{}
 	)
 	infos := make([]rsTaskInfo, len(group))
@@ -513,8 +513,8 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 		if st != nil && st.latest != nil {
 			latest, have = st.latest, st.latest.Version
 		}
-		if v, ok := staged[c.Task]; ok {
-			have = v
+		if s, ok := staged[c.Task]; ok {
+			latest, have = s, s.Version
 		}
 		switch {
 		case !in.current(c.Incarnation):
@@ -531,8 +531,12 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 			ack.Reason = fmt.Sprintf("version %d does not follow the stored %d", c.Version, have)
 			answers[r] = rsResult{msg: ack}
 		default:
-			staged[c.Task] = c.Version
-			cs = append(cs, c)
+			// Pending is a delta: store and replicate the whole state, so
+			// every copy stands alone whatever group a peer missed.
+			full := *rainstorm.Compose(latest, c)
+			full.Rows = c.Rows
+			staged[c.Task] = &full
+			cs = append(cs, &full)
 			acc = append(acc, accepted{r, ack})
 		}
 	}
