@@ -364,6 +364,100 @@ func TestRainstormLeaderKillExactlyOnce(t *testing.T) {
 	diffRows(t, "after the manager leader's SIGKILL", out.Rows, want)
 }
 
+// Two kills at different times in one run: a count task's worker, then,
+// once the pipeline flows again, the source's.
+func TestRainstormTwoKillsExactlyOnce(t *testing.T) {
+	const records = 60000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 5, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	first := c.taskWorker(id, "paced", 4)
+	if err := c.Kill(first); err != nil {
+		t.Fatal(err)
+	}
+	var before int64
+	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
+		out, err := c.output(id, "paced")
+		if err != nil {
+			return err
+		}
+		if before == 0 {
+			before = out.Tasks[0].Records
+		}
+		if src := out.Tasks[0]; src.Status != wire.WorkflowRunning || src.Worker == first || src.Records < before+4000 {
+			return fmt.Errorf("source %s on %s at %d records", src.Status, src.Worker, src.Records)
+		}
+		return nil
+	})
+	second := c.taskWorker(id, "paced", 0)
+	if err := c.Kill(second); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "paced")
+	if out.Restarts < 2 {
+		t.Fatalf("two kills, %d restarts: %+v", out.Restarts, out.Tasks)
+	}
+	diffRows(t, "after two kills", out.Rows, want)
+}
+
+// Malformed records are counted and skipped, with their numbers; with
+// on_bad_record: fail the workflow fails and says which record.
+func TestRainstormBadRecords(t *testing.T) {
+	dir := t.TempDir()
+	// A record with too few fields and one with a bare quote.
+	input := "name,n\na,1\nb,2\nd\nc,3\nx\"y,4\nc,4\n"
+	path := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(path, []byte(input), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The sequential pass: encoding/csv, which checks the field count
+	// against the header's.
+	r := csv.NewReader(strings.NewReader(input))
+	counts := map[string]int{}
+	bad := 0
+	for i := 0; ; i++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		switch {
+		case err != nil:
+			bad++
+		case i > 0:
+			counts[rec[0]]++
+		}
+	}
+	want := countRows(counts)
+
+	c := startCluster(t, 1, 2, 3)
+	job := func(onBad string) string {
+		return fmt.Sprintf(`name: bad
+timeout: 150s
+workflows:
+  - name: bad
+    type: rainstorm
+    on_bad_record: %s
+    source: {path: %q, header: true}
+    stages:
+      - {name: count, op: count, tasks: 2, key: name}
+`, onBad, path)
+	}
+	_, out := c.runPipeline(job("skip"), "bad", 60*time.Second)
+	diffRows(t, "bad records skipped", out.Rows, want)
+	if out.BadRecords != uint64(bad) || len(out.BadFirst) != bad {
+		t.Fatalf("bad records %d (first %v), want %d", out.BadRecords, out.BadFirst, bad)
+	}
+
+	id := c.submit(job("fail"))
+	st := c.waitStatus(id, 120*time.Second, terminal)
+	if st.Status != wire.JobFailed {
+		t.Fatalf("on_bad_record: fail ended %s", st.Status)
+	}
+	if !strings.Contains(fmt.Sprint(st), "record") {
+		t.Fatalf("the failure does not name the record: %+v", st)
+	}
+}
+
 // A worker frozen past failure detection is replaced; when it thaws, its
 // checkpoints and batches are refused by incarnation.
 func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {

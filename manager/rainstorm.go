@@ -631,3 +631,37 @@ func (m *Manager) rsOpenReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	}
 	return reply
 }
+
+// rsTaskFailedLocked handles a pipeline task whose run failed (a malformed
+// record under on_bad_record: fail, an exec program that keeps crashing, a
+// refused checkpoint): the failure is the pipeline's, the same on any
+// worker, so the task is not retried and the job ends FAILED with the
+// reason; the other tasks would wait for its output forever. A task that
+// was replaced reports CANCELLED and takes the normal retry path. The job is
+// ended like an abort_on_fail threshold does it: on a goroutine of the
+// leader term, once this state is committed.
+func (m *Manager) rsTaskFailedLocked(tx *txn, w *workflowState, status wire.WorkflowStatus, reason string) bool {
+	lt := tx.leading
+	if lt == nil || w.rec.Spec.Type != rainstorm.TypeName || status != wire.WorkflowFailed {
+		return false
+	}
+	w.rec.Status = wire.WorkflowFailed
+	w.rec.Error = reason
+	w.rec.Worker = ""
+	w.rec.Cores = nil
+	tx.touchWorkflow(w, true)
+	if w.job.rec.Status.Terminal() {
+		return true
+	}
+	jobID := w.rec.JobID
+	why := fmt.Sprintf("pipeline %s: task %d of %d failed: %s", w.rec.Spec.Name, w.rec.Spec.Shard, w.rec.Spec.Shards, reason)
+	m.log.Warn("rainstorm task failed; ending the job", "job_id", jobID, "workflow_id", w.rec.WorkflowID, "reason", reason)
+	tx.afterCommit(func() {
+		m.spawnLeader(lt, func(ctx context.Context) {
+			if _, err := m.cancelJob(ctx, jobID, wire.JobFailed, why); err != nil {
+				m.log.Warn("end job after a task failure", "job_id", jobID, "err", err)
+			}
+		})
+	})
+	return true
+}

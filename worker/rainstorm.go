@@ -40,8 +40,9 @@ const (
 	rsLinger = time.Second
 )
 
-// errRSFenced ends a task that a newer incarnation replaced.
-var errRSFenced = errors.New("replaced by a newer incarnation of the task")
+// errRSFenced ends a task that a newer incarnation replaced: CANCELLED,
+// not FAILED, since the pipeline goes on without it.
+var errRSFenced = &stopReason{status: wire.WorkflowCancelled, reason: "replaced by a newer incarnation of the task"}
 
 type rsKey struct {
 	job, wf      string
