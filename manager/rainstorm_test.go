@@ -33,7 +33,7 @@ func rsJob(t *testing.T) *wire.JobSubmission {
 		Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}},
 		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: 1, Key: "key"}},
 	}
-	b, err := wire.Marshal(spec)
+	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ func TestExpandOnePartPerTask(t *testing.T) {
 		Source: Source{Generate: &Generate{Records: 5, Keys: 1}},
 		Stages: []Stage{{Name: "f", Op: OpFilter, Tasks: 3, Matches: "."}, {Name: "c", Op: OpCount, Tasks: 2, Key: "key"}},
 	}
-	b, err := wire.Marshal(spec)
+	b, err := wire.Marshal(&PipelineParams{Spec: *spec})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -250,7 +250,7 @@ func (d *rsDriver) run(ctx context.Context) error {
 		header []string
 	)
 	if d.task.Stage == 0 && spec.Source.Generate == nil {
-		f, err := d.openInput()
+		f, err := d.openInput(ctx)
 		if err != nil {
 			return err
 		}
@@ -292,10 +292,13 @@ func (d *rsDriver) sourceName() string {
 	return d.p.Spec.Source.File
 }
 
-func (d *rsDriver) openInput() (io.ReadCloser, error) {
+func (d *rsDriver) openInput(ctx context.Context) (io.ReadCloser, error) {
 	src := d.p.Spec.Source
-	if src.Path == "" {
-		return nil, fmt.Errorf("source %q: only path: and generate: sources are read by this worker", src.File)
+	if src.File != "" {
+		if d.p.Blob == "" {
+			return nil, fmt.Errorf("source %q was not uploaded with the job", src.File)
+		}
+		return d.w.openBlob(ctx, d.p.Blob)
 	}
 	f, err := os.Open(src.Path)
 	if err != nil {
@@ -536,7 +539,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	} else {
 		ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
 		if pos.Offset == 0 && pos.Record == 0 {
-			f, err := d.openInput()
+			f, err := d.openInput(ctx)
 			if err != nil {
 				return err
 			}
