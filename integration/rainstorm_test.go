@@ -246,6 +246,17 @@ workflows:
 	id := strings.TrimSpace(stdout)
 	out := c.finish(id, "by-category")
 	diffRows(t, "file source", out.Rows, countRows(counts))
+
+	// watch shows each stage: tasks, tuples/s, records, restarts, bad records.
+	code, _, stderr = runCLI(t, c, "watch", id)
+	if code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, stderr)
+	}
+	for _, stage := range []string{"source", "telespar", "count"} {
+		if !hasLine(stderr, stage, "tasks 0/", "records", "restarts 0", "bad 0") {
+			t.Fatalf("watch shows no line for stage %s:\n%s", stage, stderr)
+		}
+	}
 }
 
 func TestRainstormExecStage(t *testing.T) {
