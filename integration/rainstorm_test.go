@@ -288,6 +288,34 @@ workflows:
 	diffRows(t, "exec→count", out.Rows, countRows(counts))
 }
 
+// An exec program that keeps crashing is restarted, then the job fails
+// with the tail of its standard error; nothing hangs.
+func TestRainstormExecCrashFailsJob(t *testing.T) {
+	path := signsPath(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "crash.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'crash.sh: cannot go on' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 1, 2, 3)
+	id := c.submit(fmt.Sprintf(`name: crash
+timeout: 120s
+workflows:
+  - name: crash
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: crash, op: exec, tasks: 1, command: %q}
+`, path, script))
+	st := c.waitStatus(id, 90*time.Second, terminal)
+	if st.Status != wire.JobFailed {
+		t.Fatalf("job ended %s", st.Status)
+	}
+	if msg := fmt.Sprint(st.Error, st.Workflows); !strings.Contains(msg, "cannot go on") {
+		t.Fatalf("the failure does not carry the program's stderr: %s", msg)
+	}
+}
+
 // generated is the expected output of a generate source filtered on value
 // and counted by key, computed from the generator's definition.
 func generated(t *testing.T, records, keys int64, keep func(value int) bool) [][]string {
