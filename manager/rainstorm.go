@@ -292,6 +292,10 @@ func (m *Manager) rsSubmit(ctx context.Context, r *rsReq) (wire.Message, error) 
 	if _, err := m.rsReady(); err != nil {
 		return nil, err
 	}
+	// Bounded: a request queued as this manager lost leadership is never
+	// taken, and the task has long resent it elsewhere.
+	ctx, cancel := context.WithTimeout(ctx, 4*m.cfg.QuorumTimeout+time.Second)
+	defer cancel()
 	r.reply = make(chan rsResult, 1)
 	select {
 	case m.rs.reqs <- r:
