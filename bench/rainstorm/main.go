@@ -2,14 +2,17 @@
 //
 //  1. a 1,000,000-record CSV made deterministically from
 //     traffic_signs_full.csv (its records repeated with new OBJECTIDs);
+//
 //  2. filter (Sign_Post == "Punched Telespar") → count by Category on a
 //     cluster of -managers managers and -workers workers, exactly-once and
 //     at-least-once, side by side with Miller as the single-process
 //     reference (mlr --icsv filter ... then count -g Category), each
 //     checked against the others' counts;
+//
 //  3. records per second end to end (submit → job completed), the EO/ALO
 //     cost ratio, CPU seconds per million records by process (from
 //     /proc/PID/stat);
+//
 //  4. recovery: a worker running a filter task is SIGKILLed mid-run, and
 //     the time until its task runs again elsewhere with records flowing is
 //     measured.
