@@ -25,6 +25,10 @@ func (s *Server) jobResults(w http.ResponseWriter, r *http.Request) {
 			Error: fmt.Sprintf("format %q: want json, csv or html", format)})
 		return
 	}
+	if wf := workflowQuery(r); wf != "" && format != "html" {
+		s.pipelineOutput(w, r, id, wf, format)
+		return
+	}
 	ctx, cancel := s.callContext(r)
 	defer cancel()
 	res, err := s.backend.Results(ctx, id)

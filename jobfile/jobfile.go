@@ -260,6 +260,9 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 		spec.Params = params
 	}
 	spec.Planned = workflow.PlannedDuration(typ, spec.Params)
+	if ex, ok := typ.(workflow.Expander); ok {
+		return expand(f, spec, ex)
+	}
 	if shards == 1 {
 		return []wire.WorkflowSpec{spec}
 	}
@@ -277,6 +280,30 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 	for i, params := range parts {
 		out[i] = spec
 		out[i].Params, out[i].Shard, out[i].Shards = params, i+1, shards
+	}
+	return out
+}
+
+// expand turns a workflow whose type runs it as several parts into one
+// shard per part.
+func expand(f *workflow.Fields, spec wire.WorkflowSpec, ex workflow.Expander) []wire.WorkflowSpec {
+	if f.Has("shards") {
+		f.Errorf("shards", "a %s workflow decides its own parts; remove shards", spec.Type)
+		return []wire.WorkflowSpec{spec}
+	}
+	parts, err := ex.Expand(spec.Params)
+	if err != nil {
+		f.Problemf("%v", err)
+		return []wire.WorkflowSpec{spec}
+	}
+	if len(parts) < 2 || len(parts) > workflow.MaxShards {
+		f.Problemf("runs as %d tasks; between 2 and %d are possible", len(parts), workflow.MaxShards)
+		return []wire.WorkflowSpec{spec}
+	}
+	out := make([]wire.WorkflowSpec, len(parts))
+	for i, params := range parts {
+		out[i] = spec
+		out[i].Params, out[i].Shard, out[i].Shards = params, i+1, len(parts)
 	}
 	return out
 }

@@ -19,6 +19,7 @@ func (m *Manager) onBecomeLeader(term uint64) {
 	m.lead.Store(lt)
 	m.log.Info("leading", "term", term)
 	m.refreshHeartbeat()
+	m.spawnLeader(lt, func(ctx context.Context) { m.rsLead(ctx, lt) })
 	m.spawnLeader(lt, func(ctx context.Context) {
 		out := m.syncState(ctx, lt)
 		close(lt.synced)

@@ -83,6 +83,7 @@ type Manager struct {
 	peers      map[string]string // other configured managers: id -> QUIC addr
 	peerIDs    []string          // sorted keys of peers
 	quorumSize int
+	rs         *rsStore // rainstorm.go
 	ids        *wire.SnowflakeGenerator
 
 	workers  *workerTable
@@ -265,6 +266,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if err := m.openBlobs(); err != nil {
 		return nil, err
 	}
+	if err := m.openRainstorm(); err != nil {
+		return nil, err
+	}
 	m.gates = &gateTable{g: make(map[string]string), failed: make(map[string]time.Time), now: m.clock.Now}
 	if deps.Keyring != nil {
 		if err := m.startGateSwim(deps.Keyring.MemberlistKeys(), baseLog); err != nil {
@@ -367,6 +371,9 @@ func (m *Manager) release() error {
 	if m.store != nil {
 		errs = append(errs, m.store.Close())
 	}
+	if m.rs != nil {
+		errs = append(errs, m.rs.close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -404,6 +411,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
 	m.registerBlobHandlers()
 	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
+	m.registerRainstorm()
 }
 
 // isPeer reports whether id is another configured manager. Transport ids

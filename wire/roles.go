@@ -15,6 +15,10 @@ var (
 		// and checkpoints to the store on the managers.
 		TypeRainstormBatch:      true,
 		TypeRainstormCheckpoint: true,
+		// A task opens with the leader (fencing older incarnations) and
+		// asks it where its downstream tasks run.
+		TypeRainstormOpen:          true,
+		TypeRainstormRoutesRequest: true,
 		// A worker reads a dispatch's data blobs from the manager.
 		TypeBlobStat:     true,
 		TypeBlobChunkGet: true,

@@ -88,6 +88,16 @@ const (
 	TypeBlobAck      MsgType = 133
 	TypeBlobChunkGet MsgType = 134
 	TypeBlobChunk    MsgType = 135
+	// RainStorm runtime (rainstorm_rt.go): task fencing and routes, and the
+	// checkpoint store's replication between managers.
+	TypeRainstormOpen          MsgType = 140
+	TypeRainstormOpenReply     MsgType = 141
+	TypeRainstormRoutesRequest MsgType = 142
+	TypeRainstormRoutes        MsgType = 143
+	TypeRainstormReplicate     MsgType = 144
+	TypeRainstormReplicateAck  MsgType = 145
+	TypeRainstormSyncRequest   MsgType = 146
+	TypeRainstormSyncResponse  MsgType = 147
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -196,6 +206,15 @@ var catalogue = map[MsgType]typeInfo{
 	TypeBlobAck:      {"BlobAck", ClassBulk, func() Message { return new(BlobAck) }},
 	TypeBlobChunkGet: {"BlobChunkGet", ClassBulk, func() Message { return new(BlobChunkGet) }},
 	TypeBlobChunk:    {"BlobChunk", ClassBulk, func() Message { return new(BlobChunk) }},
+
+	TypeRainstormOpen:          {"RainstormOpen", ClassControl, func() Message { return new(RainstormOpen) }},
+	TypeRainstormOpenReply:     {"RainstormOpenReply", ClassControl, func() Message { return new(RainstormOpenReply) }},
+	TypeRainstormRoutesRequest: {"RainstormRoutesRequest", ClassControl, func() Message { return new(RainstormRoutesRequest) }},
+	TypeRainstormRoutes:        {"RainstormRoutes", ClassControl, func() Message { return new(RainstormRoutes) }},
+	TypeRainstormReplicate:     {"RainstormReplicate", ClassBulk, func() Message { return new(RainstormReplicate) }},
+	TypeRainstormReplicateAck:  {"RainstormReplicateAck", ClassBulk, func() Message { return new(RainstormReplicateAck) }},
+	TypeRainstormSyncRequest:   {"RainstormSyncRequest", ClassBulk, func() Message { return new(RainstormSyncRequest) }},
+	TypeRainstormSyncResponse:  {"RainstormSyncResponse", ClassBulk, func() Message { return new(RainstormSyncResponse) }},
 }
 
 func (t MsgType) String() string {

@@ -85,7 +85,7 @@ func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, msg wi
 	if err != nil {
 		return w.refuse(d, "read blob from %s: %v", from.NodeID, err), nil
 	}
-	runner, err := w.registry.New(spec)
+	runner, err := w.newRunner(d, spec)
 	if err != nil {
 		return w.refuse(d, "%v", err), nil
 	}
@@ -241,6 +241,9 @@ func runSafely(ctx context.Context, r workflow.Runner, env workflow.Env) (res wo
 func outcome(ctx context.Context, err error) (wire.WorkflowStatus, string) {
 	if err == nil {
 		return wire.WorkflowCompleted, ""
+	}
+	if sr := (*stopReason)(nil); errors.As(err, &sr) {
+		return sr.status, sr.reason // the runner says how it ended
 	}
 	if ctx.Err() == nil {
 		return wire.WorkflowFailed, err.Error() // the workflow's own failure

@@ -79,6 +79,7 @@ type Worker struct {
 	fences   *FenceTable
 	execs    map[string]*execution
 	blobs    blobCache // blobs.go
+	rs       rsHost    // rainstorm.go
 	health   healthMachine
 	cpuPct   float64
 	memPct   float64
@@ -186,6 +187,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	tr.Handle(wire.TypeWorkflowDispatch, w.handleDispatch)
 	tr.Handle(wire.TypeCancelJob, w.handleCancel)
 	tr.Handle(wire.TypeStateSyncRequest, w.handleStateSync)
+	w.registerRainstorm(tr)
 
 	members, err := w.deps.NewMembership(w.swimConfig(tr.Addr()))
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 
 	"tempest/cmd/internal/nodecmd"
 	"tempest/manager"
-	"tempest/workflow"
+	"tempest/rainstorm"
 )
 
 // Exit codes.
@@ -66,7 +66,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		return code
 	}
 	cfg.Logger = node.Base
-	m, err := manager.New(cfg, manager.Deps{Keyring: node.Keyring, Registry: workflow.DefaultRegistry()})
+	m, err := manager.New(cfg, manager.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
 	if err != nil {
 		node.Log.Error("refusing to start", "err", err)
 		return exitFailure

@@ -11,10 +11,11 @@ import (
 // JSON, CSV with one row per workflow step, or HTML (one self-contained
 // report page: `tempest results ID --format html > report.html`).
 func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("results", "results ID [--format json|csv|html]", stderr)
+	fs := newFlagSet("results", "results ID [--format json|csv|html] [--workflow NAME]", stderr)
 	var conn apiFlags
 	conn.register(fs)
 	format := fs.String("format", "json", "json, csv or html")
+	wf := fs.String("workflow", "", "a RainStorm workflow: print its output (json or csv)")
 	args, code, ok := parseCommand(fs, args, 1, stderr)
 	if !ok {
 		return code
@@ -28,7 +29,12 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return reportError(stderr, err)
 	}
 	defer c.Close()
-	body, err := c.Results(ctx, args[0], *format)
+	var body []byte
+	if *wf != "" {
+		body, err = c.Output(ctx, args[0], *wf, *format)
+	} else {
+		body, err = c.Results(ctx, args[0], *format)
+	}
 	if err != nil {
 		return reportError(stderr, err)
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"tempest/jobfile"
-	"tempest/workflow"
 )
 
 // runSubmit sends a job file. Without --wait it prints the job id alone,
@@ -47,7 +46,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer c.Close()
 
-	id, err := c.SubmitWithData(ctx, data, file, dataFiles)
+	uploaded, err := uploadPipelineFiles(ctx, c, data, file, stderr)
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	id, err := c.SubmitWithBlobs(ctx, data, file, dataFiles, uploaded)
 	if err != nil {
 		if reportProblems(stderr, file, err) {
 			return exitUsage
@@ -87,7 +90,7 @@ func readDataFiles(jobFile []byte, path string) (map[string][]byte, error) {
 		}
 		return b, err
 	}
-	if _, err := jobfile.Parse(jobFile, path, workflow.DefaultRegistry(), jobfile.WithDataFiles(read)); err != nil {
+	if _, err := jobfile.Parse(jobFile, path, cliRegistry(filepath.Dir(path)), jobfile.WithDataFiles(read)); err != nil {
 		return nil, err
 	}
 	return files, nil

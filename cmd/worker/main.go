@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"tempest/cmd/internal/nodecmd"
+	"tempest/rainstorm"
 	"tempest/worker"
-	"tempest/workflow"
 )
 
 // Exit codes.
@@ -80,7 +80,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		logger.Error("refusing to start", "err", err)
 		return exitFailure
 	}
-	w, err := worker.New(cfg, worker.Deps{Keyring: keyring, Registry: workflow.DefaultRegistry()})
+	w, err := worker.New(cfg, worker.Deps{Keyring: keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
 	if err != nil {
 		logger.Error("refusing to start", "err", err)
 		return exitFailure

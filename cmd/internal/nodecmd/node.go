@@ -12,8 +12,8 @@ import (
 
 	"tempest/api"
 	"tempest/leadership"
+	"tempest/rainstorm"
 	"tempest/security"
-	"tempest/workflow"
 )
 
 // Options are the flags of a node binary that are not part of its role's
@@ -191,7 +191,7 @@ func ServeAPI(role APIRole, name string, node Node, opts Options, listen string,
 	scfg.Listen = listen
 	scfg.Token = node.Token
 	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
-	scfg.Registry = workflow.DefaultRegistry()
+	scfg.Registry = rainstorm.Registry(rainstorm.ParseOptions{})
 	scfg.Logger = node.Log
 	scfg.Role = name
 	scfg.Metrics = role

@@ -1,0 +1,649 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/rainstorm"
+	"tempest/testutil"
+	"tempest/wire"
+)
+
+// RainStorm pipelines on real processes. Every test computes its expected
+// output with a plain sequential pass and compares exactly.
+
+const signsFile = "../../shared/data/traffic_signs_full.csv"
+
+// signsPath returns the traffic signs file's absolute path, or skips.
+func signsPath(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs(signsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("RainStorm data file %s is absent (%v): these tests read the shared traffic signs data", p, err)
+	}
+	return p
+}
+
+// readSigns reads the traffic signs file with encoding/csv: header, rows.
+func readSigns(t *testing.T, path string) ([]string, [][]string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(b, []byte("\xEF\xBB\xBF"))))
+	r.FieldsPerRecord = -1
+	all, err := r.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all[0], all[1:]
+}
+
+func col(t *testing.T, header []string, name string) int {
+	t.Helper()
+	i := slices.Index(header, name)
+	if i < 0 {
+		t.Fatalf("column %s not in %v", name, header)
+	}
+	return i
+}
+
+// countRows is a count stage's expected output as sorted key,value rows.
+func countRows(counts map[string]int) [][]string {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([][]string, len(keys))
+	for i, k := range keys {
+		out[i] = []string{k, strconv.Itoa(counts[k])}
+	}
+	return out
+}
+
+// output fetches a pipeline's output through the API.
+func (c *cluster) output(id, wf string) (*api.PipelineOutput, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := c.client.Output(ctx, id, wf, "json")
+	if err != nil {
+		return nil, err
+	}
+	var out api.PipelineOutput
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("decode output: %w", err)
+	}
+	return &out, nil
+}
+
+// runPipeline submits job, waits for it to complete and returns the output.
+func (c *cluster) runPipeline(job, wf string, within time.Duration) (string, *api.PipelineOutput) {
+	c.t.Helper()
+	id := c.submit(job)
+	st := c.waitStatus(id, within, terminal)
+	if st.Status != wire.JobCompleted {
+		c.t.Fatalf("job %s ended %s: %+v", id, st.Status, st.Workflows)
+	}
+	out, err := c.output(id, wf)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !out.Complete {
+		c.t.Fatalf("job completed but its output is not complete: %+v", out)
+	}
+	return id, out
+}
+
+func diffRows(t *testing.T, what string, got, want [][]string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %d rows, want %d", what, len(got), len(want))
+	}
+	for i := range min(len(got), len(want)) {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("%s: row %d is %q, want %q", what, i, got[i], want[i])
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+func TestRainstormFilterCount(t *testing.T) {
+	path := signsPath(t)
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if r[post] == "Punched Telespar" {
+			counts[r[cat]]++
+		}
+	}
+	want := countRows(counts)
+
+	c := startCluster(t, 1, 3, 3)
+	job := fmt.Sprintf(`name: telespar
+timeout: 120s
+workflows:
+  - name: by-category
+    type: rainstorm
+    source: {path: %q, format: csv, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: 3, field: Sign_Post, equals: "Punched Telespar"}
+      - {name: count, op: count, tasks: 2, key: Category}
+`, path)
+	id, out := c.runPipeline(job, "by-category", 90*time.Second)
+	if !slices.Equal(out.Header, []string{"key", "value"}) {
+		t.Errorf("header %v", out.Header)
+	}
+	diffRows(t, "filter→count", out.Rows, want)
+
+	// The CLI prints the same as CSV.
+	code, stdout, stderr := runCLI(t, c, "results", id, "--workflow", "by-category", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("tempest results: exit %d: %s", code, stderr)
+	}
+	var wantCSV bytes.Buffer
+	cw := csv.NewWriter(&wantCSV)
+	_ = cw.Write([]string{"key", "value"})
+	_ = cw.WriteAll(want)
+	if stdout != wantCSV.String() {
+		t.Fatalf("tempest results --format csv:\n%s\nwant:\n%s", stdout, wantCSV.String())
+	}
+}
+
+func TestRainstormFilterReplaceProject(t *testing.T) {
+	path := signsPath(t)
+	header, rows := readSigns(t, path)
+	post, text, id, cat := col(t, header, "Sign_Post"), col(t, header, "Sign_Text"), col(t, header, "OBJECTID"), col(t, header, "Category")
+	re := regexp.MustCompile(`St\b`)
+	var want [][]string
+	for _, r := range rows {
+		if r[post] != "Punched Telespar" {
+			continue
+		}
+		want = append(want, []string{r[id], re.ReplaceAllString(r[text], "Street"), r[cat]})
+	}
+
+	c := startCluster(t, 1, 3, 3)
+	job := fmt.Sprintf(`name: streets
+timeout: 120s
+workflows:
+  - name: streets
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: 2, field: Sign_Post, equals: "Punched Telespar"}
+      - {name: street, op: replace, tasks: 2, field: Sign_Text, pattern: 'St\b', with: Street}
+      - {name: keep, op: project, tasks: 2, fields: [OBJECTID, Sign_Text, Category]}
+`, path)
+	_, out := c.runPipeline(job, "streets", 90*time.Second)
+	if !slices.Equal(out.Header, []string{"OBJECTID", "Sign_Text", "Category"}) {
+		t.Errorf("header %v", out.Header)
+	}
+	diffRows(t, "filter→replace→project", out.Rows, want)
+}
+
+// A file: source travels with the job: tempest submit uploads it as a
+// blob, the managers hold it on a majority, the source reads it by range.
+func TestRainstormFileSourceThroughCLI(t *testing.T) {
+	path := signsPath(t)
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if r[post] == "Punched Telespar" {
+			counts[r[cat]]++
+		}
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := `name: telespar
+timeout: 120s
+workflows:
+  - name: by-category
+    type: rainstorm
+    source: {file: signs.csv, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: 2, field: Sign_Post, equals: "Punched Telespar"}
+      - {name: count, op: count, tasks: 2, key: Category}
+`
+	jf := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(jf, []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 3, 3, 3)
+	code, stdout, stderr := runCLI(t, c, "submit", jf)
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, stderr)
+	}
+	id := strings.TrimSpace(stdout)
+	out := c.finish(id, "by-category")
+	diffRows(t, "file source", out.Rows, countRows(counts))
+
+	// watch shows each stage: tasks, tuples/s, records, restarts, bad records.
+	code, _, stderr = runCLI(t, c, "watch", id)
+	if code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, stderr)
+	}
+	for _, stage := range []string{"source", "telespar", "count"} {
+		if !hasLine(stderr, stage, "tasks 0/", "records", "restarts 0", "bad 0") {
+			t.Fatalf("watch shows no line for stage %s:\n%s", stage, stderr)
+		}
+	}
+}
+
+func TestRainstormExecStage(t *testing.T) {
+	path := signsPath(t)
+	script, err := filepath.Abs("../examples/rainstorm-upper.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if strings.Contains(r[post], "Telespar") {
+			counts[strings.ToUpper(r[cat])]++
+		}
+	}
+	c := startCluster(t, 1, 3, 3)
+	job := fmt.Sprintf(`name: upper
+timeout: 120s
+workflows:
+  - name: upper
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: upper, op: exec, tasks: 2, command: %q}
+      - {name: count, op: count, tasks: 2, key: "9"}
+`, path, script)
+	_, out := c.runPipeline(job, "upper", 90*time.Second)
+	diffRows(t, "exec→count", out.Rows, countRows(counts))
+}
+
+// An exec program that keeps crashing is restarted, then the job fails
+// with the tail of its standard error; nothing hangs.
+func TestRainstormExecCrashFailsJob(t *testing.T) {
+	path := signsPath(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "crash.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'crash.sh: cannot go on' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 1, 2, 3)
+	id := c.submit(fmt.Sprintf(`name: crash
+timeout: 120s
+workflows:
+  - name: crash
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: crash, op: exec, tasks: 1, command: %q}
+`, path, script))
+	st := c.waitStatus(id, 90*time.Second, terminal)
+	if st.Status != wire.JobFailed {
+		t.Fatalf("job ended %s", st.Status)
+	}
+	if msg := fmt.Sprint(st.Error, st.Workflows); !strings.Contains(msg, "cannot go on") {
+		t.Fatalf("the failure does not carry the program's stderr: %s", msg)
+	}
+}
+
+// generated is the expected output of a generate source filtered on value
+// and counted by key, computed from the generator's definition.
+func generated(t *testing.T, records, keys int64, keep func(value int) bool) [][]string {
+	t.Helper()
+	g := rainstorm.NewGenerator(&rainstorm.Generate{Records: records, Keys: keys}, 0)
+	counts := map[string]int{}
+	for {
+		rec, err := g.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.Atoi(rec.Fields[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keep(v) {
+			counts[rec.Fields[1]]++
+		}
+	}
+	return countRows(counts)
+}
+
+// pacedJob is a generated pipeline slow enough for faults to land mid-run.
+func pacedJob(records int64, rate int, exactlyOnce bool) string {
+	return fmt.Sprintf(`name: paced
+timeout: 300s
+workflows:
+  - name: paced
+    type: rainstorm
+    exactly_once: %t
+    source: {generate: {records: %d, rate: %d, keys: 17}}
+    stages:
+      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: count, op: count, tasks: 2, key: key}
+`, exactlyOnce, records, rate)
+}
+
+func keepLow(v int) bool { return v < 500 } // what the filter's pattern keeps
+
+// taskWorker waits until task k (in task order: 0 is the source) of a
+// pipeline runs, after some records went through, and returns its worker.
+func (c *cluster) taskWorker(id, wf string, k int) string {
+	c.t.Helper()
+	var worker string
+	testutil.Eventually(c.t, 60*time.Second, 100*time.Millisecond, func() error {
+		out, err := c.output(id, wf)
+		if err != nil {
+			return err
+		}
+		if len(out.Tasks) <= k {
+			return fmt.Errorf("pipeline has %d tasks", len(out.Tasks))
+		}
+		task := out.Tasks[k]
+		if task.Status != wire.WorkflowRunning || task.Worker == "" {
+			return fmt.Errorf("task %d is %s", k, task.Status)
+		}
+		if out.Tasks[0].Records < 2000 {
+			return fmt.Errorf("source read %d records", out.Tasks[0].Records)
+		}
+		worker = task.Worker
+		return nil
+	})
+	return worker
+}
+
+// finish waits for a pipeline's job to complete and returns its output.
+func (c *cluster) finish(id, wf string) *api.PipelineOutput {
+	c.t.Helper()
+	st := c.waitStatus(id, 180*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		c.t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
+	}
+	out, err := c.output(id, wf)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if !out.Complete {
+		c.t.Fatalf("job completed, output incomplete: %+v", out.Tasks)
+	}
+	return out
+}
+
+func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 4, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	victim := c.taskWorker(id, "paced", 3) // the first count task: holds state
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "paced")
+	if out.Restarts == 0 {
+		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
+	}
+	diffRows(t, "after a stage worker's SIGKILL", out.Rows, want)
+}
+
+func TestRainstormSourceWorkerKillExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 4, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	victim := c.taskWorker(id, "paced", 0)
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "paced")
+	if out.Restarts == 0 {
+		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
+	}
+	diffRows(t, "after the source worker's SIGKILL", out.Rows, want)
+}
+
+func TestRainstormLeaderKillExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 3, 3, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	c.taskWorker(id, "paced", 3)
+	leader := c.leader()
+	if err := c.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "paced")
+	diffRows(t, "after the manager leader's SIGKILL", out.Rows, want)
+}
+
+// Two kills at different times in one run: a count task's worker, then,
+// once the pipeline flows again, the source's.
+func TestRainstormTwoKillsExactlyOnce(t *testing.T) {
+	const records = 60000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 5, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	first := c.taskWorker(id, "paced", 4)
+	if err := c.Kill(first); err != nil {
+		t.Fatal(err)
+	}
+	var before int64
+	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
+		out, err := c.output(id, "paced")
+		if err != nil {
+			return err
+		}
+		if before == 0 {
+			before = out.Tasks[0].Records
+		}
+		if src := out.Tasks[0]; src.Status != wire.WorkflowRunning || src.Worker == first || src.Records < before+4000 {
+			return fmt.Errorf("source %s on %s at %d records", src.Status, src.Worker, src.Records)
+		}
+		return nil
+	})
+	second := c.taskWorker(id, "paced", 0)
+	if err := c.Kill(second); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "paced")
+	if out.Restarts < 2 {
+		t.Fatalf("two kills, %d restarts: %+v", out.Restarts, out.Tasks)
+	}
+	diffRows(t, "after two kills", out.Rows, want)
+}
+
+// Malformed records are counted and skipped, with their numbers; with
+// on_bad_record: fail the workflow fails and says which record.
+func TestRainstormBadRecords(t *testing.T) {
+	dir := t.TempDir()
+	// A record with too few fields and one with a bare quote.
+	input := "name,n\na,1\nb,2\nd\nc,3\nx\"y,4\nc,4\n"
+	path := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(path, []byte(input), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The sequential pass: encoding/csv, which checks the field count
+	// against the header's.
+	r := csv.NewReader(strings.NewReader(input))
+	counts := map[string]int{}
+	bad := 0
+	for i := 0; ; i++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		switch {
+		case err != nil:
+			bad++
+		case i > 0:
+			counts[rec[0]]++
+		}
+	}
+	want := countRows(counts)
+
+	c := startCluster(t, 1, 2, 3)
+	job := func(onBad string) string {
+		return fmt.Sprintf(`name: bad
+timeout: 150s
+workflows:
+  - name: bad
+    type: rainstorm
+    on_bad_record: %s
+    source: {path: %q, header: true}
+    stages:
+      - {name: count, op: count, tasks: 2, key: name}
+`, onBad, path)
+	}
+	_, out := c.runPipeline(job("skip"), "bad", 60*time.Second)
+	diffRows(t, "bad records skipped", out.Rows, want)
+	if out.BadRecords != uint64(bad) || len(out.BadFirst) != bad {
+		t.Fatalf("bad records %d (first %v), want %d", out.BadRecords, out.BadFirst, bad)
+	}
+
+	id := c.submit(job("fail"))
+	st := c.waitStatus(id, 120*time.Second, terminal)
+	if st.Status != wire.JobFailed {
+		t.Fatalf("on_bad_record: fail ended %s", st.Status)
+	}
+	if !strings.Contains(fmt.Sprint(st), "record") {
+		t.Fatalf("the failure does not name the record: %+v", st)
+	}
+}
+
+// A worker frozen past failure detection is replaced; when it thaws, its
+// checkpoints and batches are refused by incarnation.
+func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 4, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	victim := c.taskWorker(id, "paced", 3)
+	if err := c.Signal(victim, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// Past detection: the task runs again elsewhere.
+	testutil.Eventually(t, 60*time.Second, 200*time.Millisecond, func() error {
+		out, err := c.output(id, "paced")
+		if err != nil {
+			return err
+		}
+		if task := out.Tasks[3]; task.Attempts < 2 || task.Worker == victim {
+			return fmt.Errorf("task 3 is still on %s (attempt %d)", task.Worker, task.Attempts)
+		}
+		return nil
+	})
+	if err := c.Signal(victim, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "paced")
+	diffRows(t, "after SIGSTOP and SIGCONT", out.Rows, want)
+}
+
+// At-least-once under the same fault may count some records twice; the
+// exactly-once tests are not exact by luck.
+func TestRainstormAtLeastOnceCanOverCount(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	total := func(rows [][]string) int {
+		n := 0
+		for _, r := range rows {
+			v, _ := strconv.Atoi(r[1])
+			n += v
+		}
+		return n
+	}
+	c := startCluster(t, 1, 4, 3)
+	for attempt := range 3 {
+		id := c.submit(pacedJob(records, 4000, false))
+		victim := c.taskWorker(id, "paced", 1) // a filter task: its unacked output is resent
+		if err := c.Kill(victim); err != nil {
+			t.Fatal(err)
+		}
+		st := c.waitStatus(id, 180*time.Second, terminal)
+		if st.Status != wire.JobCompleted {
+			t.Fatalf("job ended %s", st.Status)
+		}
+		out, err := c.output(id, "paced")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, exact := total(out.Rows), total(want)
+		t.Logf("attempt %d: at-least-once counted %d records, exactly %d", attempt+1, got, exact)
+		if got > exact {
+			return
+		}
+		if got < exact {
+			t.Fatalf("at-least-once lost records: %d < %d", got, exact)
+		}
+		if err := c.Restart(victim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("at-least-once never over-counted under a worker SIGKILL")
+}
+
+func TestRainstormBadInputThroughCLI(t *testing.T) {
+	path := signsPath(t)
+	dir := t.TempDir()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 1, 1, 2)
+	cases := []struct{ name, stages, want string }{
+		{"unknown op", "      - {name: a, op: frobnicate}\n", `:7: `},
+		{"key not in header", "      - {name: a, op: count, key: Nope}\n", `"Nope" is not in the input's columns`},
+		{"missing exec program", "      - {name: a, op: exec, command: /no/such/program}\n", `/no/such/program`},
+		{"tasks 0", "      - {name: a, op: filter, tasks: 0, matches: x}\n", `tasks`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := "name: bad\nworkflows:\n  - name: bad\n    type: rainstorm\n    source: {file: signs.csv, header: true}\n    stages:\n" + tc.stages
+			jf := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".yaml")
+			if err := os.WriteFile(jf, []byte(job), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, _, stderr := runCLI(t, c, "submit", jf)
+			if code == 0 {
+				t.Fatalf("accepted:\n%s", job)
+			}
+			if !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, ":7") {
+				t.Fatalf("stderr does not point at line 7 with %q:\n%s", tc.want, stderr)
+			}
+		})
+	}
+}

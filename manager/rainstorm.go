@@ -1,0 +1,671 @@
+package manager
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"tempest/rainstorm"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// RainStorm checkpoint store (docs/rainstorm.md, runtime). The leader
+// serialises every task's open (the fence) and checkpoint through one
+// committer: a group of requests is checked (compare-and-set on the task's
+// incarnation, which is the fence token of its current dispatch, and on the
+// checkpoint version), written to this manager's bbolt file in one
+// transaction, replicated to the peers in one message, and answered only
+// once a majority of the configured managers stored it. Peers keep the same
+// records, so a new leader reads a majority of them before it answers any
+// task and the pipeline goes on from its durable state.
+
+const (
+	rsMaxGroup = 512 // requests committed together at most
+	rsFileName = "rainstorm.db"
+)
+
+var (
+	rsBucketCkpt = []byte("checkpoints")
+	rsBucketRows = []byte("rows")
+	rsBucketHdr  = []byte("headers")
+)
+
+type rsStore struct {
+	db *bolt.DB
+
+	mu      sync.Mutex
+	tasks   map[wire.RainstormTask]*rsStored
+	headers map[[2]string]wire.RainstormHeader
+
+	reqs       chan *rsReq
+	syncedTerm atomic.Uint64
+}
+
+// rsStored is one task's records: its latest checkpoint (rows stripped)
+// and the output rows of every checkpoint that published some, by version.
+type rsStored struct {
+	latest *wire.RainstormCheckpoint
+	rows   map[uint64][]wire.RainstormRecord
+}
+
+// rsReq is one request to the committer: a checkpoint or an open.
+type rsReq struct {
+	ckpt  *wire.RainstormCheckpoint
+	open  *wire.RainstormOpen
+	reply chan rsResult
+}
+
+type rsResult struct {
+	msg wire.Message
+	err error
+}
+
+// rsRowsRecord is how a checkpoint's rows are kept.
+type rsRowsRecord struct {
+	Task    wire.RainstormTask     `cbor:"1,keyasint"`
+	Version uint64                 `cbor:"2,keyasint"`
+	Rows    []wire.RainstormRecord `cbor:"3,keyasint,omitempty"`
+}
+
+func (m *Manager) openRainstorm() error {
+	db, err := bolt.Open(filepath.Join(m.cfg.DataDir, rsFileName), 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("open rainstorm store: %w", err)
+	}
+	s := &rsStore{db: db, tasks: map[wire.RainstormTask]*rsStored{}, headers: map[[2]string]wire.RainstormHeader{},
+		reqs: make(chan *rsReq, 4096)}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{rsBucketCkpt, rsBucketRows, rsBucketHdr} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(rsBucketCkpt).ForEach(func(_, v []byte) error {
+			c := new(wire.RainstormCheckpoint)
+			if err := wire.Unmarshal(v, c); err != nil {
+				return err
+			}
+			s.applyLocked(c)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(rsBucketRows).ForEach(func(_, v []byte) error {
+			var r rsRowsRecord
+			if err := wire.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			s.applyLocked(&wire.RainstormCheckpoint{Task: r.Task, Version: r.Version, Rows: r.Rows})
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(rsBucketHdr).ForEach(func(_, v []byte) error {
+			var h wire.RainstormHeader
+			if err := wire.Unmarshal(v, &h); err != nil {
+				return err
+			}
+			s.headers[[2]string{h.Job, h.Workflow}] = h
+			return nil
+		})
+	})
+	if err != nil {
+		_ = db.Close()
+		return fmt.Errorf("load rainstorm store: %w", err)
+	}
+	m.rs = s
+	return nil
+}
+
+func (s *rsStore) close() error { return s.db.Close() }
+
+// applyLocked records c in memory: its rows under its version, and c as
+// the latest checkpoint when it is newer. A rows-only record (no
+// incarnation) never becomes the latest.
+func (s *rsStore) applyLocked(c *wire.RainstormCheckpoint) {
+	st := s.tasks[c.Task]
+	if st == nil {
+		st = &rsStored{rows: map[uint64][]wire.RainstormRecord{}}
+		s.tasks[c.Task] = st
+	}
+	if len(c.Rows) > 0 {
+		st.rows[c.Version] = c.Rows
+	}
+	if c.Incarnation != 0 && (st.latest == nil || c.Version > st.latest.Version ||
+		(c.Version == st.latest.Version && c.Incarnation > st.latest.Incarnation)) {
+		l := *c
+		l.Rows = nil
+		st.latest = &l
+	}
+}
+
+func rsTaskKey(t wire.RainstormTask) []byte {
+	b := make([]byte, 0, len(t.Job)+len(t.Workflow)+10)
+	b = append(b, t.Job...)
+	b = append(b, 0)
+	b = append(b, t.Workflow...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(t.Stage))
+	return binary.BigEndian.AppendUint32(b, uint32(t.Index))
+}
+
+// persist writes checkpoints and headers in one transaction (one fsync).
+func (s *rsStore) persist(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		ck, rows, hdr := tx.Bucket(rsBucketCkpt), tx.Bucket(rsBucketRows), tx.Bucket(rsBucketHdr)
+		for _, c := range cs {
+			k := rsTaskKey(c.Task)
+			if len(c.Rows) > 0 {
+				v, err := wire.Marshal(&rsRowsRecord{Task: c.Task, Version: c.Version, Rows: c.Rows})
+				if err != nil {
+					return err
+				}
+				if err := rows.Put(binary.BigEndian.AppendUint64(slices.Clone(k), c.Version), v); err != nil {
+					return err
+				}
+			}
+			if c.Incarnation == 0 {
+				continue
+			}
+			if old := ck.Get(k); old != nil {
+				prev := new(wire.RainstormCheckpoint)
+				if wire.Unmarshal(old, prev) == nil && prev.Version > c.Version {
+					continue
+				}
+			}
+			l := *c
+			l.Rows = nil
+			v, err := wire.Marshal(&l)
+			if err != nil {
+				return err
+			}
+			if err := ck.Put(k, v); err != nil {
+				return err
+			}
+		}
+		for _, h := range hs {
+			v, err := wire.Marshal(&h)
+			if err != nil {
+				return err
+			}
+			if err := hdr.Put([]byte(h.Job+"\x00"+h.Workflow), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// store persists then applies; peers and a syncing leader use it.
+func (s *rsStore) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	if err := s.persist(cs, hs); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range cs {
+		s.applyLocked(c)
+	}
+	for _, h := range hs {
+		s.headers[[2]string{h.Job, h.Workflow}] = h
+	}
+	return nil
+}
+
+func (m *Manager) registerRainstorm() {
+	handle(m, wire.TypeRainstormOpen, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormOpen) (wire.Message, error) {
+		return m.rsSubmit(ctx, &rsReq{open: msg})
+	})
+	handle(m, wire.TypeRainstormCheckpoint, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormCheckpoint) (wire.Message, error) {
+		return m.rsSubmit(ctx, &rsReq{ckpt: msg})
+	})
+	handle(m, wire.TypeRainstormRoutesRequest, m.handleRSRoutes)
+	handle(m, wire.TypeRainstormReplicate, func(_ context.Context, from transport.Peer, msg *wire.RainstormReplicate) (wire.Message, error) {
+		if !m.isPeer(from.NodeID) {
+			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
+		}
+		cs := make([]*wire.RainstormCheckpoint, len(msg.Checkpoints))
+		for i := range msg.Checkpoints {
+			cs[i] = &msg.Checkpoints[i]
+		}
+		if err := m.rs.store(cs, msg.Headers); err != nil {
+			return nil, fmt.Errorf("store replicated checkpoints: %w", err)
+		}
+		return &wire.RainstormReplicateAck{Stored: len(cs)}, nil
+	})
+	handle(m, wire.TypeRainstormSyncRequest, func(_ context.Context, from transport.Peer, msg *wire.RainstormSyncRequest) (wire.Message, error) {
+		if !m.isPeer(from.NodeID) {
+			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
+		}
+		return m.rs.snapshot(msg.Jobs), nil
+	})
+}
+
+// snapshot is everything stored for jobs (all when empty): each task's
+// latest checkpoint and every version's rows.
+func (s *rsStore) snapshot(jobs []string) *wire.RainstormSyncResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &wire.RainstormSyncResponse{}
+	want := func(job string) bool { return len(jobs) == 0 || slices.Contains(jobs, job) }
+	for t, st := range s.tasks {
+		if !want(t.Job) {
+			continue
+		}
+		if st.latest != nil {
+			out.Checkpoints = append(out.Checkpoints, *st.latest)
+		}
+		for v, rows := range st.rows {
+			out.Checkpoints = append(out.Checkpoints, wire.RainstormCheckpoint{Task: t, Version: v, Rows: rows})
+		}
+	}
+	for k, h := range s.headers {
+		if want(k[0]) {
+			out.Headers = append(out.Headers, h)
+		}
+	}
+	return out
+}
+
+// rsReady reports whether this manager may answer tasks: it leads, and in
+// this term it has read the checkpoints of a majority and synced state.
+func (m *Manager) rsReady() (*leaderTerm, error) {
+	lt := m.leading()
+	if lt == nil {
+		return nil, m.elector.NotLeaderError()
+	}
+	if m.rs.syncedTerm.Load() != lt.term || !lt.isSynced() {
+		return nil, wire.Errorf(wire.CodeUnavailable, "leader is still reading the pipelines' state")
+	}
+	return lt, nil
+}
+
+func (m *Manager) rsSubmit(ctx context.Context, r *rsReq) (wire.Message, error) {
+	if _, err := m.rsReady(); err != nil {
+		return nil, err
+	}
+	// Bounded: a request queued as this manager lost leadership is never
+	// taken, and the task has long resent it elsewhere.
+	ctx, cancel := context.WithTimeout(ctx, 4*m.cfg.QuorumTimeout+time.Second)
+	defer cancel()
+	r.reply = make(chan rsResult, 1)
+	select {
+	case m.rs.reqs <- r:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-r.reply:
+		return res.msg, res.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// rsLead is the leader's part for one term: read a majority's checkpoints,
+// then commit requests until the term ends.
+func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
+	for attempt := 0; ; attempt++ {
+		err := m.rsSync(ctx)
+		if err == nil {
+			break
+		}
+		if attempt%20 == 0 {
+			m.log.Warn("rainstorm: reading peers' checkpoints", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	m.rs.syncedTerm.Store(lt.term)
+	for {
+		var group []*rsReq
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-m.rs.reqs:
+			group = append(group, r)
+		}
+	drain:
+		for len(group) < rsMaxGroup {
+			select {
+			case r := <-m.rs.reqs:
+				group = append(group, r)
+			default:
+				break drain
+			}
+		}
+		m.rsCommit(ctx, lt, group)
+	}
+}
+
+// rsSync merges a majority's records into this manager's.
+func (m *Manager) rsSync(ctx context.Context) error {
+	if len(m.peerIDs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		resps []*wire.RainstormSyncResponse
+		wg    sync.WaitGroup
+	)
+	for _, id := range m.peerIDs {
+		wg.Go(func() {
+			resp, err := m.tr.Call(ctx, m.peers[id], &wire.RainstormSyncRequest{})
+			if r, ok := resp.(*wire.RainstormSyncResponse); err == nil && ok {
+				mu.Lock()
+				resps = append(resps, r)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if 1+len(resps) < m.quorumSize {
+		return fmt.Errorf("%d of %d managers answered, %d needed", 1+len(resps), len(m.peerIDs)+1, m.quorumSize)
+	}
+	for _, r := range resps {
+		cs := make([]*wire.RainstormCheckpoint, len(r.Checkpoints))
+		for i := range r.Checkpoints {
+			cs[i] = &r.Checkpoints[i]
+		}
+		if err := m.rs.store(cs, r.Headers); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rsTaskInfo is what the leader's job table says of a task now.
+type rsTaskInfo struct {
+	found    bool
+	attempts int
+	records  int64
+	bad      int64
+	token    uint64
+	status   wire.WorkflowStatus
+	worker   string
+}
+
+// rsTasks returns, for a pipeline, its spec and each task's info in task
+// order.
+func (m *Manager) rsTasks(job, wf string) (*rainstorm.Spec, []wire.RainstormTask, []rsTaskInfo) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j := m.jobs[job]
+	if j == nil {
+		return nil, nil, nil
+	}
+	var parts []*workflowState
+	for _, w := range j.wfs {
+		if w.rec.Spec.Name == wf && w.rec.Spec.Type == rainstorm.TypeName {
+			parts = append(parts, w)
+		}
+	}
+	if len(parts) == 0 {
+		return nil, nil, nil
+	}
+	p, err := rainstorm.DecodeTaskParams(parts[0].rec.Spec.Params)
+	if err != nil {
+		return nil, nil, nil
+	}
+	order := rainstorm.TaskOrder(&p.Spec)
+	infos := make([]rsTaskInfo, len(order))
+	for i := range order {
+		order[i].Job, order[i].Workflow = job, wf
+		if i < len(parts) {
+			r := &parts[i].rec
+			infos[i] = rsTaskInfo{found: true, attempts: r.Attempts, token: r.FenceToken, status: r.Status, worker: r.Worker,
+				records: r.LastProgress.CompletedCount, bad: r.LastProgress.FailedCount}
+		}
+	}
+	return &p.Spec, order, infos
+}
+
+func (m *Manager) rsTaskInfo(t wire.RainstormTask) rsTaskInfo {
+	_, order, infos := m.rsTasks(t.Job, t.Workflow)
+	for i, o := range order {
+		if o.Stage == t.Stage && o.Index == t.Index {
+			return infos[i]
+		}
+	}
+	return rsTaskInfo{}
+}
+
+func (m *Manager) rsRoutes(job, wf string) []wire.RainstormRoute {
+	_, order, infos := m.rsTasks(job, wf)
+	out := make([]wire.RainstormRoute, len(order))
+	for i, t := range order {
+		out[i] = wire.RainstormRoute{Stage: t.Stage, Index: t.Index}
+		in := infos[i]
+		switch in.status {
+		case wire.WorkflowCompleted:
+			out[i].Done = true
+		case wire.WorkflowAssigned, wire.WorkflowRunning:
+			if wv, ok := m.workers.get(in.worker); ok {
+				out[i].Addr, out[i].Incarnation = wv.Addr, in.token
+			}
+		}
+	}
+	return out
+}
+
+func (m *Manager) handleRSRoutes(_ context.Context, _ transport.Peer, msg *wire.RainstormRoutesRequest) (wire.Message, error) {
+	if _, err := m.rsReady(); err != nil {
+		return nil, err
+	}
+	return &wire.RainstormRoutes{Routes: m.rsRoutes(msg.Job, msg.Workflow)}, nil
+}
+
+// current reports whether inc is the running incarnation of task.
+func (in rsTaskInfo) current(inc uint64) bool {
+	return in.found && in.token == inc && (in.status == wire.WorkflowAssigned || in.status == wire.WorkflowRunning)
+}
+
+// rsCommit checks, stores, replicates and answers one group of requests.
+func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) {
+	type accepted struct {
+		r   *rsReq
+		ack *wire.RainstormCheckpointAck
+	}
+	var (
+		acc     []accepted
+		opens   []*rsReq
+		cs      []*wire.RainstormCheckpoint
+		hs      []wire.RainstormHeader
+		staged  = map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+		answers = map[*rsReq]rsResult{}
+	)
+	infos := make([]rsTaskInfo, len(group))
+	for i, r := range group {
+		infos[i] = m.rsTaskInfo(r.task())
+	}
+	m.rs.mu.Lock()
+	for i, r := range group {
+		in := infos[i]
+		if o := r.open; o != nil {
+			if !in.current(o.Incarnation) {
+				answers[r] = rsResult{err: wire.Errorf(wire.CodeStaleFence, "task %d.%d of %s: incarnation %d is not a running dispatch (current %d, %s)",
+					o.Task.Stage, o.Task.Index, o.Task.Workflow, o.Incarnation, in.token, in.status)}
+				continue
+			}
+			if o.Task.Stage == 0 && o.HasHeader {
+				k := [2]string{o.Task.Job, o.Task.Workflow}
+				if h, ok := m.rs.headers[k]; !ok || !slices.Equal(h.Header, o.Header) {
+					hs = append(hs, wire.RainstormHeader{Job: o.Task.Job, Workflow: o.Task.Workflow, Header: o.Header, HasHeader: true})
+				}
+			}
+			opens = append(opens, r)
+			continue
+		}
+		c := r.ckpt
+		ack := &wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Current: in.token}
+		st := m.rs.tasks[c.Task]
+		var have uint64
+		var latest *wire.RainstormCheckpoint
+		if st != nil && st.latest != nil {
+			latest, have = st.latest, st.latest.Version
+		}
+		if s, ok := staged[c.Task]; ok {
+			latest, have = s, s.Version
+		}
+		switch {
+		case !in.current(c.Incarnation):
+			ack.Refused = true
+			ack.Reason = fmt.Sprintf("incarnation %d is not the task's current %d", c.Incarnation, in.token)
+			if in.token <= c.Incarnation {
+				ack.Current = c.Incarnation + 1 // not running: fenced all the same
+			}
+			answers[r] = rsResult{msg: ack}
+		case latest != nil && c.Version == latest.Version && latest.Incarnation == c.Incarnation:
+			answers[r] = rsResult{msg: ack} // a resend of what is stored
+		case c.Version != have+1:
+			ack.Refused = true
+			ack.Reason = fmt.Sprintf("version %d does not follow the stored %d", c.Version, have)
+			answers[r] = rsResult{msg: ack}
+		default:
+			// Pending is a delta: store and replicate the whole state, so
+			// every copy stands alone whatever group a peer missed.
+			full := *rainstorm.Compose(latest, c)
+			full.Rows = c.Rows
+			staged[c.Task] = &full
+			cs = append(cs, &full)
+			acc = append(acc, accepted{r, ack})
+		}
+	}
+	m.rs.mu.Unlock()
+
+	var failed error
+	if len(cs) > 0 || len(hs) > 0 {
+		failed = m.rsReplicate(ctx, lt, cs, hs)
+	}
+	for _, a := range acc {
+		if failed != nil {
+			answers[a.r] = rsResult{err: failed}
+		} else {
+			answers[a.r] = rsResult{msg: a.ack}
+		}
+	}
+	for _, r := range opens {
+		if failed != nil {
+			answers[r] = rsResult{err: failed}
+			continue
+		}
+		answers[r] = rsResult{msg: m.rsOpenReply(r.open)}
+	}
+	for r, res := range answers {
+		r.reply <- res
+	}
+}
+
+func (r *rsReq) task() wire.RainstormTask {
+	if r.open != nil {
+		return r.open.Task
+	}
+	return r.ckpt.Task
+}
+
+// rsReplicate makes cs and hs durable here and on a majority, then
+// applies them.
+func (m *Manager) rsReplicate(ctx context.Context, lt *leaderTerm, cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	if err := m.rs.persist(cs, hs); err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "store checkpoints: %v", err)
+	}
+	stored := 1
+	if len(m.peerIDs) > 0 {
+		msg := &wire.RainstormReplicate{Term: lt.term, Headers: hs}
+		for _, c := range cs {
+			msg.Checkpoints = append(msg.Checkpoints, *c)
+		}
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		for _, id := range m.peerIDs {
+			wg.Go(func() {
+				resp, err := m.tr.Call(cctx, m.peers[id], msg)
+				if _, ok := resp.(*wire.RainstormReplicateAck); err == nil && ok {
+					mu.Lock()
+					stored++
+					mu.Unlock()
+				} else if err != nil {
+					m.log.Debug("rainstorm: replicate to peer", "peer", id, "err", err)
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+	}
+	if stored < m.quorumSize {
+		return wire.Errorf(wire.CodeNoQuorum, "checkpoints stored by %d managers, %d needed", stored, m.quorumSize)
+	}
+	m.rs.mu.Lock()
+	for _, c := range cs {
+		m.rs.applyLocked(c)
+	}
+	for _, h := range hs {
+		m.rs.headers[[2]string{h.Job, h.Workflow}] = h
+	}
+	m.rs.mu.Unlock()
+	return nil
+}
+
+func (m *Manager) rsOpenReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
+	reply := &wire.RainstormOpenReply{Routes: m.rsRoutes(o.Task.Job, o.Task.Workflow)}
+	m.rs.mu.Lock()
+	defer m.rs.mu.Unlock()
+	if st := m.rs.tasks[o.Task]; st != nil && st.latest != nil {
+		c := *st.latest
+		reply.Checkpoint = &c
+	}
+	if h, ok := m.rs.headers[[2]string{o.Task.Job, o.Task.Workflow}]; ok {
+		reply.Header, reply.HasHeader = h.Header, h.HasHeader
+	}
+	return reply
+}
+
+// rsTaskFailedLocked handles a pipeline task whose run failed (a malformed
+// record under on_bad_record: fail, an exec program that keeps crashing, a
+// refused checkpoint): the failure is the pipeline's, the same on any
+// worker, so the task is not retried and the job ends FAILED with the
+// reason; the other tasks would wait for its output forever. A task that
+// was replaced reports CANCELLED and takes the normal retry path. The job is
+// ended like an abort_on_fail threshold does it: on a goroutine of the
+// leader term, once this state is committed.
+func (m *Manager) rsTaskFailedLocked(tx *txn, w *workflowState, status wire.WorkflowStatus, reason string) bool {
+	lt := tx.leading
+	if lt == nil || w.rec.Spec.Type != rainstorm.TypeName || status != wire.WorkflowFailed {
+		return false
+	}
+	w.rec.Status = wire.WorkflowFailed
+	w.rec.Error = reason
+	w.rec.Worker = ""
+	w.rec.Cores = nil
+	tx.touchWorkflow(w, true)
+	if w.job.rec.Status.Terminal() {
+		return true
+	}
+	jobID := w.rec.JobID
+	why := fmt.Sprintf("pipeline %s: task %d of %d failed: %s", w.rec.Spec.Name, w.rec.Spec.Shard, w.rec.Spec.Shards, reason)
+	m.log.Warn("rainstorm task failed; ending the job", "job_id", jobID, "workflow_id", w.rec.WorkflowID, "reason", reason)
+	tx.afterCommit(func() {
+		m.spawnLeader(lt, func(ctx context.Context) {
+			if _, err := m.cancelJob(ctx, jobID, wire.JobFailed, why); err != nil {
+				m.log.Warn("end job after a task failure", "job_id", jobID, "err", err)
+			}
+		})
+	})
+	return true
+}

@@ -1,0 +1,200 @@
+package rainstorm
+
+import (
+	"errors"
+	"fmt"
+
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// Type is the `type: rainstorm` workflow type. A pipeline is expanded at
+// submit into one dispatched part per task (the source, then each stage's
+// tasks in order), so every task is placed, fenced and re-placed like any
+// other workflow; the worker runs a part through its RainStorm host, never
+// through New.
+type Type struct {
+	// Options are used where the job file is read (the CLI): they check a
+	// file source's header and exec programs there. Zero elsewhere.
+	Options ParseOptions
+}
+
+// TaskParams are one task's params: the whole pipeline and which task.
+type TaskParams struct {
+	Spec  Spec `cbor:"1,keyasint"`
+	Stage int  `cbor:"2,keyasint,omitempty"` // 0 is the source
+	Index int  `cbor:"3,keyasint,omitempty"`
+	// Blob is the hex SHA-256 of a `file:` source uploaded with the job:
+	// the source's worker reads it by range from the managers.
+	Blob string `cbor:"4,keyasint,omitempty"`
+}
+
+// PipelineParams are a pipeline's params as the job file gives them,
+// before Expand cuts them into tasks.
+type PipelineParams struct {
+	Spec Spec   `cbor:"1,keyasint"`
+	Blob string `cbor:"2,keyasint,omitempty"`
+}
+
+// Validate implements workflow.Params.
+func (p *TaskParams) Validate() error {
+	if err := p.Spec.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case p.Stage < 0 || p.Stage > len(p.Spec.Stages):
+		return fmt.Errorf("stage %d out of range (the pipeline has %d)", p.Stage, len(p.Spec.Stages))
+	case p.Stage == 0 && p.Index != 0:
+		return fmt.Errorf("source index %d: the source is one task", p.Index)
+	case p.Stage > 0 && (p.Index < 0 || p.Index >= p.Spec.Stages[p.Stage-1].TaskCount()):
+		return fmt.Errorf("task %d of stage %d out of range", p.Index, p.Stage)
+	}
+	return nil
+}
+
+// Name implements workflow.Type.
+func (Type) Name() string { return TypeName }
+
+// ParseParams implements workflow.Type: the pipeline's spec and the blob a
+// `file:` source was uploaded as (PipelineParams), expanded into tasks by
+// Expand. Where the job file is read with the files at hand (the CLI,
+// Options.OpenFile set) the upload comes later; elsewhere a file source
+// must name an uploaded blob.
+func (t Type) ParseParams(f *workflow.Fields) []byte {
+	b := Parse(f, t.Options)
+	if f.HasProblems() {
+		return b
+	}
+	s, err := DecodeSpec(b)
+	if err != nil {
+		f.Problemf("%v", err)
+		return nil
+	}
+	p := PipelineParams{Spec: *s}
+	if s.Source.File != "" {
+		if sum, ok := f.DataBlob(s.Source.File); ok {
+			p.Blob = sum
+		} else if t.Options.OpenFile == nil {
+			f.Report(workflow.FieldErrors{{Path: "source.file", Message: fmt.Sprintf(
+				"%s was not uploaded with the job (tempest submit uploads the files a job names)", s.Source.File)}})
+			return nil
+		}
+	}
+	return f.Encode(&p)
+}
+
+// Validate implements workflow.Params.
+func (p *PipelineParams) Validate() error { return p.Spec.Validate() }
+
+// Expand implements workflow.Expander: one TaskParams per task, in task
+// order (TaskOrder).
+func (Type) Expand(params []byte) ([][]byte, error) {
+	var p PipelineParams
+	if err := wire.Unmarshal(params, &p); err != nil {
+		return nil, fmt.Errorf("decode rainstorm params: %w", err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	s := &p.Spec
+	var out [][]byte
+	for _, t := range TaskOrder(s) {
+		b, err := wire.Marshal(&TaskParams{Spec: *s, Stage: t.Stage, Index: t.Index, Blob: p.Blob})
+		if err != nil {
+			return nil, fmt.Errorf("encode task params: %w", err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// TaskOrder lists a pipeline's tasks (Job and Workflow empty) in the order
+// of their parts: the source, then each stage's tasks. Shard k of the
+// workflow is task k-1.
+func TaskOrder(s *Spec) []wire.RainstormTask {
+	out := []wire.RainstormTask{{Stage: 0}}
+	for i, st := range s.Stages {
+		for j := range st.TaskCount() {
+			out = append(out, wire.RainstormTask{Stage: i + 1, Index: j})
+		}
+	}
+	return out
+}
+
+// DecodeParams implements workflow.Type.
+func (Type) DecodeParams(data []byte) (workflow.Params, error) { return DecodeTaskParams(data) }
+
+// DecodeTaskParams decodes one task's params with the strict codec and
+// validates them.
+func DecodeTaskParams(data []byte) (*TaskParams, error) {
+	if len(data) > workflow.MaxParamsSize {
+		return nil, fmt.Errorf("params are %d bytes, more than %d", len(data), workflow.MaxParamsSize)
+	}
+	var p TaskParams
+	if err := wire.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("decode rainstorm task params: %w", err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("rainstorm task params: %w", err)
+	}
+	return &p, nil
+}
+
+// Blobs implements workflow.BlobReferrer: the managers accept a job only
+// once its file source's blob is durable.
+func (Type) Blobs(params []byte) ([]string, error) {
+	p, err := DecodeTaskParams(params)
+	if err != nil || p.Blob == "" {
+		return nil, err
+	}
+	return []string{p.Blob}, nil
+}
+
+// DetachBlobs implements workflow.BlobReferrer: params never hold a file's
+// bytes.
+func (Type) DetachBlobs(params []byte) ([]byte, error) { return params, nil }
+
+// AttachBlobs implements workflow.BlobReferrer: the source reads its blob
+// by range while it runs, never whole into params.
+func (Type) AttachBlobs(params []byte, _ func(string) ([]byte, error)) ([]byte, error) {
+	return params, nil
+}
+
+// ErrHostOnly is New's answer: tasks need the worker's transport.
+var ErrHostOnly = errors.New("rainstorm tasks run on a worker's RainStorm host")
+
+// New implements workflow.Type.
+func (Type) New(wire.WorkflowSpec) (workflow.Runner, error) { return nil, ErrHostOnly }
+
+// Registry returns the default workflow registry with the rainstorm type
+// added, options and all.
+func Registry(opts ParseOptions) *workflow.Registry {
+	r := workflow.DefaultRegistry()
+	if err := r.Register(Type{Options: opts}); err != nil {
+		panic(fmt.Sprintf("rainstorm: register type: %v", err)) // a bug: the default registry has no rainstorm
+	}
+	return r
+}
+
+// Columns returns the column names at the input of stage i (0-based; i =
+// len(Stages) gives the pipeline's output columns) for an input with
+// header: nil where fields are named by number (no header, after exec).
+func Columns(spec *Spec, header []string, i int) []string {
+	cols := header
+	if spec.Source.Generate != nil {
+		cols = GenerateColumns
+	} else if spec.Source.SourceFormat() == FormatLines {
+		cols = []string{LineField}
+	}
+	for _, st := range spec.Stages[:min(i, len(spec.Stages))] {
+		switch st.Op {
+		case OpProject:
+			cols = st.Fields
+		case OpExec:
+			cols = nil
+		case OpCount, OpSum:
+			cols = AggregateHeader
+		}
+	}
+	return cols
+}

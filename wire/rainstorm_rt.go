@@ -1,0 +1,99 @@
+package wire
+
+// RainStorm runtime messages: a task asking the manager leader for its
+// checkpoint and the route table, and the leader replicating checkpoints to
+// its peers. docs/rainstorm.md describes the runtime.
+
+// RainstormOpen is a task's first call to the manager leader, and the
+// fence: the leader answers only when Incarnation is the fence token of the
+// task's current dispatch, so that from then on no older incarnation can
+// write a checkpoint. A source sends its input's column names (Header), which
+// every stage task needs to compile its operator.
+type RainstormOpen struct {
+	Task        RainstormTask `cbor:"1,keyasint"`
+	Incarnation uint64        `cbor:"2,keyasint"`
+	Header      []string      `cbor:"3,keyasint,omitempty"`
+	HasHeader   bool          `cbor:"4,keyasint,omitempty"`
+}
+
+// RainstormOpenReply carries the task's latest durable checkpoint (nil for a
+// fresh start), the input's column names and the current route table.
+// Wait says the leader cannot answer yet (the source has not reported the
+// header, or the leader is still syncing): ask again shortly.
+type RainstormOpenReply struct {
+	Checkpoint *RainstormCheckpoint `cbor:"1,keyasint,omitempty"`
+	Header     []string             `cbor:"2,keyasint,omitempty"`
+	HasHeader  bool                 `cbor:"3,keyasint,omitempty"`
+	Routes     []RainstormRoute     `cbor:"4,keyasint,omitempty"`
+	Wait       string               `cbor:"5,keyasint,omitempty"`
+}
+
+// RainstormRoute is where one task of a pipeline runs now: its worker's QUIC
+// address and the incarnation (fence token) of its current dispatch. Addr is
+// empty while the task is not placed.
+type RainstormRoute struct {
+	Stage       int    `cbor:"1,keyasint,omitempty"`
+	Index       int    `cbor:"2,keyasint,omitempty"`
+	Addr        string `cbor:"3,keyasint,omitempty"`
+	Incarnation uint64 `cbor:"4,keyasint,omitempty"`
+	// Done: the task completed (its final checkpoint is durable and every
+	// batch it takes is in it).
+	Done bool `cbor:"5,keyasint,omitempty"`
+}
+
+// RainstormRoutesRequest asks the manager leader for a pipeline's routes.
+type RainstormRoutesRequest struct {
+	Job      string `cbor:"1,keyasint"`
+	Workflow string `cbor:"2,keyasint"`
+}
+
+// RainstormRoutes answers RainstormRoutesRequest.
+type RainstormRoutes struct {
+	Routes []RainstormRoute `cbor:"1,keyasint,omitempty"`
+}
+
+// RainstormReplicate carries checkpoints the leader accepted (one group
+// commit) to a peer manager, which stores them before it answers with
+// RainstormReplicateAck. Headers are pipelines' column names, keyed by
+// job and workflow, sent once with the first group that needs them.
+type RainstormReplicate struct {
+	Term        uint64                `cbor:"1,keyasint"`
+	Checkpoints []RainstormCheckpoint `cbor:"2,keyasint,omitempty"`
+	Headers     []RainstormHeader     `cbor:"3,keyasint,omitempty"`
+}
+
+// RainstormHeader is one pipeline's input column names.
+type RainstormHeader struct {
+	Job       string   `cbor:"1,keyasint"`
+	Workflow  string   `cbor:"2,keyasint"`
+	Header    []string `cbor:"3,keyasint,omitempty"`
+	HasHeader bool     `cbor:"4,keyasint,omitempty"`
+}
+
+// RainstormReplicateAck answers RainstormReplicate once stored.
+type RainstormReplicateAck struct {
+	Stored int `cbor:"1,keyasint"`
+}
+
+// RainstormSyncRequest asks a peer manager for everything it stores of the
+// pipelines of the listed jobs (all jobs when empty): a new leader reads a
+// majority before it answers any task.
+type RainstormSyncRequest struct {
+	Jobs []string `cbor:"1,keyasint,omitempty"`
+}
+
+// RainstormSyncResponse holds, per task, every checkpoint version the peer
+// stores output rows for plus its latest checkpoint, and the headers.
+type RainstormSyncResponse struct {
+	Checkpoints []RainstormCheckpoint `cbor:"1,keyasint,omitempty"`
+	Headers     []RainstormHeader     `cbor:"2,keyasint,omitempty"`
+}
+
+func (*RainstormOpen) Type() MsgType          { return TypeRainstormOpen }
+func (*RainstormOpenReply) Type() MsgType     { return TypeRainstormOpenReply }
+func (*RainstormRoutesRequest) Type() MsgType { return TypeRainstormRoutesRequest }
+func (*RainstormRoutes) Type() MsgType        { return TypeRainstormRoutes }
+func (*RainstormReplicate) Type() MsgType     { return TypeRainstormReplicate }
+func (*RainstormReplicateAck) Type() MsgType  { return TypeRainstormReplicateAck }
+func (*RainstormSyncRequest) Type() MsgType   { return TypeRainstormSyncRequest }
+func (*RainstormSyncResponse) Type() MsgType  { return TypeRainstormSyncResponse }

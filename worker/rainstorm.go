@@ -1,0 +1,718 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"tempest/rainstorm"
+	"tempest/transport"
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// RainStorm host (docs/rainstorm.md, runtime): each task of a pipeline is a
+// dispatched part of its workflow, run here by a driver that owns the
+// task's pure state machine (rainstorm.SourceMachine or TaskMachine) on one
+// goroutine and does its I/O: batches and acks to other tasks over the
+// transport, checkpoints to the manager leader, and the route table from it.
+
+const (
+	rsTick       = 50 * time.Millisecond // the machines' clock
+	rsRouteEvery = time.Second           // route table refresh without a failure
+	rsRetry      = 200 * time.Millisecond
+	// rsResendTicks: unacknowledged batches go again after 2 s. Acks wait
+	// for a checkpoint to reach a majority of managers, which takes a good
+	// part of a second on a loaded machine; resending sooner floods the
+	// receivers with duplicates (which at-least-once processes again).
+	rsResendTicks = 40
+	rsInbox       = 4096 // messages queued for one task; more are dropped (resent later)
+	rsOutbox      = 8192
+	// rsLinger keeps a finished task answering resent batches with acks
+	// for a while, in case its last acks were lost.
+	rsLinger = time.Second
+)
+
+// errRSFenced ends a task that a newer incarnation replaced: CANCELLED,
+// not FAILED, since the pipeline goes on without it.
+var errRSFenced = &stopReason{status: wire.WorkflowCancelled, reason: "replaced by a newer incarnation of the task"}
+
+type rsKey struct {
+	job, wf      string
+	stage, index int
+}
+
+// rsHost maps the tasks running on this worker to their inboxes.
+type rsHost struct {
+	mu    sync.Mutex
+	tasks map[rsKey]*rsTask
+}
+
+type rsTask struct {
+	key rsKey
+	inc uint64
+	in  chan wire.Message
+}
+
+func (h *rsHost) add(t *rsTask) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tasks == nil {
+		h.tasks = map[rsKey]*rsTask{}
+	}
+	if old := h.tasks[t.key]; old == nil || old.inc < t.inc {
+		h.tasks[t.key] = t
+	}
+}
+
+func (h *rsHost) remove(t *rsTask) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tasks[t.key] == t {
+		delete(h.tasks, t.key)
+	}
+}
+
+// deliver queues msg for task k, dropping it when the task is not here or
+// its inbox is full: senders resend what is not acknowledged.
+func (h *rsHost) deliver(k rsKey, inc uint64, msg wire.Message) bool {
+	h.mu.Lock()
+	t := h.tasks[k]
+	h.mu.Unlock()
+	if t == nil || (inc != 0 && t.inc != inc) {
+		return false
+	}
+	select {
+	case t.in <- msg:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *Worker) registerRainstorm(tr transport.Transport) {
+	tr.Handle(wire.TypeRainstormBatch, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+		if b, ok := msg.(*wire.RainstormBatch); ok {
+			w.rs.deliver(rsKey{b.From.Job, b.From.Workflow, b.From.Stage + 1, b.To}, 0, b)
+		}
+		return nil, nil
+	})
+	tr.Handle(wire.TypeRainstormBatchAck, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+		if a, ok := msg.(*wire.RainstormBatchAck); ok {
+			w.rs.deliver(rsKey{a.From.Job, a.From.Workflow, a.From.Stage - 1, a.To}, 0, a)
+		}
+		return nil, nil
+	})
+}
+
+// newRunner returns the runner of a dispatched workflow: a RainStorm task
+// runs on this worker's host, anything else comes from the registry.
+func (w *Worker) newRunner(d *wire.WorkflowDispatch, spec wire.WorkflowSpec) (workflow.Runner, error) {
+	if spec.Type != rainstorm.TypeName {
+		return w.registry.New(spec)
+	}
+	if err := w.registry.Validate(spec); err != nil {
+		return nil, err
+	}
+	p, err := rainstorm.DecodeTaskParams(spec.Params)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %q: %w", spec.Name, err)
+	}
+	return &rsRunner{w: w, p: p, inc: d.FenceToken,
+		task: wire.RainstormTask{Job: d.JobID, Workflow: spec.Name, Stage: p.Stage, Index: p.Index}}, nil
+}
+
+type rsRunner struct {
+	w    *Worker
+	p    *rainstorm.TaskParams
+	task wire.RainstormTask
+	inc  uint64
+}
+
+// Run implements workflow.Runner.
+func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, error) {
+	env = withDefaultEnv(env)
+	d := &rsDriver{
+		w: r.w, p: r.p, task: r.task, inc: r.inc, env: env,
+		t:       &rsTask{key: rsKey{r.task.Job, r.task.Workflow, r.task.Stage, r.task.Index}, inc: r.inc, in: make(chan wire.Message, rsInbox)},
+		out:     make(chan rsOut, rsOutbox),
+		kick:    make(chan struct{}, 1),
+		ckptRes: make(chan *wire.RainstormCheckpointAck, 16),
+		start:   env.Now(),
+		log:     env.Logger.With("stage", r.task.Stage, "task", r.task.Index, "incarnation", r.inc),
+	}
+	r.w.rs.add(d.t)
+	defer r.w.rs.remove(d.t)
+	stopReports := d.reportLoop()
+	err := d.run(ctx)
+	stopReports()
+	snap := d.snapshot()
+	if env.Report != nil {
+		env.Report(snap)
+	}
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return workflow.Result{Snapshot: snap}, err
+}
+
+func withDefaultEnv(env workflow.Env) workflow.Env {
+	if env.Now == nil {
+		env.Now = time.Now
+	}
+	if env.ReportInterval <= 0 {
+		env.ReportInterval = workflow.DefaultReportInterval
+	}
+	if env.Logger == nil {
+		env.Logger = slog.New(slog.DiscardHandler)
+	}
+	return env
+}
+
+type rsOut struct {
+	stage, index int
+	msg          wire.Message
+}
+
+// rsDriver runs one task. Its machine is touched only by run's goroutine;
+// the sender, route refresher and checkpoint calls talk to it by channel.
+type rsDriver struct {
+	w       *Worker
+	p       *rainstorm.TaskParams
+	task    wire.RainstormTask
+	inc     uint64
+	env     workflow.Env
+	log     *slog.Logger
+	t       *rsTask
+	out     chan rsOut
+	kick    chan struct{}
+	ckptRes chan *wire.RainstormCheckpointAck
+	routes  atomic.Pointer[map[[2]int]wire.RainstormRoute]
+	start   time.Time
+
+	records atomic.Int64   // records handled (read by the source, received by a stage)
+	seen    map[int]uint64 // per upstream task, the newest batch counted (run's goroutine only)
+	bad     atomic.Int64
+	wg      sync.WaitGroup
+}
+
+// reportLoop reports progress every ReportInterval until the returned
+// function is called (which waits for a report in progress).
+func (d *rsDriver) reportLoop() (stop func()) {
+	if d.env.Report == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(d.env.ReportInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				d.env.Report(d.snapshot())
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+func (d *rsDriver) snapshot() workflow.Snapshot {
+	return workflow.Snapshot{Elapsed: d.env.Now().Sub(d.start), Completed: d.records.Load(), Failed: d.bad.Load()}
+}
+
+// needsHeader: the stages name CSV columns the source learns from the
+// input's first record.
+func needsHeader(s *rainstorm.Spec) bool {
+	return s.Source.Generate == nil && s.Source.SourceFormat() == rainstorm.FormatCSV && s.Source.Header
+}
+
+func (d *rsDriver) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		d.wg.Wait()
+	}()
+	spec := &d.p.Spec
+	var (
+		input  io.ReadCloser
+		header []string
+	)
+	if d.task.Stage == 0 && spec.Source.Generate == nil {
+		f, err := d.openInput(ctx)
+		if err != nil {
+			return err
+		}
+		input = f
+		defer input.Close()
+		if needsHeader(spec) {
+			rd, err := rainstorm.NewReader(f, rainstorm.ReaderOptions{Format: rainstorm.FormatCSV, Header: true})
+			if err != nil {
+				return fmt.Errorf("source %s: %w", d.sourceName(), err)
+			}
+			header = rd.Header()
+		}
+	}
+	reply, err := d.open(ctx, header)
+	if err != nil {
+		return err
+	}
+	if d.task.Stage > 0 {
+		header = reply.Header
+	}
+	d.setRoutes(reply.Routes)
+	pipe, err := rainstorm.Compile(spec, header)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	d.wg.Add(2)
+	go d.sendLoop(ctx)
+	go d.routeLoop(ctx)
+	if d.task.Stage == 0 {
+		return d.runSource(ctx, pipe, input, header, reply.Checkpoint)
+	}
+	return d.runTask(ctx, pipe, header, reply.Checkpoint)
+}
+
+func (d *rsDriver) sourceName() string {
+	if d.p.Spec.Source.Path != "" {
+		return d.p.Spec.Source.Path
+	}
+	return d.p.Spec.Source.File
+}
+
+func (d *rsDriver) openInput(ctx context.Context) (io.ReadCloser, error) {
+	src := d.p.Spec.Source
+	if src.File != "" {
+		if d.p.Blob == "" {
+			return nil, fmt.Errorf("source %q was not uploaded with the job", src.File)
+		}
+		return d.w.openBlob(ctx, d.p.Blob)
+	}
+	f, err := os.Open(src.Path)
+	if err != nil {
+		return nil, fmt.Errorf("source: %w", err)
+	}
+	return f, nil
+}
+
+// open fences the task at the manager leader and fetches its checkpoint,
+// retrying while the leader is unknown, syncing, or waiting for the
+// source's header.
+func (d *rsDriver) open(ctx context.Context, header []string) (*wire.RainstormOpenReply, error) {
+	req := &wire.RainstormOpen{Task: d.task, Incarnation: d.inc}
+	if d.task.Stage == 0 {
+		req.Header, req.HasHeader = header, true
+	}
+	for attempt := 0; ; attempt++ {
+		resp, err := d.w.callLeader(ctx, req)
+		var we *wire.Error
+		switch {
+		case errors.As(err, &we) && we.Code == wire.CodeStaleFence:
+			return nil, fmt.Errorf("%w: %s", errRSFenced, we.Message)
+		case err != nil:
+			if attempt%25 == 0 {
+				d.log.Debug("rainstorm open: retrying", "err", err)
+			}
+		default:
+			reply, ok := resp.(*wire.RainstormOpenReply)
+			if !ok {
+				return nil, fmt.Errorf("rainstorm open: manager answered %s", resp.Type())
+			}
+			if reply.Wait == "" && (d.task.Stage == 0 || reply.HasHeader || !needsHeader(&d.p.Spec)) {
+				return reply, nil
+			}
+		}
+		if err := sleepCtx(ctx, rsRetry); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// callLeader sends a request to the manager leader, following redirects
+// as the progress path does.
+func (w *Worker) callLeader(ctx context.Context, msg wire.Message) (wire.Message, error) {
+	_, addr := w.leader.current()
+	if addr == "" {
+		w.requestRegistration("")
+		return nil, errors.New("no manager leader known")
+	}
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
+	resp, err := w.tr.Call(cctx, addr, msg)
+	cancel()
+	if err == nil {
+		w.leader.callSucceeded(addr)
+		return resp, nil
+	}
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		if ctx.Err() == nil && w.leader.callFailed(addr, failoverAfter) && w.leader.lost(addr) {
+			w.requestRegistration(addr)
+		}
+		return nil, err
+	}
+	w.leader.callSucceeded(addr)
+	if we.Code == wire.CodeNotLeader {
+		if we.LeaderAddr != "" && we.LeaderAddr != addr {
+			w.leader.set(we.Leader, we.LeaderAddr, 0)
+		} else {
+			w.leader.lost(addr)
+			w.requestRegistration(addr)
+		}
+	}
+	return nil, err
+}
+
+func (d *rsDriver) setRoutes(rs []wire.RainstormRoute) {
+	m := make(map[[2]int]wire.RainstormRoute, len(rs))
+	for _, r := range rs {
+		m[[2]int{r.Stage, r.Index}] = r
+	}
+	d.routes.Store(&m)
+}
+
+func (d *rsDriver) route(stage, index int) (wire.RainstormRoute, bool) {
+	m := d.routes.Load()
+	if m == nil {
+		return wire.RainstormRoute{}, false
+	}
+	r, ok := (*m)[[2]int{stage, index}]
+	return r, ok && r.Addr != ""
+}
+
+func (d *rsDriver) kickRoutes() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// routeLoop keeps the route table fresh: on a send failure at once, else
+// every rsRouteEvery. A downstream task that completed has made durable
+// every batch it will ever take, so its completion stands for an ack of
+// all of them (its last acks may have been lost with it).
+func (d *rsDriver) routeLoop(ctx context.Context) {
+	defer d.wg.Done()
+	t := time.NewTicker(rsRouteEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-d.kick:
+		}
+		resp, err := d.w.callLeader(ctx, &wire.RainstormRoutesRequest{Job: d.task.Job, Workflow: d.task.Workflow})
+		if err != nil {
+			continue
+		}
+		rr, ok := resp.(*wire.RainstormRoutes)
+		if !ok {
+			continue
+		}
+		d.setRoutes(rr.Routes)
+		for _, r := range rr.Routes {
+			if r.Stage == d.task.Stage+1 && r.Done {
+				a := &wire.RainstormBatchAck{From: wire.RainstormTask{Job: d.task.Job, Workflow: d.task.Workflow, Stage: r.Stage, Index: r.Index},
+					To: d.task.Index, UpTo: math.MaxUint64}
+				select {
+				case d.t.in <- a:
+				default:
+				}
+			}
+		}
+	}
+}
+
+// sendLoop moves batches and acks to their tasks: to a task on this worker
+// directly, else over the transport.
+func (d *rsDriver) sendLoop(ctx context.Context) {
+	defer d.wg.Done()
+	self := d.w.Addr()
+	for {
+		var o rsOut
+		select {
+		case <-ctx.Done():
+			return
+		case o = <-d.out:
+		}
+		r, ok := d.route(o.stage, o.index)
+		if !ok {
+			d.kickRoutes()
+			continue
+		}
+		if r.Addr == self && d.w.rs.deliver(rsKey{d.task.Job, d.task.Workflow, o.stage, o.index}, r.Incarnation, o.msg) {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := d.w.tr.Send(cctx, r.Addr, o.msg)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			d.log.Debug("rainstorm send failed", "to_stage", o.stage, "to_task", o.index, "err", err)
+			d.kickRoutes()
+		}
+	}
+}
+
+func (d *rsDriver) queue(stage, index int, msg wire.Message) {
+	select {
+	case d.out <- rsOut{stage, index, msg}:
+	default: // dropped: resent when unacknowledged
+	}
+}
+
+// checkpoint writes c to the manager leader on its own goroutine; the
+// answer comes back to the machine through ckptRes.
+func (d *rsDriver) checkpoint(ctx context.Context, c *wire.RainstormCheckpoint) {
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		resp, err := d.w.callLeader(ctx, c)
+		if err != nil {
+			d.log.Debug("rainstorm checkpoint not stored", "version", c.Version, "err", err)
+			return // the machine resends it
+		}
+		if a, ok := resp.(*wire.RainstormCheckpointAck); ok {
+			select {
+			case d.ckptRes <- a:
+			case <-ctx.Done():
+			}
+		}
+	}()
+}
+
+// apply does what a machine asked; it reports a failure, a fence, or done.
+func (d *rsDriver) apply(ctx context.Context, r rainstorm.Ready) (done bool, err error) {
+	for _, b := range r.Batches {
+		d.queue(d.task.Stage+1, b.To, b)
+	}
+	for _, a := range r.Acks {
+		d.queue(d.task.Stage-1, a.To, a)
+	}
+	if r.Checkpoint != nil {
+		d.checkpoint(ctx, r.Checkpoint)
+	}
+	switch {
+	case r.Failed != nil:
+		return false, r.Failed
+	case r.Fenced:
+		return false, errRSFenced
+	}
+	return r.Done, nil
+}
+
+func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, input io.ReadCloser, header []string, ckpt *wire.RainstormCheckpoint) error {
+	spec := &d.p.Spec
+	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
+		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
+		FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks,
+	}, ckpt)
+	if err != nil {
+		return err
+	}
+	pos := m.Resume()
+	var src rainstorm.RecordSource
+	if g := spec.Source.Generate; g != nil {
+		src = rainstorm.NewGenerator(g, pos.Record)
+	} else {
+		ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
+		if pos.Offset == 0 && pos.Record == 0 {
+			f, err := d.openInput(ctx)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			rd, err := rainstorm.NewReader(f, ropts)
+			if err != nil {
+				return fmt.Errorf("source %s: %w", d.sourceName(), err)
+			}
+			src = rd
+		} else {
+			f, ok := input.(io.ReadSeeker)
+			if !ok {
+				return errors.New("source: input cannot seek to its checkpoint")
+			}
+			if _, err := f.Seek(pos.Offset, io.SeekStart); err != nil {
+				return fmt.Errorf("source: seek to %d: %w", pos.Offset, err)
+			}
+			src = rainstorm.ResumeReader(input, pos, ropts, header)
+		}
+	}
+	segN := uint64(rainstorm.DefaultSegmentRecords)
+	rate := 0.0
+	if g := spec.Source.Generate; g != nil {
+		rate = g.Rate
+	}
+	resumed := pos.Record
+	tick := time.NewTicker(rsTick)
+	defer tick.Stop()
+	var done bool
+	for {
+		// Read what the window allows (and a paced generator has due).
+		for range 16 {
+			idx, want := m.Want()
+			if !want {
+				break
+			}
+			if rate > 0 {
+				due := d.start.Add(time.Duration(float64(idx*segN-min(idx*segN, resumed)) / rate * float64(time.Second)))
+				if d.env.Now().Before(due) {
+					break
+				}
+			}
+			seg, err := rainstorm.ReadSegment(src, idx, int(segN))
+			if err != nil {
+				return fmt.Errorf("source: read: %w", err)
+			}
+			d.records.Add(int64(len(seg.Records)))
+			m.Segment(seg)
+			bad, _ := m.BadRecords()
+			d.bad.Store(int64(bad))
+			if done, err = d.apply(ctx, m.Ready()); err != nil || done {
+				return err
+			}
+		}
+		_, want := m.Want()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case msg := <-d.t.in:
+			if a, ok := msg.(*wire.RainstormBatchAck); ok {
+				m.Ack(a)
+			}
+		case a := <-d.ckptRes:
+			m.CheckpointResult(a)
+		case <-tick.C:
+			m.Tick()
+		default:
+			if !want || rate > 0 {
+				// Nothing to read now: wait for an event.
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case msg := <-d.t.in:
+					if a, ok := msg.(*wire.RainstormBatchAck); ok {
+						m.Ack(a)
+					}
+				case a := <-d.ckptRes:
+					m.CheckpointResult(a)
+				case <-tick.C:
+					m.Tick()
+				}
+			}
+		}
+		if done, err = d.apply(ctx, m.Ready()); err != nil || done {
+			if done {
+				d.log.Info("rainstorm source finished")
+			}
+			return err
+		}
+	}
+}
+
+func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header []string, ckpt *wire.RainstormCheckpoint) error {
+	spec := &d.p.Spec
+	cs := pipe.Stages[d.task.Stage-1]
+	cfg := rainstorm.TaskConfig{
+		Task: d.task, Incarnation: d.inc, Stage: cs,
+		AtLeastOnce: spec.AtLeastOnce, FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks,
+	}
+	if d.task.Stage == 1 {
+		cfg.Upstream = 1
+	} else {
+		cfg.Upstream = spec.Stages[d.task.Stage-2].TaskCount()
+	}
+	if d.task.Stage < len(spec.Stages) {
+		cfg.Downstream = spec.Stages[d.task.Stage].TaskCount()
+		cfg.Next = pipe.Stages[d.task.Stage]
+	}
+	if !cs.Op.Aggregate() {
+		op, err := cs.Operator(rainstorm.ExecOptions{Columns: rainstorm.Columns(spec, header, d.task.Stage-1)})
+		if err != nil {
+			return err
+		}
+		defer op.Close()
+		cfg.Transform = op
+	}
+	m, err := rainstorm.NewTaskMachine(cfg, ckpt)
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(rsTick)
+	defer tick.Stop()
+	var finishedAt time.Time
+	for {
+		if done, err := d.apply(ctx, m.Ready()); err != nil {
+			return err
+		} else if done && finishedAt.IsZero() {
+			d.log.Info("rainstorm task's final checkpoint is durable")
+		}
+		d.bad.Store(int64(m.Bad()))
+		if m.Finished() {
+			if finishedAt.IsZero() {
+				finishedAt = d.env.Now()
+			} else if d.env.Now().Sub(finishedAt) >= rsLinger {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case msg := <-d.t.in:
+			d.handle(m, msg)
+			for range 256 { // take what is queued before the next Ready
+				select {
+				case msg := <-d.t.in:
+					d.handle(m, msg)
+					continue
+				default:
+				}
+				break
+			}
+		case a := <-d.ckptRes:
+			m.CheckpointResult(a)
+		case <-tick.C:
+			m.Tick()
+		}
+	}
+}
+
+func (d *rsDriver) handle(m *rainstorm.TaskMachine, msg wire.Message) {
+	switch x := msg.(type) {
+	case *wire.RainstormBatch:
+		// Count a batch once, not its resends (the machine drops those).
+		if d.seen == nil {
+			d.seen = map[int]uint64{}
+		}
+		if x.Seq > d.seen[x.From.Index] {
+			d.seen[x.From.Index] = x.Seq
+			d.records.Add(int64(len(x.Records)))
+		}
+		m.Batch(x)
+	case *wire.RainstormBatchAck:
+		m.Ack(x)
+	}
+}

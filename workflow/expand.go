@@ -1,0 +1,10 @@
+package workflow
+
+// Expander is implemented by workflow types whose one job-file workflow
+// runs as several dispatched parts of different kinds (a RainStorm
+// pipeline's source and stage tasks). Expand returns one params per part;
+// the job carries them as shards 1..n of the workflow, so each is placed,
+// fenced and re-placed on its own like any shard. `shards:` does not apply.
+type Expander interface {
+	Expand(params []byte) ([][]byte, error)
+}
