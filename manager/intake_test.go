@@ -319,3 +319,37 @@ func TestCancelEndsOnMajority(t *testing.T) {
 		waitJob(t, m, ack.JobID, wire.JobCancelled, 5*time.Second)
 	}
 }
+
+// A manager that missed a job's submission (the intake's majority was the
+// others) and missed its end learns the ended job from a peer's snapshot
+// when it leads, instead of answering 404 for a job the client was told
+// ran; the job is recorded ended and never placed.
+func TestSuccessorLearnsEndedJobItNeverStored(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	w := c.addWorker("w1", 4)
+	l := c.leader()
+	late := others(c, l.ID())[0]
+	c.hub.Isolate(late)
+	sub := sleepJob(t, "missed", 1, 1, 50*time.Millisecond)
+	sub.JobID = "j-missed"
+	if _, err := l.Submit(context.Background(), sub); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, l, sub.JobID, wire.JobCompleted, 20*time.Second)
+	c.hub.Heal()
+	m := c.manager(late)
+	if _, err := m.Job(context.Background(), sub.JobID); err == nil {
+		t.Fatalf("%s knows the job though it was cut off the whole time", late)
+	}
+	snap := l.managerSnapshot(0, "")
+	lt := newLeaderTerm(context.Background(), snap.Term+1)
+	defer lt.cancel()
+	m.applyPeerSnapshots(lt, []*wire.ManagerStateSnapshot{snap})
+	st, err := m.Job(context.Background(), sub.JobID)
+	if err != nil || st.Status != wire.JobCompleted {
+		t.Fatalf("successor's view of an ended job it never stored: %v %v, want COMPLETED", st, err)
+	}
+	if toks := w.dispatchTokens(workflowID(sub.JobID, 0)); len(toks) != 1 {
+		t.Fatalf("the ended job was dispatched %d times, want once: %v", len(toks), toks)
+	}
+}

@@ -179,6 +179,7 @@ func mergeSnapshotPage(ms, p *wire.ManagerStateSnapshot) {
 	ms.Submissions = append(ms.Submissions, p.Submissions...)
 	ms.Commits = append(ms.Commits, p.Commits...)
 	ms.Confirmed = append(ms.Confirmed, p.Confirmed...)
+	ms.Ended = append(ms.Ended, p.Ended...)
 	ms.Workers = append(ms.Workers, p.Workers...)
 }
 
@@ -189,6 +190,9 @@ func (m *Manager) applyPeerSnapshots(lt *leaderTerm, snaps []*wire.ManagerStateS
 	var targets []cancelTarget
 	m.update(func(tx *txn) {
 		targets = m.resolveIntakeLocked(tx, lt, snaps)
+		for _, ms := range snaps {
+			m.adoptEndedLocked(tx, ms)
+		}
 		for _, ms := range snaps {
 			for i := range ms.Commits {
 				m.applyCommitLocked(tx, &ms.Commits[i])
@@ -206,6 +210,30 @@ func (m *Manager) applyPeerSnapshots(lt *leaderTerm, snaps []*wire.ManagerStateS
 		}
 	})
 	m.cancelOnWorkers(lt.ctx, targets, "withdrawn: never stored on a majority of managers")
+}
+
+// adoptEndedLocked records the ended jobs of a peer's snapshot that this
+// manager never stored: it missed their submission (the intake's majority
+// was the others), so without this it would answer 404 for a job the client
+// was told ran. They are recorded ended, with the peer's final view, and
+// never placed.
+func (m *Manager) adoptEndedLocked(tx *txn, ms *wire.ManagerStateSnapshot) {
+	for i := range ms.Ended {
+		sub := &ms.Ended[i]
+		jp, ok := ms.Jobs[sub.JobID]
+		if _, known := m.jobs[sub.JobID]; known || !ok || !jp.Status.Terminal() || m.validateSubmission(sub) != nil {
+			continue
+		}
+		j := m.adoptSubmissionLocked(tx, sub)
+		j.rec.Confirmed = true
+		jp.JobID = sub.JobID
+		m.mergeJobLocked(tx, &jp)
+		if j.timer != nil {
+			j.timer.Stop()
+			j.timer = nil
+		}
+		m.log.Info("learned an ended job from a peer", "job_id", sub.JobID, "status", jp.Status, "peer", ms.NodeID)
+	}
 }
 
 // resolveIntakeLocked decides, for every unfinished job found here or in a
@@ -514,7 +542,8 @@ func (m *Manager) managerSnapshot(requesterTerm uint64, after string) *wire.Mana
 	}
 	type entry struct {
 		id        string
-		sub       *wire.JobSubmission // nil for an ended job
+		sub       *wire.JobSubmission
+		ended     bool
 		confirmed bool
 		jp        wire.JobProgress
 		retries   map[string]int
@@ -553,7 +582,11 @@ func (m *Manager) managerSnapshot(requesterTerm uint64, after string) *wire.Mana
 	slices.SortFunc(ended, func(a, b *jobState) int { return cmp.Compare(b.rec.FinishedAt, a.rec.FinishedAt) })
 	for _, j := range ended[:min(len(ended), maxSnapshotEndedJobs)] {
 		if j.rec.ID() > after {
-			entries = append(entries, entry{id: j.rec.ID(), jp: m.jobProgressLocked(j, true)})
+			// With its submission: a successor that never stored the job
+			// (it was not in the intake's majority) learns it ended
+			// instead of answering 404 for an acknowledged job.
+			sub := j.rec.Submission
+			entries = append(entries, entry{id: j.rec.ID(), sub: &sub, ended: true, jp: m.jobProgressLocked(j, true)})
 		}
 	}
 	if after == "" {
@@ -581,7 +614,10 @@ func (m *Manager) managerSnapshot(requesterTerm uint64, after string) *wire.Mana
 			break
 		}
 		size += n
-		if e.sub != nil {
+		switch {
+		case e.ended:
+			ms.Ended = append(ms.Ended, *e.sub)
+		case e.sub != nil:
 			ms.Submissions = append(ms.Submissions, *e.sub)
 			if e.confirmed {
 				ms.Confirmed = append(ms.Confirmed, e.id)

@@ -461,6 +461,10 @@ type ManagerStateSnapshot struct {
 	// StateSyncRequest.JobsAfter = NextAfter. Pages are cut by size so each
 	// fits far below the message cap, with at least one job per page.
 	NextAfter string `cbor:"25,keyasint,omitempty"`
+	// Ended holds the submissions of the most recently ended jobs (their
+	// final views are in Jobs), so a successor that never stored one
+	// records it ended rather than not knowing it.
+	Ended []JobSubmission `cbor:"30,keyasint,omitempty"`
 }
 
 func (*StateSyncRequest) Type() MsgType  { return TypeStateSyncRequest }
