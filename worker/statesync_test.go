@@ -1,9 +1,12 @@
 package worker
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"tempest/testutil"
 
 	"tempest/wire"
 )
@@ -46,6 +49,13 @@ func TestStateSyncFromNewerTermSwitchesLeader(t *testing.T) {
 	h := startHarness(t, harnessOption{})
 	m2 := newTestManager(t, h.hub, "m2")
 	h.waitRegistered(t, h.m) // leader m1, term 1
+	// The manager has the registration before the worker has its answer.
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if _, addr := h.w.leader.current(); addr != "m1" {
+			return fmt.Errorf("worker follows %q, want m1", addr)
+		}
+		return nil
+	})
 
 	// An older or equal term does not move the worker.
 	for _, term := range []uint64{0, 1} {
