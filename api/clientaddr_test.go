@@ -12,6 +12,7 @@ import (
 	"tempest/api"
 	"tempest/api/apitest"
 	"tempest/security"
+	"tempest/testutil"
 )
 
 const (
@@ -104,4 +105,28 @@ func TestMetricsToken(t *testing.T) {
 	if resp, _ := c.do("GET", open.URL()+"/metrics", nil, map[string]string{"Authorization": ""}); resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics with no metrics token configured: %d, want 200", resp.StatusCode)
 	}
+}
+
+// A connection closed before it carried a whole request (a slowloris
+// client cut by the header timeout, or one that connected and left) is
+// counted; one that was served is not.
+func TestConnectionsClosedWithoutRequestAreCounted(t *testing.T) {
+	srv := apitest.Serve(t, apitest.NewBackend(), nil)
+	addr := strings.TrimPrefix(srv.URL(), "http://")
+	for range 2 {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET /v1/jobs HTTP/1.1\r\nHost: x\r\n") // never finished
+		conn.Close()
+	}
+	c := newRawClient(t)
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		_, body := c.do("GET", srv.URL()+"/metrics", nil, nil)
+		if !strings.Contains(string(body), "tempest_api_conns_closed_without_request_total 2\n") {
+			return fmt.Errorf("metrics do not count 2 connections closed without a request:\n%s", body)
+		}
+		return nil
+	})
 }

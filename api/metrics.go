@@ -2,8 +2,11 @@ package api
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -27,10 +30,52 @@ type apiMetrics struct {
 	badClient   uint64 // forwarded-client headers that did not verify
 	streams     int64  // event streams open now
 	streamsSeen uint64
+	// served: open connections, and whether one of their requests reached
+	// a handler; one closed before that is counted in unserved (a slow
+	// client cut by the header timeout, or one that connected and left).
+	// net/http's StateActive comes with the first byte, so it cannot tell.
+	served   map[net.Conn]bool
+	unserved uint64
+}
+
+// connKey carries a request's connection in its context, for servedOn.
+type connKey struct{}
+
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// servedOn marks the connection of a request that reached a handler.
+func (m *apiMetrics) servedOn(ctx context.Context) {
+	c, ok := ctx.Value(connKey{}).(net.Conn)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	if _, open := m.served[c]; open {
+		m.served[c] = true
+	}
+	m.mu.Unlock()
 }
 
 func newAPIMetrics() *apiMetrics {
-	return &apiMetrics{requests: make(map[requestKey]uint64)}
+	return &apiMetrics{requests: make(map[requestKey]uint64), served: make(map[net.Conn]bool)}
+}
+
+// connState is the server's ConnState hook; the map holds only open
+// connections, so it is bounded by them.
+func (m *apiMetrics) connState(c net.Conn, st http.ConnState) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		m.served[c] = false
+	case http.StateClosed, http.StateHijacked:
+		if served, ok := m.served[c]; ok && !served {
+			m.unserved++
+		}
+		delete(m.served, c)
+	}
 }
 
 func (m *apiMetrics) request(method, route string, code int) {
@@ -83,7 +128,7 @@ func (m *apiMetrics) write(w io.Writer, rateLimitClients int) {
 	for i, k := range keys {
 		counts[i] = m.requests[k]
 	}
-	forwarded, streams, streamsSeen, badClient := m.forwarded, m.streams, m.streamsSeen, m.badClient
+	forwarded, streams, streamsSeen, badClient, unserved := m.forwarded, m.streams, m.streamsSeen, m.badClient, m.unserved
 	m.mu.Unlock()
 
 	fmt.Fprintln(w, "# HELP tempest_api_requests_total HTTP API requests by method, route and status code.")
@@ -104,6 +149,9 @@ func (m *apiMetrics) write(w io.Writer, rateLimitClients int) {
 	fmt.Fprintln(w, "# HELP tempest_api_event_streams_total Job event streams opened.")
 	fmt.Fprintln(w, "# TYPE tempest_api_event_streams_total counter")
 	fmt.Fprintf(w, "tempest_api_event_streams_total %d\n", streamsSeen)
+	fmt.Fprintln(w, "# HELP tempest_api_conns_closed_without_request_total Connections closed before a whole request arrived: slow clients cut by the header timeout, or clients that connected and left.")
+	fmt.Fprintln(w, "# TYPE tempest_api_conns_closed_without_request_total counter")
+	fmt.Fprintf(w, "tempest_api_conns_closed_without_request_total %d\n", unserved)
 	fmt.Fprintln(w, "# HELP tempest_api_rate_limit_clients Client IPs holding a rate-limit bucket.")
 	fmt.Fprintln(w, "# TYPE tempest_api_rate_limit_clients gauge")
 	fmt.Fprintf(w, "tempest_api_rate_limit_clients %d\n", rateLimitClients)

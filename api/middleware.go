@@ -78,6 +78,7 @@ func annotate(w http.ResponseWriter, jobID string) {
 func (s *Server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := s.cfg.Now()
+		s.metrics.servedOn(r.Context())
 		rec := &recorder{ResponseWriter: w, route: "unmatched"}
 		defer func() {
 			status := rec.status

@@ -104,6 +104,8 @@ func (s *Server) Start(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		ConnState:         s.metrics.connState,
+		ConnContext:       withConn,
 		// A 1 MiB job file from a slow client still fits; the write side has
 		// no timeout because event streams last as long as their job.
 		ReadTimeout: time.Minute,

@@ -453,6 +453,19 @@ func TestAPIAbuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The slowloris clients never close their connections themselves
+	// (until cancel): the node must cut every one (its header timeout) and
+	// count it.
+	testutil.Eventually(t, 60*time.Second, 250*time.Millisecond, func() error {
+		m, err := scrape(base)
+		if err != nil {
+			return err
+		}
+		if got := m["tempest_api_conns_closed_without_request_total"]; got < float64(slow) {
+			return fmt.Errorf("%v slow connections cut and counted, want %d", got, slow)
+		}
+		return nil
+	})
 	cancel()
 	wg.Wait()
 	t.Logf("API abuse (%d slowloris, %d event streams): peak RSS %d MiB (+%d MiB over idle), job %s (%s without)",
