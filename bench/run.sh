@@ -4,7 +4,8 @@
 #   bench/run.sh                      # everything below, in order
 #   bench/run.sh -reps 5              # extra arguments go to bench/transport
 #   BENCH_ONLY=loadgen bench/run.sh   # one part: gotest, transport, loadgen (engine vs wrk vs k6),
-#                                     # loadgen-mem (memory per idle VU), gate (gate overhead and failover)
+#                                     # loadgen-mem (memory per idle VU), gate (gate overhead and failover),
+#                                     # rainstorm (pipelines EO/ALO vs Miller, recovery; RAINSTORM_ARGS)
 #   BENCH_PROFILE=1 bench/run.sh      # also CPU-profile each secure cell and summarise 1 KiB/16
 #   BENCH_COUNT=5 bench/run.sh        # go test -count (default 3; quote medians, e.g. with benchstat)
 #
@@ -46,7 +47,7 @@ if [[ -n $profdir && -f $profdir/secure-1024B-c16.pprof ]]; then
 fi
 
 # The benches below run the binaries: build them from this tree.
-if want loadgen || want loadgen-mem || want gate; then make build >/dev/null; fi
+if want loadgen || want loadgen-mem || want gate || want rainstorm; then make build >/dev/null; fi
 if want loadgen; then
   echo
   echo "== bench/loadgen/run.sh -> $results/$stamp-loadgen.txt"
@@ -61,4 +62,10 @@ if want gate; then
   echo
   echo "== go run ./bench/gate -> $results/$stamp-gate.txt"
   go run ./bench/gate -bin bin 2>&1 | tee "$results/$stamp-gate.txt"
+fi
+if want rainstorm; then
+  echo
+  echo "== go run ./bench/rainstorm ${RAINSTORM_ARGS:-} -> $results/$stamp-rainstorm.txt"
+  # shellcheck disable=SC2086 # RAINSTORM_ARGS holds several flags
+  go run ./bench/rainstorm -bin bin -profile ${RAINSTORM_ARGS:-} 2>&1 | tee "$results/$stamp-rainstorm.txt"
 fi

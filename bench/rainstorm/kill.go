@@ -24,6 +24,7 @@ type killTrial struct {
 	// records in since (its progress shows records in the new attempt).
 	detect, replaced, flowing time.Duration
 	restarts                  int
+	restartsBefore            int // restarts already shown before the kill
 	wall                      time.Duration
 	// trace is every task's state (stage/index attempt@worker status
 	// records) each time it changed after the kill, for reading where the
@@ -146,6 +147,7 @@ func (b *bench) killTrial(i int) (*killTrial, error) {
 				tr.tasks = append(tr.tasks, fmt.Sprintf("%d/%d", r.stage, r.index))
 			}
 			tr.atSource = out.Tasks[0].Records
+			tr.restartsBefore = out.Restarts
 			tr.trace = append(tr.trace, "before kill:"+taskLine(out))
 			killed = time.Now()
 			return b.c.Kill(tr.victim)
@@ -183,9 +185,9 @@ func (b *bench) killTrial(i int) (*killTrial, error) {
 	if tr.restarts == 0 {
 		return nil, fmt.Errorf("killing %s restarted no task: %+v", tr.victim, out.Tasks)
 	}
-	logf("kill %d: %s (tasks %s) at %d source records: dead after %v, replaced after %v, flowing after %v; output exact, %d restarts",
+	logf("kill %d: %s (tasks %s) at %d source records: dead after %v, replaced after %v, flowing after %v; output exact, %d restarts (%d before the kill)",
 		i, tr.victim, strings.Join(tr.tasks, " "), tr.atSource, tr.detect.Round(time.Millisecond),
-		tr.replaced.Round(time.Millisecond), tr.flowing.Round(time.Millisecond), tr.restarts)
+		tr.replaced.Round(time.Millisecond), tr.flowing.Round(time.Millisecond), tr.restarts, tr.restartsBefore)
 	if b.o.trace {
 		for _, l := range tr.trace {
 			fmt.Fprintln(os.Stderr, "   ", l)
@@ -208,7 +210,7 @@ func reportKills(o options, trials []*killTrial) {
 		fmt.Printf("SWIM profile %q, %d nodes: detection about %v (probe interval + failed probe + suspicion minimum), bound %v\n",
 			o.swimProfile, o.managers+o.workers, typical, bound)
 	}
-	fmt.Printf("%-5s %-16s %-14s %9s %9s %9s %14s %8s %8s\n", "trial", "victim", "tasks", "detect", "replaced", "flowing", "flowing-detect", "restarts", "wall")
+	fmt.Printf("%-5s %-16s %-18s %9s %9s %9s %14s %8s %8s\n", "trial", "victim", "tasks", "detect", "replaced", "flowing", "flowing-detect", "restarts", "wall")
 	var d, f, fd []float64
 	show := func(x time.Duration) string {
 		if x == 0 {
@@ -228,8 +230,8 @@ func reportKills(o options, trials []*killTrial) {
 		if t.flowing > 0 {
 			f = append(f, t.flowing.Seconds())
 		}
-		fmt.Printf("%-5d %-16s %-14s %9s %9s %9s %14s %8d %7.2fs\n", i+1, t.victim, strings.Join(t.tasks, ","),
-			show(t.detect), show(t.replaced), show(t.flowing), diff, t.restarts, t.wall.Seconds())
+		fmt.Printf("%-5d %-16s %-18s %9s %9s %9s %14s %8d %7.2fs\n", i+1, t.victim, strings.Join(t.tasks, ","),
+			show(t.detect), show(t.replaced), show(t.flowing), diff, t.restarts-t.restartsBefore, t.wall.Seconds())
 	}
 	if len(f) > 0 {
 		fmt.Printf("median: detect %.2fs, kill → flowing %.2fs, flowing − detect %.2fs   aim (recovery ≤ detection + 2 s): %s\n",

@@ -76,7 +76,7 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "", "working directory (default: a new one under $TMPDIR)")
 	flag.IntVar(&o.records, "records", 1_000_000, "records in the input")
 	flag.IntVar(&o.reps, "reps", 3, "interleaved repetitions")
-	flag.IntVar(&o.kills, "kills", 2, "worker SIGKILL trials for the recovery measurement (0: none)")
+	flag.IntVar(&o.kills, "kills", 3, "worker SIGKILL trials for the recovery measurement (0: none)")
 	flag.Float64Var(&o.killAt, "kill-at", 0.3, "kill when the source has read this fraction of the input")
 	flag.IntVar(&o.managers, "managers", 3, "managers")
 	flag.IntVar(&o.workers, "workers", 3, "workers")

@@ -18,8 +18,8 @@ import (
 // The nodes expose no pprof endpoint and their binaries are not ours to
 // change here, so the profile is taken from outside with Linux perf:
 // `perf record -e cpu-clock -g` on every node process during one more
-// exactly-once run (Go keeps frame pointers, so stacks are whole), then the
-// self time of each leaf function summed by component. perf slows the
+// exactly-once run (Go keeps frame pointers, so stacks are whole), then
+// each sample put down to the component it was working for. perf slows the
 // traced processes, so that run's rate is reported apart.
 
 func (b *bench) profileRun() error {
@@ -51,103 +51,140 @@ func (b *bench) profileRun() error {
 		return fmt.Errorf("perf record: %w: %s", waitErr, tail(stderr.Bytes()))
 	}
 	fmt.Printf("\n== profile of one exactly-once run under perf (%.0f records/s while sampled)\n", r.rate())
-	rep := exec.Command("perf", "report", "-i", data, "--stdio", "--no-children", "-g", "none",
-		"--sort", "comm,dso,sym", "--percent-limit", "0", "-q")
-	out, err := rep.Output()
+	out, err := exec.Command("perf", "script", "-i", data, "-F", "comm,ip,sym").Output()
 	if err != nil {
-		return fmt.Errorf("perf report: %w", err)
+		return fmt.Errorf("perf script: %w", err)
 	}
-	summarise(out)
+	summarise(readSamples(out))
 	return nil
 }
 
-// component names where a leaf function's time goes.
-func component(dso, sym string) string {
-	switch {
-	case strings.Contains(sym, "encoding/csv"):
-		return "CSV parsing (encoding/csv)"
-	case strings.Contains(sym, "fxamacker/cbor"):
-		return "CBOR encode/decode"
-	case strings.Contains(sym, "crypto/") || strings.Contains(sym, "golang.org/x/crypto") ||
-		strings.Contains(sym, "aes") || strings.Contains(sym, "gcm") || strings.Contains(sym, "sha256"):
-		return "crypto (TLS/QUIC packets, sealed envelopes)"
-	case strings.Contains(sym, "quic-go"):
-		return "quic-go"
-	case strings.Contains(sym, "bbolt"):
-		return "bbolt"
-	case strings.Contains(sym, "tempest/rainstorm"):
-		return "rainstorm machines and operators"
-	case strings.Contains(sym, "tempest/"):
-		return "other tempest code"
-	case strings.HasPrefix(sym, "runtime.gc") || strings.HasPrefix(sym, "runtime.scan") || strings.HasPrefix(sym, "runtime.mallocgc") ||
-		strings.Contains(sym, "mspan") || strings.Contains(sym, "mheap") || strings.Contains(sym, "mcache") ||
-		strings.HasPrefix(sym, "runtime.greyobject") || strings.HasPrefix(sym, "runtime.findObject") ||
-		strings.HasPrefix(sym, "runtime.memclr") || strings.HasPrefix(sym, "runtime.markBits") || strings.HasPrefix(sym, "runtime.(*gcWork)") ||
-		strings.HasPrefix(sym, "runtime.sweep") || strings.HasPrefix(sym, "runtime.heapBits") || strings.HasPrefix(sym, "runtime.wbBuf"):
-		return "Go GC and allocation"
-	case strings.HasPrefix(sym, "runtime.memmove"):
-		return "memmove"
-	case strings.HasPrefix(sym, "runtime."):
-		return "Go runtime (scheduler, maps, channels, ...)"
-	case dso == "[kernel.kallsyms]" || strings.HasPrefix(dso, "[kernel"):
-		return "kernel (syscalls: UDP, files, futex)"
-	case strings.HasPrefix(sym, "regexp") || strings.HasPrefix(sym, "strings.") || strings.HasPrefix(sym, "bytes."):
-		return "strings, bytes, regexp"
-	case strings.HasPrefix(sym, "sync") || strings.HasPrefix(sym, "internal/sync"):
-		return "sync"
+// component names what a sample was doing: the innermost frame of its
+// stack (leaf first) that belongs to a known component, so time in
+// malloc, memmove or a syscall counts for the code that asked for it (a
+// UDP send under quic-go is QUIC; an fdatasync under bbolt is bbolt).
+// Samples with no such frame are runtime work on its own: GC, the
+// scheduler, or else by leaf.
+func component(frames []string) string {
+	for _, f := range frames {
+		switch {
+		case strings.Contains(f, "encoding/csv") || strings.Contains(f, "tempest/rainstorm.(*Reader)"):
+			return "CSV reading"
+		case strings.Contains(f, "fxamacker/cbor"):
+			return "CBOR encode/decode"
+		case strings.Contains(f, "go.etcd.io/bbolt"):
+			return "bbolt (store, fsync)"
+		case strings.HasPrefix(f, "crypto/") || strings.Contains(f, "golang.org/x/crypto"):
+			return "crypto (QUIC packets, sealed envelopes)"
+		case strings.Contains(f, "quic-go"):
+			return "quic-go (incl. UDP syscalls)"
+		case strings.HasPrefix(f, "tempest/rainstorm"):
+			return "rainstorm machines and operators"
+		case strings.HasPrefix(f, "tempest/transport") || strings.HasPrefix(f, "tempest/security") || strings.HasPrefix(f, "tempest/wire"):
+			return "tempest transport, security, wire"
+		case strings.HasPrefix(f, "tempest/"):
+			return "other tempest code (" + strings.SplitN(strings.TrimPrefix(f, "tempest/"), ".", 2)[0] + ")"
+		}
+	}
+	for _, f := range frames {
+		switch {
+		case strings.Contains(f, "gcBgMarkWorker") || strings.Contains(f, "runtime.gcDrain") || strings.Contains(f, "bgsweep") ||
+			strings.Contains(f, "bgscavenge") || strings.Contains(f, "runtime.gcStart"):
+			return "Go GC (background)"
+		case strings.HasPrefix(f, "runtime.schedule") || strings.HasPrefix(f, "runtime.mcall") || strings.HasPrefix(f, "runtime.park_m") ||
+			strings.HasPrefix(f, "runtime.findRunnable") || strings.HasPrefix(f, "runtime.sysmon"):
+			return "Go scheduler, idle"
+		}
+	}
+	if len(frames) > 0 {
+		return "other: " + frames[0]
 	}
 	return "other"
 }
 
-// summarise reads `perf report --sort comm,dso,sym -g none -q` lines:
-//
-//	12.34%  tempest-worker  tempest-worker     [.] encoding/csv.(*Reader).readRecord
-func summarise(out []byte) {
-	byComm := map[string]map[string]float64{}
-	commTotal := map[string]float64{}
-	type leaf struct {
-		comm, sym string
-		pct       float64
-	}
-	var leaves []leaf
+// sample is one perf sample: its process name and its stack, leaf first.
+type sample struct {
+	comm   string
+	frames []string
+}
+
+// readSamples parses `perf script -F comm,ip,sym`: a line naming the
+// process, then one indented "address symbol" line per frame, then a
+// blank line.
+func readSamples(out []byte) []sample {
+	var all []sample
+	var cur *sample
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 5 || !strings.HasSuffix(f[0], "%") {
-			continue
-		}
-		pct, err := strconv.ParseFloat(strings.TrimSuffix(f[0], "%"), 64)
-		if err != nil {
-			continue
-		}
-		comm, dso := f[1], f[2]
-		sym := strings.Join(f[4:], " ")
-		if !strings.HasPrefix(comm, "tempest-") {
-			comm = "other threads"
-		}
-		c := component(dso, sym)
-		if byComm[comm] == nil {
-			byComm[comm] = map[string]float64{}
-		}
-		byComm[comm][c] += pct
-		commTotal[comm] += pct
-		leaves = append(leaves, leaf{comm, sym, pct})
-	}
-	for _, comm := range slices.Sorted(maps.Keys(byComm)) {
-		fmt.Printf("%s: %.1f%% of all samples\n", comm, commTotal[comm])
-		comps := byComm[comm]
-		names := slices.Sorted(maps.Keys(comps))
-		slices.SortStableFunc(names, func(a, b string) int { return int(1000 * (comps[b] - comps[a])) })
-		for _, n := range names {
-			if comps[n] >= 0.5 {
-				fmt.Printf("  %5.1f%%  %s\n", 100*comps[n]/commTotal[comm], n)
+		line := sc.Text()
+		switch {
+		case strings.TrimSpace(line) == "":
+			cur = nil
+		case line[0] != ' ' && line[0] != '\t':
+			all = append(all, sample{comm: strings.Fields(line)[0]})
+			cur = &all[len(all)-1]
+		case cur != nil:
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				cur.frames = append(cur.frames, f[1])
 			}
 		}
 	}
-	slices.SortFunc(leaves, func(a, b leaf) int { return int(1000 * (b.pct - a.pct)) })
-	fmt.Println("top functions (self time, % of all samples):")
-	for _, l := range leaves[:min(15, len(leaves))] {
-		fmt.Printf("  %5.1f%%  %-15s %s\n", l.pct, l.comm, l.sym)
+	return all
+}
+
+func summarise(samples []sample) {
+	byComm := map[string]map[string]int{}
+	commTotal := map[string]int{}
+	cborBy := map[string]map[string]int{} // comm → tempest function that asked for CBOR
+	for _, s := range samples {
+		comm := s.comm
+		if !strings.HasPrefix(comm, "tempest-") {
+			comm = "other"
+		}
+		if byComm[comm] == nil {
+			byComm[comm] = map[string]int{}
+			cborBy[comm] = map[string]int{}
+		}
+		c := component(s.frames)
+		byComm[comm][c]++
+		commTotal[comm]++
+		if c == "CBOR encode/decode" {
+			cborBy[comm][caller(s.frames)]++
+		}
 	}
+	fmt.Printf("%d samples; each sample goes to the innermost known component on its stack\n", len(samples))
+	for _, comm := range slices.Sorted(maps.Keys(byComm)) {
+		fmt.Printf("%s: %.1f%% of all samples\n", comm, 100*float64(commTotal[comm])/float64(len(samples)))
+		comps := byComm[comm]
+		names := slices.Sorted(maps.Keys(comps))
+		slices.SortStableFunc(names, func(a, b string) int { return comps[b] - comps[a] })
+		rest := 0
+		for _, n := range names {
+			if pct := 100 * float64(comps[n]) / float64(commTotal[comm]); pct >= 1 {
+				fmt.Printf("  %5.1f%%  %s\n", pct, n)
+			} else {
+				rest += comps[n]
+			}
+		}
+		fmt.Printf("  %5.1f%%  (each under 1%%)\n", 100*float64(rest)/float64(commTotal[comm]))
+		by := cborBy[comm]
+		callers := slices.Sorted(maps.Keys(by))
+		slices.SortStableFunc(callers, func(a, b string) int { return by[b] - by[a] })
+		for _, f := range callers[:min(4, len(callers))] {
+			fmt.Printf("          CBOR for %s: %.1f%%\n", f, 100*float64(by[f])/float64(commTotal[comm]))
+		}
+	}
+}
+
+// caller is the innermost tempest function outside the wire codec on a
+// stack: what a CBOR sample was encoding or decoding for.
+func caller(frames []string) string {
+	for _, f := range frames {
+		if strings.HasPrefix(f, "tempest/") && !strings.HasPrefix(f, "tempest/wire.") {
+			return f
+		}
+	}
+	return "(no tempest frame)"
 }
