@@ -373,6 +373,13 @@ func (c *Client) Submit(ctx context.Context, jobFile []byte, filename string) (s
 // jobfile.Parse read through WithDataFiles), and travels with the job file
 // in one multipart request (FormJobFile).
 func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename string, data map[string][]byte) (string, error) {
+	return c.SubmitWithBlobs(ctx, jobFile, filename, data, nil)
+}
+
+// SubmitWithBlobs is SubmitWithData where some files the job names are
+// already uploaded as blobs (UploadBlob, streamed): uploaded maps their
+// names to the blobs' hex SHA-256.
+func (c *Client) SubmitWithBlobs(ctx context.Context, jobFile []byte, filename string, data map[string][]byte, uploaded map[string]string) (string, error) {
 	h := http.Header{}
 	h.Set("Content-Type", "application/yaml")
 	if strings.HasSuffix(strings.ToLower(filename), ".json") {
@@ -384,7 +391,7 @@ func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename st
 	if jobFile == nil {
 		jobFile = []byte{}
 	}
-	if len(data) > 0 {
+	if len(data) > 0 || len(uploaded) > 0 {
 		// Data files go first, as blobs the cluster stores once for every
 		// shard; a node that stores no blobs (a gate) gets the bytes inline.
 		blobs, err := c.uploadDataFiles(ctx, data)
@@ -395,6 +402,12 @@ func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename st
 			blobs = nil
 		default:
 			return "", fmt.Errorf("submit: %w", err)
+		}
+		for name, sum := range uploaded {
+			if blobs == nil {
+				blobs = map[string]string{}
+			}
+			blobs[name] = sum
 		}
 		body, contentType, err := encodeBundleBlobs(jobFile, filepath.Base(filename), data, blobs)
 		if err != nil {

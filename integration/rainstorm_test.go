@@ -204,6 +204,118 @@ workflows:
 	diffRows(t, "filter→replace→project", out.Rows, want)
 }
 
+// A file: source travels with the job: tempest submit uploads it as a
+// blob, the managers hold it on a majority, the source reads it by range.
+func TestRainstormFileSourceThroughCLI(t *testing.T) {
+	path := signsPath(t)
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if r[post] == "Punched Telespar" {
+			counts[r[cat]]++
+		}
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := `name: telespar
+timeout: 120s
+workflows:
+  - name: by-category
+    type: rainstorm
+    source: {file: signs.csv, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: 2, field: Sign_Post, equals: "Punched Telespar"}
+      - {name: count, op: count, tasks: 2, key: Category}
+`
+	jf := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(jf, []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 3, 3, 3)
+	code, stdout, stderr := runCLI(t, c, "submit", jf)
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, stderr)
+	}
+	id := strings.TrimSpace(stdout)
+	out := c.finish(id, "by-category")
+	diffRows(t, "file source", out.Rows, countRows(counts))
+
+	// watch shows each stage: tasks, tuples/s, records, restarts, bad records.
+	code, _, stderr = runCLI(t, c, "watch", id)
+	if code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, stderr)
+	}
+	for _, stage := range []string{"source", "telespar", "count"} {
+		if !hasLine(stderr, stage, "tasks 0/", "records", "restarts 0", "bad 0") {
+			t.Fatalf("watch shows no line for stage %s:\n%s", stage, stderr)
+		}
+	}
+}
+
+func TestRainstormExecStage(t *testing.T) {
+	path := signsPath(t)
+	script, err := filepath.Abs("../examples/rainstorm-upper.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if strings.Contains(r[post], "Telespar") {
+			counts[strings.ToUpper(r[cat])]++
+		}
+	}
+	c := startCluster(t, 1, 3, 3)
+	job := fmt.Sprintf(`name: upper
+timeout: 120s
+workflows:
+  - name: upper
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: upper, op: exec, tasks: 2, command: %q}
+      - {name: count, op: count, tasks: 2, key: "9"}
+`, path, script)
+	_, out := c.runPipeline(job, "upper", 90*time.Second)
+	diffRows(t, "exec→count", out.Rows, countRows(counts))
+}
+
+// An exec program that keeps crashing is restarted, then the job fails
+// with the tail of its standard error; nothing hangs.
+func TestRainstormExecCrashFailsJob(t *testing.T) {
+	path := signsPath(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "crash.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'crash.sh: cannot go on' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 1, 2, 3)
+	id := c.submit(fmt.Sprintf(`name: crash
+timeout: 120s
+workflows:
+  - name: crash
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: crash, op: exec, tasks: 1, command: %q}
+`, path, script))
+	st := c.waitStatus(id, 90*time.Second, terminal)
+	if st.Status != wire.JobFailed {
+		t.Fatalf("job ended %s", st.Status)
+	}
+	if msg := fmt.Sprint(st.Error, st.Workflows); !strings.Contains(msg, "cannot go on") {
+		t.Fatalf("the failure does not carry the program's stderr: %s", msg)
+	}
+}
+
 // generated is the expected output of a generate source filtered on value
 // and counted by key, computed from the generator's definition.
 func generated(t *testing.T, records, keys int64, keep func(value int) bool) [][]string {
@@ -335,6 +447,100 @@ func TestRainstormLeaderKillExactlyOnce(t *testing.T) {
 	diffRows(t, "after the manager leader's SIGKILL", out.Rows, want)
 }
 
+// Two kills at different times in one run: a count task's worker, then,
+// once the pipeline flows again, the source's.
+func TestRainstormTwoKillsExactlyOnce(t *testing.T) {
+	const records = 60000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 5, 3)
+	id := c.submit(pacedJob(records, 4000, true))
+	first := c.taskWorker(id, "paced", 4)
+	if err := c.Kill(first); err != nil {
+		t.Fatal(err)
+	}
+	var before int64
+	testutil.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
+		out, err := c.output(id, "paced")
+		if err != nil {
+			return err
+		}
+		if before == 0 {
+			before = out.Tasks[0].Records
+		}
+		if src := out.Tasks[0]; src.Status != wire.WorkflowRunning || src.Worker == first || src.Records < before+4000 {
+			return fmt.Errorf("source %s on %s at %d records", src.Status, src.Worker, src.Records)
+		}
+		return nil
+	})
+	second := c.taskWorker(id, "paced", 0)
+	if err := c.Kill(second); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "paced")
+	if out.Restarts < 2 {
+		t.Fatalf("two kills, %d restarts: %+v", out.Restarts, out.Tasks)
+	}
+	diffRows(t, "after two kills", out.Rows, want)
+}
+
+// Malformed records are counted and skipped, with their numbers; with
+// on_bad_record: fail the workflow fails and says which record.
+func TestRainstormBadRecords(t *testing.T) {
+	dir := t.TempDir()
+	// A record with too few fields and one with a bare quote.
+	input := "name,n\na,1\nb,2\nd\nc,3\nx\"y,4\nc,4\n"
+	path := filepath.Join(dir, "in.csv")
+	if err := os.WriteFile(path, []byte(input), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The sequential pass: encoding/csv, which checks the field count
+	// against the header's.
+	r := csv.NewReader(strings.NewReader(input))
+	counts := map[string]int{}
+	bad := 0
+	for i := 0; ; i++ {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		switch {
+		case err != nil:
+			bad++
+		case i > 0:
+			counts[rec[0]]++
+		}
+	}
+	want := countRows(counts)
+
+	c := startCluster(t, 1, 2, 3)
+	job := func(onBad string) string {
+		return fmt.Sprintf(`name: bad
+timeout: 150s
+workflows:
+  - name: bad
+    type: rainstorm
+    on_bad_record: %s
+    source: {path: %q, header: true}
+    stages:
+      - {name: count, op: count, tasks: 2, key: name}
+`, onBad, path)
+	}
+	_, out := c.runPipeline(job("skip"), "bad", 60*time.Second)
+	diffRows(t, "bad records skipped", out.Rows, want)
+	if out.BadRecords != uint64(bad) || len(out.BadFirst) != bad {
+		t.Fatalf("bad records %d (first %v), want %d", out.BadRecords, out.BadFirst, bad)
+	}
+
+	id := c.submit(job("fail"))
+	st := c.waitStatus(id, 120*time.Second, terminal)
+	if st.Status != wire.JobFailed {
+		t.Fatalf("on_bad_record: fail ended %s", st.Status)
+	}
+	if !strings.Contains(fmt.Sprint(st), "record") {
+		t.Fatalf("the failure does not name the record: %+v", st)
+	}
+}
+
 // A worker frozen past failure detection is replaced; when it thaws, its
 // checkpoints and batches are refused by incarnation.
 func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
@@ -421,7 +627,7 @@ func TestRainstormBadInputThroughCLI(t *testing.T) {
 	cases := []struct{ name, stages, want string }{
 		{"unknown op", "      - {name: a, op: frobnicate}\n", `:7: `},
 		{"key not in header", "      - {name: a, op: count, key: Nope}\n", `"Nope" is not in the input's columns`},
-		{"missing exec program", "      - {name: a, op: exec, command: [/no/such/program]}\n", `/no/such/program`},
+		{"missing exec program", "      - {name: a, op: exec, command: /no/such/program}\n", `/no/such/program`},
 		{"tasks 0", "      - {name: a, op: filter, tasks: 0, matches: x}\n", `tasks`},
 	}
 	for _, tc := range cases {

@@ -194,6 +194,9 @@ func TestExamplesParse(t *testing.T) {
 		t.Fatalf("no examples found: %v", err)
 	}
 	for _, f := range files {
+		if strings.HasPrefix(filepath.Base(f), "rainstorm-") {
+			continue // pipelines name big inputs kept elsewhere: rainstorm's TestExampleJobFiles parses them
+		}
 		src, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

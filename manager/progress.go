@@ -102,7 +102,9 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		if reason == "" {
 			reason = "worker reported " + string(p.Status)
 		}
-		m.retryLocked(tx, w, worker, reason)
+		if !m.rsTaskFailedLocked(tx, w, p.Status, reason) {
+			m.retryLocked(tx, w, worker, reason)
+		}
 	default:
 		if w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowPending {
 			w.rec.Status = wire.WorkflowRunning

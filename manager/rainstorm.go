@@ -292,6 +292,10 @@ func (m *Manager) rsSubmit(ctx context.Context, r *rsReq) (wire.Message, error) 
 	if _, err := m.rsReady(); err != nil {
 		return nil, err
 	}
+	// Bounded: a request queued as this manager lost leadership is never
+	// taken, and the task has long resent it elsewhere.
+	ctx, cancel := context.WithTimeout(ctx, 4*m.cfg.QuorumTimeout+time.Second)
+	defer cancel()
 	r.reply = make(chan rsResult, 1)
 	select {
 	case m.rs.reqs <- r:
@@ -480,7 +484,7 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 		opens   []*rsReq
 		cs      []*wire.RainstormCheckpoint
 		hs      []wire.RainstormHeader
-		staged  = map[wire.RainstormTask]uint64{}
+		staged  = map[wire.RainstormTask]*wire.RainstormCheckpoint{}
 		answers = map[*rsReq]rsResult{}
 	)
 	infos := make([]rsTaskInfo, len(group))
@@ -513,8 +517,8 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 		if st != nil && st.latest != nil {
 			latest, have = st.latest, st.latest.Version
 		}
-		if v, ok := staged[c.Task]; ok {
-			have = v
+		if s, ok := staged[c.Task]; ok {
+			latest, have = s, s.Version
 		}
 		switch {
 		case !in.current(c.Incarnation):
@@ -531,8 +535,12 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 			ack.Reason = fmt.Sprintf("version %d does not follow the stored %d", c.Version, have)
 			answers[r] = rsResult{msg: ack}
 		default:
-			staged[c.Task] = c.Version
-			cs = append(cs, c)
+			// Pending is a delta: store and replicate the whole state, so
+			// every copy stands alone whatever group a peer missed.
+			full := *rainstorm.Compose(latest, c)
+			full.Rows = c.Rows
+			staged[c.Task] = &full
+			cs = append(cs, &full)
 			acc = append(acc, accepted{r, ack})
 		}
 	}
@@ -626,4 +634,38 @@ func (m *Manager) rsOpenReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 		reply.Header, reply.HasHeader = h.Header, h.HasHeader
 	}
 	return reply
+}
+
+// rsTaskFailedLocked handles a pipeline task whose run failed (a malformed
+// record under on_bad_record: fail, an exec program that keeps crashing, a
+// refused checkpoint): the failure is the pipeline's, the same on any
+// worker, so the task is not retried and the job ends FAILED with the
+// reason; the other tasks would wait for its output forever. A task that
+// was replaced reports CANCELLED and takes the normal retry path. The job is
+// ended like an abort_on_fail threshold does it: on a goroutine of the
+// leader term, once this state is committed.
+func (m *Manager) rsTaskFailedLocked(tx *txn, w *workflowState, status wire.WorkflowStatus, reason string) bool {
+	lt := tx.leading
+	if lt == nil || w.rec.Spec.Type != rainstorm.TypeName || status != wire.WorkflowFailed {
+		return false
+	}
+	w.rec.Status = wire.WorkflowFailed
+	w.rec.Error = reason
+	w.rec.Worker = ""
+	w.rec.Cores = nil
+	tx.touchWorkflow(w, true)
+	if w.job.rec.Status.Terminal() {
+		return true
+	}
+	jobID := w.rec.JobID
+	why := fmt.Sprintf("pipeline %s: task %d of %d failed: %s", w.rec.Spec.Name, w.rec.Spec.Shard, w.rec.Spec.Shards, reason)
+	m.log.Warn("rainstorm task failed; ending the job", "job_id", jobID, "workflow_id", w.rec.WorkflowID, "reason", reason)
+	tx.afterCommit(func() {
+		m.spawnLeader(lt, func(ctx context.Context) {
+			if _, err := m.cancelJob(ctx, jobID, wire.JobFailed, why); err != nil {
+				m.log.Warn("end job after a task failure", "job_id", jobID, "err", err)
+			}
+		})
+	})
+	return true
 }

@@ -124,3 +124,17 @@ func TestExecFailsAfterRepeatedCrashes(t *testing.T) {
 		t.Fatalf("error %v, want a start failure", err)
 	}
 }
+
+// FuzzExecLine: any answer line decodes, and what it decodes to encodes
+// back to a line that decodes the same.
+func FuzzExecLine(f *testing.F) {
+	f.Add([]byte("a\\tb\tc\\nd\\\\"))
+	f.Add([]byte("\\"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fields := splitLine(line)
+		enc := appendLine(nil, fields)
+		if got := splitLine(trimEOL(enc)); !reflect.DeepEqual(got, fields) {
+			t.Fatalf("%q -> %q -> %q", line, fields, got)
+		}
+	})
+}

@@ -1,5 +1,7 @@
 package rainstorm
 
+import "tempest/wire"
+
 // KeyGroups is the number of key groups tuples are partitioned into. A
 // key belongs to one group for the life of a pipeline, and a stage's tasks
 // own contiguous ranges of groups, as Flink does with its 128 default
@@ -44,4 +46,17 @@ func TaskGroups(task, tasks int) (lo, hi int) {
 	lo = (task*KeyGroups + tasks - 1) / tasks
 	hi = ((task+1)*KeyGroups + tasks - 1) / tasks
 	return lo, hi
+}
+
+// StateOfGroups returns the entries of an aggregate's state whose keys fall
+// in groups [lo, hi): how a resize hands a task's groups, with their state,
+// to the tasks that own them after it.
+func StateOfGroups(snap []wire.RainstormAggregate, lo, hi int) []wire.RainstormAggregate {
+	var out []wire.RainstormAggregate
+	for _, e := range snap {
+		if g := KeyGroup(e.Key); g >= lo && g < hi {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -3,6 +3,8 @@ package rainstorm
 import (
 	"fmt"
 	"testing"
+
+	"tempest/wire"
 )
 
 func TestGroupTaskCoversEveryGroupOnce(t *testing.T) {
@@ -39,5 +41,28 @@ func TestKeyGroupStable(t *testing.T) {
 	}
 	if len(seen) != KeyGroups {
 		t.Fatalf("10000 keys fill %d of %d groups", len(seen), KeyGroups)
+	}
+}
+
+// TestStateFollowsGroupsOnResize: a stage's state, re-cut for 5 tasks by
+// key group, puts every key in the task that the routing now sends it to.
+func TestStateFollowsGroupsOnResize(t *testing.T) {
+	var all []wire.RainstormAggregate
+	for i := range 500 {
+		all = append(all, wire.RainstormAggregate{Key: fmt.Sprint("key-", i), Count: int64(i)})
+	}
+	total := 0
+	for task := range 5 {
+		lo, hi := TaskGroups(task, 5)
+		part := StateOfGroups(all, lo, hi)
+		for _, e := range part {
+			if got := GroupTask(KeyGroup(e.Key), 5); got != task {
+				t.Fatalf("key %s handed to task %d, routed to %d", e.Key, task, got)
+			}
+		}
+		total += len(part)
+	}
+	if total != len(all) {
+		t.Fatalf("%d of %d keys handed over", total, len(all))
 	}
 }

@@ -242,7 +242,7 @@ func (m *SourceMachine) Segment(seg Segment) {
 // Ack delivers a first-stage task's acknowledgement.
 func (m *SourceMachine) Ack(a *wire.RainstormBatchAck) {
 	d := a.From.Index
-	if m.stopped || d < 0 || d >= len(m.acked) || a.UpTo <= m.acked[d] {
+	if m.stopped || a.From.Stage != 1 || d < 0 || d >= len(m.acked) || a.UpTo <= m.acked[d] {
 		return
 	}
 	m.acked[d] = a.UpTo

@@ -240,6 +240,9 @@ func readSource(f *workflow.Fields, src *Source) {
 	if v, ok := f.Bool("header"); ok {
 		src.Header = v
 	}
+	if src.Format == FormatLines && src.Header {
+		f.Errorf("header", "applies to csv, not lines")
+	}
 	if src.Generate != nil && (f.Has("format") || f.Has("header")) {
 		f.Problemf("format and header do not apply to generate (its records have the fields %s)", strings.Join(GenerateColumns, ", "))
 	}

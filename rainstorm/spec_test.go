@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -195,4 +196,26 @@ func FuzzDecodeSpec(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestExampleJobFiles parses every examples/rainstorm-*.yaml.
+func TestExampleJobFiles(t *testing.T) {
+	sharedData(t, fullCSV) // the examples' headers are checked against it
+	paths, err := filepath.Glob("../examples/rainstorm-*.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := workflow.NewRegistry()
+		if err := reg.Register(specType{ParseOptions{OpenFile: openShared}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := jobfile.Parse(data, p, reg); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
 }

@@ -15,6 +15,10 @@ import (
 //     checkpoint, atomically: from then on, Put refuses checkpoints of any
 //     older incarnation. A replacement task calls it before it does
 //     anything, so a frozen predecessor that wakes up can publish nothing.
+//   - A checkpoint's Pending and Rows are deltas: Pending holds the batches
+//     cut since the previous checkpoint, and the store keeps every earlier
+//     batch until the checkpoint's Outputs say the receiver acknowledged
+//     it; Fence returns the composed state (all unacknowledged batches).
 //   - Put is a compare-and-set: it stores ckpt only if ckpt.Incarnation is
 //     the task's current incarnation and ckpt.Version is one past the
 //     stored version. A checkpoint's Rows are published (appended to the
@@ -98,10 +102,32 @@ func (s *MemStore) Put(c *wire.RainstormCheckpoint) *wire.RainstormCheckpointAck
 			}
 			s.Bytes += int64(len(b))
 		}
-		st.latest = c
+		st.latest = compose(st.latest, c)
 		st.rows = append(st.rows, c.Rows...)
 	}
 	return ack
+}
+
+// compose folds checkpoint c into the stored state prev: c's positions and
+// operator state, prev's still-unacknowledged batches followed by c's.
+func compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
+	if prev == nil || len(prev.Pending) == 0 {
+		return c
+	}
+	out := *c
+	out.Rows = nil // published already; the composed state is for restarts
+	acked := make(map[int]uint64, len(c.Outputs))
+	for _, o := range c.Outputs {
+		acked[o.To] = o.Acked
+	}
+	out.Pending = make([]wire.RainstormBatch, 0, len(prev.Pending)+len(c.Pending))
+	for _, b := range prev.Pending {
+		if b.Seq > acked[b.To] {
+			out.Pending = append(out.Pending, b)
+		}
+	}
+	out.Pending = append(out.Pending, c.Pending...)
+	return &out
 }
 
 // Output returns the rows task has published, in checkpoint order.

@@ -164,6 +164,10 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 	}
 	for i := range c.Pending {
 		b := c.Pending[i] // a copy: the checkpoint stays the store's
+		if b.To < 0 || b.To >= len(m.out) {
+			return fmt.Errorf("rainstorm task %d.%d: checkpoint holds a batch for task %d of %d",
+				m.cfg.Task.Stage, m.cfg.Task.Index, b.To, len(m.out))
+		}
 		b.Incarnation = m.cfg.Incarnation
 		m.out[b.To].pending = append(m.out[b.To].pending, &b)
 	}
@@ -316,7 +320,7 @@ func (m *TaskMachine) fail(err error) {
 
 // Ack delivers a downstream task's acknowledgement.
 func (m *TaskMachine) Ack(a *wire.RainstormBatchAck) {
-	if m.stopped || a.From.Index < 0 || a.From.Index >= len(m.out) {
+	if m.stopped || a.From.Index < 0 || a.From.Index >= len(m.out) || a.From.Stage != m.cfg.Task.Stage+1 {
 		return
 	}
 	o := &m.out[a.From.Index]
@@ -397,7 +401,10 @@ func (m *TaskMachine) cut(final bool) {
 		}
 		o.open = nil
 		c.Outputs[i] = wire.RainstormOutput{To: i, Next: o.next, Acked: o.acked, EOS: o.eos}
-		c.Pending = append(c.Pending, derefBatches(o.pending)...)
+		// Only the batches cut now: the store keeps earlier ones until the
+		// acknowledged positions in Outputs drop them, so each batch is
+		// written once however long its acknowledgement takes.
+		c.Pending = append(c.Pending, derefBatches(o.pending[first:])...)
 		m.inflightSeq = append(m.inflightSeq, o.next-1)
 		if m.cfg.AtLeastOnce {
 			m.send(i, o.pending[first:])

@@ -24,6 +24,16 @@ type TaskParams struct {
 	Spec  Spec `cbor:"1,keyasint"`
 	Stage int  `cbor:"2,keyasint,omitempty"` // 0 is the source
 	Index int  `cbor:"3,keyasint,omitempty"`
+	// Blob is the hex SHA-256 of a `file:` source uploaded with the job:
+	// the source's worker reads it by range from the managers.
+	Blob string `cbor:"4,keyasint,omitempty"`
+}
+
+// PipelineParams are a pipeline's params as the job file gives them,
+// before Expand cuts them into tasks.
+type PipelineParams struct {
+	Spec Spec   `cbor:"1,keyasint"`
+	Blob string `cbor:"2,keyasint,omitempty"`
 }
 
 // Validate implements workflow.Params.
@@ -45,20 +55,51 @@ func (p *TaskParams) Validate() error {
 // Name implements workflow.Type.
 func (Type) Name() string { return TypeName }
 
-// ParseParams implements workflow.Type: the pipeline's spec, expanded into
-// tasks by Expand.
-func (t Type) ParseParams(f *workflow.Fields) []byte { return Parse(f, t.Options) }
+// ParseParams implements workflow.Type: the pipeline's spec and the blob a
+// `file:` source was uploaded as (PipelineParams), expanded into tasks by
+// Expand. Where the job file is read with the files at hand (the CLI,
+// Options.OpenFile set) the upload comes later; elsewhere a file source
+// must name an uploaded blob.
+func (t Type) ParseParams(f *workflow.Fields) []byte {
+	b := Parse(f, t.Options)
+	if f.HasProblems() {
+		return b
+	}
+	s, err := DecodeSpec(b)
+	if err != nil {
+		f.Problemf("%v", err)
+		return nil
+	}
+	p := PipelineParams{Spec: *s}
+	if s.Source.File != "" {
+		if sum, ok := f.DataBlob(s.Source.File); ok {
+			p.Blob = sum
+		} else if t.Options.OpenFile == nil {
+			f.Report(workflow.FieldErrors{{Path: "source.file", Message: fmt.Sprintf(
+				"%s was not uploaded with the job (tempest submit uploads the files a job names)", s.Source.File)}})
+			return nil
+		}
+	}
+	return f.Encode(&p)
+}
+
+// Validate implements workflow.Params.
+func (p *PipelineParams) Validate() error { return p.Spec.Validate() }
 
 // Expand implements workflow.Expander: one TaskParams per task, in task
 // order (TaskOrder).
 func (Type) Expand(params []byte) ([][]byte, error) {
-	s, err := DecodeSpec(params)
-	if err != nil {
+	var p PipelineParams
+	if err := wire.Unmarshal(params, &p); err != nil {
+		return nil, fmt.Errorf("decode rainstorm params: %w", err)
+	}
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
+	s := &p.Spec
 	var out [][]byte
 	for _, t := range TaskOrder(s) {
-		b, err := wire.Marshal(&TaskParams{Spec: *s, Stage: t.Stage, Index: t.Index})
+		b, err := wire.Marshal(&TaskParams{Spec: *s, Stage: t.Stage, Index: t.Index, Blob: p.Blob})
 		if err != nil {
 			return nil, fmt.Errorf("encode task params: %w", err)
 		}
@@ -97,6 +138,26 @@ func DecodeTaskParams(data []byte) (*TaskParams, error) {
 		return nil, fmt.Errorf("rainstorm task params: %w", err)
 	}
 	return &p, nil
+}
+
+// Blobs implements workflow.BlobReferrer: the managers accept a job only
+// once its file source's blob is durable.
+func (Type) Blobs(params []byte) ([]string, error) {
+	p, err := DecodeTaskParams(params)
+	if err != nil || p.Blob == "" {
+		return nil, err
+	}
+	return []string{p.Blob}, nil
+}
+
+// DetachBlobs implements workflow.BlobReferrer: params never hold a file's
+// bytes.
+func (Type) DetachBlobs(params []byte) ([]byte, error) { return params, nil }
+
+// AttachBlobs implements workflow.BlobReferrer: the source reads its blob
+// by range while it runs, never whole into params.
+func (Type) AttachBlobs(params []byte, _ func(string) ([]byte, error)) ([]byte, error) {
+	return params, nil
 }
 
 // ErrHostOnly is New's answer: tasks need the worker's transport.

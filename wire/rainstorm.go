@@ -88,15 +88,18 @@ type RainstormSourcePos struct {
 // RainstormCheckpoint is one task's durable state, written atomically with
 // compare-and-set on (Incarnation, Version): the store refuses it unless
 // Incarnation is the task's current one and Version is one past the stored
-// version. Rows are output published by this checkpoint (a delta: the
-// pipeline's output is every durable checkpoint's rows, in version order).
+// version. Pending and Rows are deltas: the batches cut and the output
+// rows produced since the previous checkpoint. The store keeps pending
+// batches until Outputs' acknowledged positions drop them, and publishes
+// Rows (the pipeline's output is every durable checkpoint's rows, in
+// version order).
 type RainstormCheckpoint struct {
 	Task        RainstormTask        `cbor:"1,keyasint"`
 	Incarnation uint64               `cbor:"2,keyasint"`
 	Version     uint64               `cbor:"3,keyasint"`
 	Inputs      []RainstormInput     `cbor:"4,keyasint,omitempty"`
 	Outputs     []RainstormOutput    `cbor:"5,keyasint,omitempty"`
-	Pending     []RainstormBatch     `cbor:"6,keyasint,omitempty"` // sent, not yet acked as durable downstream
+	Pending     []RainstormBatch     `cbor:"6,keyasint,omitempty"` // cut since the previous checkpoint
 	State       []RainstormAggregate `cbor:"7,keyasint,omitempty"`
 	Rows        []RainstormRecord    `cbor:"8,keyasint,omitempty"`
 	Source      *RainstormSourcePos  `cbor:"9,keyasint,omitempty"`

@@ -238,6 +238,9 @@ func outcome(ctx context.Context, err error) (wire.WorkflowStatus, string) {
 	if err == nil {
 		return wire.WorkflowCompleted, ""
 	}
+	if sr := (*stopReason)(nil); errors.As(err, &sr) {
+		return sr.status, sr.reason // the runner says how it ended
+	}
 	if ctx.Err() == nil {
 		return wire.WorkflowFailed, err.Error() // the workflow's own failure
 	}

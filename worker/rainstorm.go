@@ -40,8 +40,9 @@ const (
 	rsLinger = time.Second
 )
 
-// errRSFenced ends a task that a newer incarnation replaced.
-var errRSFenced = errors.New("replaced by a newer incarnation of the task")
+// errRSFenced ends a task that a newer incarnation replaced: CANCELLED,
+// not FAILED, since the pipeline goes on without it.
+var errRSFenced = &stopReason{status: wire.WorkflowCancelled, reason: "replaced by a newer incarnation of the task"}
 
 type rsKey struct {
 	job, wf      string
@@ -249,7 +250,7 @@ func (d *rsDriver) run(ctx context.Context) error {
 		header []string
 	)
 	if d.task.Stage == 0 && spec.Source.Generate == nil {
-		f, err := d.openInput()
+		f, err := d.openInput(ctx)
 		if err != nil {
 			return err
 		}
@@ -291,10 +292,13 @@ func (d *rsDriver) sourceName() string {
 	return d.p.Spec.Source.File
 }
 
-func (d *rsDriver) openInput() (io.ReadCloser, error) {
+func (d *rsDriver) openInput(ctx context.Context) (io.ReadCloser, error) {
 	src := d.p.Spec.Source
-	if src.Path == "" {
-		return nil, fmt.Errorf("source %q: only path: and generate: sources are read by this worker", src.File)
+	if src.File != "" {
+		if d.p.Blob == "" {
+			return nil, fmt.Errorf("source %q was not uploaded with the job", src.File)
+		}
+		return d.w.openBlob(ctx, d.p.Blob)
 	}
 	f, err := os.Open(src.Path)
 	if err != nil {
@@ -535,7 +539,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	} else {
 		ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
 		if pos.Offset == 0 && pos.Record == 0 {
-			f, err := d.openInput()
+			f, err := d.openInput(ctx)
 			if err != nil {
 				return err
 			}

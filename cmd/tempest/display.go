@@ -45,7 +45,8 @@ type display struct {
 	now   func() time.Time
 
 	dcs   map[string]*dcView
-	order []string // datacenters in the order first seen
+	order []string                 // datacenters in the order first seen
+	pipes map[string]*pipelineView // RainStorm workflows by name (rainstorm_watch.go)
 
 	drawn      int // lines of the live block on screen
 	printed    bool
@@ -218,6 +219,7 @@ func (d *display) lines() []string {
 		}
 		for _, wf := range v.st.Workflows {
 			lines = append(lines, indent+workflowLine(wf, v.wfs[wf.WorkflowID+"/"+wf.Name], nameWidth))
+			lines = append(lines, d.pipelineLines(wf.Name, indent+"  ")...)
 		}
 	}
 	return lines

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"tempest/api"
+	"tempest/jobfile"
 	"tempest/rainstorm"
 	"tempest/workflow"
 )
@@ -28,4 +34,56 @@ func cliRegistry(dir string) *workflow.Registry {
 			return err
 		},
 	})
+}
+
+// uploadPipelineFiles uploads the `file:` sources of a job's RainStorm
+// pipelines as blobs, streamed in chunks (no size cap: the file is never
+// read whole), and returns their names mapped to the blobs' sums for the
+// submission. The cluster acknowledges the job only once each blob is on a
+// majority of managers.
+func uploadPipelineFiles(ctx context.Context, c *api.Client, jobFile []byte, path string, stderr io.Writer) (map[string]string, error) {
+	dir := filepath.Dir(path)
+	sub, err := jobfile.Parse(jobFile, path, cliRegistry(dir), jobfile.WithDataFiles(jobfile.DirDataFiles(dir)))
+	if err != nil {
+		return nil, err
+	}
+	uploaded := map[string]string{}
+	for _, spec := range sub.Workflows {
+		if spec.Type != rainstorm.TypeName {
+			continue
+		}
+		p, err := rainstorm.DecodeTaskParams(spec.Params)
+		if err != nil {
+			return nil, err
+		}
+		name := p.Spec.Source.File
+		if name == "" || uploaded[name] != "" {
+			continue
+		}
+		sum, size, err := uploadFile(ctx, c, filepath.Join(dir, filepath.FromSlash(name)))
+		if err != nil {
+			return nil, fmt.Errorf("upload %s: %w", name, err)
+		}
+		fmt.Fprintf(stderr, "uploaded %s (%d bytes, sha256 %s)\n", name, size, sum[:12])
+		uploaded[name] = sum
+	}
+	return uploaded, nil
+}
+
+func uploadFile(ctx context.Context, c *api.Client, path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if _, err := c.UploadBlob(ctx, sum, f, size, nil); err != nil {
+		return "", 0, err
+	}
+	return sum, size, nil
 }

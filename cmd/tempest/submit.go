@@ -46,7 +46,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer c.Close()
 
-	id, err := c.SubmitWithData(ctx, data, file, dataFiles)
+	uploaded, err := uploadPipelineFiles(ctx, c, data, file, stderr)
+	if err != nil {
+		return reportError(stderr, err)
+	}
+	id, err := c.SubmitWithBlobs(ctx, data, file, dataFiles, uploaded)
 	if err != nil {
 		if reportProblems(stderr, file, err) {
 			return exitUsage

@@ -56,6 +56,7 @@ func followJob(ctx context.Context, c *api.Client, id string, mode outputMode, s
 	err := c.Watch(ctx, id, func(st api.JobStatus) {
 		final = st
 		if live != nil {
+			live.pipelines(ctx, c, st)
 			live.update(st)
 		}
 		if mode == outputStreamJSON {

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"tempest/api"
+	"tempest/rainstorm"
+	"tempest/wire"
+)
+
+// pipelineEvery is how often watch asks for a pipeline's per-task view.
+const pipelineEvery = 500 * time.Millisecond
+
+// pipelineView is the newest per-task view of one RainStorm workflow and the
+// per-stage rates derived from the views before it.
+type pipelineView struct {
+	out    *api.PipelineOutput
+	meters map[int]*rateMeter // by stage
+	asked  time.Time
+}
+
+// pipelines fetches, at most every pipelineEvery, the per-task view of each
+// RainStorm workflow of st for the display.
+func (d *display) pipelines(ctx context.Context, c *api.Client, st api.JobStatus) {
+	for _, wf := range st.Workflows {
+		if wf.Type != rainstorm.TypeName {
+			continue
+		}
+		if d.pipes == nil {
+			d.pipes = map[string]*pipelineView{}
+		}
+		v := d.pipes[wf.Name]
+		if v == nil {
+			v = &pipelineView{meters: map[int]*rateMeter{}}
+			d.pipes[wf.Name] = v
+		}
+		if d.now().Sub(v.asked) < pipelineEvery && !st.Status.Terminal() {
+			continue
+		}
+		v.asked = d.now()
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		b, err := c.Output(cctx, st.JobID, wf.Name, "json")
+		cancel()
+		var out api.PipelineOutput
+		if err != nil || json.Unmarshal(b, &out) != nil {
+			continue
+		}
+		v.out = &out
+		records := map[int]int64{}
+		for _, t := range out.Tasks {
+			records[t.Stage] += t.Records
+		}
+		for stage, n := range records {
+			m := v.meters[stage]
+			if m == nil {
+				m = &rateMeter{}
+				v.meters[stage] = m
+			}
+			m.observe(n, st.ElapsedSeconds)
+		}
+	}
+}
+
+// pipelineLines are a pipeline's stages under its workflow line: per stage
+// its tasks (running of all), tuples/s taken in, records, restarts and bad
+// records; the source's backlog is what it read that the first stage has
+// not taken yet.
+func (d *display) pipelineLines(name, indent string) []string {
+	v := d.pipes[name]
+	if v == nil || v.out == nil {
+		return nil
+	}
+	type agg struct {
+		name                     string
+		tasks, running, restarts int
+		records, bad             int64
+	}
+	var stages []*agg
+	for _, t := range v.out.Tasks {
+		for len(stages) <= t.Stage {
+			stages = append(stages, &agg{})
+		}
+		a := stages[t.Stage]
+		a.name = t.Name
+		a.tasks++
+		if t.Status == wire.WorkflowRunning {
+			a.running++
+		}
+		a.restarts += max(t.Attempts-1, 0)
+		a.records += t.Records
+		a.bad += t.Bad
+	}
+	var lines []string
+	for s, a := range stages {
+		line := fmt.Sprintf("%s%-10s tasks %d/%d  %s  records %d  restarts %d  bad %d", indent, a.name, a.running, a.tasks,
+			formatRate(v.meters[s].rateOrZero()), a.records, a.restarts, a.bad)
+		if s == 0 && len(stages) > 1 {
+			line += fmt.Sprintf("  backlog %d", max(a.records-stages[1].records, 0))
+		}
+		lines = append(lines, strings.TrimRight(line, " "))
+	}
+	return lines
+}
+
+func (m *rateMeter) rateOrZero() float64 {
+	if m == nil {
+		return 0
+	}
+	return m.rate
+}

@@ -1,0 +1,369 @@
+package rainstorm
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"tempest/wire"
+)
+
+// Unit tests of the machines' rules, one at a time; the simulation tests
+// them together under faults.
+
+func sinkTask(t *testing.T, store *MemStore, inc uint64, alo bool) *TaskMachine {
+	t.Helper()
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "c", Op: OpCount, Key: "1"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := wire.RainstormTask{Stage: 1}
+	ckpt, err := store.Fence(id, inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewTaskMachine(TaskConfig{Task: id, Incarnation: inc, Upstream: 1, Stage: p.Stages[0], AtLeastOnce: alo, CheckpointTicks: 1}, ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func filterTask(t *testing.T, store *MemStore, inc uint64) *TaskMachine {
+	t.Helper()
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{
+		{Name: "f", Op: OpFilter, Matches: "."}, {Name: "c", Op: OpCount, Key: "1"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := wire.RainstormTask{Stage: 1}
+	ckpt, err := store.Fence(id, inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := p.Stages[0].NewTransform()
+	m, err := NewTaskMachine(TaskConfig{Task: id, Incarnation: inc, Upstream: 1, Downstream: 1, Stage: p.Stages[0], Next: p.Stages[1],
+		Transform: tr, CheckpointTicks: 1}, ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func batch(seq uint64, eos bool, keys ...string) *wire.RainstormBatch {
+	b := &wire.RainstormBatch{Incarnation: 1, Seq: seq, EOS: eos}
+	for i, k := range keys {
+		b.Records = append(b.Records, Record{ID: seq*100 + uint64(i), Fields: []string{k}})
+	}
+	return b
+}
+
+// TestOutputOnlyOnceDurable: a task's output batches leave only after the
+// store acknowledged the checkpoint holding them.
+func TestOutputOnlyOnceDurable(t *testing.T) {
+	store := NewMemStore()
+	m := filterTask(t, store, 1)
+	m.Batch(batch(1, false, "a", "b"))
+	m.Tick()
+	r := m.Ready()
+	if len(r.Batches) != 0 || r.Checkpoint == nil || len(r.Checkpoint.Pending) != 1 {
+		t.Fatalf("before durability: %d batches sent, checkpoint %+v", len(r.Batches), r.Checkpoint)
+	}
+	for range 20 {
+		m.Tick() // resend timers must not leak the batch either
+	}
+	if r2 := m.Ready(); len(r2.Batches) != 0 {
+		t.Fatalf("%d batches sent while the checkpoint is outstanding", len(r2.Batches))
+	}
+	m.CheckpointResult(store.Put(r.Checkpoint))
+	r = m.Ready()
+	if len(r.Batches) != 1 || len(r.Batches[0].Records) != 2 || len(r.Acks) != 1 || r.Acks[0].UpTo != 1 {
+		t.Fatalf("after durability: batches %v, acks %v", r.Batches, r.Acks)
+	}
+}
+
+// TestDuplicatesIgnoredAndReacked: exactly-once ignores a batch it has
+// processed and acks it again once durable; at-least-once counts it again.
+func TestDuplicatesIgnoredAndReacked(t *testing.T) {
+	for _, alo := range []bool{false, true} {
+		store := NewMemStore()
+		m := sinkTask(t, store, 1, alo)
+		m.Batch(batch(1, false, "a"))
+		m.Batch(batch(1, false, "a")) // before durable: no ack
+		m.Tick()
+		r := m.Ready()
+		m.CheckpointResult(store.Put(r.Checkpoint))
+		m.Ready()
+		m.Batch(batch(1, false, "a")) // after: ack again
+		if r := m.Ready(); len(r.Acks) != 1 || r.Acks[0].UpTo != 1 {
+			t.Fatalf("alo %v: duplicate of a durable batch gave acks %v", alo, r.Acks)
+		}
+		m.Batch(batch(2, true))
+		m.Tick()
+		r = m.Ready()
+		m.CheckpointResult(store.Put(r.Checkpoint))
+		got := store.Output(wire.RainstormTask{Stage: 1})
+		want := "1"
+		if alo {
+			want = "3"
+		}
+		if len(got) != 1 || got[0].Fields[1] != want || !m.Ready().Done {
+			t.Fatalf("alo %v: output %v, want a counted %s times", alo, got, want)
+		}
+	}
+}
+
+// TestReorderedBatchesProcessedInOrder: batch 2 before batch 1 waits.
+func TestReorderedBatchesProcessedInOrder(t *testing.T) {
+	store := NewMemStore()
+	m := sinkTask(t, store, 1, false)
+	m.Batch(batch(3, true, "c"))
+	m.Batch(batch(2, false, "b"))
+	m.Tick()
+	if r := m.Ready(); r.Checkpoint != nil {
+		t.Fatalf("checkpointed with batch 1 missing: %+v", r.Checkpoint.Inputs)
+	}
+	m.Batch(batch(1, false, "a"))
+	m.Tick()
+	r := m.Ready()
+	if r.Checkpoint == nil || !r.Checkpoint.Done || len(r.Checkpoint.Rows) != 3 {
+		t.Fatalf("checkpoint %+v", r.Checkpoint)
+	}
+}
+
+// TestStaleIncarnationPublishesNothing is the SIGSTOP case: incarnation 1
+// is frozen, incarnation 2 starts from the latest durable checkpoint, and
+// when 1 wakes up its checkpoint (with output rows) is refused, its output
+// is never published, and it learns it was replaced.
+func TestStaleIncarnationPublishesNothing(t *testing.T) {
+	store := NewMemStore()
+	old := sinkTask(t, store, 1, false)
+	old.Batch(batch(1, false, "a"))
+	old.Tick()
+	r := old.Ready()
+	old.CheckpointResult(store.Put(r.Checkpoint))
+	old.Ready()
+	// Frozen here. The replacement fences and restores version 1.
+	repl := sinkTask(t, store, 2, false)
+	if rr := repl.Ready(); len(rr.Acks) != 1 || rr.Acks[0].UpTo != 1 {
+		t.Fatalf("replacement's first acks %v, want up to 1", rr.Acks)
+	}
+	// The old one wakes, finishes the stream and tries to publish.
+	old.Batch(batch(2, true, "b"))
+	old.Tick()
+	r = old.Ready()
+	if r.Checkpoint == nil || len(r.Checkpoint.Rows) == 0 {
+		t.Fatalf("the stale task did not try to publish: %+v", r.Checkpoint)
+	}
+	ack := store.Put(r.Checkpoint)
+	if !ack.Refused || ack.Current != 2 {
+		t.Fatalf("store accepted a stale checkpoint: %+v", ack)
+	}
+	old.CheckpointResult(ack)
+	if r := old.Ready(); !r.Fenced || len(r.Acks) != 0 || len(r.Batches) != 0 {
+		t.Fatalf("stale task after refusal: %+v", r)
+	}
+	if out := store.Output(wire.RainstormTask{Stage: 1}); len(out) != 0 {
+		t.Fatalf("stale output published: %v", out)
+	}
+	// The replacement finishes correctly.
+	repl.Batch(batch(1, false, "a")) // a resend of what version 1 holds
+	repl.Batch(batch(2, true, "b"))
+	repl.Tick()
+	r = repl.Ready()
+	repl.CheckpointResult(store.Put(r.Checkpoint))
+	out := store.Output(wire.RainstormTask{Stage: 1})
+	if want := []Record{{ID: 0, Fields: []string{"a", "1"}}, {ID: 1, Fields: []string{"b", "1"}}}; !reflect.DeepEqual(out, want) {
+		t.Fatalf("output %v, want %v", out, want)
+	}
+}
+
+// TestStoreCompareAndSet covers the store's rules directly.
+func TestStoreCompareAndSet(t *testing.T) {
+	s := NewMemStore()
+	id := wire.RainstormTask{Stage: 1}
+	if _, err := s.Fence(id, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Fence(id, 1); err == nil {
+		t.Fatal("fenced twice with the same incarnation")
+	}
+	c1 := &wire.RainstormCheckpoint{Task: id, Incarnation: 2, Version: 1}
+	if a := s.Put(c1); !a.Refused {
+		t.Fatal("a checkpoint of an unfenced incarnation was stored")
+	}
+	c1.Incarnation = 1
+	c1.Pending = []wire.RainstormBatch{{To: 0, Seq: 1}, {To: 0, Seq: 2}}
+	if a := s.Put(c1); a.Refused {
+		t.Fatal(a.Reason)
+	}
+	if a := s.Put(c1); a.Refused {
+		t.Fatalf("a resent checkpoint was refused: %s", a.Reason)
+	}
+	if a := s.Put(&wire.RainstormCheckpoint{Task: id, Incarnation: 1, Version: 3}); !a.Refused {
+		t.Fatal("a version gap was accepted")
+	}
+	c2 := &wire.RainstormCheckpoint{Task: id, Incarnation: 1, Version: 2, Outputs: []wire.RainstormOutput{{To: 0, Next: 4, Acked: 1}},
+		Pending: []wire.RainstormBatch{{To: 0, Seq: 3}}}
+	if a := s.Put(c2); a.Refused {
+		t.Fatal(a.Reason)
+	}
+	latest, _ := s.Fence(id, 5)
+	var seqs []uint64
+	for _, b := range latest.Pending {
+		seqs = append(seqs, b.Seq)
+	}
+	if !reflect.DeepEqual(seqs, []uint64{2, 3}) || latest.Version != 2 {
+		t.Fatalf("composed pending %v version %d, want [2 3] and 2", seqs, latest.Version)
+	}
+}
+
+// TestSourceBadRecordsAndResume: bad records are counted with their ids,
+// survive a restart exactly, and fail the source under on_bad_record: fail.
+func TestSourceBadRecordsAndResume(t *testing.T) {
+	in := "a,b\n1,x\n2\n3,y\n\"4,z\n"
+	p, err := Compile(&Spec{Source: Source{Path: "/in", Header: true}, Stages: []Stage{{Name: "c", Op: OpCount, Key: "b"}}}, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := SourceConfig{Downstream: 2, Next: p.Stages[0], SegmentRecords: 2, Incarnation: 1, CheckpointTicks: 1}
+	src, _ := NewSourceMachine(cfg, nil)
+	rd, _ := NewReader(strings.NewReader(in), ReaderOptions{Format: FormatCSV, Header: true})
+	var sent []*wire.RainstormBatch
+	for {
+		idx, ok := src.Want()
+		if !ok {
+			break
+		}
+		seg, err := ReadSegment(rd, idx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Segment(seg)
+		sent = append(sent, src.Ready().Batches...)
+	}
+	if n, first := src.BadRecords(); n != 2 || !reflect.DeepEqual(first, []uint64{1, 3}) {
+		t.Fatalf("bad %d %v, want 2 [1 3]", n, first)
+	}
+	// Ids 0-1, 2-3, then an empty last segment: the input ends exactly at a
+	// segment boundary, which the reader only learns by reading on.
+	if len(sent) != 6 || sent[3].EOS || !sent[4].EOS || !sent[5].EOS || len(sent[4].Records)+len(sent[5].Records) != 0 {
+		t.Fatalf("sent %d batches (want 3 segments × 2 channels, the last marked end of stream)", len(sent))
+	}
+	// Segment 0 acknowledged everywhere: the checkpoint resumes at segment 1.
+	for d := range 2 {
+		src.Ack(&wire.RainstormBatchAck{From: wire.RainstormTask{Stage: 1, Index: d}, UpTo: 1})
+	}
+	src.Tick()
+	c := src.Ready().Checkpoint
+	if c == nil || c.Source.Segment != 1 || c.Source.Record != 2 || c.Source.BadRecords != 1 {
+		t.Fatalf("checkpoint %+v", c.Source)
+	}
+	// A restart re-reads segment 1 from the recorded offset and cuts the
+	// same batches.
+	src2, _ := NewSourceMachine(SourceConfig{Downstream: 2, Next: p.Stages[0], SegmentRecords: 2, Incarnation: 2}, c)
+	pos := src2.Resume()
+	rd2 := ResumeReader(strings.NewReader(in[pos.Offset:]), pos, ReaderOptions{Format: FormatCSV, Header: true}, []string{"a", "b"})
+	var again []*wire.RainstormBatch
+	for {
+		idx, ok := src2.Want()
+		if !ok {
+			break
+		}
+		seg, err := ReadSegment(rd2, idx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src2.Segment(seg)
+		again = append(again, src2.Ready().Batches...)
+	}
+	if len(again) != 4 {
+		t.Fatalf("regenerated %d batches, want 4", len(again))
+	}
+	for i := range again {
+		if again[i].Seq != sent[2+i].Seq || !reflect.DeepEqual(again[i].Records, sent[2+i].Records) || again[i].EOS != sent[2+i].EOS {
+			t.Fatalf("regenerated batch %d differs", i)
+		}
+	}
+	if n, first := src2.BadRecords(); n != 2 || !reflect.DeepEqual(first, []uint64{1, 3}) {
+		t.Fatalf("after restart: bad %d %v, want 2 [1 3]", n, first)
+	}
+
+	cfg.FailOnBadRecord = true
+	src3, _ := NewSourceMachine(cfg, nil)
+	rd3, _ := NewReader(strings.NewReader(in), ReaderOptions{Format: FormatCSV, Header: true})
+	seg, _ := ReadSegment(rd3, 0, 2)
+	src3.Segment(seg)
+	if r := src3.Ready(); r.Failed == nil || !strings.Contains(r.Failed.Error(), "record 2") {
+		t.Fatalf("on_bad_record: fail gave %v", r.Failed)
+	}
+}
+
+// TestExecFailureFailsTask: an exec program that keeps dying fails the task
+// with its stderr.
+func TestExecFailureFailsTask(t *testing.T) {
+	script := writeScript(t, "echo 'no such column' >&2\nexit 1\n")
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "x", Op: OpExec, Command: []string{script}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, _ := p.Stages[0].NewExec(ExecOptions{})
+	defer ex.Close()
+	m, err := NewTaskMachine(TaskConfig{Task: wire.RainstormTask{Stage: 1}, Incarnation: 1, Upstream: 1, Stage: p.Stages[0], Transform: ex}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Batch(batch(1, false, "a"))
+	var ee *ExecError
+	if r := m.Ready(); !errors.As(r.Failed, &ee) || !strings.Contains(ee.Stderr, "no such column") {
+		t.Fatalf("failed %v", r.Failed)
+	}
+}
+
+func TestGeneratorDeterministic(t *testing.T) {
+	g := &Generate{Records: 10, Keys: 3}
+	a := NewGenerator(g, 0)
+	var all []Record
+	for {
+		r, err := a.Next()
+		if err != nil {
+			break
+		}
+		all = append(all, r)
+	}
+	b := NewGenerator(g, 7)
+	r, _ := b.Next()
+	if len(all) != 10 || !reflect.DeepEqual(r, all[7]) || all[4].Fields[1] != "k1" {
+		t.Fatalf("generated %v; resumed at 7: %v", all, r)
+	}
+}
+
+// TestStageBadRecords: a value a stage cannot use is counted (and kept in
+// the checkpoint), or fails the task under on_bad_record: fail.
+func TestStageBadRecords(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "s", Op: OpSum, Key: "1", Field: "2"}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := NewTaskMachine(TaskConfig{Task: wire.RainstormTask{Stage: 1}, Incarnation: 1, Upstream: 1, Stage: p.Stages[0],
+			FailOnBadRecord: fail, CheckpointTicks: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Batch(&wire.RainstormBatch{Incarnation: 1, Seq: 1, Records: []Record{
+			{ID: 0, Fields: []string{"a", "1.5"}}, {ID: 1, Fields: []string{"a", "lots"}}, {ID: 2, Fields: []string{"a", "2"}}}})
+		m.Tick()
+		r := m.Ready()
+		if fail {
+			if r.Failed == nil || !strings.Contains(r.Failed.Error(), "record 2") {
+				t.Fatalf("on_bad_record: fail gave %v", r.Failed)
+			}
+			continue
+		}
+		if r.Failed != nil || r.Checkpoint == nil || r.Checkpoint.BadRecords != 1 || r.Checkpoint.State[0].Sum != "3.5" {
+			t.Fatalf("ready %+v", r)
+		}
+	}
+}
