@@ -60,6 +60,7 @@ type options struct {
 	electProfile      string
 	profile, keep     bool
 	trace             bool
+	source            string
 	poll              time.Duration
 	kinds             string
 	killAt            float64
@@ -84,6 +85,7 @@ func main() {
 	flag.IntVar(&o.tasks, "tasks", 3, "tasks per stage")
 	flag.StringVar(&o.swimProfile, "swim-profile", "test", "SWIM profile of every node (as tempest dev)")
 	flag.StringVar(&o.electProfile, "election-profile", "test", "election profile of every node")
+	flag.StringVar(&o.source, "source", "path", "how the pipelines read the input: path (read in place by the source's worker, as Miller reads it) or file (uploaded by tempest submit, inside the timed run)")
 	flag.StringVar(&o.kinds, "kinds", "eo,alo,mlr,go", "what runs in each repetition, in this order")
 	flag.BoolVar(&o.profile, "profile", false, "perf-sample the nodes during one more exactly-once run")
 	flag.BoolVar(&o.keep, "keep", false, "keep -dir")
@@ -109,6 +111,9 @@ func run(o options) error {
 	data, err := filepath.Abs(o.data)
 	if err != nil {
 		return err
+	}
+	if o.source != "path" && o.source != "file" {
+		return fmt.Errorf("-source %q: want path or file", o.source)
 	}
 	kinds := strings.Split(o.kinds, ",")
 	for _, k := range kinds {
@@ -203,8 +208,8 @@ func run(o options) error {
 func printHost(o options) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("bench/rainstorm  %s  load average at start: %s", time.Now().UTC().Format(time.RFC3339), load)
-	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage\n",
-		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks)
+	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage; source %s:\n",
+		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks, o.source)
 }
 
 type bench struct {
@@ -371,17 +376,21 @@ func (b *bench) jobFile(exactlyOnce bool) (string, error) {
 	if exactlyOnce {
 		name = fmt.Sprintf("bench-%d-eo", b.jobs)
 	}
+	src := b.input
+	if b.o.source == "file" {
+		src = filepath.Base(b.input) // beside the job file
+	}
 	job := fmt.Sprintf(`name: %s
 timeout: %s
 workflows:
   - name: %s
     type: rainstorm
     exactly_once: %t
-    source: {path: %q, format: csv, header: true}
+    source: {%s: %q, format: csv, header: true}
     stages:
       - {name: telespar, op: filter, tasks: %d, field: %s, equals: %q}
       - {name: count, op: count, tasks: %d, key: %s}
-`, name, b.o.runTimeout, workflowName, exactlyOnce, b.input, b.o.tasks, filterField, filterValue, b.o.tasks, keyField)
+`, name, b.o.runTimeout, workflowName, exactlyOnce, b.o.source, src, b.o.tasks, filterField, filterValue, b.o.tasks, keyField)
 	path := filepath.Join(b.dir, name+".yaml")
 	return path, os.WriteFile(path, []byte(job), 0o644)
 }

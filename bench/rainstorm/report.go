@@ -101,10 +101,10 @@ func report(o options, kinds []string, results map[string][]*runResult) {
 	if len(eo) > 0 && len(alo) > 0 {
 		wallRatio := median(walls(eo)) / median(walls(alo))
 		cpuRatio := median(cpuPer(eo)) / median(cpuPer(alo))
-		fmt.Printf("EO/ALO cost: wall %.2f× (paired %.2f×), CPU %.2f× (paired %.2f×)   aim ≤ 1.5×: %s\n",
+		fmt.Printf("EO/ALO cost: wall %.2f× (paired %.2f×), CPU %.2f× (paired %.2f×)   aim ≤ 1.5×: wall %s, CPU %s\n",
 			wallRatio, pairedRatio(eo, alo, func(r *runResult) float64 { return r.wall.Seconds() }),
 			cpuRatio, pairedRatio(eo, alo, func(r *runResult) float64 { return totalCPU(r).Seconds() }),
-			verdict(wallRatio <= 1.5))
+			verdict(wallRatio <= 1.5), verdict(cpuRatio <= 1.5))
 	}
 	if len(eo) > 0 {
 		r := median(rates(eo))
