@@ -193,10 +193,7 @@ func (b *bench) killTrial(i int) (*killTrial, error) {
 			fmt.Fprintln(os.Stderr, "   ", l)
 		}
 	}
-	if err := b.c.Restart(tr.victim); err != nil {
-		return nil, err
-	}
-	if err := b.ready(); err != nil {
+	if err := b.heal(); err != nil {
 		return nil, fmt.Errorf("after restarting %s: %w", tr.victim, err)
 	}
 	return tr, nil

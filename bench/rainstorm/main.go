@@ -91,7 +91,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep -dir")
 	flag.BoolVar(&o.trace, "trace", false, "print every task's state as it changes after each kill")
 	flag.DurationVar(&o.poll, "poll", 50*time.Millisecond, "status poll interval")
-	flag.DurationVar(&o.runTimeout, "run-timeout", 10*time.Minute, "longest a pipeline may take")
+	flag.DurationVar(&o.runTimeout, "run-timeout", 5*time.Minute, "longest a pipeline may take (its job timeout)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/rainstorm:", err)
@@ -188,13 +188,26 @@ func run(o options) error {
 
 	if o.kills > 0 {
 		var trials []*killTrial
+		var failed []string
 		for i := range o.kills {
 			tr, err := b.killTrial(i + 1)
 			if err != nil {
-				return fmt.Errorf("kill trial %d: %w", i+1, err)
+				// A failed trial is a finding, not the end of the run:
+				// report it, bring the cluster back and go on.
+				failed = append(failed, fmt.Sprintf("kill trial %d: %v", i+1, err))
+				logf("kill trial %d failed: %v", i+1, err)
+				if err := b.heal(); err != nil {
+					return err
+				}
+				continue
 			}
 			trials = append(trials, tr)
 		}
+		defer func() {
+			for _, f := range failed {
+				fmt.Println("FAILED", f)
+			}
+		}()
 		reportKills(o, trials)
 	}
 	if o.profile {
@@ -247,6 +260,18 @@ func (b *bench) startCluster() error {
 	}
 	b.env = append(os.Environ(), "TEMPEST_API="+strings.Join(c.APIs(), ","), "TEMPEST_TOKEN="+c.Token())
 	return nil
+}
+
+// heal restarts every node that is not running and waits for the cluster.
+func (b *bench) heal() error {
+	for _, n := range b.c.Nodes() {
+		if !b.c.Running(n.Name) {
+			if err := b.c.Restart(n.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return b.ready()
 }
 
 func (b *bench) ready() error {
