@@ -33,6 +33,9 @@ type killTrial struct {
 }
 
 func taskLine(out *api.PipelineOutput) string {
+	if out == nil {
+		return " (no status)"
+	}
 	var b strings.Builder
 	for _, t := range out.Tasks {
 		w := strings.TrimPrefix(t.Worker, "dc1-")

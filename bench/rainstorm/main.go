@@ -91,7 +91,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep -dir")
 	flag.BoolVar(&o.trace, "trace", false, "print every task's state as it changes after each kill")
 	flag.DurationVar(&o.poll, "poll", 50*time.Millisecond, "status poll interval")
-	flag.DurationVar(&o.runTimeout, "run-timeout", 5*time.Minute, "longest a pipeline may take (its job timeout)")
+	flag.DurationVar(&o.runTimeout, "run-timeout", 3*time.Minute, "longest a pipeline may take (its job timeout)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/rainstorm:", err)
@@ -172,11 +172,21 @@ func run(o options) error {
 	}
 
 	results := map[string][]*runResult{}
+	var failures []string
+	defer func() {
+		for _, f := range failures {
+			fmt.Println("FAILED", f)
+		}
+	}()
 	for rep := range o.reps {
 		for _, k := range kinds {
 			r, err := b.runKind(k)
 			if err != nil {
-				return fmt.Errorf("rep %d, %s: %w", rep+1, k, err)
+				// A pipeline that does not finish is a finding: report it
+				// with the others and go on (its job was cancelled).
+				failures = append(failures, fmt.Sprintf("rep %d, %s: %v", rep+1, k, err))
+				logf("rep %d %-3s FAILED: %v", rep+1, k, err)
+				continue
 			}
 			logf("rep %d %-3s %8.2fs  %9.0f records/s  (over-counted %d)", rep+1, k, r.wall.Seconds(), r.rate(), r.excess)
 			results[k] = append(results[k], r)
@@ -502,14 +512,15 @@ func (b *bench) pipeline(exactlyOnce bool, watch func(*api.PipelineOutput) error
 		}
 		if out != nil && out.Status.Terminal() {
 			if out.Status != wire.JobCompleted {
-				return nil, nil, fmt.Errorf("job %s ended %s: %+v", id, out.Status, out.Tasks)
+				return nil, nil, fmt.Errorf("job %s ended %s:%s", id, out.Status, taskLine(out))
 			}
 			if out.Complete {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, nil, fmt.Errorf("job %s not complete after %v: %+v", id, time.Since(start), out)
+			_, _, cerr := b.tempest("cancel", id)
+			return nil, nil, fmt.Errorf("job %s not complete after %v (cancelled: %v): %s", id, time.Since(start).Round(time.Second), cerr, taskLine(out))
 		}
 		time.Sleep(b.o.poll)
 	}

@@ -43,7 +43,7 @@ func usPerRecord(d time.Duration, records int) float64 {
 
 func report(o options, kinds []string, results map[string][]*runResult) {
 	fmt.Printf("\n== end to end, %d records, medians of %d interleaved reps (%s)\n", o.records, o.reps, strings.Join(kinds, " "))
-	fmt.Printf("%-4s %10s %12s %10s  %s\n", "kind", "wall", "records/s", "cpu µs/rec", "records/s per rep")
+	fmt.Printf("%-4s %3s %10s %12s %10s  %s\n", "kind", "ok", "wall", "records/s", "cpu µs/rec", "records/s per rep")
 	for _, k := range kinds {
 		rs := results[k]
 		var walls, cpus []float64
@@ -53,7 +53,7 @@ func report(o options, kinds []string, results map[string][]*runResult) {
 			cpus = append(cpus, usPerRecord(totalCPU(r), r.records))
 			per = append(per, fmt.Sprintf("%.0f", r.rate()))
 		}
-		fmt.Printf("%-4s %9.2fs %12.0f %10.2f  %s\n", k, median(walls), median(rates(rs)), median(cpus), strings.Join(per, " "))
+		fmt.Printf("%-4s %3d %9.2fs %12.0f %10.2f  %s\n", k, len(rs), median(walls), median(rates(rs)), median(cpus), strings.Join(per, " "))
 	}
 
 	if rs := results["alo"]; len(rs) > 0 {
