@@ -197,7 +197,8 @@ type rsDriver struct {
 	routes  atomic.Pointer[map[[2]int]wire.RainstormRoute]
 	start   time.Time
 
-	records atomic.Int64 // records handled (read by the source, received by a stage)
+	records atomic.Int64   // records handled (read by the source, received by a stage)
+	seen    map[int]uint64 // per upstream task, the newest batch counted (run's goroutine only)
 	bad     atomic.Int64
 	wg      sync.WaitGroup
 }
@@ -702,7 +703,14 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 func (d *rsDriver) handle(m *rainstorm.TaskMachine, msg wire.Message) {
 	switch x := msg.(type) {
 	case *wire.RainstormBatch:
-		d.records.Add(int64(len(x.Records)))
+		// Count a batch once, not its resends (the machine drops those).
+		if d.seen == nil {
+			d.seen = map[int]uint64{}
+		}
+		if x.Seq > d.seen[x.From.Index] {
+			d.seen[x.From.Index] = x.Seq
+			d.records.Add(int64(len(x.Records)))
+		}
 		m.Batch(x)
 	case *wire.RainstormBatchAck:
 		m.Ack(x)
