@@ -10,7 +10,9 @@
 //     tasks per stage exactly-once (eo) and at-least-once (alo) through
 //     `tempest submit` on a devcluster of 3 managers and 3 workers, Miller
 //     (mlr) and a plain encoding/csv pass (go); every output is compared
-//     exactly with the expected one; it reports records/s end to end (from
+//     exactly with the expected one (at-least-once may over-count, never
+//     lose: the excess is reported); a run that fails or does not finish
+//     is reported and the reps go on; it reports records/s end to end (from
 //     starting `tempest submit` to the output being complete) and CPU per
 //     record by process (/proc/PID/stat before and after, rusage for
 //     children);
@@ -22,7 +24,7 @@
 //  4. with -profile, samples the nodes' CPU with perf during one more
 //     exactly-once run and sums it by component.
 //
-//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 2] [-profile]
+//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 3] [-profile] [-source path|file] [-trace]
 //
 // Tables on stdout, progress on stderr. Everything it writes (the input,
 // the cluster, profiles) is under -dir, removed at the end unless -keep.
