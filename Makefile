@@ -35,7 +35,7 @@ test: ## Run every test with the race detector
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: bench
-bench: ## Run every benchmark (BENCH_ONLY=gotest|transport|loadgen|loadgen-mem|gate for one)
+bench: ## Run every benchmark (BENCH_ONLY=gotest|transport|loadgen|loadgen-mem|gate|rainstorm for one)
 	./bench/run.sh
 
 .PHONY: fuzz

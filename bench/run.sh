@@ -5,7 +5,7 @@
 #   bench/run.sh -reps 5              # extra arguments go to bench/transport
 #   BENCH_ONLY=loadgen bench/run.sh   # one part: gotest, transport, loadgen (engine vs wrk vs k6),
 #                                     # loadgen-mem (memory per idle VU), gate (gate overhead and failover),
-#                                     # rainstorm (1M-record pipeline: EO vs ALO vs Miller, recovery)
+#                                     # rainstorm (pipelines EO/ALO vs Miller, recovery; RAINSTORM_ARGS)
 #   BENCH_PROFILE=1 bench/run.sh      # also CPU-profile each secure cell and summarise 1 KiB/16
 #   BENCH_COUNT=5 bench/run.sh        # go test -count (default 3; quote medians, e.g. with benchstat)
 #
@@ -65,6 +65,7 @@ if want gate; then
 fi
 if want rainstorm; then
   echo
-  echo "== go run ./bench/rainstorm -> $results/$stamp-rainstorm.txt"
-  go run ./bench/rainstorm -bin bin -data ../shared/data/traffic_signs_full.csv 2>&1 | tee "$results/$stamp-rainstorm.txt"
+  echo "== go run ./bench/rainstorm ${RAINSTORM_ARGS:-} -> $results/$stamp-rainstorm.txt"
+  # shellcheck disable=SC2086 # RAINSTORM_ARGS holds several flags
+  go run ./bench/rainstorm -bin bin -profile ${RAINSTORM_ARGS:-} 2>&1 | tee "$results/$stamp-rainstorm.txt"
 fi

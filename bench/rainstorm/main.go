@@ -1,32 +1,39 @@
-// Command rainstorm measures RainStorm pipelines on real processes:
+// Command rainstorm measures RainStorm pipelines end to end on a local
+// cluster of real processes, beside Miller and a plain Go pass:
 //
-//  1. a 1,000,000-record CSV made deterministically from
-//     traffic_signs_full.csv (its records repeated with new OBJECTIDs);
+//  1. makes an input of -records records from the traffic-signs file (copies
+//     with new OBJECTIDs, header and quoted newlines kept) and checks it with
+//     encoding/csv, which also gives the expected output;
 //
-//  2. filter (Sign_Post == "Punched Telespar") → count by Category on a
-//     cluster of -managers managers and -workers workers, exactly-once and
-//     at-least-once, side by side with Miller as the single-process
-//     reference (mlr --icsv filter ... then count -g Category), each
-//     checked against the others' counts;
+//  2. runs, interleaved for -reps repetitions (eo alo mlr go, eo alo mlr go,
+//     ...), filter Sign_Post = "Punched Telespar" → count by Category with 3
+//     tasks per stage exactly-once (eo) and at-least-once (alo) through
+//     `tempest submit` on a devcluster of 3 managers and 3 workers, Miller
+//     (mlr) and a plain encoding/csv pass (go); every output is compared
+//     exactly with the expected one (at-least-once may over-count, never
+//     lose: the excess is reported); a run that fails or does not finish
+//     is reported and the reps go on; it reports records/s end to end (from
+//     starting `tempest submit` to the output being complete) and CPU per
+//     record by process (/proc/PID/stat before and after, rusage for
+//     children);
 //
-//  3. records per second end to end (submit → job completed), the EO/ALO
-//     cost ratio, CPU seconds per million records by process (from
-//     /proc/PID/stat);
+//  3. -kills times, SIGKILLs the worker running a stage task mid-run and
+//     reports kill → worker declared dead (failure detection) and kill →
+//     its tasks taking records in again elsewhere;
 //
-//  4. recovery: a worker running a filter task is SIGKILLed mid-run, and
-//     the time until its task runs again elsewhere with records flowing is
-//     measured.
+//  4. with -profile, samples the nodes' CPU with perf during one more
+//     exactly-once run and sums it by component.
 //
-//     make build && go run ./bench/rainstorm -bin bin -data ../shared/data/traffic_signs_full.csv
+//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 3] [-profile] [-source path|file] [-trace]
+//
+// Tables on stdout, progress on stderr. Everything it writes (the input,
+// the cluster, profiles) is under -dir, removed at the end unless -keep.
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,31 +42,58 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"tempest/api"
 	"tempest/devcluster"
+	"tempest/swim"
 	"tempest/wire"
 )
 
 type options struct {
-	bin, data         string
-	records           int
+	bin, data, dir    string
+	records, reps     int
+	kills             int
 	managers, workers int
 	cores, tasks      int
+	swimProfile       string
+	electProfile      string
+	profile, keep     bool
+	trace             bool
+	source            string
+	poll              time.Duration
+	kinds             string
+	killAt            float64
+	runTimeout        time.Duration
 }
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "-floor-pass" {
+		os.Exit(floorMain(os.Args[2]))
+	}
 	var o options
-	flag.StringVar(&o.bin, "bin", "bin", "directory holding the tempest binaries")
-	flag.StringVar(&o.data, "data", "../shared/data/traffic_signs_full.csv", "the traffic signs CSV")
-	flag.IntVar(&o.records, "records", 1_000_000, "records in the generated input")
+	flag.StringVar(&o.bin, "bin", "bin", "directory holding tempest, tempest-manager and tempest-worker")
+	flag.StringVar(&o.data, "data", "../shared/data/traffic_signs_full.csv", "traffic-signs CSV the input is made from")
+	flag.StringVar(&o.dir, "dir", "", "working directory (default: a new one under $TMPDIR)")
+	flag.IntVar(&o.records, "records", 1_000_000, "records in the input")
+	flag.IntVar(&o.reps, "reps", 3, "interleaved repetitions")
+	flag.IntVar(&o.kills, "kills", 3, "worker SIGKILL trials for the recovery measurement (0: none)")
+	flag.Float64Var(&o.killAt, "kill-at", 0.3, "kill when the source has read this fraction of the input")
 	flag.IntVar(&o.managers, "managers", 3, "managers")
 	flag.IntVar(&o.workers, "workers", 3, "workers")
-	flag.IntVar(&o.cores, "cores", 4, "cores per worker")
+	flag.IntVar(&o.cores, "cores", 4, "cores per worker (the 7 tasks need 7 free on the workers left after a kill)")
 	flag.IntVar(&o.tasks, "tasks", 3, "tasks per stage")
+	flag.StringVar(&o.swimProfile, "swim-profile", "test", "SWIM profile of every node (as tempest dev)")
+	flag.StringVar(&o.electProfile, "election-profile", "test", "election profile of every node")
+	flag.StringVar(&o.source, "source", "path", "how the pipelines read the input: path (read in place by the source's worker, as Miller reads it) or file (uploaded by tempest submit, inside the timed run)")
+	flag.StringVar(&o.kinds, "kinds", "eo,alo,mlr,go", "what runs in each repetition, in this order")
+	flag.BoolVar(&o.profile, "profile", false, "perf-sample the nodes during one more exactly-once run")
+	flag.BoolVar(&o.keep, "keep", false, "keep -dir")
+	flag.BoolVar(&o.trace, "trace", false, "print every task's state as it changes after each kill")
+	flag.DurationVar(&o.poll, "poll", 50*time.Millisecond, "status poll interval")
+	flag.DurationVar(&o.runTimeout, "run-timeout", 3*time.Minute, "longest a pipeline may take (its job timeout)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/rainstorm:", err)
@@ -67,249 +101,476 @@ func main() {
 	}
 }
 
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().UTC().Format("15:04:05 ")+format+"\n", args...)
+}
+
 func run(o options) error {
-	dir, err := os.MkdirTemp("", "rainstorm-bench-")
+	bin, err := filepath.Abs(o.bin)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	input := filepath.Join(dir, "signs-1m.csv")
-	if err := makeInput(o.data, input, o.records); err != nil {
+	data, err := filepath.Abs(o.data)
+	if err != nil {
 		return err
+	}
+	if o.source != "path" && o.source != "file" {
+		return fmt.Errorf("-source %q: want path or file", o.source)
+	}
+	kinds := strings.Split(o.kinds, ",")
+	for _, k := range kinds {
+		if !slices.Contains([]string{"eo", "alo", "mlr", "go"}, k) {
+			return fmt.Errorf("-kinds: unknown %q (want eo, alo, mlr, go)", k)
+		}
+	}
+	if slices.Contains(kinds, "mlr") {
+		if _, err := exec.LookPath("mlr"); err != nil {
+			return fmt.Errorf("Miller (mlr, Debian package miller) is needed for the reference: %w", err)
+		}
+	}
+	dir := o.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "tempest-bench-rainstorm-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if !o.keep {
+		defer os.RemoveAll(dir)
+	}
+	printHost(o)
+
+	input := filepath.Join(dir, fmt.Sprintf("signs-%d.csv", o.records))
+	t0 := time.Now()
+	if err := writeInput(data, input, o.records); err != nil {
+		return fmt.Errorf("make input: %w", err)
+	}
+	seq, err := sequentialPass(input)
+	if err != nil {
+		return fmt.Errorf("check input: %w", err)
+	}
+	if seq.Records != o.records {
+		return fmt.Errorf("input %s has %d records by encoding/csv, want %d", input, seq.Records, o.records)
 	}
 	st, _ := os.Stat(input)
-	fmt.Printf("input: %d records, %.0f MB (%s)\n\n", o.records, float64(st.Size())/1e6, input)
+	want := countRows(seq.Counts)
+	kept := 0
+	for _, n := range seq.Counts {
+		kept += n
+	}
+	fmt.Printf("input: %s, %d records (checked with encoding/csv: OBJECTIDs 1..%d, %d with a newline inside a field), %.1f MB; made in %v\n",
+		input, seq.Records, seq.Records, seq.Multiline, float64(st.Size())/1e6, time.Since(t0).Round(time.Millisecond))
+	fmt.Printf("expected output: %d records pass the filter, %d keys\n\n", kept, len(seq.Counts))
 
-	mlrRows, mlrWall, err := miller(input)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "miller:", err)
+	b := &bench{o: o, bin: bin, dir: dir, input: input, want: want, wantCounts: seq.Counts, records: o.records}
+	needCluster := o.kills > 0 || o.profile || slices.Contains(kinds, "eo") || slices.Contains(kinds, "alo")
+	if needCluster {
+		if err := b.startCluster(); err != nil {
+			return err
+		}
+		defer b.c.Stop(context.Background())
+		defer b.client.Close()
 	}
 
-	bin, _ := filepath.Abs(o.bin)
-	c, err := devcluster.Start(context.Background(), devcluster.Options{
-		Dir: filepath.Join(dir, "cluster"), BinDir: bin, Managers: o.managers, Workers: o.workers,
-		CoresPerWorker: o.cores, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	results := map[string][]*runResult{}
+	var failures []string
+	defer func() {
+		for _, f := range failures {
+			fmt.Println("FAILED", f)
+		}
+	}()
+	for rep := range o.reps {
+		for _, k := range kinds {
+			r, err := b.runKind(k)
+			if err != nil {
+				// A pipeline that does not finish is a finding: report it
+				// with the others and go on (its job was cancelled).
+				failures = append(failures, fmt.Sprintf("rep %d, %s: %v", rep+1, k, err))
+				logf("rep %d %-3s FAILED: %v", rep+1, k, err)
+				continue
+			}
+			logf("rep %d %-3s %8.2fs  %9.0f records/s  (over-counted %d)", rep+1, k, r.wall.Seconds(), r.rate(), r.excess)
+			results[k] = append(results[k], r)
+		}
+	}
+	if o.reps > 0 {
+		report(o, kinds, results)
+	}
+
+	if o.kills > 0 {
+		var trials []*killTrial
+		var failed []string
+		for i := range o.kills {
+			tr, err := b.killTrial(i + 1)
+			if err != nil {
+				// A failed trial is a finding, not the end of the run:
+				// report it, bring the cluster back and go on.
+				failed = append(failed, fmt.Sprintf("kill trial %d: %v", i+1, err))
+				logf("kill trial %d failed: %v", i+1, err)
+				if err := b.heal(); err != nil {
+					return err
+				}
+				continue
+			}
+			trials = append(trials, tr)
+		}
+		defer func() {
+			for _, f := range failed {
+				fmt.Println("FAILED", f)
+			}
+		}()
+		reportKills(o, trials)
+	}
+	if o.profile {
+		if err := b.profileRun(); err != nil {
+			return fmt.Errorf("profile: %w", err)
+		}
+	}
+	return nil
+}
+
+func printHost(o options) {
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("bench/rainstorm  %s  load average at start: %s", time.Now().UTC().Format(time.RFC3339), load)
+	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage; source %s:\n",
+		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks, o.source)
+}
+
+type bench struct {
+	o          options
+	bin        string
+	dir        string
+	input      string
+	want       string
+	wantCounts map[string]int
+	records    int
+	c          *devcluster.Cluster
+	client     *api.Client
+	env        []string
+	jobs       int
+}
+
+func (b *bench) startCluster() error {
+	ctx := context.Background()
+	c, err := devcluster.Start(ctx, devcluster.Options{
+		Dir: filepath.Join(b.dir, "cluster"), BinDir: b.bin, Managers: b.o.managers, Workers: b.o.workers,
+		CoresPerWorker: b.o.cores, SwimProfile: b.o.swimProfile, ElectionProfile: b.o.electProfile,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
+	b.c = c
+	if err := b.ready(); err != nil {
 		c.Stop(ctx)
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if _, err := c.WaitReady(ctx); err != nil {
 		return err
 	}
-	client, err := c.Client()
-	if err != nil {
+	if b.client, err = c.Client(); err != nil {
+		c.Stop(ctx)
 		return err
 	}
-	defer client.Close()
-
-	type result struct {
-		name string
-		wall time.Duration
-		cpu  map[string]float64
-		rows [][]string
-	}
-	var results []result
-	for _, eo := range []bool{true, false} {
-		name := "exactly-once"
-		if !eo {
-			name = "at-least-once"
-		}
-		before := cpuByRole(c)
-		start := time.Now()
-		id, err := client.Submit(context.Background(), []byte(job(input, eo, o.tasks)), "bench.yaml")
-		if err != nil {
-			return err
-		}
-		out, err := await(client, id)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		wall := time.Since(start)
-		after := cpuByRole(c)
-		cpu := map[string]float64{}
-		for k, v := range after {
-			cpu[k] = v - before[k]
-		}
-		results = append(results, result{name, wall, cpu, out.Rows})
-		fmt.Fprintf(os.Stderr, "%s: %s\n", name, wall.Round(time.Millisecond))
-	}
-
-	fmt.Printf("%-16s %10s %12s %10s %10s %10s\n", "run", "wall", "records/s", "cpu-s/1M mgr", "worker", "matches")
-	for _, r := range results {
-		match := "-"
-		if mlrRows != nil {
-			match = strconv.FormatBool(slices.EqualFunc(r.rows, mlrRows, slices.Equal[[]string]))
-		}
-		per := 1e6 / float64(o.records)
-		fmt.Printf("%-16s %10s %12.0f %10.1f %10.1f %10s\n", r.name, r.wall.Round(time.Millisecond),
-			float64(o.records)/r.wall.Seconds(), r.cpu["manager"]*per, r.cpu["worker"]*per, match)
-	}
-	if mlrRows != nil {
-		fmt.Printf("%-16s %10s %12.0f\n", "miller", mlrWall.Round(time.Millisecond), float64(o.records)/mlrWall.Seconds())
-	}
-	if len(results) == 2 {
-		fmt.Printf("\nEO/ALO wall-clock cost: %.2fx\n", results[0].wall.Seconds()/results[1].wall.Seconds())
-		if mlrRows != nil {
-			fmt.Printf("EO rate / Miller rate: %.2fx\n", mlrWall.Seconds()/results[0].wall.Seconds())
-		}
-	}
-
-	rec, err := recovery(c, client, input, o.tasks)
-	if err != nil {
-		return fmt.Errorf("recovery: %w", err)
-	}
-	fmt.Printf("\nrecovery after a worker SIGKILL (kill → the task's replacement has taken records): %s\n", rec.Round(time.Millisecond))
+	b.env = append(os.Environ(), "TEMPEST_API="+strings.Join(c.APIs(), ","), "TEMPEST_TOKEN="+c.Token())
 	return nil
 }
 
-func job(input string, exactlyOnce bool, tasks int) string {
-	return fmt.Sprintf(`name: bench
-timeout: 600s
-workflows:
-  - name: telespar
-    type: rainstorm
-    exactly_once: %t
-    source: {path: %q, header: true}
-    stages:
-      - {name: telespar, op: filter, tasks: %d, field: Sign_Post, equals: "Punched Telespar"}
-      - {name: count, op: count, tasks: %d, key: Category}
-`, exactlyOnce, input, tasks, tasks)
+// heal restarts every node that is not running and waits for the cluster.
+func (b *bench) heal() error {
+	for _, n := range b.c.Nodes() {
+		if !b.c.Running(n.Name) {
+			if err := b.c.Restart(n.Name); err != nil {
+				return err
+			}
+		}
+	}
+	return b.ready()
 }
 
-func output(client *api.Client, id string) (*api.PipelineOutput, error) {
+func (b *bench) ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := b.c.WaitReady(ctx)
+	return err
+}
+
+// nodePIDs names every running node's process.
+func (b *bench) nodePIDs() map[string]int {
+	pids := map[string]int{}
+	for _, n := range b.c.Nodes() {
+		if b.c.Running(n.Name) {
+			pids[n.Name] = n.PID
+		}
+	}
+	return pids
+}
+
+// runResult is one timed run.
+type runResult struct {
+	kind    string
+	records int
+	wall    time.Duration
+	cpu     map[string]time.Duration // by process
+	leader  string                   // the manager leader during the run
+	// excess is how many records an at-least-once run counted more than
+	// once (its output is otherwise checked to hold every record).
+	excess int
+}
+
+func (r *runResult) rate() float64 { return float64(r.records) / r.wall.Seconds() }
+
+func (b *bench) runKind(kind string) (*runResult, error) {
+	switch kind {
+	case "eo", "alo":
+		r, _, err := b.pipeline(kind == "eo", nil)
+		return r, err
+	case "mlr":
+		return b.child("mlr", parseMiller, "mlr", "--icsv", "--ojson", "filter", `$`+filterField+` == "`+filterValue+`"`,
+			"then", "count", "-g", keyField, b.input)
+	default:
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		return b.child("go", parseFloor, self, "-floor-pass", b.input)
+	}
+}
+
+// child times one process to its exit and checks its output.
+func (b *bench) child(kind string, parse func([]byte) (map[string]int, error), name string, args ...string) (*runResult, error) {
+	cmd := exec.Command(name, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	wall := time.Since(start)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %s", name, err, tail(stderr.Bytes()))
+	}
+	counts, err := parse(stdout.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("%s output: %w", name, err)
+	}
+	if got := countRows(counts); got != b.want {
+		return nil, fmt.Errorf("%s output differs from the sequential pass:\n%s\nwant:\n%s", name, got, b.want)
+	}
+	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return &runResult{kind: kind, records: b.records, wall: wall, cpu: map[string]time.Duration{kind: rusageCPU(ru)}}, nil
+}
+
+// parseMiller reads `mlr --ojson ... count -g Category`: [{"Category": k, "count": n}, ...].
+func parseMiller(out []byte) (map[string]int, error) {
+	var rows []map[string]json.RawMessage
+	if err := json.Unmarshal(out, &rows); err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for _, row := range rows {
+		var n int
+		if err := json.Unmarshal(row["count"], &n); err != nil {
+			return nil, fmt.Errorf("count %s: %w", row["count"], err)
+		}
+		// Miller infers types: a numeric-looking key comes back as a
+		// number, so take the raw text unless it is a JSON string.
+		raw := row[keyField]
+		var k string
+		if err := json.Unmarshal(raw, &k); err != nil {
+			k = string(raw)
+		}
+		counts[k] = n
+	}
+	return counts, nil
+}
+
+func parseFloor(out []byte) (map[string]int, error) {
+	counts := map[string]int{}
+	return counts, json.Unmarshal(out, &counts)
+}
+
+// floorMain is the child the go kind times: the plain encoding/csv pass.
+func floorMain(path string) int {
+	counts, err := floorPass(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(counts)
+	return 0
+}
+
+func tail(b []byte) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+const workflowName = "by-category"
+
+func (b *bench) jobFile(exactlyOnce bool) (string, error) {
+	b.jobs++
+	name := fmt.Sprintf("bench-%d-alo", b.jobs)
+	if exactlyOnce {
+		name = fmt.Sprintf("bench-%d-eo", b.jobs)
+	}
+	src := b.input
+	if b.o.source == "file" {
+		src = filepath.Base(b.input) // beside the job file
+	}
+	job := fmt.Sprintf(`name: %s
+timeout: %s
+workflows:
+  - name: %s
+    type: rainstorm
+    exactly_once: %t
+    source: {%s: %q, format: csv, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: %d, field: %s, equals: %q}
+      - {name: count, op: count, tasks: %d, key: %s}
+`, name, b.o.runTimeout, workflowName, exactlyOnce, b.o.source, src, b.o.tasks, filterField, filterValue, b.o.tasks, keyField)
+	path := filepath.Join(b.dir, name+".yaml")
+	return path, os.WriteFile(path, []byte(job), 0o644)
+}
+
+// tempest runs the CLI and returns its stdout.
+func (b *bench) tempest(args ...string) (string, *os.ProcessState, error) {
+	cmd := exec.Command(filepath.Join(b.bin, "tempest"), args...)
+	cmd.Env = b.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", nil, fmt.Errorf("tempest %s: %w: %s", strings.Join(args, " "), err, tail(stderr.Bytes()))
+	}
+	return stdout.String(), cmd.ProcessState, nil
+}
+
+func (b *bench) output(id string) (*api.PipelineOutput, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	b, err := client.Output(ctx, id, "telespar", "json")
+	raw, err := b.client.Output(ctx, id, workflowName, "json")
 	if err != nil {
 		return nil, err
 	}
 	var out api.PipelineOutput
-	return &out, json.Unmarshal(b, &out)
-}
-
-func await(client *api.Client, id string) (*api.PipelineOutput, error) {
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		st, err := client.Job(ctx, id)
-		cancel()
-		if err == nil && st.Status.Terminal() {
-			if st.Status != wire.JobCompleted {
-				return nil, fmt.Errorf("job %s ended %s: %s", id, st.Status, st.Error)
-			}
-			return output(client, id)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("decode output: %w", err)
 	}
+	return &out, nil
 }
 
-// recovery kills the worker of filter task 0 once the source has read a
-// fifth of the input, and times until that task's replacement took records.
-func recovery(c *devcluster.Cluster, client *api.Client, input string, tasks int) (time.Duration, error) {
-	id, err := client.Submit(context.Background(), []byte(job(input, true, tasks)), "bench.yaml")
+func (b *bench) leader() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := b.client.Cluster(ctx)
 	if err != nil {
-		return 0, err
+		return ""
 	}
-	var victim string
-	for victim == "" {
-		out, err := output(client, id)
-		if err == nil && len(out.Tasks) > 1 && out.Tasks[0].Records > 200_000 && out.Tasks[1].Status == wire.WorkflowRunning {
-			victim = out.Tasks[1].Worker
+	for _, n := range v.Nodes {
+		if n.IsLeader && n.Role == string(wire.RoleManager) {
+			return n.Name
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	killed := time.Now()
-	if err := c.Kill(victim); err != nil {
-		return 0, err
-	}
-	for {
-		out, err := output(client, id)
-		if err == nil {
-			t := out.Tasks[1]
-			if t.Attempts >= 2 && t.Worker != victim && t.Status == wire.WorkflowRunning && t.Records > 0 {
-				d := time.Since(killed)
-				_, err := await(client, id)
-				return d, err
-			}
-			if t.Status == wire.WorkflowCompleted {
-				return 0, errors.New("the task completed before it was seen running again")
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return ""
 }
 
-// cpuByRole sums user+system CPU seconds of the cluster's processes by role.
-func cpuByRole(c *devcluster.Cluster) map[string]float64 {
-	out := map[string]float64{}
-	for _, n := range c.Nodes() {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.PID))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		out[n.Role] += (ut + st) / 100 // clock ticks (USER_HZ is 100 on Linux)
+// pipeline runs one pipeline job from `tempest submit` to its complete
+// output, checked against the sequential pass. watch, if set, is called
+// with every status polled while it runs (the kill trials act there).
+func (b *bench) pipeline(exactlyOnce bool, watch func(*api.PipelineOutput) error) (*runResult, *api.PipelineOutput, error) {
+	kind := "alo"
+	if exactlyOnce {
+		kind = "eo"
 	}
-	return out
-}
-
-// makeInput writes n records made from the traffic signs file: its header
-// and BOM, its records in turn with OBJECTID replaced by the row number.
-func makeInput(from, to string, n int) error {
-	data, err := os.ReadFile(from)
+	jf, err := b.jobFile(exactlyOnce)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	bom := []byte("\xEF\xBB\xBF")
-	all, err := csv.NewReader(bytes.NewReader(bytes.TrimPrefix(data, bom))).ReadAll()
+	leader := b.leader()
+	pids := b.nodePIDs()
+	cpu0, err := snapCPU(pids)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	f, err := os.Create(to)
-	if err != nil {
-		return err
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	bw.Write(bom)
-	w := csv.NewWriter(bw)
-	w.Write(all[0])
-	rec := make([]string, len(all[0]))
-	for i := range n {
-		copy(rec, all[1+i%(len(all)-1)])
-		rec[2] = strconv.Itoa(i + 1)
-		w.Write(rec)
-	}
-	w.Flush()
-	return errors.Join(w.Error(), bw.Flush(), f.Close())
-}
-
-// miller runs the single-process reference and returns its key,value rows
-// sorted by key.
-func miller(input string) ([][]string, time.Duration, error) {
 	start := time.Now()
-	cmd := exec.Command("mlr", "--icsv", "--ocsv", "filter", `$Sign_Post == "Punched Telespar"`, "then", "count", "-g", "Category", input)
-	b, err := cmd.Output()
-	wall := time.Since(start)
+	stdout, cli, err := b.tempest("submit", jf)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	rows, err := csv.NewReader(bytes.NewReader(b)).ReadAll()
-	if err != nil || len(rows) == 0 {
-		return nil, 0, fmt.Errorf("miller output: %v", err)
+	id := strings.TrimSpace(stdout)
+	deadline := start.Add(b.o.runTimeout + time.Minute)
+	var out *api.PipelineOutput
+	for {
+		o, err := b.output(id)
+		switch {
+		case err != nil && time.Now().After(deadline):
+			return nil, nil, fmt.Errorf("job %s: %w", id, err)
+		case err == nil:
+			out = o
+			if watch != nil {
+				if err := watch(out); err != nil {
+					return nil, nil, fmt.Errorf("job %s: %w", id, err)
+				}
+			}
+		}
+		if out != nil && out.Status.Terminal() {
+			if out.Status != wire.JobCompleted {
+				return nil, nil, fmt.Errorf("job %s ended %s:%s", id, out.Status, taskLine(out))
+			}
+			if out.Complete {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			_, _, cerr := b.tempest("cancel", id)
+			return nil, nil, fmt.Errorf("job %s not complete after %v (cancelled: %v): %s", id, time.Since(start).Round(time.Second), cerr, taskLine(out))
+		}
+		time.Sleep(b.o.poll)
 	}
-	rows = rows[1:]
-	slices.SortFunc(rows, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
-	return rows, wall, nil
+	wall := time.Since(start)
+	// Nodes killed during the run are left out of the CPU figures.
+	cpu1, _ := snapCPU(b.nodePIDs())
+	cpu := map[string]time.Duration{}
+	for name, d := range cpu1 {
+		if _, ok := cpu0[name]; ok && pids[name] == b.pid(name) {
+			cpu[name] = d - cpu0[name]
+		}
+	}
+	cpu["cli"] = cli.UserTime() + cli.SystemTime()
+	csvOut, _, err := b.tempest("results", id, "--workflow", workflowName, "--format", "csv")
+	if err != nil {
+		return nil, nil, err
+	}
+	var excess int
+	if csvOut != b.want {
+		// At-least-once may count a record more than once, never less.
+		if excess, err = overCount(csvOut, b.wantCounts); exactlyOnce || err != nil {
+			return nil, nil, fmt.Errorf("job %s (%s): tempest results differs from the sequential pass (%v):\n%s\nwant:\n%s", id, kind, err, csvOut, b.want)
+		}
+	}
+	for name := range cpu {
+		if name == leader {
+			cpu["leader "+name] = cpu[name]
+			delete(cpu, name)
+		}
+	}
+	return &runResult{kind: kind, records: b.records, wall: wall, cpu: cpu, leader: leader, excess: excess}, out, nil
+}
+
+func (b *bench) pid(name string) int {
+	if n, ok := b.c.Node(name); ok {
+		return n.PID
+	}
+	return 0
+}
+
+// detectionBound is the SWIM profile's failure detection bound for this
+// cluster (crash → every survivor declares the node dead).
+func detectionBound(o options) (typical, bound time.Duration, err error) {
+	t, err := swim.ProfileTiming(o.swimProfile)
+	if err != nil {
+		return 0, 0, err
+	}
+	n := o.managers + o.workers
+	lo, _ := t.SuspicionTimeout(n)
+	return t.ProbeInterval + t.ProbeInterval + lo, t.DetectionBound(n), nil
 }
