@@ -45,7 +45,10 @@ func (m *Manager) Jobs(context.Context) ([]api.JobStatus, error) {
 }
 
 // Job implements api.Backend.
-func (m *Manager) Job(_ context.Context, id string) (*api.JobStatus, error) {
+func (m *Manager) Job(ctx context.Context, id string) (*api.JobStatus, error) {
+	if err := m.awaitSynced(ctx); err != nil {
+		return nil, err
+	}
 	v, ok := m.viewJob(id)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
@@ -67,7 +70,10 @@ func (m *Manager) Cancel(ctx context.Context, id, reason string) (*wire.CancelAc
 
 // Results implements api.Backend: per workflow, per step, counts and latency
 // percentiles read from the merged HDR histograms.
-func (m *Manager) Results(_ context.Context, id string) (*api.Results, error) {
+func (m *Manager) Results(ctx context.Context, id string) (*api.Results, error) {
+	if err := m.awaitSynced(ctx); err != nil {
+		return nil, err
+	}
 	v, ok := m.viewJob(id)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
@@ -196,6 +202,24 @@ func viewLocked(j *jobState) jobView {
 		v.wfs[i] = w.rec
 	}
 	return v
+}
+
+// awaitSynced holds a read on a leader whose state sync has not finished:
+// until it has read a majority it may not know a job the cluster
+// acknowledged, and "not found" would be an answer it cannot stand by.
+func (m *Manager) awaitSynced(ctx context.Context) error {
+	lt := m.leading()
+	if lt == nil || lt.isSynced() {
+		return nil
+	}
+	select {
+	case <-lt.synced:
+		return nil
+	case <-lt.ctx.Done():
+		return wire.Errorf(wire.CodeUnavailable, "%s stopped leading while syncing; ask again", m.cfg.ID)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (m *Manager) viewJob(id string) (jobView, bool) {
