@@ -117,7 +117,7 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.w.write(frame); err != nil {
+		if err := s.writeBy(ctx, frame); err != nil {
 			s.fail(err)
 			return nil, fmt.Errorf("send %s to %s: %w: %v", msg.Type(), addr, ErrConnLost, err)
 		}
@@ -147,7 +147,7 @@ func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wi
 	}
 	defer s.unregister(id)
 	sent := time.Now()
-	if err := s.w.write(frame); err != nil {
+	if err := s.writeBy(ctx, frame); err != nil {
 		s.fail(err)
 		return nil, fmt.Errorf("call %s to %s: %w: %v", req.Type(), addr, ErrConnLost, err)
 	}
@@ -234,6 +234,21 @@ type peer struct {
 }
 
 // dropConn closes the connection s belongs to, if it is still current.
+// writeBy writes frame, giving up when ctx ends: a write blocks once the
+// peer's flow-control window is full, and a peer that crashed never opens
+// it again, so without this a send would wait for QUIC's idle timeout
+// whatever its deadline. Ending the wait drops the connection (the only way
+// to unblock a QUIC write), failing what was queued behind it too; the next
+// call redials.
+func (s *clientStream) writeBy(ctx context.Context, frame []byte) error {
+	stop := context.AfterFunc(ctx, func() { s.owner.dropConn(s) })
+	err := s.w.write(frame)
+	if !stop() && err != nil {
+		return fmt.Errorf("%w (write gave up: %v)", err, ctx.Err())
+	}
+	return err
+}
+
 func (p *peer) dropConn(s *clientStream) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

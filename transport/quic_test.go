@@ -657,3 +657,38 @@ func TestOversizedReplyIsATypedError(t *testing.T) {
 		t.Fatalf("oversized request: %v, want a too_large error", err)
 	}
 }
+
+// A one-way send to a peer that crashed returns by its deadline even when
+// the stream's flow-control window is full: the write is given up and the
+// connection dropped, rather than blocking until QUIC's idle timeout.
+func TestSendToCrashedPeerEndsByItsDeadline(t *testing.T) {
+	long := func(c *Config) { c.IdleTimeout = 2 * time.Minute }
+	a := newNode(t, "a", nodeOpts{tweak: long})
+	b := newNode(t, "b", nodeOpts{listen: "127.0.0.1:0", tweak: long})
+	addr := b.Addr()
+	var got atomic.Int64
+	b.Handle(wire.TypePing, func(context.Context, Peer, wire.Message) (wire.Message, error) { got.Add(1); return nil, nil })
+	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
+		a.Send(context.Background(), addr, &wire.Ping{Seq: 1})
+		if got.Load() == 0 {
+			return errors.New("first ping not delivered")
+		}
+		return nil
+	})
+	b.udp.Close() // a crash: no word to the peer, and nobody reads
+	payload := make([]byte, 1<<20)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 16 {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			a.Send(ctx, addr, &wire.Ping{Seq: uint64(i + 2), Payload: payload})
+			cancel()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("sends to a crashed peer were still blocked after 60 s (idle timeout 2 min): writes ignore their deadlines")
+	}
+}
