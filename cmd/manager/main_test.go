@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -302,11 +303,20 @@ func TestStartsWithOnlySecretFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := cl.Jobs(ctx); err != nil {
-		t.Fatalf("API with the file's token: %v\n%s", err, stderr.String())
-	}
+	// Serving comes before the first election ends; a read in between is
+	// told to retry, so wait for the leader rather than for time.
+	testutil.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := cl.Jobs(ctx); err != nil {
+			var apiErr *api.Error
+			if errors.As(err, &apiErr) && (apiErr.Code == api.CodeUnauthenticated) {
+				t.Fatalf("API refused the file's token: %v", err)
+			}
+			return fmt.Errorf("API with the file's token: %w", err)
+		}
+		return nil
+	})
 	sigs <- syscall.SIGTERM
 	select {
 	case code := <-exit:
