@@ -1,5 +1,5 @@
 // Package api is Tempest's client API: HTTP/1.1 JSON over TCP with bearer
-// tokens (SPEC §9). The server serves any Backend — the manager today, the
+// tokens. The server serves any Backend — the manager today, the
 // gate later — and the Go client is what the tempest CLI uses.
 package api
 
@@ -53,7 +53,7 @@ type JobStatus struct {
 	Error       string             `json:"error,omitempty"`
 	// ThresholdsFailed: some workflow's threshold failed, or an
 	// abort_on_fail threshold ended the job (ThresholdAbort). The CLI
-	// exits 1 for it (SPEC §9).
+	// exits 1 for it.
 	ThresholdsFailed bool `json:"thresholds_failed"`
 	// ThresholdAbort: the job is FAILED because an abort_on_fail threshold
 	// failed mid-run (Error names it), not for any other reason.

@@ -112,7 +112,7 @@ func (s *Server) Start(ctx context.Context) error {
 		IdleTimeout: 2 * time.Minute,
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		TLSConfig:   tlsCfg,
-		// SPEC §9 promises HTTP/1.1; an empty map keeps TLS from offering h2.
+		// The client API is HTTP/1.1 (README); an empty map keeps TLS from offering h2.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
 	srv.RegisterOnShutdown(s.cancelStream)

@@ -1,4 +1,4 @@
-// Package gate is Tempest's gate role (SPEC §8): the entry point for jobs
+// Package gate is Tempest's gate role (docs/gate.md): the entry point for jobs
 // that span datacenters. Gates elect a leader; the leader picks each job's
 // datacenters, holds one lease per (job, datacenter) fenced by a token made
 // from its term, hands the job to each datacenter's manager leader, renews

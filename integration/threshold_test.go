@@ -39,8 +39,8 @@ func runCLI(t *testing.T, c *cluster, args ...string) (code int, stdout, stderr 
 }
 
 // Thresholds as a CI job uses them: against a target that adds 20ms to
-// every answer, "p(99) < 5ms" fails and `tempest submit --wait` exits 1
-// (SPEC §9); generous thresholds pass and it exits 0; an abort_on_fail
+// every answer, "p(99) < 5ms" fails and `tempest submit --wait` exits 1;
+// generous thresholds pass and it exits 0; an abort_on_fail
 // threshold ends a long run early and still exits 1.
 func TestThresholdsSetTheExitCode(t *testing.T) {
 	c := startCluster(t, 1, 1, 2)

@@ -33,7 +33,7 @@ type Config struct {
 	ElectionProfile string   `yaml:"election_profile"`
 	Join            []string `yaml:"join"`
 	// GateSwimBind, if set, makes this manager a member of the gates'
-	// cross-datacenter SWIM cluster too (SPEC §8): its ManagerHeartbeat
+	// cross-datacenter SWIM cluster too (docs/gate.md): its ManagerHeartbeat
 	// rides in that cluster's acks, which is how gates learn each
 	// datacenter's health and leader. GateJoin seeds that cluster.
 	GateSwimBind string   `yaml:"gate_swim_bind"`

@@ -1,4 +1,4 @@
-// Package manager is the manager role (SPEC §6, docs/datacenter.md): one of
+// Package manager is the manager role (docs/datacenter.md): one of
 // the 1, 3 or 5 managers of a datacenter. Every manager keeps a table of
 // the datacenter's workers and a durable copy of its jobs; the elected
 // leader places workflows on workers with quorum confirmation, tracks their

@@ -18,7 +18,7 @@ import (
 	"tempest/wire"
 )
 
-// Gates (SPEC §8) drive jobs across datacenters. A manager meets them in a
+// Gates (docs/gate.md) drive jobs across datacenters. A manager meets them in a
 // second SWIM cluster (Config.GateSwimBind) where its ManagerHeartbeat
 // rides in acks, takes jobs from them like from any client, and keeps the
 // newest fence token each job's gate has used: a command carrying an older

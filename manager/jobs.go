@@ -272,7 +272,7 @@ type statusInput struct {
 	workflows []wire.WorkflowStatus
 }
 
-// deriveJobStatus is the job state machine (SPEC §6): terminal states stick;
+// deriveJobStatus is the job state machine (docs/datacenter.md): terminal states stick;
 // a job whose workflows have all ended is COMPLETED, or FAILED if any failed,
 // or CANCELLED if any was cancelled; while placements run it is DISPATCHING;
 // with nothing running and work waiting for cores it is QUEUED (SUBMITTED

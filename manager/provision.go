@@ -28,7 +28,7 @@ type placeResult struct {
 }
 
 // place runs quorum-confirmed provisioning for one PENDING workflow
-// (SPEC §6): pick a worker, get a majority of the configured managers to
+// (docs/datacenter.md): pick a worker, get a majority of the configured managers to
 // confirm, persist and commit the placement to the peers, dispatch. A worker
 // that refuses, or that peers refuse, is skipped for this round and another
 // is tried; a dispatch that fails with the outcome unknown counts as a

@@ -14,7 +14,7 @@ import (
 // (state sync after a leader change) without waiting for SWIM gossip; a
 // relayed copy is recorded and not relayed again. The leader adopts the
 // workflows the worker reports running: that is how running work survives a
-// worker re-homing after its manager died (SPEC §7).
+// worker re-homing after its manager died (docs/datacenter.md).
 func (m *Manager) handleRegistration(_ context.Context, from transport.Peer, reg *wire.WorkerRegistration) (wire.Message, error) {
 	relayed := m.isPeer(from.NodeID)
 	if !relayed && reg.NodeID != from.NodeID {

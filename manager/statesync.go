@@ -35,7 +35,7 @@ type syncOutcome struct {
 }
 
 // syncState runs when this manager becomes leader, before it places
-// anything (SPEC §6, AD-11/12): every peer is asked for its
+// anything (docs/datacenter.md): every peer is asked for its
 // ManagerStateSnapshot (job metadata, commits, retries, the workers it knows)
 // and every known worker for its WorkerStateSnapshot (the truth about what
 // runs), each with retries and exponential backoff. Workers learnt from peers

@@ -292,7 +292,7 @@ func (t *workerTable) freed(id string, cores int) {
 	}
 }
 
-// confirm is a peer's check of a placement the leader proposes (SPEC §6):
+// confirm is a peer's check of a placement the leader proposes (docs/datacenter.md):
 // the worker is not known to be gone or refusing work, the leader's view of
 // it is not older than ours where ours says it cannot take work, and the
 // cores fit the machine at all. A worker this manager has not heard of yet

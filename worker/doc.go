@@ -1,4 +1,4 @@
-// Package worker is Tempest's worker role (SPEC §7, docs/datacenter.md
+// Package worker is Tempest's worker role (docs/datacenter.md
 // "Worker life"): it runs the workflows managers dispatch to it, on the cores
 // it offers, and reports on them.
 //

@@ -11,7 +11,7 @@ import (
 // errDrainTimeout is the cause given to workflows still running when a
 // drain's patience runs out. They report FAILED, not CANCELLED: nobody asked
 // for them to stop, the work is simply not done, and the manager should
-// place it elsewhere ("hand back", SPEC §7).
+// place it elsewhere ("hand back", docs/datacenter.md).
 var errDrainTimeout = &stopReason{status: wire.WorkflowFailed, reason: "handed back: worker drained before the workflow finished"}
 
 // Drain shuts the worker down gracefully, as on SIGTERM: it reports

@@ -45,7 +45,7 @@ func (w *Worker) memberSeen(n swim.NodeInfo) {
 	}
 }
 
-// memberGone fails over when the leader manager dies or leaves (SPEC §7):
+// memberGone fails over when the leader manager dies or leaves (docs/datacenter.md):
 // register with another manager, reporting the active workflows.
 func (w *Worker) memberGone(n swim.NodeInfo) {
 	if n.Meta.Role != wire.RoleManager {

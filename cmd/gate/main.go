@@ -1,6 +1,6 @@
 // Command tempest-gate runs a Tempest gate: one of the gates (a cluster of
 // 1, 3 or 5) that take jobs from clients, elect a leader, and drive each
-// job in one or more datacenters under fenced leases (SPEC §8).
+// job in one or more datacenters under fenced leases (docs/gate.md).
 //
 // Configuration comes from a YAML file (--config) with flags overriding it.
 // Secrets come from the environment or, over it, from --secret-file (read at

@@ -15,7 +15,7 @@ import (
 	"tempest/wire"
 )
 
-// Exit codes (SPEC §9) beside main.go's exitOK and exitUsage.
+// Exit codes (README) beside main.go's exitOK and exitUsage.
 const (
 	exitThresholds = 1 // a threshold failed; see exitFor
 	exitJobFailed  = 2 // the job ended FAILED, CANCELLED or TIMEOUT for another reason

@@ -16,7 +16,7 @@ import (
 	"tempest/security"
 )
 
-// Exit codes (SPEC §9): 3 is usage or connection error.
+// Exit codes (README): 3 is usage or connection error.
 const (
 	exitOK    = 0
 	exitUsage = 3
