@@ -124,6 +124,13 @@ func DefaultConfig() Config {
 	}
 }
 
+// orDefault sets *v to d when it is zero or negative (a setting left out).
+func orDefault[T int | uint32 | float64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
 // withDefaults fills zero fields from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
@@ -142,63 +149,25 @@ func (c Config) withDefaults() Config {
 	if c.RateLimit.Limits == nil {
 		c.RateLimit = d.RateLimit
 	}
-	if c.StreamsPerPeer <= 0 {
-		c.StreamsPerPeer = d.StreamsPerPeer
-	}
-	if c.MaxInflight <= 0 {
-		c.MaxInflight = d.MaxInflight
-	}
-	if c.DialTimeout <= 0 {
-		c.DialTimeout = d.DialTimeout
-	}
-	if c.CallTimeout <= 0 {
-		c.CallTimeout = d.CallTimeout
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = d.IdleTimeout
-	}
-	if c.KeepAlive <= 0 {
-		c.KeepAlive = d.KeepAlive
-	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = d.DrainTimeout
-	}
-	if c.Linger <= 0 {
-		c.Linger = d.Linger
-	}
-	if c.Breaker.ConsecutiveFailures == 0 {
-		c.Breaker.ConsecutiveFailures = d.Breaker.ConsecutiveFailures
-	}
-	if c.Breaker.OpenFor <= 0 {
-		c.Breaker.OpenFor = d.Breaker.OpenFor
-	}
-	if c.Backoff.Base <= 0 {
-		c.Backoff.Base = d.Backoff.Base
-	}
-	if c.Backoff.Max <= 0 {
-		c.Backoff.Max = d.Backoff.Max
-	}
-	if c.Limits.HelloTimeout <= 0 {
-		c.Limits.HelloTimeout = d.Limits.HelloTimeout
-	}
-	if c.Limits.MaxPendingConns <= 0 {
-		c.Limits.MaxPendingConns = d.Limits.MaxPendingConns
-	}
-	if c.Limits.MaxPendingPerIP <= 0 {
-		c.Limits.MaxPendingPerIP = d.Limits.MaxPendingPerIP
-	}
-	if c.Limits.MaxConns <= 0 {
-		c.Limits.MaxConns = d.Limits.MaxConns
-	}
-	if c.Limits.MaxConnsPerIP <= 0 {
-		c.Limits.MaxConnsPerIP = d.Limits.MaxConnsPerIP
-	}
-	if c.Limits.ConnsPerSecondPerIP <= 0 {
-		c.Limits.ConnsPerSecondPerIP = d.Limits.ConnsPerSecondPerIP
-	}
-	if c.Limits.ConnBurstPerIP <= 0 {
-		c.Limits.ConnBurstPerIP = d.Limits.ConnBurstPerIP
-	}
+	orDefault(&c.StreamsPerPeer, d.StreamsPerPeer)
+	orDefault(&c.MaxInflight, d.MaxInflight)
+	orDefault(&c.DialTimeout, d.DialTimeout)
+	orDefault(&c.CallTimeout, d.CallTimeout)
+	orDefault(&c.IdleTimeout, d.IdleTimeout)
+	orDefault(&c.KeepAlive, d.KeepAlive)
+	orDefault(&c.DrainTimeout, d.DrainTimeout)
+	orDefault(&c.Linger, d.Linger)
+	orDefault(&c.Breaker.ConsecutiveFailures, d.Breaker.ConsecutiveFailures)
+	orDefault(&c.Breaker.OpenFor, d.Breaker.OpenFor)
+	orDefault(&c.Backoff.Base, d.Backoff.Base)
+	orDefault(&c.Backoff.Max, d.Backoff.Max)
+	orDefault(&c.Limits.HelloTimeout, d.Limits.HelloTimeout)
+	orDefault(&c.Limits.MaxPendingConns, d.Limits.MaxPendingConns)
+	orDefault(&c.Limits.MaxPendingPerIP, d.Limits.MaxPendingPerIP)
+	orDefault(&c.Limits.MaxConns, d.Limits.MaxConns)
+	orDefault(&c.Limits.MaxConnsPerIP, d.Limits.MaxConnsPerIP)
+	orDefault(&c.Limits.ConnsPerSecondPerIP, d.Limits.ConnsPerSecondPerIP)
+	orDefault(&c.Limits.ConnBurstPerIP, d.Limits.ConnBurstPerIP)
 	if c.Limits.PreAuthWindow == 0 {
 		c.Limits.PreAuthWindow = d.Limits.PreAuthWindow
 	}
