@@ -83,6 +83,19 @@ func (r *Replicator) ack(sum Sum) (*wire.BlobAck, error) {
 
 // HandlePut serves BlobChunkPut: the answer says how much is now held, so a
 // sender out of step resumes where the receiver is.
+// MembersOnly guards a handler that writes blobs: only members of the
+// group (isMember) may push here; anyone may still read. what names the
+// group in the refusal ("a gate").
+func MembersOnly[M wire.Message](isMember func(id string) bool, what string,
+	h func(context.Context, transport.Peer, M) (wire.Message, error)) func(context.Context, transport.Peer, M) (wire.Message, error) {
+	return func(ctx context.Context, from transport.Peer, msg M) (wire.Message, error) {
+		if !isMember(from.NodeID) {
+			return nil, wire.Errorf(wire.CodeRejected, "%s is not %s", from.NodeID, what)
+		}
+		return h(ctx, from, msg)
+	}
+}
+
 func (r *Replicator) HandlePut(_ context.Context, _ transport.Peer, m *wire.BlobChunkPut) (wire.Message, error) {
 	sum, err := SumFromBytes(m.Sum)
 	if err != nil {

@@ -64,18 +64,8 @@ func (g *Gate) peerAddrs() []string {
 // read them (a submission's data files) and ask who holds them.
 func (g *Gate) registerBlobHandlers() {
 	b := g.blobs
-	handle(g, wire.TypeBlobChunkPut, func(ctx context.Context, from transport.Peer, msg *wire.BlobChunkPut) (wire.Message, error) {
-		if !g.isPeer(from.NodeID) {
-			return nil, wire.Errorf(wire.CodeRejected, "%s is not a gate", from.NodeID)
-		}
-		return b.rep.HandlePut(ctx, from, msg)
-	})
-	handle(g, wire.TypeBlobCommit, func(ctx context.Context, from transport.Peer, msg *wire.BlobCommit) (wire.Message, error) {
-		if !g.isPeer(from.NodeID) {
-			return nil, wire.Errorf(wire.CodeRejected, "%s is not a gate", from.NodeID)
-		}
-		return b.rep.HandleCommit(ctx, from, msg)
-	})
+	handle(g, wire.TypeBlobChunkPut, blobstore.MembersOnly(g.isPeer, "a gate", b.rep.HandlePut))
+	handle(g, wire.TypeBlobCommit, blobstore.MembersOnly(g.isPeer, "a gate", b.rep.HandleCommit))
 	handle(g, wire.TypeBlobStat, b.rep.HandleStat)
 	handle(g, wire.TypeBlobChunkGet, func(ctx context.Context, from transport.Peer, msg *wire.BlobChunkGet) (wire.Message, error) {
 		sum, err := blobstore.SumFromBytes(msg.Sum)

@@ -66,18 +66,9 @@ func (m *Manager) openBlobs() error {
 // of the cluster (a worker, a gate) may ask for one or read it.
 func (m *Manager) registerBlobHandlers() {
 	b := m.blobs
-	handle(m, wire.TypeBlobChunkPut, func(ctx context.Context, from transport.Peer, msg *wire.BlobChunkPut) (wire.Message, error) {
-		if !m.isPeer(from.NodeID) {
-			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
-		}
-		return b.rep.HandlePut(ctx, from, msg)
-	})
-	handle(m, wire.TypeBlobCommit, func(ctx context.Context, from transport.Peer, msg *wire.BlobCommit) (wire.Message, error) {
-		if !m.isPeer(from.NodeID) {
-			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
-		}
-		return b.rep.HandleCommit(ctx, from, msg)
-	})
+	const members = "a manager of this datacenter"
+	handle(m, wire.TypeBlobChunkPut, blobstore.MembersOnly(m.isPeer, members, b.rep.HandlePut))
+	handle(m, wire.TypeBlobCommit, blobstore.MembersOnly(m.isPeer, members, b.rep.HandleCommit))
 	handle(m, wire.TypeBlobStat, b.rep.HandleStat)
 	handle(m, wire.TypeBlobChunkGet, m.handleBlobGet)
 }
