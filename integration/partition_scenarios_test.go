@@ -87,6 +87,8 @@ func TestPartitionLeaderCutRightAfterAck(t *testing.T) {
 		st := p.pollJob(t.Context(), id)
 		t.Logf("the majority's leader on %s before the heal: %s", id, describe(st))
 	}
+	// Part of the fault, not a wait for a condition: the cut lasts 5 s
+	// more, so the old leader acts on its stale view before the heal.
 	time.Sleep(5 * time.Second)
 	v := p.finish(checker.Rules{}, 120*time.Second)
 	partitionReport(t, "leader-cut-after-ack", rec, v)
@@ -193,6 +195,8 @@ func TestPartitionGateLeaderCut(t *testing.T) {
 	t.Logf("%s leads the gates in term %d, %s after the cut", newLeader, newTerm, time.Since(cut).Round(10*time.Millisecond))
 	rec := p.recoverAfter(cut, 1, 60*time.Second)
 	<-during
+	// Part of the fault: the cut lasts 5 s more, so the deposed gate
+	// leader acts on its stale view before the heal.
 	time.Sleep(5 * time.Second)
 	v := p.finish(checker.Rules{}, 150*time.Second)
 	partitionReport(t, "gate-leader-cut", rec, v)
@@ -225,6 +229,8 @@ func TestPartitionDatacenterCutFromGates(t *testing.T) {
 	rec := p.recoverAfter(cut, 1, 60*time.Second)
 	st := p.waitStatus(id, 60*time.Second, terminal)
 	t.Logf("job %s after %s: %s", id, time.Since(cut).Round(10*time.Millisecond), describe(st))
+	// An observation window, not a wait for a condition: load a stopped
+	// datacenter still sent would show in the target's count here.
 	time.Sleep(3 * time.Second)
 	bound := uint64(rate * (ttl + 3*time.Second).Seconds())
 	v := p.finish(checker.Rules{MaxExtra: bound}, 150*time.Second)
