@@ -1,0 +1,82 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// abortCheckInterval is the least time between two mid-run checks of a
+// job's abort_on_fail thresholds on the merged results.
+const abortCheckInterval = time.Second
+
+func hasAbortThresholds(specs []wire.WorkflowSpec) bool {
+	for _, s := range specs {
+		for _, th := range s.Thresholds {
+			if th.AbortOnFail {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// abortReason judges a running job's abort_on_fail thresholds on the
+// results merged across datacenters (and shards); a threshold with no data
+// yet is not judged. It returns the failure, or "".
+func (g *Gate) abortReason(rec *wire.GateJobRecord) string {
+	for i, spec := range rec.Submission.Workflows {
+		if spec.Shard > 1 && i > 0 && rec.Submission.Workflows[i-1].Name == spec.Name {
+			continue
+		}
+		var abort []wire.Threshold
+		for _, th := range spec.Thresholds {
+			if th.AbortOnFail {
+				abort = append(abort, th)
+			}
+		}
+		if len(abort) == 0 {
+			continue
+		}
+		var steps []wire.StepStats
+		var completed, failed int64
+		var elapsed time.Duration
+		for _, p := range rec.Datacenters {
+			for _, w := range p.Workflows {
+				if w.WorkflowName == spec.Name {
+					steps = append(steps, w.StepStats...)
+					completed, failed, elapsed = completed+w.CompletedCount, failed+w.FailedCount, max(elapsed, w.Elapsed)
+				}
+			}
+		}
+		for _, r := range workflow.Evaluate(abort, steps, completed, failed, elapsed) {
+			if !r.Passed && r.Actual != workflow.NoData {
+				reason := fmt.Sprintf("%s%s (actual %s) in workflow %s", wire.ThresholdAbortPrefix, r.Expr, r.Actual, spec.Name)
+				if r.Step != "" {
+					reason += ", step " + r.Step
+				}
+				return reason
+			}
+		}
+	}
+	return ""
+}
+
+// abort ends a job everywhere because an abort_on_fail threshold failed.
+func (g *Gate) abort(ctx context.Context, id, reason string) {
+	g.mu.Lock()
+	j, ok := g.jobs[id]
+	if !ok || j.aborted != "" || j.rec.Status.Terminal() {
+		g.mu.Unlock()
+		return
+	}
+	j.aborted = reason
+	g.mu.Unlock()
+	g.log.Warn("abort_on_fail threshold failed on the merged results; ending the job", "job_id", id, "reason", reason)
+	if _, err := g.stopEverywhere(ctx, id, reason); err != nil {
+		g.log.Warn("abort", "job_id", id, "err", err)
+	}
+}

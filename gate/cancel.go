@@ -1,0 +1,75 @@
+package gate
+
+import (
+	"context"
+
+	"tempest/wire"
+)
+
+// cancelJob stops a job in every datacenter (leader only).
+func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAck, error) {
+	if _, err := g.awaitLeader(ctx); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	j, ok := g.jobs[id]
+	if !ok {
+		g.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
+	if j.rec.Status.Terminal() {
+		g.mu.Unlock()
+		return &wire.CancelAck{JobID: id, Cancelled: false, Error: "job already " + string(j.rec.Status)}, nil
+	}
+	j.cancelled = reason
+	g.mu.Unlock()
+	return g.stopEverywhere(ctx, id, reason)
+}
+
+// stopEverywhere tells every datacenter still running job id to stop, under
+// its lease's token, and ends the job's part there. A datacenter that cannot
+// be told now stops at its next report, which is answered with a cancel.
+func (g *Gate) stopEverywhere(ctx context.Context, id, reason string) (*wire.CancelAck, error) {
+	g.mu.Lock()
+	j, ok := g.jobs[id]
+	if !ok {
+		g.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	}
+	type target struct {
+		dc    string
+		token uint64
+	}
+	var targets []target
+	for _, l := range j.rec.Leases {
+		if pi := j.progressIndex(l.Datacenter); pi >= 0 && !j.rec.Datacenters[pi].Status.Terminal() {
+			targets = append(targets, target{l.Datacenter, l.FenceToken})
+		}
+	}
+	g.mu.Unlock()
+
+	ack := &wire.CancelAck{JobID: id, Cancelled: true}
+	for _, t := range targets {
+		err := g.callDC(ctx, t.dc, &wire.CancelJob{JobID: id, Reason: reason, FenceToken: t.token})
+		if err != nil {
+			// The datacenter cannot be told now; its lease is over, so its
+			// next report is answered with a cancel.
+			g.log.Warn("cancel not delivered; the datacenter stops at its next report", "job_id", id, "dc", t.dc, "err", err)
+		}
+		g.mu.Lock()
+		if pi := j.progressIndex(t.dc); pi >= 0 && !j.rec.Datacenters[pi].Status.Terminal() {
+			j.mutateLocked(func(rec *wire.GateJobRecord) {
+				rec.Datacenters[pi].Status = wire.JobCancelled
+				rec.Datacenters[pi].Error = reason
+			})
+		}
+		g.mu.Unlock()
+		ack.WorkflowsCancelled++
+	}
+	g.mu.Lock()
+	g.refreshLocked(j)
+	stored := g.commitLocked(j)
+	g.mu.Unlock()
+	g.save(stored)
+	return ack, nil
+}
