@@ -141,7 +141,7 @@ func (g *Gate) Results(_ context.Context, id string) (*api.Results, error) {
 // Leader implements api.Backend. A gate taking over already answers as the
 // leader: requests wait for the takeover rather than bounce.
 func (g *Gate) Leader() (bool, string) {
-	if g.lead.Load() != nil {
+	if g.lead.Leading() != nil {
 		return true, *g.apiURL.Load()
 	}
 	id, _ := g.elector.Leader()
@@ -178,7 +178,7 @@ func (g *Gate) notLeaderAPI() *wire.Error {
 func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 	st := g.elector.Status()
 	view := &api.ClusterView{}
-	self := api.NodeView{Name: g.cfg.ID, Role: string(wire.RoleGate), State: "alive", IsLeader: g.lead.Load() != nil,
+	self := api.NodeView{Name: g.cfg.ID, Role: string(wire.RoleGate), State: "alive", IsLeader: g.lead.Leading() != nil,
 		Addr: g.tr.Addr(), API: *g.apiURL.Load(), Term: st.Term}
 	if !g.ready.Load() {
 		self.State = "syncing"

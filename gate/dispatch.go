@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"tempest/leadership"
 	"tempest/wire"
 )
 
@@ -13,7 +14,7 @@ import (
 // falling back to the JobSubmission, which managers treat as a repeat when
 // they know the job. A datacenter that refuses the job for good (invalid,
 // or a newer lease elsewhere) is FAILED for it at once.
-func (g *Gate) sendToDC(lt *leaderTerm, id, dc string) error {
+func (g *Gate) sendToDC(lt *leadership.Term, id, dc string) error {
 	g.mu.Lock()
 	j, ok := g.jobs[id]
 	// A job still being stored on a majority of gates goes nowhere yet: it
@@ -45,11 +46,11 @@ func (g *Gate) sendToDC(lt *leaderTerm, id, dc string) error {
 	if transfer {
 		msg = &wire.LeaseTransfer{JobID: id, Datacenter: dc, FromGate: "", ToGate: g.cfg.ID, NewFenceToken: lease.FenceToken, Version: lease.Version, LeaseTTL: g.cfg.LeaseTTL}
 	}
-	err := g.callDC(lt.ctx, dc, msg)
+	err := g.callDC(lt.Context(), dc, msg)
 	var we *wire.Error
 	if transfer && errors.As(err, &we) && we.Code == wire.CodeNotFound {
 		// The datacenter never got the job (the old leader died first).
-		err = g.callDC(lt.ctx, dc, &sub)
+		err = g.callDC(lt.Context(), dc, &sub)
 	}
 	switch {
 	case err == nil:

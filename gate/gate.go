@@ -75,8 +75,8 @@ type Gate struct {
 	jobs    map[string]*jobEntry
 	version uint64 // highest record version seen
 
-	lead   atomic.Pointer[leaderTerm]
-	ready  atomic.Bool // first state sync done: may lead
+	lead   *leadership.Terms // the term of leadership held, if any (leader.go)
+	ready  atomic.Bool       // first state sync done: may lead
 	apiURL atomic.Pointer[string]
 
 	// life owns background goroutines and handlers in flight.
@@ -130,6 +130,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		g.now = time.Now
 	}
 	g.life = lifecycle.New()
+	g.lead = leadership.NewTerms(g.life.Context(), g.life.Go, func() uint64 { return g.elector.FenceToken() })
 	g.ids = wire.NewSnowflakeGenerator(cfg.ID, g.now)
 	g.dcs = newDCTable(g.now)
 	url := cfg.apiURL()
@@ -328,8 +329,8 @@ func (g *Gate) SwimAddr() string {
 
 // IsLeader reports whether this gate leads and has finished taking over.
 func (g *Gate) IsLeader() bool {
-	lt := g.lead.Load()
-	return lt != nil && lt.isSynced()
+	lt := g.lead.Leading()
+	return lt != nil && lt.Synced()
 }
 
 // Ready reports whether the first state sync is done (the gate may lead).

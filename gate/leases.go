@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/leadership"
 	"tempest/wire"
 )
 
@@ -13,7 +14,7 @@ import (
 // only) to this leader: new fence tokens from this term, fresh expiry (the
 // datacenters have had no gate to report to), and a LeaseTransfer to each
 // datacenter, which from then on refuses the old leader's commands.
-func (g *Gate) takeOver(lt *leaderTerm, ids ...string) {
+func (g *Gate) takeOver(lt *leadership.Term, ids ...string) {
 	now := g.now()
 	var stored []*wire.GateJobRecord
 	var sends [][2]string
@@ -27,8 +28,9 @@ func (g *Gate) takeOver(lt *leaderTerm, ids ...string) {
 			}
 		}
 	}
+	var exhausted error
 	for id, j := range jobs {
-		if j.rec.Status.Terminal() {
+		if j.rec.Status.Terminal() || exhausted != nil {
 			continue
 		}
 		moved := false
@@ -39,11 +41,18 @@ func (g *Gate) takeOver(lt *leaderTerm, ids ...string) {
 				if pi >= 0 && rec.Datacenters[pi].Status.Terminal() {
 					continue
 				}
-				if l.LeaseHolder == g.cfg.ID && l.FenceToken>>32 == lt.term {
+				if l.LeaseHolder == g.cfg.ID && leadership.TokenTerm(l.FenceToken) == lt.Number() {
 					continue // already this term's
 				}
+				tok, err := lt.NextToken()
+				if err != nil {
+					// The rest stay with their holder and expire: a new
+					// term is the only way to more tokens.
+					exhausted = err
+					break
+				}
 				l.LeaseHolder = g.cfg.ID
-				l.FenceToken = lt.nextToken()
+				l.FenceToken = tok
 				l.ExpiresAt = now.Add(g.cfg.LeaseTTL).UnixNano()
 				l.Version++
 				j.send[l.Datacenter] = true
@@ -56,10 +65,13 @@ func (g *Gate) takeOver(lt *leaderTerm, ids ...string) {
 		}
 	}
 	g.mu.Unlock()
+	if exhausted != nil {
+		g.log.Error("taking over leases: some left with their holder", "term", lt.Number(), "err", exhausted)
+	}
 	if len(stored) == 0 {
 		return
 	}
-	g.log.Info("taking over leases", "jobs", len(stored), "leases", len(sends), "term", lt.term)
+	g.log.Info("taking over leases", "jobs", len(stored), "leases", len(sends), "term", lt.Number())
 	g.save(stored...)
 	var wg sync.WaitGroup
 	for _, s := range sends {
@@ -72,14 +84,14 @@ func (g *Gate) takeOver(lt *leaderTerm, ids ...string) {
 // and datacenters that have not taken a job (or a lease) yet are tried
 // again. Finished jobs past retention are forgotten by every gate
 // (retentionLoop).
-func (g *Gate) tickLoop(lt *leaderTerm) {
+func (g *Gate) tickLoop(lt *leadership.Term) {
 	t := time.NewTicker(g.cfg.TickInterval)
 	defer t.Stop()
 	var sends sync.WaitGroup
 	defer sends.Wait()
 	for {
 		select {
-		case <-lt.ctx.Done():
+		case <-lt.Context().Done():
 			return
 		case <-t.C:
 		}
@@ -109,7 +121,7 @@ func (g *Gate) tickLoop(lt *leaderTerm) {
 		for _, e := range expired {
 			g.failDC(e.id, e.dc, "lease expired: no progress from "+e.dc+" for "+g.cfg.LeaseTTL.String())
 			sends.Go(func() {
-				ctx, cancel := context.WithTimeout(lt.ctx, g.cfg.DispatchTimeout)
+				ctx, cancel := context.WithTimeout(lt.Context(), g.cfg.DispatchTimeout)
 				defer cancel()
 				// Best effort: the datacenter may be gone; if it comes back
 				// its next report is answered with a cancel.

@@ -13,7 +13,7 @@ import (
 func (g *Gate) WriteMetrics(w io.Writer) {
 	p := api.Prom{W: w}
 	leader, ready := 0.0, 0.0
-	if g.lead.Load() != nil {
+	if g.lead.Leading() != nil {
 		leader = 1
 	}
 	if g.ready.Load() {

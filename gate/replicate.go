@@ -97,7 +97,7 @@ func (g *Gate) handleRecord(_ context.Context, from transport.Peer, rec *wire.Ga
 	if rec.Submission.JobID == "" {
 		return nil, wire.Errorf(wire.CodeRejected, "job record without a job id")
 	}
-	if lt := g.lead.Load(); lt != nil && lt.isSynced() {
+	if lt := g.lead.Leading(); lt != nil && lt.Synced() {
 		// A deposed leader still replicating: this gate's own copy, with
 		// the leases it took over, is newer.
 		return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: false, Error: "this gate leads now"}, nil

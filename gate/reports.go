@@ -2,7 +2,9 @@ package gate
 
 import (
 	"context"
+	"errors"
 
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -10,7 +12,7 @@ import (
 // handleJobProgress takes a datacenter's report. A follower passes it to
 // the leader; the leader renews the lease and merges the report.
 func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
-	lt := g.lead.Load()
+	lt := g.lead.Leading()
 	if lt == nil {
 		leader, addr := g.elector.Leader()
 		if leader == "" || leader == g.cfg.ID || addr == "" {
@@ -20,12 +22,10 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 	}
 	// No report is answered before the takeover's majority read: until
 	// then this gate may not hold the job.
-	select {
-	case <-lt.synced:
-	case <-lt.ctx.Done():
+	if err := lt.AwaitSynced(ctx); errors.Is(err, leadership.ErrTermEnded) {
 		return nil, g.elector.NotLeaderError()
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	} else if err != nil {
+		return nil, err
 	}
 	g.mu.Lock()
 	_, known := g.jobs[jp.JobID]

@@ -55,8 +55,12 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	s.Datacenters, s.DatacenterCount = dcs, len(dcs)
 	rec := wire.GateJobRecord{Submission: s, Status: wire.JobSubmitted, CreatedAt: now.UnixNano()}
 	for _, dc := range dcs {
+		tok, err := lt.NextToken()
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeUnavailable, "job %s: %v; a new gate leader term is needed", s.JobID, err)
+		}
 		rec.Leases = append(rec.Leases, wire.DatacenterLease{
-			JobID: s.JobID, Datacenter: dc, LeaseHolder: g.cfg.ID, FenceToken: lt.nextToken(),
+			JobID: s.JobID, Datacenter: dc, LeaseHolder: g.cfg.ID, FenceToken: tok,
 			ExpiresAt: now.Add(g.cfg.LeaseTTL).UnixNano(),
 		})
 		rec.Datacenters = append(rec.Datacenters, wire.JobProgress{JobID: s.JobID, Datacenter: dc, Status: wire.JobSubmitted})
