@@ -24,12 +24,13 @@ func (g *Gate) Submit(ctx context.Context, job *wire.JobSubmission) (*wire.JobAc
 
 // Jobs implements api.Backend: every job, newest first.
 func (g *Gate) Jobs(context.Context) ([]api.JobStatus, error) {
-	g.mu.Lock()
-	recs := make([]wire.GateJobRecord, 0, len(g.jobs))
-	for _, j := range g.jobs {
-		recs = append(recs, j.rec)
-	}
-	g.mu.Unlock()
+	var recs []wire.GateJobRecord
+	g.view(func() {
+		recs = make([]wire.GateJobRecord, 0, len(g.jobs))
+		for _, j := range g.jobs {
+			recs = append(recs, j.rec)
+		}
+	})
 	slices.SortFunc(recs, func(a, b wire.GateJobRecord) int {
 		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.Submission.JobID, a.Submission.JobID))
 	})
@@ -40,14 +41,14 @@ func (g *Gate) Jobs(context.Context) ([]api.JobStatus, error) {
 	return out, nil
 }
 
-func (g *Gate) record(id string) (wire.GateJobRecord, <-chan struct{}, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	j, ok := g.jobs[id]
-	if !ok {
-		return wire.GateJobRecord{}, nil, false
-	}
-	return j.rec, j.changed, true
+func (g *Gate) record(id string) (rec wire.GateJobRecord, changed <-chan struct{}, ok bool) {
+	g.view(func() {
+		var j *jobEntry
+		if j, ok = g.jobs[id]; ok {
+			rec, changed = j.rec, j.changed
+		}
+	})
+	return rec, changed, ok
 }
 
 // Job implements api.Backend.

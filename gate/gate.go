@@ -33,7 +33,8 @@ import (
 )
 
 // Lock order: the lifecycle.Owner's lock alone; Gate.mu → dcTable.mu. No lock is held
-// across network calls or store writes.
+// across network calls or store writes. Gate.mu is taken only by update (every
+// change to the job table) and view (a consistent read), in txn.go.
 
 // Deps are the gate's collaborators. Keyring is required unless Transport
 // is injected.

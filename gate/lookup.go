@@ -77,9 +77,7 @@ func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 		if _, err := g.merge([]wire.GateJobRecord{*newest}); err != nil {
 			g.log.Warn("persist a job record found on another gate", "job_id", id, "err", err)
 		}
-		g.mu.Lock()
-		_, res.found = g.jobs[id]
-		g.mu.Unlock()
+		g.view(func() { _, res.found = g.jobs[id] })
 	}
 	return res
 }
