@@ -7,6 +7,30 @@
 // status with exactly merged latency histograms. The other gates keep
 // replicated copies of every job record and take the leases over when the
 // leader changes.
+//
+// # Files
+//
+//	gate.go       wiring, lifecycle, handler registration, SWIM embedder
+//	config.go     Config, DefaultConfig, validation
+//	leader.go     establishing and revoking a leadership.Term
+//	txn.go        update/view: the one path a change to the job table takes
+//	jobs.go       the job entry, loading from the store, commit, forget
+//	persist.go    the job records on disk (store.RevFile, newest version wins)
+//	submit.go     placing a new job: datacenters, leases, majority store
+//	withdraw.go   a job that missed its majority, and repeated submissions
+//	dispatch.go   handing a job or a lease to a datacenter; failing one
+//	reports.go    datacenters' reports: lease renewal, merged status
+//	abort.go      abort_on_fail thresholds on the merged results
+//	cancel.go     cancel and stopEverywhere
+//	status.go     the global job state machine
+//	leases.go     takeover of leases on a new term, the leader's tick
+//	sync.go       majority read at start and takeover, serving state sync
+//	replicate.go  one-way and majority replication of records to gates
+//	lookup.go     a report for a job the leader does not hold
+//	retention.go  forgetting finished jobs on every gate
+//	dcs.go        the datacenter table; seed.go asks managers directly
+//	blobs.go      jobs' data files on a majority of gates
+//	backend.go    api.Backend; metrics.go, size.go
 package gate
 
 import (
