@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"tempest/jobs"
 	"tempest/wire"
 	"tempest/workflow"
 )
@@ -28,10 +29,8 @@ func hasAbortThresholds(specs []wire.WorkflowSpec) bool {
 // results merged across datacenters (and shards); a threshold with no data
 // yet is not judged. It returns the failure, or "".
 func (g *Gate) abortReason(rec *wire.GateJobRecord) string {
-	for i, spec := range rec.Submission.Workflows {
-		if spec.Shard > 1 && i > 0 && rec.Submission.Workflows[i-1].Name == spec.Name {
-			continue
-		}
+	for _, grp := range jobs.Of(&rec.Submission).Groups() {
+		spec := rec.Submission.Workflows[grp.Start]
 		var abort []wire.Threshold
 		for _, th := range spec.Thresholds {
 			if th.AbortOnFail {

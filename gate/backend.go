@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/jobs"
 	"tempest/lifecycle"
 	"tempest/wire"
 )
@@ -260,11 +261,8 @@ func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
 	// ends the job with the reason (managers leave gate-driven jobs to it).
 	st.ThresholdAbort = rec.Status == wire.JobFailed && strings.HasPrefix(rec.Error, wire.ThresholdAbortPrefix)
 	st.ThresholdsFailed = st.ThresholdAbort
-	for i, spec := range rec.Submission.Workflows {
-		if spec.Shard > 1 && i > 0 && rec.Submission.Workflows[i-1].Name == spec.Name {
-			continue // merged with its first shard
-		}
-		ws := g.mergedWorkflow(rec, spec, detail)
+	for _, grp := range jobs.Of(&rec.Submission).Groups() {
+		ws := g.mergedWorkflow(rec, rec.Submission.Workflows[grp.Start], detail)
 		for _, r := range ws.Thresholds {
 			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed
 		}
@@ -276,15 +274,15 @@ func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
 // mergedWorkflow merges one workflow's reports from every datacenter (and
 // every shard within each).
 func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, detail bool) api.WorkflowStatus {
-	var parts []api.WorkflowPart
+	var parts []jobs.WorkflowPart
 	for _, p := range rec.Datacenters {
 		for _, w := range p.Workflows {
 			if w.WorkflowName == spec.Name {
-				parts = append(parts, api.WorkflowPart{Label: p.Datacenter + "/", Progress: w, Attempts: 1})
+				parts = append(parts, jobs.WorkflowPart{Label: p.Datacenter + "/", Progress: w, Attempts: 1})
 			}
 		}
 	}
-	ws, err := api.MergeWorkflow(spec, parts, len(rec.Datacenters)*max(spec.Shards, 1), detail)
+	ws, err := jobs.MergeWorkflow(spec, parts, len(rec.Datacenters)*max(spec.Shards, 1), detail)
 	if err != nil {
 		g.log.Warn("undecodable step statistics", "job_id", rec.Submission.JobID, "workflow", spec.Name, "err", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"tempest/api"
+	"tempest/jobs"
 	"tempest/store"
 	"tempest/wire"
 	"tempest/workflow"
@@ -14,27 +15,37 @@ import (
 // load. Each shard is placed, retried and fenced on its own; statuses and
 // results merge them back into one workflow.
 
-// shardGroups cuts a job's workflows (in submission order) into runs: one
-// workflow alone, or every shard of a split one.
-func shardGroups(wfs []store.WorkflowRecord) [][]store.WorkflowRecord {
-	var out [][]store.WorkflowRecord
-	for i := 0; i < len(wfs); {
-		j := i + 1
-		if wfs[i].Spec.Shards > 1 {
-			for j < len(wfs) && wfs[j].Spec.Name == wfs[i].Spec.Name && wfs[j].Spec.Shards == wfs[i].Spec.Shards {
-				j++
-			}
-		}
-		out = append(out, wfs[i:j])
-		i = j
+// specsOf is the specs of a job's workflow records, in submission order.
+func specsOf(wfs []store.WorkflowRecord) []wire.WorkflowSpec {
+	out := make([]wire.WorkflowSpec, len(wfs))
+	for i := range wfs {
+		out[i] = wfs[i].Spec
 	}
 	return out
+}
+
+// groupLocked is the workflows of w's group (jobs.Groups): every shard of
+// a split workflow, or w alone.
+func groupLocked(w *workflowState) []*workflowState {
+	specs := make([]wire.WorkflowSpec, len(w.job.wfs))
+	at := -1
+	for i, s := range w.job.wfs {
+		specs[i] = s.rec.Spec
+		if s == w {
+			at = i
+		}
+	}
+	if at < 0 {
+		return []*workflowState{w}
+	}
+	g := jobs.GroupOf(specs, at)
+	return w.job.wfs[g.Start:g.End]
 }
 
 // shardsStatus merges a split workflow's shards: counts summed, histograms
 // merged, thresholds judged on the merged results once every shard ended.
 func (m *Manager) shardsStatus(shards []store.WorkflowRecord, detail bool) api.WorkflowStatus {
-	parts := make([]api.WorkflowPart, len(shards))
+	parts := make([]jobs.WorkflowPart, len(shards))
 	for i := range shards {
 		rec := &shards[i]
 		// The last progress carries the newest second (for a running
@@ -44,9 +55,9 @@ func (m *Manager) shardsStatus(shards []store.WorkflowRecord, detail bool) api.W
 		if detail && len(rec.Series) > 0 {
 			p.Series = rec.Series
 		}
-		parts[i] = api.WorkflowPart{Progress: p, Attempts: rec.Attempts, Cores: rec.Cores}
+		parts[i] = jobs.WorkflowPart{Progress: p, Attempts: rec.Attempts, Cores: rec.Cores}
 	}
-	ws, err := api.MergeWorkflow(shards[0].Spec, parts, shards[0].Spec.Shards, detail)
+	ws, err := jobs.MergeWorkflow(shards[0].Spec, parts, shards[0].Spec.Shards, detail)
 	if err != nil {
 		m.log.Warn("undecodable step statistics", "job_id", shards[0].JobID, "workflow", shards[0].Spec.Name, "err", err)
 	}
@@ -60,8 +71,8 @@ func siblingWorkersLocked(w *workflowState) map[string]bool {
 		return nil
 	}
 	out := map[string]bool{}
-	for _, s := range w.job.wfs {
-		if s == w || s.rec.Spec.Name != w.rec.Spec.Name || s.rec.Status.Terminal() {
+	for _, s := range groupLocked(w) {
+		if s == w || s.rec.Status.Terminal() {
 			continue
 		}
 		if s.rec.Worker != "" {

@@ -111,12 +111,10 @@ func (m *Manager) checkAbortLocked(tx *txn, w *workflowState) {
 		// A shard carries 1/N of the load: judge the shards together, or
 		// "rps > 1000" would fail on every one of them.
 		steps, completed, failed = nil, 0, 0
-		for _, s := range w.job.wfs {
-			if s.rec.Spec.Name == w.rec.Spec.Name {
-				sp := &s.rec.LastProgress
-				steps = append(steps, sp.StepStats...)
-				completed, failed, elapsed = completed+sp.CompletedCount, failed+sp.FailedCount, max(elapsed, sp.Elapsed)
-			}
+		for _, s := range groupLocked(w) {
+			sp := &s.rec.LastProgress
+			steps = append(steps, sp.StepStats...)
+			completed, failed, elapsed = completed+sp.CompletedCount, failed+sp.FailedCount, max(elapsed, sp.Elapsed)
 		}
 	}
 	for _, r := range workflow.Evaluate(abort, steps, completed, failed, elapsed) {

@@ -1,4 +1,4 @@
-package api
+package jobs
 
 import (
 	"cmp"
@@ -92,44 +92,6 @@ func MergeWorkflow(spec wire.WorkflowSpec, parts []WorkflowPart, expected int, d
 		err = AddDistributions(ws.Steps, merged)
 	}
 	return ws, err
-}
-
-// MergedWorkflowStatus: ended only when all expected parts ended; COMPLETED
-// only if all completed, else FAILED if any failed, else CANCELLED. While
-// parts run, RUNNING if any runs, else the first part's state.
-func MergedWorkflowStatus(statuses []wire.WorkflowStatus, expected int) wire.WorkflowStatus {
-	if len(statuses) == 0 {
-		return wire.WorkflowPending
-	}
-	var running, failed, cancelled bool
-	for _, s := range statuses {
-		switch {
-		case !s.Terminal():
-			running = true
-		case s == wire.WorkflowFailed:
-			failed = true
-		case s == wire.WorkflowCancelled:
-			cancelled = true
-		}
-	}
-	switch {
-	case running || len(statuses) < expected:
-		if slices.Contains(statuses, wire.WorkflowRunning) {
-			return wire.WorkflowRunning
-		}
-		for _, s := range statuses {
-			if !s.Terminal() {
-				return s
-			}
-		}
-		// Some parts ended and the rest have not reported: in progress.
-		return wire.WorkflowRunning
-	case failed:
-		return wire.WorkflowFailed
-	case cancelled:
-		return wire.WorkflowCancelled
-	}
-	return wire.WorkflowCompleted
 }
 
 // MergeSeries adds per-second points of several parts: counts are summed;
