@@ -23,11 +23,12 @@ type WorkflowPart struct {
 
 // MergeWorkflow is one workflow's status from its parts: counts summed,
 // step histograms merged exactly (never percentiles averaged), thresholds
-// judged on the merged histograms once every part ended. expected is how
+// judged on the merged histograms once every part ended (th: spec's
+// thresholds, parsed once with the job's Model). expected is how
 // many parts there will be: fewer means some have not started. detail adds
 // what only results carry (series, latency distributions). The error is
 // for undecodable statistics; the status is still usable without them.
-func MergeWorkflow(spec wire.WorkflowSpec, parts []WorkflowPart, expected int, detail bool) (WorkflowStatus, error) {
+func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, parts []WorkflowPart, expected int, detail bool) (WorkflowStatus, error) {
 	ws := WorkflowStatus{Name: spec.Name, Type: spec.Type, PlannedSeconds: spec.Planned.Seconds()}
 	var ids, workers, errs []string
 	var steps []wire.StepStats
@@ -85,8 +86,8 @@ func MergeWorkflow(spec wire.WorkflowSpec, parts []WorkflowPart, expected int, d
 		return ws, err
 	}
 	ws.Steps = sums
-	if len(spec.Thresholds) > 0 && ws.Status.Terminal() {
-		ws.Thresholds = ThresholdResults(workflow.Evaluate(spec.Thresholds, merged, ws.CompletedCount, ws.FailedCount, elapsed))
+	if th.Len() > 0 && ws.Status.Terminal() {
+		ws.Thresholds = ThresholdResults(th.Evaluate(merged, ws.CompletedCount, ws.FailedCount, elapsed))
 	}
 	if detail {
 		err = AddDistributions(ws.Steps, merged)

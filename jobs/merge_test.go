@@ -33,10 +33,11 @@ func part(t *testing.T, label string, st wire.WorkflowStatus, n int, d time.Dura
 // thresholds are judged on that, once every expected part has ended.
 func TestMergeWorkflow(t *testing.T) {
 	spec := wire.WorkflowSpec{Name: "w", Type: "http", Thresholds: []wire.Threshold{{Expr: "p(99) < 50ms"}}}
+	th := workflow.CompileThresholds(spec.Thresholds)
 	fast := part(t, "dc1/", wire.WorkflowCompleted, 990, time.Millisecond, 0)
 	slow := part(t, "dc2/", wire.WorkflowCompleted, 10, 100*time.Millisecond, 2)
 
-	ws, err := jobs.MergeWorkflow(spec, []jobs.WorkflowPart{fast, slow}, 2, true)
+	ws, err := jobs.MergeWorkflow(spec, th, []jobs.WorkflowPart{fast, slow}, 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +54,11 @@ func TestMergeWorkflow(t *testing.T) {
 	}
 
 	// Until every expected part ended, the workflow runs and nothing is judged.
-	running, _ := jobs.MergeWorkflow(spec, []jobs.WorkflowPart{fast}, 2, false)
+	running, _ := jobs.MergeWorkflow(spec, th, []jobs.WorkflowPart{fast}, 2, false)
 	if running.Status.Terminal() || len(running.Thresholds) != 0 {
 		t.Fatalf("one of two parts ended: %s with %d verdicts", running.Status, len(running.Thresholds))
 	}
-	failed, _ := jobs.MergeWorkflow(spec, []jobs.WorkflowPart{fast, part(t, "dc2/", wire.WorkflowFailed, 1, time.Millisecond, 1)}, 2, false)
+	failed, _ := jobs.MergeWorkflow(spec, th, []jobs.WorkflowPart{fast, part(t, "dc2/", wire.WorkflowFailed, 1, time.Millisecond, 1)}, 2, false)
 	if failed.Status != wire.WorkflowFailed {
 		t.Fatalf("a failed part: merged %s, want FAILED", failed.Status)
 	}

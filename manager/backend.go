@@ -197,14 +197,15 @@ type jobView struct {
 	seq uint64
 	// statuses is the job's: its workflows' statuses as of a seq, shared
 	// by the job's watchers.
-	statuses *jobs.Memo[uint64, []api.WorkflowStatus]
+	statuses *jobs.Memo[uint64, []jobs.WorkflowStatus]
+	model    *jobs.Model
 }
 
 func viewLocked(j *jobState) jobView {
 	if j.statuses == nil {
-		j.statuses = new(jobs.Memo[uint64, []api.WorkflowStatus])
+		j.statuses = new(jobs.Memo[uint64, []jobs.WorkflowStatus])
 	}
-	v := jobView{rec: j.rec, seq: j.seq, statuses: j.statuses, wfs: make([]store.WorkflowRecord, len(j.wfs))}
+	v := jobView{rec: j.rec, seq: j.seq, statuses: j.statuses, model: modelLocked(j), wfs: make([]store.WorkflowRecord, len(j.wfs))}
 	for i, w := range j.wfs {
 		v.wfs[i] = w.rec
 	}
@@ -246,7 +247,7 @@ func (m *Manager) jobStatus(v jobView, detail bool) api.JobStatus {
 
 // jobStatusOf is a job's API shape around its workflows' statuses (which
 // the caller may share with other readers of the same change).
-func (m *Manager) jobStatusOf(v jobView, wss []api.WorkflowStatus) api.JobStatus {
+func (m *Manager) jobStatusOf(v jobView, wss []jobs.WorkflowStatus) api.JobStatus {
 	st := api.JobStatus{
 		JobID:          v.rec.ID(),
 		Name:           v.rec.Submission.Name,
@@ -278,27 +279,27 @@ func (m *Manager) jobStatusOf(v jobView, wss []api.WorkflowStatus) api.JobStatus
 // workflowStatuses is a job's workflows as the API shows them, one per
 // group (jobs.Groups): a split workflow's shards merged into one. Building
 // them decodes every step histogram.
-func (m *Manager) workflowStatuses(v jobView, detail bool) []api.WorkflowStatus {
-	out := make([]api.WorkflowStatus, 0, len(v.wfs))
-	for _, g := range jobs.Groups(specsOf(v.wfs)) {
+func (m *Manager) workflowStatuses(v jobView, detail bool) []jobs.WorkflowStatus {
+	out := make([]jobs.WorkflowStatus, 0, len(v.wfs))
+	for k, g := range v.model.Groups() {
 		group := v.wfs[g.Start:g.End]
-		var ws api.WorkflowStatus
+		var ws jobs.WorkflowStatus
 		if len(group) == 1 {
 			ws = m.workflowStatus(&group[0])
 			if detail {
 				m.resultDetail(&group[0], &ws)
 			}
 		} else {
-			ws = m.shardsStatus(group, detail)
+			ws = m.shardsStatus(group, v.model.Thresholds(k), detail)
 		}
 		out = append(out, ws)
 	}
 	return out
 }
 
-func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
+func (m *Manager) workflowStatus(rec *store.WorkflowRecord) jobs.WorkflowStatus {
 	p := &rec.LastProgress
-	ws := api.WorkflowStatus{
+	ws := jobs.WorkflowStatus{
 		Name:              rec.Spec.Name,
 		WorkflowID:        rec.WorkflowID,
 		Type:              rec.Spec.Type,

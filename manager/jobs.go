@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"tempest/api"
 	"tempest/jobs"
 	"tempest/store"
 	"tempest/wire"
@@ -47,7 +46,9 @@ type jobState struct {
 	adoptedTerm uint64
 	// statuses is the workflows' API statuses as of a seq, built once per
 	// change for all of the job's watchers (watch.go); set by viewLocked.
-	statuses *jobs.Memo[uint64, []api.WorkflowStatus]
+	statuses *jobs.Memo[uint64, []jobs.WorkflowStatus]
+	// model is the job's groups and parsed thresholds (modelLocked).
+	model *jobs.Model
 }
 
 // workflowState is one workflow in memory, guarded by Manager.mu.

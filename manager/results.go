@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"tempest/api"
 	"tempest/jobs"
 	"tempest/store"
 )
@@ -10,7 +9,7 @@ import (
 // per-second series of its final progress and each step's latency
 // distribution. Status queries skip it: the distribution decodes every
 // histogram again and the series can be an hour of points.
-func (m *Manager) resultDetail(rec *store.WorkflowRecord, ws *api.WorkflowStatus) {
+func (m *Manager) resultDetail(rec *store.WorkflowRecord, ws *jobs.WorkflowStatus) {
 	ws.Series = jobs.SeriesPoints(rec.Series)
 	if len(ws.Steps) == 0 {
 		return

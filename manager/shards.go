@@ -2,8 +2,8 @@ package manager
 
 import (
 	"fmt"
+	"slices"
 
-	"tempest/api"
 	"tempest/jobs"
 	"tempest/store"
 	"tempest/wire"
@@ -15,36 +15,46 @@ import (
 // load. Each shard is placed, retried and fenced on its own; statuses and
 // results merge them back into one workflow.
 
-// specsOf is the specs of a job's workflow records, in submission order.
-func specsOf(wfs []store.WorkflowRecord) []wire.WorkflowSpec {
-	out := make([]wire.WorkflowSpec, len(wfs))
-	for i := range wfs {
-		out[i] = wfs[i].Spec
+// modelLocked is j's job model (jobs.Model), worked out on first use: its
+// workflows never change once the job is in memory.
+func modelLocked(j *jobState) *jobs.Model {
+	if j.model == nil {
+		specs := make([]wire.WorkflowSpec, len(j.wfs))
+		for i, w := range j.wfs {
+			specs[i] = w.rec.Spec
+		}
+		j.model = jobs.NewModel(specs)
 	}
-	return out
+	return j.model
 }
 
-// groupLocked is the workflows of w's group (jobs.Groups): every shard of
-// a split workflow, or w alone.
-func groupLocked(w *workflowState) []*workflowState {
-	specs := make([]wire.WorkflowSpec, len(w.job.wfs))
-	at := -1
-	for i, s := range w.job.wfs {
-		specs[i] = s.rec.Spec
-		if s == w {
-			at = i
-		}
+// groupLocked is the index in w's job model of w's group (jobs.Groups):
+// every shard of a split workflow, or w alone.
+func groupLocked(w *workflowState) int {
+	return modelLocked(w.job).GroupOf(slices.Index(w.job.wfs, w))
+}
+
+// thresholdsLocked is w's thresholds, parsed once with its job's model.
+func thresholdsLocked(w *workflowState) *workflow.CompiledThresholds {
+	if g := groupLocked(w); g >= 0 {
+		return modelLocked(w.job).Thresholds(g)
 	}
-	if at < 0 {
+	return workflow.CompileThresholds(w.rec.Spec.Thresholds)
+}
+
+// groupMembersLocked is the workflows of w's group.
+func groupMembersLocked(w *workflowState) []*workflowState {
+	g := groupLocked(w)
+	if g < 0 {
 		return []*workflowState{w}
 	}
-	g := jobs.GroupOf(specs, at)
-	return w.job.wfs[g.Start:g.End]
+	grp := modelLocked(w.job).Groups()[g]
+	return w.job.wfs[grp.Start:grp.End]
 }
 
 // shardsStatus merges a split workflow's shards: counts summed, histograms
 // merged, thresholds judged on the merged results once every shard ended.
-func (m *Manager) shardsStatus(shards []store.WorkflowRecord, detail bool) api.WorkflowStatus {
+func (m *Manager) shardsStatus(shards []store.WorkflowRecord, th *workflow.CompiledThresholds, detail bool) jobs.WorkflowStatus {
 	parts := make([]jobs.WorkflowPart, len(shards))
 	for i := range shards {
 		rec := &shards[i]
@@ -57,7 +67,7 @@ func (m *Manager) shardsStatus(shards []store.WorkflowRecord, detail bool) api.W
 		}
 		parts[i] = jobs.WorkflowPart{Progress: p, Attempts: rec.Attempts, Cores: rec.Cores}
 	}
-	ws, err := jobs.MergeWorkflow(shards[0].Spec, parts, shards[0].Spec.Shards, detail)
+	ws, err := jobs.MergeWorkflow(shards[0].Spec, th, parts, shards[0].Spec.Shards, detail)
 	if err != nil {
 		m.log.Warn("undecodable step statistics", "job_id", shards[0].JobID, "workflow", shards[0].Spec.Name, "err", err)
 	}
@@ -71,7 +81,7 @@ func siblingWorkersLocked(w *workflowState) map[string]bool {
 		return nil
 	}
 	out := map[string]bool{}
-	for _, s := range groupLocked(w) {
+	for _, s := range groupMembersLocked(w) {
 		if s == w || s.rec.Status.Terminal() {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/jobs"
 	"tempest/lifecycle"
 	"tempest/wire"
 )
@@ -105,6 +106,6 @@ func (m *Manager) watchStatus(id string) (api.JobStatus, uint64, bool) {
 	// merges the workflows (decoding their histograms), the rest share
 	// that. seq moves on every change a watcher sends for, so a shared
 	// build is never older than what a watcher would have built itself.
-	wss := v.statuses.Get(v.seq, func() []api.WorkflowStatus { return m.workflowStatuses(v, false) })
+	wss := v.statuses.Get(v.seq, func() []jobs.WorkflowStatus { return m.workflowStatuses(v, false) })
 	return m.jobStatusOf(v, wss), v.seq, true
 }
