@@ -183,3 +183,37 @@ func TestCanonicalize(t *testing.T) {
 		t.Fatalf("second Canonicalize changed %s to %s (ids drawn %d)", before, after, n)
 	}
 }
+
+// Any shape a client sends: the shape check never panics (it once read
+// specs[-1]), and on every shape it accepts, Groups agrees with each former
+// rule.
+func FuzzGroupsOnAcceptedShapes(f *testing.F) {
+	f.Add([]byte{0, 0, 0})
+	f.Add([]byte{1, 1, 2, 1, 2, 2})
+	f.Add([]byte{1, 2, 2, 1, 1, 2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var specs []wire.WorkflowSpec
+		for i := 0; i+2 < len(b) && len(specs) < 16; i += 3 {
+			specs = append(specs, wire.WorkflowSpec{Name: string(rune('a' + b[i]%3)), Shard: int(b[i+1] % 5), Shards: int(b[i+2] % 5)})
+		}
+		if len(checkShape(specs)) > 0 {
+			return
+		}
+		var got [][]int
+		for _, g := range Groups(specs) {
+			got = append(got, span(g.Start, g.End))
+		}
+		if former := formerManagerGroups(specs); !equal(got, former) {
+			t.Fatalf("%+v: manager rule %v, Groups %v", specs, former, got)
+		}
+		if former := formerGateGroups(specs); !equal(got, former) {
+			t.Fatalf("%+v: gate rule %v, Groups %v", specs, former, got)
+		}
+		for i := range specs {
+			g := GroupOf(specs, i)
+			if former := formerManagerSiblings(specs, i); !slices.Equal(span(g.Start, g.End), former) {
+				t.Fatalf("%+v: spec %d: siblings rule %v, GroupOf %v", specs, i, former, span(g.Start, g.End))
+			}
+		}
+	})
+}
