@@ -2,11 +2,10 @@ package gate
 
 import (
 	"context"
-	"fmt"
 	"time"
 
+	"tempest/jobs"
 	"tempest/wire"
-	"tempest/workflow"
 )
 
 // abortCheckInterval is the least time between two mid-run checks of a
@@ -28,17 +27,11 @@ func hasAbortThresholds(specs []wire.WorkflowSpec) bool {
 // results merged across datacenters (and shards); a threshold with no data
 // yet is not judged. It returns the failure, or "".
 func (g *Gate) abortReason(rec *wire.GateJobRecord) string {
-	for i, spec := range rec.Submission.Workflows {
-		if spec.Shard > 1 && i > 0 && rec.Submission.Workflows[i-1].Name == spec.Name {
-			continue
-		}
-		var abort []wire.Threshold
-		for _, th := range spec.Thresholds {
-			if th.AbortOnFail {
-				abort = append(abort, th)
-			}
-		}
-		if len(abort) == 0 {
+	model := g.modelOf(rec)
+	for k, grp := range model.Groups() {
+		spec := rec.Submission.Workflows[grp.Start]
+		abort := model.AbortOnFail(k)
+		if abort.Len() == 0 {
 			continue
 		}
 		var steps []wire.StepStats
@@ -52,14 +45,8 @@ func (g *Gate) abortReason(rec *wire.GateJobRecord) string {
 				}
 			}
 		}
-		for _, r := range workflow.Evaluate(abort, steps, completed, failed, elapsed) {
-			if !r.Passed && r.Actual != workflow.NoData {
-				reason := fmt.Sprintf("%s%s (actual %s) in workflow %s", wire.ThresholdAbortPrefix, r.Expr, r.Actual, spec.Name)
-				if r.Step != "" {
-					reason += ", step " + r.Step
-				}
-				return reason
-			}
+		if reason, _, hit := jobs.AbortReason(spec.Name, abort.Evaluate(steps, completed, failed, elapsed)); hit {
+			return reason
 		}
 	}
 	return ""

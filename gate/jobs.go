@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"tempest/jobs"
 	"tempest/wire"
 )
 
@@ -32,6 +33,11 @@ type jobEntry struct {
 	// majority of gates, and closed once that is decided: a submission of
 	// the same id meanwhile waits for it rather than answer too early.
 	placing chan struct{}
+	// statuses is the job's workflows merged as of a change (keyed by
+	// changed), built once for all its watchers; set by watchRecord.
+	statuses *jobs.Memo[<-chan struct{}, []jobs.WorkflowStatus]
+	// model is the job's groups and parsed thresholds (Gate.modelOf).
+	model jobs.Memo[*wire.WorkflowSpec, *jobs.Model]
 }
 
 func newJobEntry(rec wire.GateJobRecord) *jobEntry {

@@ -7,13 +7,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
+	"tempest/jobs"
 	"tempest/wire"
 )
-
-// defaultJobTimeout matches the managers' default for a job without one.
-const defaultJobTimeout = time.Hour
 
 // submit places a new job (leader only): pick datacenters, grant a lease
 // per datacenter, store and replicate the record to a majority of gates,
@@ -28,9 +25,7 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	}
 	s := *sub
 	s.Workflows = slices.Clone(sub.Workflows)
-	if s.JobID == "" {
-		s.JobID = fmt.Sprintf("j-%016x", g.ids.Next())
-	}
+	jobs.Of(&s).Canonicalize(g.now(), g.ids.Next)
 	if ack, err := g.existing(ctx, s.JobID); ack != nil || err != nil {
 		return ack, err
 	}
@@ -46,12 +41,6 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 		return nil, err
 	}
 	now := g.now()
-	if s.Timeout == 0 {
-		s.Timeout = defaultJobTimeout
-	}
-	if s.SubmittedAt == 0 {
-		s.SubmittedAt = now.UnixNano()
-	}
 	s.Datacenters, s.DatacenterCount = dcs, len(dcs)
 	rec := wire.GateJobRecord{Submission: s, Status: wire.JobSubmitted, CreatedAt: now.UnixNano()}
 	for _, dc := range dcs {
