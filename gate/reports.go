@@ -8,7 +8,8 @@ import (
 )
 
 // handleJobProgress takes a datacenter's report. A follower passes it to
-// the leader; the leader renews the lease and merges the report.
+// the leader (ForwardJobProgress); the leader renews the lease and merges
+// the report.
 func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
 	lt := g.lead.Load()
 	if lt == nil {
@@ -16,8 +17,27 @@ func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire
 		if leader == "" || leader == g.cfg.ID || addr == "" {
 			return nil, g.elector.NotLeaderError()
 		}
-		return g.tr.Call(ctx, addr, jp)
+		return g.tr.Call(ctx, addr, &wire.ForwardJobProgress{Report: *jp})
 	}
+	return g.takeReport(ctx, lt, jp)
+}
+
+// handleForwardedJobProgress takes a report another gate received. It goes
+// one hop only: a gate that does not lead either answers not_leader, and
+// the manager tries the next gate it knows.
+func (g *Gate) handleForwardedJobProgress(ctx context.Context, from transport.Peer, op *wire.ForwardJobProgress) (wire.Message, error) {
+	if !g.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "forwarded reports are only accepted from configured gates")
+	}
+	lt := g.lead.Load()
+	if lt == nil {
+		return nil, g.elector.NotLeaderError()
+	}
+	return g.takeReport(ctx, lt, &op.Report)
+}
+
+// takeReport is the leader's side of a datacenter's report.
+func (g *Gate) takeReport(ctx context.Context, lt *leaderTerm, jp *wire.JobProgress) (wire.Message, error) {
 	// No report is answered before the takeover's majority read: until
 	// then this gate may not hold the job.
 	select {
