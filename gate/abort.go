@@ -67,14 +67,17 @@ func (g *Gate) abortReason(rec *wire.GateJobRecord) string {
 
 // abort ends a job everywhere because an abort_on_fail threshold failed.
 func (g *Gate) abort(ctx context.Context, id, reason string) {
-	g.mu.Lock()
-	j, ok := g.jobs[id]
-	if !ok || j.aborted != "" || j.rec.Status.Terminal() {
-		g.mu.Unlock()
+	first := false
+	g.update(func(*txn) {
+		j, ok := g.jobs[id]
+		if !ok || j.aborted != "" || j.rec.Status.Terminal() {
+			return
+		}
+		j.aborted, first = reason, true
+	})
+	if !first {
 		return
 	}
-	j.aborted = reason
-	g.mu.Unlock()
 	g.log.Warn("abort_on_fail threshold failed on the merged results; ending the job", "job_id", id, "reason", reason)
 	if _, err := g.stopEverywhere(ctx, id, reason); err != nil {
 		g.log.Warn("abort", "job_id", id, "err", err)

@@ -11,18 +11,25 @@ func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAc
 	if _, err := g.awaitLeader(ctx); err != nil {
 		return nil, err
 	}
-	g.mu.Lock()
-	j, ok := g.jobs[id]
-	if !ok {
-		g.mu.Unlock()
+	var found bool
+	var ended wire.JobStatus
+	g.update(func(*txn) {
+		j, ok := g.jobs[id]
+		if found = ok; !ok {
+			return
+		}
+		if j.rec.Status.Terminal() {
+			ended = j.rec.Status
+			return
+		}
+		j.cancelled = reason
+	})
+	switch {
+	case !found:
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
+	case ended != "":
+		return &wire.CancelAck{JobID: id, Cancelled: false, Error: "job already " + string(ended)}, nil
 	}
-	if j.rec.Status.Terminal() {
-		g.mu.Unlock()
-		return &wire.CancelAck{JobID: id, Cancelled: false, Error: "job already " + string(j.rec.Status)}, nil
-	}
-	j.cancelled = reason
-	g.mu.Unlock()
 	return g.stopEverywhere(ctx, id, reason)
 }
 
@@ -30,23 +37,26 @@ func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAc
 // its lease's token, and ends the job's part there. A datacenter that cannot
 // be told now stops at its next report, which is answered with a cancel.
 func (g *Gate) stopEverywhere(ctx context.Context, id, reason string) (*wire.CancelAck, error) {
-	g.mu.Lock()
-	j, ok := g.jobs[id]
-	if !ok {
-		g.mu.Unlock()
-		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
-	}
 	type target struct {
 		dc    string
 		token uint64
 	}
 	var targets []target
-	for _, l := range j.rec.Leases {
-		if pi := j.progressIndex(l.Datacenter); pi >= 0 && !j.rec.Datacenters[pi].Status.Terminal() {
-			targets = append(targets, target{l.Datacenter, l.FenceToken})
+	var j *jobEntry
+	g.view(func() {
+		var ok bool
+		if j, ok = g.jobs[id]; !ok {
+			return
 		}
+		for _, l := range j.rec.Leases {
+			if pi := j.progressIndex(l.Datacenter); pi >= 0 && !j.rec.Datacenters[pi].Status.Terminal() {
+				targets = append(targets, target{l.Datacenter, l.FenceToken})
+			}
+		}
+	})
+	if j == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
 	}
-	g.mu.Unlock()
 
 	ack := &wire.CancelAck{JobID: id, Cancelled: true}
 	for _, t := range targets {
@@ -56,20 +66,19 @@ func (g *Gate) stopEverywhere(ctx context.Context, id, reason string) (*wire.Can
 			// next report is answered with a cancel.
 			g.log.Warn("cancel not delivered; the datacenter stops at its next report", "job_id", id, "dc", t.dc, "err", err)
 		}
-		g.mu.Lock()
-		if pi := j.progressIndex(t.dc); pi >= 0 && !j.rec.Datacenters[pi].Status.Terminal() {
-			j.mutateLocked(func(rec *wire.GateJobRecord) {
-				rec.Datacenters[pi].Status = wire.JobCancelled
-				rec.Datacenters[pi].Error = reason
-			})
-		}
-		g.mu.Unlock()
+		g.update(func(*txn) {
+			if pi := j.progressIndex(t.dc); pi >= 0 && !j.rec.Datacenters[pi].Status.Terminal() {
+				j.mutateLocked(func(rec *wire.GateJobRecord) {
+					rec.Datacenters[pi].Status = wire.JobCancelled
+					rec.Datacenters[pi].Error = reason
+				})
+			}
+		})
 		ack.WorkflowsCancelled++
 	}
-	g.mu.Lock()
-	g.refreshLocked(j)
-	stored := g.commitLocked(j)
-	g.mu.Unlock()
-	g.save(stored)
+	g.update(func(tx *txn) {
+		g.refreshLocked(j)
+		tx.commit(j)
+	})
 	return ack, nil
 }

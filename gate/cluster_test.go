@@ -236,7 +236,7 @@ func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
 	go func() {
 		defer close(watched)
 		for watchCtx.Err() == nil {
-			if late.lead.Load() != nil {
+			if late.lead.Held() != nil {
 				led.Store(true)
 			}
 			time.Sleep(2 * time.Millisecond)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"tempest/leadership"
 	"tempest/wire"
 )
 
@@ -13,51 +14,50 @@ import (
 // falling back to the JobSubmission, which managers treat as a repeat when
 // they know the job. A datacenter that refuses the job for good (invalid,
 // or a newer lease elsewhere) is FAILED for it at once.
-func (g *Gate) sendToDC(lt *leaderTerm, id, dc string) error {
-	g.mu.Lock()
-	j, ok := g.jobs[id]
-	// A job still being stored on a majority of gates goes nowhere yet: it
-	// may be withdrawn.
-	if !ok || j.inFlight[dc] || !j.send[dc] || j.placing != nil {
-		g.mu.Unlock()
+func (g *Gate) sendToDC(lt *leadership.Term, id, dc string) error {
+	var j *jobEntry
+	var lease wire.DatacenterLease
+	var sub wire.JobSubmission
+	g.update(func(*txn) {
+		jj, ok := g.jobs[id]
+		// A job still being stored on a majority of gates goes nowhere
+		// yet: it may be withdrawn.
+		if !ok || jj.inFlight[dc] || !jj.send[dc] || jj.placing != nil {
+			return
+		}
+		i := jj.leaseIndex(dc)
+		if i < 0 {
+			return
+		}
+		j, lease, sub = jj, jj.rec.Leases[i], jj.rec.Submission
+		j.inFlight[dc] = true
+	})
+	if j == nil {
 		return nil
 	}
-	i := j.leaseIndex(dc)
-	if i < 0 {
-		g.mu.Unlock()
-		return nil
-	}
-	lease := j.rec.Leases[i]
-	sub := j.rec.Submission
+	defer g.update(func(*txn) { delete(j.inFlight, dc) })
 	sub.Datacenters, sub.DatacenterCount = nil, 0
 	sub.FenceToken, sub.Origin, sub.LeaseTTL = lease.FenceToken, g.cfg.ID, g.cfg.LeaseTTL
 	transfer := lease.Version > 0 // the lease changed hands at least once
-	j.inFlight[dc] = true
-	g.mu.Unlock()
-	defer func() {
-		g.mu.Lock()
-		delete(j.inFlight, dc)
-		g.mu.Unlock()
-	}()
 
 	log := g.log.With("job_id", id, "dc", dc)
 	var msg wire.Message = &sub
 	if transfer {
 		msg = &wire.LeaseTransfer{JobID: id, Datacenter: dc, NewFenceToken: lease.FenceToken, Version: lease.Version, LeaseTTL: g.cfg.LeaseTTL}
 	}
-	err := g.callDC(lt.ctx, dc, msg)
+	err := g.callDC(lt.Context(), dc, msg)
 	var we *wire.Error
 	if transfer && errors.As(err, &we) && we.Code == wire.CodeNotFound {
 		// The datacenter never got the job (the old leader died first).
-		err = g.callDC(lt.ctx, dc, &sub)
+		err = g.callDC(lt.Context(), dc, &sub)
 	}
 	switch {
 	case err == nil:
-		g.mu.Lock()
-		if j.rec.Leases[j.leaseIndex(dc)].FenceToken == lease.FenceToken {
-			delete(j.send, dc)
-		}
-		g.mu.Unlock()
+		g.update(func(*txn) {
+			if j.rec.Leases[j.leaseIndex(dc)].FenceToken == lease.FenceToken {
+				delete(j.send, dc)
+			}
+		})
 		log.Info("datacenter took the job", "fence_token", lease.FenceToken, "transfer", transfer)
 		return nil
 	case errors.As(err, &we) && (we.Code == wire.CodeRejected || we.Code == wire.CodeStaleFence):
@@ -122,25 +122,22 @@ func (g *Gate) callDC(ctx context.Context, dc string, msg wire.Message) error {
 // failDC ends job id in datacenter dc with reason, and tells the
 // datacenter to stop (best effort: its lease is gone either way).
 func (g *Gate) failDC(id, dc, reason string) {
-	g.mu.Lock()
-	j, ok := g.jobs[id]
-	if !ok {
-		g.mu.Unlock()
-		return
-	}
-	pi := j.progressIndex(dc)
-	if pi < 0 || j.rec.Datacenters[pi].Status.Terminal() {
-		g.mu.Unlock()
-		return
-	}
-	j.mutateLocked(func(rec *wire.GateJobRecord) {
-		rec.Datacenters[pi].Status = wire.JobFailed
-		rec.Datacenters[pi].Error = reason
+	g.update(func(tx *txn) {
+		j, ok := g.jobs[id]
+		if !ok {
+			return
+		}
+		pi := j.progressIndex(dc)
+		if pi < 0 || j.rec.Datacenters[pi].Status.Terminal() {
+			return
+		}
+		j.mutateLocked(func(rec *wire.GateJobRecord) {
+			rec.Datacenters[pi].Status = wire.JobFailed
+			rec.Datacenters[pi].Error = reason
+		})
+		delete(j.send, dc)
+		g.refreshLocked(j)
+		tx.commit(j)
+		g.log.Warn("datacenter failed for the job", "job_id", id, "dc", dc, "reason", reason)
 	})
-	delete(j.send, dc)
-	g.refreshLocked(j)
-	stored := g.commitLocked(j)
-	g.mu.Unlock()
-	g.log.Warn("datacenter failed for the job", "job_id", id, "dc", dc, "reason", reason)
-	g.save(stored)
 }

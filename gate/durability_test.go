@@ -123,7 +123,7 @@ func TestLeaderServesOnlyAfterReadingAMajority(t *testing.T) {
 	var winner *Gate
 	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
 		for _, id := range rest {
-			if g := hg.gates[id]; g.lead.Load() != nil {
+			if g := hg.gates[id]; g.lead.Held() != nil {
 				winner = g
 				return nil
 			}

@@ -68,19 +68,17 @@ func (g *Gate) load() error {
 		return err
 	}
 	now := g.now()
-	var old []string
-	g.mu.Lock()
-	for _, r := range recs {
-		g.version = max(g.version, r.Version)
-		if g.expired(r, now) {
-			old = append(old, r.Submission.JobID)
-			continue
+	if err := g.update(func(tx *txn) {
+		for _, r := range recs {
+			g.version = max(g.version, r.Version)
+			if g.expired(r, now) {
+				tx.forget(r.Submission.JobID)
+				continue
+			}
+			g.jobs[r.Submission.JobID] = newJobEntry(*r)
 		}
-		g.jobs[r.Submission.JobID] = newJobEntry(*r)
-	}
-	g.mu.Unlock()
-	if err := g.store.delete(old...); err != nil {
-		g.log.Warn("retention: delete expired job records", "jobs", len(old), "err", err)
+	}); err != nil {
+		g.log.Warn("retention: delete expired job records", "err", err)
 	}
 	return nil
 }
@@ -104,10 +102,7 @@ func (j *jobEntry) datacentersLocked() []string {
 }
 
 func (g *Gate) forget(id string) {
-	g.mu.Lock()
-	delete(g.jobs, id)
-	g.mu.Unlock()
-	if err := g.store.delete(id); err != nil {
+	if err := g.update(func(tx *txn) { tx.forget(id) }); err != nil {
 		g.log.Warn("forget job", "job_id", id, "err", err)
 	}
 }

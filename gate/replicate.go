@@ -99,7 +99,7 @@ func (g *Gate) handleReplicateGateRecord(_ context.Context, from transport.Peer,
 	if rec.Submission.JobID == "" {
 		return nil, wire.Errorf(wire.CodeRejected, "job record without a job id")
 	}
-	if lt := g.lead.Load(); lt != nil && lt.isSynced() {
+	if lt := g.lead.Leading(); lt != nil && lt.Synced() {
 		// A deposed leader still replicating: this gate's own copy, with
 		// the leases it took over, is newer.
 		return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: false, Error: "this gate leads now"}, nil
@@ -110,23 +110,18 @@ func (g *Gate) handleReplicateGateRecord(_ context.Context, from transport.Peer,
 		// message.
 		return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: false, Error: "not the leader: " + leader + " leads"}, nil
 	}
-	if stored := g.adopt(rec); stored != nil {
-		if err := g.store.put(stored); err != nil {
-			return nil, wire.Errorf(wire.CodeUnavailable, "persist job %s: %v", rec.Submission.JobID, err)
-		}
+	if err := g.update(func(tx *txn) { g.adoptLocked(tx, rec) }); err != nil {
+		return nil, wire.Errorf(wire.CodeUnavailable, "persist job %s: %v", rec.Submission.JobID, err)
 	}
 	return &wire.JobAck{JobID: rec.Submission.JobID, Accepted: true}, nil
 }
 
-// adopt merges a record from another gate: the higher version wins, and a
-// record past retention is never taken in. It returns the record to
-// persist, or nil if it was not newer.
-func (g *Gate) adopt(rec *wire.GateJobRecord) *wire.GateJobRecord {
-	now := g.now()
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// adoptLocked merges a record from another gate: the higher version wins,
+// and a record past retention is never taken in. A record taken in is
+// written as it is; it returns the copy, or nil if it was not newer.
+func (g *Gate) adoptLocked(tx *txn, rec *wire.GateJobRecord) *wire.GateJobRecord {
 	g.version = max(g.version, rec.Version)
-	if g.expired(rec, now) {
+	if g.expired(rec, g.now()) {
 		return nil
 	}
 	j, ok := g.jobs[rec.Submission.JobID]
@@ -141,5 +136,6 @@ func (g *Gate) adopt(rec *wire.GateJobRecord) *wire.GateJobRecord {
 	}
 	j.wakeLocked()
 	out := j.rec
+	tx.store(&out)
 	return &out
 }

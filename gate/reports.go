@@ -2,7 +2,9 @@ package gate
 
 import (
 	"context"
+	"errors"
 
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -11,7 +13,7 @@ import (
 // the leader (ForwardJobProgress); the leader renews the lease and merges
 // the report.
 func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
-	lt := g.lead.Load()
+	lt := g.lead.Leading()
 	if lt == nil {
 		leader, addr := g.elector.Leader()
 		if leader == "" || leader == g.cfg.ID || addr == "" {
@@ -29,7 +31,7 @@ func (g *Gate) handleForwardedJobProgress(ctx context.Context, from transport.Pe
 	if !g.isPeer(from.NodeID) {
 		return nil, wire.Errorf(wire.CodeRejected, "forwarded reports are only accepted from configured gates")
 	}
-	lt := g.lead.Load()
+	lt := g.lead.Leading()
 	if lt == nil {
 		return nil, g.elector.NotLeaderError()
 	}
@@ -37,38 +39,52 @@ func (g *Gate) handleForwardedJobProgress(ctx context.Context, from transport.Pe
 }
 
 // takeReport is the leader's side of a datacenter's report.
-func (g *Gate) takeReport(ctx context.Context, lt *leaderTerm, jp *wire.JobProgress) (wire.Message, error) {
+func (g *Gate) takeReport(ctx context.Context, lt *leadership.Term, jp *wire.JobProgress) (wire.Message, error) {
 	// No report is answered before the takeover's majority read: until
 	// then this gate may not hold the job.
-	select {
-	case <-lt.synced:
-	case <-lt.ctx.Done():
+	if err := lt.AwaitSynced(ctx); errors.Is(err, leadership.ErrTermEnded) {
 		return nil, g.elector.NotLeaderError()
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	} else if err != nil {
+		return nil, err
 	}
-	g.mu.Lock()
-	_, known := g.jobs[jp.JobID]
-	g.mu.Unlock()
+	var known bool
+	g.view(func() { _, known = g.jobs[jp.JobID] })
 	if !known {
 		if ack, found := g.unknownReport(ctx, lt, jp); !found {
 			return ack, nil
 		}
 	}
-	now := g.now()
-	var stored *wire.GateJobRecord
 	ack := &wire.ProgressAck{Leader: g.cfg.ID}
-	g.mu.Lock()
+	var check *wire.GateJobRecord
+	var rejected error
+	// Only commits: nothing here is written as it is, so update has no
+	// error of its own to return.
+	g.update(func(tx *txn) { check, rejected = g.reportLocked(tx, jp, ack) })
+	if rejected != nil {
+		return nil, rejected
+	}
+	if check != nil {
+		if reason := g.abortReason(check); reason != "" {
+			g.spawn(func(ctx context.Context) { g.abort(ctx, check.Submission.JobID, reason) })
+		}
+	}
+	return ack, nil
+}
+
+// reportLocked merges a datacenter's report into its job and fills the
+// answer: the lease renewed, the datacenter's part replaced, the record
+// committed when the job's status changed. It returns a copy of the record
+// when the job's abort_on_fail thresholds are due a check.
+func (g *Gate) reportLocked(tx *txn, jp *wire.JobProgress, ack *wire.ProgressAck) (*wire.GateJobRecord, error) {
+	now := g.now()
 	j, ok := g.jobs[jp.JobID]
 	if !ok {
 		// Forgotten meanwhile (retention): nobody will read its results.
-		g.mu.Unlock()
 		ack.Cancel = !jp.Status.Terminal()
-		return ack, nil
+		return nil, nil
 	}
 	li, pi := j.leaseIndex(jp.Datacenter), j.progressIndex(jp.Datacenter)
 	if li < 0 || pi < 0 {
-		g.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeRejected, "job %s does not run in %s", jp.JobID, jp.Datacenter)
 	}
 	cur := j.rec.Datacenters[pi]
@@ -78,8 +94,7 @@ func (g *Gate) takeReport(ctx context.Context, lt *leaderTerm, jp *wire.JobProgr
 		// manager that the lease holder says so.
 		ack.Cancel = !jp.Status.Terminal()
 		ack.FenceToken = j.rec.Leases[li].FenceToken
-		g.mu.Unlock()
-		return ack, nil
+		return nil, nil
 	}
 	if jp.FenceToken >= j.rec.Leases[li].FenceToken {
 		delete(j.send, jp.Datacenter)
@@ -93,24 +108,14 @@ func (g *Gate) takeReport(ctx context.Context, lt *leaderTerm, jp *wire.JobProgr
 		ack.LeaseTTL = g.cfg.LeaseTTL
 	}
 	if g.refreshLocked(j) || statusChanged {
-		stored = g.commitLocked(j)
+		tx.commit(j)
 	} else {
 		j.wakeLocked()
 	}
-	var check *wire.GateJobRecord
 	if j.aborted == "" && j.cancelled == "" && !now.Before(j.nextAbortCheck) && hasAbortThresholds(j.rec.Submission.Workflows) {
 		j.nextAbortCheck = now.Add(abortCheckInterval)
 		rec := j.rec
-		check = &rec
+		return &rec, nil
 	}
-	g.mu.Unlock()
-	if stored != nil {
-		g.save(stored)
-	}
-	if check != nil {
-		if reason := g.abortReason(check); reason != "" {
-			g.spawn(func(ctx context.Context) { g.abort(ctx, check.Submission.JobID, reason) })
-		}
-	}
-	return ack, nil
+	return nil, nil
 }

@@ -55,8 +55,12 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	s.Datacenters, s.DatacenterCount = dcs, len(dcs)
 	rec := wire.GateJobRecord{Submission: s, Status: wire.JobSubmitted, CreatedAt: now.UnixNano()}
 	for _, dc := range dcs {
+		tok, err := lt.NextToken()
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeUnavailable, "job %s: %v; a new gate leader term is needed", s.JobID, err)
+		}
 		rec.Leases = append(rec.Leases, wire.DatacenterLease{
-			JobID: s.JobID, Datacenter: dc, LeaseHolder: g.cfg.ID, FenceToken: lt.nextToken(),
+			JobID: s.JobID, Datacenter: dc, LeaseHolder: g.cfg.ID, FenceToken: tok,
 			ExpiresAt: now.Add(g.cfg.LeaseTTL).UnixNano(),
 		})
 		rec.Datacenters = append(rec.Datacenters, wire.JobProgress{JobID: s.JobID, Datacenter: dc, Status: wire.JobSubmitted})
@@ -69,31 +73,34 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 		return nil, wire.Errorf(wire.CodeTooLarge, "job %s: its record is %d bytes, more than the %d one message between gates holds (data files count)",
 			s.JobID, len(b), maxRecordBytes)
 	}
-	g.mu.Lock()
-	if old, ok := g.jobs[s.JobID]; ok {
-		if !old.rec.Withdrawn {
-			// Another submission of this id got here first.
-			g.mu.Unlock()
-			return g.existing(ctx, s.JobID)
+	var j *jobEntry
+	var stored *wire.GateJobRecord
+	err = g.update(func(tx *txn) {
+		if old, ok := g.jobs[s.JobID]; ok {
+			if !old.rec.Withdrawn {
+				// Another submission of this id got here first.
+				return
+			}
+			// Placed afresh: the new record's version outranks the
+			// withdrawn one's everywhere.
+			old.wakeLocked()
 		}
-		// Placed afresh: the new record's version outranks the withdrawn
-		// one's everywhere.
-		old.wakeLocked()
+		j = newJobEntry(rec)
+		for _, dc := range dcs {
+			j.send[dc] = true
+		}
+		j.placing = make(chan struct{})
+		g.jobs[s.JobID] = j
+		stored = tx.commitForQuorum(j)
+	})
+	if j == nil {
+		return g.existing(ctx, s.JobID)
 	}
-	j := newJobEntry(rec)
-	for _, dc := range dcs {
-		j.send[dc] = true
-	}
-	j.placing = make(chan struct{})
-	g.jobs[s.JobID] = j
-	stored := g.commitLocked(j)
-	g.mu.Unlock()
-
 	log := g.log.With("job_id", s.JobID)
-	if err := g.store.put(stored); err != nil {
+	if err != nil {
 		g.placed(j)
 		g.forget(s.JobID)
-		return nil, fmt.Errorf("persist job %s: %w", s.JobID, err)
+		return nil, fmt.Errorf("job %s: %w", s.JobID, err)
 	}
 	if err := g.replicateQuorum(ctx, stored); err != nil {
 		err = g.withdraw(j, err)

@@ -31,9 +31,8 @@ func (g *Gate) initialSync(ctx context.Context) {
 		lhm = g.members.LocalHealth()
 	}
 	g.elector.SetLHM(lhm)
-	g.mu.Lock()
-	n := len(g.jobs)
-	g.mu.Unlock()
+	var n int
+	g.view(func() { n = len(g.jobs) })
 	g.log.Info("state synced; eligible to lead", "jobs", n)
 }
 
@@ -200,16 +199,18 @@ func (g *Gate) fetchRecords(ctx context.Context, id string, cur syncCursor) (syn
 
 // merge adopts records newer than this gate's copies and persists them.
 func (g *Gate) merge(recs []wire.GateJobRecord) (int, error) {
-	var stored []*wire.GateJobRecord
-	for i := range recs {
-		if r := g.adopt(&recs[i]); r != nil {
-			stored = append(stored, r)
+	n := 0
+	err := g.update(func(tx *txn) {
+		for i := range recs {
+			if g.adoptLocked(tx, &recs[i]) != nil {
+				n++
+			}
 		}
+	})
+	if err != nil {
+		return n, fmt.Errorf("synced job records: %w", err)
 	}
-	if err := g.store.put(stored...); err != nil {
-		return len(stored), fmt.Errorf("persist synced job records: %w", err)
-	}
-	return len(stored), nil
+	return n, nil
 }
 
 // handleStateSync answers another gate's state sync with one page of
@@ -230,15 +231,17 @@ func (g *Gate) handleStateSync(_ context.Context, from transport.Peer, req *wire
 		return r.Version > req.SinceVersion ||
 			req.SinceJobID != "" && r.Version == req.SinceVersion && r.Submission.JobID > req.SinceJobID
 	}
-	g.mu.Lock()
-	recs := make([]wire.GateJobRecord, 0, len(g.jobs))
-	for _, j := range g.jobs {
-		if wanted(&j.rec) {
-			recs = append(recs, j.rec)
+	var recs []wire.GateJobRecord
+	resp := &wire.StateSyncResponse{ResponderID: g.cfg.ID}
+	g.view(func() {
+		recs = make([]wire.GateJobRecord, 0, len(g.jobs))
+		for _, j := range g.jobs {
+			if wanted(&j.rec) {
+				recs = append(recs, j.rec)
+			}
 		}
-	}
-	resp := &wire.StateSyncResponse{ResponderID: g.cfg.ID, CurrentVersion: g.version}
-	g.mu.Unlock()
+		resp.CurrentVersion = g.version
+	})
 	slices.SortFunc(recs, func(a, b wire.GateJobRecord) int {
 		return cmp.Or(cmp.Compare(a.Version, b.Version), cmp.Compare(a.Submission.JobID, b.Submission.JobID))
 	})

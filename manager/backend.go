@@ -3,12 +3,14 @@ package manager
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"tempest/api"
+	"tempest/leadership"
 	"tempest/store"
 	"tempest/swim"
 	"tempest/transport"
@@ -209,17 +211,14 @@ func viewLocked(j *jobState) jobView {
 // acknowledged, and "not found" would be an answer it cannot stand by.
 func (m *Manager) awaitSynced(ctx context.Context) error {
 	lt := m.leading()
-	if lt == nil || lt.isSynced() {
+	if lt == nil {
 		return nil
 	}
-	select {
-	case <-lt.synced:
-		return nil
-	case <-lt.ctx.Done():
+	err := lt.AwaitSynced(ctx)
+	if errors.Is(err, leadership.ErrTermEnded) {
 		return wire.Errorf(wire.CodeUnavailable, "%s stopped leading while syncing; ask again", m.cfg.ID)
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return err
 }
 
 func (m *Manager) viewJob(id string) (jobView, bool) {

@@ -46,7 +46,7 @@
 //	jobs.go       job table, state machine, intake, the update/txn helper
 //	schedule.go   placing queued and retried work when capacity appears
 //	provision.go  quorum confirmation, commit, dispatch; peers' side
-//	fence.go      fence tokens and the leader term
+//	leader.go     establishing and revoking a leadership.Term
 //	retry.go      kept dispatch bytes, retries, worker death
 //	progress.go   WorkflowProgress from workers
 //	cancel.go     cancel and per-job timeout

@@ -252,16 +252,16 @@ func (m *Manager) gateReportLoop(ctx context.Context) {
 		case <-m.gateKick:
 		}
 		lt := m.leading()
-		if lt == nil || !lt.isSynced() {
+		if lt == nil || !lt.Synced() {
 			continue
 		}
 		reports := m.gateReports()
 		var wg sync.WaitGroup
 		for _, r := range reports {
-			wg.Go(func() { m.sendGateReport(lt.ctx, r) })
+			wg.Go(func() { m.sendGateReport(lt.Context(), r) })
 		}
 		wg.Wait()
-		m.stopLapsedLeases(lt.ctx)
+		m.stopLapsedLeases(lt.Context())
 		// Kicks come with every status change; a round reports every
 		// gate-driven job, so rounds are spaced even when kicks are not.
 		if !lifecycle.Sleep(ctx, m.cfg.GateReportInterval/10) {

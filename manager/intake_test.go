@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"tempest/leadership"
 	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
@@ -342,8 +343,8 @@ func TestSuccessorLearnsEndedJobItNeverStored(t *testing.T) {
 		t.Fatalf("%s knows the job though it was cut off the whole time", late)
 	}
 	snap := l.managerSnapshot(0, "")
-	lt := newLeaderTerm(context.Background(), snap.Term+1)
-	defer lt.cancel()
+	lt := leadership.NewTerm(context.Background(), snap.Term+1, nil)
+	defer lt.End()
 	m.applyPeerSnapshots(lt, []*wire.ManagerStateSnapshot{snap})
 	st, err := m.Job(context.Background(), sub.JobID)
 	if err != nil || st.Status != wire.JobCompleted {

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode"
 
+	"tempest/leadership"
 	"tempest/store"
 	"tempest/wire"
 	"tempest/workflow"
@@ -83,7 +84,7 @@ type txn struct {
 	visible map[*jobState]bool // something a watcher would see changed
 	wfs     map[*workflowState]struct{}
 	after   []func()
-	leading *leaderTerm // the leader term at the start, nil on a follower
+	leading *leadership.Term // the leader term at the start, nil on a follower
 }
 
 // touchJob marks j changed; persist asks for its record to be written even
@@ -435,7 +436,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 		s.SubmittedAt = now.UnixNano()
 	}
 
-	s.IntakeLeader, s.IntakeTerm = m.cfg.ID, lt.term
+	s.IntakeLeader, s.IntakeTerm = m.cfg.ID, lt.Number()
 
 	var j *jobState
 	var existing *wire.JobAck
@@ -509,7 +510,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	// left PENDING then is the scheduler's (or the next leader's).
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(lt.ctx, cancel)()
+	defer context.AfterFunc(lt.Context(), cancel)()
 
 	err = m.intake(ctx, lt, j, true)
 	m.mu.Lock()
@@ -543,19 +544,18 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 
 // awaitLeader returns the current leader term once its state sync is done:
 // a new leader must not place work before it knows what already runs.
-func (m *Manager) awaitLeader(ctx context.Context, redirect func() *wire.Error) (*leaderTerm, error) {
+func (m *Manager) awaitLeader(ctx context.Context, redirect func() *wire.Error) (*leadership.Term, error) {
 	lt := m.leading()
 	if lt == nil {
 		return nil, redirect()
 	}
-	select {
-	case <-lt.synced:
-		return lt, nil
-	case <-lt.ctx.Done():
+	switch err := lt.AwaitSynced(ctx); {
+	case errors.Is(err, leadership.ErrTermEnded):
 		return nil, redirect()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for state sync: %w", ctx.Err())
+	case err != nil:
+		return nil, fmt.Errorf("waiting for state sync: %w", err)
 	}
+	return lt, nil
 }
 
 // queuePositionLocked is j's 1-based position among queued jobs, oldest

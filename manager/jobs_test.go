@@ -1,8 +1,6 @@
 package manager
 
 import (
-	"errors"
-	"math"
 	"strings"
 	"testing"
 
@@ -44,37 +42,6 @@ func TestDeriveJobStatus(t *testing.T) {
 				t.Fatalf("deriveJobStatus(%+v) = %s, want %s", tc.in, got, tc.want)
 			}
 		})
-	}
-}
-
-func TestFenceTokens(t *testing.T) {
-	for _, tc := range []struct {
-		term uint64
-		seq  uint32
-		want uint64
-	}{
-		{1, 1, 1<<32 | 1},
-		{7, 0, 7 << 32},
-		{2, math.MaxUint32, 2<<32 | math.MaxUint32},
-	} {
-		tok := fenceToken(tc.term, tc.seq)
-		if tok != tc.want || fenceTerm(tok) != tc.term {
-			t.Errorf("fenceToken(%d, %d) = %#x (term %d), want %#x", tc.term, tc.seq, tok, fenceTerm(tok), tc.want)
-		}
-	}
-	// Any token of a later term beats every token of an earlier one.
-	if fenceToken(3, 0) <= fenceToken(2, math.MaxUint32) {
-		t.Fatal("a later term's first token is not above an earlier term's last")
-	}
-	lt := newLeaderTerm(t.Context(), 5)
-	a, _ := lt.nextFence()
-	b, _ := lt.nextFence()
-	if b <= a || fenceTerm(a) != 5 {
-		t.Fatalf("tokens %#x then %#x", a, b)
-	}
-	lt.seq.Store(math.MaxUint32)
-	if _, err := lt.nextFence(); !errors.Is(err, errFenceExhausted) {
-		t.Fatalf("past the last sequence: %v", err)
 	}
 }
 

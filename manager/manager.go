@@ -103,7 +103,7 @@ type Manager struct {
 	// them grow for ever.
 	orphanCommits map[string]orphanCommit
 
-	lead   atomic.Pointer[leaderTerm]
+	terms  *leadership.Terms // the term of leadership held, if any (leader.go)
 	kickCh chan struct{}
 	// gateKick asks the gate report loop to report now: a job's status
 	// changed, and the gate should not learn it a report interval late.
@@ -175,6 +175,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		rnd = rand.Reader
 	}
 	m.life = lifecycle.New()
+	m.terms = leadership.NewTerms(m.life.Context(), m.life.Go, func() uint64 { return m.elector.FenceToken() })
 	m.ids = wire.NewSnowflakeGenerator(cfg.ID, m.clock.Now)
 	m.workers = newWorkerTable(rnd, cfg.QueueSoftLimit, m.clock.Now)
 	m.managers = newManagerTable(m.clock.Now)

@@ -107,7 +107,7 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		// running. After, a majority of managers has been read, and every
 		// acknowledged job is on a majority: this one never was, or was
 		// withdrawn or pruned. It is fenced, never left to run unseen.
-		if lt := m.leading(); lt != nil && lt.isSynced() && !(p.Final || p.Status.Terminal()) {
+		if lt := m.leading(); lt != nil && lt.Synced() && !(p.Final || p.Status.Terminal()) {
 			m.log.Warn("progress for a job no majority of managers holds; stopping it", "job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
 			return true
 		}

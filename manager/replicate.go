@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tempest/blobstore"
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -30,7 +31,7 @@ import (
 // reconciles whatever a peer missed.
 
 // replicateStatus sends a job's status to every peer, one way.
-func (m *Manager) replicateStatus(lt *leaderTerm, jp wire.JobProgress) {
+func (m *Manager) replicateStatus(lt *leadership.Term, jp wire.JobProgress) {
 	if len(m.peerIDs) == 0 {
 		return
 	}

@@ -132,7 +132,7 @@ func (m *Manager) checkAbortLocked(tx *txn, w *workflowState) {
 		m.log.Warn("abort_on_fail threshold failed; ending the job", "job_id", jobID,
 			"workflow_id", w.rec.WorkflowID, "threshold", r.Expr, "step", r.Step, "actual", r.Actual)
 		tx.afterCommit(func() {
-			m.spawnLeader(lt, func(ctx context.Context) {
+			lt.Go(func(ctx context.Context) {
 				if _, err := m.cancelJob(ctx, jobID, wire.JobFailed, reason); err != nil {
 					m.log.Warn("end job after threshold failure", "job_id", jobID, "err", err)
 				}
