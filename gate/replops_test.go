@@ -62,3 +62,25 @@ func TestGateOperationsOnlyFromGates(t *testing.T) {
 		t.Errorf("a follower took a job record from a manager")
 	}
 }
+
+// A manager the gate knows speaks for its own datacenter only: east's
+// manager cannot renew or end west's part of a job.
+func TestReportOnlyForTheSendersDatacenter(t *testing.T) {
+	_, g, east, west := oneGate(t, time.Minute)
+	id := twoDCJob(t, g)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	forged := &wire.JobProgress{JobID: id, Datacenter: "west", Status: wire.JobCompleted, FenceToken: lease(g, id, "west").FenceToken}
+	if _, err := east.tr.Call(ctx, g.ID(), forged); wire.CodeOf(err) != wire.CodeRejected {
+		t.Fatalf("east's manager reporting for west: %v, want rejected", err)
+	}
+	if p := dcStatus(g, id, "west"); p.Status.Terminal() {
+		t.Fatalf("west's part %s after east spoke for it", p.Status)
+	}
+	if _, err := west.report(g, id, wire.JobRunning); err != nil {
+		t.Fatalf("west's own report: %v", err)
+	}
+	if p := dcStatus(g, id, "west"); p.Status != wire.JobRunning {
+		t.Fatalf("west's part %s after its own report, want RUNNING", p.Status)
+	}
+}

@@ -11,8 +11,13 @@ import (
 
 // handleJobProgress takes a datacenter's report. A follower passes it to
 // the leader (ForwardJobProgress); the leader renews the lease and merges
-// the report.
-func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
+// the report. A manager the gate knows reports for its own datacenter
+// only: the datacenter a report speaks for is checked against its
+// authenticated sender, here, before it is forwarded.
+func (g *Gate) handleJobProgress(ctx context.Context, from transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
+	if dc := g.dcs.datacenterOf(from.NodeID); dc != "" && dc != jp.Datacenter {
+		return nil, wire.Errorf(wire.CodeRejected, "manager %s of %s reported job %s for %s", from.NodeID, dc, jp.JobID, jp.Datacenter)
+	}
 	lt := g.lead.Leading()
 	if lt == nil {
 		leader, addr := g.elector.Leader()
