@@ -1,6 +1,6 @@
 // Package api is Tempest's client API: HTTP/1.1 JSON over TCP with bearer
-// tokens. The server serves any Backend — the manager today, the
-// gate later — and the Go client is what the tempest CLI uses.
+// tokens. The server serves any Backend — a manager or a gate —
+// and the Go client is what the tempest CLI uses.
 package api
 
 import (

@@ -23,6 +23,8 @@ type fakeDC struct {
 	dc     string
 	tr     transport.Transport
 	refuse atomic.Pointer[string] // set: submissions are refused with it
+	// dropSubs: this many submissions fail as if unreachable first.
+	dropSubs atomic.Int32
 
 	mu        sync.Mutex
 	subs      map[string][]wire.JobSubmission
@@ -39,6 +41,9 @@ func newFakeDC(t *testing.T, hub *transport.Hub, dc string) *fakeDC {
 		f.mu.Lock()
 		f.subs[s.JobID] = append(f.subs[s.JobID], *s)
 		f.mu.Unlock()
+		if f.dropSubs.Add(-1) >= 0 {
+			return nil, errors.New("datacenter unreachable")
+		}
 		if r := f.refuse.Load(); r != nil {
 			return &wire.JobAck{JobID: s.JobID, Accepted: false, Error: *r}, nil
 		}
@@ -629,5 +634,41 @@ func TestUpdateVersionsWritesAndWakes(t *testing.T) {
 	}
 	if holds(g, id) || onDisk(id) != nil {
 		t.Fatal("a forgotten job is still held")
+	}
+}
+
+// A datacenter that refuses a job for good fails only its own part at once
+// (and is not asked again); the job runs on in the others and the client's
+// answer is an acceptance.
+func TestOneDatacenterRefusingFailsOnlyItsPart(t *testing.T) {
+	_, g, east, west := oneGate(t, time.Minute)
+	no := "too few workers for 1 core"
+	east.refuse.Store(&no)
+	// West misses the first attempt, so the leader's tick must send it
+	// again: that tick would have asked east again too, had its refusal
+	// left it on the list.
+	west.dropSubs.Store(1)
+	id := twoDCJob(t, g)
+	if p := dcStatus(g, id, "east"); p.Status != wire.JobFailed || !strings.Contains(p.Error, "east refused the job: "+no) {
+		t.Fatalf("east's part %s (%q), want FAILED with its refusal", p.Status, p.Error)
+	}
+	if p := dcStatus(g, id, "west"); p.Status.Terminal() {
+		t.Fatalf("west's part %s, want it running on", p.Status)
+	}
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := len(west.submissions(id)); n < 2 {
+			return fmt.Errorf("west was asked %d times; the tick has not retried it yet", n)
+		}
+		return nil
+	})
+	if n := len(east.submissions(id)); n != 1 {
+		t.Fatalf("east, which refused, was asked %d times", n)
+	}
+	if _, err := west.report(g, id, wire.JobCompleted); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := g.Job(context.Background(), id)
+	if st.Status != wire.JobFailed || !strings.Contains(st.Error, "partial failure: 1 of 2") {
+		t.Fatalf("job %s (%q), want a partial failure", st.Status, st.Error)
 	}
 }

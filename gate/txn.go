@@ -9,8 +9,8 @@ import (
 
 // The gate changes its job table in one way, as the manager does: update
 // runs a change under Gate.mu with a txn that collects what the change did,
-// and once the lock is released writes it, sends it to the other gates and
-// runs what had to wait for the write. No lock is held across a store write
+// and once the lock is released writes it and sends it to the other gates.
+// No lock is held across a store write
 // or a network call, and no change forgets to version, wake, persist or
 // replicate a record it touched.
 
@@ -27,7 +27,6 @@ type txn struct {
 	stores []*wire.GateJobRecord
 	// forgets are deleted from the disk (already gone from memory).
 	forgets []string
-	after   []func()
 }
 
 // commit marks j's record changed by this gate's leader.
@@ -60,11 +59,8 @@ func (tx *txn) forget(id string) {
 	tx.forgets = append(tx.forgets, id)
 }
 
-// afterCommit runs f once the change is written, outside the lock.
-func (tx *txn) afterCommit(f func()) { tx.after = append(tx.after, f) }
-
 // update applies f to the job table under the lock, then writes and sends
-// what f touched and runs the deferred actions. It returns the store's
+// what f touched. It returns the store's
 // error for the records written as they are and the deletions (a committed
 // record's write error is logged by save: the change stands either way,
 // and the next change of the record writes it again).
@@ -90,9 +86,6 @@ func (g *Gate) update(f func(tx *txn)) error {
 		}
 	}
 	g.save(saved...)
-	for _, a := range tx.after {
-		a()
-	}
 	return errors.Join(errs...)
 }
 

@@ -545,11 +545,8 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 // awaitLeader returns the current leader term once its state sync is done:
 // a new leader must not place work before it knows what already runs.
 func (m *Manager) awaitLeader(ctx context.Context, redirect func() *wire.Error) (*leadership.Term, error) {
-	lt := m.leading()
-	if lt == nil {
-		return nil, redirect()
-	}
-	switch err := lt.AwaitSynced(ctx); {
+	lt, err := m.terms.AwaitServing(ctx)
+	switch {
 	case errors.Is(err, leadership.ErrTermEnded):
 		return nil, redirect()
 	case err != nil:

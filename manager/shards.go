@@ -77,7 +77,7 @@ func siblingWorkersLocked(w *workflowState) map[string]bool {
 // splitOversized splits each workflow that asks for more cores than the
 // largest live worker of this datacenter has, and whose type can split its
 // load, into shards of at most that many cores, placed on different
-// workers (SPEC: a workflow needing more cores than one worker has is split
+// workers (by design: a workflow needing more cores than one worker has is split
 // across workers). A workflow the job file already split, one whose type
 // cannot split, or one whose load is too small to split that many ways
 // keeps its shape and waits for a worker big enough. With no worker known
