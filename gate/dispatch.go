@@ -43,7 +43,7 @@ func (g *Gate) sendToDC(lt *leadership.Term, id, dc string) error {
 	log := g.log.With("job_id", id, "dc", dc)
 	var msg wire.Message = &sub
 	if transfer {
-		msg = &wire.LeaseTransfer{JobID: id, Datacenter: dc, FromGate: "", ToGate: g.cfg.ID, NewFenceToken: lease.FenceToken, Version: lease.Version, LeaseTTL: g.cfg.LeaseTTL}
+		msg = &wire.LeaseTransfer{JobID: id, Datacenter: dc, NewFenceToken: lease.FenceToken, Version: lease.Version, LeaseTTL: g.cfg.LeaseTTL}
 	}
 	err := g.callDC(lt.Context(), dc, msg)
 	var we *wire.Error

@@ -166,7 +166,7 @@ func TestSyncKeepsPagesAndResumes(t *testing.T) {
 	hub.SetHook(func(from, to string, msg wire.Message) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		if _, rec := msg.(*wire.GateJobRecord); rec && to == "g3" && block {
+		if _, rec := msg.(*wire.ReplicateGateRecord); rec && to == "g3" && block {
 			return false
 		}
 		req, sync := msg.(*wire.StateSyncRequest)

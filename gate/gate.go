@@ -472,7 +472,9 @@ func handle[T wire.Message](g *Gate, t wire.MsgType, f func(ctx context.Context,
 func (g *Gate) registerHandlers() {
 	g.registerBlobHandlers()
 	handle(g, wire.TypeJobProgress, g.handleJobProgress)
-	handle(g, wire.TypeGateJobRecord, g.handleRecord)
+	// Operations only other gates send (wire/replicate.go).
+	handle(g, wire.TypeReplicateGateRecord, g.handleReplicateGateRecord)
+	handle(g, wire.TypeForwardJobProgress, g.handleForwardedJobProgress)
 	handle(g, wire.TypeStateSyncRequest, g.handleStateSync)
 	handle(g, wire.TypeGateRecordRequest, g.handleRecordRequest)
 }

@@ -36,7 +36,7 @@ func (g *Gate) save(recs ...*wire.GateJobRecord) {
 		defer cancel()
 		for _, id := range g.peerIDs {
 			for _, r := range out {
-				if err := g.tr.Send(ctx, g.peers[id], r); err != nil {
+				if err := g.tr.Send(ctx, g.peers[id], &wire.ReplicateGateRecord{Record: *r}); err != nil {
 					g.log.Debug("replicate job record", "peer", id, "job_id", r.Submission.JobID, "err", err)
 				}
 			}
@@ -57,9 +57,10 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 	defer wg.Wait()
 	defer cancel()
 	acks := make(chan error, len(g.peerIDs))
+	op := &wire.ReplicateGateRecord{Record: *rec}
 	for _, id := range g.peerIDs {
 		wg.Go(func() {
-			reply, err := g.tr.Call(ctx, g.peers[id], rec)
+			reply, err := g.tr.Call(ctx, g.peers[id], op)
 			if ack, ok := reply.(*wire.JobAck); err == nil && (!ok || !ack.Accepted) {
 				err = fmt.Errorf("gate %s refused the record: %s", id, ackError(ack))
 			}
@@ -89,8 +90,9 @@ func ackError(a *wire.JobAck) string {
 	return a.Error
 }
 
-// handleRecord stores a record the gate leader replicated.
-func (g *Gate) handleRecord(_ context.Context, from transport.Peer, rec *wire.GateJobRecord) (wire.Message, error) {
+// handleReplicateGateRecord stores a record the gate leader replicated.
+func (g *Gate) handleReplicateGateRecord(_ context.Context, from transport.Peer, op *wire.ReplicateGateRecord) (wire.Message, error) {
+	rec := &op.Record
 	if !g.isPeer(from.NodeID) {
 		return nil, wire.Errorf(wire.CodeRejected, "job records are only accepted from configured gates")
 	}

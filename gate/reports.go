@@ -10,16 +10,41 @@ import (
 )
 
 // handleJobProgress takes a datacenter's report. A follower passes it to
-// the leader; the leader renews the lease and merges the report.
-func (g *Gate) handleJobProgress(ctx context.Context, _ transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
+// the leader (ForwardJobProgress); the leader renews the lease and merges
+// the report. A manager the gate knows reports for its own datacenter
+// only: the datacenter a report speaks for is checked against its
+// authenticated sender, here, before it is forwarded.
+func (g *Gate) handleJobProgress(ctx context.Context, from transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
+	if dc := g.dcs.datacenterOf(from.NodeID); dc != "" && dc != jp.Datacenter {
+		return nil, wire.Errorf(wire.CodeRejected, "manager %s of %s reported job %s for %s", from.NodeID, dc, jp.JobID, jp.Datacenter)
+	}
 	lt := g.lead.Leading()
 	if lt == nil {
 		leader, addr := g.elector.Leader()
 		if leader == "" || leader == g.cfg.ID || addr == "" {
 			return nil, g.elector.NotLeaderError()
 		}
-		return g.tr.Call(ctx, addr, jp)
+		return g.tr.Call(ctx, addr, &wire.ForwardJobProgress{Report: *jp})
 	}
+	return g.takeReport(ctx, lt, jp)
+}
+
+// handleForwardedJobProgress takes a report another gate received. It goes
+// one hop only: a gate that does not lead either answers not_leader, and
+// the manager tries the next gate it knows.
+func (g *Gate) handleForwardedJobProgress(ctx context.Context, from transport.Peer, op *wire.ForwardJobProgress) (wire.Message, error) {
+	if !g.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "forwarded reports are only accepted from configured gates")
+	}
+	lt := g.lead.Leading()
+	if lt == nil {
+		return nil, g.elector.NotLeaderError()
+	}
+	return g.takeReport(ctx, lt, &op.Report)
+}
+
+// takeReport is the leader's side of a datacenter's report.
+func (g *Gate) takeReport(ctx context.Context, lt *leadership.Term, jp *wire.JobProgress) (wire.Message, error) {
 	// No report is answered before the takeover's majority read: until
 	// then this gate may not hold the job.
 	if err := lt.AwaitSynced(ctx); errors.Is(err, leadership.ErrTermEnded) {

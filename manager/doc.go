@@ -33,11 +33,11 @@
 // # Replication beyond the contract
 //
 // Commits alone cannot rebuild a job on a successor, so the leader also
-// replicates the JobSubmission (when the job is accepted) and a JobProgress
-// on every status change, and managers relay worker registrations to their
-// peers. These reuse catalogue messages: a JobSubmission or JobProgress from
-// a configured peer manager is replication, from anyone else a request. See
-// replicate.go.
+// replicates the job when it is accepted (ReplicateJob) and its status on
+// every change (ReplicateJobStatus), and managers relay worker
+// registrations to their peers (RelayWorkerRegistration). Each is a message
+// type of its own, taken only from a configured peer manager; see
+// replicate.go and wire/replicate.go.
 //
 // # Files
 //

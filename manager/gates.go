@@ -184,15 +184,13 @@ func (m *Manager) checkFence(id string, token uint64) error {
 	return nil
 }
 
-// handleLeaseTransfer moves a job to a new gate leader's lease.
+// handleLeaseTransfer moves a job to a new gate leader's lease: the
+// transfer's authenticated sender.
 func (m *Manager) handleLeaseTransfer(ctx context.Context, from transport.Peer, lt *wire.LeaseTransfer) (wire.Message, error) {
 	if _, err := m.awaitLeader(ctx, m.elector.NotLeaderError); err != nil {
 		return nil, err
 	}
-	holder := lt.ToGate
-	if holder == "" {
-		holder = from.NodeID
-	}
+	holder := from.NodeID
 	var stale *wire.Error
 	found := false
 	err := m.update(func(tx *txn) {

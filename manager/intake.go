@@ -63,7 +63,7 @@ func (m *Manager) storeOnPeers(ctx context.Context, sub *wire.JobSubmission) int
 		wg.Add(1)
 		if !m.spawn(func(context.Context) {
 			defer wg.Done()
-			resp, err := m.tr.Call(callCtx, m.peers[id], sub)
+			resp, err := m.tr.Call(callCtx, m.peers[id], &wire.ReplicateJob{Job: *sub})
 			if err == nil {
 				if _, ok := resp.(*wire.JobAck); !ok {
 					err = &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("unexpected %T", resp)}

@@ -68,7 +68,7 @@ func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) err
 	acks := make(chan error, len(m.peerIDs))
 	for _, id := range m.peerIDs {
 		if !m.spawn(func(context.Context) {
-			_, err := m.tr.Call(ctx, m.peers[id], &jp)
+			_, err := m.tr.Call(ctx, m.peers[id], &wire.ReplicateJobStatus{Status: jp})
 			acks <- err
 		}) {
 			acks <- errors.New("shutting down")

@@ -342,10 +342,10 @@ func TestClasses(t *testing.T) {
 	want := map[MsgType]Class{
 		TypePing: ClassDiag, TypePong: ClassDiag,
 		TypeError: ClassControl, TypeJobSubmission: ClassControl, TypeCancelJob: ClassControl,
-		TypeProvisionRequest: ClassControl, TypeStateSyncRequest: ClassControl, TypeDatacenterLease: ClassControl,
+		TypeProvisionRequest: ClassControl, TypeStateSyncRequest: ClassControl, TypeLeaseTransfer: ClassControl,
 		TypeWorkerRegistration: ClassControl,
 		TypeWorkflowDispatch:   ClassDispatch, TypeWorkflowDispatchAck: ClassDispatch,
-		TypeWorkflowProgress: ClassProgress, TypeJobProgress: ClassProgress, TypeGlobalJobStatus: ClassProgress,
+		TypeWorkflowProgress: ClassProgress, TypeJobProgress: ClassProgress, TypeReplicateJobStatus: ClassProgress,
 		TypeWorkerHeartbeat: ClassProgress, TypeManagerHeartbeat: ClassProgress,
 		TypePreVoteRequest: ClassElection, TypePreVoteResponse: ClassElection, TypeVoteRequest: ClassElection,
 		TypeVoteResponse: ClassElection, TypeLeaderHeartbeat: ClassElection, TypeLeaderHeartbeatAck: ClassElection,
