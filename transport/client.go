@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -238,22 +239,24 @@ type peer struct {
 	next     atomic.Uint32
 }
 
-// dropConn closes the connection s belongs to, if it is still current.
 // writeBy writes frame, giving up when ctx ends: a write blocks once the
 // peer's flow-control window is full, and a peer that crashed never opens
-// it again, so without this a send would wait for QUIC's idle timeout
-// whatever its deadline. Ending the wait drops the connection (the only way
-// to unblock a QUIC write), failing what was queued behind it too; the next
-// call redials.
+// it again, so without a deadline a send would wait for QUIC's idle timeout
+// whatever its own. A write that gave up may have left part of a frame on
+// the stream, and a peer that stopped reading is likely gone: the
+// connection is dropped, failing what was queued behind it too, and the
+// next call redials.
 func (s *clientStream) writeBy(ctx context.Context, frame []byte) error {
-	stop := context.AfterFunc(ctx, func() { s.owner.dropConn(s) })
-	err := s.w.write(frame)
-	if !stop() && err != nil {
-		return fmt.Errorf("%w (write gave up: %v)", err, ctx.Err())
+	err := s.w.write(ctx, frame)
+	// The stream's deadline can pass a moment before ctx's own timer fires.
+	if err != nil && (ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)) {
+		s.owner.dropConn(s)
+		return fmt.Errorf("%w (write gave up at its deadline)", err)
 	}
 	return err
 }
 
+// dropConn closes the connection s belongs to, if it is still current.
 func (p *peer) dropConn(s *clientStream) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

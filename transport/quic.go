@@ -553,7 +553,7 @@ func (t *QUIC) writePlainError(w *streamWriter, replyTo uint64, e *wire.Error) {
 		return
 	}
 	binary.BigEndian.PutUint32(frame, uint32(len(frame)-frameHeaderLen))
-	if err := w.write(frame); err == nil {
+	if err := w.write(nil, frame); err == nil {
 		t.stats.messagesOut.Add(1)
 	}
 }
@@ -639,7 +639,7 @@ func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, f
 		return err
 	}
 	defer t.putBuf(sb)
-	if err := w.write(sb.frame); err != nil {
+	if err := w.write(nil, sb.frame); err != nil {
 		return err
 	}
 	t.stats.messagesOut.Add(1)
@@ -652,6 +652,11 @@ func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, f
 // the stream idle writes every frame queued meanwhile, a batch per Write, so
 // concurrent callers share one pass through quic-go's send path instead of
 // queueing for it one frame at a time.
+//
+// A write may carry a deadline: a write blocks once the peer's flow-control
+// window is full, and a peer that crashed never opens it again. The writer
+// puts the deadline on the stream itself (quic-go arms a timer only if the
+// write has to wait), so a call costs no timer or callback of its own.
 type streamWriter struct {
 	s      *quic.Stream
 	sealer *security.StreamSealer
@@ -663,27 +668,38 @@ type streamWriter struct {
 	mu      sync.Mutex
 	pending *writeBatch // frames waiting for the current write to finish
 	writing bool
+	// deadline is the write deadline last set on s; only the goroutine
+	// holding the writing role reads or sets it.
+	deadline time.Time
 }
 
 type writeBatch struct {
-	buf  []byte
-	done chan struct{}
-	err  error
+	buf      []byte
+	deadline time.Time // the earliest of its frames' deadlines; zero: none
+	done     chan struct{}
+	err      error
 }
 
 func newStreamWriter(s *quic.Stream, sealer *security.StreamSealer, recipient string, channel []byte) *streamWriter {
 	return &streamWriter{s: s, sealer: sealer, recipient: recipient, channel: channel}
 }
 
-// write returns once frame has been handed to QUIC (or failed to be).
-func (w *streamWriter) write(frame []byte) error {
+// write returns once frame has been handed to QUIC, or failed to be. With
+// a non-nil ctx it gives up when ctx ends: by the stream's write deadline
+// when this goroutine writes, by ctx when it waits for another to. Either
+// way the stream may then hold part of a frame, so the caller must drop it.
+func (w *streamWriter) write(ctx context.Context, frame []byte) error {
+	var deadline time.Time
+	if ctx != nil {
+		deadline, _ = ctx.Deadline()
+	}
 	w.mu.Lock()
 	if !w.writing && w.pending == nil {
 		// Idle stream: write our frame as it is, no copy, then lead any
 		// batch that formed behind it.
 		w.writing = true
 		w.mu.Unlock()
-		_, err := w.s.Write(frame)
+		err := w.writeOut(frame, deadline)
 		w.mu.Lock()
 		w.drain()
 		w.mu.Unlock()
@@ -694,10 +710,23 @@ func (w *streamWriter) write(frame []byte) error {
 	}
 	b := w.pending
 	b.buf = append(b.buf, frame...)
+	if !deadline.IsZero() && (b.deadline.IsZero() || deadline.Before(b.deadline)) {
+		b.deadline = deadline
+	}
 	if w.writing {
 		w.mu.Unlock()
-		<-b.done
-		return b.err
+		if ctx == nil {
+			<-b.done
+			return b.err
+		}
+		select {
+		case <-b.done:
+			return b.err
+		case <-ctx.Done():
+			// The write ahead of ours may be blocked with a later
+			// deadline (or none); ours has passed.
+			return fmt.Errorf("write gave up waiting for the stream: %w", ctx.Err())
+		}
 	}
 	// Lead: write batches until none is waiting. Under sustained load the
 	// leader may write others' frames for a while; they are all on one
@@ -708,6 +737,16 @@ func (w *streamWriter) write(frame []byte) error {
 	return b.err
 }
 
+// writeOut writes buf under deadline. Called only by the writing role.
+func (w *streamWriter) writeOut(buf []byte, deadline time.Time) error {
+	if !deadline.Equal(w.deadline) {
+		w.s.SetWriteDeadline(deadline)
+		w.deadline = deadline
+	}
+	_, err := w.s.Write(buf)
+	return err
+}
+
 // drain writes queued batches until none is left, then gives up the lead.
 // Called with mu held and writing set; returns with mu held.
 func (w *streamWriter) drain() {
@@ -715,7 +754,7 @@ func (w *streamWriter) drain() {
 		batch := w.pending
 		w.pending = nil
 		w.mu.Unlock()
-		_, batch.err = w.s.Write(batch.buf)
+		batch.err = w.writeOut(batch.buf, batch.deadline)
 		close(batch.done)
 		w.mu.Lock()
 	}
