@@ -143,7 +143,10 @@ func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wi
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan result, 1)
+	ch, _ := t.replies.Get().(chan result)
+	if ch == nil {
+		ch = make(chan result, 1)
+	}
 	if err := s.register(id, ch); err != nil {
 		t.putBuf(sb)
 		return nil, fmt.Errorf("call %s to %s: %w", req.Type(), addr, err)
@@ -161,6 +164,10 @@ func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wi
 	t.stats.bytesOut.Add(uint64(n))
 	select {
 	case r := <-ch:
+		// A registration is answered once (by deliver or fail), and this
+		// was it: ch is empty and nobody holds it. On the other paths a
+		// late answer may still land in ch, so it is left to the collector.
+		t.replies.Put(ch)
 		if r.err != nil {
 			return nil, r.err
 		}

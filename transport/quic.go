@@ -43,8 +43,10 @@ type QUIC struct {
 	admission *admission
 	ids       *wire.SnowflakeGenerator
 	stats     counters
-	// bufs holds *sealBuf scratch for sealing outbound messages.
+	// bufs holds *sealBuf scratch for sealing outbound messages; replies
+	// holds empty chan result for calls waiting on their reply.
 	bufs      sync.Pool
+	replies   sync.Pool
 	tr        *quic.Transport
 	udp       net.PacketConn
 	listener  *quic.Listener

@@ -152,9 +152,12 @@ func DecodeEnvelope(b []byte) (*Envelope, error) {
 }
 
 // DecodeEnvelopeInto is DecodeEnvelope into a caller's envelope, so a
-// stream reader can decode every frame without an allocation but the
-// sender's string. On error e is left zero.
+// stream reader reusing one envelope decodes its frames without
+// allocating. On error e is left zero.
 func DecodeEnvelopeInto(e *Envelope, b []byte) error {
+	// A stream's frames all name the same sender: keep the string e
+	// already holds when the bytes match, rather than allocate a copy.
+	prevSender := e.Sender
 	*e = Envelope{}
 	if len(b) > MaxMessageSize {
 		return &Error{Code: CodeTooLarge, Message: fmt.Sprintf("envelope of %d bytes exceeds %d", len(b), MaxMessageSize)}
@@ -192,7 +195,7 @@ func DecodeEnvelopeInto(e *Envelope, b []byte) error {
 		KeyID:   binary.BigEndian.Uint32(b[4:]),
 		ID:      id,
 		ReplyTo: binary.BigEndian.Uint64(b[16:]),
-		Sender:  string(sender),
+		Sender:  internSender(prevSender, sender),
 		Salt:    nilIfEmpty(salt),
 		Nonce:   nilIfEmpty(nonce),
 		Body:    nilIfEmpty(body),
@@ -207,6 +210,14 @@ func lengthPrefixed(b []byte) (field, rest []byte, ok bool) {
 	}
 	n := 1 + int(b[0])
 	return b[1:n:n], b[n:], true
+}
+
+// internSender returns prev if it spells b, else a new string.
+func internSender(prev string, b []byte) string {
+	if prev == string(b) { // compared without a conversion
+		return prev
+	}
+	return string(b)
 }
 
 // nilIfEmpty keeps decode(encode(e)) equal to e for absent fields.

@@ -488,3 +488,29 @@ func TestEnvelopeLayout(t *testing.T) {
 		t.Fatalf("decoded %#v (%v)", dec, err)
 	}
 }
+
+// A stream reader reuses one Envelope for every frame; the steady state
+// (same sender frame after frame) must not allocate, and a new sender must
+// still be read.
+func TestDecodeEnvelopeIntoReusesTheSender(t *testing.T) {
+	b, err := EncodeEnvelope(validEnvelope(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e Envelope
+	if err := DecodeEnvelopeInto(&e, b); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { DecodeEnvelopeInto(&e, b) }); n != 0 {
+		t.Errorf("decoding into a reused envelope allocates %.0f times", n)
+	}
+	other := validEnvelope(t)
+	other.Sender = "manager-dc1-3"
+	ob, _ := EncodeEnvelope(other)
+	if err := DecodeEnvelopeInto(&e, ob); err != nil || e.Sender != "manager-dc1-3" {
+		t.Fatalf("sender after a change: %q (%v)", e.Sender, err)
+	}
+	if err := DecodeEnvelopeInto(&e, []byte{0}); err == nil || e.Sender != "" {
+		t.Fatalf("a refused frame left sender %q (%v)", e.Sender, err)
+	}
+}
