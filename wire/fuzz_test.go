@@ -52,6 +52,13 @@ func FuzzDecodeEnvelope(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := DecodeEnvelope(data)
+		// A stream reader's reused envelope, last holding another frame,
+		// must read the same bytes the same way.
+		reused := Envelope{Sender: "gate-" + TypePing.String(), ID: 7, Body: []byte{1}}
+		rerr := DecodeEnvelopeInto(&reused, data)
+		if (err == nil) != (rerr == nil) || (err == nil && !reflect.DeepEqual(*e, reused)) {
+			t.Fatalf("reused envelope decoded differently: %v / %v\n%#v\n%#v", err, rerr, e, reused)
+		}
 		if err != nil {
 			if e != nil {
 				t.Fatalf("envelope returned with error %v", err)
