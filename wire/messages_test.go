@@ -264,7 +264,8 @@ func wireStructTypes(tb testing.TB) []reflect.Type {
 		}
 		walk(reflect.TypeOf(m))
 	}
-	walk(reflect.TypeFor[Envelope]())
+	// The Envelope is not CBOR: its fixed layout is pinned by the envelope
+	// tests and fuzz target instead.
 	return out
 }
 
