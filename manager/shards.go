@@ -77,11 +77,12 @@ func (m *Manager) shardsStatus(shards []store.WorkflowRecord, th *workflow.Compi
 // siblingWorkersLocked lists the workers that w's sibling shards run on or
 // are being placed on, for placement to avoid.
 func siblingWorkersLocked(w *workflowState) map[string]bool {
-	if w.rec.Spec.Shards < 2 {
+	shards := groupMembersLocked(w)
+	if len(shards) < 2 {
 		return nil
 	}
 	out := map[string]bool{}
-	for _, s := range groupMembersLocked(w) {
+	for _, s := range shards {
 		if s == w || s.rec.Status.Terminal() {
 			continue
 		}

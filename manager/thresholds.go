@@ -63,7 +63,7 @@ func (m *Manager) evaluateThresholdsLocked(w *workflowState) {
 	rec := &w.rec
 	// A shard's verdicts would judge part of the load: statuses judge the
 	// merged shards instead (shardsStatus).
-	if len(rec.Spec.Thresholds) == 0 || !rec.Status.Terminal() || rec.Spec.Shards > 1 {
+	if len(rec.Spec.Thresholds) == 0 || !rec.Status.Terminal() || len(groupMembersLocked(w)) > 1 {
 		return
 	}
 	key := progressKeyOf(rec)
@@ -107,11 +107,11 @@ func (m *Manager) checkAbortLocked(tx *txn, w *workflowState) {
 	w.thresholds.nextAbortCheck = now.Add(abortCheckInterval)
 	p := &w.rec.LastProgress
 	steps, completed, failed, elapsed := p.StepStats, p.CompletedCount, p.FailedCount, p.Elapsed
-	if w.rec.Spec.Shards > 1 {
+	if shards := groupMembersLocked(w); len(shards) > 1 {
 		// A shard carries 1/N of the load: judge the shards together, or
 		// "rps > 1000" would fail on every one of them.
 		steps, completed, failed = nil, 0, 0
-		for _, s := range groupMembersLocked(w) {
+		for _, s := range shards {
 			sp := &s.rec.LastProgress
 			steps = append(steps, sp.StepStats...)
 			completed, failed, elapsed = completed+sp.CompletedCount, failed+sp.FailedCount, max(elapsed, sp.Elapsed)
