@@ -10,7 +10,7 @@ import (
 // LatencyBuckets are the upper bounds (seconds) of the classic latency
 // histograms: 1 ms to 60 s, about three per decade, fine enough for
 // histogram_quantile to place a p99 within a bucket's width. The merged HDR
-// histograms behind them keep the exact percentiles (tempest_job_p99_ms).
+// histograms behind them keep the exact percentiles (tempest_job_p99_seconds).
 func LatencyBuckets() []float64 {
 	return []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 }
@@ -66,7 +66,9 @@ func NewJobMetrics() *JobMetrics {
 		completed: prometheus.NewDesc("tempest_job_completed_total", "Iterations completed by a running job.", job, nil),
 		failed:    prometheus.NewDesc("tempest_job_failed_total", "Iterations failed by a running job.", job, nil),
 		rate:      prometheus.NewDesc("tempest_job_rate", "Current iterations per second of a running job.", job, nil),
-		p99:       prometheus.NewDesc("tempest_job_p99_ms", "Highest p99 latency of a running job's steps, from merged HDR histograms (milliseconds).", job, nil),
+		// Seconds, as Prometheus names units: it was tempest_job_p99_ms,
+		// which promtool refuses (abbreviated unit).
+		p99: prometheus.NewDesc("tempest_job_p99_seconds", "Highest p99 latency of a running job's steps, exact from the merged HDR histograms.", job, nil),
 		latency: prometheus.NewDesc("tempest_job_step_latency_seconds",
 			"Response latency of a running job's steps (send to last body byte), merged over its shards, workers and datacenters.",
 			[]string{"job_id", "workflow", "step"}, nil),
@@ -85,7 +87,7 @@ func (m *JobMetrics) Collect(ch chan<- prometheus.Metric, jobs []JobSeries) {
 		Counter(ch, m.completed, float64(j.Completed), j.JobID)
 		Counter(ch, m.failed, float64(j.Failed), j.JobID)
 		Gauge(ch, m.rate, j.Rate, j.JobID)
-		Gauge(ch, m.p99, j.P99Ms, j.JobID)
+		Gauge(ch, m.p99, j.P99Ms/1000, j.JobID)
 		for _, s := range j.Steps {
 			ch <- Histogram(m.latency, m.bounds, s.Latency, j.JobID, s.Workflow, s.Step)
 		}

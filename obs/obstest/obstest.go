@@ -7,6 +7,9 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 )
 
 // Promtool runs `promtool check metrics` on text (exposition format 0.0.4)
@@ -29,4 +32,22 @@ func Promtool(t testing.TB, text []byte) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("promtool check metrics: %v\n%s", err, strings.TrimSpace(out.String()))
 	}
+}
+
+// Text gathers g and encodes every family as text exposition 0.0.4, what
+// /metrics serves to a scraper that asks for nothing else.
+func Text(t testing.TB, g prometheus.Gatherer) []byte {
+	t.Helper()
+	fams, err := g.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var b bytes.Buffer
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, f := range fams {
+		if err := enc.Encode(f); err != nil {
+			t.Fatalf("encode %s: %v", f.GetName(), err)
+		}
+	}
+	return b.Bytes()
 }
