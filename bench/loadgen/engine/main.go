@@ -69,9 +69,11 @@ func main() {
 	dur := flag.Duration("d", 10*time.Second, "duration")
 	rssAt := flag.Duration("rss-at", 0, "if set, sample VmRSS this long into the run")
 	cpuProfile := flag.String("cpuprofile", "", "if set, write a CPU profile of the run to this file")
+	insecure := flag.Bool("insecure", false, "accept any TLS certificate (a self-signed https target)")
 	flag.Parse()
 
-	p := workflow.HTTPParams{VUs: *vus, Duration: *dur, Steps: []workflow.HTTPStep{{Name: "get", Method: "GET", URL: *url}}}
+	p := workflow.HTTPParams{VUs: *vus, Duration: *dur, Steps: []workflow.HTTPStep{{Name: "get", Method: "GET", URL: *url}},
+		InsecureSkipVerify: *insecure}
 	params, err := wire.Marshal(&p)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "marshal:", err)
