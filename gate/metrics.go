@@ -22,7 +22,7 @@ func (g *Gate) RegisterMetrics(reg prometheus.Registerer) error {
 	healthy := prometheus.NewDesc("tempest_gate_datacenter_healthy", "1 if the datacenter has a leader heard from recently.", []string{"dc"}, nil)
 	live := obs.NewJobMetrics()
 	own := obs.NewCollector(func(ch chan<- prometheus.Metric) {
-		leading := g.lead.Load() != nil
+		leading := g.lead.Leading() != nil
 		obs.Gauge(ch, leader, obs.Bool(leading))
 		obs.Gauge(ch, ready, obs.Bool(g.ready.Load()))
 		obs.Gauge(ch, term, float64(g.elector.Status().Term))
@@ -30,19 +30,19 @@ func (g *Gate) RegisterMetrics(reg prometheus.Registerer) error {
 		byStatus := make(map[string]float64)
 		active := 0.0
 		var running []wire.GateJobRecord
-		g.mu.Lock()
-		for _, j := range g.jobs {
-			byStatus[string(j.rec.Status)]++
-			if !j.rec.Status.Terminal() {
-				running = append(running, j.rec)
-				for _, d := range j.rec.Datacenters {
-					if !d.Status.Terminal() {
-						active++
+		g.view(func() {
+			for _, j := range g.jobs {
+				byStatus[string(j.rec.Status)]++
+				if !j.rec.Status.Terminal() {
+					running = append(running, j.rec)
+					for _, d := range j.rec.Datacenters {
+						if !d.Status.Terminal() {
+							active++
+						}
 					}
 				}
 			}
-		}
-		g.mu.Unlock()
+		})
 		for k, v := range byStatus {
 			obs.Gauge(ch, jobs, v, k)
 		}

@@ -80,7 +80,8 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 // stepLatencies merges each workflow's shards by step, as its status does.
 func (m *Manager) stepLatencies(v jobView) []obs.StepLatency {
 	var out []obs.StepLatency
-	for _, group := range shardGroups(v.wfs) {
+	for _, g := range v.model.Groups() {
+		group := v.wfs[g.Start:g.End]
 		var stats []wire.StepStats
 		for i := range group {
 			stats = append(stats, group[i].LastProgress.StepStats...)

@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"tempest/leadership"
 	"tempest/rainstorm"
 	"tempest/transport"
 	"tempest/wire"
@@ -277,12 +278,12 @@ func (s *rsStore) snapshot(jobs []string) *wire.RainstormSyncResponse {
 
 // rsReady reports whether this manager may answer tasks: it leads, and in
 // this term it has read the checkpoints of a majority and synced state.
-func (m *Manager) rsReady() (*leaderTerm, error) {
+func (m *Manager) rsReady() (*leadership.Term, error) {
 	lt := m.leading()
 	if lt == nil {
 		return nil, m.elector.NotLeaderError()
 	}
-	if m.rs.syncedTerm.Load() != lt.term || !lt.isSynced() {
+	if m.rs.syncedTerm.Load() != lt.Number() || !lt.Synced() {
 		return nil, wire.Errorf(wire.CodeUnavailable, "leader is still reading the pipelines' state")
 	}
 	return lt, nil
@@ -312,7 +313,7 @@ func (m *Manager) rsSubmit(ctx context.Context, r *rsReq) (wire.Message, error) 
 
 // rsLead is the leader's part for one term: read a majority's checkpoints,
 // then commit requests until the term ends.
-func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
+func (m *Manager) rsLead(ctx context.Context, lt *leadership.Term) {
 	for attempt := 0; ; attempt++ {
 		err := m.rsSync(ctx)
 		if err == nil {
@@ -327,7 +328,7 @@ func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	m.rs.syncedTerm.Store(lt.term)
+	m.rs.syncedTerm.Store(lt.Number())
 	for {
 		var group []*rsReq
 		select {
@@ -474,7 +475,7 @@ func (in rsTaskInfo) current(inc uint64) bool {
 }
 
 // rsCommit checks, stores, replicates and answers one group of requests.
-func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) {
+func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rsReq) {
 	type accepted struct {
 		r   *rsReq
 		ack *wire.RainstormCheckpointAck
@@ -578,13 +579,13 @@ func (r *rsReq) task() wire.RainstormTask {
 
 // rsReplicate makes cs and hs durable here and on a majority, then
 // applies them.
-func (m *Manager) rsReplicate(ctx context.Context, lt *leaderTerm, cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+func (m *Manager) rsReplicate(ctx context.Context, lt *leadership.Term, cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
 	if err := m.rs.persist(cs, hs); err != nil {
 		return wire.Errorf(wire.CodeUnavailable, "store checkpoints: %v", err)
 	}
 	stored := 1
 	if len(m.peerIDs) > 0 {
-		msg := &wire.RainstormReplicate{Term: lt.term, Headers: hs}
+		msg := &wire.RainstormReplicate{Term: lt.Number(), Headers: hs}
 		for _, c := range cs {
 			msg.Checkpoints = append(msg.Checkpoints, *c)
 		}
@@ -661,7 +662,7 @@ func (m *Manager) rsTaskFailedLocked(tx *txn, w *workflowState, status wire.Work
 	why := fmt.Sprintf("pipeline %s: task %d of %d failed: %s", w.rec.Spec.Name, w.rec.Spec.Shard, w.rec.Spec.Shards, reason)
 	m.log.Warn("rainstorm task failed; ending the job", "job_id", jobID, "workflow_id", w.rec.WorkflowID, "reason", reason)
 	tx.afterCommit(func() {
-		m.spawnLeader(lt, func(ctx context.Context) {
+		lt.Go(func(ctx context.Context) {
 			if _, err := m.cancelJob(ctx, jobID, wire.JobFailed, why); err != nil {
 				m.log.Warn("end job after a task failure", "job_id", jobID, "err", err)
 			}

@@ -1,16 +1,14 @@
 package obstest
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
 	"slices"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"strings"
 )
 
 // DashboardQueries returns every PromQL expression of a Grafana dashboard
@@ -72,25 +70,42 @@ func QueryMetrics(expr string) []string {
 	return slices.Compact(names)
 }
 
-// ExposedNames parses text exposition and returns every sample name it
-// exposes: a histogram family X as X_bucket, X_sum and X_count (what
-// queries name), a summary's as X, X_sum and X_count, others as X.
+// ExposedNames reads text exposition and returns every sample name it
+// declares: a histogram family X as X_bucket, X_sum and X_count (what
+// queries name), a summary's as X, X_sum and X_count, others as X. It reads
+// the TYPE lines, which the client library writes for every family it
+// exposes; a family without one is an error.
 func ExposedNames(text []byte) (map[string]bool, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
-	if err != nil {
-		return nil, fmt.Errorf("parse exposition: %w", err)
-	}
 	out := make(map[string]bool)
-	for name, f := range fams {
-		switch f.GetType() {
-		case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
-			out[name+"_bucket"], out[name+"_sum"], out[name+"_count"] = true, true, true
-		case dto.MetricType_SUMMARY:
-			out[name], out[name+"_sum"], out[name+"_count"] = true, true, true
-		default:
-			out[name] = true
+	typed := make(map[string]bool)
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 {
+				return nil, fmt.Errorf("parse exposition: %q", line)
+			}
+			typed[f[0]] = true
+			switch f[1] {
+			case "histogram", "gaugehistogram":
+				out[f[0]+"_bucket"], out[f[0]+"_sum"], out[f[0]+"_count"] = true, true, true
+			case "summary":
+				out[f[0]], out[f[0]+"_sum"], out[f[0]+"_count"] = true, true, true
+			default:
+				out[f[0]] = true
+			}
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, _, _ := strings.Cut(line, " ")
+		name, _, _ = strings.Cut(name, "{")
+		if !out[name] {
+			return nil, fmt.Errorf("parse exposition: sample %q of no declared family", name)
 		}
 	}
-	return out, nil
+	return out, sc.Err()
 }

@@ -4,12 +4,14 @@ package obstest
 
 import (
 	"bytes"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
+
+	"tempest/obs"
 )
 
 // Promtool runs `promtool check metrics` on text (exposition format 0.0.4)
@@ -34,20 +36,14 @@ func Promtool(t testing.TB, text []byte) {
 	}
 }
 
-// Text gathers g and encodes every family as text exposition 0.0.4, what
-// /metrics serves to a scraper that asks for nothing else.
+// Text is what /metrics serves from g to a scraper that asks for no
+// particular format: text exposition 0.0.4.
 func Text(t testing.TB, g prometheus.Gatherer) []byte {
 	t.Helper()
-	fams, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
+	rec := httptest.NewRecorder()
+	obs.Handler(g, "").ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("metrics: %d %s", rec.Code, rec.Body)
 	}
-	var b bytes.Buffer
-	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
-	for _, f := range fams {
-		if err := enc.Encode(f); err != nil {
-			t.Fatalf("encode %s: %v", f.GetName(), err)
-		}
-	}
-	return b.Bytes()
+	return rec.Body.Bytes()
 }
