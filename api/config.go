@@ -4,10 +4,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"tempest/security"
 	"tempest/workflow"
@@ -20,12 +21,6 @@ const DefaultListen = "127.0.0.1:7411"
 
 // DefaultURL is the base URL of DefaultListen.
 const DefaultURL = "http://" + DefaultListen
-
-// MetricsSource adds a role's own metrics to /metrics. WriteMetrics writes
-// Prometheus text exposition (format 0.0.4) lines, HELP and TYPE included.
-type MetricsSource interface {
-	WriteMetrics(w io.Writer)
-}
 
 // ServerConfig configures the API server.
 type ServerConfig struct {
@@ -61,8 +56,11 @@ type ServerConfig struct {
 	Logger *slog.Logger
 	// Role is reported by /healthz ("manager", "gate").
 	Role string
-	// Metrics, when set, appends the role's metrics to /metrics.
-	Metrics MetricsSource
+	// Metrics is the node's Prometheus registry: the server registers its
+	// own series in it and serves all of it at /metrics, so the role's
+	// collectors registered there appear beside the API's. Nil gives the
+	// server a registry of its own (obs.NewRegistry).
+	Metrics *prometheus.Registry
 	// Keyring signs the original client address on forwarded requests and
 	// verifies it on forwarded requests received. Nil: no header is sent,
 	// and every request is limited by its remote address.

@@ -200,11 +200,7 @@ func (s *Server) metricsText(w http.ResponseWriter, r *http.Request) {
 		writeErrorBody(w, http.StatusUnauthorized, ErrorBody{Code: CodeUnauthenticated, Error: "/metrics needs the metrics token"})
 		return
 	}
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.metrics.write(w, s.limiter.size())
-	if s.cfg.Metrics != nil {
-		s.cfg.Metrics.WriteMetrics(w)
-	}
+	s.metricsHandler.ServeHTTP(w, r)
 }
 
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {

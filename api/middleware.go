@@ -90,7 +90,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 					status = statusClientClosed
 				}
 			}
-			s.metrics.request(r.Method, rec.route, status)
+			s.metrics.request(r.Method, rec.route, status, s.cfg.Now().Sub(start))
 			if s.log.Enabled(r.Context(), slog.LevelDebug) {
 				attrs := []any{"method", r.Method, "route", rec.route, "status", status,
 					"duration", s.cfg.Now().Sub(start), "bytes", rec.bytes, "remote", r.RemoteAddr}

@@ -13,6 +13,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tempest/obs"
 )
 
 // Server serves the client API over a Backend.
@@ -27,8 +31,12 @@ type Server struct {
 	tokenHash [sha256.Size]byte
 	limiter   *ipLimiter
 	metrics   *apiMetrics
-	fwd       *forwarder
-	handler   http.Handler
+	// metricsHandler serves the node's registry; metricsErr is why the
+	// API's series could not join it (Start reports it).
+	metricsHandler http.Handler
+	metricsErr     error
+	fwd            *forwarder
+	handler        http.Handler
 
 	// streams is cancelled when Shutdown starts: http.Server.Shutdown waits
 	// for handlers to return, and an event stream only returns at its job's
@@ -59,8 +67,15 @@ func NewServer(cfg ServerConfig, backend Backend) *Server {
 		log:       cfg.Logger.With("component", "api"),
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		limiter:   newIPLimiter(cfg.RateLimit, cfg.RateBurst, cfg.Now),
-		metrics:   newAPIMetrics(),
 	}
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = obs.NewRegistry()
+	}
+	var collectors []prometheus.Collector
+	s.metrics, collectors = newAPIMetrics(s.limiter.size)
+	s.metricsErr = obs.Register(reg, collectors...)
+	s.metricsHandler = obs.Handler(reg, "") // the token is checked before, with the API's error body
 	s.fwd = newForwarder(cfg.ForwardTLS, cfg.RequestTimeout, s.log, s.metrics)
 	s.fwd.keys, s.fwd.now = cfg.Keyring, cfg.Now
 	s.streams, s.cancelStream = context.WithCancel(context.Background())
@@ -82,6 +97,9 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	if s.backend == nil {
 		return errors.New("api: nil backend")
+	}
+	if s.metricsErr != nil {
+		return fmt.Errorf("api: %w", s.metricsErr)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

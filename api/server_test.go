@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"tempest/api"
+
 	"tempest/api/apitest"
+	"tempest/obs"
+	"tempest/obs/obstest"
 	"tempest/wire"
 )
 
@@ -362,16 +366,16 @@ func TestTypedErrors(t *testing.T) {
 	}
 }
 
-type fixedMetrics string
-
-func (m fixedMetrics) WriteMetrics(w io.Writer) { io.WriteString(w, string(m)) }
-
 func TestMetrics(t *testing.T) {
 	b := apitest.NewBackend()
 	b.AddJob(api.JobStatus{JobID: "j1", Status: wire.JobRunning})
-	srv := apitest.Serve(t, b, func(c *api.ServerConfig) {
-		c.Metrics = fixedMetrics("# TYPE tempest_manager_jobs gauge\ntempest_manager_jobs 1\n")
-	})
+	// The node's registry: the role's series registered there appear
+	// beside the API's own and the runtime's.
+	reg := obs.NewRegistry()
+	role := prometheus.NewGauge(prometheus.GaugeOpts{Name: "tempest_manager_term", Help: "Election term."})
+	role.Set(7)
+	reg.MustRegister(role)
+	srv := apitest.Serve(t, b, func(c *api.ServerConfig) { c.Metrics = reg })
 	c := newRawClient(t)
 	c.do("GET", srv.URL()+"/v1/jobs/j1", nil, nil)
 	c.do("GET", srv.URL()+"/v1/jobs/j1", nil, nil)
@@ -386,12 +390,16 @@ func TestMetrics(t *testing.T) {
 	text := string(body)
 	for _, want := range []string{
 		"# TYPE tempest_api_requests_total counter\n",
-		`tempest_api_requests_total{method="GET",route="/v1/jobs/{id}",code="200"} 2` + "\n",
-		`tempest_api_requests_total{method="GET",route="/v1/jobs/{id}",code="404"} 1` + "\n",
-		`tempest_api_requests_total{method="GET",route="/v1/jobs",code="401"} 1` + "\n",
-		`tempest_api_requests_total{method="other",route="/v1/jobs",code="405"} 1` + "\n",
+		`tempest_api_requests_total{code="200",method="GET",route="/v1/jobs/{id}"} 2` + "\n",
+		`tempest_api_requests_total{code="404",method="GET",route="/v1/jobs/{id}"} 1` + "\n",
+		`tempest_api_requests_total{code="401",method="GET",route="/v1/jobs"} 1` + "\n",
+		`tempest_api_requests_total{code="405",method="other",route="/v1/jobs"} 1` + "\n",
+		"# TYPE tempest_api_request_duration_seconds histogram\n",
+		`tempest_api_request_duration_seconds_count{method="GET",route="/v1/jobs/{id}"} 3` + "\n",
 		"tempest_api_event_streams 0\n",
-		"tempest_manager_jobs 1\n",
+		"tempest_manager_term 7\n",
+		"# TYPE go_goroutines gauge\n",
+		"# TYPE process_cpu_seconds_total counter\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q:\n%s", want, text)
@@ -426,4 +434,16 @@ func TestStartValidates(t *testing.T) {
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Errorf("Shutdown of a server never started: %v", err)
 	}
+}
+
+// Every series the API exposes passes Prometheus's own linter.
+func TestMetricsPassPromtool(t *testing.T) {
+	b := apitest.NewBackend()
+	b.AddJob(api.JobStatus{JobID: "j1", Status: wire.JobRunning})
+	srv := apitest.Serve(t, b, nil)
+	c := newRawClient(t)
+	c.do("GET", srv.URL()+"/v1/jobs/j1", nil, nil)
+	c.do("GET", srv.URL()+"/v1/jobs", nil, map[string]string{"Authorization": ""})
+	_, body := c.do("GET", srv.URL()+"/metrics", nil, map[string]string{"Authorization": ""})
+	obstest.Promtool(t, body)
 }

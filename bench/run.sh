@@ -4,7 +4,8 @@
 #   bench/run.sh                      # everything below, in order
 #   bench/run.sh -reps 5              # extra arguments go to bench/transport
 #   BENCH_ONLY=loadgen bench/run.sh   # one part: gotest, transport, loadgen (engine vs wrk vs k6),
-#                                     # loadgen-mem (memory per idle VU), gate (gate overhead and failover),
+#                                     # loadgen-mem (memory per idle VU), loadgen-tls (both against an
+#                                     # HTTPS target), gate (gate overhead and failover),
 #                                     # rainstorm (pipelines EO/ALO vs Miller, recovery; RAINSTORM_ARGS)
 #   BENCH_PROFILE=1 bench/run.sh      # also CPU-profile each secure cell and summarise 1 KiB/16
 #   BENCH_COUNT=5 bench/run.sh        # go test -count (default 3; quote medians, e.g. with benchstat)
@@ -47,7 +48,7 @@ if [[ -n $profdir && -f $profdir/secure-1024B-c16.pprof ]]; then
 fi
 
 # The benches below run the binaries: build them from this tree.
-if want loadgen || want loadgen-mem || want gate || want rainstorm; then make build >/dev/null; fi
+if want loadgen || want loadgen-mem || want loadgen-tls || want gate || want rainstorm; then make build >/dev/null; fi
 if want loadgen; then
   echo
   echo "== bench/loadgen/run.sh -> $results/$stamp-loadgen.txt"
@@ -57,6 +58,11 @@ if want loadgen-mem; then
   echo
   echo "== bench/loadgen/mem.sh -> $results/$stamp-loadgen-mem.txt"
   bench/loadgen/mem.sh 2>&1 | tee "$results/$stamp-loadgen-mem.txt"
+fi
+if want loadgen-tls; then
+  echo
+  echo "== TLS=1 bench/loadgen/run.sh, mem.sh -> $results/$stamp-loadgen-tls.txt"
+  { TLS=1 bench/loadgen/run.sh && TLS=1 VUS="1000 5000" bench/loadgen/mem.sh; } 2>&1 | tee "$results/$stamp-loadgen-tls.txt"
 fi
 if want gate; then
   echo

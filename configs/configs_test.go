@@ -12,6 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"tempest/obs/obstest"
 	"tempest/testutil"
 )
 
@@ -145,4 +146,22 @@ func first(vals []string) string {
 		return ""
 	}
 	return vals[0]
+}
+
+// The Grafana dashboard parses and every query names at least one metric
+// of ours (or the runtime's); integration's TestMetricsEveryRole checks the
+// names against what running gates, managers and workers export.
+func TestGrafanaDashboardQueries(t *testing.T) {
+	exprs, err := obstest.DashboardQueries(filepath.Join("grafana", "tempest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(exprs) < 10 {
+		t.Fatalf("dashboard has %d queries", len(exprs))
+	}
+	for _, e := range exprs {
+		if len(obstest.QueryMetrics(e)) == 0 {
+			t.Errorf("query %q names no tempest_, go_ or process_ metric", e)
+		}
+	}
 }

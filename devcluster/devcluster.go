@@ -154,8 +154,11 @@ type Node struct {
 	DC   string `json:"dc"`
 	PID  int    `json:"pid"`
 	API  string `json:"api,omitempty"`
-	QUIC string `json:"quic"`
-	Swim string `json:"swim"`
+	// Metrics is a worker's Prometheus listener (host:port, /metrics); the
+	// gates and managers serve theirs on the API.
+	Metrics string `json:"metrics,omitempty"`
+	QUIC    string `json:"quic"`
+	Swim    string `json:"swim"`
 	// GateSwim is a manager's address in the gates' SWIM cluster.
 	GateSwim string `json:"gate_swim,omitempty"`
 	DataDir  string `json:"data_dir"`
@@ -352,11 +355,15 @@ func (c *Cluster) newWorker(dc string, cores int) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A worker has no API, so its API port serves its metrics.
+	if n.Metrics, err = c.addr(n, placedAPI, freeTCP); err != nil {
+		return nil, err
+	}
 	path, err := c.writeConfig(n, map[string]any{
 		"id": n.Name, "datacenter": dc,
 		"quic_listen": n.QUIC, "swim_bind": n.Swim,
 		"join": seeds, "managers": mgrQUIC, "cores": cores,
-		"swim_profile": c.opts.SwimProfile,
+		"swim_profile": c.opts.SwimProfile, "metrics_listen": n.Metrics,
 	})
 	if err != nil {
 		return nil, err

@@ -45,6 +45,10 @@ type Config struct {
 	// of errors among the first N default-route requests is fixed, however
 	// the requests interleave.
 	Seed uint64
+	// TLS serves HTTPS (HTTP/1.1 only, TLS 1.2 or later) with a self-signed
+	// certificate made at start (Server.CertificatePEM), for measuring load
+	// generators against a TLS target.
+	TLS bool
 	// Logger receives start, stop and net/http's own error lines — never a
 	// line per request. nil discards.
 	Logger *slog.Logger

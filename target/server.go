@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,9 @@ type Server struct {
 	ok   cannedBody
 	dice *dice
 	http *http.Server
+	// tls is the HTTPS config (Config.TLS), certPEM its certificate.
+	tls     *tls.Config
+	certPEM []byte
 
 	c      counters
 	timers sync.Pool // *time.Timer, see wait
@@ -80,6 +84,17 @@ func New(cfg Config) (*Server, error) {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	if cfg.TLS {
+		host, _, _ := net.SplitHostPort(cfg.Addr)
+		cert, pemCert, err := selfSigned(host, s.now())
+		if err != nil {
+			return nil, err
+		}
+		// No h2 in NextProtos: the target answers HTTP/1.1, as it does in
+		// plain text, so TLS is the only difference a comparison sees.
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.certPEM = pemCert
 	}
 	return s, nil
 }
@@ -128,6 +143,9 @@ func (s *Server) claim(ln net.Listener) error {
 }
 
 func (s *Server) serve(ln net.Listener) error {
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
 	s.log.Info("target serving", "addr", ln.Addr().String(),
 		"latency", s.cfg.Latency, "jitter", s.cfg.Jitter,
 		"error_rate", s.cfg.ErrorRate, "body_size", s.cfg.BodySize)
@@ -192,6 +210,10 @@ func (s *Server) Stats() Stats {
 	}
 	return st
 }
+
+// CertificatePEM is the self-signed certificate a TLS target serves (a
+// client's only root for it), nil without Config.TLS.
+func (s *Server) CertificatePEM() []byte { return s.certPEM }
 
 // Reset zeroes the counters, as POST /__reset does. started_at is kept.
 func (s *Server) Reset() { s.c.reset() }

@@ -86,6 +86,12 @@ type Config struct {
 	// (manager worker_fence_after, which must not be shorter).
 	FenceAfter time.Duration `yaml:"fence_after"`
 
+	// MetricsListen, when set, is the TCP host:port where the worker binary
+	// serves Prometheus /metrics (RegisterMetrics). Empty (the default)
+	// serves nothing: a worker has no API, and the port would be one more
+	// thing to firewall on a load generator; set it to scrape workers.
+	MetricsListen string `yaml:"metrics_listen"`
+
 	// Logger receives the worker's logs; nil means slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -131,6 +137,11 @@ func (c Config) Validate() error {
 	}
 	if err := checkHostPort(c.QUICListen); err != nil {
 		bad("QUICListen", "%v", err)
+	}
+	if c.MetricsListen != "" {
+		if err := checkHostPort(c.MetricsListen); err != nil {
+			bad("MetricsListen", "%v", err)
+		}
 	}
 	if _, _, err := splitSwimBind(c.SwimBind); err != nil {
 		bad("SwimBind", "%v", err)

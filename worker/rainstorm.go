@@ -59,6 +59,10 @@ type rsTask struct {
 	key rsKey
 	inc uint64
 	in  chan wire.Message
+	// records counts tuples in (read by the source, received by a stage;
+	// resends not counted again), emitted tuples out (the batches and
+	// output rows its checkpoints cut), for snapshots and /metrics.
+	records, emitted atomic.Int64
 }
 
 func (h *rsHost) add(t *rsTask) {
@@ -69,6 +73,15 @@ func (h *rsHost) add(t *rsTask) {
 	}
 	if old := h.tasks[t.key]; old == nil || old.inc < t.inc {
 		h.tasks[t.key] = t
+	}
+}
+
+// each calls fn with every task running here, under the host's lock.
+func (h *rsHost) each(fn func(*rsTask)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range h.tasks {
+		fn(t)
 	}
 }
 
@@ -197,10 +210,9 @@ type rsDriver struct {
 	routes  atomic.Pointer[map[[2]int]wire.RainstormRoute]
 	start   time.Time
 
-	records atomic.Int64   // records handled (read by the source, received by a stage)
-	seen    map[int]uint64 // per upstream task, the newest batch counted (run's goroutine only)
-	bad     atomic.Int64
-	wg      sync.WaitGroup
+	seen map[int]uint64 // per upstream task, the newest batch counted (run's goroutine only)
+	bad  atomic.Int64
+	wg   sync.WaitGroup
 }
 
 // reportLoop reports progress every ReportInterval until the returned
@@ -230,7 +242,7 @@ func (d *rsDriver) reportLoop() (stop func()) {
 }
 
 func (d *rsDriver) snapshot() workflow.Snapshot {
-	return workflow.Snapshot{Elapsed: d.env.Now().Sub(d.start), Completed: d.records.Load(), Failed: d.bad.Load()}
+	return workflow.Snapshot{Elapsed: d.env.Now().Sub(d.start), Completed: d.t.records.Load(), Failed: d.bad.Load()}
 }
 
 // needsHeader: the stages name CSV columns the source learns from the
@@ -513,6 +525,11 @@ func (d *rsDriver) apply(ctx context.Context, r rainstorm.Ready) (done bool, err
 		d.queue(d.task.Stage-1, a.To, a)
 	}
 	if r.Checkpoint != nil {
+		out := len(r.Checkpoint.Rows)
+		for _, b := range r.Checkpoint.Pending {
+			out += len(b.Records)
+		}
+		d.t.emitted.Add(int64(out))
 		d.checkpoint(ctx, r.Checkpoint)
 	}
 	switch {
@@ -587,7 +604,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			if err != nil {
 				return fmt.Errorf("source: read: %w", err)
 			}
-			d.records.Add(int64(len(seg.Records)))
+			d.t.records.Add(int64(len(seg.Records)))
 			m.Segment(seg)
 			bad, _ := m.BadRecords()
 			d.bad.Store(int64(bad))
@@ -709,7 +726,7 @@ func (d *rsDriver) handle(m *rainstorm.TaskMachine, msg wire.Message) {
 		}
 		if x.Seq > d.seen[x.From.Index] {
 			d.seen[x.From.Index] = x.Seq
-			d.records.Add(int64(len(x.Records)))
+			d.t.records.Add(int64(len(x.Records)))
 		}
 		m.Batch(x)
 	case *wire.RainstormBatchAck:

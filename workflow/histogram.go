@@ -236,3 +236,26 @@ func Percentiles(hist []byte, percentiles ...float64) ([]time.Duration, error) {
 	}
 	return out, nil
 }
+
+// Cumulative counts h's samples at or below each bound (seconds, ascending),
+// as a Prometheus classic histogram wants them, and sums them in seconds.
+// Each sample counts at its HDR bucket's lowest value, so both are exact to
+// the histogram's precision (0.1%), not to the microsecond.
+func (h *Histogram) Cumulative(bounds []float64) (counts []uint64, sum float64) {
+	counts = make([]uint64, len(bounds))
+	i := 0
+	var below uint64
+	for value, count := range h.h.ForEachBucket {
+		secs := float64(value) / 1e6
+		for i < len(bounds) && secs > bounds[i] {
+			counts[i] = below
+			i++
+		}
+		below += uint64(count)
+		sum += secs * float64(count)
+	}
+	for ; i < len(bounds); i++ {
+		counts[i] = below
+	}
+	return counts, sum
+}

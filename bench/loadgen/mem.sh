@@ -9,6 +9,7 @@
 #
 #   bench/loadgen/mem.sh                 # VUS="1000 10000"
 #   VUS="1000" bench/loadgen/mem.sh
+#   TLS=1 bench/loadgen/mem.sh           # each idle VU holds a TLS connection (HTTPS target)
 #
 # Env: VUS, PORT, K6 (path to k6; default: PATH, then /tmp/tools/k6; "none"
 # skips it), ENGINE (an engine binary to measure instead of building this
@@ -19,8 +20,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 VUS=${VUS:-"1000 10000"}
 PORT=${PORT:-18081}
-URL="http://127.0.0.1:${PORT}/"
 OUT=$(mktemp -d /tmp/loadgen-mem.XXXXXX)
+SCHEME=http TARGET_TLS=() ENGINE_TLS=() CURL=(curl -fs) K6_TLS=
+if [[ -n ${TLS:-} ]]; then SCHEME=https TARGET_TLS=(--tls) ENGINE_TLS=(-insecure) CURL=(curl -fsk) K6_TLS=", insecureSkipTLSVerify: true"; fi
+URL="${SCHEME}://127.0.0.1:${PORT}/"
 
 [[ -x bin/tempest ]] || make build >/dev/null
 ENGINE=${ENGINE:-$OUT/engine}
@@ -30,7 +33,7 @@ K6=${K6:-$(command -v k6 || true)}
 tools=(engine)
 if [[ -n "$K6" && -x "$K6" ]]; then tools+=(k6); else echo "skip k6: not found" >&2; fi
 
-bin/tempest target --addr "127.0.0.1:${PORT}" --latency 30s >"$OUT/target.log" 2>&1 &
+bin/tempest target --addr "127.0.0.1:${PORT}" --latency 30s "${TARGET_TLS[@]}" >"$OUT/target.log" 2>&1 &
 TPID=$!
 GPID=
 cleanup() {
@@ -39,9 +42,9 @@ cleanup() {
   wait 2>/dev/null || true
 }
 trap cleanup EXIT
-for _ in $(seq 50); do curl -fs "http://127.0.0.1:${PORT}/__stats" >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 50); do "${CURL[@]}" "${SCHEME}://127.0.0.1:${PORT}/__stats" >/dev/null 2>&1 && break; sleep 0.1; done
 
-in_flight() { curl -fs "http://127.0.0.1:${PORT}/__stats" | grep -o '"in_flight":[0-9]*' | cut -d: -f2; }
+in_flight() { "${CURL[@]}" "${SCHEME}://127.0.0.1:${PORT}/__stats" | grep -o '"in_flight":[0-9]*' | cut -d: -f2; }
 rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status"; }
 
 # sample TOOL N: start the generator, wait for N requests in flight, print
@@ -49,11 +52,11 @@ rss_kb() { awk '/^VmRSS:/{print $2}' "/proc/$1/status"; }
 sample() {
   local tool=$1 n=$2
   case $tool in
-  engine) "$ENGINE" -url "$URL" -vus "$n" -d 60s >"$OUT/$tool.$n.log" 2>&1 & ;;
+  engine) "$ENGINE" -url "$URL" -vus "$n" -d 60s "${ENGINE_TLS[@]}" >"$OUT/$tool.$n.log" 2>&1 & ;;
   k6)
     cat >"$OUT/k6.$n.js" <<JS
 import http from 'k6/http';
-export const options = { vus: ${n}, duration: '60s' };
+export const options = { vus: ${n}, duration: '60s'${K6_TLS} };
 export default function () { http.get('${URL}', { timeout: '120s' }); }
 JS
     "$K6" run --no-usage-report --quiet "$OUT/k6.$n.js" >"$OUT/$tool.$n.log" 2>&1 & ;;

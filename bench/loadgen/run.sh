@@ -9,6 +9,7 @@
 #   bench/loadgen/run.sh            # the official measurement: 30 s runs, 3 reps, interleaved
 #   D=5 REPS=1 bench/loadgen/run.sh # a quick look
 #   PROFILE=1 bench/loadgen/run.sh  # then one more engine run under pprof, summarised
+#   TLS=1 bench/loadgen/run.sh      # the same against an HTTPS target (self-signed, HTTP/1.1)
 #
 # Env: D (seconds), REPS, VUS, PORT, K6 (path to k6; default: PATH, then
 # /tmp/tools/k6), TARGET_CPU, GEN_CPU, PROFILE, BASELINE (an engine binary
@@ -24,8 +25,14 @@ VUS=${VUS:-50}
 PORT=${PORT:-18080}
 TARGET_CPU=${TARGET_CPU:-0}
 GEN_CPU=${GEN_CPU:-1}
-URL="http://127.0.0.1:${PORT}/"
 OUT=$(mktemp -d /tmp/loadgen.XXXXXX)
+# TLS=1: the target serves HTTPS with a certificate it makes at start; the
+# engine and k6 skip verification, wrk never verifies. Connections are kept
+# alive, so the handshakes are a start-up cost and the rates measure
+# encrypted requests.
+SCHEME=http TARGET_TLS=() ENGINE_TLS=() CURL=(curl -fs)
+if [[ -n ${TLS:-} ]]; then SCHEME=https TARGET_TLS=(--tls) ENGINE_TLS=(-insecure) CURL=(curl -fsk); fi
+URL="${SCHEME}://127.0.0.1:${PORT}/"
 
 [[ -x bin/tempest ]] || make build >/dev/null
 go build -o "$OUT/engine" ./bench/loadgen/engine
@@ -37,14 +44,14 @@ if [[ -n ${BASELINE:-} ]]; then tools+=(baseline); fi
 if command -v wrk >/dev/null; then tools+=(wrk); else echo "skip wrk: not installed (apt-get install -y wrk)" >&2; fi
 if [[ -n "$K6" && -x "$K6" ]]; then tools+=(k6); else echo "skip k6: not found (GOBIN=/tmp/tools go install go.k6.io/k6@v1.8.1)" >&2; fi
 
-taskset -c "$TARGET_CPU" bin/tempest target --addr "127.0.0.1:${PORT}" >"$OUT/target.log" 2>&1 &
+taskset -c "$TARGET_CPU" bin/tempest target --addr "127.0.0.1:${PORT}" "${TARGET_TLS[@]}" >"$OUT/target.log" 2>&1 &
 TPID=$!
 trap 'kill $TPID 2>/dev/null || true; wait $TPID 2>/dev/null || true' EXIT
-for _ in $(seq 50); do curl -fs "$URL" >/dev/null 2>&1 && break; sleep 0.1; done
+for _ in $(seq 50); do "${CURL[@]}" "$URL" >/dev/null 2>&1 && break; sleep 0.1; done
 
 cat >"$OUT/k6.js" <<JS
 import http from 'k6/http';
-export const options = { vus: ${VUS}, duration: '${D}s', summaryTrendStats: ['p(50)', 'p(99)'] };
+export const options = { vus: ${VUS}, duration: '${D}s', summaryTrendStats: ['p(50)', 'p(99)'], insecureSkipTLSVerify: true };
 export default function () { http.get('${URL}'); }
 export function handleSummary(data) {
   const m = data.metrics;
@@ -64,7 +71,7 @@ run_one() {
   engine | baseline)
     local bin=$OUT/engine
     [[ $tool == baseline ]] && bin=$BASELINE
-    /usr/bin/time -f '%U %S' -o "$tf" taskset -c "$GEN_CPU" "$bin" -url "$URL" -vus "$VUS" -d "${D}s" >"$log" 2>&1
+    /usr/bin/time -f '%U %S' -o "$tf" taskset -c "$GEN_CPU" "$bin" -url "$URL" -vus "$VUS" -d "${D}s" "${ENGINE_TLS[@]}" >"$log" 2>&1
     reqs=$(grep -o 'completed=[0-9]*' "$log" | cut -d= -f2)
     wall=$(grep -o 'wall_s=[0-9.]*' "$log" | cut -d= -f2)
     p50=$(grep -o 'p50_ms=[0-9.]*' "$log" | cut -d= -f2)
@@ -87,7 +94,7 @@ run_one() {
   printf '  %-6s rep %d: %s req in %ss, p50 %s ms, p99 %s ms, client CPU %s s\n' "$tool" "$rep" "$reqs" "$wall" "$p50" "$p99" "$cpu" >&2
 }
 
-echo "D=${D}s REPS=$REPS VUs/conns=$VUS target CPU $TARGET_CPU, generator CPU $GEN_CPU, tools: ${tools[*]} (logs in $OUT)" >&2
+echo "D=${D}s REPS=$REPS VUs/conns=$VUS $URL load average $(cut -d' ' -f1-3 /proc/loadavg) target CPU $TARGET_CPU, generator CPU $GEN_CPU, tools: ${tools[*]} (logs in $OUT)" >&2
 for rep in $(seq "$REPS"); do
   for tool in "${tools[@]}"; do run_one "$tool" "$rep"; sleep 1; done
 done
@@ -113,11 +120,11 @@ for t in "${tools[@]}"; do
       printf "| %s | %.0f (%s) | %.2f | %.2f | %.2f | **%.0f** (%s) | %s | %s |\n", t, rps, reps, p50, p99, cpu, e, effs, vk, vw }'
 done
 echo
-echo "target: $(curl -fs "http://127.0.0.1:${PORT}/__stats" || true)"
+echo "target: $("${CURL[@]}" "${SCHEME}://127.0.0.1:${PORT}/__stats" || true)"
 
 if [[ -n ${PROFILE:-} ]]; then
   echo
   echo "profile: one more engine run of ${D}s under pprof ($OUT/engine.pprof)" >&2
-  taskset -c "$GEN_CPU" "$OUT/engine" -url "$URL" -vus "$VUS" -d "${D}s" -cpuprofile "$OUT/engine.pprof" | tee "$OUT/engine.profile.log"
+  taskset -c "$GEN_CPU" "$OUT/engine" -url "$URL" -vus "$VUS" -d "${D}s" "${ENGINE_TLS[@]}" -cpuprofile "$OUT/engine.pprof" | tee "$OUT/engine.profile.log"
   SET=http bench/profile_summary.sh "$OUT/engine.pprof" 15
 fi

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"tempest/target"
@@ -43,6 +44,8 @@ flags:
 	errorRate := fs.Float64("error-rate", 0, "fraction of requests answered 500, `0..1`")
 	bodySize := fs.Int("body-size", def.BodySize, "response body `bytes`")
 	seed := fs.Uint64("seed", def.Seed, "seed for error and jitter choices")
+	useTLS := fs.Bool("tls", false, "serve HTTPS (HTTP/1.1) with a self-signed certificate made at start")
+	certOut := fs.String("cert-out", "", "with --tls, write the certificate (PEM) to this `file`, for clients to trust")
 	verbose := fs.Bool("v", false, "log start and stop to stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -66,12 +69,23 @@ flags:
 		ErrorRate: *errorRate,
 		BodySize:  *bodySize,
 		Seed:      *seed,
+		TLS:       *useTLS,
 		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
 	srv, err := target.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "tempest target: %v\n", err)
 		return exitUsage
+	}
+	if *certOut != "" {
+		if !*useTLS {
+			fmt.Fprintln(stderr, "tempest target: --cert-out needs --tls")
+			return exitUsage
+		}
+		if err := os.WriteFile(*certOut, srv.CertificatePEM(), 0o644); err != nil {
+			fmt.Fprintf(stderr, "tempest target: %v\n", err)
+			return exitUsage
+		}
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.Addr)
@@ -83,7 +97,11 @@ flags:
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	// ln, not srv.Addr(): Serve may not have taken the listener yet.
-	fmt.Fprintf(stdout, "target listening on http://%s\n", ln.Addr())
+	scheme := "http"
+	if *useTLS {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "target listening on %s://%s\n", scheme, ln.Addr())
 
 	code := exitOK
 	select {

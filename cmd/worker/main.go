@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"tempest/cmd/internal/nodecmd"
+	"tempest/obs"
 	"tempest/rainstorm"
 	"tempest/worker"
 )
@@ -84,6 +85,29 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	if err != nil {
 		logger.Error("refusing to start", "err", err)
 		return exitFailure
+	}
+
+	if cfg.MetricsListen != "" {
+		// The node's own registry, served on its own port: a worker has
+		// no API server. TEMPEST_METRICS_TOKEN protects it as on the API.
+		reg := obs.NewRegistry()
+		if err := w.RegisterMetrics(reg); err != nil {
+			logger.Error("refusing to start", "err", err)
+			return exitFailure
+		}
+		ms, err := obs.Listen(context.Background(), cfg.MetricsListen, reg, startEnv("TEMPEST_METRICS_TOKEN"), logger)
+		if err != nil {
+			logger.Error("refusing to start", "err", err)
+			return exitFailure
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := ms.Shutdown(ctx); err != nil {
+				logger.Warn("metrics server shutdown", "err", err)
+			}
+		}()
+		logger.Info("serving metrics", "addr", "http://"+ms.Addr()+"/metrics")
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -156,6 +180,7 @@ func loadConfig(args []string, stderr io.Writer) (worker.Config, options, error)
 	managers := fs.String("managers", "", "comma-separated manager QUIC addresses")
 	cores := fs.Int("cores", 0, "cores to offer (default: all)")
 	profile := fs.String("swim-profile", "", "SWIM timing profile: lan, local or test")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics at this TCP `address` (host:port); default none")
 	if err := fs.Parse(args); err != nil {
 		return worker.Config{}, opts, err
 	}
@@ -187,6 +212,8 @@ func loadConfig(args []string, stderr io.Writer) (worker.Config, options, error)
 			cfg.Cores = *cores
 		case "swim-profile":
 			cfg.SwimProfile = *profile
+		case "metrics-listen":
+			cfg.MetricsListen = *metricsListen
 		}
 	})
 	if cfg.ID == "" {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -198,5 +200,57 @@ func TestStartsWithOnlySecretFile(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("no exit after SIGTERM")
+	}
+}
+
+// --metrics-listen serves the worker's registry, behind TEMPEST_METRICS_TOKEN
+// when it is set, and the listener goes away with the process; a bad
+// address is a config error.
+func TestMetricsListener(t *testing.T) {
+	if _, _, err := loadConfig([]string{"--id", "w", "--managers", "a:1", "--metrics-listen", "nope"}, &bytes.Buffer{}); err == nil ||
+		!strings.Contains(err.Error(), "MetricsListen") {
+		t.Fatalf("bad --metrics-listen: err = %v", err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreeTCPPort(t))
+	env := map[string]string{"AUTH_SECRET": mustSecret(t), "TEMPEST_METRICS_TOKEN": "scrape-0123"}
+	args := []string{"--id", "w-metrics", "--quic", "127.0.0.1:0", "--swim", "127.0.0.1:0", "--managers", "127.0.0.1:1",
+		"--swim-profile", "test", "--log-format", "json", "--metrics-listen", addr}
+	var stderr testutil.SyncBuffer
+	sigs := make(chan os.Signal, 1)
+	exit := make(chan int, 1)
+	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs) }()
+	waitForLog(t, &stderr, `"msg":"worker started"`)
+
+	scrape := func(token string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("scrape: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := scrape(""); code != http.StatusUnauthorized {
+		t.Errorf("scrape without the token: %d, want 401", code)
+	}
+	code, body := scrape("scrape-0123")
+	if code != http.StatusOK || !strings.Contains(body, "tempest_worker_cores{state=\"free\"}") || !strings.Contains(body, "process_cpu_seconds_total") {
+		t.Errorf("scrape with the token: %d\n%s", code, body)
+	}
+	sigs <- syscall.SIGTERM
+	select {
+	case code := <-exit:
+		if code != exitOK {
+			t.Fatalf("exit %d\n%s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit after SIGTERM\n%s", stderr.String())
+	}
+	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		t.Error("metrics still served after the worker exited")
 	}
 }

@@ -10,8 +10,11 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"tempest/api"
 	"tempest/leadership"
+	"tempest/obs"
 	"tempest/rainstorm"
 	"tempest/security"
 )
@@ -177,7 +180,8 @@ func (f *Flags) ReadConfig(file any, tls *TLSFiles) error {
 type APIRole interface {
 	Role
 	api.Backend
-	api.MetricsSource
+	// RegisterMetrics registers the role's series in the node's registry.
+	RegisterMetrics(reg prometheus.Registerer) error
 	SetAPIAddr(url string) error
 }
 
@@ -194,7 +198,14 @@ func ServeAPI(role APIRole, name string, node Node, opts Options, listen string,
 	scfg.Registry = rainstorm.Registry(rainstorm.ParseOptions{})
 	scfg.Logger = node.Log
 	scfg.Role = name
-	scfg.Metrics = role
+	// One registry per node, passed in: the runtime and process
+	// collectors, the role's series and the API's, served at /metrics.
+	scfg.Metrics = obs.NewRegistry()
+	if err := role.RegisterMetrics(scfg.Metrics); err != nil {
+		node.Log.Error("refusing to start: metrics", "err", err)
+		role.Shutdown(context.Background())
+		return ExitFailure
+	}
 	// Followers vouch for their clients' addresses to the leader with the
 	// cluster secret; /metrics takes its own token when one is set.
 	scfg.Keyring = node.Keyring

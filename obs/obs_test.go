@@ -1,0 +1,188 @@
+package obs_test
+
+import (
+	"crypto/sha256"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+
+	"tempest/obs"
+	"tempest/obs/obstest"
+	"tempest/transport"
+	"tempest/wire"
+	"tempest/workflow"
+)
+
+// A live job's merged HDR histogram becomes a classic histogram whose
+// buckets count exactly the samples at or below each bound.
+func TestJobLatencyHistogram(t *testing.T) {
+	h := workflow.NewHistogram()
+	for _, d := range []time.Duration{500 * time.Microsecond, 3 * time.Millisecond, 3 * time.Millisecond, 40 * time.Millisecond, 2 * time.Second, 90 * time.Second} {
+		h.Record(d)
+	}
+	enc, err := h.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two shards' reports of the same step merge into one histogram.
+	steps := obs.StepLatencies("get", []wire.StepStats{
+		{StepName: "root", CompletedCount: 6, Histogram: enc},
+		{StepName: "root", CompletedCount: 6, Histogram: enc},
+	})
+	if len(steps) != 1 || steps[0].Latency.Count() != 12 {
+		t.Fatalf("steps %+v, want one step of 12 samples", steps)
+	}
+	jm := obs.NewJobMetrics()
+	c := obs.NewCollector(func(ch chan<- prometheus.Metric) {
+		jm.Collect(ch, []obs.JobSeries{{JobID: "j1", Completed: 12, Rate: 3.5, P99Ms: 60000, Steps: steps}})
+	}, jm.Descs()...)
+	want := `# HELP tempest_job_step_latency_seconds Response latency of a running job's steps (send to last body byte), merged over its shards, workers and datacenters.
+# TYPE tempest_job_step_latency_seconds histogram
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.001"} 2
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.0025"} 2
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.005"} 6
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.01"} 6
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.025"} 6
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.05"} 8
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.1"} 8
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.25"} 8
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="0.5"} 8
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="1"} 8
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="2.5"} 10
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="5"} 10
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="10"} 10
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="30"} 10
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="60"} 12
+tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",le="+Inf"} 12
+`
+	// The sum is exact to the histogram's precision, so it is left out
+	// of the comparison and checked on its own.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	got := obstest.Text(t, reg)
+	var lines []string
+	for _, l := range strings.Split(string(got), "\n") {
+		if !strings.Contains(l, "tempest_job_step_latency_seconds") || strings.Contains(l, "_sum") || strings.Contains(l, "_count") {
+			continue
+		}
+		if l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if strings.Join(lines, "\n")+"\n" != want {
+		t.Errorf("histogram:\n%s\nwant:\n%s", strings.Join(lines, "\n"), want)
+	}
+	// 90 s is recorded as the histogram's 60 s ceiling.
+	wantSum := 2 * (0.0005 + 0.003 + 0.003 + 0.040 + 2 + 60)
+	if !strings.Contains(string(got), `_count{job_id="j1",step="root",workflow="get"} 12`) {
+		t.Errorf("count missing:\n%s", got)
+	}
+	var sum float64
+	for _, l := range strings.Split(string(got), "\n") {
+		if strings.HasPrefix(l, "tempest_job_step_latency_seconds_sum") {
+			var err error
+			if sum, err = strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if d := sum/wantSum - 1; d > 0.001 || d < -0.001 {
+		t.Errorf("sum %v, want %v within 0.1%%", sum, wantSum)
+	}
+	if problems, err := promtest.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
+
+type fakeStats struct {
+	transport.Transport
+	st transport.Stats
+}
+
+func (f fakeStats) Stats() transport.Stats { return f.st }
+
+// The transport's counters keep their names, and a transport that keeps
+// none (or none yet) exposes nothing rather than zeros.
+func TestTransportCollector(t *testing.T) {
+	var tr transport.Transport
+	c := obs.NewTransportCollector(func() transport.Transport { return tr })
+	if n := promtest.CollectAndCount(c); n != 0 {
+		t.Fatalf("%d series with no transport", n)
+	}
+	tr = fakeStats{st: transport.Stats{MessagesIn: 5, AuthFailures: 2,
+		Breakers: []transport.BreakerState{{Peer: "m1", Class: "vote", State: "open"}}}}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			got[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{
+		"tempest_transport_messages_in_total":   5,
+		"tempest_transport_auth_failures_total": 2,
+		"tempest_transport_breakers_not_closed": 1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+	if problems, err := promtest.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
+
+// The handler asks for the token when one is set, and the registry's
+// runtime series pass promtool.
+func TestHandler(t *testing.T) {
+	reg := obs.NewRegistry()
+	srv := httptest.NewServer(obs.Handler(reg, "tok-123"))
+	defer srv.Close()
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{{"", http.StatusUnauthorized}, {"Bearer nope", http.StatusUnauthorized}, {"Bearer tok-123", http.StatusOK}} {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Authorization %q: %d, want %d", tc.auth, resp.StatusCode, tc.want)
+		}
+	}
+	if !obs.BearerMatches(&http.Request{Header: http.Header{"Authorization": {"Bearer x"}}}, sha256.Sum256([]byte("x"))) {
+		t.Error("BearerMatches refuses its token")
+	}
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	req.Header.Set("Authorization", "Bearer tok-123")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(text), "go_goroutines ") || !strings.Contains(string(text), "process_cpu_seconds_total ") {
+		t.Errorf("no runtime or process series:\n%s", text)
+	}
+	obstest.Promtool(t, text)
+}

@@ -1,0 +1,49 @@
+// Package obstest checks a node's metrics exposition in tests: with
+// promtool, Prometheus's own linter, when it is installed.
+package obstest
+
+import (
+	"bytes"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"tempest/obs"
+)
+
+// Promtool runs `promtool check metrics` on text (exposition format 0.0.4)
+// and fails t with its findings. Without promtool on PATH it skips t,
+// saying how to get it: the check is Prometheus's, not one we could
+// reimplement and call equivalent.
+func Promtool(t testing.TB, text []byte) {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool is not on PATH (Debian package prometheus: apt-get install prometheus); the exposition lint is skipped")
+	}
+	if len(bytes.TrimSpace(text)) == 0 {
+		t.Fatal("no metrics to check")
+	}
+	cmd := exec.Command(path, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(text)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, strings.TrimSpace(out.String()))
+	}
+}
+
+// Text is what /metrics serves from g to a scraper that asks for no
+// particular format: text exposition 0.0.4.
+func Text(t testing.TB, g prometheus.Gatherer) []byte {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	obs.Handler(g, "").ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("metrics: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.Bytes()
+}
