@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/devcluster"
 	"tempest/rainstorm"
 	"tempest/testutil"
 	"tempest/wire"
@@ -645,5 +646,122 @@ func TestRainstormBadInputThroughCLI(t *testing.T) {
 				t.Fatalf("stderr does not point at line 7 with %q:\n%s", tc.want, stderr)
 			}
 		})
+	}
+}
+
+// A pipeline submitted to a gate runs in one datacenter, and its output
+// comes back through the gate: the gate reads it from the datacenter's
+// manager leader page by page. A record output of every input record spans
+// several pages. A pipeline asking for two datacenters is refused.
+func TestRainstormThroughGate(t *testing.T) {
+	path := signsPath(t)
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if r[post] == "Punched Telespar" {
+			counts[r[cat]]++
+		}
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jf := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(jf, []byte(`name: telespar
+timeout: 120s
+workflows:
+  - name: by-category
+    type: rainstorm
+    source: {file: signs.csv, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: 2, field: Sign_Post, equals: "Punched Telespar"}
+      - {name: count, op: count, tasks: 2, key: Category}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A lease long enough for a loaded machine: this test is about the
+	// output's way back, not lease expiry.
+	c := startWith(t, devcluster.Options{Gates: 1, Datacenters: 1, Managers: 3, Workers: 3, CoresPerWorker: 2, LeaseTTL: 20 * time.Second})
+
+	// The file source goes up to the gate, which hands it to the
+	// datacenter with the job.
+	code, stdout, stderr := runCLI(t, c, "submit", jf)
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, stderr)
+	}
+	id := strings.TrimSpace(stdout)
+	out := c.finish(id, "by-category")
+	diffRows(t, "filter→count through a gate", out.Rows, countRows(counts))
+	code, stdout, stderr = runCLI(t, c, "results", id, "--workflow", "by-category", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("tempest results through a gate: exit %d: %s", code, stderr)
+	}
+	var wantCSV bytes.Buffer
+	cw := csv.NewWriter(&wantCSV)
+	_ = cw.Write([]string{"key", "value"})
+	_ = cw.WriteAll(countRows(counts))
+	if stdout != wantCSV.String() {
+		t.Fatalf("tempest results --format csv through a gate:\n%s\nwant:\n%s", stdout, wantCSV.String())
+	}
+	// watch through the gate shows each stage.
+	code, _, stderr = runCLI(t, c, "watch", id)
+	if code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, stderr)
+	}
+	for _, stage := range []string{"source", "telespar", "count"} {
+		if !hasLine(stderr, stage, "tasks 0/", "records", "restarts 0", "bad 0") {
+			t.Fatalf("watch through a gate shows no line for stage %s:\n%s", stage, stderr)
+		}
+	}
+
+	// Every record, every column: several pages between manager and gate.
+	id, out = c.runPipeline(fmt.Sprintf(`name: everything
+timeout: 120s
+workflows:
+  - name: all
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: any, op: filter, tasks: 2, matches: "."}
+`, path), "all", 90*time.Second)
+	if !slices.Equal(out.Header, header) {
+		t.Errorf("header %v, want %v", out.Header, header)
+	}
+	diffRows(t, "every record through a gate", out.Rows, rows)
+	var size int
+	for _, r := range out.Rows {
+		for _, f := range r {
+			size += len(f)
+		}
+	}
+	if size < 2<<20 {
+		t.Fatalf("the output is %d bytes: too small to need several pages", size)
+	}
+	code, stdout, stderr = runCLI(t, c, "results", id, "--workflow", "all", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("tempest results through a gate: exit %d: %s", code, stderr)
+	}
+	wantCSV.Reset()
+	cw = csv.NewWriter(&wantCSV)
+	_ = cw.Write(header)
+	_ = cw.WriteAll(rows)
+	if stdout != wantCSV.String() {
+		t.Fatalf("tempest results --format csv through a gate differs from the input (%d bytes, want %d)", len(stdout), wantCSV.Len())
+	}
+
+	// Two datacenters would each run the whole pipeline.
+	two := filepath.Join(dir, "two.yaml")
+	job, _ := os.ReadFile(jf)
+	if err := os.WriteFile(two, bytes.Replace(job, []byte("workflows:"), []byte("datacenters: 2\nworkflows:"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI(t, c, "submit", two)
+	if code == 0 || !strings.Contains(stderr, "runs in one datacenter") {
+		t.Fatalf("a pipeline over two datacenters: exit %d: %s", code, stderr)
 	}
 }

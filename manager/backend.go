@@ -194,12 +194,20 @@ type jobView struct {
 	rec store.JobRecord
 	wfs []store.WorkflowRecord
 	seq uint64
+	// waiting: why PENDING workflows are not placed, by workflow id.
+	waiting map[string]string
 }
 
 func viewLocked(j *jobState) jobView {
 	v := jobView{rec: j.rec, seq: j.seq, wfs: make([]store.WorkflowRecord, len(j.wfs))}
 	for i, w := range j.wfs {
 		v.wfs[i] = w.rec
+		if w.waiting != "" && w.rec.Status == wire.WorkflowPending {
+			if v.waiting == nil {
+				v.waiting = map[string]string{}
+			}
+			v.waiting[w.rec.WorkflowID] = w.waiting
+		}
 	}
 	return v
 }
@@ -263,6 +271,9 @@ func (m *Manager) jobStatus(v jobView, detail bool) api.JobStatus {
 			}
 		} else {
 			ws = m.shardsStatus(group, detail)
+		}
+		if !v.rec.Status.Terminal() {
+			ws.Waiting = waitingSummary(group, v.waiting)
 		}
 		for _, r := range ws.Thresholds {
 			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed

@@ -34,7 +34,7 @@ type placeResult struct {
 // is tried; a dispatch that fails with the outcome unknown counts as a
 // failed attempt on that worker (it is excluded from now on, and any copy it
 // did start is fenced out by the newer token).
-func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) placeResult {
+func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) (res placeResult) {
 	var claimed bool
 	var cores int
 	var excluded []string
@@ -52,6 +52,14 @@ func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) p
 		w.placing, w.provisioning, w.target = false, false, ""
 		// From now on, waiting work is QUEUED rather than just SUBMITTED.
 		w.job.attempted = true
+		switch res.outcome {
+		case outcomeNoCapacity:
+			w.waiting = fmt.Sprintf("no free core (needs %d)", max(cores, 1))
+		case outcomeNoQuorum:
+			w.waiting = "no quorum of managers to confirm a placement"
+		case outcomePlaced:
+			w.waiting = ""
+		}
 		tx.touchJob(w.job, false)
 	})
 

@@ -396,6 +396,7 @@ type rsTaskInfo struct {
 	token    uint64
 	status   wire.WorkflowStatus
 	worker   string
+	waiting  string // why it is not placed (PENDING only)
 }
 
 // rsTasks returns, for a pipeline, its spec and each task's info in task
@@ -428,6 +429,9 @@ func (m *Manager) rsTasks(job, wf string) (*rainstorm.Spec, []wire.RainstormTask
 			r := &parts[i].rec
 			infos[i] = rsTaskInfo{found: true, attempts: r.Attempts, token: r.FenceToken, status: r.Status, worker: r.Worker,
 				records: r.LastProgress.CompletedCount, bad: r.LastProgress.FailedCount}
+			if r.Status == wire.WorkflowPending {
+				infos[i].waiting = parts[i].waiting
+			}
 		}
 	}
 	return &p.Spec, order, infos
@@ -566,6 +570,9 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 	}
 	for r, res := range answers {
 		r.reply <- res
+	}
+	if failed == nil && len(opens) > 0 {
+		m.rsRoutesChanged(lt, opens)
 	}
 }
 

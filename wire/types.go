@@ -98,6 +98,11 @@ const (
 	TypeRainstormReplicateAck  MsgType = 145
 	TypeRainstormSyncRequest   MsgType = 146
 	TypeRainstormSyncResponse  MsgType = 147
+	// RainStorm output through a gate (rainstorm_out.go), paged; and the
+	// leader's hint to workers that a pipeline's routes changed.
+	TypeRainstormOutputRequest MsgType = 170
+	TypeRainstormOutputPage    MsgType = 171
+	TypeRainstormRoutesChanged MsgType = 172
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -215,6 +220,9 @@ var catalogue = map[MsgType]typeInfo{
 	TypeRainstormReplicateAck:  {"RainstormReplicateAck", ClassBulk, func() Message { return new(RainstormReplicateAck) }},
 	TypeRainstormSyncRequest:   {"RainstormSyncRequest", ClassBulk, func() Message { return new(RainstormSyncRequest) }},
 	TypeRainstormSyncResponse:  {"RainstormSyncResponse", ClassBulk, func() Message { return new(RainstormSyncResponse) }},
+	TypeRainstormOutputRequest: {"RainstormOutputRequest", ClassBulk, func() Message { return new(RainstormOutputRequest) }},
+	TypeRainstormOutputPage:    {"RainstormOutputPage", ClassBulk, func() Message { return new(RainstormOutputPage) }},
+	TypeRainstormRoutesChanged: {"RainstormRoutesChanged", ClassControl, func() Message { return new(RainstormRoutesChanged) }},
 }
 
 func (t MsgType) String() string {

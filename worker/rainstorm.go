@@ -59,6 +59,8 @@ type rsTask struct {
 	key rsKey
 	inc uint64
 	in  chan wire.Message
+	// kick asks the task's route loop to fetch the routes now.
+	kick func()
 }
 
 func (h *rsHost) add(t *rsTask) {
@@ -77,6 +79,21 @@ func (h *rsHost) remove(t *rsTask) {
 	defer h.mu.Unlock()
 	if h.tasks[t.key] == t {
 		delete(h.tasks, t.key)
+	}
+}
+
+// routesChanged kicks the route loop of every task of a pipeline here.
+func (h *rsHost) routesChanged(job, wf string) {
+	h.mu.Lock()
+	var kicks []func()
+	for k, t := range h.tasks {
+		if k.job == job && k.wf == wf && t.kick != nil {
+			kicks = append(kicks, t.kick)
+		}
+	}
+	h.mu.Unlock()
+	for _, k := range kicks {
+		k()
 	}
 }
 
@@ -107,6 +124,14 @@ func (w *Worker) registerRainstorm(tr transport.Transport) {
 	tr.Handle(wire.TypeRainstormBatchAck, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
 		if a, ok := msg.(*wire.RainstormBatchAck); ok {
 			w.rs.deliver(rsKey{a.From.Job, a.From.Workflow, a.From.Stage - 1, a.To}, 0, a)
+		}
+		return nil, nil
+	})
+	// Only a hint: the tasks ask the leader for the routes themselves, so a
+	// forged one costs a route request and nothing else.
+	tr.Handle(wire.TypeRainstormRoutesChanged, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+		if c, ok := msg.(*wire.RainstormRoutesChanged); ok {
+			w.rs.routesChanged(c.Job, c.Workflow)
 		}
 		return nil, nil
 	})
@@ -145,9 +170,11 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 		out:     make(chan rsOut, rsOutbox),
 		kick:    make(chan struct{}, 1),
 		ckptRes: make(chan *wire.RainstormCheckpointAck, 16),
+		reroute: make(chan int, 64),
 		start:   env.Now(),
 		log:     env.Logger.With("stage", r.task.Stage, "task", r.task.Index, "incarnation", r.inc),
 	}
+	d.t.kick = d.kickRoutes
 	r.w.rs.add(d.t)
 	defer r.w.rs.remove(d.t)
 	stopReports := d.reportLoop()
@@ -195,6 +222,11 @@ type rsDriver struct {
 	kick    chan struct{}
 	ckptRes chan *wire.RainstormCheckpointAck
 	routes  atomic.Pointer[map[[2]int]wire.RainstormRoute]
+	// reroute carries the downstream tasks the route loop saw replaced,
+	// for the machine to resend to at once (dropped when full: the resend
+	// timer covers it).
+	reroute chan int
+	routeMu sync.Mutex // one route table update at a time
 	start   time.Time
 
 	records atomic.Int64   // records handled (read by the source, received by a stage)
@@ -386,12 +418,33 @@ func (w *Worker) callLeader(ctx context.Context, msg wire.Message) (wire.Message
 	return nil, err
 }
 
+// setRoutes installs a route table from the leader and tells the machine
+// which downstream tasks now run under a new incarnation: a replacement
+// that opened, which should get its unacknowledged batches now.
 func (d *rsDriver) setRoutes(rs []wire.RainstormRoute) {
+	d.routeMu.Lock()
+	defer d.routeMu.Unlock()
+	old := d.routes.Load()
 	m := make(map[[2]int]wire.RainstormRoute, len(rs))
 	for _, r := range rs {
 		m[[2]int{r.Stage, r.Index}] = r
 	}
 	d.routes.Store(&m)
+	if old == nil {
+		return // the first table: nothing was sent yet
+	}
+	for _, r := range rs {
+		if r.Stage != d.task.Stage+1 || r.Addr == "" || r.Incarnation == 0 {
+			continue
+		}
+		if was, ok := (*old)[[2]int{r.Stage, r.Index}]; ok && was.Incarnation == r.Incarnation {
+			continue
+		}
+		select {
+		case d.reroute <- r.Index:
+		default:
+		}
+	}
 }
 
 func (d *rsDriver) route(stage, index int) (wire.RainstormRoute, bool) {
@@ -605,6 +658,8 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			}
 		case a := <-d.ckptRes:
 			m.CheckpointResult(a)
+		case i := <-d.reroute:
+			m.Rerouted(i)
 		case <-tick.C:
 			m.Tick()
 		default:
@@ -619,6 +674,8 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 					}
 				case a := <-d.ckptRes:
 					m.CheckpointResult(a)
+				case i := <-d.reroute:
+					m.Rerouted(i)
 				case <-tick.C:
 					m.Tick()
 				}
@@ -694,6 +751,8 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 			}
 		case a := <-d.ckptRes:
 			m.CheckpointResult(a)
+		case i := <-d.reroute:
+			m.Rerouted(i)
 		case <-tick.C:
 			m.Tick()
 		}
