@@ -629,6 +629,7 @@ func TestRainstormBadInputThroughCLI(t *testing.T) {
 		{"unknown op", "      - {name: a, op: frobnicate}\n", `:7: `},
 		{"key not in header", "      - {name: a, op: count, key: Nope}\n", `"Nope" is not in the input's columns`},
 		{"missing exec program", "      - {name: a, op: exec, command: /no/such/program}\n", `/no/such/program`},
+		{"missing relative exec program", "      - {name: a, op: exec, command: ./no/such.sh}\n", `not found beside the job file`},
 		{"tasks 0", "      - {name: a, op: filter, tasks: 0, matches: x}\n", `tasks`},
 	}
 	for _, tc := range cases {
@@ -728,7 +729,7 @@ workflows:
     source: {path: %q, header: true}
     stages:
       - {name: any, op: filter, tasks: 2, matches: "."}
-`, path), "all", 90*time.Second)
+`, path), "all", 180*time.Second)
 	if !slices.Equal(out.Header, header) {
 		t.Errorf("header %v, want %v", out.Header, header)
 	}
@@ -753,6 +754,45 @@ workflows:
 	if stdout != wantCSV.String() {
 		t.Fatalf("tempest results --format csv through a gate differs from the input (%d bytes, want %d)", len(stdout), wantCSV.Len())
 	}
+
+	// An exec program named relative to the job file goes up with the job
+	// (through the gate) and runs on the workers from that copy: their
+	// working directory holds no ops/upper.sh.
+	script, err := os.ReadFile("../examples/rainstorm-upper.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "ops"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ops", "upper.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	upper := map[string]int{}
+	for _, r := range rows {
+		if strings.Contains(r[post], "Telespar") {
+			upper[strings.ToUpper(r[cat])]++
+		}
+	}
+	ej := filepath.Join(dir, "exec.yaml")
+	if err := os.WriteFile(ej, []byte(`name: upper
+timeout: 120s
+workflows:
+  - name: upper
+    type: rainstorm
+    source: {file: signs.csv, header: true}
+    stages:
+      - {name: upper, op: exec, tasks: 2, command: ./ops/upper.sh}
+      - {name: count, op: count, tasks: 2, key: "9"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI(t, c, "submit", ej)
+	if code != 0 {
+		t.Fatalf("submit with a relative exec program: exit %d: %s", code, stderr)
+	}
+	out = c.finish(strings.TrimSpace(stdout), "upper")
+	diffRows(t, "exec program uploaded with the job", out.Rows, countRows(upper))
 
 	// Two datacenters would each run the whole pipeline.
 	two := filepath.Join(dir, "two.yaml")

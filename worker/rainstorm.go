@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,6 +167,11 @@ type rsRunner struct {
 // Run implements workflow.Runner.
 func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, error) {
 	env = withDefaultEnv(env)
+	cleanup, err := installPrograms(r.p)
+	if err != nil {
+		return workflow.Result{}, err
+	}
+	defer cleanup()
 	d := &rsDriver{
 		w: r.w, p: r.p, task: r.task, inc: r.inc, env: env,
 		t:       &rsTask{key: rsKey{r.task.Job, r.task.Workflow, r.task.Stage, r.task.Index}, inc: r.inc, in: make(chan wire.Message, rsInbox)},
@@ -178,7 +186,7 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 	r.w.rs.add(d.t)
 	defer r.w.rs.remove(d.t)
 	stopReports := d.reportLoop()
-	err := d.run(ctx)
+	err = d.run(ctx)
 	stopReports()
 	snap := d.snapshot()
 	if env.Report != nil {
@@ -188,6 +196,34 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 		err = fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
 	return workflow.Result{Snapshot: snap}, err
+}
+
+// installPrograms writes the exec programs uploaded with the job (their
+// bytes came with the dispatch) to a private directory and points the
+// stages' commands at them; cleanup removes the directory.
+func installPrograms(p *rainstorm.TaskParams) (cleanup func(), err error) {
+	if len(p.ProgramData) == 0 {
+		return func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "tempest-rainstorm-")
+	if err != nil {
+		return nil, fmt.Errorf("install exec programs: %w", err)
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	for i, name := range slices.Sorted(maps.Keys(p.ProgramData)) {
+		file := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(name)))
+		if err := os.WriteFile(file, p.ProgramData[name], 0o700); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("install exec program %s: %w", name, err)
+		}
+		for s := range p.Spec.Stages {
+			st := &p.Spec.Stages[s]
+			if st.Op == rainstorm.OpExec && len(st.Command) > 0 && st.Command[0] == name {
+				st.Command = append([]string{file}, st.Command[1:]...)
+			}
+		}
+	}
+	return cleanup, nil
 }
 
 func withDefaultEnv(env workflow.Env) workflow.Env {
