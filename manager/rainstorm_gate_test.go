@@ -120,7 +120,7 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 	})
 	select {
 	case h := <-hints:
-		if h.Job != job || h.Workflow != "pipe" {
+		if h.Job != job || h.Workflow != "pipe" || len(h.Opened) != 1 || h.Opened[0] != (wire.RainstormTask{Stage: running}) {
 			t.Fatalf("hint %+v", h)
 		}
 	case <-time.After(10 * time.Second):

@@ -17,14 +17,14 @@ const rsPushTimeout = 2 * time.Second
 // failure detection and placement, not that timer too. Workers take it as
 // a hint and ask for the routes (wire.RainstormRoutesChanged).
 func (m *Manager) rsRoutesChanged(lt *leaderTerm, opens []*rsReq) {
-	seen := map[[2]string]bool{}
+	opened := map[[2]string][]wire.RainstormTask{}
 	var pipes [][2]string
 	for _, r := range opens {
 		k := [2]string{r.open.Task.Job, r.open.Task.Workflow}
-		if !seen[k] {
-			seen[k] = true
+		if _, ok := opened[k]; !ok {
 			pipes = append(pipes, k)
 		}
+		opened[k] = append(opened[k], wire.RainstormTask{Stage: r.open.Task.Stage, Index: r.open.Task.Index})
 	}
 	m.spawnLeader(lt, func(ctx context.Context) {
 		for _, p := range pipes {
@@ -36,7 +36,7 @@ func (m *Manager) rsRoutesChanged(lt *leaderTerm, opens []*rsReq) {
 			}
 			for addr := range addrs {
 				cctx, cancel := context.WithTimeout(ctx, rsPushTimeout)
-				if err := m.tr.Send(cctx, addr, &wire.RainstormRoutesChanged{Job: p[0], Workflow: p[1]}); err != nil {
+				if err := m.tr.Send(cctx, addr, &wire.RainstormRoutesChanged{Job: p[0], Workflow: p[1], Opened: opened[p]}); err != nil {
 					m.log.Debug("route change not told", "job_id", p[0], "workflow", p[1], "addr", addr, "err", err)
 				}
 				cancel()

@@ -52,14 +52,16 @@ type RainstormOutputTask struct {
 func (*RainstormOutputRequest) Type() MsgType { return TypeRainstormOutputRequest }
 func (*RainstormOutputPage) Type() MsgType    { return TypeRainstormOutputPage }
 
-// RainstormRoutesChanged tells a worker that a pipeline's route table
-// changed (a task opened under a new incarnation), so that its tasks ask
-// the leader for the routes now instead of at their next poll, and resend
-// to a replaced task without waiting for their resend timer. It is only a
-// hint: the routes themselves come from the leader.
+// RainstormRoutesChanged tells a worker that tasks of a pipeline opened
+// (Opened: a replacement, or a first start), so that its tasks ask the
+// leader for the routes now instead of at their next poll, and resend to an
+// opened downstream task without waiting for their resend timer. It is only
+// a hint: the routes themselves come from the leader, and a resend is of
+// batches the receiver de-duplicates.
 type RainstormRoutesChanged struct {
-	Job      string `cbor:"1,keyasint"`
-	Workflow string `cbor:"2,keyasint"`
+	Job      string          `cbor:"1,keyasint"`
+	Workflow string          `cbor:"2,keyasint"`
+	Opened   []RainstormTask `cbor:"3,keyasint,omitempty"`
 }
 
 func (*RainstormRoutesChanged) Type() MsgType { return TypeRainstormRoutesChanged }

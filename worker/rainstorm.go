@@ -62,8 +62,9 @@ type rsTask struct {
 	key rsKey
 	inc uint64
 	in  chan wire.Message
-	// kick asks the task's route loop to fetch the routes now.
-	kick func()
+	// opened tells the task that tasks of its pipeline opened: fetch the
+	// routes now, then resend to those downstream.
+	opened func([]wire.RainstormTask)
 }
 
 func (h *rsHost) add(t *rsTask) {
@@ -85,18 +86,18 @@ func (h *rsHost) remove(t *rsTask) {
 	}
 }
 
-// routesChanged kicks the route loop of every task of a pipeline here.
-func (h *rsHost) routesChanged(job, wf string) {
+// routesChanged tells every task of a pipeline here which tasks opened.
+func (h *rsHost) routesChanged(job, wf string, opened []wire.RainstormTask) {
 	h.mu.Lock()
-	var kicks []func()
+	var tell []func([]wire.RainstormTask)
 	for k, t := range h.tasks {
-		if k.job == job && k.wf == wf && t.kick != nil {
-			kicks = append(kicks, t.kick)
+		if k.job == job && k.wf == wf && t.opened != nil {
+			tell = append(tell, t.opened)
 		}
 	}
 	h.mu.Unlock()
-	for _, k := range kicks {
-		k()
+	for _, f := range tell {
+		f(opened)
 	}
 }
 
@@ -134,7 +135,7 @@ func (w *Worker) registerRainstorm(tr transport.Transport) {
 	// forged one costs a route request and nothing else.
 	tr.Handle(wire.TypeRainstormRoutesChanged, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
 		if c, ok := msg.(*wire.RainstormRoutesChanged); ok {
-			w.rs.routesChanged(c.Job, c.Workflow)
+			w.rs.routesChanged(c.Job, c.Workflow, c.Opened)
 		}
 		return nil, nil
 	})
@@ -182,7 +183,7 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 		start:   env.Now(),
 		log:     env.Logger.With("stage", r.task.Stage, "task", r.task.Index, "incarnation", r.inc),
 	}
-	d.t.kick = d.kickRoutes
+	d.t.opened = d.downstreamOpened
 	r.w.rs.add(d.t)
 	defer r.w.rs.remove(d.t)
 	stopReports := d.reportLoop()
@@ -262,8 +263,11 @@ type rsDriver struct {
 	// for the machine to resend to at once (dropped when full: the resend
 	// timer covers it).
 	reroute chan int
-	routeMu sync.Mutex // one route table update at a time
-	start   time.Time
+	routeMu sync.Mutex // one route table update at a time; guards hinted
+	// hinted are downstream tasks that opened since the last route fetch:
+	// the next fetch reroutes to them whatever their incarnation was.
+	hinted map[int]bool
+	start  time.Time
 
 	records atomic.Int64   // records handled (read by the source, received by a stage)
 	seen    map[int]uint64 // per upstream task, the newest batch counted (run's goroutine only)
@@ -466,15 +470,22 @@ func (d *rsDriver) setRoutes(rs []wire.RainstormRoute) {
 		m[[2]int{r.Stage, r.Index}] = r
 	}
 	d.routes.Store(&m)
-	if old == nil {
+	hinted := d.hinted
+	d.hinted = nil
+	if old == nil && len(hinted) == 0 {
 		return // the first table: nothing was sent yet
 	}
 	for _, r := range rs {
 		if r.Stage != d.task.Stage+1 || r.Addr == "" || r.Incarnation == 0 {
 			continue
 		}
-		if was, ok := (*old)[[2]int{r.Stage, r.Index}]; ok && was.Incarnation == r.Incarnation {
-			continue
+		if !hinted[r.Index] {
+			if old == nil {
+				continue
+			}
+			if was, ok := (*old)[[2]int{r.Stage, r.Index}]; ok && was.Incarnation == r.Incarnation {
+				continue
+			}
 		}
 		select {
 		case d.reroute <- r.Index:
@@ -490,6 +501,24 @@ func (d *rsDriver) route(stage, index int) (wire.RainstormRoute, bool) {
 	}
 	r, ok := (*m)[[2]int{stage, index}]
 	return r, ok && r.Addr != ""
+}
+
+// downstreamOpened takes the leader's hint that tasks opened: the routes
+// are fetched now, and that fetch resends to the downstream ones among
+// them, even when an earlier fetch already showed their incarnation (a
+// resend that reached a replacement before its inbox existed was lost).
+func (d *rsDriver) downstreamOpened(opened []wire.RainstormTask) {
+	d.routeMu.Lock()
+	for _, t := range opened {
+		if t.Stage == d.task.Stage+1 {
+			if d.hinted == nil {
+				d.hinted = map[int]bool{}
+			}
+			d.hinted[t.Index] = true
+		}
+	}
+	d.routeMu.Unlock()
+	d.kickRoutes()
 }
 
 func (d *rsDriver) kickRoutes() {

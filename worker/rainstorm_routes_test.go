@@ -40,4 +40,26 @@ func TestRoutesRerouteReplacedDownstream(t *testing.T) {
 	if len(d.reroute) != 0 {
 		t.Fatal("an unchanged table rerouted")
 	}
+
+	// The leader's hint that 2.1 opened (and 0.0, not downstream): the
+	// next table reroutes to 2.1 though its incarnation did not change,
+	// since what an earlier resend sent may have arrived before it could
+	// take it.
+	d.kick = make(chan struct{}, 1)
+	d.downstreamOpened([]wire.RainstormTask{{Stage: 2, Index: 1}, {Stage: 0, Index: 0}})
+	if len(d.kick) != 1 {
+		t.Fatal("the hint did not ask for the routes")
+	}
+	d.setRoutes(routes)
+	got = nil
+	for len(d.reroute) > 0 {
+		got = append(got, <-d.reroute)
+	}
+	if !slices.Equal(got, []int{1}) {
+		t.Fatalf("after the hint rerouted %v, want [1]", got)
+	}
+	d.setRoutes(routes)
+	if len(d.reroute) != 0 {
+		t.Fatal("a hint rerouted twice")
+	}
 }
