@@ -806,3 +806,46 @@ workflows:
 		t.Fatalf("a pipeline over two datacenters: exit %d: %s", code, stderr)
 	}
 }
+
+// A pipeline with more tasks than the datacenter has free cores: the task
+// left over does not wait in silence; the status and the pipeline's tasks
+// say why it waits.
+func TestRainstormUnplacedTaskSaysWhy(t *testing.T) {
+	c := startCluster(t, 1, 1, 2)
+	id := c.submit(`name: too-big
+timeout: 120s
+workflows:
+  - name: big
+    type: rainstorm
+    source: {generate: {records: 1000000, rate: 1000, keys: 3}}
+    stages:
+      - {name: low, op: filter, tasks: 1, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: count, op: count, tasks: 1, key: key}
+`)
+	testutil.Eventually(t, 60*time.Second, 200*time.Millisecond, func() error {
+		st, err := c.client.Job(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		if len(st.Workflows) != 1 || !strings.Contains(st.Workflows[0].Waiting, "waiting: no free core") {
+			return fmt.Errorf("status: %+v", st.Workflows)
+		}
+		out, err := c.output(id, "big")
+		if err != nil {
+			return err
+		}
+		waiting := 0
+		for _, task := range out.Tasks {
+			if task.Status == wire.WorkflowPending && strings.Contains(task.Waiting, "no free core") {
+				waiting++
+			}
+		}
+		if waiting != 1 {
+			return fmt.Errorf("%d tasks say they wait for a core: %+v", waiting, out.Tasks)
+		}
+		return nil
+	})
+	if _, err := c.client.Cancel(context.Background(), id, "test over"); err != nil {
+		t.Fatal(err)
+	}
+}
