@@ -127,3 +127,40 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		t.Fatal("no route-change hint after a task opened")
 	}
 }
+
+// A lost worker's pipeline tasks are re-placed at once, not after
+// WorkerFenceAfter: the store fences the old incarnation when the
+// replacement opens, so waiting would only stall the pipeline. Its other
+// workflows still wait for the worker's self-fence.
+func TestLostWorkerPipelineTasksReplacedAtOnce(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.WorkerFenceAfter = time.Hour })
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	pipe, err := lead.Submit(context.Background(), rsJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep, err := lead.Submit(context.Background(), sleepJob(t, "patient", 1, 1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := taskToken(t, lead, pipe.JobID, 1, 0)
+	_, sleepToken := workflowOn(t, c, sleep.JobID)
+	c.addWorker("w2", 4)
+	c.killWorker("w1")
+	// Both tasks run again on w2 under new tokens.
+	newTok := taskToken(t, lead, pipe.JobID, 1, old)
+	if _, _, infos := lead.rsTasks(pipe.JobID, "pipe"); infos[1].worker != "w2" || newTok == old {
+		t.Fatalf("count task on %s under %#x (was %#x)", infos[1].worker, newTok, old)
+	}
+	lead.mu.Lock()
+	w := lead.jobs[sleep.JobID].wfs[0]
+	worker, tok := w.rec.Worker, w.rec.FenceToken
+	lead.mu.Unlock()
+	if worker != "w1" || tok != sleepToken {
+		t.Fatalf("the sleep workflow moved before w1's fence ran out: on %s under %#x", worker, tok)
+	}
+}
