@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"tempest/lifecycle"
-	"tempest/rainstorm"
 	"tempest/store"
 	"tempest/wire"
 )
@@ -74,12 +73,6 @@ func (m *Manager) retryLocked(tx *txn, w *workflowState, worker, reason string) 
 // worker that SWIM declared dead, once WorkerFenceAfter has passed since
 // the worker was last heard from: a worker that is only cut off stops its
 // runs by then (self-fencing), so the retry does not double the load.
-//
-// RainStorm tasks are retried at once: the checkpoint store fences the old
-// incarnation as soon as the replacement opens, so a task that is only cut
-// off can go on running but never make a batch durable, acknowledge or
-// publish anything (docs/rainstorm.md), and waiting for its self-fence would
-// only stall the pipeline. Its core is doubly used until then, as before.
 func (m *Manager) workerLost(worker, reason string) {
 	lt := m.leading()
 	if lt == nil {
@@ -87,10 +80,9 @@ func (m *Manager) workerLost(worker, reason string) {
 	}
 	wait := m.fenceWait(worker)
 	if wait <= 0 {
-		m.retryLost(worker, reason, nil)
+		m.retryLost(worker, reason)
 		return
 	}
-	m.retryLost(worker, reason, isPipelineTask)
 	m.log.Info("waiting for the lost worker to fence itself before re-dispatching its workflows", "worker", worker, "wait", wait)
 	m.spawnLeader(lt, func(ctx context.Context) {
 		if !lifecycle.Sleep(ctx, wait) {
@@ -99,7 +91,7 @@ func (m *Manager) workerLost(worker, reason string) {
 		if wv, ok := m.workers.get(worker); ok && !wv.Gone {
 			return // it came back: its runs go on, or it reports them stopped
 		}
-		m.retryLost(worker, reason, nil)
+		m.retryLost(worker, reason)
 	})
 }
 
@@ -113,20 +105,12 @@ func (m *Manager) fenceWait(worker string) time.Duration {
 	return wv.LastSeen.Add(m.cfg.WorkerFenceAfter).Sub(m.clock.Now())
 }
 
-// isPipelineTask: w is a task of a RainStorm pipeline.
-func isPipelineTask(w *workflowState) bool { return w.rec.Spec.Type == rainstorm.TypeName }
-
-// retryLost retries the workflows placed on worker (only those only
-// accepts, when it is set).
-func (m *Manager) retryLost(worker, reason string, only func(*workflowState) bool) {
+func (m *Manager) retryLost(worker, reason string) {
 	if m.leading() == nil {
 		return
 	}
 	m.update(func(tx *txn) {
 		for _, w := range m.wfs {
-			if only != nil && !only(w) {
-				continue
-			}
 			if w.rec.Worker == worker && (w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
 				m.retryLocked(tx, w, worker, reason)
 			}
