@@ -127,3 +127,34 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		t.Fatal("no route-change hint after a task opened")
 	}
 }
+
+// A pipeline task that used up its retries (its workers kept dying) fails
+// the job at once, with the reason, instead of leaving the other tasks to
+// wait for it until the job's timeout.
+func TestPipelineTaskOutOfRetriesFailsJob(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.MaxWorkflowRetries = 0 })
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 1) // one task each
+	c.addWorker("w2", 1)
+	lead := c.leader()
+	ack, err := lead.Submit(context.Background(), rsJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskToken(t, lead, ack.JobID, 0, 0)
+	taskToken(t, lead, ack.JobID, 1, 0)
+	_, _, infos := lead.rsTasks(ack.JobID, "pipe")
+	c.killWorker(infos[1].worker) // the count task's; the source runs on
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		st, err := lead.Job(context.Background(), ack.JobID)
+		if err != nil {
+			return err
+		}
+		if st.Status != wire.JobFailed || !strings.Contains(st.Error, "task 2 of 2 failed: failed after 1 attempts") {
+			return fmt.Errorf("job %s: %q", st.Status, st.Error)
+		}
+		return nil
+	})
+}
