@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -41,11 +42,17 @@ type PipelineTask struct {
 	// Records counts records the task took in (read, for the source).
 	Records int64 `json:"records"`
 	Bad     int64 `json:"bad_records,omitempty"`
+	// Waiting says why a task that is not placed waits, e.g. "no free
+	// core"; empty while it runs.
+	Waiting string `json:"waiting,omitempty"`
 }
 
-// OutputBackend is implemented by backends that run pipelines (managers).
+// OutputBackend is implemented by backends that serve pipelines' output:
+// managers from their store, gates by asking the datacenter's manager
+// leader. Without rows, only the summary (status, tasks, counters) is
+// filled in, which is what a live display polls.
 type OutputBackend interface {
-	PipelineOutput(ctx context.Context, jobID, workflow string) (*PipelineOutput, error)
+	PipelineOutput(ctx context.Context, jobID, workflow string, rows bool) (*PipelineOutput, error)
 }
 
 // pipelineOutput serves GET /v1/jobs/{id}/results?workflow=NAME.
@@ -57,7 +64,8 @@ func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, work
 	}
 	ctx, cancel := s.callContext(r)
 	defer cancel()
-	out, err := ob.PipelineOutput(ctx, id, workflow)
+	summary := r.URL.Query().Get("summary") == "true"
+	out, err := ob.PipelineOutput(ctx, id, workflow, !summary)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("output of %s in job %s: %w", workflow, id, err))
 		return
@@ -109,6 +117,64 @@ func (c *Client) Output(ctx context.Context, id, workflow, format string) ([]byt
 		return nil, err
 	}
 	return a.body, nil
+}
+
+// OutputSummary fetches a pipeline workflow's status, tasks and counters
+// without its rows (GET …/results?workflow=NAME&summary=true).
+func (c *Client) OutputSummary(ctx context.Context, id, workflow string) (*PipelineOutput, error) {
+	a, err := c.exchange(ctx, request{method: http.MethodGet, path: jobPath(id, "/results"),
+		query: url.Values{"format": {"json"}, "workflow": {workflow}, "summary": {"true"}}, idempotent: true})
+	if err != nil {
+		return nil, err
+	}
+	var out PipelineOutput
+	if err := json.Unmarshal(a.body, &out); err != nil {
+		return nil, fmt.Errorf("decode output summary of %s: %w", workflow, err)
+	}
+	return &out, nil
+}
+
+// outputPageBudget bounds the row bytes of one output page between a gate
+// and a manager: a tenth of the largest message, leaving room for the
+// summary and the encoding's overhead.
+const outputPageBudget = wire.MaxMessageSize / 10
+
+// OutputPage cuts the page of out that starts at row offset: the summary
+// and as many rows as fit the page budget (at least one, so a huge row
+// still moves).
+func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
+	p := &wire.RainstormOutputPage{Status: out.Status, Complete: out.Complete, Header: out.Header,
+		BadRecords: out.BadRecords, BadFirst: out.BadFirst, Restarts: out.Restarts,
+		Total: uint64(len(out.Rows)), Offset: min(offset, uint64(len(out.Rows)))}
+	for _, t := range out.Tasks {
+		p.Tasks = append(p.Tasks, wire.RainstormOutputTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
+			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, Bad: t.Bad, Waiting: t.Waiting})
+	}
+	size := 0
+	for _, row := range out.Rows[p.Offset:] {
+		n := 8
+		for _, f := range row {
+			n += len(f) + 8
+		}
+		if len(p.Rows) > 0 && size+n > outputPageBudget {
+			break
+		}
+		size += n
+		p.Rows = append(p.Rows, row)
+	}
+	return p
+}
+
+// OutputFromPage is the summary of a page as a PipelineOutput, with the
+// page's rows.
+func OutputFromPage(jobID, workflow string, p *wire.RainstormOutputPage) *PipelineOutput {
+	out := &PipelineOutput{JobID: jobID, Workflow: workflow, Status: p.Status, Complete: p.Complete, Header: p.Header,
+		BadRecords: p.BadRecords, BadFirst: p.BadFirst, Restarts: p.Restarts, Rows: p.Rows}
+	for _, t := range p.Tasks {
+		out.Tasks = append(out.Tasks, PipelineTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
+			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, Bad: t.Bad, Waiting: t.Waiting})
+	}
+	return out
 }
 
 // workflowQuery is the results request's workflow, if any.

@@ -7,9 +7,9 @@ import (
 
 	"tempest/api"
 	"tempest/blobstore"
+	"tempest/rainstorm"
 	"tempest/transport"
 	"tempest/wire"
-	"tempest/workflow"
 )
 
 // Blobs through gates (docs/blobs.md): a client uploads a job's data files
@@ -110,7 +110,9 @@ func (g *Gate) ReadBlob(ctx context.Context, sum string, limit int64) ([]byte, e
 func (g *Gate) blobGCLoop(ctx context.Context) {
 	t := time.NewTicker(blobGCEvery)
 	defer t.Stop()
-	reg := workflow.DefaultRegistry()
+	// The registry with every type a job may name: a pipeline's file:
+	// source is a blob too.
+	reg := rainstorm.Registry(rainstorm.ParseOptions{})
 	for {
 		select {
 		case <-ctx.Done():

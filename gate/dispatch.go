@@ -72,9 +72,15 @@ func (g *Gate) sendToDC(lt *leadership.Term, id, dc string) error {
 
 // callDC sends msg to dc's manager leader, following NotLeader answers.
 func (g *Gate) callDC(ctx context.Context, dc string, msg wire.Message) error {
+	_, err := g.callDCReply(ctx, dc, msg)
+	return err
+}
+
+// callDCReply is callDC returning the leader's answer.
+func (g *Gate) callDCReply(ctx context.Context, dc string, msg wire.Message) (wire.Message, error) {
 	targets := g.dcs.targets(dc)
 	if len(targets) == 0 {
-		return fmt.Errorf("no live manager known in %s", dc)
+		return nil, fmt.Errorf("no live manager known in %s", dc)
 	}
 	var errs []error
 	tried := map[string]bool{}
@@ -92,14 +98,14 @@ func (g *Gate) callDC(ctx context.Context, dc string, msg wire.Message) error {
 			switch r := reply.(type) {
 			case *wire.JobAck:
 				if !r.Accepted {
-					return wire.Errorf(wire.CodeRejected, "%s", r.Error)
+					return nil, wire.Errorf(wire.CodeRejected, "%s", r.Error)
 				}
 			case *wire.LeaseAck:
 				if !r.Accepted {
-					return wire.Errorf(wire.CodeRejected, "%s", r.Error)
+					return nil, wire.Errorf(wire.CodeRejected, "%s", r.Error)
 				}
 			}
-			return nil
+			return reply, nil
 		}
 		var we *wire.Error
 		if errors.As(err, &we) {
@@ -111,12 +117,12 @@ func (g *Gate) callDC(ctx context.Context, dc string, msg wire.Message) error {
 				errs = append(errs, err)
 				continue
 			case wire.CodeRejected, wire.CodeStaleFence, wire.CodeNotFound:
-				return err
+				return nil, err
 			}
 		}
 		errs = append(errs, err)
 	}
-	return fmt.Errorf("%s: %w", dc, errors.Join(errs...))
+	return nil, fmt.Errorf("%s: %w", dc, errors.Join(errs...))
 }
 
 // failDC ends job id in datacenter dc with reason, and tells the

@@ -23,6 +23,9 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	if len(sub.Workflows) == 0 {
 		return nil, wire.Errorf(wire.CodeRejected, "invalid job: no workflows")
 	}
+	if err := checkPipelineDatacenters(sub); err != nil {
+		return nil, err
+	}
 	s := *sub
 	s.Workflows = slices.Clone(sub.Workflows)
 	jobs.Of(&s).Canonicalize(g.now(), g.ids.Next)

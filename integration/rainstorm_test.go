@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/devcluster"
 	"tempest/rainstorm"
 	"tempest/testutil"
 	"tempest/wire"
@@ -628,6 +629,7 @@ func TestRainstormBadInputThroughCLI(t *testing.T) {
 		{"unknown op", "      - {name: a, op: frobnicate}\n", `:7: `},
 		{"key not in header", "      - {name: a, op: count, key: Nope}\n", `"Nope" is not in the input's columns`},
 		{"missing exec program", "      - {name: a, op: exec, command: /no/such/program}\n", `/no/such/program`},
+		{"missing relative exec program", "      - {name: a, op: exec, command: ./no/such.sh}\n", `not found beside the job file`},
 		{"tasks 0", "      - {name: a, op: filter, tasks: 0, matches: x}\n", `tasks`},
 	}
 	for _, tc := range cases {
@@ -645,5 +647,205 @@ func TestRainstormBadInputThroughCLI(t *testing.T) {
 				t.Fatalf("stderr does not point at line 7 with %q:\n%s", tc.want, stderr)
 			}
 		})
+	}
+}
+
+// A pipeline submitted to a gate runs in one datacenter, and its output
+// comes back through the gate: the gate reads it from the datacenter's
+// manager leader page by page. A record output of every input record spans
+// several pages. A pipeline asking for two datacenters is refused.
+func TestRainstormThroughGate(t *testing.T) {
+	path := signsPath(t)
+	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
+	counts := map[string]int{}
+	for _, r := range rows {
+		if r[post] == "Punched Telespar" {
+			counts[r[cat]]++
+		}
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jf := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(jf, []byte(`name: telespar
+timeout: 120s
+workflows:
+  - name: by-category
+    type: rainstorm
+    source: {file: signs.csv, header: true}
+    stages:
+      - {name: telespar, op: filter, tasks: 2, field: Sign_Post, equals: "Punched Telespar"}
+      - {name: count, op: count, tasks: 2, key: Category}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// One manager and a long lease, for a loaded machine: this test is
+	// about the output's way back through the gate, not elections or lease
+	// expiry (the manager tests cover a follower pointing at the leader).
+	c := startWith(t, devcluster.Options{Gates: 1, Datacenters: 1, Managers: 1, Workers: 3, CoresPerWorker: 2, LeaseTTL: 30 * time.Second})
+
+	// The file source goes up to the gate, which hands it to the
+	// datacenter with the job.
+	code, stdout, stderr := runCLI(t, c, "submit", jf)
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, stderr)
+	}
+	id := strings.TrimSpace(stdout)
+	out := c.finish(id, "by-category")
+	diffRows(t, "filter→count through a gate", out.Rows, countRows(counts))
+	code, stdout, stderr = runCLI(t, c, "results", id, "--workflow", "by-category", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("tempest results through a gate: exit %d: %s", code, stderr)
+	}
+	var wantCSV bytes.Buffer
+	cw := csv.NewWriter(&wantCSV)
+	_ = cw.Write([]string{"key", "value"})
+	_ = cw.WriteAll(countRows(counts))
+	if stdout != wantCSV.String() {
+		t.Fatalf("tempest results --format csv through a gate:\n%s\nwant:\n%s", stdout, wantCSV.String())
+	}
+	// watch through the gate shows each stage.
+	code, _, stderr = runCLI(t, c, "watch", id)
+	if code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, stderr)
+	}
+	for _, stage := range []string{"source", "telespar", "count"} {
+		if !hasLine(stderr, stage, "tasks 0/", "records", "restarts 0", "bad 0") {
+			t.Fatalf("watch through a gate shows no line for stage %s:\n%s", stage, stderr)
+		}
+	}
+
+	// Every record, every column: several pages between manager and gate.
+	id, out = c.runPipeline(fmt.Sprintf(`name: everything
+timeout: 120s
+workflows:
+  - name: all
+    type: rainstorm
+    source: {path: %q, header: true}
+    stages:
+      - {name: any, op: filter, tasks: 2, matches: "."}
+`, path), "all", 180*time.Second)
+	if !slices.Equal(out.Header, header) {
+		t.Errorf("header %v, want %v", out.Header, header)
+	}
+	diffRows(t, "every record through a gate", out.Rows, rows)
+	var size int
+	for _, r := range out.Rows {
+		for _, f := range r {
+			size += len(f)
+		}
+	}
+	if size < 2<<20 {
+		t.Fatalf("the output is %d bytes: too small to need several pages", size)
+	}
+	code, stdout, stderr = runCLI(t, c, "results", id, "--workflow", "all", "--format", "csv")
+	if code != 0 {
+		t.Fatalf("tempest results through a gate: exit %d: %s", code, stderr)
+	}
+	wantCSV.Reset()
+	cw = csv.NewWriter(&wantCSV)
+	_ = cw.Write(header)
+	_ = cw.WriteAll(rows)
+	if stdout != wantCSV.String() {
+		t.Fatalf("tempest results --format csv through a gate differs from the input (%d bytes, want %d)", len(stdout), wantCSV.Len())
+	}
+
+	// An exec program named relative to the job file goes up with the job
+	// (through the gate) and runs on the workers from that copy: their
+	// working directory holds no ops/upper.sh.
+	script, err := os.ReadFile("../examples/rainstorm-upper.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "ops"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ops", "upper.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	upper := map[string]int{}
+	for _, r := range rows {
+		if strings.Contains(r[post], "Telespar") {
+			upper[strings.ToUpper(r[cat])]++
+		}
+	}
+	ej := filepath.Join(dir, "exec.yaml")
+	if err := os.WriteFile(ej, []byte(`name: upper
+timeout: 120s
+workflows:
+  - name: upper
+    type: rainstorm
+    source: {file: signs.csv, header: true}
+    stages:
+      - {name: upper, op: exec, tasks: 2, command: ./ops/upper.sh}
+      - {name: count, op: count, tasks: 2, key: "9"}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runCLI(t, c, "submit", ej)
+	if code != 0 {
+		t.Fatalf("submit with a relative exec program: exit %d: %s", code, stderr)
+	}
+	out = c.finish(strings.TrimSpace(stdout), "upper")
+	diffRows(t, "exec program uploaded with the job", out.Rows, countRows(upper))
+
+	// Two datacenters would each run the whole pipeline.
+	two := filepath.Join(dir, "two.yaml")
+	job, _ := os.ReadFile(jf)
+	if err := os.WriteFile(two, bytes.Replace(job, []byte("workflows:"), []byte("datacenters: 2\nworkflows:"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI(t, c, "submit", two)
+	if code == 0 || !strings.Contains(stderr, "runs in one datacenter") {
+		t.Fatalf("a pipeline over two datacenters: exit %d: %s", code, stderr)
+	}
+}
+
+// A pipeline with more tasks than the datacenter has free cores: the task
+// left over does not wait in silence; the status and the pipeline's tasks
+// say why it waits.
+func TestRainstormUnplacedTaskSaysWhy(t *testing.T) {
+	c := startCluster(t, 1, 1, 2)
+	id := c.submit(`name: too-big
+timeout: 120s
+workflows:
+  - name: big
+    type: rainstorm
+    source: {generate: {records: 1000000, rate: 1000, keys: 3}}
+    stages:
+      - {name: low, op: filter, tasks: 1, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: count, op: count, tasks: 1, key: key}
+`)
+	testutil.Eventually(t, 60*time.Second, 200*time.Millisecond, func() error {
+		st, err := c.client.Job(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		if len(st.Workflows) != 1 || !strings.Contains(st.Workflows[0].Waiting, "waiting: no free core") {
+			return fmt.Errorf("status: %+v", st.Workflows)
+		}
+		out, err := c.output(id, "big")
+		if err != nil {
+			return err
+		}
+		waiting := 0
+		for _, task := range out.Tasks {
+			if task.Status == wire.WorkflowPending && strings.Contains(task.Waiting, "no free core") {
+				waiting++
+			}
+		}
+		if waiting != 1 {
+			return fmt.Errorf("%d tasks say they wait for a core: %+v", waiting, out.Tasks)
+		}
+		return nil
+	})
+	if _, err := c.client.Cancel(context.Background(), id, "test over"); err != nil {
+		t.Fatal(err)
 	}
 }

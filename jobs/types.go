@@ -31,6 +31,10 @@ type WorkflowStatus struct {
 	Cores             []int         `json:"cores,omitempty"`
 	Steps             []StepSummary `json:"steps,omitempty"`
 	Error             string        `json:"error,omitempty"`
+	// Waiting says why some of a running workflow's parts (a pipeline's
+	// tasks, shards) are not placed, e.g. "task count/2 waiting: no free
+	// core"; like a QUEUED job's status, but for part of a workflow.
+	Waiting string `json:"waiting,omitempty"`
 	// ElapsedSeconds is the run's time on its worker, as last reported.
 	ElapsedSeconds float64 `json:"elapsed_seconds,omitempty"`
 	// PlannedSeconds is how long the run is meant to last (its duration

@@ -201,6 +201,8 @@ type jobView struct {
 	// by the job's watchers.
 	statuses *jobs.Memo[uint64, []jobs.WorkflowStatus]
 	model    *jobs.Model
+	// waiting: why PENDING workflows are not placed, by workflow id.
+	waiting map[string]string
 }
 
 func viewLocked(j *jobState) jobView {
@@ -210,6 +212,12 @@ func viewLocked(j *jobState) jobView {
 	v := jobView{rec: j.rec, seq: j.seq, statuses: j.statuses, model: modelLocked(j), wfs: make([]store.WorkflowRecord, len(j.wfs))}
 	for i, w := range j.wfs {
 		v.wfs[i] = w.rec
+		if w.waiting != "" && w.rec.Status == wire.WorkflowPending {
+			if v.waiting == nil {
+				v.waiting = map[string]string{}
+			}
+			v.waiting[w.rec.WorkflowID] = w.waiting
+		}
 	}
 	return v
 }
@@ -290,6 +298,9 @@ func (m *Manager) workflowStatuses(v jobView, detail bool) []jobs.WorkflowStatus
 			}
 		} else {
 			ws = m.shardsStatus(group, v.model.Thresholds(k), detail)
+		}
+		if !v.rec.Status.Terminal() {
+			ws.Waiting = waitingSummary(group, v.waiting)
 		}
 		out = append(out, ws)
 	}

@@ -68,6 +68,9 @@ type workflowState struct {
 	// target is the worker a placement of this workflow has picked and is
 	// confirming, so that sibling shards placed at the same time avoid it.
 	target string
+	// waiting is why the last placement left this PENDING workflow
+	// unplaced ("no free core"), for statuses; empty once it is placed.
+	waiting string
 }
 
 // txn collects what one change to the job table touched, so that job

@@ -416,6 +416,7 @@ func (m *Manager) registerHandlers() {
 	m.registerBlobHandlers()
 	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
 	m.registerRainstorm()
+	m.registerRainstormOutput()
 }
 
 // isPeer reports whether id is another configured manager. Transport ids

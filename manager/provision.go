@@ -35,7 +35,7 @@ type placeResult struct {
 // is tried; a dispatch that fails with the outcome unknown counts as a
 // failed attempt on that worker (it is excluded from now on, and any copy it
 // did start is fenced out by the newer token).
-func (m *Manager) place(ctx context.Context, lt *leadership.Term, w *workflowState) placeResult {
+func (m *Manager) place(ctx context.Context, lt *leadership.Term, w *workflowState) (res placeResult) {
 	var claimed bool
 	var cores int
 	var excluded []string
@@ -53,7 +53,19 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, w *workflowSta
 		w.placing, w.provisioning, w.target = false, false, ""
 		// From now on, waiting work is QUEUED rather than just SUBMITTED.
 		w.job.attempted = true
+		before := w.waiting
+		switch res.outcome {
+		case outcomeNoCapacity:
+			w.waiting = fmt.Sprintf("no free core (needs %d)", max(cores, 1))
+		case outcomeNoQuorum:
+			w.waiting = "no quorum of managers to confirm a placement"
+		case outcomePlaced:
+			w.waiting = ""
+		}
 		tx.touchJob(w.job, false)
+		if w.waiting != before {
+			tx.touchWorkflow(w, false) // the status shows why it waits
+		}
 	})
 
 	skip := make(map[string]bool, len(excluded))

@@ -397,6 +397,7 @@ type rsTaskInfo struct {
 	token    uint64
 	status   wire.WorkflowStatus
 	worker   string
+	waiting  string // why it is not placed (PENDING only)
 }
 
 // rsTasks returns, for a pipeline, its spec and each task's info in task
@@ -429,6 +430,9 @@ func (m *Manager) rsTasks(job, wf string) (*rainstorm.Spec, []wire.RainstormTask
 			r := &parts[i].rec
 			infos[i] = rsTaskInfo{found: true, attempts: r.Attempts, token: r.FenceToken, status: r.Status, worker: r.Worker,
 				records: r.LastProgress.CompletedCount, bad: r.LastProgress.FailedCount}
+			if r.Status == wire.WorkflowPending {
+				infos[i].waiting = parts[i].waiting
+			}
 		}
 	}
 	return &p.Spec, order, infos
@@ -567,6 +571,9 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 	}
 	for r, res := range answers {
 		r.reply <- res
+	}
+	if failed == nil && len(opens) > 0 {
+		m.rsRoutesChanged(lt, opens)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // every durable checkpoint's rows of the last stage's tasks. Rows enter the
 // store only with the checkpoint that produced them, so what is shown was
 // never produced twice.
-func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string) (*api.PipelineOutput, error) {
+func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string, withRows bool) (*api.PipelineOutput, error) {
 	spec, order, infos := m.rsTasks(jobID, workflow)
 	if spec == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
@@ -29,7 +29,7 @@ func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string) (*ap
 		}
 		in := infos[i]
 		out.Tasks = append(out.Tasks, api.PipelineTask{Stage: t.Stage, Index: t.Index, Name: name, Status: in.status,
-			Worker: in.worker, Attempts: in.attempts, Records: in.records, Bad: in.bad})
+			Worker: in.worker, Attempts: in.attempts, Records: in.records, Bad: in.bad, Waiting: in.waiting})
 	}
 	if v, ok := m.viewJob(jobID); ok {
 		out.Status = m.jobStatus(v, false).Status
@@ -54,7 +54,7 @@ func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string) (*ap
 		if infos[i].status != wire.WorkflowCompleted {
 			out.Complete = false
 		}
-		if st == nil {
+		if st == nil || !withRows {
 			continue
 		}
 		for _, v := range slices.Sorted(maps.Keys(st.rows)) {

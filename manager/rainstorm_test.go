@@ -181,7 +181,7 @@ func TestRainstormCheckpointStore(t *testing.T) {
 	if r := resp.(*wire.RainstormOpenReply); r.Checkpoint == nil || r.Checkpoint.Version != 2 {
 		t.Fatalf("the new leader lost version 2: %+v", r.Checkpoint)
 	}
-	out, err := next.PipelineOutput(context.Background(), job, "pipe")
+	out, err := next.PipelineOutput(context.Background(), job, "pipe", true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,6 +58,11 @@ func (m *Manager) retryLocked(tx *txn, w *workflowState, worker, reason string) 
 		w.rec.Status = wire.WorkflowFailed
 		w.rec.Error = fmt.Sprintf("failed after %d attempts; last: %s", w.rec.Attempts, reason)
 		log.Warn("workflow failed", "attempts", w.rec.Attempts, "reason", reason)
+		// A pipeline cannot finish without each of its tasks: its job
+		// ends now, not at its timeout.
+		if m.rsTaskFailedLocked(tx, w, wire.WorkflowFailed, w.rec.Error) {
+			return
+		}
 	} else {
 		w.rec.Status = wire.WorkflowPending
 		w.rec.Error = reason

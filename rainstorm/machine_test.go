@@ -367,3 +367,54 @@ func TestStageBadRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestReroutedResendsNow: when a downstream task is replaced, a task sends
+// it its durable, unacknowledged batches at once, without waiting for the
+// resend timer; a batch not yet durable still waits, and one acknowledged
+// is not sent again. The source does the same.
+func TestReroutedResendsNow(t *testing.T) {
+	store := NewMemStore()
+	m := filterTask(t, store, 1)
+	m.Batch(batch(1, false, "a"))
+	m.Tick()
+	r := m.Ready()
+	m.CheckpointResult(store.Put(r.Checkpoint))
+	if r = m.Ready(); len(r.Batches) != 1 {
+		t.Fatalf("durable batch not sent: %v", r.Batches)
+	}
+	m.Batch(batch(2, false, "b")) // processed, in no durable checkpoint yet
+	m.Rerouted(0)
+	if r = m.Ready(); len(r.Batches) != 1 || r.Batches[0].Seq != 1 {
+		t.Fatalf("rerouted: sent %v, want batch 1 alone (2 is not durable)", r.Batches)
+	}
+	m.Ack(&wire.RainstormBatchAck{From: wire.RainstormTask{Stage: 2}, UpTo: 1})
+	m.Rerouted(0)
+	if r = m.Ready(); len(r.Batches) != 0 {
+		t.Fatalf("rerouted after the ack: sent %v", r.Batches)
+	}
+	m.Rerouted(7) // no such downstream task: nothing happens
+
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "c", Op: OpCount, Key: "1"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, _ := NewSourceMachine(SourceConfig{Downstream: 2, Next: p.Stages[0], SegmentRecords: 2, Incarnation: 1}, nil)
+	rd, _ := NewReader(strings.NewReader("1\n2\n3\n"), ReaderOptions{Format: FormatCSV})
+	idx, _ := src.Want()
+	seg, err := ReadSegment(rd, idx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Segment(seg)
+	src.Ready()
+	src.Ack(&wire.RainstormBatchAck{From: wire.RainstormTask{Stage: 1, Index: 0}, UpTo: 1})
+	src.Rerouted(1)
+	got := src.Ready().Batches
+	if len(got) != 1 || got[0].To != 1 || got[0].Seq != 1 {
+		t.Fatalf("source rerouted to task 1: sent %+v, want its batch 1", got)
+	}
+	src.Rerouted(0) // acknowledged there: nothing to send
+	if got := src.Ready().Batches; len(got) != 0 {
+		t.Fatalf("source rerouted to task 0: sent %+v", got)
+	}
+}

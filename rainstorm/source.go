@@ -259,6 +259,21 @@ func (m *SourceMachine) Ack(a *wire.RainstormBatchAck) {
 	m.segs = m.segs[k:]
 }
 
+// Rerouted says downstream task to runs under a new incarnation: its
+// unacknowledged batches go to it now rather than when the resend timer
+// runs out (they are a function of the input, so any resend is the same).
+func (m *SourceMachine) Rerouted(to int) {
+	if m.stopped || to < 0 || to >= len(m.acked) {
+		return
+	}
+	for _, s := range m.segs {
+		if b := s.batches[to]; b.Seq > m.acked[to] {
+			m.ready.Batches = append(m.ready.Batches, b)
+			m.lastSent[to] = m.tick
+		}
+	}
+}
+
 // Tick advances the clock: resend overdue batches, checkpoint progress.
 func (m *SourceMachine) Tick() {
 	if m.stopped {

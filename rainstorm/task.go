@@ -366,6 +366,17 @@ func (m *TaskMachine) Tick() {
 	}
 }
 
+// Rerouted says downstream task to runs under a new incarnation (it was
+// replaced and has opened): its unacknowledged batches go to it now rather
+// than when the resend timer runs out. Only what a resend would send goes,
+// so every batch sent is still the one durable batch of its number.
+func (m *TaskMachine) Rerouted(to int) {
+	if m.stopped || to < 0 || to >= len(m.out) {
+		return
+	}
+	m.send(to, m.sendable(&m.out[to]))
+}
+
 // cut closes the open batches and asks for a checkpoint holding them.
 func (m *TaskMachine) cut(final bool) {
 	if final {

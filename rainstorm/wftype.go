@@ -3,6 +3,11 @@ package rainstorm
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"tempest/wire"
 	"tempest/workflow"
@@ -27,13 +32,28 @@ type TaskParams struct {
 	// Blob is the hex SHA-256 of a `file:` source uploaded with the job:
 	// the source's worker reads it by range from the managers.
 	Blob string `cbor:"4,keyasint,omitempty"`
+	// Programs are the exec programs given as paths relative to the job
+	// file (LocalProgram), uploaded with the job: name as written → blob.
+	Programs map[string]string `cbor:"5,keyasint,omitempty"`
+	// ProgramData holds those programs' bytes, filled in on the worker
+	// (AttachBlobs) and never stored or sent by the managers.
+	ProgramData map[string][]byte `cbor:"6,keyasint,omitempty"`
 }
 
 // PipelineParams are a pipeline's params as the job file gives them,
 // before Expand cuts them into tasks.
 type PipelineParams struct {
-	Spec Spec   `cbor:"1,keyasint"`
-	Blob string `cbor:"2,keyasint,omitempty"`
+	Spec     Spec              `cbor:"1,keyasint"`
+	Blob     string            `cbor:"2,keyasint,omitempty"`
+	Programs map[string]string `cbor:"3,keyasint,omitempty"`
+}
+
+// LocalProgram reports whether an exec program is a path relative to the
+// job file ("./upper.sh", "bin/op"): such a program travels with the job
+// as a blob, where a bare name ("awk") is looked up in the PATH of the
+// worker and an absolute path is read on the worker.
+func LocalProgram(name string) bool {
+	return strings.Contains(name, "/") && !path.IsAbs(name) && !filepath.IsAbs(name)
 }
 
 // Validate implements workflow.Params.
@@ -71,6 +91,22 @@ func (t Type) ParseParams(f *workflow.Fields) []byte {
 		return nil
 	}
 	p := PipelineParams{Spec: *s}
+	for i, st := range s.Stages {
+		if st.Op != OpExec || len(st.Command) == 0 || !LocalProgram(st.Command[0]) {
+			continue
+		}
+		name := st.Command[0]
+		if sum, ok := f.DataBlob(name); ok {
+			if p.Programs == nil {
+				p.Programs = map[string]string{}
+			}
+			p.Programs[name] = sum
+		} else if t.Options.OpenFile == nil {
+			f.Report(workflow.FieldErrors{{Path: workflow.IndexPath("stages", i) + ".command", Message: fmt.Sprintf(
+				"program %s is a path relative to the job file and was not uploaded with the job (tempest submit uploads it; or give an absolute path on the workers, or a name in their PATH)", name)}})
+			return nil
+		}
+	}
 	if s.Source.File != "" {
 		if sum, ok := f.DataBlob(s.Source.File); ok {
 			p.Blob = sum
@@ -99,7 +135,7 @@ func (Type) Expand(params []byte) ([][]byte, error) {
 	s := &p.Spec
 	var out [][]byte
 	for _, t := range TaskOrder(s) {
-		b, err := wire.Marshal(&TaskParams{Spec: *s, Stage: t.Stage, Index: t.Index, Blob: p.Blob})
+		b, err := wire.Marshal(&TaskParams{Spec: *s, Stage: t.Stage, Index: t.Index, Blob: p.Blob, Programs: p.Programs})
 		if err != nil {
 			return nil, fmt.Errorf("encode task params: %w", err)
 		}
@@ -141,23 +177,51 @@ func DecodeTaskParams(data []byte) (*TaskParams, error) {
 }
 
 // Blobs implements workflow.BlobReferrer: the managers accept a job only
-// once its file source's blob is durable.
+// once its file source's blob and its uploaded programs are durable.
 func (Type) Blobs(params []byte) ([]string, error) {
 	p, err := DecodeTaskParams(params)
-	if err != nil || p.Blob == "" {
+	if err != nil {
 		return nil, err
 	}
-	return []string{p.Blob}, nil
+	var out []string
+	if p.Blob != "" {
+		out = append(out, p.Blob)
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Programs)) {
+		out = append(out, p.Programs[name])
+	}
+	return out, nil
 }
 
 // DetachBlobs implements workflow.BlobReferrer: params never hold a file's
 // bytes.
 func (Type) DetachBlobs(params []byte) ([]byte, error) { return params, nil }
 
-// AttachBlobs implements workflow.BlobReferrer: the source reads its blob
-// by range while it runs, never whole into params.
-func (Type) AttachBlobs(params []byte, _ func(string) ([]byte, error)) ([]byte, error) {
-	return params, nil
+// AttachBlobs implements workflow.BlobReferrer: an exec task gets its
+// uploaded program's bytes (small: the worker bounds a blob it holds); the
+// source reads its blob by range while it runs, never whole into params.
+func (Type) AttachBlobs(params []byte, read func(string) ([]byte, error)) ([]byte, error) {
+	p, err := DecodeTaskParams(params)
+	if err != nil {
+		return nil, err
+	}
+	if p.Stage == 0 || p.Stage > len(p.Spec.Stages) {
+		return params, nil
+	}
+	st := p.Spec.Stages[p.Stage-1]
+	if st.Op != OpExec || len(st.Command) == 0 {
+		return params, nil
+	}
+	sum, ok := p.Programs[st.Command[0]]
+	if !ok {
+		return params, nil
+	}
+	data, err := read(sum)
+	if err != nil {
+		return nil, fmt.Errorf("program %s (blob %s): %w", st.Command[0], sum, err)
+	}
+	p.ProgramData = map[string][]byte{st.Command[0]: data}
+	return wire.Marshal(p)
 }
 
 // ErrHostOnly is New's answer: tasks need the worker's transport.

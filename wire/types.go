@@ -107,6 +107,11 @@ const (
 	// Gate to gate:
 	TypeReplicateGateRecord MsgType = 160
 	TypeForwardJobProgress  MsgType = 161
+	// RainStorm output through a gate (rainstorm_out.go), paged; and the
+	// leader's hint to workers that a pipeline's routes changed.
+	TypeRainstormOutputRequest MsgType = 170
+	TypeRainstormOutputPage    MsgType = 171
+	TypeRainstormRoutesChanged MsgType = 172
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -229,6 +234,9 @@ var catalogue = map[MsgType]typeInfo{
 	TypeRelayWorkerRegistration: {"RelayWorkerRegistration", ClassControl, func() Message { return new(RelayWorkerRegistration) }},
 	TypeReplicateGateRecord:     {"ReplicateGateRecord", ClassControl, func() Message { return new(ReplicateGateRecord) }},
 	TypeForwardJobProgress:      {"ForwardJobProgress", ClassProgress, func() Message { return new(ForwardJobProgress) }},
+	TypeRainstormOutputRequest:  {"RainstormOutputRequest", ClassBulk, func() Message { return new(RainstormOutputRequest) }},
+	TypeRainstormOutputPage:     {"RainstormOutputPage", ClassBulk, func() Message { return new(RainstormOutputPage) }},
+	TypeRainstormRoutesChanged:  {"RainstormRoutesChanged", ClassControl, func() Message { return new(RainstormRoutesChanged) }},
 }
 
 func (t MsgType) String() string {

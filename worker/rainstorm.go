@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +66,9 @@ type rsTask struct {
 	// resends not counted again), emitted tuples out (the batches and
 	// output rows its checkpoints cut), for snapshots and /metrics.
 	records, emitted atomic.Int64
+	// opened tells the task that tasks of its pipeline opened: fetch the
+	// routes now, then resend to those downstream.
+	opened func([]wire.RainstormTask)
 }
 
 func (h *rsHost) add(t *rsTask) {
@@ -90,6 +96,21 @@ func (h *rsHost) remove(t *rsTask) {
 	defer h.mu.Unlock()
 	if h.tasks[t.key] == t {
 		delete(h.tasks, t.key)
+	}
+}
+
+// routesChanged tells every task of a pipeline here which tasks opened.
+func (h *rsHost) routesChanged(job, wf string, opened []wire.RainstormTask) {
+	h.mu.Lock()
+	var tell []func([]wire.RainstormTask)
+	for k, t := range h.tasks {
+		if k.job == job && k.wf == wf && t.opened != nil {
+			tell = append(tell, t.opened)
+		}
+	}
+	h.mu.Unlock()
+	for _, f := range tell {
+		f(opened)
 	}
 }
 
@@ -123,6 +144,14 @@ func (w *Worker) registerRainstorm(tr transport.Transport) {
 		}
 		return nil, nil
 	})
+	// Only a hint: the tasks ask the leader for the routes themselves, so a
+	// forged one costs a route request and nothing else.
+	tr.Handle(wire.TypeRainstormRoutesChanged, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+		if c, ok := msg.(*wire.RainstormRoutesChanged); ok {
+			w.rs.routesChanged(c.Job, c.Workflow, c.Opened)
+		}
+		return nil, nil
+	})
 }
 
 // newRunner returns the runner of a dispatched workflow: a RainStorm task
@@ -152,19 +181,26 @@ type rsRunner struct {
 // Run implements workflow.Runner.
 func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, error) {
 	env = withDefaultEnv(env)
+	cleanup, err := installPrograms(r.p)
+	if err != nil {
+		return workflow.Result{}, err
+	}
+	defer cleanup()
 	d := &rsDriver{
 		w: r.w, p: r.p, task: r.task, inc: r.inc, env: env,
 		t:       &rsTask{key: rsKey{r.task.Job, r.task.Workflow, r.task.Stage, r.task.Index}, inc: r.inc, in: make(chan wire.Message, rsInbox)},
 		out:     make(chan rsOut, rsOutbox),
 		kick:    make(chan struct{}, 1),
 		ckptRes: make(chan *wire.RainstormCheckpointAck, 16),
+		reroute: make(chan int, 64),
 		start:   env.Now(),
 		log:     env.Logger.With("stage", r.task.Stage, "task", r.task.Index, "incarnation", r.inc),
 	}
+	d.t.opened = d.downstreamOpened
 	r.w.rs.add(d.t)
 	defer r.w.rs.remove(d.t)
 	stopReports := d.reportLoop()
-	err := d.run(ctx)
+	err = d.run(ctx)
 	stopReports()
 	snap := d.snapshot()
 	if env.Report != nil {
@@ -174,6 +210,34 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 		err = fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
 	return workflow.Result{Snapshot: snap}, err
+}
+
+// installPrograms writes the exec programs uploaded with the job (their
+// bytes came with the dispatch) to a private directory and points the
+// stages' commands at them; cleanup removes the directory.
+func installPrograms(p *rainstorm.TaskParams) (cleanup func(), err error) {
+	if len(p.ProgramData) == 0 {
+		return func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "tempest-rainstorm-")
+	if err != nil {
+		return nil, fmt.Errorf("install exec programs: %w", err)
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	for i, name := range slices.Sorted(maps.Keys(p.ProgramData)) {
+		file := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(name)))
+		if err := os.WriteFile(file, p.ProgramData[name], 0o700); err != nil {
+			cleanup()
+			return nil, fmt.Errorf("install exec program %s: %w", name, err)
+		}
+		for s := range p.Spec.Stages {
+			st := &p.Spec.Stages[s]
+			if st.Op == rainstorm.OpExec && len(st.Command) > 0 && st.Command[0] == name {
+				st.Command = append([]string{file}, st.Command[1:]...)
+			}
+		}
+	}
+	return cleanup, nil
 }
 
 func withDefaultEnv(env workflow.Env) workflow.Env {
@@ -208,7 +272,15 @@ type rsDriver struct {
 	kick    chan struct{}
 	ckptRes chan *wire.RainstormCheckpointAck
 	routes  atomic.Pointer[map[[2]int]wire.RainstormRoute]
-	start   time.Time
+	// reroute carries the downstream tasks the route loop saw replaced,
+	// for the machine to resend to at once (dropped when full: the resend
+	// timer covers it).
+	reroute chan int
+	routeMu sync.Mutex // one route table update at a time; guards hinted
+	// hinted are downstream tasks that opened since the last route fetch:
+	// the next fetch reroutes to them whatever their incarnation was.
+	hinted map[int]bool
+	start  time.Time
 
 	seen map[int]uint64 // per upstream task, the newest batch counted (run's goroutine only)
 	bad  atomic.Int64
@@ -398,12 +470,40 @@ func (w *Worker) callLeader(ctx context.Context, msg wire.Message) (wire.Message
 	return nil, err
 }
 
+// setRoutes installs a route table from the leader and tells the machine
+// which downstream tasks now run under a new incarnation: a replacement
+// that opened, which should get its unacknowledged batches now.
 func (d *rsDriver) setRoutes(rs []wire.RainstormRoute) {
+	d.routeMu.Lock()
+	defer d.routeMu.Unlock()
+	old := d.routes.Load()
 	m := make(map[[2]int]wire.RainstormRoute, len(rs))
 	for _, r := range rs {
 		m[[2]int{r.Stage, r.Index}] = r
 	}
 	d.routes.Store(&m)
+	hinted := d.hinted
+	d.hinted = nil
+	if old == nil && len(hinted) == 0 {
+		return // the first table: nothing was sent yet
+	}
+	for _, r := range rs {
+		if r.Stage != d.task.Stage+1 || r.Addr == "" || r.Incarnation == 0 {
+			continue
+		}
+		if !hinted[r.Index] {
+			if old == nil {
+				continue
+			}
+			if was, ok := (*old)[[2]int{r.Stage, r.Index}]; ok && was.Incarnation == r.Incarnation {
+				continue
+			}
+		}
+		select {
+		case d.reroute <- r.Index:
+		default:
+		}
+	}
 }
 
 func (d *rsDriver) route(stage, index int) (wire.RainstormRoute, bool) {
@@ -413,6 +513,24 @@ func (d *rsDriver) route(stage, index int) (wire.RainstormRoute, bool) {
 	}
 	r, ok := (*m)[[2]int{stage, index}]
 	return r, ok && r.Addr != ""
+}
+
+// downstreamOpened takes the leader's hint that tasks opened: the routes
+// are fetched now, and that fetch resends to the downstream ones among
+// them, even when an earlier fetch already showed their incarnation (a
+// resend that reached a replacement before its inbox existed was lost).
+func (d *rsDriver) downstreamOpened(opened []wire.RainstormTask) {
+	d.routeMu.Lock()
+	for _, t := range opened {
+		if t.Stage == d.task.Stage+1 {
+			if d.hinted == nil {
+				d.hinted = map[int]bool{}
+			}
+			d.hinted[t.Index] = true
+		}
+	}
+	d.routeMu.Unlock()
+	d.kickRoutes()
 }
 
 func (d *rsDriver) kickRoutes() {
@@ -622,6 +740,8 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			}
 		case a := <-d.ckptRes:
 			m.CheckpointResult(a)
+		case i := <-d.reroute:
+			m.Rerouted(i)
 		case <-tick.C:
 			m.Tick()
 		default:
@@ -636,6 +756,8 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 					}
 				case a := <-d.ckptRes:
 					m.CheckpointResult(a)
+				case i := <-d.reroute:
+					m.Rerouted(i)
 				case <-tick.C:
 					m.Tick()
 				}
@@ -711,6 +833,8 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 			}
 		case a := <-d.ckptRes:
 			m.CheckpointResult(a)
+		case i := <-d.reroute:
+			m.Rerouted(i)
 		case <-tick.C:
 			m.Tick()
 		}

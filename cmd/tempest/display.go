@@ -219,7 +219,11 @@ func (d *display) lines() []string {
 		}
 		for _, wf := range v.st.Workflows {
 			lines = append(lines, indent+workflowLine(wf, v.wfs[wf.WorkflowID+"/"+wf.Name], nameWidth))
-			lines = append(lines, d.pipelineLines(wf.Name, indent+"  ")...)
+			pipe := d.pipelineLines(wf.Name, indent+"  ")
+			if len(pipe) == 0 && wf.Waiting != "" {
+				pipe = []string{indent + "  " + wf.Waiting}
+			}
+			lines = append(lines, pipe...)
 		}
 	}
 	return lines

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"tempest/api"
 	"tempest/jobfile"
@@ -26,9 +25,16 @@ func cliRegistry(dir string) *workflow.Registry {
 		OpenFile: func(name string) (io.ReadCloser, error) {
 			return os.Open(filepath.Join(dir, filepath.FromSlash(name)))
 		},
+		// A program given as a relative path is a file beside the job file
+		// (uploaded with the job); a bare name is looked up in PATH here as
+		// a hint, though the workers' PATH is what counts.
 		LookCommand: func(name string) error {
-			if strings.Contains(name, "/") && !filepath.IsAbs(name) {
-				name = filepath.Join(dir, name)
+			if rainstorm.LocalProgram(name) {
+				p := filepath.Join(dir, filepath.FromSlash(name))
+				if _, err := exec.LookPath(p); err != nil {
+					return fmt.Errorf("not found beside the job file as an executable file (%s): %w", p, err)
+				}
+				return nil
 			}
 			_, err := exec.LookPath(name)
 			return err
@@ -56,16 +62,25 @@ func uploadPipelineFiles(ctx context.Context, c *api.Client, jobFile []byte, pat
 		if err != nil {
 			return nil, err
 		}
-		name := p.Spec.Source.File
-		if name == "" || uploaded[name] != "" {
-			continue
+		// The file source, and exec programs named by a path relative to
+		// the job file: the workers run those from the uploaded copy.
+		names := []string{p.Spec.Source.File}
+		for _, st := range p.Spec.Stages {
+			if st.Op == rainstorm.OpExec && len(st.Command) > 0 && rainstorm.LocalProgram(st.Command[0]) {
+				names = append(names, st.Command[0])
+			}
 		}
-		sum, size, err := uploadFile(ctx, c, filepath.Join(dir, filepath.FromSlash(name)))
-		if err != nil {
-			return nil, fmt.Errorf("upload %s: %w", name, err)
+		for _, name := range names {
+			if name == "" || uploaded[name] != "" {
+				continue
+			}
+			sum, size, err := uploadFile(ctx, c, filepath.Join(dir, filepath.FromSlash(name)))
+			if err != nil {
+				return nil, fmt.Errorf("upload %s: %w", name, err)
+			}
+			fmt.Fprintf(stderr, "uploaded %s (%d bytes, sha256 %s)\n", name, size, sum[:12])
+			uploaded[name] = sum
 		}
-		fmt.Fprintf(stderr, "uploaded %s (%d bytes, sha256 %s)\n", name, size, sum[:12])
-		uploaded[name] = sum
 	}
 	return uploaded, nil
 }

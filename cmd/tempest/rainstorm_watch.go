@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -42,14 +41,14 @@ func (d *display) pipelines(ctx context.Context, c *api.Client, st api.JobStatus
 			continue
 		}
 		v.asked = d.now()
+		// The summary alone: the rows may be large, and watch shows none.
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		b, err := c.Output(cctx, st.JobID, wf.Name, "json")
+		out, err := c.OutputSummary(cctx, st.JobID, wf.Name)
 		cancel()
-		var out api.PipelineOutput
-		if err != nil || json.Unmarshal(b, &out) != nil {
+		if err != nil {
 			continue
 		}
-		v.out = &out
+		v.out = out
 		records := map[int]int64{}
 		for _, t := range out.Tasks {
 			records[t.Stage] += t.Records
@@ -68,7 +67,8 @@ func (d *display) pipelines(ctx context.Context, c *api.Client, st api.JobStatus
 // pipelineLines are a pipeline's stages under its workflow line: per stage
 // its tasks (running of all), tuples/s taken in, records, restarts and bad
 // records; the source's backlog is what it read that the first stage has
-// not taken yet.
+// not taken yet. A task that waits for a placement gets a line saying why
+// ("task count/2 waiting: no free core").
 func (d *display) pipelineLines(name, indent string) []string {
 	v := d.pipes[name]
 	if v == nil || v.out == nil {
@@ -80,7 +80,15 @@ func (d *display) pipelineLines(name, indent string) []string {
 		records, bad             int64
 	}
 	var stages []*agg
+	var waiting []string
 	for _, t := range v.out.Tasks {
+		if t.Waiting != "" && t.Status == wire.WorkflowPending && !v.out.Status.Terminal() {
+			name := "source"
+			if t.Stage > 0 {
+				name = fmt.Sprintf("%s/%d", t.Name, t.Index+1)
+			}
+			waiting = append(waiting, fmt.Sprintf("%stask %s waiting: %s", indent, name, t.Waiting))
+		}
 		for len(stages) <= t.Stage {
 			stages = append(stages, &agg{})
 		}
@@ -103,7 +111,7 @@ func (d *display) pipelineLines(name, indent string) []string {
 		}
 		lines = append(lines, strings.TrimRight(line, " "))
 	}
-	return lines
+	return append(lines, waiting...)
 }
 
 func (m *rateMeter) rateOrZero() float64 {

@@ -1,0 +1,81 @@
+package manager
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"strings"
+
+	"tempest/api"
+	"tempest/rainstorm"
+	"tempest/store"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// registerRainstormOutput serves a pipeline's output to the gates, one page
+// per request (wire.RainstormOutputRequest). Only the leader answers: it
+// holds every durable checkpoint's rows, where a follower may lag a group
+// behind. The gate follows not_leader like it does for submissions.
+func (m *Manager) registerRainstormOutput() {
+	handle(m, wire.TypeRainstormOutputRequest, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormOutputRequest) (wire.Message, error) {
+		if _, err := m.rsReady(); err != nil {
+			return nil, err
+		}
+		out, err := m.PipelineOutput(ctx, msg.Job, msg.Workflow, msg.Rows)
+		if err != nil {
+			return nil, err
+		}
+		return api.OutputPage(out, msg.Offset), nil
+	})
+}
+
+// waitingSummary says which of a pipeline's (or split workflow's) parts wait
+// for a placement and why, for its status line: "task count/2 waiting: no
+// free core". Tasks are named by stage and 1-based index; at most three are
+// named.
+func waitingSummary(group []store.WorkflowRecord, waiting map[string]string) string {
+	if len(waiting) == 0 {
+		return ""
+	}
+	var names []string
+	reason := ""
+	var order []wire.RainstormTask
+	var spec *rainstorm.Spec
+	if group[0].Spec.Type == rainstorm.TypeName {
+		if p, err := rainstorm.DecodeTaskParams(group[0].Spec.Params); err == nil {
+			spec, order = &p.Spec, rainstorm.TaskOrder(&p.Spec)
+		}
+	}
+	for i, rec := range group {
+		why, ok := waiting[rec.WorkflowID]
+		if !ok {
+			continue
+		}
+		reason = cmp.Or(reason, why)
+		switch {
+		case spec != nil && i < len(order) && order[i].Stage == 0:
+			names = append(names, "source")
+		case spec != nil && i < len(order):
+			names = append(names, fmt.Sprintf("%s/%d", spec.Stages[order[i].Stage-1].Name, order[i].Index+1))
+		case len(group) > 1:
+			names = append(names, fmt.Sprintf("shard %d/%d", rec.Spec.Shard, rec.Spec.Shards))
+		default:
+			names = append(names, rec.Spec.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	what := "task"
+	if spec == nil {
+		what = "part"
+	}
+	if len(names) > 1 {
+		what += "s"
+	}
+	if len(names) > 3 {
+		names = append(names[:3], fmt.Sprintf("%d more", len(names)-3))
+	}
+	return fmt.Sprintf("%s %s waiting: %s", what, strings.Join(names, ", "), reason)
+}

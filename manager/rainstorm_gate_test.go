@@ -1,0 +1,160 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"tempest/store"
+	"tempest/testutil"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// A pipeline's unplaced tasks are named by stage and 1-based index with the
+// reason they wait.
+func TestWaitingSummary(t *testing.T) {
+	sub := rsJob(t) // source, then one count task
+	group := make([]store.WorkflowRecord, len(sub.Workflows))
+	for i, s := range sub.Workflows {
+		group[i] = store.WorkflowRecord{WorkflowID: string(rune('a' + i)), Spec: s}
+	}
+	if got := waitingSummary(group, nil); got != "" {
+		t.Fatalf("nothing waits, summary %q", got)
+	}
+	got := waitingSummary(group, map[string]string{"b": "no free core (needs 1)"})
+	if want := "task count/1 waiting: no free core (needs 1)"; got != want {
+		t.Fatalf("summary %q, want %q", got, want)
+	}
+	got = waitingSummary(group, map[string]string{"a": "no free core (needs 1)", "b": "no free core (needs 1)"})
+	if want := "tasks source, count/1 waiting: no free core (needs 1)"; got != want {
+		t.Fatalf("summary %q, want %q", got, want)
+	}
+}
+
+// A pipeline with more tasks than free cores: the unplaced task says why it
+// waits, in the pipeline's tasks and in the job's status. The leader
+// answers a gate's output request (a follower points at the leader), and
+// tells the worker when a task opens, for upstream tasks to resend at once.
+func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	w := c.addWorker("w1", 1) // the source takes the one core; count waits
+	hints := make(chan *wire.RainstormRoutesChanged, 8)
+	w.tr.Handle(wire.TypeRainstormRoutesChanged, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+		hints <- msg.(*wire.RainstormRoutesChanged)
+		return nil, nil
+	})
+	lead := c.leader()
+	ack, err := lead.Submit(context.Background(), rsJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := ack.JobID
+	// Either task may get the core; the other waits.
+	running := -1
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		out, err := lead.PipelineOutput(context.Background(), job, "pipe", false)
+		if err != nil {
+			return err
+		}
+		if len(out.Tasks) != 2 {
+			return fmt.Errorf("tasks %+v", out.Tasks)
+		}
+		want := ""
+		for i, task := range out.Tasks {
+			switch {
+			case task.Status == wire.WorkflowRunning && task.Waiting == "":
+				running = i
+			case task.Status == wire.WorkflowPending && strings.Contains(task.Waiting, "no free core"):
+				want = map[int]string{0: "task source", 1: "task count/1"}[i] + " waiting: no free core (needs 1)"
+			default:
+				return fmt.Errorf("task %d: %+v", i, task)
+			}
+		}
+		st, err := lead.Job(context.Background(), job)
+		if err != nil {
+			return err
+		}
+		if got := st.Workflows[0].Waiting; got != want || running < 0 {
+			return fmt.Errorf("status says %q, want %q", got, want)
+		}
+		return nil
+	})
+
+	gate := c.hub.Node("gate-1")
+	req := &wire.RainstormOutputRequest{Job: job, Workflow: "pipe", Rows: true}
+	for _, m := range c.running() {
+		if m == lead {
+			continue
+		}
+		_, err := gate.Call(context.Background(), m.cfg.ID, req)
+		if wire.CodeOf(err) != wire.CodeNotLeader {
+			t.Fatalf("a follower answered an output request: %v", err)
+		}
+	}
+	var page *wire.RainstormOutputPage
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		resp, err := gate.Call(context.Background(), lead.cfg.ID, req)
+		if err != nil {
+			return err // still syncing
+		}
+		page = resp.(*wire.RainstormOutputPage)
+		return nil
+	})
+	if len(page.Tasks) != 2 || page.Tasks[1-running].Waiting == "" || page.Complete || page.Total != 0 {
+		t.Fatalf("page %+v", page)
+	}
+
+	// The running task opens: the worker hears that the pipeline's routes
+	// changed.
+	src := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: running}
+	inc := taskToken(t, lead, job, running, 0)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		_, err := gate.Call(context.Background(), lead.cfg.ID, &wire.RainstormOpen{Task: src, Incarnation: inc})
+		return err
+	})
+	select {
+	case h := <-hints:
+		if h.Job != job || h.Workflow != "pipe" || len(h.Opened) != 1 || h.Opened[0] != (wire.RainstormTask{Stage: running}) {
+			t.Fatalf("hint %+v", h)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no route-change hint after a task opened")
+	}
+}
+
+// A pipeline task that used up its retries (its workers kept dying) fails
+// the job at once, with the reason, instead of leaving the other tasks to
+// wait for it until the job's timeout.
+func TestPipelineTaskOutOfRetriesFailsJob(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.MaxWorkflowRetries = 0 })
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 1) // one task each
+	c.addWorker("w2", 1)
+	lead := c.leader()
+	ack, err := lead.Submit(context.Background(), rsJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskToken(t, lead, ack.JobID, 0, 0)
+	taskToken(t, lead, ack.JobID, 1, 0)
+	_, _, infos := lead.rsTasks(ack.JobID, "pipe")
+	c.killWorker(infos[1].worker) // the count task's; the source runs on
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		st, err := lead.Job(context.Background(), ack.JobID)
+		if err != nil {
+			return err
+		}
+		if st.Status != wire.JobFailed || !strings.Contains(st.Error, "task 2 of 2 failed: failed after 1 attempts") {
+			return fmt.Errorf("job %s: %q", st.Status, st.Error)
+		}
+		return nil
+	})
+}
