@@ -408,6 +408,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeProvisionCommit, m.handleProvisionCommit)
 	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
+	handle(m, wire.TypeWorkerHeartbeat, m.handleWorkerHeartbeat)
 	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
 	m.registerBlobHandlers()
 	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)

@@ -86,9 +86,22 @@ type Config struct {
 	// (manager worker_fence_after, which must not be shorter).
 	FenceAfter time.Duration `yaml:"fence_after"`
 
+	// HeartbeatPush is how often the worker sends its heartbeat to the
+	// manager leader over QUIC (and sooner when its free cores or state
+	// change), so the leader's view of every worker stays within about
+	// this of the truth however many workers there are. SWIM acks carry the
+	// heartbeat too, to every manager, but reach a given manager only when
+	// its probe picks this worker. 0 leaves SWIM acks the only channel.
+	HeartbeatPush time.Duration `yaml:"heartbeat_push"`
+
 	// Logger receives the worker's logs; nil means slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
+
+// DefaultHeartbeatPush is the default Config.HeartbeatPush: half a second,
+// so the leader's view of a worker is under a second old at the 99th
+// percentile even when a push is late or lost.
+const DefaultHeartbeatPush = 500 * time.Millisecond
 
 // DefaultConfig returns settings that run a worker on one machine. ID and
 // Managers must still be set.
@@ -111,6 +124,7 @@ func DefaultConfig() Config {
 		CallTimeout:      5 * time.Second,
 		FenceRetention:   10 * time.Minute,
 		FenceAfter:       DefaultFenceAfter,
+		HeartbeatPush:    DefaultHeartbeatPush,
 	}
 }
 
@@ -179,6 +193,9 @@ func (c Config) Validate() error {
 	}
 	if c.DegradedLHM < 0 {
 		bad("DegradedLHM", "must not be negative, got %d", c.DegradedLHM)
+	}
+	if c.HeartbeatPush < 0 {
+		bad("HeartbeatPush", "must not be negative (0 turns the push off), got %s", c.HeartbeatPush)
 	}
 	if c.HealthSamples < 1 {
 		bad("HealthSamples", "must be at least 1, got %d", c.HealthSamples)

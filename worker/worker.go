@@ -26,8 +26,8 @@ import (
 //     (progressLoop) that outlives it until the final progress is
 //     acknowledged;
 //   - the registrar (registerLoop), the SWIM joiner (joinLoop), the health
-//     monitor (monitorLoop) and the self-fence (selfFenceLoop) with its
-//     keep-alive sends;
+//     monitor (monitorLoop), the self-fence (selfFenceLoop) with its
+//     keep-alive sends, and the heartbeat push (pushLoop);
 //   - per RainStorm task, its send and route loops, checkpoint writes and
 //     progress reporter (rainstorm.go).
 //
@@ -211,6 +211,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.spawn(nil, func() { w.joinLoop(runCtx, members) })
 	w.spawn(nil, func() { w.monitorLoop(runCtx) })
 	w.spawn(nil, func() { w.selfFenceLoop(runCtx) })
+	if w.cfg.HeartbeatPush > 0 {
+		w.spawn(nil, func() { w.pushLoop(runCtx) })
+	}
 	close(w.ready)
 	w.log.Info("worker started", "addr", tr.Addr(), "swim", members.Addr(), "cores", w.cfg.Cores, "datacenter", w.cfg.Datacenter)
 

@@ -1,0 +1,307 @@
+// Command heartbeat measures how fresh a manager leader's view of its
+// workers is as the number of workers grows: the staleness of a worker is
+// now − when the leader last had its heartbeat (new or repeated), read from
+// the leader's cluster view (api.NodeView.HeartbeatAgeMs).
+//
+// Each cell runs one real manager (QUIC transport, SWIM on memberlist,
+// election, bbolt store; a datacenter of one, so it leads at once) and N
+// real workers, all in this process: every worker is a worker.Worker with
+// its own QUIC endpoint and its own memberlist node on loopback, joined to
+// the manager's SWIM and registered with it, exactly as the worker binary
+// runs it. Only the process boundary is missing: a 2-core machine cannot
+// run a hundred worker processes, but it can run a hundred workers' network
+// stacks in one. Two modes, run side by side in rotating order:
+//
+//   - passive: Config.HeartbeatPush 0, heartbeats only in SWIM acks (the
+//     channel the design started with);
+//   - push: the worker also pushes its heartbeat to the leader over QUIC
+//     every -push.
+//
+// After a warm-up long enough for the passive channel to reach its steady
+// state (every worker probed at least once: -warmup, default N probe
+// intervals plus 5 s), the leader's view is sampled every -every for
+// -window; every sample of every worker is one staleness observation. A
+// worker whose heartbeat the leader has never had counts as stale since the
+// cell started.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"tempest/bench/internal/stats"
+	"tempest/manager"
+	"tempest/security"
+	"tempest/swim"
+	"tempest/wire"
+	"tempest/worker"
+	"tempest/workflow"
+)
+
+type options struct {
+	counts  []int
+	reps    int
+	profile string
+	push    time.Duration
+	warmup  time.Duration
+	window  time.Duration
+	every   time.Duration
+}
+
+func main() {
+	var o options
+	var counts string
+	flag.StringVar(&counts, "workers", "10,30,100", "worker counts to measure")
+	flag.IntVar(&o.reps, "reps", 2, "repetitions of every (count, mode) cell, modes in rotating order")
+	flag.StringVar(&o.profile, "swim-profile", swim.ProfileFastLAN, "SWIM profile of every node")
+	flag.DurationVar(&o.push, "push", worker.DefaultHeartbeatPush, "HeartbeatPush of the push mode")
+	flag.DurationVar(&o.warmup, "warmup", 0, "time before sampling (0: N probe intervals + 5s)")
+	flag.DurationVar(&o.window, "window", 20*time.Second, "sampling window per cell")
+	flag.DurationVar(&o.every, "every", 200*time.Millisecond, "sampling period")
+	flag.Parse()
+	for _, f := range strings.Split(counts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "heartbeat: -workers: %q is not a count\n", f)
+			os.Exit(2)
+		}
+		o.counts = append(o.counts, n)
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintf(os.Stderr, "heartbeat: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type cellKey struct {
+	n    int
+	push bool
+}
+
+func run(o options) error {
+	timing, err := swim.ProfileTiming(o.profile)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("# tempest heartbeat staleness  %s\n", time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("# %s, %d CPUs, load average at start %s\n", runtime.Version(), runtime.NumCPU(), loadavg())
+	fmt.Printf("# swim %q (probe %s), push every %s in push mode, window %s sampled every %s, %d reps\n",
+		o.profile, timing.ProbeInterval, o.push, o.window, o.every, o.reps)
+	samples := map[cellKey][]time.Duration{}
+	var perRep []string
+	for rep := range o.reps {
+		for i, n := range o.counts {
+			modes := []bool{false, true}
+			if (rep+i)%2 == 1 {
+				modes = []bool{true, false}
+			}
+			for _, push := range modes {
+				warm := o.warmup
+				if warm == 0 {
+					warm = time.Duration(n)*timing.ProbeInterval + 5*time.Second
+				}
+				xs, err := cell(n, push, o, warm)
+				if err != nil {
+					return fmt.Errorf("rep %d, %d workers, push %v: %w", rep+1, n, push, err)
+				}
+				d := stats.Summarize(xs)
+				line := fmt.Sprintf("rep %d  workers %3d  %-7s  p50 %6s  p99 %7s  max %7s  (n=%d, load %s)",
+					rep+1, n, mode(push), ms(d.P50), ms(d.P99), ms(d.Max), d.N, loadavg())
+				fmt.Println(line)
+				perRep = append(perRep, line)
+				k := cellKey{n, push}
+				samples[k] = append(samples[k], xs...)
+			}
+		}
+	}
+	fmt.Println()
+	fmt.Println("| workers | passive p50 | passive p99 | push p50 | push p99 | p99 passive ÷ push |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, n := range o.counts {
+		a, b := stats.Summarize(samples[cellKey{n, false}]), stats.Summarize(samples[cellKey{n, true}])
+		ratio := "-"
+		if b.P99 > 0 {
+			ratio = fmt.Sprintf("%.1f×", float64(a.P99)/float64(b.P99))
+		}
+		fmt.Printf("| %d | %s | %s | %s | %s | %s |\n", n, ms(a.P50), ms(a.P99), ms(b.P50), ms(b.P99), ratio)
+	}
+	fmt.Printf("\n# load average at end %s\n", loadavg())
+	return nil
+}
+
+func mode(push bool) string {
+	if push {
+		return "push"
+	}
+	return "passive"
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }
+
+// cell runs one manager and n workers and returns the staleness samples.
+func cell(n int, push bool, o options, warm time.Duration) ([]time.Duration, error) {
+	secret, err := security.GenerateSecret()
+	if err != nil {
+		return nil, err
+	}
+	keyring := func() (*security.Keyring, error) { return security.NewKeyring(secret, "") }
+	dir, err := os.MkdirTemp("", "tempest-hb-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	quicAddr, err := freeAddr("udp")
+	if err != nil {
+		return nil, err
+	}
+	swimAddr, err := freeAddr("tcp")
+	if err != nil {
+		return nil, err
+	}
+	mcfg := manager.DefaultConfig()
+	mcfg.ID, mcfg.Datacenter = "m1", "dc1"
+	mcfg.QUICListen, mcfg.SwimBind = quicAddr, swimAddr
+	mcfg.Peers = []manager.Peer{{ID: "m1", QUIC: quicAddr}}
+	mcfg.DataDir = dir
+	mcfg.SwimProfile = o.profile
+	mcfg.Logger = log
+	mk, err := keyring()
+	if err != nil {
+		return nil, err
+	}
+	m, err := manager.New(mcfg, manager.Deps{Keyring: mk, Registry: workflow.DefaultRegistry()})
+	if err != nil {
+		return nil, fmt.Errorf("manager: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mdone := make(chan error, 1)
+	go func() { mdone <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = m.Shutdown(sctx)
+		<-mdone
+	}()
+
+	start := time.Now()
+	var workers []chan error
+	wctx, stopWorkers := context.WithCancel(context.Background())
+	defer func() {
+		stopWorkers()
+		for _, done := range workers {
+			<-done
+		}
+	}()
+	for i := range n {
+		wcfg := worker.DefaultConfig()
+		wcfg.ID, wcfg.Datacenter, wcfg.Cores = fmt.Sprintf("w%03d", i+1), "dc1", 4
+		wcfg.SwimProfile, wcfg.Join, wcfg.Managers = o.profile, []string{swimAddr}, []string{quicAddr}
+		wcfg.HeartbeatPush = 0
+		if push {
+			wcfg.HeartbeatPush = o.push
+		}
+		wcfg.Logger = log
+		wk, err := keyring()
+		if err != nil {
+			return nil, err
+		}
+		w, err := worker.New(wcfg, worker.Deps{Keyring: wk, Registry: workflow.DefaultRegistry()})
+		if err != nil {
+			return nil, fmt.Errorf("worker %d: %w", i+1, err)
+		}
+		done := make(chan error, 1)
+		workers = append(workers, done)
+		go func() { done <- w.Run(wctx) }()
+	}
+
+	// Every worker registered and alive in the leader's view.
+	deadline := time.Now().Add(60*time.Second + time.Duration(n)*200*time.Millisecond)
+	for {
+		view, err := m.Cluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		alive := 0
+		for _, nv := range view.Nodes {
+			if nv.Role == string(wire.RoleWorker) && nv.State == string(wire.WorkerHealthy) {
+				alive++
+			}
+		}
+		if alive == n && m.IsLeader() {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%d of %d workers healthy in the leader's view after %s", alive, n, time.Since(start).Round(time.Second))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(warm)
+
+	var xs []time.Duration
+	t := time.NewTicker(o.every)
+	defer t.Stop()
+	end := time.Now().Add(o.window)
+	for now := range t.C {
+		if now.After(end) {
+			break
+		}
+		view, err := m.Cluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, nv := range view.Nodes {
+			if nv.Role != string(wire.RoleWorker) {
+				continue
+			}
+			if nv.SendKey == "" {
+				// No heartbeat yet: the key ids come only in heartbeats
+				// (and a 0 age is omitted from the JSON view, like this).
+				xs = append(xs, now.Sub(start))
+				continue
+			}
+			xs = append(xs, time.Duration(nv.HeartbeatAgeMs)*time.Millisecond)
+		}
+	}
+	return xs, nil
+}
+
+func freeAddr(network string) (string, error) {
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		return c.LocalAddr().String(), nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
