@@ -17,12 +17,10 @@
 //   - push: the worker also pushes its heartbeat to the leader over QUIC
 //     every -push.
 //
-// After a warm-up long enough for the passive channel to reach its steady
-// state (every worker probed at least once: -warmup, default N probe
-// intervals plus 5 s), the leader's view is sampled every -every for
-// -window; every sample of every worker is one staleness observation. A
-// worker whose heartbeat the leader has never had counts as stale since the
-// cell started.
+// Once the leader has had a heartbeat of every worker (so the passive
+// channel has been round once: its steady state) and a further -warmup,
+// the leader's view is sampled every -every for -window; every sample of
+// every worker is one staleness observation.
 package main
 
 import (
@@ -36,6 +34,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"tempest/bench/internal/stats"
@@ -64,7 +63,7 @@ func main() {
 	flag.IntVar(&o.reps, "reps", 2, "repetitions of every (count, mode) cell, modes in rotating order")
 	flag.StringVar(&o.profile, "swim-profile", swim.ProfileFastLAN, "SWIM profile of every node")
 	flag.DurationVar(&o.push, "push", worker.DefaultHeartbeatPush, "HeartbeatPush of the push mode")
-	flag.DurationVar(&o.warmup, "warmup", 0, "time before sampling (0: N probe intervals + 5s)")
+	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "time from the leader having heard from every worker to the first sample")
 	flag.DurationVar(&o.window, "window", 20*time.Second, "sampling window per cell")
 	flag.DurationVar(&o.every, "every", 200*time.Millisecond, "sampling period")
 	flag.Parse()
@@ -97,7 +96,6 @@ func run(o options) error {
 	fmt.Printf("# swim %q (probe %s), push every %s in push mode, window %s sampled every %s, %d reps\n",
 		o.profile, timing.ProbeInterval, o.push, o.window, o.every, o.reps)
 	samples := map[cellKey][]time.Duration{}
-	var perRep []string
 	for rep := range o.reps {
 		for i, n := range o.counts {
 			modes := []bool{false, true}
@@ -105,19 +103,15 @@ func run(o options) error {
 				modes = []bool{true, false}
 			}
 			for _, push := range modes {
-				warm := o.warmup
-				if warm == 0 {
-					warm = time.Duration(n)*timing.ProbeInterval + 5*time.Second
-				}
-				xs, err := cell(n, push, o, warm)
+				var cpu float64
+				xs, err := cell(n, push, o, timing, &cpu)
 				if err != nil {
 					return fmt.Errorf("rep %d, %d workers, push %v: %w", rep+1, n, push, err)
 				}
 				d := stats.Summarize(xs)
-				line := fmt.Sprintf("rep %d  workers %3d  %-7s  p50 %6s  p99 %7s  max %7s  (n=%d, load %s)",
-					rep+1, n, mode(push), ms(d.P50), ms(d.P99), ms(d.Max), d.N, loadavg())
+				line := fmt.Sprintf("rep %d  workers %3d  %-7s  p50 %6s  p99 %7s  max %7s  cpu %.2f cores  (n=%d, load %s)",
+					rep+1, n, mode(push), ms(d.P50), ms(d.P99), ms(d.Max), cpu, d.N, loadavg())
 				fmt.Println(line)
-				perRep = append(perRep, line)
 				k := cellKey{n, push}
 				samples[k] = append(samples[k], xs...)
 			}
@@ -148,7 +142,9 @@ func mode(push bool) string {
 func ms(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond)) }
 
 // cell runs one manager and n workers and returns the staleness samples.
-func cell(n int, push bool, o options, warm time.Duration) ([]time.Duration, error) {
+// cpuShare receives the process's CPU time over the window per second of
+// it (1.0 = one core busy): what the nodes cost, pushes included.
+func cell(n int, push bool, o options, timing swim.Timing, cpuShare *float64) ([]time.Duration, error) {
 	secret, err := security.GenerateSecret()
 	if err != nil {
 		return nil, err
@@ -226,8 +222,10 @@ func cell(n int, push bool, o options, warm time.Duration) ([]time.Duration, err
 		go func() { done <- w.Run(wctx) }()
 	}
 
-	// Every worker registered and alive in the leader's view.
-	deadline := time.Now().Add(60*time.Second + time.Duration(n)*200*time.Millisecond)
+	// Every worker registered and heard from in the leader's view: its
+	// key ids come only in heartbeats, so a SendKey means at least one
+	// arrived (a SWIM join alone shows the worker with no cores).
+	deadline := time.Now().Add(2*time.Minute + 8*time.Duration(n)*timing.ProbeInterval)
 	for {
 		view, err := m.Cluster(ctx)
 		if err != nil {
@@ -235,7 +233,7 @@ func cell(n int, push bool, o options, warm time.Duration) ([]time.Duration, err
 		}
 		alive := 0
 		for _, nv := range view.Nodes {
-			if nv.Role == string(wire.RoleWorker) && nv.State == string(wire.WorkerHealthy) {
+			if nv.Role == string(wire.RoleWorker) && nv.TotalCores == 4 && nv.SendKey != "" {
 				alive++
 			}
 		}
@@ -243,13 +241,15 @@ func cell(n int, push bool, o options, warm time.Duration) ([]time.Duration, err
 			break
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%d of %d workers healthy in the leader's view after %s", alive, n, time.Since(start).Round(time.Second))
+			return nil, fmt.Errorf("%d of %d workers heard from in the leader's view after %s", alive, n, time.Since(start).Round(time.Second))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(warm)
+	time.Sleep(o.warmup)
 
 	var xs []time.Duration
+	cpu0, wall0 := cpuTime(), time.Now()
+	defer func() { *cpuShare = float64(cpuTime()-cpu0) / float64(time.Since(wall0)) }()
 	t := time.NewTicker(o.every)
 	defer t.Stop()
 	end := time.Now().Add(o.window)
@@ -268,7 +268,7 @@ func cell(n int, push bool, o options, warm time.Duration) ([]time.Duration, err
 			if nv.SendKey == "" {
 				// No heartbeat yet: the key ids come only in heartbeats
 				// (and a 0 age is omitted from the JSON view, like this).
-				xs = append(xs, now.Sub(start))
+				xs = append(xs, now.Sub(start)) // cannot happen after the wait above
 				continue
 			}
 			xs = append(xs, time.Duration(nv.HeartbeatAgeMs)*time.Millisecond)
@@ -292,6 +292,14 @@ func freeAddr(network string) (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func loadavg() string {
