@@ -27,7 +27,8 @@ type Config struct {
 	// SwimBind is the IP:port memberlist binds (UDP and TCP). Port 0 picks
 	// one; peers learn it when this node joins.
 	SwimBind string `yaml:"swim_bind"`
-	// SwimProfile is the SWIM timing profile: lan, local or test.
+	// SwimProfile is the SWIM timing profile: lan, fastlan, local or test
+	// (docs/failure-detection.md).
 	SwimProfile string `yaml:"swim_profile"`
 	// Join lists SWIM addresses (host:port) of nodes already in the
 	// datacenter's cluster, usually the managers' SWIM addresses.
