@@ -123,4 +123,7 @@ type NodeView struct {
 	SendKey      string   `json:"send_key,omitempty"`
 	AcceptKeys   []string `json:"accept_keys,omitempty"`
 	OpenBreakers []string `json:"open_breakers,omitempty"`
+	// HeartbeatAgeMs (workers, on a manager) is how long ago the manager
+	// last had the worker's heartbeat, new or repeated: the age of its view.
+	HeartbeatAgeMs int64 `json:"heartbeat_age_ms,omitempty"`
 }

@@ -1,4 +1,4 @@
-// Package lifecycle owns what a role (gate, manager) runs in the background:
+// Package lifecycle owns what a role (gate, manager, worker) runs in the background:
 // its goroutines and its in-flight message handlers, so that Shutdown can
 // stop new work, wait for the running work, and only then close what that
 // work uses (the store, the transport).

@@ -167,6 +167,9 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 			AvailableCores: wv.AvailableCores, TotalCores: wv.TotalCores, Addr: wv.Addr,
 		}
 		n.SendKey, n.AcceptKeys = keyIDs(wv.SendKeyID, wv.AcceptKeyIDs)
+		if !wv.HeartbeatAt.IsZero() {
+			n.HeartbeatAgeMs = max(m.clock.Now().Sub(wv.HeartbeatAt).Milliseconds(), 0)
+		}
 		view.Nodes = append(view.Nodes, n)
 		delete(members, wv.ID)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tempest/swim"
+	"tempest/transport"
 	"tempest/wire"
 )
 
@@ -13,6 +14,12 @@ import (
 // (and peers') heartbeats. Both methods run on memberlist's goroutines, so
 // LocalState hands back bytes encoded ahead of time by heartbeatLoop and
 // PeerState only decodes and stores.
+//
+// Worker heartbeats come two ways, and workerHeartbeat below is the one
+// place both are merged: passively in SWIM acks (every manager, but only
+// when its probe picks that worker) and actively, pushed by the worker to
+// the leader over QUIC (worker.Config.HeartbeatPush), which keeps the
+// leader's view fresh at any number of workers.
 
 // LocalState implements swim.StateEmbedder.
 func (m *Manager) LocalState() []byte {
@@ -34,18 +41,36 @@ func (m *Manager) PeerState(node swim.NodeInfo, state []byte, _ time.Duration) {
 		if err != nil || hb.NodeID != node.Name {
 			return // a node may only speak for itself
 		}
-		if hb.Datacenter != "" && hb.Datacenter != m.cfg.Datacenter {
-			return
-		}
-		if applied, grew := m.workers.heartbeat(hb, node.Addr); applied && grew {
-			m.kick()
-		}
+		m.workerHeartbeat(hb, node.Addr, false)
 	case wire.TypeManagerHeartbeat:
 		hb, err := swim.DecodeManagerHeartbeat(state)
 		if err != nil || hb.NodeID != node.Name {
 			return
 		}
 		m.managers.heartbeat(hb)
+	}
+}
+
+// handleWorkerHeartbeat takes a heartbeat a worker pushed over QUIC. The
+// sender's authenticated id is the only identity believed.
+func (m *Manager) handleWorkerHeartbeat(_ context.Context, from transport.Peer, hb *wire.WorkerHeartbeat) (wire.Message, error) {
+	if hb.NodeID != from.NodeID {
+		return nil, wire.Errorf(wire.CodeRejected, "heartbeat of %q sent by %q: a node may only speak for itself", hb.NodeID, from.NodeID)
+	}
+	m.workerHeartbeat(hb, "", true)
+	return nil, nil
+}
+
+// workerHeartbeat merges one worker heartbeat into the worker table.
+// pushed says it came over QUIC rather than in a SWIM ack: such a heartbeat
+// may have been in flight when SWIM declared the worker dead, so it never
+// brings a dead worker back (SWIM, a registration or progress do).
+func (m *Manager) workerHeartbeat(hb *wire.WorkerHeartbeat, swimAddr string, pushed bool) {
+	if hb.Datacenter != "" && hb.Datacenter != m.cfg.Datacenter {
+		return
+	}
+	if applied, grew := m.workers.mergeHeartbeat(hb, swimAddr, pushed); applied && grew {
+		m.kick()
 	}
 }
 

@@ -408,6 +408,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeProvisionCommit, m.handleProvisionCommit)
 	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
+	handle(m, wire.TypeWorkerHeartbeat, m.handleWorkerHeartbeat)
 	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
 	// Operations only peer managers send (wire/replicate.go).
 	handle(m, wire.TypeReplicateJob, m.handleReplicateJob)

@@ -57,6 +57,9 @@ type workerView struct {
 	Gone       bool
 	Registered bool
 	LastSeen   time.Time
+	// HeartbeatAt is when the newest heartbeat arrived, or one repeating
+	// it (nothing changed): how fresh the scheduler's view of the worker is.
+	HeartbeatAt time.Time
 	// SendKeyID and AcceptKeyIDs are the worker's key ids from its last
 	// heartbeat (zero and nil until one arrives), for `tempest cluster`.
 	SendKeyID    uint32
@@ -106,13 +109,27 @@ func (t *workerTable) register(reg *wire.WorkerRegistration) {
 	e.LastSeen = t.now()
 }
 
-// heartbeat applies a heartbeat unless an equal or newer one was applied. It
-// reports whether the worker now has more free cores than before, which is
-// the scheduler's cue to look at queued work.
+// heartbeat applies a heartbeat unless an equal or newer one was applied; a
+// repeat of the applied one only says the view is still true, as of now.
+// A pushed heartbeat is ignored for a worker SWIM declared dead. It reports
+// whether the worker now has more free cores than before, which is the
+// scheduler's cue to look at queued work.
 func (t *workerTable) heartbeat(hb *wire.WorkerHeartbeat, swimAddr string) (applied, grew bool) {
+	return t.mergeHeartbeat(hb, swimAddr, false)
+}
+
+// mergeHeartbeat is heartbeat for either channel; pushed: over QUIC.
+func (t *workerTable) mergeHeartbeat(hb *wire.WorkerHeartbeat, swimAddr string, pushed bool) (applied, grew bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if e, ok := t.w[hb.NodeID]; ok && e.Gone && pushed {
+		return false, false
+	}
 	if !t.clock.ShouldAccept(hb.NodeID, hb.Version) {
+		if e, ok := t.w[hb.NodeID]; ok && !e.Gone && e.Version == hb.Version {
+			e.LastSeen = t.now()
+			e.HeartbeatAt = e.LastSeen
+		}
 		return false, false
 	}
 	e := t.entry(hb.NodeID)
@@ -138,6 +155,7 @@ func (t *workerTable) heartbeat(hb *wire.WorkerHeartbeat, swimAddr string) (appl
 	e.Alive = hb.State != wire.WorkerOffline
 	e.Gone = false
 	e.LastSeen = t.now()
+	e.HeartbeatAt = e.LastSeen
 	return true, e.AvailableCores > before
 }
 

@@ -32,8 +32,8 @@ type Config struct {
 	// MaxMetaSize bytes.
 	Meta NodeMeta
 
-	// Profile names the timing profile: ProfileLAN, ProfileLocal or
-	// ProfileTest.
+	// Profile names the timing profile: ProfileLAN, ProfileFastLAN,
+	// ProfileLocal or ProfileTest.
 	Profile string
 
 	// Keys are the gossip encryption keys, each KeySize bytes; Keys[0]

@@ -99,7 +99,7 @@ func TestValidateEmptyKeysMeansPlaintext(t *testing.T) {
 }
 
 func TestProfiles(t *testing.T) {
-	for _, p := range []string{ProfileLAN, ProfileLocal, ProfileTest} {
+	for _, p := range []string{ProfileFastLAN, ProfileLAN, ProfileLocal, ProfileTest} {
 		if _, err := ProfileTiming(p); err != nil {
 			t.Errorf("%s: %v", p, err)
 		}
@@ -115,6 +115,7 @@ func TestProfiles(t *testing.T) {
 	}
 
 	lan, _ := ProfileTiming(ProfileLAN)
+	fast, _ := ProfileTiming(ProfileFastLAN)
 	cases := []struct {
 		tm     Timing
 		n      int
@@ -125,6 +126,10 @@ func TestProfiles(t *testing.T) {
 		{lan, 3, 4 * time.Second, 4 * time.Second},              // k=2 needs n ≥ 4
 		{lan, 5, 4 * time.Second, 24 * time.Second},
 		{lan, 100, 8 * time.Second, 48 * time.Second},
+		// fastlan: a 1.5 s window for a suspected node to refute in
+		// (test's is 600 ms), confirmations wanted from 5 nodes.
+		{fast, 3, 1500 * time.Millisecond, 1500 * time.Millisecond},
+		{fast, 5, 1500 * time.Millisecond, 4500 * time.Millisecond},
 	}
 	for _, c := range cases {
 		lo, hi := c.tm.SuspicionTimeout(c.n)
@@ -134,5 +139,10 @@ func TestProfiles(t *testing.T) {
 	}
 	if b := tm.DetectionBound(3); b < 2*time.Second || b > 3*time.Second {
 		t.Errorf("test profile detection bound for 3 nodes is %s", b)
+	}
+	// Every phase at its worst, no confirmations: still near the 3 s aim
+	// for a small datacenter (bench/failover measures the real p99).
+	if b := fast.DetectionBound(3); b > 3500*time.Millisecond {
+		t.Errorf("fastlan detection bound for 3 nodes is %s", b)
 	}
 }

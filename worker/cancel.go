@@ -20,11 +20,7 @@ const cancelWait = 2 * time.Second
 // it would stop nothing else). Cancelling what is not running here succeeds
 // with WorkflowsCancelled 0: afterwards nothing of it runs, which is what
 // the caller wants to know.
-func (w *Worker) handleCancel(ctx context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
-	c, ok := msg.(*wire.CancelJob)
-	if !ok {
-		return nil, wire.Errorf(wire.CodeMalformed, "cancel handler got %s", msg.Type())
-	}
+func (w *Worker) handleCancel(ctx context.Context, _ transport.Peer, c *wire.CancelJob) (wire.Message, error) {
 	if c.JobID == "" && c.WorkflowID == "" {
 		return nil, wire.Errorf(wire.CodeRejected, "cancel names neither a job nor a workflow")
 	}

@@ -27,7 +27,8 @@ type Config struct {
 	// SwimBind is the IP:port memberlist binds (UDP and TCP). Port 0 picks
 	// one; peers learn it when this node joins.
 	SwimBind string `yaml:"swim_bind"`
-	// SwimProfile is the SWIM timing profile: lan, local or test.
+	// SwimProfile is the SWIM timing profile: lan, fastlan, local or test
+	// (docs/failure-detection.md).
 	SwimProfile string `yaml:"swim_profile"`
 	// Join lists SWIM addresses (host:port) of nodes already in the
 	// datacenter's cluster, usually the managers' SWIM addresses.
@@ -91,10 +92,22 @@ type Config struct {
 	// serves nothing: a worker has no API, and the port would be one more
 	// thing to firewall on a load generator; set it to scrape workers.
 	MetricsListen string `yaml:"metrics_listen"`
+	// HeartbeatPush is how often the worker sends its heartbeat to the
+	// manager leader over QUIC (and sooner when its free cores or state
+	// change), so the leader's view of every worker stays within about
+	// this of the truth however many workers there are. SWIM acks carry the
+	// heartbeat too, to every manager, but reach a given manager only when
+	// its probe picks this worker. 0 leaves SWIM acks the only channel.
+	HeartbeatPush time.Duration `yaml:"heartbeat_push"`
 
 	// Logger receives the worker's logs; nil means slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
+
+// DefaultHeartbeatPush is the default Config.HeartbeatPush: half a second,
+// so the leader's view of a worker is under a second old at the 99th
+// percentile even when a push is late or lost.
+const DefaultHeartbeatPush = 500 * time.Millisecond
 
 // DefaultConfig returns settings that run a worker on one machine. ID and
 // Managers must still be set.
@@ -117,6 +130,7 @@ func DefaultConfig() Config {
 		CallTimeout:      5 * time.Second,
 		FenceRetention:   10 * time.Minute,
 		FenceAfter:       DefaultFenceAfter,
+		HeartbeatPush:    DefaultHeartbeatPush,
 	}
 }
 
@@ -190,6 +204,9 @@ func (c Config) Validate() error {
 	}
 	if c.DegradedLHM < 0 {
 		bad("DegradedLHM", "must not be negative, got %d", c.DegradedLHM)
+	}
+	if c.HeartbeatPush < 0 {
+		bad("HeartbeatPush", "must not be negative (0 turns the push off), got %s", c.HeartbeatPush)
 	}
 	if c.HealthSamples < 1 {
 		bad("HealthSamples", "must be at least 1, got %d", c.HealthSamples)

@@ -56,11 +56,7 @@ func (s *stopReason) Error() string { return s.reason }
 // with Accepted false; a stale fence token is a typed ErrStaleFence, since
 // the sender is a deposed leader and must not retry anywhere, and a missing
 // one (0) a typed CodeRejected.
-func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
-	d, ok := msg.(*wire.WorkflowDispatch)
-	if !ok {
-		return nil, wire.Errorf(wire.CodeMalformed, "dispatch handler got %s", msg.Type())
-	}
+func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, d *wire.WorkflowDispatch) (wire.Message, error) {
 	if d.Worker != "" && d.Worker != w.cfg.ID {
 		return nil, wire.Errorf(wire.CodeRejected, "dispatch of %s is addressed to worker %s, not %s", d.WorkflowID, d.Worker, w.cfg.ID)
 	}
@@ -177,8 +173,9 @@ func (w *Worker) refuseLocked(d *wire.WorkflowDispatch, format string, args ...a
 }
 
 // startLocked records the execution and starts its runner and progress
-// sender. Both goroutines join w.wg, which is safe because stopping is
-// false (checked by admitLocked under the same lock hold).
+// sender. Both are the Owner's; spawn cannot refuse them here, because
+// shutdown sets stopping (checked false by admitLocked under this same lock
+// hold) before it closes the Owner.
 func (w *Worker) startLocked(d *wire.WorkflowDispatch, spec wire.WorkflowSpec, runner workflow.Runner, cores []int) *execution {
 	ctx, cancel := context.WithCancelCause(w.ctx)
 	e := &execution{
@@ -201,15 +198,13 @@ func (w *Worker) startLocked(d *wire.WorkflowDispatch, spec wire.WorkflowSpec, r
 	if timeout <= 0 {
 		timeout = spec.Timeout
 	}
-	w.wg.Add(2)
-	go w.execute(ctx, e, runner, timeout)
-	go w.progressLoop(e)
+	w.spawn(nil, func() { w.execute(ctx, e, runner, timeout) })
+	w.spawn(nil, func() { w.progressLoop(e) })
 	return e
 }
 
 // execute runs the workflow and records how it ended.
 func (w *Worker) execute(ctx context.Context, e *execution, runner workflow.Runner, timeout time.Duration) {
-	defer w.wg.Done()
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout,

@@ -196,7 +196,6 @@ func (m *healthMachine) observe(s wire.WorkerState, reason string) bool {
 // monitorLoop samples host health every HealthInterval and does the
 // periodic housekeeping (fence and heartbeat-clock expiry).
 func (w *Worker) monitorLoop(ctx context.Context) {
-	defer w.wg.Done()
 	t := time.NewTicker(w.cfg.HealthInterval)
 	defer t.Stop()
 	var prev CPUSample

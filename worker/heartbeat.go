@@ -1,11 +1,13 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
 	"time"
 
+	"tempest/lifecycle"
 	"tempest/swim"
 	"tempest/wire"
 )
@@ -138,4 +140,64 @@ func (w *Worker) managerHeartbeat(hb *wire.ManagerHeartbeat) {
 
 func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// pushLoop is the active heartbeat channel. SWIM acks stay the passive one
+// that every manager reads, but a manager collects a worker's ack only when
+// its own probe picks that worker, about once per (members × probe
+// interval): at a hundred workers the leader's view of one was over a
+// minute old. So the worker also sends its heartbeat to the manager leader
+// over QUIC, one-way, every HeartbeatPush, at once when the leader
+// changes, and early (at most every HeartbeatPush/4) when something a
+// scheduler places by changes: state, free cores or queue depth.
+func (w *Worker) pushLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.HeartbeatPush)
+	defer t.Stop()
+	minGap := w.cfg.HeartbeatPush / 4
+	var last time.Time
+	var sent wire.WorkerHeartbeat
+	for {
+		w.mu.Lock()
+		changed := w.changed
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.leader.changedCh():
+		case <-changed:
+			if !placementChanged(sent, w.Heartbeat()) {
+				continue
+			}
+			if wait := minGap - time.Since(last); wait > 0 && !lifecycle.Sleep(ctx, wait) {
+				return
+			}
+		}
+		last = time.Now()
+		if hb, ok := w.pushHeartbeat(ctx); ok {
+			sent = hb
+		}
+	}
+}
+
+// placementChanged reports whether b differs from a in what a scheduler
+// places by.
+func placementChanged(a, b wire.WorkerHeartbeat) bool {
+	return a.State != b.State || a.AvailableCores != b.AvailableCores || a.TotalCores != b.TotalCores || a.QueueDepth != b.QueueDepth
+}
+
+// pushHeartbeat sends the current heartbeat to the leader, if one is known.
+func (w *Worker) pushHeartbeat(ctx context.Context) (wire.WorkerHeartbeat, bool) {
+	_, addr := w.leader.current()
+	if addr == "" {
+		return wire.WorkerHeartbeat{}, false // registration finds one; SWIM acks carry on meanwhile
+	}
+	hb := w.Heartbeat()
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
+	defer cancel()
+	if err := w.tr.Send(ctx, addr, &hb); err != nil {
+		w.log.Debug("heartbeat push failed", "leader_addr", addr, "err", err)
+		return wire.WorkerHeartbeat{}, false
+	}
+	return hb, true
 }

@@ -1,14 +1,18 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"tempest/security"
 	"tempest/swim"
+	"tempest/testutil"
+	"tempest/transport"
 	"tempest/wire"
 )
 
@@ -155,4 +159,48 @@ func mustSecret(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// The worker pushes its heartbeat to the leader it registered with, and
+// pushes again soon after its free cores change.
+func TestHeartbeatPushedToLeader(t *testing.T) {
+	var mu sync.Mutex
+	var got []wire.WorkerHeartbeat
+	h := startHarness(t, harnessOption{
+		cfg: func(c *Config) { c.HeartbeatPush = 50 * time.Millisecond },
+		before: func(h *harness) {
+			h.m.tr.Handle(wire.TypeWorkerHeartbeat, func(_ context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
+				hb := msg.(*wire.WorkerHeartbeat)
+				if hb.NodeID != from.NodeID {
+					t.Errorf("heartbeat of %s sent by %s", hb.NodeID, from.NodeID)
+				}
+				mu.Lock()
+				got = append(got, *hb)
+				mu.Unlock()
+				return nil, nil
+			})
+		},
+	})
+	h.waitRegistered(t, h.m)
+	seen := func(cond func(wire.WorkerHeartbeat) bool) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, hb := range got {
+			if cond(hb) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no such heartbeat among %d pushed", len(got))
+	}
+	testutil.Eventually(t, waitFor, pollStep, func() error {
+		return seen(func(hb wire.WorkerHeartbeat) bool {
+			return hb.NodeID == "w1" && hb.AvailableCores == 4 && hb.State == wire.WorkerHealthy
+		})
+	})
+	h.m.mustStart(t, "w1", dispatchOf("j", "wf", sleepSpec(t, time.Hour, 3), 1))
+	testutil.Eventually(t, waitFor, pollStep, func() error {
+		return seen(func(hb wire.WorkerHeartbeat) bool {
+			return hb.AvailableCores == 1 && hb.ActiveWorkflows["wf"] == "RUNNING"
+		})
+	})
 }

@@ -60,7 +60,6 @@ func (w *Worker) memberGone(n swim.NodeInfo) {
 
 // joinLoop joins the SWIM seeds, retrying until one answers.
 func (w *Worker) joinLoop(ctx context.Context, m Membership) {
-	defer w.wg.Done()
 	if len(w.cfg.Join) == 0 {
 		w.log.Warn("no SWIM seeds configured (join): managers will not see this worker's heartbeats")
 		return

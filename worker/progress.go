@@ -118,7 +118,6 @@ func stepStats(e *execution, s workflow.Snapshot) []wire.StepStats {
 // ProgressInterval (the newest snapshot wins; older ones are skipped), then
 // delivers the final progress and retires the execution.
 func (w *Worker) progressLoop(e *execution) {
-	defer w.wg.Done()
 	ctx := w.ctx
 	var sentSeq uint64
 	var last time.Time

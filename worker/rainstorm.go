@@ -132,16 +132,12 @@ func (h *rsHost) deliver(k rsKey, inc uint64, msg wire.Message) bool {
 }
 
 func (w *Worker) registerRainstorm(tr transport.Transport) {
-	tr.Handle(wire.TypeRainstormBatch, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
-		if b, ok := msg.(*wire.RainstormBatch); ok {
-			w.rs.deliver(rsKey{b.From.Job, b.From.Workflow, b.From.Stage + 1, b.To}, 0, b)
-		}
+	handle(w, tr, wire.TypeRainstormBatch, func(_ context.Context, _ transport.Peer, b *wire.RainstormBatch) (wire.Message, error) {
+		w.rs.deliver(rsKey{b.From.Job, b.From.Workflow, b.From.Stage + 1, b.To}, 0, b)
 		return nil, nil
 	})
-	tr.Handle(wire.TypeRainstormBatchAck, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
-		if a, ok := msg.(*wire.RainstormBatchAck); ok {
-			w.rs.deliver(rsKey{a.From.Job, a.From.Workflow, a.From.Stage - 1, a.To}, 0, a)
-		}
+	handle(w, tr, wire.TypeRainstormBatchAck, func(_ context.Context, _ transport.Peer, a *wire.RainstormBatchAck) (wire.Message, error) {
+		w.rs.deliver(rsKey{a.From.Job, a.From.Workflow, a.From.Stage - 1, a.To}, 0, a)
 		return nil, nil
 	})
 	// Only a hint: the tasks ask the leader for the routes themselves, so a
@@ -295,7 +291,7 @@ func (d *rsDriver) reportLoop() (stop func()) {
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
+	d.w.spawn(&wg, func() { // refused only at shutdown: no reports then
 		t := time.NewTicker(d.env.ReportInterval)
 		defer t.Stop()
 		for {
@@ -361,9 +357,9 @@ func (d *rsDriver) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pipeline: %w", err)
 	}
-	d.wg.Add(2)
-	go d.sendLoop(ctx)
-	go d.routeLoop(ctx)
+	if !d.w.spawn(&d.wg, func() { d.sendLoop(ctx) }) || !d.w.spawn(&d.wg, func() { d.routeLoop(ctx) }) {
+		return errShutdown
+	}
 	if d.task.Stage == 0 {
 		return d.runSource(ctx, pipe, input, header, reply.Checkpoint)
 	}
@@ -545,7 +541,6 @@ func (d *rsDriver) kickRoutes() {
 // every batch it will ever take, so its completion stands for an ack of
 // all of them (its last acks may have been lost with it).
 func (d *rsDriver) routeLoop(ctx context.Context) {
-	defer d.wg.Done()
 	t := time.NewTicker(rsRouteEvery)
 	defer t.Stop()
 	for {
@@ -580,7 +575,6 @@ func (d *rsDriver) routeLoop(ctx context.Context) {
 // sendLoop moves batches and acks to their tasks: to a task on this worker
 // directly, else over the transport.
 func (d *rsDriver) sendLoop(ctx context.Context) {
-	defer d.wg.Done()
 	self := d.w.Addr()
 	for {
 		var o rsOut
@@ -617,9 +611,7 @@ func (d *rsDriver) queue(stage, index int, msg wire.Message) {
 // checkpoint writes c to the manager leader on its own goroutine; the
 // answer comes back to the machine through ckptRes.
 func (d *rsDriver) checkpoint(ctx context.Context, c *wire.RainstormCheckpoint) {
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	d.w.spawn(&d.wg, func() { // refused only at shutdown, when nothing needs it
 		resp, err := d.w.callLeader(ctx, c)
 		if err != nil {
 			d.log.Debug("rainstorm checkpoint not stored", "version", c.Version, "err", err)
@@ -631,7 +623,7 @@ func (d *rsDriver) checkpoint(ctx context.Context, c *wire.RainstormCheckpoint) 
 			case <-ctx.Done():
 			}
 		}
-	}()
+	})
 }
 
 // apply does what a machine asked; it reports a failure, a fence, or done.

@@ -31,7 +31,6 @@ func (w *Worker) requestRegistration(avoid string) {
 // registerLoop registers on start and again whenever the leader is lost,
 // until a manager accepts each time.
 func (w *Worker) registerLoop(ctx context.Context) {
-	defer w.wg.Done()
 	avoid := ""
 	for {
 		for attempt := 0; ; attempt++ {

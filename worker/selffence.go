@@ -33,7 +33,6 @@ func (c *contactClock) since(now time.Time) time.Duration {
 // workflows only FenceAfter (its worker_fence_after) after it last heard
 // from it, by which time a worker cut off from it has stopped them.
 func (w *Worker) selfFenceLoop(ctx context.Context) {
-	defer w.wg.Done()
 	// Checked ten times a period, so a fence comes at most a tenth of the
 	// period late (managers allow a margin over fence_after for that).
 	step := w.cfg.FenceAfter / 4
@@ -91,11 +90,11 @@ func (w *Worker) checkSelfFence(ctx context.Context, step time.Duration) {
 		}
 		// Off this loop: a call to an unreachable leader waits out its
 		// timeout, and the fence must not wait with it.
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
+		if !w.spawn(nil, func() {
 			defer w.keepAlive.Store(false)
 			w.sendProgress(ctx, e, &p)
-		}()
+		}) {
+			w.keepAlive.Store(false) // shutting down: nothing to keep alive
+		}
 	}
 }

@@ -16,11 +16,7 @@ import (
 // A manager asks right after winning an election, so a request carrying a
 // newer term than the worker knows also names the new leader; adopting it
 // here sends pending final progress to it without waiting for a heartbeat.
-func (w *Worker) handleStateSync(_ context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
-	req, ok := msg.(*wire.StateSyncRequest)
-	if !ok {
-		return nil, wire.Errorf(wire.CodeMalformed, "state sync handler got %s", msg.Type())
-	}
+func (w *Worker) handleStateSync(_ context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
 	if req.RequesterRole == wire.RoleManager && w.leader.adoptNewTerm(req.RequesterID, from.Addr, req.Term) {
 		w.log.Info("leader changed (state sync from new term)", "leader", req.RequesterID, "addr", from.Addr, "term", req.Term)
 	}

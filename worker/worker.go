@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tempest/lifecycle"
 	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"
@@ -16,14 +17,19 @@ import (
 	"tempest/workflow"
 )
 
-// Goroutines of a running Worker, every one started by Run (or by a handler
-// Run registered) and finished before Run returns:
+// Goroutines of a running Worker, every one started through its
+// lifecycle.Owner (spawn) by Run or by a handler Run registered, and
+// finished before Run returns; the handlers are the Owner's too (handle),
+// so Run returns only after the last one answered:
 //
 //   - per workflow, a runner goroutine (execute) and a progress sender
 //     (progressLoop) that outlives it until the final progress is
 //     acknowledged;
-//   - the registrar (registerLoop), the SWIM joiner (joinLoop) and the health
-//     monitor (monitorLoop).
+//   - the registrar (registerLoop), the SWIM joiner (joinLoop), the health
+//     monitor (monitorLoop), the self-fence (selfFenceLoop) with its
+//     keep-alive sends, and the heartbeat push (pushLoop);
+//   - per RainStorm task, its send and route loops, checkpoint writes and
+//     progress reporter (rainstorm.go).
 //
 // Locks: Worker.mu guards the lifecycle flags, executions, cores, fences,
 // health and the heartbeat version; leaderTracker.mu is a leaf, never taken
@@ -65,10 +71,10 @@ type Worker struct {
 	heartbeat atomic.Pointer[[]byte]
 	ready     chan struct{}
 	drained   chan struct{}
-	wg        sync.WaitGroup
+	// life owns every goroutine and in-flight handler (spawn, handle).
+	life *lifecycle.Owner
 
 	mu       sync.Mutex
-	started  bool
 	running  bool            // between ready and shutdown
 	draining bool            // Drain called: refuse new work
 	stopping bool            // shutting down: no new goroutines
@@ -137,6 +143,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		kick:         make(chan string, 1),
 		ready:        make(chan struct{}),
 		drained:      make(chan struct{}),
+		life:         lifecycle.New(),
 		cores:        NewCoreSet(cfg.Cores),
 		fences:       NewFenceTable(cfg.FenceRetention),
 		execs:        make(map[string]*execution),
@@ -167,16 +174,12 @@ func (w *Worker) Addr() string {
 // serves until ctx ends (a hard stop: running workflows are cancelled) or a
 // Drain completes. It returns an error only if the worker could not start.
 func (w *Worker) Run(ctx context.Context) error {
-	w.mu.Lock()
-	if w.started {
-		w.mu.Unlock()
+	if err := w.life.Start(); err != nil {
 		return ErrAlreadyRunning
 	}
-	w.started = true
-	w.mu.Unlock()
-
 	tr, err := w.openTransport()
 	if err != nil {
+		w.life.Close()
 		return err
 	}
 	runCtx, cancel := context.WithCancelCause(ctx)
@@ -184,13 +187,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Lock()
 	w.tr, w.ctx = tr, runCtx
 	w.mu.Unlock()
-	tr.Handle(wire.TypeWorkflowDispatch, w.handleDispatch)
-	tr.Handle(wire.TypeCancelJob, w.handleCancel)
-	tr.Handle(wire.TypeStateSyncRequest, w.handleStateSync)
+	handle(w, tr, wire.TypeWorkflowDispatch, w.handleDispatch)
+	handle(w, tr, wire.TypeCancelJob, w.handleCancel)
+	handle(w, tr, wire.TypeStateSyncRequest, w.handleStateSync)
 	w.registerRainstorm(tr)
 
 	members, err := w.deps.NewMembership(w.swimConfig(tr.Addr()))
 	if err != nil {
+		w.life.Close()
 		_ = tr.Close()
 		return fmt.Errorf("worker %s: start swim: %w", w.cfg.ID, err)
 	}
@@ -201,11 +205,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.mu.Unlock()
 
 	w.contact.touch(w.now())
-	w.wg.Add(4)
-	go w.registerLoop(runCtx)
-	go w.joinLoop(runCtx, members)
-	go w.monitorLoop(runCtx)
-	go w.selfFenceLoop(runCtx)
+	// The loops take the run's context, not the Owner's: a Drain or the
+	// caller's ctx ends them before shutdown closes the Owner.
+	w.spawn(nil, func() { w.registerLoop(runCtx) })
+	w.spawn(nil, func() { w.joinLoop(runCtx, members) })
+	w.spawn(nil, func() { w.monitorLoop(runCtx) })
+	w.spawn(nil, func() { w.selfFenceLoop(runCtx) })
+	if w.cfg.HeartbeatPush > 0 {
+		w.spawn(nil, func() { w.pushLoop(runCtx) })
+	}
 	close(w.ready)
 	w.log.Info("worker started", "addr", tr.Addr(), "swim", members.Addr(), "cores", w.cfg.Cores, "datacenter", w.cfg.Datacenter)
 
@@ -247,7 +255,11 @@ func (w *Worker) shutdown(cancel context.CancelCauseFunc, tr transport.Transport
 		w.log.Warn("worker stopping with workflows still running", "workflows", running)
 	}
 	cancel(errShutdown)
-	w.wg.Wait()
+	// From here handlers answer "worker shutting down" and nothing new
+	// starts; Wait then covers the handlers in flight too, so the
+	// transport closes under none of them.
+	w.life.Close()
+	w.life.Wait()
 	if err := members.Shutdown(); err != nil {
 		w.log.Warn("swim shutdown", "err", err)
 	}
@@ -278,6 +290,39 @@ func (w *Worker) ReloadSecrets(current, previous string) error {
 	w.mu.Unlock()
 	w.log.Info("secrets reloaded", "key_ids", w.keyring.AcceptedKeyIDs())
 	return nil
+}
+
+// spawn runs f on a goroutine the worker's Owner waits for; group, when not
+// nil, also counts it (one RainStorm task waits for its own helpers). It
+// reports false, running nothing, once shutdown closed the Owner.
+func (w *Worker) spawn(group *sync.WaitGroup, f func()) bool {
+	if group != nil {
+		group.Add(1)
+	}
+	ok := w.life.Go(func(context.Context) {
+		if group != nil {
+			defer group.Done()
+		}
+		f()
+	})
+	if !ok && group != nil {
+		group.Done()
+	}
+	return ok
+}
+
+// handle registers a typed handler the Owner counts and refuses once
+// shutdown began. Its context also ends when the Owner closes, so a
+// handler waiting on the network (a blob fetch) does not hold up shutdown
+// until its call times out.
+func handle[T wire.Message](w *Worker, tr transport.Transport, t wire.MsgType,
+	f func(ctx context.Context, from transport.Peer, msg T) (wire.Message, error)) {
+	lifecycle.Handle(w.life, tr, "worker", t, func(ctx context.Context, from transport.Peer, msg T) (wire.Message, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(w.life.Context(), cancel)()
+		return f(ctx, from, msg)
+	})
 }
 
 // bumpLocked records a change of anything a heartbeat or snapshot shows:
