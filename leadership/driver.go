@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -62,6 +63,9 @@ type ElectorConfig struct {
 	Logger *slog.Logger
 	// Clock makes ticks; nil means real time.
 	Clock Clock
+	// Now reads the wall clock for the leader lease (QuorumAge); nil means
+	// time.Now. Only differences between its readings are used.
+	Now func() time.Time
 	// Rand randomizes election timeouts; nil means a randomly seeded one.
 	Rand *rand.Rand
 
@@ -149,6 +153,7 @@ type Elector struct {
 	log     *slog.Logger
 	clock   Clock
 	m       *Machine // owned by the loop once Run starts
+	quorum  int
 
 	inbox chan inbound
 	lhm   chan int // capacity 1, newest value wins
@@ -160,11 +165,39 @@ type Elector struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 
+	// lease: when each peer last confirmed this node's current term (see
+	// QuorumAge); guarded by mu, written by the loop.
+	lease lease
+
 	// Owned by the loop.
 	senders     map[string]chan wire.Message
 	saveFailing bool
 	events      *eventQueue
+	// hbSent: when each recent heartbeat (by Seq) was handed to the
+	// senders; voteSent: when this term's vote requests were.
+	hbSent   map[uint64]time.Time
+	voteSent struct {
+		term uint64
+		at   time.Time
+	}
 }
+
+// lease is the wall-clock side of leadership. Check-quorum in the Machine
+// counts ticks, and a loaded machine's ticks lag or are dropped, so a
+// leader cut off from its peers can go on believing it leads for far longer
+// in real time than ElectionTicks suggests. The lease instead remembers,
+// per peer, the send time of the newest message in which that peer
+// confirmed the current term: the peer answered after that moment, so a
+// majority stood behind this node at least until the quorum-th newest of
+// those times, and no successor can have been elected before it.
+type lease struct {
+	term uint64
+	at   map[string]time.Time
+}
+
+// hbSentKeep bounds hbSent: an answer to an older heartbeat would prove
+// less than a newer one already has, so it is not worth remembering.
+const hbSentKeep = 64
 
 // New builds an Elector, loads its durable state and registers its message
 // handlers on the transport. Messages arriving before Run are buffered up to
@@ -205,6 +238,9 @@ func New(cfg ElectorConfig) (*Elector, error) {
 	if clock == nil {
 		clock = realClock{}
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	e := &Elector{
 		cfg:     cfg,
 		id:      id,
@@ -212,10 +248,12 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		log:     logger.With("component", "leadership", "cluster", cfg.Cluster, "node", id),
 		clock:   clock,
 		m:       m,
+		quorum:  m.Quorum(),
 		inbox:   make(chan inbound, inboxSize),
 		lhm:     make(chan int, 1),
 		status:  m.Status(),
 		done:    make(chan struct{}),
+		hbSent:  make(map[uint64]time.Time),
 	}
 	for _, t := range []wire.MsgType{
 		wire.TypePreVoteRequest, wire.TypePreVoteResponse,
@@ -344,15 +382,59 @@ func (e *Elector) process() {
 		e.log.Info("election state persisted again", "term", e.m.Status().Term)
 		e.saveFailing = false
 	}
+	now := e.cfg.Now()
 	for _, o := range rd.Messages {
+		// Stamped before the send: a peer's answer then proves it still
+		// followed this node at some moment after the stamp.
+		switch msg := o.Msg.(type) {
+		case *wire.LeaderHeartbeat:
+			if _, ok := e.hbSent[msg.Seq]; !ok {
+				e.hbSent[msg.Seq] = now
+				if len(e.hbSent) > hbSentKeep {
+					for seq := range e.hbSent {
+						if seq+hbSentKeep <= msg.Seq {
+							delete(e.hbSent, seq)
+						}
+					}
+				}
+			}
+		case *wire.VoteRequest:
+			e.voteSent.term, e.voteSent.at = msg.Term, now
+		}
 		select {
 		case e.senders[o.To] <- o.Msg:
 		default:
 			e.log.Debug("outbox full, dropping message", "to", o.To, "type", o.Msg.Type())
 		}
 	}
+	e.confirm(rd.Confirmations)
 	if rd.StateChange != nil {
 		e.publish(*rd.StateChange)
+	}
+}
+
+// confirm records, for the lease, when each confirming peer was last asked.
+func (e *Elector) confirm(cs []Confirmation) {
+	if len(cs) == 0 {
+		return
+	}
+	term := e.m.Status().Term
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.lease.term != term || e.lease.at == nil {
+		e.lease = lease{term: term, at: make(map[string]time.Time, len(e.cfg.Peers))}
+	}
+	for _, c := range cs {
+		var asked time.Time
+		var ok bool
+		if c.Seq == 0 {
+			asked, ok = e.voteSent.at, e.voteSent.term == term
+		} else {
+			asked, ok = e.hbSent[c.Seq]
+		}
+		if ok && asked.After(e.lease.at[c.From]) {
+			e.lease.at[c.From] = asked
+		}
 	}
 }
 
@@ -430,6 +512,38 @@ func (e *Elector) Status() Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.status
+}
+
+// QuorumAge reports, while this node leads, how long ago a majority of the
+// group (this node counting as one) last confirmed its leadership, on this
+// node's wall clock; ok is false when it does not lead. A successor can only
+// be elected after that moment, however late this node's ticks (and so its
+// check-quorum step-down) run, so the age bounds in real time how stale this
+// leader's authority may be. Until a majority has confirmed the current
+// term the age is the largest Duration.
+func (e *Elector) QuorumAge() (age time.Duration, ok bool) {
+	now := e.cfg.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.status.State != Leader {
+		return 0, false
+	}
+	times := []time.Time{now} // this node agrees with itself now
+	if e.lease.term == e.status.Term {
+		for id, at := range e.lease.at {
+			if id != e.id {
+				times = append(times, at)
+			}
+		}
+	}
+	q := e.quorum
+	if len(times) < q {
+		return math.MaxInt64, true
+	}
+	// The quorum-th newest confirmation is the latest moment a majority
+	// stood behind this node.
+	slices.SortFunc(times, func(a, b time.Time) int { return b.Compare(a) })
+	return max(now.Sub(times[q-1]), 0), true
 }
 
 // IsLeader reports whether this node currently leads its group.

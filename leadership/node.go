@@ -60,6 +60,19 @@ type Outbound struct {
 type Ready struct {
 	Messages    []Outbound
 	StateChange *Status
+	// Confirmations are the answers, since the last Ready, in which peers
+	// acknowledged this node as leader (or candidate) of its current term.
+	// The driver turns them into a wall-clock lease (Elector.QuorumAge).
+	Confirmations []Confirmation
+}
+
+// Confirmation is a peer's acknowledgement of this node's current term,
+// given at some moment after the message it answers was sent.
+type Confirmation struct {
+	From string
+	// Seq is the LeaderHeartbeat answered; zero for a vote granted in this
+	// term's election (answering this term's VoteRequest).
+	Seq uint64
 }
 
 // Config configures a Machine. Times are in ticks; the driver decides how
@@ -180,6 +193,7 @@ type Machine struct {
 	cooldownUntil  int
 
 	msgs     []Outbound
+	confirms []Confirmation
 	reported Status
 }
 
@@ -252,6 +266,7 @@ func (m *Machine) Ready() (Ready, error) {
 	if hs != m.saved {
 		if err := m.storage.Save(hs); err != nil {
 			m.msgs = nil
+			m.confirms = nil
 			if m.state == Leader {
 				m.becomeFollower(m.term, "")
 			}
@@ -267,6 +282,7 @@ func (m *Machine) Ready() (Ready, error) {
 	}
 	var rd Ready
 	rd.Messages, m.msgs = m.msgs, nil
+	rd.Confirmations, m.confirms = m.confirms, nil
 	if st := m.Status(); st != m.reported {
 		m.reported = st
 		rd.StateChange = &st
@@ -457,6 +473,9 @@ func (m *Machine) onVoteResponse(from string, resp *wire.VoteResponse) {
 		return
 	}
 	m.votes[from] = resp.Granted
+	if resp.Granted {
+		m.confirms = append(m.confirms, Confirmation{From: from})
+	}
 	switch m.tally() {
 	case won:
 		m.becomeLeader()
@@ -491,6 +510,7 @@ func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
 	}
 	if m.state == Leader && ack.Term == m.term && ack.Success {
 		m.acks[from] = true
+		m.confirms = append(m.confirms, Confirmation{From: from, Seq: ack.Seq})
 	}
 }
 
@@ -531,6 +551,7 @@ func (m *Machine) becomeFollower(term uint64, lead string) {
 	m.lead = lead
 	m.votes = nil
 	m.acks = nil
+	m.confirms = nil
 	m.electionElapsed = 0
 	m.heartbeatElapsed = 0
 	m.resetElectionTimeout()
@@ -561,6 +582,7 @@ func (m *Machine) becomeCandidate() {
 	m.state = Candidate
 	m.lead = ""
 	m.electionElapsed = 0
+	m.confirms = nil
 	m.votes = map[string]bool{m.cfg.ID: true}
 	if m.tally() == won {
 		m.becomeLeader()

@@ -76,6 +76,9 @@ type Manager struct {
 	members    Membership
 	ownMembers *swim.Node
 	elector    *leadership.Elector
+	// leaseLimit: the quorum age beyond which this leader refuses workers'
+	// progress (progress.go).
+	leaseLimit time.Duration
 	ownElStore *leadership.BoltStorage
 	store      *store.Store
 	blobs      *blobState // blobs.go
@@ -240,6 +243,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Within two election timeouts check-quorum, counted in ticks, is the
+	// judge (a leader whose ticks keep time steps down by then); the lease
+	// limit is for a leader whose ticks lag far behind that.
+	m.leaseLimit = max(cfg.WorkerFenceAfter, 2*profile.ElectionTimeout())
 	m.refreshHeartbeat()
 
 	m.members = deps.Membership

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"tempest/store"
 	"tempest/transport"
@@ -26,6 +27,21 @@ func (m *Manager) handleProgress(ctx context.Context, from transport.Peer, p *wi
 	if p.WorkerID != "" && p.WorkerID != worker {
 		return nil, wire.Errorf(wire.CodeRejected, "progress for %s names worker %s but comes from %s", p.WorkflowID, p.WorkerID, worker)
 	}
+	// The lease: the worker counts its contact from when a majority last
+	// confirmed this leader, not from this answer (worker/selffence.go).
+	// A leader that no majority has confirmed for a worker's whole fence
+	// period may already have a successor re-running the work; it answers
+	// as a manager that knows no leader, so the worker looks for the real
+	// one, and leaves the report unapplied.
+	age, leading := m.elector.QuorumAge()
+	if !leading {
+		return nil, m.elector.NotLeaderError()
+	}
+	if age > m.leaseLimit {
+		m.log.Warn("refusing progress: no majority of managers has confirmed this leader for longer than workers' fence period",
+			"job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker, "quorum_age", age.Round(time.Millisecond), "limit", m.leaseLimit)
+		return nil, wire.Errorf(wire.CodeNotLeader, "%s has not heard from a majority of managers for %s", m.cfg.ID, age.Round(time.Millisecond))
+	}
 	m.workers.seen(worker)
 	cancel := m.applyProgress(p, worker)
 	if (p.Final || p.Status.Terminal()) && !cancel {
@@ -37,7 +53,7 @@ func (m *Manager) handleProgress(ctx context.Context, from transport.Peer, p *wi
 			return nil, wire.Errorf(wire.CodeUnavailable, "final progress of %s not yet stored on a majority of managers: %v", p.WorkflowID, err)
 		}
 	}
-	return &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancel}, nil
+	return &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancel, QuorumAge: age}, nil
 }
 
 // endOnMajority stores the ended workflow's record (and its job's status)

@@ -339,6 +339,13 @@ type ProgressAck struct {
 	// LeaseTTL, in the lease holder's answer to a report, says the report
 	// renewed the datacenter's lease for that long.
 	LeaseTTL time.Duration `cbor:"18,keyasint,omitempty"`
+	// QuorumAge, in a manager leader's answer to a worker, is how long
+	// before answering the leader last heard a majority of its peers
+	// confirm its leadership. The worker counts its contact with a leader
+	// from that moment, not from the answer (its self-fencing lease), so a
+	// leader cut off from its peers cannot keep a worker running by
+	// answering it.
+	QuorumAge time.Duration `cbor:"30,keyasint,omitempty"`
 }
 
 func (*WorkflowProgress) Type() MsgType { return TypeWorkflowProgress }

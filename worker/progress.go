@@ -199,6 +199,7 @@ func (w *Worker) sendProgress(ctx context.Context, e *execution, p *wire.Workflo
 		w.requestRegistration("")
 		return retryLater
 	}
+	sent := w.now()
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	resp, err := w.tr.Call(cctx, addr, p)
 	cancel()
@@ -211,9 +212,9 @@ func (w *Worker) sendProgress(ctx context.Context, e *execution, p *wire.Workflo
 		e.log.Warn("manager answered progress with an unexpected message", "manager", addr, "type", resp.Type())
 		return retryLater
 	}
-	// Only a leader acknowledges progress: it still stands behind this
-	// worker's work (selffence.go).
-	w.contact.touch(w.now())
+	// Only a leader acknowledges progress: it stood behind this worker's
+	// work as of its last confirmation by a majority (selffence.go).
+	w.contact.touch(ackedContact(sent, w.now(), ack.QuorumAge))
 	if ack.Cancel {
 		w.mu.Lock()
 		stopped := w.stopLocked(e, wire.WorkflowCancelled, "cancelled by manager")

@@ -17,10 +17,36 @@ const DefaultFenceAfter = 10 * time.Second
 // contactClock is the last time a manager leader showed this worker it
 // still stands behind its work: a progress acknowledged (only a leader
 // acknowledges progress), a dispatch or a cancel received, a state sync
-// from a leader. Unix nanoseconds.
+// from a leader. Unix nanoseconds. It never moves backwards: a late answer
+// vouching for an earlier moment must not undo a newer one.
 type contactClock struct{ last atomic.Int64 }
 
-func (c *contactClock) touch(t time.Time) { c.last.Store(t.UnixNano()) }
+func (c *contactClock) touch(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := c.last.Load()
+		if n <= old || c.last.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// ackedContact is the moment a progress acknowledgement vouches for: not
+// when it arrived, but when the leader was last confirmed by a majority of
+// its peers. The leader measured that as quorumAge before answering, which
+// was after sent; so sent-quorumAge is no later than that confirmation, on
+// this worker's clock and with durations only (no clock agreement needed).
+// A leader cut off from its peers thus keeps a worker's lease only as long
+// as its own standing with a majority lasts, however late its check-quorum
+// steps it down, and that standing ends before a majority can elect a
+// successor.
+func ackedContact(sent, now time.Time, quorumAge time.Duration) time.Time {
+	at := sent.Add(-max(quorumAge, 0))
+	if at.After(now) {
+		return now
+	}
+	return at
+}
 func (c *contactClock) since(now time.Time) time.Duration {
 	return now.Sub(time.Unix(0, c.last.Load()))
 }
