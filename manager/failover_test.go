@@ -259,3 +259,39 @@ func TestLostWorkerWaitsForItsFence(t *testing.T) {
 		t.Fatalf("fence wait %s, want up to an hour from when %s was last heard from", wait, first)
 	}
 }
+
+// stoppedClock is a Clock at a set time, for rules computed from Now alone.
+type stoppedClock struct{ now time.Time }
+
+func (c stoppedClock) Now() time.Time                        { return c.now }
+func (c stoppedClock) AfterFunc(time.Duration, func()) Timer { panic("stoppedClock has no timers") }
+
+// A worker this manager last heard from long ago may have been answered by
+// the previous leader until shortly before this one was elected: its fence
+// is counted from the election, not from when this manager last heard it.
+func TestFenceWaitCountsFromTheElection(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name              string
+		lastSeen, elected time.Duration // after t0
+		now               time.Duration
+		want              time.Duration
+	}{
+		{"heard before the election", 0, 30 * time.Second, 31 * time.Second, 11 * time.Second},
+		{"heard after the election", 40 * time.Second, 30 * time.Second, 41 * time.Second, 11 * time.Second},
+		{"fence over", 0, 30 * time.Second, 50 * time.Second, -8 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := stoppedClock{t0.Add(tc.lastSeen)}
+			m := &Manager{cfg: Config{WorkerFenceAfter: 12 * time.Second}}
+			m.workers = newWorkerTable(nil, 0, func() time.Time { return clock.now })
+			m.workers.join("w1", "w1", "w1") // heard now: at lastSeen
+			m.clock = stoppedClock{t0.Add(tc.elected)}
+			m.leadSince.Store(m.clock.Now().UnixNano())
+			m.clock = stoppedClock{t0.Add(tc.now)}
+			if got := m.fenceWait("w1"); got != tc.want {
+				t.Fatalf("fenceWait = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -20,6 +20,7 @@ func (m *Manager) leading() *leadership.Term { return m.terms.Leading() }
 // the state sync that opens the term's barrier and then resumes work and
 // runs the scheduler.
 func (m *Manager) onBecomeLeader(term uint64) {
+	m.leadSince.Store(m.clock.Now().UnixNano())
 	lt := m.terms.Establish(term)
 	m.log.Info("leading", "term", term)
 	m.refreshHeartbeat()

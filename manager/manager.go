@@ -106,8 +106,11 @@ type Manager struct {
 	// them grow for ever.
 	orphanCommits map[string]orphanCommit
 
-	terms  *leadership.Terms // the term of leadership held, if any (leader.go)
-	kickCh chan struct{}
+	terms *leadership.Terms // the term of leadership held, if any (leader.go)
+	// leadSince is when this manager last became leader (Unix ns, on clock):
+	// fenceWait never counts a lost worker's fence from before it.
+	leadSince atomic.Int64
+	kickCh    chan struct{}
 	// gateKick asks the gate report loop to report now: a job's status
 	// changed, and the gate should not learn it a report interval late.
 	gateKick chan struct{}

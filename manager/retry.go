@@ -101,13 +101,22 @@ func (m *Manager) workerLost(worker, reason string) {
 }
 
 // fenceWait is how much longer to wait before re-running a lost worker's
-// workflows: WorkerFenceAfter from when it was last heard from.
+// workflows: WorkerFenceAfter from when it was last heard from, or from
+// when this manager became leader if that is later. This manager may not
+// have heard from the worker for long while the previous leader still
+// did: that leader's answers keep the worker running until fence_after
+// past its last confirmation by a majority, which came before the
+// majority elected this one (docs/datacenter.md, self-fencing).
 func (m *Manager) fenceWait(worker string) time.Duration {
 	wv, ok := m.workers.get(worker)
 	if !ok || wv.LastSeen.IsZero() {
 		return m.cfg.WorkerFenceAfter
 	}
-	return wv.LastSeen.Add(m.cfg.WorkerFenceAfter).Sub(m.clock.Now())
+	from := wv.LastSeen
+	if since := time.Unix(0, m.leadSince.Load()); since.After(from) {
+		from = since
+	}
+	return from.Add(m.cfg.WorkerFenceAfter).Sub(m.clock.Now())
 }
 
 func (m *Manager) retryLost(worker, reason string) {

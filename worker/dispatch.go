@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"
@@ -129,6 +130,14 @@ func (w *Worker) admitLocked(d *wire.WorkflowDispatch, commit bool) (reply wire.
 		return w.refuseLocked(d, "worker %s is draining: not accepting new workflows", w.cfg.ID), true, nil
 	case w.health.state == wire.WorkerDraining:
 		return w.refuseLocked(d, "worker %s is under critical pressure (%s): not accepting new workflows", w.cfg.ID, w.health.reason), true, nil
+	}
+	// A dispatch issued in a term older than a leader this worker has
+	// already answered is a deposed leader's, arriving late: the newer
+	// leader synced with this worker without it and may have placed the
+	// workflow elsewhere, so running it would run the workflow twice.
+	if tt, known := leadership.TokenTerm(d.FenceToken), w.leader.knownTerm(); tt < known {
+		w.log.Info("dispatch refused: issued in an older term than the leader's", "job_id", d.JobID, "workflow_id", d.WorkflowID, "token_term", tt, "term", known)
+		return nil, true, wire.Errorf(wire.CodeStaleFence, "workflow %s: dispatch issued in term %d; a leader of term %d is known", d.WorkflowID, tt, known)
 	}
 	if err := w.fences.CheckDispatch(d.WorkflowID, d.FenceToken); err != nil {
 		w.log.Info("dispatch refused by fencing", "job_id", d.JobID, "workflow_id", d.WorkflowID, "err", err)

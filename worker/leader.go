@@ -43,6 +43,14 @@ func (t *leaderTracker) current() (id, addr string) {
 	return t.id, t.addr
 }
 
+// knownTerm is the newest manager election term the worker has seen a
+// leader claim.
+func (t *leaderTracker) knownTerm() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.term
+}
+
 // changedCh returns a channel closed at the next leader change.
 func (t *leaderTracker) changedCh() <-chan struct{} {
 	t.mu.Lock()

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -46,7 +47,11 @@ func TestStateSyncReportsActiveWorkflows(t *testing.T) {
 // A manager asking for state with a newer term is the new leader: pending
 // finals go to it without waiting for a heartbeat.
 func TestStateSyncFromNewerTermSwitchesLeader(t *testing.T) {
-	h := startHarness(t, harnessOption{})
+	h := startHarness(t, harnessOption{before: func(h *harness) {
+		h.m.setRegister(func(*wire.WorkerRegistration) (wire.Message, error) {
+			return &wire.RegistrationAck{Accepted: true, Leader: "m1", LeaderAddr: "m1", Term: 1}, nil
+		})
+	}})
 	m2 := newTestManager(t, h.hub, "m2")
 	h.waitRegistered(t, h.m) // leader m1, term 1
 	// The manager has the registration before the worker has its answer.
@@ -73,4 +78,38 @@ func TestStateSyncFromNewerTermSwitchesLeader(t *testing.T) {
 	if p := m2.waitFinal(t, "wf"); p.Status != wire.WorkflowCompleted {
 		t.Fatalf("final at m2: %+v", p)
 	}
+}
+
+// A dispatch a deposed leader issued before a newer leader synced with
+// the worker arrives late: the new leader did not see it and may have
+// placed the workflow elsewhere, so running it would run it twice.
+func TestDispatchFromOlderTermRefusedAfterNewerSync(t *testing.T) {
+	h := startHarness(t, harnessOption{before: func(h *harness) {
+		h.m.setRegister(func(*wire.WorkerRegistration) (wire.Message, error) {
+			return &wire.RegistrationAck{Accepted: true, Leader: "m1", LeaderAddr: "m1", Term: 1}, nil
+		})
+	}})
+	m2 := newTestManager(t, h.hub, "m2")
+	h.waitRegistered(t, h.m)
+	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if _, addr := h.w.leader.current(); addr != "m1" {
+			return fmt.Errorf("worker follows %q, want m1", addr)
+		}
+		return nil
+	})
+	// The term's own leader dispatches as usual.
+	h.m.mustStart(t, "w1", dispatchOf("j", "now", sleepSpec(t, time.Hour, 1), 1<<32|1))
+
+	if _, err := m2.call(t, "w1", &wire.StateSyncRequest{RequesterID: "m2", RequesterRole: wire.RoleManager, Term: 3}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.m.dispatch(t, "w1", dispatchOf("j", "late", sleepSpec(t, time.Hour, 1), 1<<32|2))
+	if !errors.Is(err, wire.ErrStaleFence) {
+		t.Fatalf("dispatch of term 1 after a term-3 sync: %v, want ErrStaleFence", err)
+	}
+	if _, ok := h.w.Snapshot().ActiveWorkflows["late"]; ok {
+		t.Fatal("the late dispatch runs")
+	}
+	// The new term's leader is obeyed.
+	m2.mustStart(t, "w1", dispatchOf("j", "late", sleepSpec(t, time.Hour, 1), 3<<32|1))
 }
