@@ -36,10 +36,19 @@ var (
 	rsBucketCkpt = []byte("checkpoints")
 	rsBucketRows = []byte("rows")
 	rsBucketHdr  = []byte("headers")
+	// rsBucketBatch holds each unacknowledged batch once, keyed by task,
+	// channel and sequence number, from the checkpoint that cut it until
+	// one whose acknowledged positions drop it: a checkpoint rewrites its
+	// small head record, never the batches an earlier one stored.
+	rsBucketBatch = []byte("batches")
 )
 
 type rsStore struct {
 	db *bolt.DB
+
+	// wmu orders writes (the leader's groups, replicated groups, a sync),
+	// so each one's view of the previous state is the one it replaces.
+	wmu sync.Mutex
 
 	mu      sync.Mutex
 	tasks   map[wire.RainstormTask]*rsStored
@@ -47,6 +56,28 @@ type rsStore struct {
 
 	reqs       chan *rsReq
 	syncedTerm atomic.Uint64
+
+	// peerHave is, per peer, the checkpoint (version, incarnation) of each
+	// task the leader knows the peer stores: such a peer gets deltas. Only
+	// the committer goroutine touches it; it starts empty every term.
+	peerHave map[string]map[wire.RainstormTask]rsVer
+}
+
+// rsVer names one stored checkpoint of a task.
+type rsVer struct{ version, inc uint64 }
+
+func verOf(c *wire.RainstormCheckpoint) rsVer {
+	if c == nil {
+		return rsVer{}
+	}
+	return rsVer{c.Version, c.Incarnation}
+}
+
+// rsChange is one checkpoint to write: next replaces prev (nil: none) as
+// the task's whole state; rows are next's published rows.
+type rsChange struct {
+	prev, next *wire.RainstormCheckpoint
+	task       wire.RainstormTask // set only where next may be nil (a revert)
 }
 
 // rsStored is one task's records: its latest checkpoint (rows stripped)
@@ -76,14 +107,24 @@ type rsRowsRecord struct {
 }
 
 func (m *Manager) openRainstorm() error {
-	db, err := bolt.Open(filepath.Join(m.cfg.DataDir, rsFileName), 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	s, err := openRSStore(m.cfg.DataDir)
 	if err != nil {
-		return fmt.Errorf("open rainstorm store: %w", err)
+		return err
+	}
+	m.rs = s
+	return nil
+}
+
+// openRSStore opens (or creates) the store in dir and loads it.
+func openRSStore(dir string) (*rsStore, error) {
+	db, err := bolt.Open(filepath.Join(dir, rsFileName), 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open rainstorm store: %w", err)
 	}
 	s := &rsStore{db: db, tasks: map[wire.RainstormTask]*rsStored{}, headers: map[[2]string]wire.RainstormHeader{},
 		reqs: make(chan *rsReq, 4096)}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{rsBucketCkpt, rsBucketRows, rsBucketHdr} {
+		for _, b := range [][]byte{rsBucketCkpt, rsBucketRows, rsBucketHdr, rsBucketBatch} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -94,6 +135,18 @@ func (m *Manager) openRainstorm() error {
 				return err
 			}
 			s.applyLocked(c)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(rsBucketBatch).ForEach(func(_, v []byte) error {
+			var b wire.RainstormBatch
+			if err := wire.Unmarshal(v, &b); err != nil {
+				return err
+			}
+			if st := s.tasks[b.From]; st != nil && st.latest != nil {
+				st.latest.Pending = append(st.latest.Pending, b)
+			}
 			return nil
 		}); err != nil {
 			return err
@@ -119,10 +172,9 @@ func (m *Manager) openRainstorm() error {
 	})
 	if err != nil {
 		_ = db.Close()
-		return fmt.Errorf("load rainstorm store: %w", err)
+		return nil, fmt.Errorf("load rainstorm store: %w", err)
 	}
-	m.rs = s
-	return nil
+	return s, nil
 }
 
 func (s *rsStore) close() error { return s.db.Close() }
@@ -157,13 +209,70 @@ func rsTaskKey(t wire.RainstormTask) []byte {
 	return binary.BigEndian.AppendUint32(b, uint32(t.Index))
 }
 
+// newer reports whether c would replace the stored latest checkpoint.
+func newer(latest, c *wire.RainstormCheckpoint) bool {
+	return c.Incarnation != 0 && (latest == nil || c.Version > latest.Version ||
+		(c.Version == latest.Version && c.Incarnation > latest.Incarnation))
+}
+
+func rsBatchKey(task []byte, b *wire.RainstormBatch) []byte {
+	k := append(slices.Clip(task), 0)
+	k = binary.BigEndian.AppendUint32(k, uint32(b.To))
+	return binary.BigEndian.AppendUint64(k, b.Seq)
+}
+
 // persist writes checkpoints and headers in one transaction (one fsync).
-func (s *rsStore) persist(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+// A change's head (the checkpoint without its batches and rows) replaces
+// the stored one; only the batches next holds and prev did not are
+// written, and those prev held and next does not are deleted, so a
+// checkpoint costs what it adds, not the whole unacknowledged output.
+func (s *rsStore) persist(cs []rsChange, hs []wire.RainstormHeader) error {
+	return s.write(cs, hs, false)
+}
+
+// revert undoes a persist whose group did not reach a majority, so this
+// store holds no checkpoint the leader never acknowledged: whatever a task
+// writes next is compared with, and written over, the state before.
+func (s *rsStore) revert(cs []rsChange) error {
+	back := make([]rsChange, 0, len(cs))
+	for i := len(cs) - 1; i >= 0; i-- {
+		if newer(cs[i].prev, cs[i].next) {
+			back = append(back, rsChange{prev: cs[i].next, next: cs[i].prev, task: cs[i].next.Task})
+		}
+	}
+	return s.write(back, nil, true)
+}
+
+func (s *rsStore) write(cs []rsChange, hs []wire.RainstormHeader, undo bool) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		ck, rows, hdr := tx.Bucket(rsBucketCkpt), tx.Bucket(rsBucketRows), tx.Bucket(rsBucketHdr)
-		for _, c := range cs {
+		ck, rows, hdr, bt := tx.Bucket(rsBucketCkpt), tx.Bucket(rsBucketRows), tx.Bucket(rsBucketHdr), tx.Bucket(rsBucketBatch)
+		for _, ch := range cs {
+			if undo && ch.next == nil {
+				// The task had no checkpoint: drop its head and batches.
+				k := rsTaskKey(ch.task)
+				if err := ck.Delete(k); err != nil {
+					return err
+				}
+				for i := range ch.prev.Pending {
+					if err := bt.Delete(rsBatchKey(k, &ch.prev.Pending[i])); err != nil {
+						return err
+					}
+				}
+				if len(ch.prev.Rows) > 0 {
+					if err := rows.Delete(binary.BigEndian.AppendUint64(slices.Clone(k), ch.prev.Version)); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			c := ch.next
 			k := rsTaskKey(c.Task)
-			if len(c.Rows) > 0 {
+			if undo && len(ch.prev.Rows) > 0 {
+				if err := rows.Delete(binary.BigEndian.AppendUint64(slices.Clone(k), ch.prev.Version)); err != nil {
+					return err
+				}
+			}
+			if len(c.Rows) > 0 && !undo {
 				v, err := wire.Marshal(&rsRowsRecord{Task: c.Task, Version: c.Version, Rows: c.Rows})
 				if err != nil {
 					return err
@@ -172,23 +281,48 @@ func (s *rsStore) persist(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHea
 					return err
 				}
 			}
-			if c.Incarnation == 0 {
+			if !undo && !newer(ch.prev, c) {
 				continue
 			}
-			if old := ck.Get(k); old != nil {
-				prev := new(wire.RainstormCheckpoint)
-				if wire.Unmarshal(old, prev) == nil && prev.Version > c.Version {
-					continue
-				}
-			}
-			l := *c
-			l.Rows = nil
-			v, err := wire.Marshal(&l)
+			head := *c
+			head.Rows, head.Pending = nil, nil
+			v, err := wire.Marshal(&head)
 			if err != nil {
 				return err
 			}
 			if err := ck.Put(k, v); err != nil {
 				return err
+			}
+			type chSeq struct {
+				to  int
+				seq uint64
+			}
+			var had map[chSeq]bool
+			if ch.prev != nil && len(ch.prev.Pending) > 0 {
+				had = make(map[chSeq]bool, len(ch.prev.Pending))
+				for i := range ch.prev.Pending {
+					had[chSeq{ch.prev.Pending[i].To, ch.prev.Pending[i].Seq}] = true
+				}
+			}
+			for i := range c.Pending {
+				b := &c.Pending[i]
+				id := chSeq{b.To, b.Seq}
+				if had[id] {
+					delete(had, id) // kept: stored already
+					continue
+				}
+				v, err := wire.Marshal(b)
+				if err != nil {
+					return err
+				}
+				if err := bt.Put(rsBatchKey(k, b), v); err != nil {
+					return err
+				}
+			}
+			for id := range had { // acknowledged since prev
+				if err := bt.Delete(rsBatchKey(k, &wire.RainstormBatch{To: id.to, Seq: id.seq})); err != nil {
+					return err
+				}
 			}
 		}
 		for _, h := range hs {
@@ -204,20 +338,101 @@ func (s *rsStore) persist(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHea
 	})
 }
 
-// store persists then applies; peers and a syncing leader use it.
-func (s *rsStore) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
-	if err := s.persist(cs, hs); err != nil {
-		return err
-	}
+// latest returns task's stored latest checkpoint (nil when none).
+func (s *rsStore) latest(t wire.RainstormTask) *wire.RainstormCheckpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range cs {
-		s.applyLocked(c)
+	if st := s.tasks[t]; st != nil {
+		return st.latest
+	}
+	return nil
+}
+
+// apply records written changes and headers in memory.
+func (s *rsStore) apply(cs []rsChange, hs []wire.RainstormHeader) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range cs {
+		s.applyLocked(ch.next)
 	}
 	for _, h := range hs {
 		s.headers[[2]string{h.Job, h.Workflow}] = h
 	}
+}
+
+// store persists then applies whole states; peers and a syncing leader
+// use it.
+func (s *rsStore) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	changes := make([]rsChange, 0, len(cs))
+	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+	for _, c := range cs {
+		prev, ok := cur[c.Task]
+		if !ok {
+			prev = s.latest(c.Task)
+		}
+		changes = append(changes, rsChange{prev: prev, next: c})
+		if newer(prev, c) {
+			cur[c.Task] = c
+		}
+	}
+	if err := s.persist(changes, hs); err != nil {
+		return err
+	}
+	s.apply(changes, hs)
 	return nil
+}
+
+// storeReplicated stores a leader's group on a peer: whole states as they
+// are, deltas composed with the state they follow. A delta whose base is
+// not the stored state (this peer missed a group) is not stored; its task
+// is returned, and the leader sends the whole state.
+func (s *rsStore) storeReplicated(msg *wire.RainstormReplicate) (stored int, missing []wire.RainstormTask, err error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	changes := make([]rsChange, 0, len(msg.Checkpoints)+len(msg.Deltas))
+	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+	prevOf := func(t wire.RainstormTask) *wire.RainstormCheckpoint {
+		if c, ok := cur[t]; ok {
+			return c
+		}
+		return s.latest(t)
+	}
+	for i := range msg.Checkpoints {
+		c := &msg.Checkpoints[i]
+		prev := prevOf(c.Task)
+		changes = append(changes, rsChange{prev: prev, next: c})
+		if newer(prev, c) {
+			cur[c.Task] = c
+		}
+	}
+	for i := range msg.Deltas {
+		d := &msg.Deltas[i]
+		c := &d.Checkpoint
+		prev := prevOf(c.Task)
+		switch have := verOf(prev); {
+		case have == verOf(c):
+			stored++ // a repeat of what is stored
+			continue
+		case have != rsVer{d.BaseVersion, d.BaseIncarnation}:
+			missing = append(missing, c.Task)
+			continue
+		}
+		full := rainstorm.Compose(prev, c)
+		if full == c {
+			cp := *c
+			full = &cp
+		}
+		full.Rows = c.Rows
+		changes = append(changes, rsChange{prev: prev, next: full})
+		cur[c.Task] = full
+	}
+	if err := s.persist(changes, msg.Headers); err != nil {
+		return 0, nil, err
+	}
+	s.apply(changes, msg.Headers)
+	return stored + len(changes), missing, nil
 }
 
 func (m *Manager) registerRainstorm() {
@@ -232,14 +447,11 @@ func (m *Manager) registerRainstorm() {
 		if !m.isPeer(from.NodeID) {
 			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
 		}
-		cs := make([]*wire.RainstormCheckpoint, len(msg.Checkpoints))
-		for i := range msg.Checkpoints {
-			cs[i] = &msg.Checkpoints[i]
-		}
-		if err := m.rs.store(cs, msg.Headers); err != nil {
+		stored, missing, err := m.rs.storeReplicated(msg)
+		if err != nil {
 			return nil, fmt.Errorf("store replicated checkpoints: %w", err)
 		}
-		return &wire.RainstormReplicateAck{Stored: len(cs)}, nil
+		return &wire.RainstormReplicateAck{Stored: stored, Missing: missing}, nil
 	})
 	handle(m, wire.TypeRainstormSyncRequest, func(_ context.Context, from transport.Peer, msg *wire.RainstormSyncRequest) (wire.Message, error) {
 		if !m.isPeer(from.NodeID) {
@@ -327,6 +539,7 @@ func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	m.rs.peerHave = nil // this term knows nothing of the peers' stores yet
 	m.rs.syncedTerm.Store(lt.term)
 	for {
 		var group []*rsReq
@@ -482,7 +695,8 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 	var (
 		acc     []accepted
 		opens   []*rsReq
-		cs      []*wire.RainstormCheckpoint
+		cs      []rsChange
+		deltas  []*wire.RainstormCheckpoint // cs[i] as the task wrote it
 		hs      []wire.RainstormHeader
 		staged  = map[wire.RainstormTask]*wire.RainstormCheckpoint{}
 		answers = map[*rsReq]rsResult{}
@@ -535,12 +749,14 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 			ack.Reason = fmt.Sprintf("version %d does not follow the stored %d", c.Version, have)
 			answers[r] = rsResult{msg: ack}
 		default:
-			// Pending is a delta: store and replicate the whole state, so
-			// every copy stands alone whatever group a peer missed.
+			// Pending is a delta. The stores keep whole states (a copy
+			// stands alone whatever group it missed), but write and send
+			// only what changed: see persist and rsReplicate.
 			full := *rainstorm.Compose(latest, c)
 			full.Rows = c.Rows
 			staged[c.Task] = &full
-			cs = append(cs, &full)
+			cs = append(cs, rsChange{prev: latest, next: &full})
+			deltas = append(deltas, c)
 			acc = append(acc, accepted{r, ack})
 		}
 	}
@@ -548,7 +764,7 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 
 	var failed error
 	if len(cs) > 0 || len(hs) > 0 {
-		failed = m.rsReplicate(ctx, lt, cs, hs)
+		failed = m.rsReplicate(ctx, lt, cs, deltas, hs)
 	}
 	for _, a := range acc {
 		if failed != nil {
@@ -577,16 +793,29 @@ func (r *rsReq) task() wire.RainstormTask {
 }
 
 // rsReplicate makes cs and hs durable here and on a majority, then
-// applies them.
-func (m *Manager) rsReplicate(ctx context.Context, lt *leaderTerm, cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+// applies them. deltas[i] is cs[i] as its task wrote it (Pending cut since
+// cs[i].prev): a peer known to hold cs[i].prev gets the delta, another the
+// whole state, and a peer that answers that it lacks a delta's base gets
+// the whole state at once.
+func (m *Manager) rsReplicate(ctx context.Context, lt *leaderTerm, cs []rsChange, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	m.rs.wmu.Lock()
+	defer m.rs.wmu.Unlock()
+	seen := map[wire.RainstormTask]bool{}
+	for _, c := range cs {
+		if !seen[c.next.Task] && verOf(m.rs.latest(c.next.Task)) != verOf(c.prev) {
+			// Another write (a sync) replaced the state this group was
+			// checked against: the tasks resend and are checked again.
+			return wire.Errorf(wire.CodeUnavailable, "task %d.%d: stored checkpoint changed while its group was checked", c.next.Task.Stage, c.next.Task.Index)
+		}
+		seen[c.next.Task] = true
+	}
 	if err := m.rs.persist(cs, hs); err != nil {
 		return wire.Errorf(wire.CodeUnavailable, "store checkpoints: %v", err)
 	}
 	stored := 1
 	if len(m.peerIDs) > 0 {
-		msg := &wire.RainstormReplicate{Term: lt.term, Headers: hs}
-		for _, c := range cs {
-			msg.Checkpoints = append(msg.Checkpoints, *c)
+		if m.rs.peerHave == nil {
+			m.rs.peerHave = map[string]map[wire.RainstormTask]rsVer{}
 		}
 		cctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 		var (
@@ -594,32 +823,78 @@ func (m *Manager) rsReplicate(ctx context.Context, lt *leaderTerm, cs []*wire.Ra
 			wg sync.WaitGroup
 		)
 		for _, id := range m.peerIDs {
+			have := m.rs.peerHave[id]
+			delete(m.rs.peerHave, id) // known again only once this round succeeds
 			wg.Go(func() {
-				resp, err := m.tr.Call(cctx, m.peers[id], msg)
-				if _, ok := resp.(*wire.RainstormReplicateAck); err == nil && ok {
-					mu.Lock()
-					stored++
-					mu.Unlock()
-				} else if err != nil {
-					m.log.Debug("rainstorm: replicate to peer", "peer", id, "err", err)
+				ok := m.rsReplicateTo(cctx, lt, id, have, cs, deltas, hs)
+				mu.Lock()
+				defer mu.Unlock()
+				if !ok {
+					return
 				}
+				stored++
+				if have == nil {
+					have = map[wire.RainstormTask]rsVer{}
+				}
+				for _, c := range cs {
+					if newer(c.prev, c.next) {
+						have[c.next.Task] = verOf(c.next)
+					}
+				}
+				m.rs.peerHave[id] = have
 			})
 		}
 		wg.Wait()
 		cancel()
 	}
 	if stored < m.quorumSize {
+		if err := m.rs.revert(cs); err != nil {
+			m.log.Warn("rainstorm: undo a group that did not reach a majority", "err", err)
+		}
 		return wire.Errorf(wire.CodeNoQuorum, "checkpoints stored by %d managers, %d needed", stored, m.quorumSize)
 	}
-	m.rs.mu.Lock()
-	for _, c := range cs {
-		m.rs.applyLocked(c)
-	}
-	for _, h := range hs {
-		m.rs.headers[[2]string{h.Job, h.Workflow}] = h
-	}
-	m.rs.mu.Unlock()
+	m.rs.apply(cs, hs)
 	return nil
+}
+
+// rsReplicateTo sends one group to peer id, whose stored versions are have
+// (as far as this leader knows), and reports whether the peer stored it
+// all.
+func (m *Manager) rsReplicateTo(ctx context.Context, lt *leaderTerm, id string, have map[wire.RainstormTask]rsVer,
+	cs []rsChange, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) bool {
+	msg := &wire.RainstormReplicate{Term: lt.term, Headers: hs}
+	for i, c := range cs {
+		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) {
+			base := verOf(c.prev)
+			msg.Deltas = append(msg.Deltas, wire.RainstormDelta{BaseVersion: base.version, BaseIncarnation: base.inc, Checkpoint: *deltas[i]})
+			have[c.next.Task] = verOf(c.next) // a later change of the same task in this group follows it
+			continue
+		}
+		msg.Checkpoints = append(msg.Checkpoints, *c.next)
+	}
+	resp, err := m.tr.Call(ctx, m.peers[id], msg)
+	ack, ok := resp.(*wire.RainstormReplicateAck)
+	if err != nil || !ok {
+		m.log.Debug("rainstorm: replicate to peer", "peer", id, "err", err)
+		return false
+	}
+	if len(ack.Missing) == 0 {
+		return true
+	}
+	// The peer missed a group: send those tasks' whole states, every
+	// change of the group in order (each carries its own rows).
+	whole := &wire.RainstormReplicate{Term: lt.term}
+	for _, c := range cs {
+		if slices.Contains(ack.Missing, c.next.Task) {
+			whole.Checkpoints = append(whole.Checkpoints, *c.next)
+		}
+	}
+	resp, err = m.tr.Call(ctx, m.peers[id], whole)
+	if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
+		m.log.Debug("rainstorm: replicate whole states to peer", "peer", id, "err", err)
+		return false
+	}
+	return true
 }
 
 func (m *Manager) rsOpenReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {

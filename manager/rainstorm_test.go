@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"tempest/rainstorm"
 	"tempest/testutil"
@@ -187,5 +190,103 @@ func TestRainstormCheckpointStore(t *testing.T) {
 	}
 	if len(out.Rows) != 2 || out.Rows[0][0] != "a" || out.Rows[1][0] != "b" {
 		t.Fatalf("published rows %v, want a and b (the zombie's never)", out.Rows)
+	}
+}
+
+// A peer stores deltas composed with its own state, each batch once: an
+// acknowledged batch leaves the disk, a delta whose base the peer does not
+// hold is named missing and not stored, a whole state repairs it, and a
+// group undone after it missed a majority leaves the state before it.
+func TestRainstormStoreDeltas(t *testing.T) {
+	dir := t.TempDir()
+	s, err := openRSStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := wire.RainstormTask{Job: "j", Workflow: "pipe", Stage: 1}
+	batch := func(seq uint64) wire.RainstormBatch {
+		return wire.RainstormBatch{From: task, Seq: seq, Records: []wire.RainstormRecord{{ID: seq, Fields: []string{fmt.Sprint(seq)}}}}
+	}
+	ckpt := func(inc, version, acked uint64, seqs ...uint64) wire.RainstormCheckpoint {
+		c := wire.RainstormCheckpoint{Task: task, Incarnation: inc, Version: version,
+			Inputs: []wire.RainstormInput{{Next: version + 1}}, Outputs: []wire.RainstormOutput{{Acked: acked}}}
+		for _, q := range seqs {
+			c.Pending = append(c.Pending, batch(q))
+		}
+		return c
+	}
+	seqs := func(c *wire.RainstormCheckpoint) []uint64 {
+		var out []uint64
+		for _, b := range c.Pending {
+			out = append(out, b.Seq)
+		}
+		return out
+	}
+	onDisk := func() int {
+		n := 0
+		if err := s.db.View(func(tx *bolt.Tx) error {
+			n = tx.Bucket(rsBucketBatch).Stats().KeyN
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	replicate := func(deltas ...wire.RainstormDelta) (int, []wire.RainstormTask) {
+		t.Helper()
+		n, missing, err := s.storeReplicated(&wire.RainstormReplicate{Deltas: deltas})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, missing
+	}
+	if n, missing := replicate(wire.RainstormDelta{Checkpoint: ckpt(5, 1, 0, 1, 2)}); n != 1 || len(missing) > 0 {
+		t.Fatalf("first delta: stored %d, missing %v", n, missing)
+	}
+	if n, missing := replicate(wire.RainstormDelta{BaseVersion: 1, BaseIncarnation: 5, Checkpoint: ckpt(5, 2, 1, 3)}); n != 1 || len(missing) > 0 {
+		t.Fatalf("second delta: stored %d, missing %v", n, missing)
+	}
+	if got := seqs(s.latest(task)); !slices.Equal(got, []uint64{2, 3}) || onDisk() != 2 {
+		t.Fatalf("after an ack of 1: pending %v, %d batches on disk; want [2 3] and 2", got, onDisk())
+	}
+	// The same delta again (a leader's retry) is stored already.
+	if n, missing := replicate(wire.RainstormDelta{BaseVersion: 1, BaseIncarnation: 5, Checkpoint: ckpt(5, 2, 1, 3)}); n != 1 || len(missing) > 0 {
+		t.Fatalf("repeated delta: stored %d, missing %v", n, missing)
+	}
+	// A group this peer missed (version 3): version 4's base is not here.
+	if n, missing := replicate(wire.RainstormDelta{BaseVersion: 3, BaseIncarnation: 5, Checkpoint: ckpt(5, 4, 3, 5)}); n != 0 || !slices.Equal(missing, []wire.RainstormTask{task}) {
+		t.Fatalf("delta on a missing base: stored %d, missing %v", n, missing)
+	}
+	if l := s.latest(task); l.Version != 2 {
+		t.Fatalf("a delta on a missing base was stored: version %d", l.Version)
+	}
+	whole := ckpt(5, 4, 3, 4, 5)
+	if _, _, err := s.storeReplicated(&wire.RainstormReplicate{Checkpoints: []wire.RainstormCheckpoint{whole}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := seqs(s.latest(task)); !slices.Equal(got, []uint64{4, 5}) || onDisk() != 2 {
+		t.Fatalf("after a whole state: pending %v, %d batches on disk; want [4 5] and 2", got, onDisk())
+	}
+	// A leader's group that missed a majority is undone on its disk.
+	prev := s.latest(task)
+	next := ckpt(5, 5, 5, 6)
+	change := []rsChange{{prev: prev, next: &next}}
+	if err := s.persist(change, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.revert(change); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = openRSStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	l := s.latest(task)
+	if l == nil || l.Version != 4 || !slices.Equal(seqs(l), []uint64{4, 5}) || onDisk() != 2 {
+		t.Fatalf("reloaded: %+v, %d batches on disk; want version 4 holding [4 5]", l, onDisk())
 	}
 }
