@@ -28,11 +28,12 @@ const (
 	rsTick       = 50 * time.Millisecond // the machines' clock
 	rsRouteEvery = time.Second           // route table refresh without a failure
 	rsRetry      = 200 * time.Millisecond
-	// rsResendTicks: unacknowledged batches go again after 2 s. Acks wait
-	// for a checkpoint to reach a majority of managers, which takes a good
-	// part of a second on a loaded machine; resending sooner floods the
-	// receivers with duplicates (which at-least-once processes again).
-	rsResendTicks = 40
+	// rsResendTicks: the machines' first resend timeout, 1 s. Acks wait
+	// for a checkpoint to reach a majority of managers, which takes a
+	// good part of a second on a loaded machine; the machines measure
+	// that delay and adapt their timeouts to it, never below half this
+	// (rainstorm/resend.go).
+	rsResendTicks = 20
 	rsInbox       = 4096 // messages queued for one task; more are dropped (resent later)
 	rsOutbox      = 8192
 	// rsLinger keeps a finished task answering resent batches with acks
