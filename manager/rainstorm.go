@@ -49,6 +49,9 @@ type rsStore struct {
 	// wmu orders writes (the leader's groups, replicated groups, a sync),
 	// so each one's view of the previous state is the one it replaces.
 	wmu sync.Mutex
+	// promised is the newest term whose leader read this store (a sync):
+	// replicated groups of older terms are refused. Under wmu.
+	promised uint64
 
 	mu      sync.Mutex
 	tasks   map[wire.RainstormTask]*rsStored
@@ -388,9 +391,15 @@ func (s *rsStore) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeade
 // are, deltas composed with the state they follow. A delta whose base is
 // not the stored state (this peer missed a group) is not stored; its task
 // is returned, and the leader sends the whole state.
-func (s *rsStore) storeReplicated(msg *wire.RainstormReplicate) (stored int, missing []wire.RainstormTask, err error) {
+func (s *rsStore) storeReplicated(msg *wire.RainstormReplicate, stale func() string) (stored int, missing []wire.RainstormTask, err error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if msg.Term < s.promised {
+		return 0, nil, &wire.Error{Code: wire.CodeStaleFence, Message: fmt.Sprintf("stale term %d: a leader of term %d read this store", msg.Term, s.promised)}
+	}
+	if reason := stale(); reason != "" {
+		return 0, nil, &wire.Error{Code: wire.CodeStaleFence, Message: reason}
+	}
 	changes := make([]rsChange, 0, len(msg.Checkpoints)+len(msg.Deltas))
 	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
 	prevOf := func(t wire.RainstormTask) *wire.RainstormCheckpoint {
@@ -447,7 +456,7 @@ func (m *Manager) registerRainstorm() {
 		if !m.isPeer(from.NodeID) {
 			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
 		}
-		stored, missing, err := m.rs.storeReplicated(msg)
+		stored, missing, err := m.rs.storeReplicated(msg, func() string { return m.rsStaleReason(from.NodeID, msg.Term) })
 		if err != nil {
 			return nil, fmt.Errorf("store replicated checkpoints: %w", err)
 		}
@@ -457,8 +466,34 @@ func (m *Manager) registerRainstorm() {
 		if !m.isPeer(from.NodeID) {
 			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
 		}
-		return m.rs.snapshot(msg.Jobs), nil
+		return m.rs.promise(msg.Term, msg.Jobs), nil
 	})
+}
+
+// rsStaleReason says why a replicated group of term from sender must not
+// be stored, or "": it comes from a deposed leader (an older term than
+// this manager's), or in this manager's term from another than its leader.
+// The store also refuses terms older than a sync it answered (promise).
+func (m *Manager) rsStaleReason(sender string, term uint64) string {
+	st := m.elector.Status()
+	switch {
+	case term < st.Term:
+		return fmt.Sprintf("stale term %d: this manager is in term %d", term, st.Term)
+	case term == st.Term && st.Leader != "" && st.Leader != sender:
+		return fmt.Sprintf("%s does not lead term %d; %s does", sender, term, st.Leader)
+	}
+	return ""
+}
+
+// promise answers a new leader's sync: from now on no group of an older
+// term is stored here, and the snapshot follows every group stored before.
+func (s *rsStore) promise(term uint64, jobs []string) *wire.RainstormSyncResponse {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if term > s.promised {
+		s.promised = term
+	}
+	return s.snapshot(jobs)
 }
 
 // snapshot is everything stored for jobs (all when empty): each task's
@@ -526,7 +561,7 @@ func (m *Manager) rsSubmit(ctx context.Context, r *rsReq) (wire.Message, error) 
 // then commit requests until the term ends.
 func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
 	for attempt := 0; ; attempt++ {
-		err := m.rsSync(ctx)
+		err := m.rsSync(ctx, lt)
 		if err == nil {
 			break
 		}
@@ -563,7 +598,7 @@ func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
 }
 
 // rsSync merges a majority's records into this manager's.
-func (m *Manager) rsSync(ctx context.Context) error {
+func (m *Manager) rsSync(ctx context.Context, lt *leaderTerm) error {
 	if len(m.peerIDs) == 0 {
 		return nil
 	}
@@ -576,7 +611,7 @@ func (m *Manager) rsSync(ctx context.Context) error {
 	)
 	for _, id := range m.peerIDs {
 		wg.Go(func() {
-			resp, err := m.tr.Call(ctx, m.peers[id], &wire.RainstormSyncRequest{})
+			resp, err := m.tr.Call(ctx, m.peers[id], &wire.RainstormSyncRequest{Term: lt.term})
 			if r, ok := resp.(*wire.RainstormSyncResponse); err == nil && ok {
 				mu.Lock()
 				resps = append(resps, r)
@@ -743,6 +778,12 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 			}
 			answers[r] = rsResult{msg: ack}
 		case latest != nil && c.Version == latest.Version && latest.Incarnation == c.Incarnation:
+			if _, inGroup := staged[c.Task]; inGroup {
+				// A resend of a checkpoint of this very group: durable
+				// only if the group is.
+				acc = append(acc, accepted{r, ack})
+				break
+			}
 			answers[r] = rsResult{msg: ack} // a resend of what is stored
 		case c.Version != have+1:
 			ack.Refused = true

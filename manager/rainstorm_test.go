@@ -196,7 +196,8 @@ func TestRainstormCheckpointStore(t *testing.T) {
 // A peer stores deltas composed with its own state, each batch once: an
 // acknowledged batch leaves the disk, a delta whose base the peer does not
 // hold is named missing and not stored, a whole state repairs it, and a
-// group undone after it missed a majority leaves the state before it.
+// group undone after it missed a majority leaves the state before it, and
+// a deposed leader's group is refused once a newer leader read the store.
 func TestRainstormStoreDeltas(t *testing.T) {
 	dir := t.TempDir()
 	s, err := openRSStore(dir)
@@ -234,7 +235,7 @@ func TestRainstormStoreDeltas(t *testing.T) {
 	}
 	replicate := func(deltas ...wire.RainstormDelta) (int, []wire.RainstormTask) {
 		t.Helper()
-		n, missing, err := s.storeReplicated(&wire.RainstormReplicate{Deltas: deltas})
+		n, missing, err := s.storeReplicated(&wire.RainstormReplicate{Term: 5, Deltas: deltas}, func() string { return "" })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,11 +262,22 @@ func TestRainstormStoreDeltas(t *testing.T) {
 		t.Fatalf("a delta on a missing base was stored: version %d", l.Version)
 	}
 	whole := ckpt(5, 4, 3, 4, 5)
-	if _, _, err := s.storeReplicated(&wire.RainstormReplicate{Checkpoints: []wire.RainstormCheckpoint{whole}}); err != nil {
+	if _, _, err := s.storeReplicated(&wire.RainstormReplicate{Term: 5, Checkpoints: []wire.RainstormCheckpoint{whole}}, func() string { return "" }); err != nil {
 		t.Fatal(err)
 	}
 	if got := seqs(s.latest(task)); !slices.Equal(got, []uint64{4, 5}) || onDisk() != 2 {
 		t.Fatalf("after a whole state: pending %v, %d batches on disk; want [4 5] and 2", got, onDisk())
+	}
+	// Once a leader of term 6 read this store, a deposed leader's group
+	// (term 5) is refused: it could be acknowledged on a majority the new
+	// leader did not see.
+	s.promise(6, nil)
+	if _, _, err := s.storeReplicated(&wire.RainstormReplicate{Term: 5, Deltas: []wire.RainstormDelta{{BaseVersion: 4, BaseIncarnation: 5, Checkpoint: ckpt(5, 5, 4, 6)}}},
+		func() string { return "" }); !errors.Is(err, wire.ErrStaleFence) {
+		t.Fatalf("a group of a term older than a sync answered: %v, want a stale fence", err)
+	}
+	if l := s.latest(task); l.Version != 4 {
+		t.Fatalf("a deposed leader's group was stored: version %d", l.Version)
 	}
 	// A leader's group that missed a majority is undone on its disk.
 	prev := s.latest(task)
@@ -288,5 +300,47 @@ func TestRainstormStoreDeltas(t *testing.T) {
 	l := s.latest(task)
 	if l == nil || l.Version != 4 || !slices.Equal(seqs(l), []uint64{4, 5}) || onDisk() != 2 {
 		t.Fatalf("reloaded: %+v, %d batches on disk; want version 4 holding [4 5]", l, onDisk())
+	}
+}
+
+// A checkpoint resent while its first copy is in the same group commit is
+// acknowledged only if that group reaches a majority: acknowledging the
+// copy at once told the task a version was durable that no manager kept.
+func TestRainstormResendInFailedGroup(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack, err := lead.Submit(context.Background(), rsJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := wire.RainstormTask{Job: ack.JobID, Workflow: "pipe", Stage: 1}
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	var lt *leaderTerm
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		var err error
+		lt, err = lead.rsReady()
+		return err
+	})
+	for _, m := range c.running() {
+		if m != lead {
+			c.stopManager(m.cfg.ID)
+		}
+	}
+	ckpt := &wire.RainstormCheckpoint{Task: task, Incarnation: inc, Version: 1, Inputs: []wire.RainstormInput{{Next: 2}}}
+	first := &rsReq{ckpt: ckpt, reply: make(chan rsResult, 1)}
+	again := &rsReq{ckpt: ckpt, reply: make(chan rsResult, 1)}
+	lead.rsCommit(context.Background(), lt, []*rsReq{first, again})
+	for i, r := range []*rsReq{first, again} {
+		res := <-r.reply
+		if a, ok := res.msg.(*wire.RainstormCheckpointAck); res.err == nil && ok && !a.Refused {
+			t.Fatalf("copy %d of a checkpoint in a group that reached no majority was acknowledged", i+1)
+		}
+	}
+	if l := lead.rs.latest(task); l != nil {
+		t.Fatalf("the leader keeps version %d that no majority stored", l.Version)
 	}
 }

@@ -95,8 +95,13 @@ type RainstormReplicateAck struct {
 // RainstormSyncRequest asks a peer manager for everything it stores of the
 // pipelines of the listed jobs (all jobs when empty): a new leader reads a
 // majority before it answers any task.
+//
+// Term is the asking leader's: a peer that answered it stores no group of
+// an older term afterwards, so nothing a deposed leader still gets
+// acknowledged can be missing from what the new leader read.
 type RainstormSyncRequest struct {
 	Jobs []string `cbor:"1,keyasint,omitempty"`
+	Term uint64   `cbor:"11,keyasint,omitempty"`
 }
 
 // RainstormSyncResponse holds, per task, every checkpoint version the peer
