@@ -485,3 +485,26 @@ func TestReplacedReceiverGetsBatchesAtOnce(t *testing.T) {
 		t.Fatalf("a fresh task's first acks: %+v", acks)
 	}
 }
+
+// TestResendTimeoutCapped: an ack held up by a fault (here 30 timeouts
+// long) does not teach a delay that would stall the channel after the next
+// loss: a batch still goes again within maxTimeout × ResendTicks.
+func TestResendTimeoutCapped(t *testing.T) {
+	store := NewMemStore()
+	m := filterTask(t, store, 1)
+	m.Ready()
+	durableOutputs(t, store, m, 1, 1)
+	for range 30 * DefaultResendTicks {
+		m.Tick()
+	}
+	m.Ack(downAck(7, 1))
+	m.Ready()
+	durableOutputs(t, store, m, 2, 1)
+	for range maxTimeout*DefaultResendTicks + 1 {
+		m.Tick()
+		if len(m.Ready().Batches) > 0 {
+			return
+		}
+	}
+	t.Fatalf("no resend within %d ticks after a slow ack", maxTimeout*DefaultResendTicks)
+}

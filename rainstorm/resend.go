@@ -11,8 +11,11 @@ package rainstorm
 //
 //   - an adaptive timeout from the ack delay it measures (as TCP does:
 //     smoothed delay plus four deviations), never below half the
-//     configured ResendTicks, and doubled for every timeout without
-//     progress (up to maxBackoff). A sample runs from a batch's first
+//     configured ResendTicks, doubled for every timeout without progress,
+//     and never above maxTimeout × ResendTicks: an ack held up by a
+//     fault (a dead receiver, a leader change) would otherwise teach a
+//     delay of many seconds, and the next loss would stall the channel
+//     that long. A sample runs from a batch's first
 //     send, resent or not: unlike TCP's, these acks are slow by design,
 //     and leaving resent batches out (Karn's rule) would never learn a
 //     delay longer than the timeout; an ack that answers a resend only
@@ -24,7 +27,7 @@ package rainstorm
 //     holds for it at once instead of waiting for a timeout.
 
 const (
-	maxBackoff  = 8
+	maxTimeout  = 4 // × ResendTicks
 	resendBurst = 16
 )
 
@@ -43,7 +46,7 @@ func (r *resendTimer) timeout(base int) int {
 	if r.srtt > 0 {
 		t = max(r.srtt+4*r.rttvar, float64(base)/2)
 	}
-	return int(t+0.5) * max(r.backoff, 1)
+	return min(int(t+0.5)*max(r.backoff, 1), maxTimeout*base)
 }
 
 // sentNow records that batch seq left at tick.
@@ -90,7 +93,7 @@ func (r *resendTimer) acked(upTo uint64, tick int) {
 }
 
 // timedOut doubles the timeout after a resend without progress.
-func (r *resendTimer) timedOut() { r.backoff = min(max(r.backoff, 1)*2, maxBackoff) }
+func (r *resendTimer) timedOut() { r.backoff = min(max(r.backoff, 1)*2, maxTimeout) }
 
 // receiverRestarted reports whether an ack from incarnation inc shows a
 // new incarnation of the receiver (not the first one this sender sees),
