@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -466,7 +467,7 @@ func (m *Manager) registerRainstorm() {
 		if !m.isPeer(from.NodeID) {
 			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
 		}
-		return m.rs.promise(msg.Term, msg.Jobs), nil
+		return m.rs.promise(msg.Term, msg.Jobs, msg.After), nil
 	})
 }
 
@@ -487,39 +488,88 @@ func (m *Manager) rsStaleReason(sender string, term uint64) string {
 
 // promise answers a new leader's sync: from now on no group of an older
 // term is stored here, and the snapshot follows every group stored before.
-func (s *rsStore) promise(term uint64, jobs []string) *wire.RainstormSyncResponse {
+func (s *rsStore) promise(term uint64, jobs []string, after []byte) *wire.RainstormSyncResponse {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if term > s.promised {
 		s.promised = term
 	}
-	return s.snapshot(jobs)
+	return s.snapshot(jobs, after)
 }
 
-// snapshot is everything stored for jobs (all when empty): each task's
-// latest checkpoint and every version's rows.
-func (s *rsStore) snapshot(jobs []string) *wire.RainstormSyncResponse {
+// rsSyncPage is about how many bytes of records one sync page carries: the
+// transport refuses a message over 10 MiB, and a store holds every
+// pipeline's state and output.
+const rsSyncPage = 4 << 20
+
+// snapshot is one page of everything stored for jobs (all when empty):
+// each task's latest checkpoint and every version's rows, in key order
+// from after (exclusive), up to about rsSyncPage bytes, and the headers
+// with the first page. The keys are stable, so a page's cursor means the
+// same whatever is written between pages.
+func (s *rsStore) snapshot(jobs []string, after []byte) *wire.RainstormSyncResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := &wire.RainstormSyncResponse{}
 	want := func(job string) bool { return len(jobs) == 0 || slices.Contains(jobs, job) }
+	type entry struct {
+		key []byte
+		c   wire.RainstormCheckpoint
+	}
+	var es []entry
 	for t, st := range s.tasks {
 		if !want(t.Job) {
 			continue
 		}
+		k := rsTaskKey(t)
 		if st.latest != nil {
-			out.Checkpoints = append(out.Checkpoints, *st.latest)
+			es = append(es, entry{append(slices.Clone(k), 0), *st.latest})
 		}
 		for v, rows := range st.rows {
-			out.Checkpoints = append(out.Checkpoints, wire.RainstormCheckpoint{Task: t, Version: v, Rows: rows})
+			ek := binary.BigEndian.AppendUint64(append(slices.Clone(k), 1), v)
+			es = append(es, entry{ek, wire.RainstormCheckpoint{Task: t, Version: v, Rows: rows}})
 		}
 	}
-	for k, h := range s.headers {
-		if want(k[0]) {
-			out.Headers = append(out.Headers, h)
+	slices.SortFunc(es, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+	size := 0
+	for i, e := range es {
+		if after != nil && bytes.Compare(e.key, after) <= 0 {
+			continue
+		}
+		if size > 0 && size+rsSize(&e.c) > rsSyncPage {
+			out.More, out.Next = true, es[i-1].key
+			break
+		}
+		size += rsSize(&e.c)
+		out.Checkpoints = append(out.Checkpoints, e.c)
+	}
+	if after == nil {
+		for k, h := range s.headers {
+			if want(k[0]) {
+				out.Headers = append(out.Headers, h)
+			}
 		}
 	}
 	return out
+}
+
+// rsSize estimates the encoded size of c's records.
+func rsSize(c *wire.RainstormCheckpoint) int {
+	n := 256 + 32*len(c.State)
+	recs := func(rs []wire.RainstormRecord) {
+		for _, r := range rs {
+			n += 12 + len(r.Fields)
+			for _, f := range r.Fields {
+				n += len(f)
+			}
+		}
+	}
+	for i := range c.Pending {
+		n += 32
+		recs(c.Pending[i].Records)
+	}
+	recs(c.Rows)
+	return n
 }
 
 // rsReady reports whether this manager may answer tasks: it leads, and in
@@ -602,8 +652,6 @@ func (m *Manager) rsSync(ctx context.Context, lt *leaderTerm) error {
 	if len(m.peerIDs) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
-	defer cancel()
 	var (
 		mu    sync.Mutex
 		resps []*wire.RainstormSyncResponse
@@ -611,12 +659,27 @@ func (m *Manager) rsSync(ctx context.Context, lt *leaderTerm) error {
 	)
 	for _, id := range m.peerIDs {
 		wg.Go(func() {
-			resp, err := m.tr.Call(ctx, m.peers[id], &wire.RainstormSyncRequest{Term: lt.term})
-			if r, ok := resp.(*wire.RainstormSyncResponse); err == nil && ok {
-				mu.Lock()
-				resps = append(resps, r)
-				mu.Unlock()
+			all := &wire.RainstormSyncResponse{}
+			var after []byte
+			for {
+				cctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout) // per page
+				resp, err := m.tr.Call(cctx, m.peers[id], &wire.RainstormSyncRequest{Term: lt.term, After: after})
+				cancel()
+				r, ok := resp.(*wire.RainstormSyncResponse)
+				if err != nil || !ok {
+					m.log.Debug("rainstorm: read a peer's checkpoints", "peer", id, "err", err)
+					return
+				}
+				all.Checkpoints = append(all.Checkpoints, r.Checkpoints...)
+				all.Headers = append(all.Headers, r.Headers...)
+				if !r.More {
+					break
+				}
+				after = r.Next
 			}
+			mu.Lock()
+			resps = append(resps, all)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -863,9 +926,13 @@ func (m *Manager) rsReplicate(ctx context.Context, lt *leaderTerm, cs []rsChange
 			mu sync.Mutex
 			wg sync.WaitGroup
 		)
+		haves := make(map[string]map[wire.RainstormTask]rsVer, len(m.peerIDs))
 		for _, id := range m.peerIDs {
-			have := m.rs.peerHave[id]
+			haves[id] = m.rs.peerHave[id]
 			delete(m.rs.peerHave, id) // known again only once this round succeeds
+		}
+		for _, id := range m.peerIDs {
+			have := haves[id]
 			wg.Go(func() {
 				ok := m.rsReplicateTo(cctx, lt, id, have, cs, deltas, hs)
 				mu.Lock()

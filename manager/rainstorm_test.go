@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -271,7 +272,7 @@ func TestRainstormStoreDeltas(t *testing.T) {
 	// Once a leader of term 6 read this store, a deposed leader's group
 	// (term 5) is refused: it could be acknowledged on a majority the new
 	// leader did not see.
-	s.promise(6, nil)
+	s.promise(6, nil, nil)
 	if _, _, err := s.storeReplicated(&wire.RainstormReplicate{Term: 5, Deltas: []wire.RainstormDelta{{BaseVersion: 4, BaseIncarnation: 5, Checkpoint: ckpt(5, 5, 4, 6)}}},
 		func() string { return "" }); !errors.Is(err, wire.ErrStaleFence) {
 		t.Fatalf("a group of a term older than a sync answered: %v, want a stale fence", err)
@@ -342,5 +343,67 @@ func TestRainstormResendInFailedGroup(t *testing.T) {
 	}
 	if l := lead.rs.latest(task); l != nil {
 		t.Fatalf("the leader keeps version %d that no majority stored", l.Version)
+	}
+}
+
+// A store larger than one message is read by a new leader in pages, each
+// under the transport's limit, together holding every task's state and
+// rows once: one response for everything wedged every later leader once
+// the pipelines' states outgrew 10 MiB.
+func TestRainstormSyncPages(t *testing.T) {
+	s, err := openRSStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	field := strings.Repeat("x", 100)
+	var whole []wire.RainstormCheckpoint
+	for i := range 4 {
+		task := wire.RainstormTask{Job: "j", Workflow: "pipe", Stage: 1, Index: i}
+		c := wire.RainstormCheckpoint{Task: task, Incarnation: 1, Version: 1, Outputs: []wire.RainstormOutput{{}},
+			Rows: []wire.RainstormRecord{{Fields: []string{"k", "1"}}}}
+		for seq := range 35 {
+			b := wire.RainstormBatch{From: task, Seq: uint64(seq + 1)}
+			for r := range 1000 {
+				b.Records = append(b.Records, wire.RainstormRecord{ID: uint64(r), Fields: []string{field}})
+			}
+			c.Pending = append(c.Pending, b)
+		}
+		whole = append(whole, c)
+	}
+	if _, _, err := s.storeReplicated(&wire.RainstormReplicate{Term: 1, Checkpoints: whole}, func() string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	var after []byte
+	latest, rows, pages := map[int]int{}, map[int]int{}, 0
+	for {
+		page := s.snapshot(nil, after)
+		pages++
+		b, err := wire.Marshal(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > 10<<20 {
+			t.Fatalf("page %d is %d bytes, over the transport's 10 MiB", pages, len(b))
+		}
+		for _, c := range page.Checkpoints {
+			if c.Incarnation != 0 {
+				latest[c.Task.Index] += len(c.Pending)
+			} else {
+				rows[c.Task.Index] += len(c.Rows)
+			}
+		}
+		if !page.More {
+			break
+		}
+		after = page.Next
+	}
+	for i := range 4 {
+		if latest[i] != 35 || rows[i] != 1 {
+			t.Fatalf("task %d read as %d pending batches and %d rows over %d pages, want 35 and 1", i, latest[i], rows[i], pages)
+		}
+	}
+	if pages < 2 {
+		t.Fatalf("%d page for about 14 MB", pages)
 	}
 }

@@ -99,16 +99,23 @@ type RainstormReplicateAck struct {
 // Term is the asking leader's: a peer that answered it stores no group of
 // an older term afterwards, so nothing a deposed leader still gets
 // acknowledged can be missing from what the new leader read.
+//
+// The answer comes in pages (a store outgrows one message): After is the
+// Next of the previous page, empty for the first.
 type RainstormSyncRequest struct {
-	Jobs []string `cbor:"1,keyasint,omitempty"`
-	Term uint64   `cbor:"11,keyasint,omitempty"`
+	Jobs  []string `cbor:"1,keyasint,omitempty"`
+	Term  uint64   `cbor:"11,keyasint,omitempty"`
+	After []byte   `cbor:"12,keyasint,omitempty"`
 }
 
 // RainstormSyncResponse holds, per task, every checkpoint version the peer
 // stores output rows for plus its latest checkpoint, and the headers.
+// More says another page follows, asked for with After: Next.
 type RainstormSyncResponse struct {
 	Checkpoints []RainstormCheckpoint `cbor:"1,keyasint,omitempty"`
 	Headers     []RainstormHeader     `cbor:"2,keyasint,omitempty"`
+	More        bool                  `cbor:"11,keyasint,omitempty"`
+	Next        []byte                `cbor:"12,keyasint,omitempty"`
 }
 
 func (*RainstormOpen) Type() MsgType          { return TypeRainstormOpen }
