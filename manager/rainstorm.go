@@ -144,12 +144,12 @@ func openRSStore(dir string) (*rsStore, error) {
 			return err
 		}
 		if err := tx.Bucket(rsBucketBatch).ForEach(func(_, v []byte) error {
-			var b wire.RainstormBatch
+			var b wire.RainstormBatchBlob
 			if err := wire.Unmarshal(v, &b); err != nil {
 				return err
 			}
 			if st := s.tasks[b.From]; st != nil && st.latest != nil {
-				st.latest.Pending = append(st.latest.Pending, b)
+				st.latest.PendingBlobs = append(st.latest.PendingBlobs, b)
 			}
 			return nil
 		}); err != nil {
@@ -219,7 +219,31 @@ func newer(latest, c *wire.RainstormCheckpoint) bool {
 		(c.Version == latest.Version && c.Incarnation > latest.Incarnation))
 }
 
-func rsBatchKey(task []byte, b *wire.RainstormBatch) []byte {
+// rsCompose folds checkpoint c, whose PendingBlobs are the batches cut
+// since prev, into the stored state prev (as rainstorm.Compose does with
+// decoded batches): prev's batches c's acknowledged positions do not
+// cover, then c's. The result carries c's rows (the store publishes them
+// with it); c and prev are not changed.
+func rsCompose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
+	out := *c
+	if prev == nil || len(prev.PendingBlobs) == 0 {
+		return &out
+	}
+	acked := make(map[int]uint64, len(c.Outputs))
+	for _, o := range c.Outputs {
+		acked[o.To] = o.Acked
+	}
+	out.PendingBlobs = make([]wire.RainstormBatchBlob, 0, len(prev.PendingBlobs)+len(c.PendingBlobs))
+	for _, b := range prev.PendingBlobs {
+		if b.Seq > acked[b.To] {
+			out.PendingBlobs = append(out.PendingBlobs, b)
+		}
+	}
+	out.PendingBlobs = append(out.PendingBlobs, c.PendingBlobs...)
+	return &out
+}
+
+func rsBatchKey(task []byte, b *wire.RainstormBatchBlob) []byte {
 	k := append(slices.Clip(task), 0)
 	k = binary.BigEndian.AppendUint32(k, uint32(b.To))
 	return binary.BigEndian.AppendUint64(k, b.Seq)
@@ -257,8 +281,8 @@ func (s *rsStore) write(cs []rsChange, hs []wire.RainstormHeader, undo bool) err
 				if err := ck.Delete(k); err != nil {
 					return err
 				}
-				for i := range ch.prev.Pending {
-					if err := bt.Delete(rsBatchKey(k, &ch.prev.Pending[i])); err != nil {
+				for i := range ch.prev.PendingBlobs {
+					if err := bt.Delete(rsBatchKey(k, &ch.prev.PendingBlobs[i])); err != nil {
 						return err
 					}
 				}
@@ -289,7 +313,7 @@ func (s *rsStore) write(cs []rsChange, hs []wire.RainstormHeader, undo bool) err
 				continue
 			}
 			head := *c
-			head.Rows, head.Pending = nil, nil
+			head.Rows, head.Pending, head.PendingBlobs = nil, nil, nil
 			v, err := wire.Marshal(&head)
 			if err != nil {
 				return err
@@ -302,14 +326,14 @@ func (s *rsStore) write(cs []rsChange, hs []wire.RainstormHeader, undo bool) err
 				seq uint64
 			}
 			var had map[chSeq]bool
-			if ch.prev != nil && len(ch.prev.Pending) > 0 {
-				had = make(map[chSeq]bool, len(ch.prev.Pending))
-				for i := range ch.prev.Pending {
-					had[chSeq{ch.prev.Pending[i].To, ch.prev.Pending[i].Seq}] = true
+			if ch.prev != nil && len(ch.prev.PendingBlobs) > 0 {
+				had = make(map[chSeq]bool, len(ch.prev.PendingBlobs))
+				for i := range ch.prev.PendingBlobs {
+					had[chSeq{ch.prev.PendingBlobs[i].To, ch.prev.PendingBlobs[i].Seq}] = true
 				}
 			}
-			for i := range c.Pending {
-				b := &c.Pending[i]
+			for i := range c.PendingBlobs {
+				b := &c.PendingBlobs[i]
 				id := chSeq{b.To, b.Seq}
 				if had[id] {
 					delete(had, id) // kept: stored already
@@ -324,7 +348,7 @@ func (s *rsStore) write(cs []rsChange, hs []wire.RainstormHeader, undo bool) err
 				}
 			}
 			for id := range had { // acknowledged since prev
-				if err := bt.Delete(rsBatchKey(k, &wire.RainstormBatch{To: id.to, Seq: id.seq})); err != nil {
+				if err := bt.Delete(rsBatchKey(k, &wire.RainstormBatchBlob{To: id.to, Seq: id.seq})); err != nil {
 					return err
 				}
 			}
@@ -429,12 +453,7 @@ func (s *rsStore) storeReplicated(msg *wire.RainstormReplicate, stale func() str
 			missing = append(missing, c.Task)
 			continue
 		}
-		full := rainstorm.Compose(prev, c)
-		if full == c {
-			cp := *c
-			full = &cp
-		}
-		full.Rows = c.Rows
+		full := rsCompose(prev, c)
 		changes = append(changes, rsChange{prev: prev, next: full})
 		cur[c.Task] = full
 	}
@@ -450,6 +469,13 @@ func (m *Manager) registerRainstorm() {
 		return m.rsSubmit(ctx, &rsReq{open: msg})
 	})
 	handle(m, wire.TypeRainstormCheckpoint, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormCheckpoint) (wire.Message, error) {
+		if len(msg.Pending) > 0 { // decoded batches: keep them in the store's form
+			packed, err := rainstorm.PackPending(msg)
+			if err != nil {
+				return nil, wire.Errorf(wire.CodeMalformed, "checkpoint %d: %v", msg.Version, err)
+			}
+			msg = packed
+		}
 		return m.rsSubmit(ctx, &rsReq{ckpt: msg})
 	})
 	handle(m, wire.TypeRainstormRoutesRequest, m.handleRSRoutes)
@@ -564,9 +590,8 @@ func rsSize(c *wire.RainstormCheckpoint) int {
 			}
 		}
 	}
-	for i := range c.Pending {
-		n += 32
-		recs(c.Pending[i].Records)
+	for i := range c.PendingBlobs {
+		n += 32 + len(c.PendingBlobs[i].Batch)
 	}
 	recs(c.Rows)
 	return n
@@ -856,8 +881,7 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) 
 			// Pending is a delta. The stores keep whole states (a copy
 			// stands alone whatever group it missed), but write and send
 			// only what changed: see persist and rsReplicate.
-			full := *rainstorm.Compose(latest, c)
-			full.Rows = c.Rows
+			full := *rsCompose(latest, c)
 			staged[c.Task] = &full
 			cs = append(cs, rsChange{prev: latest, next: &full})
 			deltas = append(deltas, c)

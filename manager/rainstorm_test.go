@@ -215,11 +215,15 @@ func TestRainstormStoreDeltas(t *testing.T) {
 		for _, q := range seqs {
 			c.Pending = append(c.Pending, batch(q))
 		}
-		return c
+		packed, err := rainstorm.PackPending(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return *packed
 	}
 	seqs := func(c *wire.RainstormCheckpoint) []uint64 {
 		var out []uint64
-		for _, b := range c.Pending {
+		for _, b := range c.PendingBlobs {
 			out = append(out, b.Seq)
 		}
 		return out
@@ -369,7 +373,11 @@ func TestRainstormSyncPages(t *testing.T) {
 			}
 			c.Pending = append(c.Pending, b)
 		}
-		whole = append(whole, c)
+		packed, err := rainstorm.PackPending(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole = append(whole, *packed)
 	}
 	if _, _, err := s.storeReplicated(&wire.RainstormReplicate{Term: 1, Checkpoints: whole}, func() string { return "" }); err != nil {
 		t.Fatal(err)
@@ -388,7 +396,7 @@ func TestRainstormSyncPages(t *testing.T) {
 		}
 		for _, c := range page.Checkpoints {
 			if c.Incarnation != 0 {
-				latest[c.Task.Index] += len(c.Pending)
+				latest[c.Task.Index] += len(c.PendingBlobs)
 			} else {
 				rows[c.Task.Index] += len(c.Rows)
 			}

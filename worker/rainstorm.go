@@ -332,6 +332,11 @@ func (d *rsDriver) open(ctx context.Context, header []string) (*wire.RainstormOp
 			if !ok {
 				return nil, fmt.Errorf("rainstorm open: manager answered %s", resp.Type())
 			}
+			if reply.Checkpoint != nil {
+				if err := rainstorm.UnpackPending(reply.Checkpoint); err != nil {
+					return nil, fmt.Errorf("rainstorm open: checkpoint %d: %w", reply.Checkpoint.Version, err)
+				}
+			}
 			if reply.Wait == "" && (d.task.Stage == 0 || reply.HasHeader || !needsHeader(&d.p.Spec)) {
 				return reply, nil
 			}
@@ -491,7 +496,13 @@ func (d *rsDriver) checkpoint(ctx context.Context, c *wire.RainstormCheckpoint) 
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
-		resp, err := d.w.callLeader(ctx, c)
+		// Batches go encoded, once: the managers keep them as bytes.
+		packed, err := rainstorm.PackPending(c)
+		if err != nil {
+			d.log.Warn("rainstorm checkpoint not encoded", "version", c.Version, "err", err)
+			return
+		}
+		resp, err := d.w.callLeader(ctx, packed)
 		if err != nil {
 			d.log.Debug("rainstorm checkpoint not stored", "version", c.Version, "err", err)
 			return // the machine resends it
