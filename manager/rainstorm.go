@@ -1043,6 +1043,23 @@ func (m *Manager) rsOpenReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	return reply
 }
 
+// rsRetryLost re-dispatches the pipeline tasks placed on a worker that
+// SWIM declared dead, without the wait for its self-fencing that other
+// workflows get (see workerLost).
+func (m *Manager) rsRetryLost(worker, reason string) {
+	if m.leading() == nil {
+		return
+	}
+	m.update(func(tx *txn) {
+		for _, w := range m.wfs {
+			if w.rec.Worker == worker && w.rec.Spec.Type == rainstorm.TypeName &&
+				(w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
+				m.retryLocked(tx, w, worker, reason)
+			}
+		}
+	})
+}
+
 // rsTaskFailedLocked handles a pipeline task whose run failed (a malformed
 // record under on_bad_record: fail, an exec program that keeps crashing, a
 // refused checkpoint): the failure is the pipeline's, the same on any

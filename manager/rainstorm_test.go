@@ -415,3 +415,26 @@ func TestRainstormSyncPages(t *testing.T) {
 		t.Fatalf("%d page for about 14 MB", pages)
 	}
 }
+
+// A pipeline task on a worker SWIM declared dead goes again at once, not
+// after the lost worker's self-fencing wait that other workflows get: the
+// store's fencing already keeps the old incarnation from publishing, and
+// the whole pipeline waits for the task.
+func TestRainstormTaskRetriedWithoutFenceWait(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.WorkerFenceAfter = time.Hour })
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack, err := lead.Submit(context.Background(), rsJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	c.addWorker("w2", 4)
+	c.killWorker("w1")
+	if next := taskToken(t, lead, ack.JobID, 1, inc); next <= inc {
+		t.Fatalf("replacement token %d, want newer than %d", next, inc)
+	}
+}
