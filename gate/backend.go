@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/jobs"
 	"tempest/lifecycle"
 	"tempest/wire"
+	"tempest/workflow"
 )
 
 // watchPacing is the least time between two statuses a watcher is sent:
@@ -24,12 +26,13 @@ func (g *Gate) Submit(ctx context.Context, job *wire.JobSubmission) (*wire.JobAc
 
 // Jobs implements api.Backend: every job, newest first.
 func (g *Gate) Jobs(context.Context) ([]api.JobStatus, error) {
-	g.mu.Lock()
-	recs := make([]wire.GateJobRecord, 0, len(g.jobs))
-	for _, j := range g.jobs {
-		recs = append(recs, j.rec)
-	}
-	g.mu.Unlock()
+	var recs []wire.GateJobRecord
+	g.view(func() {
+		recs = make([]wire.GateJobRecord, 0, len(g.jobs))
+		for _, j := range g.jobs {
+			recs = append(recs, j.rec)
+		}
+	})
 	slices.SortFunc(recs, func(a, b wire.GateJobRecord) int {
 		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), strings.Compare(b.Submission.JobID, a.Submission.JobID))
 	})
@@ -40,14 +43,28 @@ func (g *Gate) Jobs(context.Context) ([]api.JobStatus, error) {
 	return out, nil
 }
 
-func (g *Gate) record(id string) (wire.GateJobRecord, <-chan struct{}, bool) {
+func (g *Gate) record(id string) (rec wire.GateJobRecord, changed <-chan struct{}, ok bool) {
+	g.view(func() {
+		var j *jobEntry
+		if j, ok = g.jobs[id]; ok {
+			rec, changed = j.rec, j.changed
+		}
+	})
+	return rec, changed, ok
+}
+
+// watchRecord is record with the job's shared merge of its workflows.
+func (g *Gate) watchRecord(id string) (wire.GateJobRecord, <-chan struct{}, *jobs.Memo[<-chan struct{}, []jobs.WorkflowStatus], bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	j, ok := g.jobs[id]
 	if !ok {
-		return wire.GateJobRecord{}, nil, false
+		return wire.GateJobRecord{}, nil, nil, false
 	}
-	return j.rec, j.changed, true
+	if j.statuses == nil {
+		j.statuses = new(jobs.Memo[<-chan struct{}, []jobs.WorkflowStatus])
+	}
+	return j.rec, j.changed, j.statuses, true
 }
 
 // Job implements api.Backend.
@@ -79,12 +96,16 @@ func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, erro
 		for {
 			// changed is taken with the record, so a change made while
 			// this status is sent or paced is not missed.
-			rec, changed, ok := g.record(id)
+			rec, changed, statuses, ok := g.watchRecord(id)
 			if !ok {
 				return
 			}
+			// The job's watchers share one merge of its workflows per
+			// change: every change replaces changed, under the lock it
+			// is made under.
+			wss := statuses.Get(changed, func() []jobs.WorkflowStatus { return g.workflowStatuses(&rec, false) })
 			select {
-			case out <- g.jobStatus(&rec, false):
+			case out <- g.jobStatusOf(&rec, wss):
 			case <-ctx.Done():
 				return
 			case <-gctx.Done():
@@ -141,7 +162,7 @@ func (g *Gate) Results(_ context.Context, id string) (*api.Results, error) {
 // Leader implements api.Backend. A gate taking over already answers as the
 // leader: requests wait for the takeover rather than bounce.
 func (g *Gate) Leader() (bool, string) {
-	if g.lead.Load() != nil {
+	if g.lead.Leading() != nil {
 		return true, *g.apiURL.Load()
 	}
 	id, _ := g.elector.Leader()
@@ -178,7 +199,7 @@ func (g *Gate) notLeaderAPI() *wire.Error {
 func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 	st := g.elector.Status()
 	view := &api.ClusterView{}
-	self := api.NodeView{Name: g.cfg.ID, Role: string(wire.RoleGate), State: "alive", IsLeader: g.lead.Load() != nil,
+	self := api.NodeView{Name: g.cfg.ID, Role: string(wire.RoleGate), State: "alive", IsLeader: g.lead.Leading() != nil,
 		Addr: g.tr.Addr(), API: *g.apiURL.Load(), Term: st.Term}
 	if !g.ready.Load() {
 		self.State = "syncing"
@@ -221,6 +242,12 @@ func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 // percentiles averaged), thresholds judged on the merged results. detail
 // adds what only results carry (series, latency distributions).
 func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
+	return g.jobStatusOf(rec, g.workflowStatuses(rec, detail))
+}
+
+// jobStatusOf is jobStatus around the job's merged workflows (which the
+// caller may share with other readers of the same change).
+func (g *Gate) jobStatusOf(rec *wire.GateJobRecord, wss []jobs.WorkflowStatus) api.JobStatus {
 	now := g.now()
 	st := api.JobStatus{
 		JobID:  rec.Submission.JobID,
@@ -260,31 +287,56 @@ func (g *Gate) jobStatus(rec *wire.GateJobRecord, detail bool) api.JobStatus {
 	// ends the job with the reason (managers leave gate-driven jobs to it).
 	st.ThresholdAbort = rec.Status == wire.JobFailed && strings.HasPrefix(rec.Error, wire.ThresholdAbortPrefix)
 	st.ThresholdsFailed = st.ThresholdAbort
-	for i, spec := range rec.Submission.Workflows {
-		if spec.Shard > 1 && i > 0 && rec.Submission.Workflows[i-1].Name == spec.Name {
-			continue // merged with its first shard
-		}
-		ws := g.mergedWorkflow(rec, spec, detail)
+	st.Workflows = wss
+	for _, ws := range wss {
 		for _, r := range ws.Thresholds {
 			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed
 		}
-		st.Workflows = append(st.Workflows, ws)
 	}
 	return st
 }
 
+// workflowStatuses is a job's workflows, one per group (jobs.Groups), each
+// merged across datacenters and shards. Building them decodes every step
+// histogram of every report.
+func (g *Gate) workflowStatuses(rec *wire.GateJobRecord, detail bool) []jobs.WorkflowStatus {
+	model := g.modelOf(rec)
+	var out []jobs.WorkflowStatus
+	for k, grp := range model.Groups() {
+		out = append(out, g.mergedWorkflow(rec, rec.Submission.Workflows[grp.Start], model.Thresholds(k), detail))
+	}
+	return out
+}
+
+// modelOf is the job model of rec, a copy of a job's record: worked out once
+// per job and kept with it, keyed by the workflows' backing array (which a
+// copy shares, and a record replaced by a newer one does not).
+func (g *Gate) modelOf(rec *wire.GateJobRecord) *jobs.Model {
+	ws := rec.Submission.Workflows
+	if len(ws) == 0 {
+		return jobs.NewModel(nil)
+	}
+	g.mu.Lock()
+	j, ok := g.jobs[rec.Submission.JobID]
+	g.mu.Unlock()
+	if !ok {
+		return jobs.NewModel(ws)
+	}
+	return j.model.Get(&ws[0], func() *jobs.Model { return jobs.NewModel(ws) })
+}
+
 // mergedWorkflow merges one workflow's reports from every datacenter (and
 // every shard within each).
-func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, detail bool) api.WorkflowStatus {
-	var parts []api.WorkflowPart
+func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, th *workflow.CompiledThresholds, detail bool) jobs.WorkflowStatus {
+	var parts []jobs.WorkflowPart
 	for _, p := range rec.Datacenters {
 		for _, w := range p.Workflows {
 			if w.WorkflowName == spec.Name {
-				parts = append(parts, api.WorkflowPart{Label: p.Datacenter + "/", Progress: w, Attempts: 1})
+				parts = append(parts, jobs.WorkflowPart{Label: p.Datacenter + "/", Progress: w, Attempts: 1})
 			}
 		}
 	}
-	ws, err := api.MergeWorkflow(spec, parts, len(rec.Datacenters)*max(spec.Shards, 1), detail)
+	ws, err := jobs.MergeWorkflow(spec, th, parts, len(rec.Datacenters)*max(spec.Shards, 1), detail)
 	if err != nil {
 		g.log.Warn("undecodable step statistics", "job_id", rec.Submission.JobID, "workflow", spec.Name, "err", err)
 	}

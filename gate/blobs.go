@@ -117,12 +117,12 @@ func (g *Gate) blobGCLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		g.mu.Lock()
 		var specs []wire.WorkflowSpec
-		for _, j := range g.jobs {
-			specs = append(specs, j.rec.Submission.Workflows...)
-		}
-		g.mu.Unlock()
+		g.view(func() {
+			for _, j := range g.jobs {
+				specs = append(specs, j.rec.Submission.Workflows...)
+			}
+		})
 		live := map[blobstore.Sum]bool{}
 		for _, spec := range specs {
 			sums, _ := reg.SpecBlobs(spec)

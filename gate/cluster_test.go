@@ -214,7 +214,7 @@ func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
 		// syncs (with nothing), so the gate left beside it can read a
 		// majority and lead.
 		_, sync := msg.(*wire.StateSyncRequest)
-		_, rec := msg.(*wire.GateJobRecord)
+		_, rec := msg.(*wire.ReplicateGateRecord)
 		return !(block.Load() && (sync && from == "g3" || rec && to == "g3"))
 	})
 	ids := []string{"g1", "g2", "g3"}
@@ -236,7 +236,7 @@ func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
 	go func() {
 		defer close(watched)
 		for watchCtx.Err() == nil {
-			if late.lead.Load() != nil {
+			if late.lead.Held() != nil {
 				led.Store(true)
 			}
 			time.Sleep(2 * time.Millisecond)
@@ -303,7 +303,7 @@ func TestRecordsOnlyFromTheLeader(t *testing.T) {
 		}
 		return nil
 	})
-	rec := &wire.GateJobRecord{Submission: wire.JobSubmission{JobID: "j-stray"}, Version: 1 << 40}
+	rec := &wire.ReplicateGateRecord{Record: wire.GateJobRecord{Submission: wire.JobSubmission{JobID: "j-stray"}, Version: 1 << 40}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	reply, err := followers[0].tr.Call(ctx, followers[1].ID(), rec)

@@ -235,3 +235,14 @@ func knownNames(health []dcHealth) string {
 	}
 	return s
 }
+
+// datacenterOf is the datacenter of manager id, "" when the gate has not
+// heard of it.
+func (t *dcTable) datacenterOf(id string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.managers[id]; ok {
+		return e.dc
+	}
+	return ""
+}

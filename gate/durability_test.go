@@ -123,7 +123,7 @@ func TestLeaderServesOnlyAfterReadingAMajority(t *testing.T) {
 	var winner *Gate
 	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
 		for _, id := range rest {
-			if g := hg.gates[id]; g.lead.Load() != nil {
+			if g := hg.gates[id]; g.lead.Held() != nil {
 				winner = g
 				return nil
 			}
@@ -166,7 +166,7 @@ func TestSyncKeepsPagesAndResumes(t *testing.T) {
 	hub.SetHook(func(from, to string, msg wire.Message) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		if _, rec := msg.(*wire.GateJobRecord); rec && to == "g3" && block {
+		if _, rec := msg.(*wire.ReplicateGateRecord); rec && to == "g3" && block {
 			return false
 		}
 		req, sync := msg.(*wire.StateSyncRequest)

@@ -7,6 +7,30 @@
 // status with exactly merged latency histograms. The other gates keep
 // replicated copies of every job record and take the leases over when the
 // leader changes.
+//
+// # Files
+//
+//	gate.go       wiring, lifecycle, handler registration, SWIM embedder
+//	config.go     Config, DefaultConfig, validation
+//	leader.go     establishing and revoking a leadership.Term
+//	txn.go        update/view: the one path a change to the job table takes
+//	jobs.go       the job entry, loading from the store, commit, forget
+//	persist.go    the job records on disk (store.RevFile, newest version wins)
+//	submit.go     placing a new job: datacenters, leases, majority store
+//	withdraw.go   a job that missed its majority, and repeated submissions
+//	dispatch.go   handing a job or a lease to a datacenter; failing one
+//	reports.go    datacenters' reports: lease renewal, merged status
+//	abort.go      abort_on_fail thresholds on the merged results
+//	cancel.go     cancel and stopEverywhere
+//	status.go     the global job state machine
+//	leases.go     takeover of leases on a new term, the leader's tick
+//	sync.go       majority read at start and takeover, serving state sync
+//	replicate.go  one-way and majority replication of records to gates
+//	lookup.go     a report for a job the leader does not hold
+//	retention.go  forgetting finished jobs on every gate
+//	dcs.go        the datacenter table; seed.go asks managers directly
+//	blobs.go      jobs' data files on a majority of gates
+//	backend.go    api.Backend; metrics.go, size.go
 package gate
 
 import (
@@ -33,7 +57,8 @@ import (
 )
 
 // Lock order: the lifecycle.Owner's lock alone; Gate.mu → dcTable.mu. No lock is held
-// across network calls or store writes.
+// across network calls or store writes. Gate.mu is taken only by update (every
+// change to the job table) and view (a consistent read), in txn.go.
 
 // Deps are the gate's collaborators. Keyring is required unless Transport
 // is injected.
@@ -75,8 +100,8 @@ type Gate struct {
 	jobs    map[string]*jobEntry
 	version uint64 // highest record version seen
 
-	lead   atomic.Pointer[leaderTerm]
-	ready  atomic.Bool // first state sync done: may lead
+	lead   *leadership.Terms // the term of leadership held, if any (leader.go)
+	ready  atomic.Bool       // first state sync done: may lead
 	apiURL atomic.Pointer[string]
 
 	// life owns background goroutines and handlers in flight.
@@ -130,6 +155,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		g.now = time.Now
 	}
 	g.life = lifecycle.New()
+	g.lead = leadership.NewTerms(g.life.Context(), g.life.Go, func() uint64 { return g.elector.FenceToken() })
 	g.ids = wire.NewSnowflakeGenerator(cfg.ID, g.now)
 	g.dcs = newDCTable(g.now)
 	url := cfg.apiURL()
@@ -328,8 +354,8 @@ func (g *Gate) SwimAddr() string {
 
 // IsLeader reports whether this gate leads and has finished taking over.
 func (g *Gate) IsLeader() bool {
-	lt := g.lead.Load()
-	return lt != nil && lt.isSynced()
+	lt := g.lead.Leading()
+	return lt != nil && lt.Synced()
 }
 
 // Ready reports whether the first state sync is done (the gate may lead).
@@ -446,7 +472,9 @@ func handle[T wire.Message](g *Gate, t wire.MsgType, f func(ctx context.Context,
 func (g *Gate) registerHandlers() {
 	g.registerBlobHandlers()
 	handle(g, wire.TypeJobProgress, g.handleJobProgress)
-	handle(g, wire.TypeGateJobRecord, g.handleRecord)
+	// Operations only other gates send (wire/replicate.go).
+	handle(g, wire.TypeReplicateGateRecord, g.handleReplicateGateRecord)
+	handle(g, wire.TypeForwardJobProgress, g.handleForwardedJobProgress)
 	handle(g, wire.TypeStateSyncRequest, g.handleStateSync)
 	handle(g, wire.TypeGateRecordRequest, g.handleRecordRequest)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -76,9 +77,7 @@ func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 		if _, err := g.merge([]wire.GateJobRecord{*newest}); err != nil {
 			g.log.Warn("persist a job record found on another gate", "job_id", id, "err", err)
 		}
-		g.mu.Lock()
-		_, res.found = g.jobs[id]
-		g.mu.Unlock()
+		g.view(func() { _, res.found = g.jobs[id] })
 	}
 	return res
 }
@@ -99,7 +98,7 @@ func (g *Gate) handleRecordRequest(_ context.Context, from transport.Peer, req *
 // unknownReport answers a datacenter's report for a job this leader does
 // not hold. It returns found when the job was found on another gate (and
 // taken over): the caller then handles the report as usual.
-func (g *Gate) unknownReport(ctx context.Context, lt *leaderTerm, jp *wire.JobProgress) (ack *wire.ProgressAck, found bool) {
+func (g *Gate) unknownReport(ctx context.Context, lt *leadership.Term, jp *wire.JobProgress) (ack *wire.ProgressAck, found bool) {
 	ack = &wire.ProgressAck{Leader: g.cfg.ID}
 	log := g.log.With("job_id", jp.JobID, "dc", jp.Datacenter)
 	res := g.lookupJob(ctx, jp.JobID)
@@ -117,11 +116,15 @@ func (g *Gate) unknownReport(ctx context.Context, lt *leaderTerm, jp *wire.JobPr
 		if jp.Status.Terminal() {
 			return ack, false
 		}
-		token := lt.nextToken()
+		token, err := lt.NextToken()
+		if err != nil {
+			log.Error("cannot tell a datacenter to stop a job no majority of gates holds", "err", err)
+			return ack, false
+		}
 		ack.Cancel, ack.FenceToken = true, token
 		log.Warn("a datacenter reported a job no majority of gates holds; telling it to stop", "gates_without_it", res.absent, "fence_token", token)
 		g.spawn(func(context.Context) {
-			ctx, cancel := context.WithTimeout(lt.ctx, g.cfg.DispatchTimeout)
+			ctx, cancel := context.WithTimeout(lt.Context(), g.cfg.DispatchTimeout)
 			defer cancel()
 			if err := g.callDC(ctx, jp.Datacenter, &wire.CancelJob{JobID: jp.JobID, Reason: "no gate holds this job", FenceToken: token}); err != nil {
 				log.Warn("cancel of a job no gate holds not delivered; its next report asks again", "err", err)

@@ -13,7 +13,7 @@ import (
 func (g *Gate) WriteMetrics(w io.Writer) {
 	p := api.Prom{W: w}
 	leader, ready := 0.0, 0.0
-	if g.lead.Load() != nil {
+	if g.lead.Leading() != nil {
 		leader = 1
 	}
 	if g.ready.Load() {
@@ -26,19 +26,19 @@ func (g *Gate) WriteMetrics(w io.Writer) {
 	jobs := make(map[string]float64)
 	leases := 0.0
 	var running []wire.GateJobRecord
-	g.mu.Lock()
-	for _, j := range g.jobs {
-		jobs[string(j.rec.Status)]++
-		if !j.rec.Status.Terminal() {
-			running = append(running, j.rec)
-			for _, d := range j.rec.Datacenters {
-				if !d.Status.Terminal() {
-					leases++
+	g.view(func() {
+		for _, j := range g.jobs {
+			jobs[string(j.rec.Status)]++
+			if !j.rec.Status.Terminal() {
+				running = append(running, j.rec)
+				for _, d := range j.rec.Datacenters {
+					if !d.Status.Terminal() {
+						leases++
+					}
 				}
 			}
 		}
-	}
-	g.mu.Unlock()
+	})
 	p.Labelled("tempest_gate_jobs", "Jobs known to this gate by status.", "status", jobs)
 	p.Gauge("tempest_gate_active_leases", "Datacenter leases of unfinished jobs.", leases)
 	healthy := make(map[string]float64)

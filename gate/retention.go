@@ -37,22 +37,22 @@ func (g *Gate) retentionLoop(ctx context.Context) {
 // disk, and returns how many.
 func (g *Gate) expireOld() int {
 	now := g.now()
-	var old []string
-	g.mu.Lock()
-	for id, j := range g.jobs {
-		if g.expired(&j.rec, now) {
-			old = append(old, id)
-			delete(g.jobs, id)
+	n := 0
+	err := g.update(func(tx *txn) {
+		for id, j := range g.jobs {
+			if g.expired(&j.rec, now) {
+				tx.forget(id)
+				n++
+			}
 		}
-	}
-	g.mu.Unlock()
-	if len(old) == 0 {
+	})
+	if n == 0 {
 		return 0
 	}
-	if err := g.store.delete(old...); err != nil {
+	if err != nil {
 		// The disk copies are skipped at the next start anyway.
-		g.log.Warn("retention: delete expired job records", "jobs", len(old), "err", err)
+		g.log.Warn("retention: delete expired job records", "jobs", n, "err", err)
 	}
-	g.log.Debug("retention: forgot finished jobs", "jobs", len(old))
-	return len(old)
+	g.log.Debug("retention: forgot finished jobs", "jobs", n)
+	return n
 }

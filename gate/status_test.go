@@ -8,43 +8,6 @@ import (
 	"tempest/wire"
 )
 
-func dc(name string, st wire.JobStatus, errMsg string) wire.JobProgress {
-	return wire.JobProgress{Datacenter: name, Status: st, Error: errMsg}
-}
-
-func TestDeriveStatus(t *testing.T) {
-	tests := []struct {
-		name      string
-		dcs       []wire.JobProgress
-		cancelled string
-		aborted   string
-		want      wire.JobStatus
-		wantErr   string // substring; "" means no error
-	}{
-		{"none yet", nil, "", "", wire.JobSubmitted, ""},
-		{"most advanced shows", []wire.JobProgress{dc("a", wire.JobQueued, ""), dc("b", wire.JobRunning, "")}, "", "", wire.JobRunning, ""},
-		{"one done one running", []wire.JobProgress{dc("a", wire.JobCompleted, ""), dc("b", wire.JobDispatching, "")}, "", "", wire.JobDispatching, ""},
-		{"all completed", []wire.JobProgress{dc("a", wire.JobCompleted, ""), dc("b", wire.JobCompleted, "")}, "", "", wire.JobCompleted, ""},
-		{"partial failure names the datacenter", []wire.JobProgress{dc("a", wire.JobCompleted, ""), dc("b", wire.JobFailed, "lease expired")}, "", "", wire.JobFailed, "partial failure: 1 of 2 datacenters did not complete: b FAILED: lease expired"},
-		{"all failed", []wire.JobProgress{dc("a", wire.JobFailed, "x"), dc("b", wire.JobCancelled, "")}, "", "", wire.JobFailed, "a FAILED: x; b CANCELLED: CANCELLED"},
-		{"all timed out", []wire.JobProgress{dc("a", wire.JobTimeout, "t"), dc("b", wire.JobTimeout, "t")}, "", "", wire.JobTimeout, "a TIMEOUT"},
-		{"cancelled by a client", []wire.JobProgress{dc("a", wire.JobCancelled, "by me"), dc("b", wire.JobCompleted, "")}, "by me", "", wire.JobCancelled, "by me"},
-		{"abort on merged thresholds", []wire.JobProgress{dc("a", wire.JobCancelled, "x"), dc("b", wire.JobCancelled, "x")}, "", "threshold failed: rps > 10", wire.JobFailed, "threshold failed: rps > 10"},
-		{"cancel waits for every datacenter", []wire.JobProgress{dc("a", wire.JobCancelled, "by me"), dc("b", wire.JobRunning, "")}, "by me", "", wire.JobRunning, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, msg := deriveStatus(tt.dcs, tt.cancelled, tt.aborted)
-			if got != tt.want {
-				t.Errorf("status %s, want %s", got, tt.want)
-			}
-			if tt.wantErr == "" && msg != "" || tt.wantErr != "" && !strings.Contains(msg, tt.wantErr) {
-				t.Errorf("error %q, want it to hold %q", msg, tt.wantErr)
-			}
-		})
-	}
-}
-
 func TestChooseDatacenters(t *testing.T) {
 	health := []dcHealth{
 		{Name: "east", Healthy: true, AvailableCores: 4},

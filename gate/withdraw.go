@@ -27,14 +27,20 @@ const withdrawnPrefix = "withdrawn: "
 // under way. It returns nil, nil when the id is free (or withdrawn).
 func (g *Gate) existing(ctx context.Context, id string) (*wire.JobAck, error) {
 	for {
-		g.mu.Lock()
-		j, ok := g.jobs[id]
-		if !ok || j.rec.Withdrawn {
-			g.mu.Unlock()
+		var placing chan struct{}
+		var dcs []string
+		free := false
+		g.view(func() {
+			j, ok := g.jobs[id]
+			if !ok || j.rec.Withdrawn {
+				free = true
+				return
+			}
+			placing, dcs = j.placing, j.datacentersLocked()
+		})
+		if free {
 			return nil, nil
 		}
-		placing, dcs := j.placing, j.datacentersLocked()
-		g.mu.Unlock()
 		if placing == nil {
 			return &wire.JobAck{JobID: id, Accepted: true, Datacenters: dcs}, nil
 		}
@@ -48,12 +54,12 @@ func (g *Gate) existing(ctx context.Context, id string) (*wire.JobAck, error) {
 
 // placed ends j's placement: submissions of its id waiting on it go on.
 func (g *Gate) placed(j *jobEntry) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if j.placing != nil {
-		close(j.placing)
-		j.placing = nil
-	}
+	g.update(func(*txn) {
+		if j.placing != nil {
+			close(j.placing)
+			j.placing = nil
+		}
+	})
 }
 
 // withdraw ends job j, which did not reach a majority of gates (cause),
@@ -62,25 +68,28 @@ func (g *Gate) placed(j *jobEntry) {
 // outcome_unknown when it does not.
 func (g *Gate) withdraw(j *jobEntry, cause error) error {
 	id := j.id()
-	g.mu.Lock()
-	if g.jobs[id] != j {
-		g.mu.Unlock()
+	var stored *wire.GateJobRecord
+	err := g.update(func(tx *txn) {
+		if g.jobs[id] != j {
+			return
+		}
+		j.mutateLocked(func(rec *wire.GateJobRecord) {
+			rec.Withdrawn = true
+			rec.Status = wire.JobFailed
+			rec.Error = withdrawnPrefix + "not stored on a majority of gates; it never ran"
+			rec.FinishedAt = g.now().UnixNano()
+			for i := range rec.Datacenters {
+				rec.Datacenters[i].Status = wire.JobFailed
+				rec.Datacenters[i].Error = "withdrawn before the datacenter got it"
+			}
+		})
+		clear(j.send)
+		stored = tx.commitForQuorum(j)
+	})
+	if stored == nil {
 		return wire.Errorf(wire.CodeOutcomeUnknown, "job %s: not stored on a majority of gates (%v), and replaced meanwhile", id, cause)
 	}
-	j.mutateLocked(func(rec *wire.GateJobRecord) {
-		rec.Withdrawn = true
-		rec.Status = wire.JobFailed
-		rec.Error = withdrawnPrefix + "not stored on a majority of gates; it never ran"
-		rec.FinishedAt = g.now().UnixNano()
-		for i := range rec.Datacenters {
-			rec.Datacenters[i].Status = wire.JobFailed
-			rec.Datacenters[i].Error = "withdrawn before the datacenter got it"
-		}
-	})
-	clear(j.send)
-	stored := g.commitLocked(j)
-	g.mu.Unlock()
-	if err := g.store.put(stored); err != nil {
+	if err != nil {
 		g.log.Warn("persist a withdrawn job", "job_id", id, "err", err)
 	}
 	// The client may have gone (its context ended the first attempt); the

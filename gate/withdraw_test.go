@@ -44,8 +44,8 @@ func TestNoQuorumWithdrawsTheJobEverywhere(t *testing.T) {
 	var keeper atomic.Value
 	keeper.Store("")
 	hub.SetHook(func(from, to string, msg wire.Message) bool {
-		rec, ok := msg.(*wire.GateJobRecord)
-		if !ok || from != cut.Load().(string) || rec.Withdrawn {
+		op, ok := msg.(*wire.ReplicateGateRecord)
+		if !ok || from != cut.Load().(string) || op.Record.Withdrawn {
 			return true
 		}
 		return to == keeper.Load().(string)
@@ -117,7 +117,7 @@ func TestNoQuorumWithoutWithdrawalSaysTheOutcomeIsUnknown(t *testing.T) {
 	hub := transport.NewHub()
 	var cut atomic.Bool
 	hub.SetHook(func(_, _ string, msg wire.Message) bool {
-		_, rec := msg.(*wire.GateJobRecord)
+		_, rec := msg.(*wire.ReplicateGateRecord)
 		return !(rec && cut.Load())
 	})
 	ids := []string{"g1", "g2", "g3"}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"tempest/jobs"
 	"tempest/wire"
 	"tempest/workflow"
 )
@@ -20,11 +21,10 @@ const (
 	MaxWorkflows = 256
 	// MaxDatacenters bounds the datacenters a job may ask for.
 	MaxDatacenters = 64
-	// DefaultTimeout applies when a job file sets none. A timeout is the
-	// safety net that frees cores held by a job nobody is watching; an hour
-	// covers the load tests and soaks people run without thinking about it,
-	// while a runaway job still ends the same day. Longer runs say so.
-	DefaultTimeout = time.Hour
+	// DefaultTimeout applies when a job file sets none: the job model's
+	// default (jobs.DefaultTimeout), which the roles apply to a submission
+	// without one. Longer runs say so.
+	DefaultTimeout = jobs.DefaultTimeout
 	// MaxTimeout bounds a job's timeout.
 	MaxTimeout = 7 * 24 * time.Hour
 	// DefaultCores is a workflow's cores when it sets none.

@@ -3,12 +3,15 @@ package manager
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"tempest/api"
+	"tempest/jobs"
+	"tempest/leadership"
 	"tempest/store"
 	"tempest/swim"
 	"tempest/transport"
@@ -194,10 +197,17 @@ type jobView struct {
 	rec store.JobRecord
 	wfs []store.WorkflowRecord
 	seq uint64
+	// statuses is the job's: its workflows' statuses as of a seq, shared
+	// by the job's watchers.
+	statuses *jobs.Memo[uint64, []jobs.WorkflowStatus]
+	model    *jobs.Model
 }
 
 func viewLocked(j *jobState) jobView {
-	v := jobView{rec: j.rec, seq: j.seq, wfs: make([]store.WorkflowRecord, len(j.wfs))}
+	if j.statuses == nil {
+		j.statuses = new(jobs.Memo[uint64, []jobs.WorkflowStatus])
+	}
+	v := jobView{rec: j.rec, seq: j.seq, statuses: j.statuses, model: modelLocked(j), wfs: make([]store.WorkflowRecord, len(j.wfs))}
 	for i, w := range j.wfs {
 		v.wfs[i] = w.rec
 	}
@@ -209,17 +219,14 @@ func viewLocked(j *jobState) jobView {
 // acknowledged, and "not found" would be an answer it cannot stand by.
 func (m *Manager) awaitSynced(ctx context.Context) error {
 	lt := m.leading()
-	if lt == nil || lt.isSynced() {
+	if lt == nil {
 		return nil
 	}
-	select {
-	case <-lt.synced:
-		return nil
-	case <-lt.ctx.Done():
+	err := lt.AwaitSynced(ctx)
+	if errors.Is(err, leadership.ErrTermEnded) {
 		return wire.Errorf(wire.CodeUnavailable, "%s stopped leading while syncing; ask again", m.cfg.ID)
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return err
 }
 
 func (m *Manager) viewJob(id string) (jobView, bool) {
@@ -234,6 +241,12 @@ func (m *Manager) viewJob(id string) (jobView, bool) {
 
 // jobStatus is a job's API shape.
 func (m *Manager) jobStatus(v jobView, detail bool) api.JobStatus {
+	return m.jobStatusOf(v, m.workflowStatuses(v, detail))
+}
+
+// jobStatusOf is a job's API shape around its workflows' statuses (which
+// the caller may share with other readers of the same change).
+func (m *Manager) jobStatusOf(v jobView, wss []jobs.WorkflowStatus) api.JobStatus {
 	st := api.JobStatus{
 		JobID:          v.rec.ID(),
 		Name:           v.rec.Submission.Name,
@@ -242,7 +255,7 @@ func (m *Manager) jobStatus(v jobView, detail bool) api.JobStatus {
 		TotalFailed:    v.rec.Progress.TotalFailed,
 		Datacenter:     m.cfg.Datacenter,
 		Error:          v.rec.Error,
-		Workflows:      make([]api.WorkflowStatus, 0, len(v.wfs)),
+		Workflows:      wss,
 	}
 	end := m.clock.Now()
 	if v.rec.FinishedAt != 0 {
@@ -254,27 +267,38 @@ func (m *Manager) jobStatus(v jobView, detail bool) api.JobStatus {
 	}
 	st.ThresholdAbort = thresholdAbort(v.rec.Status, v.rec.Error)
 	st.ThresholdsFailed = st.ThresholdAbort
-	for _, group := range shardGroups(v.wfs) {
-		var ws api.WorkflowStatus
+	for _, ws := range wss {
+		for _, r := range ws.Thresholds {
+			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed
+		}
+	}
+	return st
+}
+
+// workflowStatuses is a job's workflows as the API shows them, one per
+// group (jobs.Groups): a split workflow's shards merged into one. Building
+// them decodes every step histogram.
+func (m *Manager) workflowStatuses(v jobView, detail bool) []jobs.WorkflowStatus {
+	out := make([]jobs.WorkflowStatus, 0, len(v.wfs))
+	for k, g := range v.model.Groups() {
+		group := v.wfs[g.Start:g.End]
+		var ws jobs.WorkflowStatus
 		if len(group) == 1 {
 			ws = m.workflowStatus(&group[0])
 			if detail {
 				m.resultDetail(&group[0], &ws)
 			}
 		} else {
-			ws = m.shardsStatus(group, detail)
+			ws = m.shardsStatus(group, v.model.Thresholds(k), detail)
 		}
-		for _, r := range ws.Thresholds {
-			st.ThresholdsFailed = st.ThresholdsFailed || !r.Passed
-		}
-		st.Workflows = append(st.Workflows, ws)
+		out = append(out, ws)
 	}
-	return st
+	return out
 }
 
-func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
+func (m *Manager) workflowStatus(rec *store.WorkflowRecord) jobs.WorkflowStatus {
 	p := &rec.LastProgress
-	ws := api.WorkflowStatus{
+	ws := jobs.WorkflowStatus{
 		Name:              rec.Spec.Name,
 		WorkflowID:        rec.WorkflowID,
 		Type:              rec.Spec.Type,
@@ -290,11 +314,11 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) api.WorkflowStatus {
 		PlannedSeconds:    rec.Spec.Planned.Seconds(),
 	}
 	if n := len(p.Series); n > 0 && !rec.Status.Terminal() {
-		recent := api.SeriesPoints(p.Series[n-1:])[0]
+		recent := jobs.SeriesPoints(p.Series[n-1:])[0]
 		ws.Recent = &recent
 	}
-	ws.Thresholds = api.ThresholdResults(rec.Thresholds)
-	steps, _, err := api.StepSummaries(p.StepStats)
+	ws.Thresholds = jobs.ThresholdResults(rec.Thresholds)
+	steps, _, err := jobs.StepSummaries(p.StepStats)
 	if err != nil {
 		m.log.Warn("undecodable step statistics", "job_id", rec.JobID, "workflow_id", rec.WorkflowID, "err", err)
 		return ws

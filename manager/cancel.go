@@ -132,7 +132,7 @@ func (m *Manager) armTimeoutLocked(j *jobState) {
 
 func (m *Manager) timeoutJob(ctx context.Context, id string, timeout time.Duration) {
 	lt := m.leading()
-	if lt == nil || !lt.isSynced() {
+	if lt == nil || !lt.Synced() {
 		return // not leading: the leader's timer, or a new leader's resume, handles it
 	}
 	if _, err := m.cancelJob(ctx, id, wire.JobTimeout, fmt.Sprintf("timed out after %s", timeout)); err != nil {

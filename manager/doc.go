@@ -33,11 +33,11 @@
 // # Replication beyond the contract
 //
 // Commits alone cannot rebuild a job on a successor, so the leader also
-// replicates the JobSubmission (when the job is accepted) and a JobProgress
-// on every status change, and managers relay worker registrations to their
-// peers. These reuse catalogue messages: a JobSubmission or JobProgress from
-// a configured peer manager is replication, from anyone else a request. See
-// replicate.go.
+// replicates the job when it is accepted (ReplicateJob) and its status on
+// every change (ReplicateJobStatus), and managers relay worker
+// registrations to their peers (RelayWorkerRegistration). Each is a message
+// type of its own, taken only from a configured peer manager; see
+// replicate.go and wire/replicate.go.
 //
 // # Files
 //
@@ -46,7 +46,7 @@
 //	jobs.go       job table, state machine, intake, the update/txn helper
 //	schedule.go   placing queued and retried work when capacity appears
 //	provision.go  quorum confirmation, commit, dispatch; peers' side
-//	fence.go      fence tokens and the leader term
+//	leader.go     establishing and revoking a leadership.Term
 //	retry.go      kept dispatch bytes, retries, worker death
 //	progress.go   WorkflowProgress from workers
 //	cancel.go     cancel and per-job timeout

@@ -161,7 +161,7 @@ func TestNewLeaderLearnsJobFromPeerSnapshot(t *testing.T) {
 			return true
 		}
 		switch msg.Type() {
-		case wire.TypeJobSubmission, wire.TypeJobProgress, wire.TypeWorkerRegistration:
+		case wire.TypeReplicateJob, wire.TypeReplicateJobStatus, wire.TypeRelayWorkerRegistration:
 			return false
 		}
 		return true

@@ -184,15 +184,13 @@ func (m *Manager) checkFence(id string, token uint64) error {
 	return nil
 }
 
-// handleLeaseTransfer moves a job to a new gate leader's lease.
+// handleLeaseTransfer moves a job to a new gate leader's lease: the
+// transfer's authenticated sender.
 func (m *Manager) handleLeaseTransfer(ctx context.Context, from transport.Peer, lt *wire.LeaseTransfer) (wire.Message, error) {
 	if _, err := m.awaitLeader(ctx, m.elector.NotLeaderError); err != nil {
 		return nil, err
 	}
-	holder := lt.ToGate
-	if holder == "" {
-		holder = from.NodeID
-	}
+	holder := from.NodeID
 	var stale *wire.Error
 	found := false
 	err := m.update(func(tx *txn) {
@@ -254,16 +252,16 @@ func (m *Manager) gateReportLoop(ctx context.Context) {
 		case <-m.gateKick:
 		}
 		lt := m.leading()
-		if lt == nil || !lt.isSynced() {
+		if lt == nil || !lt.Synced() {
 			continue
 		}
 		reports := m.gateReports()
 		var wg sync.WaitGroup
 		for _, r := range reports {
-			wg.Go(func() { m.sendGateReport(lt.ctx, r) })
+			wg.Go(func() { m.sendGateReport(lt.Context(), r) })
 		}
 		wg.Wait()
-		m.stopLapsedLeases(lt.ctx)
+		m.stopLapsedLeases(lt.Context())
 		// Kicks come with every status change; a round reports every
 		// gate-driven job, so rounds are spaced even when kicks are not.
 		if !lifecycle.Sleep(ctx, m.cfg.GateReportInterval/10) {

@@ -181,7 +181,7 @@ func (c *testCluster) leader() *Manager {
 	testutil.Eventually(c.t, 10*time.Second, 10*time.Millisecond, func() error {
 		found = nil
 		for _, m := range c.running() {
-			if lt := m.leading(); lt != nil && lt.isSynced() {
+			if lt := m.leading(); lt != nil && lt.Synced() {
 				if found != nil {
 					return fmt.Errorf("two leaders: %s and %s", found.ID(), m.ID())
 				}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -62,7 +63,7 @@ func (m *Manager) storeOnPeers(ctx context.Context, sub *wire.JobSubmission) int
 		wg.Add(1)
 		if !m.spawn(func(context.Context) {
 			defer wg.Done()
-			resp, err := m.tr.Call(callCtx, m.peers[id], sub)
+			resp, err := m.tr.Call(callCtx, m.peers[id], &wire.ReplicateJob{Job: *sub})
 			if err == nil {
 				if _, ok := resp.(*wire.JobAck); !ok {
 					err = &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("unexpected %T", resp)}
@@ -113,7 +114,7 @@ func certainlyNotStored(err error) bool {
 // nil once the job may be placed, or the answer for the client. Only a
 // first attempt may refuse for good: after an attempt with an unknown
 // outcome some peer may hold the job whatever later attempts find.
-func (m *Manager) intake(ctx context.Context, lt *leaderTerm, j *jobState, first bool) error {
+func (m *Manager) intake(ctx context.Context, lt *leadership.Term, j *jobState, first bool) error {
 	m.mu.Lock()
 	sub := j.rec.Submission
 	m.mu.Unlock()
@@ -149,7 +150,7 @@ var errNotConfirmed = errors.New("this leader's term ended or a newer leader rea
 // a successor trusts this flag. It refuses once the term is over or a newer
 // term's state sync has read the job unconfirmed (abandoned), since that
 // successor may already have withdrawn it.
-func (m *Manager) confirm(lt *leaderTerm, j *jobState) error {
+func (m *Manager) confirm(lt *leadership.Term, j *jobState) error {
 	var refused bool
 	err := m.update(func(tx *txn) {
 		if j.abandoned || m.leading() != lt || j.rec.Status.Terminal() {
@@ -179,7 +180,7 @@ func (m *Manager) confirm(lt *leaderTerm, j *jobState) error {
 // confirmPending retries the intake of unconfirmed jobs: those whose
 // submitter was told the outcome is unknown, and those a state sync
 // adopted from a minority. It runs on the scheduler's beat.
-func (m *Manager) confirmPending(ctx context.Context, lt *leaderTerm) {
+func (m *Manager) confirmPending(ctx context.Context, lt *leadership.Term) {
 	m.mu.Lock()
 	var todo []*jobState
 	for _, j := range m.jobs {

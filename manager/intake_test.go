@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"tempest/leadership"
 	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
@@ -90,7 +91,7 @@ func TestAckedJobSurvivesLeaderKill(t *testing.T) {
 	w := c.addWorker("w1", 4)
 	l := c.leader()
 	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
-		return msg.Type() != wire.TypeJobSubmission || from != l.ID()
+		return msg.Type() != wire.TypeReplicateJob || from != l.ID()
 	})
 	sub := sleepJob(t, "fragile", 1, 1, 300*time.Millisecond)
 	sub.JobID = "j-fragile"
@@ -125,7 +126,7 @@ func TestOutcomeUnknownThenResubmitFindsIt(t *testing.T) {
 	w := c.addWorker("w1", 4)
 	l := c.leader()
 	for _, id := range others(c, l.ID()) {
-		loss.set(wire.TypeJobSubmission, id, lossReply)
+		loss.set(wire.TypeReplicateJob, id, lossReply)
 	}
 	sub := sleepJob(t, "maybe", 1, 1, 200*time.Millisecond)
 	sub.JobID = "j-maybe"
@@ -161,7 +162,7 @@ func TestRejoiningLeaderDoesNotResurrectUnackedJob(t *testing.T) {
 	w := c.addWorker("w1", 4)
 	a := c.leader()
 	for _, id := range others(c, a.ID()) {
-		loss.set(wire.TypeJobSubmission, id, lossDrop)
+		loss.set(wire.TypeReplicateJob, id, lossDrop)
 	}
 	sub := sleepJob(t, "ghost", 1, 1, 100*time.Millisecond)
 	sub.JobID = "j-ghost"
@@ -278,7 +279,7 @@ func TestFinalAckedOnlyOnceEndIsOnMajority(t *testing.T) {
 	}
 	worker, token := workflowOn(t, c, ack.JobID)
 	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
-		return msg.Type() != wire.TypeJobProgress || from != l.ID()
+		return msg.Type() != wire.TypeReplicateJobStatus || from != l.ID()
 	})
 	final := &wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: workflowID(ack.JobID, 0), Status: wire.WorkflowCompleted,
 		WorkerID: worker, FenceToken: token, Final: true, CompletedCount: 1}
@@ -306,7 +307,7 @@ func TestCancelEndsOnMajority(t *testing.T) {
 	}
 	workflowOn(t, c, ack.JobID)
 	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
-		return msg.Type() != wire.TypeJobProgress || from != l.ID()
+		return msg.Type() != wire.TypeReplicateJobStatus || from != l.ID()
 	})
 	if _, err := l.Cancel(context.Background(), ack.JobID, ""); !errors.Is(err, wire.ErrNoQuorum) {
 		t.Fatalf("cancel with its end on the leader's disk alone: %v, want no quorum", err)
@@ -342,8 +343,8 @@ func TestSuccessorLearnsEndedJobItNeverStored(t *testing.T) {
 		t.Fatalf("%s knows the job though it was cut off the whole time", late)
 	}
 	snap := l.managerSnapshot(0, "")
-	lt := newLeaderTerm(context.Background(), snap.Term+1)
-	defer lt.cancel()
+	lt := leadership.NewTerm(context.Background(), snap.Term+1, nil)
+	defer lt.End()
 	m.applyPeerSnapshots(lt, []*wire.ManagerStateSnapshot{snap})
 	st, err := m.Job(context.Background(), sub.JobID)
 	if err != nil || st.Status != wire.JobCompleted {

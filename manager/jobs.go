@@ -8,20 +8,11 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode"
 
+	"tempest/jobs"
+	"tempest/leadership"
 	"tempest/store"
 	"tempest/wire"
-	"tempest/workflow"
-)
-
-// Limits on what one submission may ask for.
-const (
-	maxWorkflowsPerJob = 1024
-	maxJobIDLen        = 128
-	// DefaultJobTimeout applies to a submission without a timeout (the job
-	// file parser already fills in the same default).
-	DefaultJobTimeout = time.Hour
 )
 
 // jobState is a job in memory. Every field is guarded by Manager.mu.
@@ -54,6 +45,11 @@ type jobState struct {
 	// adoptedTerm is the term in which this manager, leading, adopted the
 	// job unconfirmed; only a newer term's sync abandons it.
 	adoptedTerm uint64
+	// statuses is the workflows' API statuses as of a seq, built once per
+	// change for all of the job's watchers (watch.go); set by viewLocked.
+	statuses *jobs.Memo[uint64, []jobs.WorkflowStatus]
+	// model is the job's groups and parsed thresholds (modelLocked).
+	model *jobs.Model
 }
 
 // workflowState is one workflow in memory, guarded by Manager.mu.
@@ -83,7 +79,7 @@ type txn struct {
 	visible map[*jobState]bool // something a watcher would see changed
 	wfs     map[*workflowState]struct{}
 	after   []func()
-	leading *leaderTerm // the leader term at the start, nil on a follower
+	leading *leadership.Term // the leader term at the start, nil on a follower
 }
 
 // touchJob marks j changed; persist asks for its record to be written even
@@ -225,13 +221,13 @@ func (m *Manager) persist(writes []jobWrite) error {
 // reports whether the job has just ended: its status is terminal (derived
 // here, or set by cancel, timeout or a peer) and had no finish time yet.
 func (m *Manager) refreshJobLocked(j *jobState) (finished bool) {
-	in := statusInput{current: j.rec.Status, attempted: j.attempted}
+	in := jobs.StatusInput{Current: j.rec.Status, Attempted: j.attempted}
 	var completed, failed int64
 	var rate float64
 	for _, w := range j.wfs {
-		in.workflows = append(in.workflows, w.rec.Status)
+		in.Workflows = append(in.Workflows, w.rec.Status)
 		if w.provisioning {
-			in.placing++
+			in.Placing++
 		}
 		completed += w.rec.LastProgress.CompletedCount
 		failed += w.rec.LastProgress.FailedCount
@@ -239,7 +235,7 @@ func (m *Manager) refreshJobLocked(j *jobState) (finished bool) {
 			rate += w.rec.LastProgress.RatePerSecond
 		}
 	}
-	j.rec.Status = deriveJobStatus(in)
+	j.rec.Status = jobs.JobStatusOf(in)
 	if j.rec.Status.Terminal() && j.rec.FinishedAt == 0 {
 		j.rec.FinishedAt = m.clock.Now().UnixNano()
 		finished = true
@@ -264,122 +260,11 @@ func (m *Manager) refreshJobLocked(j *jobState) (finished bool) {
 	return finished
 }
 
-// statusInput is what a job's status is derived from.
-type statusInput struct {
-	current   wire.JobStatus
-	attempted bool
-	placing   int
-	workflows []wire.WorkflowStatus
-}
-
-// deriveJobStatus is the job state machine (docs/datacenter.md): terminal states stick;
-// a job whose workflows have all ended is COMPLETED, or FAILED if any failed,
-// or CANCELLED if any was cancelled; while placements run it is DISPATCHING;
-// with nothing running and work waiting for cores it is QUEUED (SUBMITTED
-// before the first attempt); otherwise RUNNING. CANCELLED and TIMEOUT are
-// set explicitly by cancel and timeout, never derived from a lucky mix.
-func deriveJobStatus(in statusInput) wire.JobStatus {
-	if in.current.Terminal() || len(in.workflows) == 0 {
-		return in.current
-	}
-	var ended, failed, cancelled, pending, active int
-	for _, s := range in.workflows {
-		switch s {
-		case wire.WorkflowCompleted:
-			ended++
-		case wire.WorkflowFailed:
-			ended++
-			failed++
-		case wire.WorkflowCancelled:
-			ended++
-			cancelled++
-		case wire.WorkflowPending:
-			pending++
-		default:
-			active++
-		}
-	}
-	switch {
-	case ended == len(in.workflows) && failed > 0:
-		return wire.JobFailed
-	case ended == len(in.workflows) && cancelled > 0:
-		return wire.JobCancelled
-	case ended == len(in.workflows):
-		return wire.JobCompleted
-	case in.placing > 0:
-		return wire.JobDispatching
-	case pending > 0 && active == 0 && !in.attempted:
-		return wire.JobSubmitted
-	case pending > 0 && active == 0:
-		return wire.JobQueued
-	}
-	return wire.JobRunning
-}
-
-// validateSubmission checks a submission from the network or the API before
-// anything is stored. Every workflow's params are decoded and validated
-// with the registry, since a spec may come from any API client.
+// validateSubmission checks a submission from the network or the API
+// before anything is stored (jobs.Job.Validate, with this manager's
+// workflow types).
 func (m *Manager) validateSubmission(sub *wire.JobSubmission) error {
-	var errs []error
-	if sub.JobID != "" {
-		if err := checkJobID(sub.JobID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(sub.Workflows) == 0 {
-		errs = append(errs, errors.New("job has no workflows"))
-	}
-	if len(sub.Workflows) > maxWorkflowsPerJob {
-		errs = append(errs, fmt.Errorf("job has %d workflows, more than %d", len(sub.Workflows), maxWorkflowsPerJob))
-	}
-	if sub.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("negative timeout %s", sub.Timeout))
-	}
-	names := make(map[string]bool, len(sub.Workflows))
-	for i, spec := range sub.Workflows {
-		if err := m.reg.Validate(spec); err != nil {
-			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
-		}
-		if err := workflow.ValidateThresholds(spec.Thresholds); err != nil {
-			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
-		}
-		if err := checkShard(sub.Workflows, i); err != nil {
-			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
-		} else if names[spec.Name] && spec.Shard <= 1 {
-			errs = append(errs, fmt.Errorf("workflows[%d]: duplicate name %q", i, spec.Name))
-		}
-		names[spec.Name] = true
-	}
-	return errors.Join(errs...)
-}
-
-// checkShard checks that the shards of a split workflow are consecutive
-// specs of one name, numbered 1..Shards.
-func checkShard(specs []wire.WorkflowSpec, i int) error {
-	spec := specs[i]
-	switch {
-	case spec.Shards == 0 && spec.Shard == 0:
-		return nil
-	case spec.Shards < 2 || spec.Shards > workflow.MaxShards || spec.Shard < 1 || spec.Shard > spec.Shards:
-		return fmt.Errorf("shard %d of %d is out of range", spec.Shard, spec.Shards)
-	case spec.Shard > 1 && (specs[i-1].Name != spec.Name || specs[i-1].Shard != spec.Shard-1 || specs[i-1].Shards != spec.Shards):
-		return fmt.Errorf("shard %d of %q does not follow shard %d", spec.Shard, spec.Name, spec.Shard-1)
-	case spec.Shard < spec.Shards && (i+1 >= len(specs) || specs[i+1].Name != spec.Name):
-		return fmt.Errorf("workflow %q has shard %d of %d but not the next", spec.Name, spec.Shard, spec.Shards)
-	}
-	return nil
-}
-
-func checkJobID(id string) error {
-	if len(id) > maxJobIDLen {
-		return fmt.Errorf("job id is %d bytes, more than %d", len(id), maxJobIDLen)
-	}
-	for _, r := range id {
-		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return fmt.Errorf("job id %q has unprintable or space characters", id)
-		}
-	}
-	return nil
+	return jobs.Of(sub).Validate(m.reg)
 }
 
 // newJobLocked builds the in-memory job for a submission (whose JobID is
@@ -403,8 +288,6 @@ func (m *Manager) newJobLocked(sub wire.JobSubmission, created time.Time) *jobSt
 
 func workflowID(jobID string, i int) string { return jobID + "-" + strconv.Itoa(i) }
 
-func (m *Manager) newJobID() string { return fmt.Sprintf("j-%016x", m.ids.Next()) }
-
 // submit is job intake (leader only): validate, assign the id, persist
 // SUBMITTED, store it on a majority of managers (intake.go), and try to
 // place every workflow now. The answer says whether the job runs or waits
@@ -424,18 +307,10 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	}
 	s := *sub
 	s.Workflows = m.splitOversized(slices.Clone(sub.Workflows))
-	if s.JobID == "" {
-		s.JobID = m.newJobID()
-	}
-	if s.Timeout == 0 {
-		s.Timeout = DefaultJobTimeout
-	}
 	now := m.clock.Now()
-	if s.SubmittedAt == 0 {
-		s.SubmittedAt = now.UnixNano()
-	}
+	jobs.Of(&s).Canonicalize(now, m.ids.Next)
 
-	s.IntakeLeader, s.IntakeTerm = m.cfg.ID, lt.term
+	s.IntakeLeader, s.IntakeTerm = m.cfg.ID, lt.Number()
 
 	var j *jobState
 	var existing *wire.JobAck
@@ -509,7 +384,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	// left PENDING then is the scheduler's (or the next leader's).
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(lt.ctx, cancel)()
+	defer context.AfterFunc(lt.Context(), cancel)()
 
 	err = m.intake(ctx, lt, j, true)
 	m.mu.Lock()
@@ -543,19 +418,15 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 
 // awaitLeader returns the current leader term once its state sync is done:
 // a new leader must not place work before it knows what already runs.
-func (m *Manager) awaitLeader(ctx context.Context, redirect func() *wire.Error) (*leaderTerm, error) {
-	lt := m.leading()
-	if lt == nil {
+func (m *Manager) awaitLeader(ctx context.Context, redirect func() *wire.Error) (*leadership.Term, error) {
+	lt, err := m.terms.AwaitServing(ctx)
+	switch {
+	case errors.Is(err, leadership.ErrTermEnded):
 		return nil, redirect()
+	case err != nil:
+		return nil, fmt.Errorf("waiting for state sync: %w", err)
 	}
-	select {
-	case <-lt.synced:
-		return lt, nil
-	case <-lt.ctx.Done():
-		return nil, redirect()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for state sync: %w", ctx.Err())
-	}
+	return lt, nil
 }
 
 // queuePositionLocked is j's 1-based position among queued jobs, oldest

@@ -1,8 +1,6 @@
 package manager
 
 import (
-	"errors"
-	"math"
 	"strings"
 	"testing"
 
@@ -10,76 +8,6 @@ import (
 	"tempest/wire"
 )
 
-func TestDeriveJobStatus(t *testing.T) {
-	const (
-		P = wire.WorkflowPending
-		A = wire.WorkflowAssigned
-		R = wire.WorkflowRunning
-		C = wire.WorkflowCompleted
-		F = wire.WorkflowFailed
-		X = wire.WorkflowCancelled
-	)
-	for _, tc := range []struct {
-		name string
-		in   statusInput
-		want wire.JobStatus
-	}{
-		{"fresh", statusInput{current: wire.JobSubmitted, workflows: []wire.WorkflowStatus{P, P}}, wire.JobSubmitted},
-		{"placing", statusInput{current: wire.JobSubmitted, attempted: true, placing: 1, workflows: []wire.WorkflowStatus{P, P}}, wire.JobDispatching},
-		{"no capacity", statusInput{current: wire.JobDispatching, attempted: true, workflows: []wire.WorkflowStatus{P, P}}, wire.JobQueued},
-		{"partly running", statusInput{current: wire.JobDispatching, attempted: true, workflows: []wire.WorkflowStatus{R, P}}, wire.JobRunning},
-		{"assigned counts as running", statusInput{current: wire.JobDispatching, attempted: true, workflows: []wire.WorkflowStatus{A, R}}, wire.JobRunning},
-		{"some done", statusInput{current: wire.JobRunning, workflows: []wire.WorkflowStatus{C, R}}, wire.JobRunning},
-		{"all done", statusInput{current: wire.JobRunning, workflows: []wire.WorkflowStatus{C, C}}, wire.JobCompleted},
-		{"one failed, rest still running", statusInput{current: wire.JobRunning, workflows: []wire.WorkflowStatus{F, R}}, wire.JobRunning},
-		{"one failed", statusInput{current: wire.JobRunning, workflows: []wire.WorkflowStatus{F, C}}, wire.JobFailed},
-		{"failed beats cancelled", statusInput{current: wire.JobRunning, workflows: []wire.WorkflowStatus{F, X}}, wire.JobFailed},
-		{"cancelled", statusInput{current: wire.JobRunning, workflows: []wire.WorkflowStatus{X, C}}, wire.JobCancelled},
-		{"terminal sticks", statusInput{current: wire.JobTimeout, workflows: []wire.WorkflowStatus{C, C}}, wire.JobTimeout},
-		{"cancelled sticks", statusInput{current: wire.JobCancelled, workflows: []wire.WorkflowStatus{R}}, wire.JobCancelled},
-		{"no workflows", statusInput{current: wire.JobSubmitted}, wire.JobSubmitted},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := deriveJobStatus(tc.in); got != tc.want {
-				t.Fatalf("deriveJobStatus(%+v) = %s, want %s", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
-func TestFenceTokens(t *testing.T) {
-	for _, tc := range []struct {
-		term uint64
-		seq  uint32
-		want uint64
-	}{
-		{1, 1, 1<<32 | 1},
-		{7, 0, 7 << 32},
-		{2, math.MaxUint32, 2<<32 | math.MaxUint32},
-	} {
-		tok := fenceToken(tc.term, tc.seq)
-		if tok != tc.want || fenceTerm(tok) != tc.term {
-			t.Errorf("fenceToken(%d, %d) = %#x (term %d), want %#x", tc.term, tc.seq, tok, fenceTerm(tok), tc.want)
-		}
-	}
-	// Any token of a later term beats every token of an earlier one.
-	if fenceToken(3, 0) <= fenceToken(2, math.MaxUint32) {
-		t.Fatal("a later term's first token is not above an earlier term's last")
-	}
-	lt := newLeaderTerm(t.Context(), 5)
-	a, _ := lt.nextFence()
-	b, _ := lt.nextFence()
-	if b <= a || fenceTerm(a) != 5 {
-		t.Fatalf("tokens %#x then %#x", a, b)
-	}
-	lt.seq.Store(math.MaxUint32)
-	if _, err := lt.nextFence(); !errors.Is(err, errFenceExhausted) {
-		t.Fatalf("past the last sequence: %v", err)
-	}
-}
-
-// TestRetryReusesOriginalDispatchBytes: a retry decodes the bytes kept from
-// the first dispatch and changes only the token and the attempt number.
 func TestRetryReusesOriginalDispatchBytes(t *testing.T) {
 	m := &Manager{}
 	rec := &store.WorkflowRecord{

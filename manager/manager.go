@@ -103,7 +103,7 @@ type Manager struct {
 	// them grow for ever.
 	orphanCommits map[string]orphanCommit
 
-	lead   atomic.Pointer[leaderTerm]
+	terms  *leadership.Terms // the term of leadership held, if any (leader.go)
 	kickCh chan struct{}
 	// gateKick asks the gate report loop to report now: a job's status
 	// changed, and the gate should not learn it a report interval late.
@@ -175,6 +175,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		rnd = rand.Reader
 	}
 	m.life = lifecycle.New()
+	m.terms = leadership.NewTerms(m.life.Context(), m.life.Go, func() uint64 { return m.elector.FenceToken() })
 	m.ids = wire.NewSnowflakeGenerator(cfg.ID, m.clock.Now)
 	m.workers = newWorkerTable(rnd, cfg.QueueSoftLimit, m.clock.Now)
 	m.managers = newManagerTable(m.clock.Now)
@@ -403,12 +404,15 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeJobSubmission, m.handleJobSubmission)
 	handle(m, wire.TypeCancelJob, m.handleCancel)
 	handle(m, wire.TypeWorkflowProgress, m.handleProgress)
-	handle(m, wire.TypeJobProgress, m.handleJobProgress)
 	handle(m, wire.TypeProvisionRequest, m.handleProvisionRequest)
 	handle(m, wire.TypeProvisionCommit, m.handleProvisionCommit)
 	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
 	handle(m, wire.TypeLeaseTransfer, m.handleLeaseTransfer)
+	// Operations only peer managers send (wire/replicate.go).
+	handle(m, wire.TypeReplicateJob, m.handleReplicateJob)
+	handle(m, wire.TypeReplicateJobStatus, m.handleReplicateJobStatus)
+	handle(m, wire.TypeRelayWorkerRegistration, m.handleRelayedRegistration)
 	m.registerBlobHandlers()
 	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
 	m.registerRainstorm()

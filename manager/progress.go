@@ -68,7 +68,7 @@ func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) err
 	acks := make(chan error, len(m.peerIDs))
 	for _, id := range m.peerIDs {
 		if !m.spawn(func(context.Context) {
-			_, err := m.tr.Call(ctx, m.peers[id], &jp)
+			_, err := m.tr.Call(ctx, m.peers[id], &wire.ReplicateJobStatus{Status: jp})
 			acks <- err
 		}) {
 			acks <- errors.New("shutting down")
@@ -107,7 +107,7 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		// running. After, a majority of managers has been read, and every
 		// acknowledged job is on a majority: this one never was, or was
 		// withdrawn or pruned. It is fenced, never left to run unseen.
-		if lt := m.leading(); lt != nil && lt.isSynced() && !(p.Final || p.Status.Terminal()) {
+		if lt := m.leading(); lt != nil && lt.Synced() && !(p.Final || p.Status.Terminal()) {
 			m.log.Warn("progress for a job no majority of managers holds; stopping it", "job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
 			return true
 		}

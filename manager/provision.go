@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -34,7 +35,7 @@ type placeResult struct {
 // is tried; a dispatch that fails with the outcome unknown counts as a
 // failed attempt on that worker (it is excluded from now on, and any copy it
 // did start is fenced out by the newer token).
-func (m *Manager) place(ctx context.Context, lt *leaderTerm, w *workflowState) placeResult {
+func (m *Manager) place(ctx context.Context, lt *leadership.Term, w *workflowState) placeResult {
 	var claimed bool
 	var cores int
 	var excluded []string
@@ -95,13 +96,13 @@ func (m *Manager) pickFor(w *workflowState, cores int, skip map[string]bool) (wo
 
 // placeOn tries one worker whose cores pick has reserved. another reports
 // that the caller should try a different worker.
-func (m *Manager) placeOn(ctx context.Context, lt *leaderTerm, w *workflowState, wv workerView, cores int) (res placeResult, another bool) {
+func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowState, wv workerView, cores int) (res placeResult, another bool) {
 	m.mu.Lock()
 	rec := w.rec
 	m.mu.Unlock()
 	log := m.log.With("job_id", rec.JobID, "workflow_id", rec.WorkflowID, "worker", wv.ID)
 
-	token, err := lt.nextFence()
+	token, err := lt.NextToken()
 	if err != nil {
 		m.workers.unreserve(wv.ID, cores)
 		return placeResult{outcome: outcomeFailed, err: err}, false
@@ -356,7 +357,7 @@ func (m *Manager) handleProvisionRequest(_ context.Context, from transport.Peer,
 // a deposed leader, and in our own term only the leader we follow commands.
 func (m *Manager) staleLeaderReason(sender string, token uint64) string {
 	st := m.elector.Status()
-	term := fenceTerm(token)
+	term := leadership.TokenTerm(token)
 	switch {
 	case term < st.Term:
 		return fmt.Sprintf("stale term %d: this manager is in term %d", term, st.Term)

@@ -13,6 +13,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"tempest/leadership"
 	"tempest/rainstorm"
 	"tempest/transport"
 	"tempest/wire"
@@ -599,12 +600,12 @@ func rsSize(c *wire.RainstormCheckpoint) int {
 
 // rsReady reports whether this manager may answer tasks: it leads, and in
 // this term it has read the checkpoints of a majority and synced state.
-func (m *Manager) rsReady() (*leaderTerm, error) {
+func (m *Manager) rsReady() (*leadership.Term, error) {
 	lt := m.leading()
 	if lt == nil {
 		return nil, m.elector.NotLeaderError()
 	}
-	if m.rs.syncedTerm.Load() != lt.term || !lt.isSynced() {
+	if m.rs.syncedTerm.Load() != lt.Number() || !lt.Synced() {
 		return nil, wire.Errorf(wire.CodeUnavailable, "leader is still reading the pipelines' state")
 	}
 	return lt, nil
@@ -634,7 +635,7 @@ func (m *Manager) rsSubmit(ctx context.Context, r *rsReq) (wire.Message, error) 
 
 // rsLead is the leader's part for one term: read a majority's checkpoints,
 // then commit requests until the term ends.
-func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
+func (m *Manager) rsLead(ctx context.Context, lt *leadership.Term) {
 	for attempt := 0; ; attempt++ {
 		err := m.rsSync(ctx, lt)
 		if err == nil {
@@ -650,7 +651,7 @@ func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
 		}
 	}
 	m.rs.peerHave = nil // this term knows nothing of the peers' stores yet
-	m.rs.syncedTerm.Store(lt.term)
+	m.rs.syncedTerm.Store(lt.Number())
 	for {
 		var group []*rsReq
 		select {
@@ -673,7 +674,7 @@ func (m *Manager) rsLead(ctx context.Context, lt *leaderTerm) {
 }
 
 // rsSync merges a majority's records into this manager's.
-func (m *Manager) rsSync(ctx context.Context, lt *leaderTerm) error {
+func (m *Manager) rsSync(ctx context.Context, lt *leadership.Term) error {
 	if len(m.peerIDs) == 0 {
 		return nil
 	}
@@ -688,7 +689,7 @@ func (m *Manager) rsSync(ctx context.Context, lt *leaderTerm) error {
 			var after []byte
 			for {
 				cctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout) // per page
-				resp, err := m.tr.Call(cctx, m.peers[id], &wire.RainstormSyncRequest{Term: lt.term, After: after})
+				resp, err := m.tr.Call(cctx, m.peers[id], &wire.RainstormSyncRequest{Term: lt.Number(), After: after})
 				cancel()
 				r, ok := resp.(*wire.RainstormSyncResponse)
 				if err != nil || !ok {
@@ -810,7 +811,7 @@ func (in rsTaskInfo) current(inc uint64) bool {
 }
 
 // rsCommit checks, stores, replicates and answers one group of requests.
-func (m *Manager) rsCommit(ctx context.Context, lt *leaderTerm, group []*rsReq) {
+func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rsReq) {
 	type accepted struct {
 		r   *rsReq
 		ack *wire.RainstormCheckpointAck
@@ -925,7 +926,7 @@ func (r *rsReq) task() wire.RainstormTask {
 // cs[i].prev): a peer known to hold cs[i].prev gets the delta, another the
 // whole state, and a peer that answers that it lacks a delta's base gets
 // the whole state at once.
-func (m *Manager) rsReplicate(ctx context.Context, lt *leaderTerm, cs []rsChange, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+func (m *Manager) rsReplicate(ctx context.Context, lt *leadership.Term, cs []rsChange, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
 	m.rs.wmu.Lock()
 	defer m.rs.wmu.Unlock()
 	seen := map[wire.RainstormTask]bool{}
@@ -992,9 +993,9 @@ func (m *Manager) rsReplicate(ctx context.Context, lt *leaderTerm, cs []rsChange
 // rsReplicateTo sends one group to peer id, whose stored versions are have
 // (as far as this leader knows), and reports whether the peer stored it
 // all.
-func (m *Manager) rsReplicateTo(ctx context.Context, lt *leaderTerm, id string, have map[wire.RainstormTask]rsVer,
+func (m *Manager) rsReplicateTo(ctx context.Context, lt *leadership.Term, id string, have map[wire.RainstormTask]rsVer,
 	cs []rsChange, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) bool {
-	msg := &wire.RainstormReplicate{Term: lt.term, Headers: hs}
+	msg := &wire.RainstormReplicate{Term: lt.Number(), Headers: hs}
 	for i, c := range cs {
 		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) {
 			base := verOf(c.prev)
@@ -1015,7 +1016,7 @@ func (m *Manager) rsReplicateTo(ctx context.Context, lt *leaderTerm, id string, 
 	}
 	// The peer missed a group: send those tasks' whole states, every
 	// change of the group in order (each carries its own rows).
-	whole := &wire.RainstormReplicate{Term: lt.term}
+	whole := &wire.RainstormReplicate{Term: lt.Number()}
 	for _, c := range cs {
 		if slices.Contains(ack.Missing, c.next.Task) {
 			whole.Checkpoints = append(whole.Checkpoints, *c.next)
@@ -1085,7 +1086,7 @@ func (m *Manager) rsTaskFailedLocked(tx *txn, w *workflowState, status wire.Work
 	why := fmt.Sprintf("pipeline %s: task %d of %d failed: %s", w.rec.Spec.Name, w.rec.Spec.Shard, w.rec.Spec.Shards, reason)
 	m.log.Warn("rainstorm task failed; ending the job", "job_id", jobID, "workflow_id", w.rec.WorkflowID, "reason", reason)
 	tx.afterCommit(func() {
-		m.spawnLeader(lt, func(ctx context.Context) {
+		lt.Go(func(ctx context.Context) {
 			if _, err := m.cancelJob(ctx, jobID, wire.JobFailed, why); err != nil {
 				m.log.Warn("end job after a task failure", "job_id", jobID, "err", err)
 			}

@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"tempest/leadership"
 	"tempest/rainstorm"
 	"tempest/testutil"
 	"tempest/wire"
@@ -324,7 +325,7 @@ func TestRainstormResendInFailedGroup(t *testing.T) {
 	}
 	task := wire.RainstormTask{Job: ack.JobID, Workflow: "pipe", Stage: 1}
 	inc := taskToken(t, lead, ack.JobID, 1, 0)
-	var lt *leaderTerm
+	var lt *leadership.Term
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
 		var err error
 		lt, err = lead.rsReady()

@@ -7,24 +7,38 @@ import (
 	"tempest/wire"
 )
 
-// handleRegistration serves WorkerRegistration. Every manager accepts one
-// and records the worker; the answer names the leader so the worker reports
-// there. A manager that heard the registration from the worker itself
-// relays it to its peers, so that every manager can reach every worker
-// (state sync after a leader change) without waiting for SWIM gossip; a
-// relayed copy is recorded and not relayed again. The leader adopts the
-// workflows the worker reports running: that is how running work survives a
-// worker re-homing after its manager died (docs/datacenter.md).
+// handleRegistration serves WorkerRegistration, which a worker sends
+// itself. Every manager accepts one and records the worker; the answer
+// names the leader so the worker reports there. The manager relays it to
+// its peers (RelayWorkerRegistration), so that every manager can reach
+// every worker (state sync after a leader change) without waiting for SWIM
+// gossip. The leader adopts the workflows the worker reports running: that
+// is how running work survives a worker re-homing after its manager died
+// (docs/datacenter.md).
 func (m *Manager) handleRegistration(_ context.Context, from transport.Peer, reg *wire.WorkerRegistration) (wire.Message, error) {
-	relayed := m.isPeer(from.NodeID)
-	if !relayed && reg.NodeID != from.NodeID {
+	if reg.NodeID != from.NodeID {
 		return &wire.RegistrationAck{Error: "registration must come from the worker itself"}, nil
 	}
+	return m.register(from, reg, false), nil
+}
+
+// handleRelayedRegistration records a registration a peer manager heard
+// from the worker; it is not relayed again.
+func (m *Manager) handleRelayedRegistration(_ context.Context, from transport.Peer, op *wire.RelayWorkerRegistration) (wire.Message, error) {
+	if !m.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "relayed registrations are only accepted from peer managers")
+	}
+	return m.register(from, &op.Registration, true), nil
+}
+
+// register records a worker's registration, heard from the worker itself
+// or relayed by a peer.
+func (m *Manager) register(from transport.Peer, reg *wire.WorkerRegistration, relayed bool) *wire.RegistrationAck {
 	if reg.Datacenter != "" && reg.Datacenter != m.cfg.Datacenter {
-		return &wire.RegistrationAck{Error: "worker of datacenter " + reg.Datacenter + " registered with a manager of " + m.cfg.Datacenter}, nil
+		return &wire.RegistrationAck{Error: "worker of datacenter " + reg.Datacenter + " registered with a manager of " + m.cfg.Datacenter}
 	}
 	if reg.Addr == "" || reg.TotalCores < 1 {
-		return &wire.RegistrationAck{Error: "registration needs an address and at least one core"}, nil
+		return &wire.RegistrationAck{Error: "registration needs an address and at least one core"}
 	}
 	m.workers.register(reg)
 	via := "worker"
@@ -35,8 +49,8 @@ func (m *Manager) handleRegistration(_ context.Context, from transport.Peer, reg
 		"active_workflows", len(reg.ActiveWorkflows), "via", via)
 
 	if !relayed {
-		relay := *reg
-		m.spawn(func(ctx context.Context) { m.sendToPeers(ctx, &relay) })
+		relay := &wire.RelayWorkerRegistration{Registration: *reg}
+		m.spawn(func(ctx context.Context) { m.sendToPeers(ctx, relay) })
 	}
 	if m.leading() != nil {
 		var stop []cancelTarget
@@ -59,5 +73,5 @@ func (m *Manager) handleRegistration(_ context.Context, from transport.Peer, reg
 	for _, p := range m.cfg.Peers {
 		ack.Managers = append(ack.Managers, p.QUIC)
 	}
-	return ack, nil
+	return ack
 }

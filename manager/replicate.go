@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tempest/blobstore"
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -14,17 +15,15 @@ import (
 // The contract (docs/datacenter.md) has peers persist every ProvisionCommit
 // and answer a new leader's state sync with submissions, retry counts and
 // commits. A commit alone cannot rebuild a job, so the leader also hands its
-// peers the two other things a successor needs, reusing catalogue messages
-// rather than inventing new ones (the wire package is shared and frozen for
-// this work):
+// peers the two other things a successor needs, each as an operation of its
+// own (wire/replicate.go), accepted only from a configured peer manager:
 //
-//   - the JobSubmission itself, once the job id is assigned, before any
-//     workflow is provisioned (a JobSubmission from a configured peer
-//     manager is replication; from anyone else it is a submission);
-//   - a JobProgress whenever a job's or a workflow's status changes, with
-//     each workflow's status, worker and fence token, and the final step
-//     statistics of ended workflows (so a successor neither re-runs finished
-//     work nor loses its results).
+//   - ReplicateJob: the submission itself, once the job id is assigned,
+//     before any workflow is provisioned;
+//   - ReplicateJobStatus: a job's status whenever a job's or a workflow's
+//     status changes, with each workflow's status, worker and fence token,
+//     and the final step statistics of ended workflows (so a successor
+//     neither re-runs finished work nor loses its results).
 //
 // The submission must reach a majority before the client hears the job is
 // accepted (intake.go); status updates are best effort: the workers remain
@@ -32,13 +31,13 @@ import (
 // reconciles whatever a peer missed.
 
 // replicateStatus sends a job's status to every peer, one way.
-func (m *Manager) replicateStatus(lt *leaderTerm, jp wire.JobProgress) {
+func (m *Manager) replicateStatus(lt *leadership.Term, jp wire.JobProgress) {
 	if len(m.peerIDs) == 0 {
 		return
 	}
 	// Not tied to the term's WaitGroup: this may run on a handler goroutine
 	// while the term is being torn down, and the send is short anyway.
-	m.spawn(func(ctx context.Context) { m.sendToPeers(ctx, &jp) })
+	m.spawn(func(ctx context.Context) { m.sendToPeers(ctx, &wire.ReplicateJobStatus{Status: jp}) })
 }
 
 // sendToPeers sends msg one way to every peer.
@@ -52,19 +51,26 @@ func (m *Manager) sendToPeers(ctx context.Context, msg wire.Message) {
 	}
 }
 
-// handleJobSubmission serves JobSubmission: replication from a peer manager,
-// or a submission from a gate or client (leader only).
+// handleJobSubmission serves JobSubmission: a new job from a gate or a
+// client (leader only). The gate holding the lease is the submission's
+// authenticated sender, whatever the body names; a submission without a
+// fence token is a client's and has no lease holder.
 func (m *Manager) handleJobSubmission(ctx context.Context, from transport.Peer, sub *wire.JobSubmission) (wire.Message, error) {
-	if !m.isPeer(from.NodeID) {
-		if sub.FenceToken != 0 {
-			// A gate's submission: the lease holder is whoever sealed it.
-			s := *sub
-			s.Origin = from.NodeID
-			sub = &s
-		}
-		// Blobs it names that no manager holds yet come from the gate.
-		return m.submit(blobstore.WithSources(ctx, from.Addr), sub, m.elector.NotLeaderError)
+	s := *sub
+	s.Origin = ""
+	if s.FenceToken != 0 {
+		s.Origin = from.NodeID
 	}
+	// Blobs it names that no manager holds yet come from the gate.
+	return m.submit(blobstore.WithSources(ctx, from.Addr), &s, m.elector.NotLeaderError)
+}
+
+// handleReplicateJob stores a job a peer manager's leader accepted.
+func (m *Manager) handleReplicateJob(_ context.Context, from transport.Peer, op *wire.ReplicateJob) (wire.Message, error) {
+	if !m.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "replicated jobs are only accepted from peer managers")
+	}
+	sub := &op.Job
 	if sub.JobID == "" {
 		return nil, wire.Errorf(wire.CodeRejected, "replicated submission without a job id")
 	}
@@ -101,11 +107,13 @@ func (m *Manager) adoptSubmissionLocked(tx *txn, sub *wire.JobSubmission) *jobSt
 	return j
 }
 
-// handleJobProgress applies a status update replicated by the leader.
-func (m *Manager) handleJobProgress(_ context.Context, from transport.Peer, jp *wire.JobProgress) (wire.Message, error) {
+// handleReplicateJobStatus applies a status update replicated by the
+// leader.
+func (m *Manager) handleReplicateJobStatus(_ context.Context, from transport.Peer, op *wire.ReplicateJobStatus) (wire.Message, error) {
 	if !m.isPeer(from.NodeID) {
-		return nil, wire.Errorf(wire.CodeRejected, "job progress is only accepted from peer managers")
+		return nil, wire.Errorf(wire.CodeRejected, "job status is only accepted from peer managers")
 	}
+	jp := &op.Status
 	if m.leading() != nil {
 		// A deposed leader still replicating: this manager's own view,
 		// built from the workers, is newer. Refused, so that a sender

@@ -89,7 +89,7 @@ func (m *Manager) workerLost(worker, reason string) {
 	// the task meanwhile.
 	m.rsRetryLost(worker, reason)
 	m.log.Info("waiting for the lost worker to fence itself before re-dispatching its workflows", "worker", worker, "wait", wait)
-	m.spawnLeader(lt, func(ctx context.Context) {
+	lt.Go(func(ctx context.Context) {
 		if !lifecycle.Sleep(ctx, wait) {
 			return
 		}

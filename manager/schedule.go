@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/leadership"
 	"tempest/wire"
 )
 
@@ -15,7 +16,7 @@ import (
 // term lt lasts: at once when kicked (a worker registered or joined, a
 // heartbeat showed more free cores, a workflow ended, a retry was queued),
 // and on every heartbeat interval as a safety net for a missed kick.
-func (m *Manager) scheduleLoop(ctx context.Context, lt *leaderTerm) {
+func (m *Manager) scheduleLoop(ctx context.Context, lt *leadership.Term) {
 	t := time.NewTicker(m.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
@@ -33,7 +34,7 @@ func (m *Manager) scheduleLoop(ctx context.Context, lt *leaderTerm) {
 // placePending tries to place every PENDING workflow of every unfinished
 // job, oldest job first, so a queue drains in submission order as cores
 // free up.
-func (m *Manager) placePending(ctx context.Context, lt *leaderTerm) {
+func (m *Manager) placePending(ctx context.Context, lt *leadership.Term) {
 	m.mu.Lock()
 	jobs := make([]*jobState, 0, len(m.jobs))
 	for _, j := range m.jobs {
@@ -66,7 +67,7 @@ func (m *Manager) placePending(ctx context.Context, lt *leaderTerm) {
 
 // placeAll places workflows, at most MaxParallelPlacements at a time, and
 // returns each one's result in order.
-func (m *Manager) placeAll(ctx context.Context, lt *leaderTerm, wfs []*workflowState) []placeResult {
+func (m *Manager) placeAll(ctx context.Context, lt *leadership.Term, wfs []*workflowState) []placeResult {
 	results := make([]placeResult, len(wfs))
 	sem := make(chan struct{}, m.cfg.MaxParallelPlacements)
 	var wg sync.WaitGroup

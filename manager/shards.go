@@ -2,8 +2,9 @@ package manager
 
 import (
 	"fmt"
+	"slices"
 
-	"tempest/api"
+	"tempest/jobs"
 	"tempest/store"
 	"tempest/wire"
 	"tempest/workflow"
@@ -14,27 +15,47 @@ import (
 // load. Each shard is placed, retried and fenced on its own; statuses and
 // results merge them back into one workflow.
 
-// shardGroups cuts a job's workflows (in submission order) into runs: one
-// workflow alone, or every shard of a split one.
-func shardGroups(wfs []store.WorkflowRecord) [][]store.WorkflowRecord {
-	var out [][]store.WorkflowRecord
-	for i := 0; i < len(wfs); {
-		j := i + 1
-		if wfs[i].Spec.Shards > 1 {
-			for j < len(wfs) && wfs[j].Spec.Name == wfs[i].Spec.Name && wfs[j].Spec.Shards == wfs[i].Spec.Shards {
-				j++
-			}
+// modelLocked is j's job model (jobs.Model), worked out on first use: its
+// workflows never change once the job is in memory.
+func modelLocked(j *jobState) *jobs.Model {
+	if j.model == nil {
+		specs := make([]wire.WorkflowSpec, len(j.wfs))
+		for i, w := range j.wfs {
+			specs[i] = w.rec.Spec
 		}
-		out = append(out, wfs[i:j])
-		i = j
+		j.model = jobs.NewModel(specs)
 	}
-	return out
+	return j.model
+}
+
+// groupLocked is the index in w's job model of w's group (jobs.Groups):
+// every shard of a split workflow, or w alone.
+func groupLocked(w *workflowState) int {
+	return modelLocked(w.job).GroupOf(slices.Index(w.job.wfs, w))
+}
+
+// thresholdsLocked is w's thresholds, parsed once with its job's model.
+func thresholdsLocked(w *workflowState) *workflow.CompiledThresholds {
+	if g := groupLocked(w); g >= 0 {
+		return modelLocked(w.job).Thresholds(g)
+	}
+	return workflow.CompileThresholds(w.rec.Spec.Thresholds)
+}
+
+// groupMembersLocked is the workflows of w's group.
+func groupMembersLocked(w *workflowState) []*workflowState {
+	g := groupLocked(w)
+	if g < 0 {
+		return []*workflowState{w}
+	}
+	grp := modelLocked(w.job).Groups()[g]
+	return w.job.wfs[grp.Start:grp.End]
 }
 
 // shardsStatus merges a split workflow's shards: counts summed, histograms
 // merged, thresholds judged on the merged results once every shard ended.
-func (m *Manager) shardsStatus(shards []store.WorkflowRecord, detail bool) api.WorkflowStatus {
-	parts := make([]api.WorkflowPart, len(shards))
+func (m *Manager) shardsStatus(shards []store.WorkflowRecord, th *workflow.CompiledThresholds, detail bool) jobs.WorkflowStatus {
+	parts := make([]jobs.WorkflowPart, len(shards))
 	for i := range shards {
 		rec := &shards[i]
 		// The last progress carries the newest second (for a running
@@ -44,9 +65,9 @@ func (m *Manager) shardsStatus(shards []store.WorkflowRecord, detail bool) api.W
 		if detail && len(rec.Series) > 0 {
 			p.Series = rec.Series
 		}
-		parts[i] = api.WorkflowPart{Progress: p, Attempts: rec.Attempts, Cores: rec.Cores}
+		parts[i] = jobs.WorkflowPart{Progress: p, Attempts: rec.Attempts, Cores: rec.Cores}
 	}
-	ws, err := api.MergeWorkflow(shards[0].Spec, parts, shards[0].Spec.Shards, detail)
+	ws, err := jobs.MergeWorkflow(shards[0].Spec, th, parts, shards[0].Spec.Shards, detail)
 	if err != nil {
 		m.log.Warn("undecodable step statistics", "job_id", shards[0].JobID, "workflow", shards[0].Spec.Name, "err", err)
 	}
@@ -60,8 +81,8 @@ func siblingWorkersLocked(w *workflowState) map[string]bool {
 		return nil
 	}
 	out := map[string]bool{}
-	for _, s := range w.job.wfs {
-		if s == w || s.rec.Spec.Name != w.rec.Spec.Name || s.rec.Status.Terminal() {
+	for _, s := range groupMembersLocked(w) {
+		if s == w || s.rec.Status.Terminal() {
 			continue
 		}
 		if s.rec.Worker != "" {
@@ -77,7 +98,7 @@ func siblingWorkersLocked(w *workflowState) map[string]bool {
 // splitOversized splits each workflow that asks for more cores than the
 // largest live worker of this datacenter has, and whose type can split its
 // load, into shards of at most that many cores, placed on different
-// workers (SPEC: a workflow needing more cores than one worker has is split
+// workers (by design: a workflow needing more cores than one worker has is split
 // across workers). A workflow the job file already split, one whose type
 // cannot split, or one whose load is too small to split that many ways
 // keeps its shape and waits for a worker big enough. With no worker known

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/leadership"
 	"tempest/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
@@ -41,13 +42,13 @@ type syncOutcome struct {
 // runs), each with retries and exponential backoff. Workers learnt from peers
 // are asked in a second round. Snapshots are merged as they arrive; resume
 // then acts on the result. The whole sync is bounded by StateSyncTimeout.
-func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
+func (m *Manager) syncState(ctx context.Context, lt *leadership.Term) *syncOutcome {
 	start := m.clock.Now()
 	termCtx := ctx
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StateSyncTimeout)
 	defer cancel()
 	out := &syncOutcome{answered: make(map[string]bool), running: make(map[string]string)}
-	req := &wire.StateSyncRequest{RequesterID: m.cfg.ID, RequesterRole: wire.RoleManager, Term: lt.term}
+	req := &wire.StateSyncRequest{RequesterID: m.cfg.ID, RequesterRole: wire.RoleManager, Term: lt.Number()}
 
 	asked := make(map[string]bool)
 	askWorkers := func(wg *sync.WaitGroup) {
@@ -75,7 +76,7 @@ func (m *Manager) syncState(ctx context.Context, lt *leaderTerm) *syncOutcome {
 		m.cancelOnWorkers(ctx, m.adoptRunning(ws, out, true), "superseded after a leader change")
 	}
 
-	m.log.Info("state sync done", "term", lt.term, "workers_answered", len(out.answered),
+	m.log.Info("state sync done", "term", lt.Number(), "workers_answered", len(out.answered),
 		"workers_asked", len(asked), "workflows_running", len(out.running), "took", m.clock.Now().Sub(start))
 	return out
 }
@@ -186,7 +187,7 @@ func mergeSnapshotPage(ms, p *wire.ManagerStateSnapshot) {
 // applyPeerSnapshots folds the peers' snapshots into the job table, once
 // they are all in, since whether an unconfirmed job is adopted depends on
 // who holds it (resolveIntake).
-func (m *Manager) applyPeerSnapshots(lt *leaderTerm, snaps []*wire.ManagerStateSnapshot) {
+func (m *Manager) applyPeerSnapshots(lt *leadership.Term, snaps []*wire.ManagerStateSnapshot) {
 	var targets []cancelTarget
 	m.update(func(tx *txn) {
 		targets = m.resolveIntakeLocked(tx, lt, snaps)
@@ -209,7 +210,7 @@ func (m *Manager) applyPeerSnapshots(lt *leaderTerm, snaps []*wire.ManagerStateS
 			}
 		}
 	})
-	m.cancelOnWorkers(lt.ctx, targets, "withdrawn: never stored on a majority of managers")
+	m.cancelOnWorkers(lt.Context(), targets, "withdrawn: never stored on a majority of managers")
 }
 
 // adoptEndedLocked records the ended jobs of a peer's snapshot that this
@@ -241,7 +242,7 @@ func (m *Manager) adoptEndedLocked(tx *txn, ms *wire.ManagerStateSnapshot) {
 // never on one (held, unconfirmed, by the leader that accepted it in an
 // older term and nobody else: withdrawn, never run), or may be (adopted,
 // and stored on a majority before it is placed). See intake.go.
-func (m *Manager) resolveIntakeLocked(tx *txn, lt *leaderTerm, snaps []*wire.ManagerStateSnapshot) []cancelTarget {
+func (m *Manager) resolveIntakeLocked(tx *txn, lt *leadership.Term, snaps []*wire.ManagerStateSnapshot) []cancelTarget {
 	holders := make(map[string]map[string]bool)
 	confirmed := make(map[string]bool)
 	subs := make(map[string]*wire.JobSubmission)
@@ -282,7 +283,7 @@ func (m *Manager) resolveIntakeLocked(tx *txn, lt *leaderTerm, snaps []*wire.Man
 			continue
 		}
 		h := holders[id]
-		if !confirmed[id] && sub.IntakeLeader != "" && sub.IntakeTerm < lt.term && len(h) == 1 && h[sub.IntakeLeader] {
+		if !confirmed[id] && sub.IntakeLeader != "" && sub.IntakeTerm < lt.Number() && len(h) == 1 && h[sub.IntakeLeader] {
 			m.log.Info("withdrawing a job its leader never stored on a majority", "job_id", id,
 				"intake_leader", sub.IntakeLeader, "intake_term", sub.IntakeTerm)
 			if known {
@@ -301,7 +302,7 @@ func (m *Manager) resolveIntakeLocked(tx *txn, lt *leaderTerm, snaps []*wire.Man
 			tx.touchJob(j, true)
 		}
 		if !j.rec.Confirmed {
-			j.abandoned, j.adoptedTerm = false, lt.term
+			j.abandoned, j.adoptedTerm = false, lt.Number()
 		}
 	}
 	return targets
@@ -424,7 +425,7 @@ func (m *Manager) fetchState(ctx context.Context, addr string, req *wire.StateSy
 // StateSyncGrace to show up. Deadlines that passed while nobody led are
 // enforced, and the scheduler is woken for pending work. Running workflows
 // are not touched.
-func (m *Manager) resume(ctx context.Context, lt *leaderTerm, out *syncOutcome) {
+func (m *Manager) resume(ctx context.Context, lt *leadership.Term, out *syncOutcome) {
 	start := m.clock.Now()
 	var expired, waiting []string
 	m.update(func(tx *txn) {
@@ -467,7 +468,7 @@ func (m *Manager) resume(ctx context.Context, lt *leaderTerm, out *syncOutcome) 
 		// running its workflows until its fence_after runs out.
 		grace := max(m.cfg.StateSyncGrace, m.cfg.WorkerFenceAfter)
 		m.log.Info("waiting for unreachable workers before retrying their workflows", "workflows", len(waiting), "grace", grace)
-		m.spawnLeader(lt, func(ctx context.Context) {
+		lt.Go(func(ctx context.Context) {
 			if lifecycle.Sleep(ctx, grace) {
 				m.retryStranded(waiting, start)
 			}

@@ -2,10 +2,10 @@ package manager
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
+	"tempest/jobs"
 	"tempest/store"
 	"tempest/wire"
 	"tempest/workflow"
@@ -71,7 +71,7 @@ func (m *Manager) evaluateThresholdsLocked(w *workflowState) {
 		return
 	}
 	p := &rec.LastProgress
-	rec.Thresholds = workflow.Evaluate(rec.Spec.Thresholds, p.StepStats, p.CompletedCount, p.FailedCount, p.Elapsed)
+	rec.Thresholds = thresholdsLocked(w).Evaluate(p.StepStats, p.CompletedCount, p.FailedCount, p.Elapsed)
 	w.thresholds.evaluated, w.thresholds.of = true, key
 	if failed := workflow.Failed(rec.Thresholds); len(failed) > 0 {
 		m.log.Info("thresholds failed", "job_id", rec.JobID, "workflow_id", rec.WorkflowID,
@@ -96,8 +96,8 @@ func (m *Manager) checkAbortLocked(tx *txn, w *workflowState) {
 		// of the load: only the gate sees the whole, and judges it.
 		return
 	}
-	abort := abortThresholds(w.rec.Spec.Thresholds)
-	if len(abort) == 0 {
+	abort := thresholdsLocked(w).AbortOnFail()
+	if abort.Len() == 0 {
 		return
 	}
 	now := m.clock.Now()
@@ -111,28 +111,19 @@ func (m *Manager) checkAbortLocked(tx *txn, w *workflowState) {
 		// A shard carries 1/N of the load: judge the shards together, or
 		// "rps > 1000" would fail on every one of them.
 		steps, completed, failed = nil, 0, 0
-		for _, s := range w.job.wfs {
-			if s.rec.Spec.Name == w.rec.Spec.Name {
-				sp := &s.rec.LastProgress
-				steps = append(steps, sp.StepStats...)
-				completed, failed, elapsed = completed+sp.CompletedCount, failed+sp.FailedCount, max(elapsed, sp.Elapsed)
-			}
+		for _, s := range groupMembersLocked(w) {
+			sp := &s.rec.LastProgress
+			steps = append(steps, sp.StepStats...)
+			completed, failed, elapsed = completed+sp.CompletedCount, failed+sp.FailedCount, max(elapsed, sp.Elapsed)
 		}
 	}
-	for _, r := range workflow.Evaluate(abort, steps, completed, failed, elapsed) {
-		if r.Passed || r.Actual == workflow.NoData {
-			continue
-		}
+	if reason, r, hit := jobs.AbortReason(w.rec.Spec.Name, abort.Evaluate(steps, completed, failed, elapsed)); hit {
 		w.thresholds.aborting = true
 		jobID := w.rec.JobID
-		reason := fmt.Sprintf("%s%s (actual %s) in workflow %s", ThresholdAbortPrefix, r.Expr, r.Actual, w.rec.Spec.Name)
-		if r.Step != "" {
-			reason += ", step " + r.Step
-		}
 		m.log.Warn("abort_on_fail threshold failed; ending the job", "job_id", jobID,
 			"workflow_id", w.rec.WorkflowID, "threshold", r.Expr, "step", r.Step, "actual", r.Actual)
 		tx.afterCommit(func() {
-			m.spawnLeader(lt, func(ctx context.Context) {
+			lt.Go(func(ctx context.Context) {
 				if _, err := m.cancelJob(ctx, jobID, wire.JobFailed, reason); err != nil {
 					m.log.Warn("end job after threshold failure", "job_id", jobID, "err", err)
 				}
@@ -140,16 +131,6 @@ func (m *Manager) checkAbortLocked(tx *txn, w *workflowState) {
 		})
 		return
 	}
-}
-
-func abortThresholds(th []wire.Threshold) []wire.Threshold {
-	var out []wire.Threshold
-	for _, t := range th {
-		if t.AbortOnFail {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // thresholdAbort reports whether a job ended because an abort_on_fail

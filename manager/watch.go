@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/jobs"
 	"tempest/lifecycle"
 	"tempest/wire"
 )
@@ -71,9 +72,10 @@ func (m *Manager) Watch(ctx context.Context, id string) (<-chan api.JobStatus, e
 				if st.Status.Terminal() {
 					return
 				}
-				// Building a status decodes every step's histogram; with
-				// many workflows reporting ten times a second, pace each
-				// stream so changes coalesce instead of piling up.
+				// Building a status decodes every step's histogram (once
+				// per change, shared by the job's watchers); with many
+				// workflows reporting ten times a second, pace each stream
+				// so changes coalesce instead of piling up.
 				if !lifecycle.Sleep(ctx, watchInterval) || mctx.Err() != nil {
 					return
 				}
@@ -100,5 +102,10 @@ func (m *Manager) watchStatus(id string) (api.JobStatus, uint64, bool) {
 	if !ok {
 		return api.JobStatus{}, 0, false
 	}
-	return m.jobStatus(v, false), v.seq, true
+	// Every watcher of a job reads the same change: the first to read it
+	// merges the workflows (decoding their histograms), the rest share
+	// that. seq moves on every change a watcher sends for, so a shared
+	// build is never older than what a watcher would have built itself.
+	wss := v.statuses.Get(v.seq, func() []jobs.WorkflowStatus { return m.workflowStatuses(v, false) })
+	return m.jobStatusOf(v, wss), v.seq, true
 }

@@ -65,21 +65,49 @@ func (s *StreamSealer) rekey(ks *keySet) error {
 // Seal is Keyring.Seal with the stream's key. The returned Salt is shared by
 // every message of the key and must not be modified.
 func (s *StreamSealer) Seal(dst, aad, plaintext []byte) (Sealed, error) {
+	nonce := make([]byte, NonceSize)
+	k, err := s.Next(nonce)
+	if err != nil {
+		return Sealed{}, err
+	}
+	return Sealed{KeyID: k.KeyID, Salt: k.Salt, Nonce: nonce, Ciphertext: k.Seal(dst, nonce, aad, plaintext)}, nil
+}
+
+// SealKey is the stream key one message is sealed with, handed out by Next
+// together with that message's nonce.
+type SealKey struct {
+	KeyID uint32
+	// Salt is shared by every message of the key; do not modify it.
+	Salt []byte
+	aead cipher.AEAD
+}
+
+// Seal appends the sealed plaintext (ciphertext and tag) to dst. nonce must
+// be the one Next wrote for this key, used for this one message only.
+func (k SealKey) Seal(dst, nonce, aad, plaintext []byte) []byte {
+	return k.aead.Seal(dst, nonce, plaintext, aad)
+}
+
+// Next writes a fresh nonce into nonce (NonceSize bytes) and returns the key
+// to seal one message with. Splitting Seal this way lets the transport write
+// the envelope header, which carries the key id, salt and nonce, before the
+// ciphertext into one buffer: no copy of the sealed body.
+func (s *StreamSealer) Next(nonce []byte) (SealKey, error) {
+	if len(nonce) != NonceSize {
+		return SealKey{}, fmt.Errorf("stream seal: nonce buffer of %d bytes, want %d: %w", len(nonce), NonceSize, ErrBadSealedFields)
+	}
 	ks := s.k.keys.Load()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.set != ks || s.counter >= nonceCounterLimit {
 		if err := s.rekey(ks); err != nil {
-			s.mu.Unlock()
-			return Sealed{}, err
+			return SealKey{}, err
 		}
 	}
-	nonce := make([]byte, NonceSize)
 	copy(nonce, s.prefix[:])
 	binary.BigEndian.PutUint64(nonce[4:], s.counter)
 	s.counter++
-	sk, salt, aead := s.sk, s.salt, s.aead
-	s.mu.Unlock()
-	return Sealed{KeyID: sk.id, Salt: salt, Nonce: nonce, Ciphertext: aead.Seal(dst, nonce, plaintext, aad)}, nil
+	return SealKey{KeyID: s.sk.id, Salt: s.salt, aead: s.aead}, nil
 }
 
 // StreamOpener opens the envelopes of one stream, remembering the key it

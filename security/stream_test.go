@@ -135,3 +135,39 @@ func BenchmarkStreamOpen1KiB(b *testing.B) {
 		}
 	}
 }
+
+// The transport seals with Next into the frame that carries the header, and
+// opens in place over the ciphertext: both must give the plaintext back.
+func TestStreamSealerNextAndOpenInPlace(t *testing.T) {
+	k := mustKeyring(t, secretOld, "")
+	s := k.NewStreamSealer(TierCluster)
+	o := k.NewStreamOpener(TierCluster)
+	if _, err := s.Next(make([]byte, NonceSize-1)); !errors.Is(err, ErrBadSealedFields) {
+		t.Fatalf("short nonce buffer: %v", err)
+	}
+	var n1, n2 [NonceSize]byte
+	if _, err := s.Next(n1[:]); err != nil {
+		t.Fatal(err)
+	}
+	k2, err := s.Next(n2[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1 == n2 {
+		t.Fatal("two messages got the same nonce")
+	}
+	msg := bytes.Repeat([]byte("plaintext"), 100)
+	header := []byte("header")
+	frame := k2.Seal(bytes.Clone(header), n2[:], []byte("aad"), msg)
+	if !bytes.HasPrefix(frame, header) {
+		t.Fatal("Seal did not append after the header")
+	}
+	ct := frame[len(header):]
+	got, err := o.Open(k2.KeyID, k2.Salt, n2[:], []byte("aad"), ct, ct[:0])
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("open in place: %v", err)
+	}
+	if &got[0] != &ct[0] {
+		t.Error("plaintext was not written over the ciphertext")
+	}
+}

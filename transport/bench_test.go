@@ -90,3 +90,28 @@ func benchmarkCall(b *testing.B, size int) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rt/s")
 }
+
+// BenchmarkCall1KiBSerial is one caller's round trips back to back: the
+// latency-bound end of bench/transport (its 1-caller cell), where every
+// goroutine hand-off and per-call timer shows.
+func BenchmarkCall1KiBSerial(b *testing.B) {
+	srv := benchNode(b, "bench-server")
+	cli := benchNode(b, "bench-client")
+	srv.Handle(wire.TypePing, func(_ context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
+		return msg, nil
+	})
+	req := &wire.Ping{Payload: make([]byte, 1<<10)}
+	ctx := context.Background()
+	if _, err := cli.Call(ctx, srv.Addr(), req); err != nil {
+		b.Fatalf("warm-up call: %v", err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		req.Seq = uint64(i)
+		if _, err := cli.Call(ctx, srv.Addr(), req); err != nil {
+			b.Fatalf("call: %v", err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rt/s")
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,16 +114,17 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 		if err != nil {
 			return nil, err
 		}
-		_, frame, err := t.seal(s.w, msg, 0, wire.FlagOneWay)
+		_, sb, err := t.seal(s.w, msg, 0, wire.FlagOneWay)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.writeBy(ctx, frame); err != nil {
+		defer t.putBuf(sb)
+		if err := s.writeBy(ctx, sb.frame); err != nil {
 			s.fail(err)
 			return nil, fmt.Errorf("send %s to %s: %w: %v", msg.Type(), addr, ErrConnLost, err)
 		}
 		t.stats.messagesOut.Add(1)
-		t.stats.bytesOut.Add(uint64(len(frame)))
+		t.stats.bytesOut.Add(uint64(len(sb.frame)))
 		return nil, nil
 	})
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
@@ -137,24 +139,35 @@ func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wi
 	if err != nil {
 		return nil, err
 	}
-	id, frame, err := t.seal(s.w, req, 0, 0)
+	id, sb, err := t.seal(s.w, req, 0, 0)
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan result, 1)
+	ch, _ := t.replies.Get().(chan result)
+	if ch == nil {
+		ch = make(chan result, 1)
+	}
 	if err := s.register(id, ch); err != nil {
+		t.putBuf(sb)
 		return nil, fmt.Errorf("call %s to %s: %w", req.Type(), addr, err)
 	}
 	defer s.unregister(id)
 	sent := time.Now()
-	if err := s.writeBy(ctx, frame); err != nil {
+	err = s.writeBy(ctx, sb.frame)
+	n := len(sb.frame)
+	t.putBuf(sb)
+	if err != nil {
 		s.fail(err)
 		return nil, fmt.Errorf("call %s to %s: %w: %v", req.Type(), addr, ErrConnLost, err)
 	}
 	t.stats.messagesOut.Add(1)
-	t.stats.bytesOut.Add(uint64(len(frame)))
+	t.stats.bytesOut.Add(uint64(n))
 	select {
 	case r := <-ch:
+		// A registration is answered once (by deliver or fail), and this
+		// was it: ch is empty and nobody holds it. On the other paths a
+		// late answer may still land in ch, so it is left to the collector.
+		t.replies.Put(ch)
 		if r.err != nil {
 			return nil, r.err
 		}
@@ -233,22 +246,24 @@ type peer struct {
 	next     atomic.Uint32
 }
 
-// dropConn closes the connection s belongs to, if it is still current.
 // writeBy writes frame, giving up when ctx ends: a write blocks once the
 // peer's flow-control window is full, and a peer that crashed never opens
-// it again, so without this a send would wait for QUIC's idle timeout
-// whatever its deadline. Ending the wait drops the connection (the only way
-// to unblock a QUIC write), failing what was queued behind it too; the next
-// call redials.
+// it again, so without a deadline a send would wait for QUIC's idle timeout
+// whatever its own. A write that gave up may have left part of a frame on
+// the stream, and a peer that stopped reading is likely gone: the
+// connection is dropped, failing what was queued behind it too, and the
+// next call redials.
 func (s *clientStream) writeBy(ctx context.Context, frame []byte) error {
-	stop := context.AfterFunc(ctx, func() { s.owner.dropConn(s) })
-	err := s.w.write(frame)
-	if !stop() && err != nil {
-		return fmt.Errorf("%w (write gave up: %v)", err, ctx.Err())
+	err := s.w.write(ctx, frame)
+	// The stream's deadline can pass a moment before ctx's own timer fires.
+	if err != nil && (ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)) {
+		s.owner.dropConn(s)
+		return fmt.Errorf("%w (write gave up at its deadline)", err)
 	}
 	return err
 }
 
+// dropConn closes the connection s belongs to, if it is still current.
 func (p *peer) dropConn(s *clientStream) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -461,7 +476,11 @@ func (t *QUIC) dial(ctx context.Context, addr string) (*quic.Conn, string, secur
 
 // readReplies demultiplexes replies on one outbound stream to their callers.
 func (t *QUIC) readReplies(addr string, s *clientStream) {
-	var buf []byte
+	var (
+		buf []byte
+		aad []byte // scratch for each reply's additional data
+		env wire.Envelope
+	)
 	for {
 		frame, nb, err := readFrame(s.w.s, buf, maxFrameLen)
 		buf = nb
@@ -472,8 +491,7 @@ func (t *QUIC) readReplies(addr string, s *clientStream) {
 		s.lastRecv.Store(time.Now().UnixNano())
 		t.stats.messagesIn.Add(1)
 		t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
-		env, err := wire.DecodeEnvelope(frame)
-		if err != nil {
+		if err := wire.DecodeEnvelopeInto(&env, frame); err != nil {
 			t.stats.malformed.Add(1)
 			continue
 		}
@@ -496,7 +514,10 @@ func (t *QUIC) readReplies(addr string, s *clientStream) {
 			s.deliver(env.ReplyTo, result{err: &wire.Error{Code: wire.CodeUnauthenticated, Message: "reply from " + addr + " names another sender than the connection's hello"}})
 			continue
 		}
-		body, err := s.opener.Open(env.KeyID, env.Salt, env.Nonce, env.BoundAAD(nil, t.cfg.NodeID, s.w.channel), env.Body, nil)
+		// Opened in place: the plaintext overwrites the ciphertext in buf,
+		// and Decode copies what it keeps.
+		aad = env.BoundAAD(aad[:0], t.cfg.NodeID, s.w.channel)
+		body, err := s.opener.Open(env.KeyID, env.Salt, env.Nonce, aad, env.Body, env.Body[:0])
 		if err != nil {
 			t.stats.authFailures.Add(1)
 			s.deliver(env.ReplyTo, result{err: &wire.Error{Code: wire.CodeUnauthenticated, Message: "reply from " + addr + " did not open with any accepted key"}})

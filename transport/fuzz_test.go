@@ -18,11 +18,11 @@ func FuzzOpenFrame(f *testing.F) {
 	w := &streamWriter{sealer: sender.keys.NewStreamSealer(security.TierCluster), recipient: "fuzz-recv", channel: channel}
 	for _, typ := range wire.Types() {
 		m, _ := wire.New(typ)
-		_, frame, err := sender.seal(w, m, 0, 0)
+		_, sb, err := sender.seal(w, m, 0, 0)
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(frame)
+		f.Add(bytes.Clone(sb.frame))
 	}
 	f.Add(appendFrame(nil, []byte{0xa0}))
 	f.Add([]byte{0, 0, 0, 1, 0xff})
@@ -34,9 +34,13 @@ func FuzzOpenFrame(f *testing.F) {
 			return
 		}
 		conn := &servedConn{peerID: "fuzz-sender", tier: security.TierCluster, channel: channel, remote: "fuzz"}
-		env, msg, oerr := recv.open(payload, conn, recv.keys.NewStreamOpener(security.TierCluster))
+		var (
+			env wire.Envelope
+			aad []byte
+		)
+		msg, oerr := recv.open(&env, payload, conn, recv.keys.NewStreamOpener(security.TierCluster), &aad)
 		if oerr == nil {
-			if env == nil || msg == nil || msg.Type() != env.Type {
+			if msg == nil || msg.Type() != env.Type {
 				t.Fatalf("opened inconsistently: %v %v", env, msg)
 			}
 			if env.Sender != "fuzz-sender" {

@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +43,10 @@ type QUIC struct {
 	admission *admission
 	ids       *wire.SnowflakeGenerator
 	stats     counters
+	// bufs holds *sealBuf scratch for sealing outbound messages; replies
+	// holds empty chan result for calls waiting on their reply.
+	bufs      sync.Pool
+	replies   sync.Pool
 	tr        *quic.Transport
 	udp       net.PacketConn
 	listener  *quic.Listener
@@ -343,7 +349,11 @@ func (t *QUIC) serveStream(c *servedConn, s *quic.Stream) {
 	w := newStreamWriter(s, t.keys.NewStreamSealer(c.tier), c.peerID, c.channel)
 	opener := t.keys.NewStreamOpener(c.tier)
 	defer s.Close()
-	var buf []byte
+	var (
+		buf []byte
+		aad []byte // scratch for each envelope's additional data
+		env wire.Envelope
+	)
 	for {
 		frame, nb, err := readFrame(s, buf, maxFrameLen)
 		buf = nb
@@ -361,10 +371,13 @@ func (t *QUIC) serveStream(c *servedConn, s *quic.Stream) {
 		}
 		t.stats.messagesIn.Add(1)
 		t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
-		env, msg, perr := t.open(frame, c, opener)
+		msg, perr := t.open(&env, frame, c, opener, &aad)
+		// The salt, nonce and body alias buf, which the next frame reuses;
+		// only the header outlives this iteration.
+		env.Salt, env.Nonce, env.Body = nil, nil, nil
 		if perr != nil {
-			if env != nil && env.Flags&wire.FlagOneWay == 0 && perr.reply != nil {
-				t.replyError(w, env, perr.reply, perr.plain)
+			if perr.decoded && env.Flags&wire.FlagOneWay == 0 && perr.reply != nil {
+				t.replyError(w, &env, perr.reply, perr.plain)
 			}
 			continue
 		}
@@ -381,7 +394,7 @@ func (t *QUIC) serveStream(c *servedConn, s *quic.Stream) {
 		if !t.startHandler() {
 			<-t.sem
 			if env.Flags&wire.FlagOneWay == 0 {
-				t.replyError(w, env, wire.Errorf(wire.CodeUnavailable, "%s is shutting down", t.cfg.NodeID), false)
+				t.replyError(w, &env, wire.Errorf(wire.CodeUnavailable, "%s is shutting down", t.cfg.NodeID), false)
 			}
 			continue
 		}
@@ -404,67 +417,75 @@ func (t *QUIC) startHandler() bool {
 
 // openError says how to answer an envelope that failed to open: reply is
 // the typed error to send back (nil: drop silently), plain says it must go
-// unsealed because the sender could not be authenticated.
+// unsealed because the sender could not be authenticated, decoded that the
+// header was read (so there is an id to answer).
 type openError struct {
-	reply *wire.Error
-	plain bool
+	reply   *wire.Error
+	plain   bool
+	decoded bool
 }
 
 // open runs every check an inbound envelope must pass, cheapest first:
 // header decode, sender, rate limit, authenticate, replay, body decode. It
 // counts each refusal. The connection's hello already proved its peer holds
 // the secret; the envelope must still name that peer as its sender and open
-// under this node's id and the connection's channel binding.
-func (t *QUIC) open(frame []byte, c *servedConn, opener *security.StreamOpener) (*wire.Envelope, wire.Message, *openError) {
+// under this node's id and the connection's channel binding. The header is
+// decoded into env and the body opened in place, in frame; aad is the
+// stream's scratch for the additional data.
+func (t *QUIC) open(env *wire.Envelope, frame []byte, c *servedConn, opener *security.StreamOpener, aad *[]byte) (wire.Message, *openError) {
 	remote := c.remote
-	env, err := wire.DecodeEnvelope(frame)
-	if err != nil {
+	if err := wire.DecodeEnvelopeInto(env, frame); err != nil {
 		t.stats.malformed.Add(1)
 		t.log.Debug("malformed envelope", "remote", remote, "err", err)
-		return nil, nil, &openError{}
+		return nil, &openError{}
 	}
 	if env.Sender != c.peerID {
 		t.stats.authFailures.Add(1)
 		t.log.Debug("envelope names another sender than its connection's hello", "remote", remote, "hello", c.peerID, "claimed_sender", env.Sender)
-		return env, nil, &openError{reply: &wire.Error{Code: wire.CodeUnauthenticated, Message: "sender does not match the connection's hello"}, plain: true}
+		return nil, &openError{reply: &wire.Error{Code: wire.CodeUnauthenticated, Message: "sender does not match the connection's hello"}, plain: true, decoded: true}
 	}
 	// A peer holding only a lower tier's key (a worker's) may send only the
 	// requests that tier sends; a stolen worker key cannot vote or commit.
 	if !wire.MaySend(uint8(c.tier), uint8(t.keys.Tier()), env.Type) {
 		t.stats.roleRefused.Add(1)
 		t.log.Debug("request type refused for the peer's key tier", "remote", remote, "sender", env.Sender, "tier", c.tier.String(), "type", env.Type)
-		return env, nil, &openError{reply: wire.Errorf(wire.CodeRejected, "%s refuses %s from a %s key", t.cfg.NodeID, env.Type, c.tier)}
+		return nil, &openError{reply: wire.Errorf(wire.CodeRejected, "%s refuses %s from a %s key", t.cfg.NodeID, env.Type, c.tier), decoded: true}
 	}
 	// Keyed by the proven node id: a node's budget does not grow with the
 	// number of connections or source ports it uses.
 	if ok, retry := t.limiter.Allow(c.peerID, int(env.Type.Class())); !ok {
 		t.stats.rateLimited.Add(1)
-		return env, nil, &openError{reply: &wire.Error{Code: wire.CodeRateLimited, Message: "rate limit for " + env.Type.Class().String() + " messages", RetryAfter: retry}, plain: true}
+		return nil, &openError{reply: &wire.Error{Code: wire.CodeRateLimited, Message: "rate limit for " + env.Type.Class().String() + " messages", RetryAfter: retry}, plain: true, decoded: true}
 	}
 	if env.Flags&wire.FlagPlainError != 0 {
 		// Unsealed errors are only meaningful as replies to our calls.
-		return env, nil, &openError{}
+		return nil, &openError{decoded: true}
 	}
-	body, err := opener.Open(env.KeyID, env.Salt, env.Nonce, env.BoundAAD(nil, t.cfg.NodeID, c.channel), env.Body, nil)
+	*aad = env.BoundAAD((*aad)[:0], t.cfg.NodeID, c.channel)
+	body, err := opener.Open(env.KeyID, env.Salt, env.Nonce, *aad, env.Body, env.Body[:0])
 	if err != nil {
 		t.stats.authFailures.Add(1)
 		t.log.Debug("envelope failed authentication", "remote", remote, "claimed_sender", env.Sender, "key_id", env.KeyID, "err", err)
-		return env, nil, &openError{reply: &wire.Error{Code: wire.CodeUnauthenticated, Message: "envelope did not open with any accepted key (check AUTH_SECRET)"}, plain: true}
+		return nil, &openError{reply: &wire.Error{Code: wire.CodeUnauthenticated, Message: "envelope did not open with any accepted key (check AUTH_SECRET)"}, plain: true, decoded: true}
 	}
 	if err := t.replay.Check(env.Sender, env.ID, wire.SnowflakeTime(env.ID)); err != nil {
 		t.stats.replaysDropped.Add(1)
 		t.log.Debug("replay dropped", "remote", remote, "sender", env.Sender, "id", env.ID, "err", err)
-		return env, nil, &openError{} // a replay earns no answer
+		return nil, &openError{decoded: true} // a replay earns no answer
 	}
+	// Decode copies what it keeps: nothing of msg aliases frame.
 	msg, err := wire.Decode(env.Type, body)
 	if err != nil {
 		t.stats.malformed.Add(1)
-		return env, nil, &openError{reply: asTyped(err)}
+		return nil, &openError{reply: asTyped(err), decoded: true}
 	}
-	return env, msg, nil
+	return msg, nil
 }
 
-func (t *QUIC) runHandler(w *streamWriter, env *wire.Envelope, msg wire.Message, remote string) {
+// runHandler serves one request; env is the request's header (by value: the
+// stream's reader reuses its own for the next frame).
+func (t *QUIC) runHandler(w *streamWriter, req wire.Envelope, msg wire.Message, remote string) {
+	env := &req
 	defer t.hwg.Done()
 	defer func() { <-t.sem }()
 	h := t.handler(env.Type)
@@ -529,55 +550,102 @@ func (t *QUIC) writePlainError(w *streamWriter, replyTo uint64, e *wire.Error) {
 		Flags:   wire.FlagReply | wire.FlagPlainError,
 		Body:    body,
 	}
-	b, err := wire.EncodeEnvelope(env)
+	frame, err := wire.AppendEnvelope(make([]byte, frameHeaderLen, 64+len(body)), env)
 	if err != nil {
 		return
 	}
-	if err := w.write(appendFrame(nil, b)); err == nil {
+	binary.BigEndian.PutUint32(frame, uint32(len(frame)-frameHeaderLen))
+	if err := w.write(nil, frame); err == nil {
 		t.stats.messagesOut.Add(1)
 	}
 }
 
+// sealBuf is the scratch for sealing one outbound message, pooled on the
+// transport: the body's CBOR, its additional data and nonce, and the frame,
+// which is written header first and then the ciphertext sealed straight
+// after it.
+type sealBuf struct {
+	body  bytes.Buffer
+	aad   []byte
+	nonce [security.NonceSize]byte
+	frame []byte
+}
+
+func (t *QUIC) getBuf() *sealBuf {
+	if sb, ok := t.bufs.Get().(*sealBuf); ok {
+		return sb
+	}
+	return new(sealBuf)
+}
+
+// putBuf returns sb to the pool once its frame has been written; a buffer
+// grown for a rare large message is left to the collector.
+func (t *QUIC) putBuf(sb *sealBuf) {
+	if cap(sb.frame) > keepBufLen || sb.body.Cap() > keepBufLen {
+		return
+	}
+	t.bufs.Put(sb)
+}
+
 // seal builds the sealed frame for msg with a stream's sealer, bound to the
-// stream's peer and connection.
-func (t *QUIC) seal(w *streamWriter, msg wire.Message, replyTo uint64, flags wire.Flags) (id uint64, frame []byte, err error) {
-	body, err := wire.Marshal(msg)
+// stream's peer and connection. The frame is sb.frame; the caller returns
+// sb with putBuf once the frame is written.
+func (t *QUIC) seal(w *streamWriter, msg wire.Message, replyTo uint64, flags wire.Flags) (uint64, *sealBuf, error) {
+	sb := t.getBuf()
+	id, err := t.sealInto(sb, w, msg, replyTo, flags)
 	if err != nil {
+		t.putBuf(sb)
 		return 0, nil, err
 	}
-	if len(body) > maxBodyLen {
-		return 0, nil, &wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("%s body of %d bytes exceeds %d", msg.Type(), len(body), maxBodyLen)}
+	return id, sb, nil
+}
+
+func (t *QUIC) sealInto(sb *sealBuf, w *streamWriter, msg wire.Message, replyTo uint64, flags wire.Flags) (uint64, error) {
+	sb.body.Reset()
+	if err := wire.MarshalTo(&sb.body, msg); err != nil {
+		return 0, err
 	}
-	env := &wire.Envelope{
+	body := sb.body.Bytes()
+	if len(body) > maxBodyLen {
+		return 0, &wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("%s body of %d bytes exceeds %d", msg.Type(), len(body), maxBodyLen)}
+	}
+	key, err := w.sealer.Next(sb.nonce[:])
+	if err != nil {
+		return 0, fmt.Errorf("seal %s: %w", msg.Type(), err)
+	}
+	env := wire.Envelope{
 		Version: wire.ProtocolVersion,
+		KeyID:   key.KeyID,
 		Sender:  t.cfg.NodeID,
 		Type:    msg.Type(),
 		ID:      t.ids.Next(),
 		ReplyTo: replyTo,
 		Flags:   flags,
+		Salt:    key.Salt,
+		Nonce:   sb.nonce[:],
 	}
-	sealed, err := w.sealer.Seal(nil, env.BoundAAD(nil, w.recipient, w.channel), body)
+	sb.aad = env.BoundAAD(sb.aad[:0], w.recipient, w.channel)
+	frame, err := env.AppendHeader(append(sb.frame[:0], 0, 0, 0, 0))
 	if err != nil {
-		return 0, nil, fmt.Errorf("seal %s: %w", msg.Type(), err)
+		return 0, err
 	}
-	env.KeyID, env.Salt, env.Nonce, env.Body = sealed.KeyID, sealed.Salt, sealed.Nonce, sealed.Ciphertext
-	b, err := wire.EncodeEnvelope(env)
-	if err != nil {
-		return 0, nil, err
-	}
-	return env.ID, appendFrame(make([]byte, 0, len(b)+frameHeaderLen), b), nil
+	frame = key.Seal(frame, sb.nonce[:], sb.aad, body)
+	binary.BigEndian.PutUint32(frame, uint32(len(frame)-frameHeaderLen))
+	sb.frame = frame
+	return env.ID, nil
 }
 
 func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, flags wire.Flags) error {
-	_, frame, err := t.seal(w, msg, replyTo, flags)
+	_, sb, err := t.seal(w, msg, replyTo, flags)
 	if err != nil {
 		return err
 	}
-	if err := w.write(frame); err != nil {
+	defer t.putBuf(sb)
+	if err := w.write(nil, sb.frame); err != nil {
 		return err
 	}
 	t.stats.messagesOut.Add(1)
-	t.stats.bytesOut.Add(uint64(len(frame)))
+	t.stats.bytesOut.Add(uint64(len(sb.frame)))
 	return nil
 }
 
@@ -586,6 +654,11 @@ func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, f
 // the stream idle writes every frame queued meanwhile, a batch per Write, so
 // concurrent callers share one pass through quic-go's send path instead of
 // queueing for it one frame at a time.
+//
+// A write may carry a deadline: a write blocks once the peer's flow-control
+// window is full, and a peer that crashed never opens it again. The writer
+// puts the deadline on the stream itself (quic-go arms a timer only if the
+// write has to wait), so a call costs no timer or callback of its own.
 type streamWriter struct {
 	s      *quic.Stream
 	sealer *security.StreamSealer
@@ -597,27 +670,38 @@ type streamWriter struct {
 	mu      sync.Mutex
 	pending *writeBatch // frames waiting for the current write to finish
 	writing bool
+	// deadline is the write deadline last set on s; only the goroutine
+	// holding the writing role reads or sets it.
+	deadline time.Time
 }
 
 type writeBatch struct {
-	buf  []byte
-	done chan struct{}
-	err  error
+	buf      []byte
+	deadline time.Time // the earliest of its frames' deadlines; zero: none
+	done     chan struct{}
+	err      error
 }
 
 func newStreamWriter(s *quic.Stream, sealer *security.StreamSealer, recipient string, channel []byte) *streamWriter {
 	return &streamWriter{s: s, sealer: sealer, recipient: recipient, channel: channel}
 }
 
-// write returns once frame has been handed to QUIC (or failed to be).
-func (w *streamWriter) write(frame []byte) error {
+// write returns once frame has been handed to QUIC, or failed to be. With
+// a non-nil ctx it gives up when ctx ends: by the stream's write deadline
+// when this goroutine writes, by ctx when it waits for another to. Either
+// way the stream may then hold part of a frame, so the caller must drop it.
+func (w *streamWriter) write(ctx context.Context, frame []byte) error {
+	var deadline time.Time
+	if ctx != nil {
+		deadline, _ = ctx.Deadline()
+	}
 	w.mu.Lock()
 	if !w.writing && w.pending == nil {
 		// Idle stream: write our frame as it is, no copy, then lead any
 		// batch that formed behind it.
 		w.writing = true
 		w.mu.Unlock()
-		_, err := w.s.Write(frame)
+		err := w.writeOut(frame, deadline)
 		w.mu.Lock()
 		w.drain()
 		w.mu.Unlock()
@@ -628,10 +712,23 @@ func (w *streamWriter) write(frame []byte) error {
 	}
 	b := w.pending
 	b.buf = append(b.buf, frame...)
+	if !deadline.IsZero() && (b.deadline.IsZero() || deadline.Before(b.deadline)) {
+		b.deadline = deadline
+	}
 	if w.writing {
 		w.mu.Unlock()
-		<-b.done
-		return b.err
+		if ctx == nil {
+			<-b.done
+			return b.err
+		}
+		select {
+		case <-b.done:
+			return b.err
+		case <-ctx.Done():
+			// The write ahead of ours may be blocked with a later
+			// deadline (or none); ours has passed.
+			return fmt.Errorf("write gave up waiting for the stream: %w", ctx.Err())
+		}
 	}
 	// Lead: write batches until none is waiting. Under sustained load the
 	// leader may write others' frames for a while; they are all on one
@@ -642,6 +739,16 @@ func (w *streamWriter) write(frame []byte) error {
 	return b.err
 }
 
+// writeOut writes buf under deadline. Called only by the writing role.
+func (w *streamWriter) writeOut(buf []byte, deadline time.Time) error {
+	if !deadline.Equal(w.deadline) {
+		w.s.SetWriteDeadline(deadline)
+		w.deadline = deadline
+	}
+	_, err := w.s.Write(buf)
+	return err
+}
+
 // drain writes queued batches until none is left, then gives up the lead.
 // Called with mu held and writing set; returns with mu held.
 func (w *streamWriter) drain() {
@@ -649,7 +756,7 @@ func (w *streamWriter) drain() {
 		batch := w.pending
 		w.pending = nil
 		w.mu.Unlock()
-		_, batch.err = w.s.Write(batch.buf)
+		batch.err = w.writeOut(batch.buf, batch.deadline)
 		close(batch.done)
 		w.mu.Lock()
 	}

@@ -246,11 +246,11 @@ func dialRaw(t *testing.T, addr string, as *QUIC) *rawClient {
 // sealFor seals msg as r.as would for this connection.
 func (r *rawClient) sealFor(t *testing.T, msg wire.Message) (uint64, []byte) {
 	t.Helper()
-	id, frame, err := r.as.seal(&streamWriter{sealer: r.as.keys.NewStreamSealer(r.tier), recipient: r.remoteID, channel: r.channel}, msg, 0, 0)
+	id, sb, err := r.as.seal(&streamWriter{sealer: r.as.keys.NewStreamSealer(r.tier), recipient: r.remoteID, channel: r.channel}, msg, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return id, frame
+	return id, bytes.Clone(sb.frame)
 }
 
 func (r *rawClient) write(t *testing.T, frame []byte) {

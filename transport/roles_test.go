@@ -53,6 +53,15 @@ func TestKeyTiersLimitRequestTypes(t *testing.T) {
 		{manager, gate, &wire.VoteRequest{}, false},
 		{gate, manager, &wire.JobSubmission{}, true},
 		{gate, manager, &wire.LeaseTransfer{}, true},
+		// Replicated operations go between peers of one role.
+		{worker, manager, &wire.ReplicateJob{}, false},
+		{worker, manager, &wire.RelayWorkerRegistration{}, false},
+		{manager, manager2, &wire.ReplicateJob{}, true},
+		{manager, manager2, &wire.ReplicateJobStatus{}, true},
+		{manager, manager2, &wire.RelayWorkerRegistration{}, true},
+		{manager, gate, &wire.ReplicateJobStatus{}, false},
+		{manager, gate, &wire.ReplicateGateRecord{}, false},
+		{manager, gate, &wire.ForwardJobProgress{}, false},
 	}
 	refused := uint64(0)
 	for _, tc := range cases {

@@ -61,6 +61,10 @@ func WithRetries(n int) CallOption { return func(o *callOptions) { o.retries = n
 func Idempotent() CallOption { return func(o *callOptions) { o.idempotent = true } }
 
 func applyCallOptions(opts []CallOption) callOptions {
+	if len(opts) == 0 {
+		// Most calls pass none; o below escapes through the option funcs.
+		return callOptions{}
+	}
 	var o callOptions
 	for _, f := range opts {
 		f(&o)

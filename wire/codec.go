@@ -5,6 +5,7 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -28,14 +29,14 @@ const (
 var (
 	// encMode writes canonical CBOR (sorted integer keys, shortest forms) so
 	// equal messages are equal bytes: handy for tests and dedupe.
-	encMode cbor.EncMode
+	encMode cbor.UserBufferEncMode
 	// decMode is the strict decoder used for anything that came off a socket.
 	decMode cbor.DecMode
 )
 
 func init() {
 	var err error
-	encMode, err = cbor.CoreDetEncOptions().EncMode()
+	encMode, err = cbor.CoreDetEncOptions().UserBufferEncMode()
 	if err != nil {
 		panic(fmt.Sprintf("wire: cbor enc mode: %v", err))
 	}
@@ -65,6 +66,15 @@ func Marshal(v any) ([]byte, error) {
 		return nil, fmt.Errorf("cbor encode %T: %w", v, err)
 	}
 	return b, nil
+}
+
+// MarshalTo appends the deterministic CBOR of v to buf: the transport
+// encodes bodies into pooled buffers instead of a fresh slice per message.
+func MarshalTo(buf *bytes.Buffer, v any) error {
+	if err := encMode.MarshalToBuffer(v, buf); err != nil {
+		return fmt.Errorf("cbor encode %T: %w", v, err)
+	}
+	return nil
 }
 
 // Unmarshal decodes untrusted CBOR into v with the strict decode mode. The

@@ -135,8 +135,11 @@ type JobSubmission struct {
 	Datacenters     []string       `cbor:"6,keyasint,omitempty"`
 	// FenceToken is the gate's lease token for this datacenter (0 when a
 	// client submits straight to a manager).
-	FenceToken  uint64 `cbor:"7,keyasint,omitempty"`
-	Origin      string `cbor:"8,keyasint,omitempty"` // gate node id holding the lease
+	FenceToken uint64 `cbor:"7,keyasint,omitempty"`
+	// Origin is the gate holding the lease. The manager that takes the job
+	// sets it from the submission's authenticated sender, whatever the
+	// body says; it travels in the manager's own records and replication.
+	Origin      string `cbor:"8,keyasint,omitempty"`
 	SubmittedAt int64  `cbor:"9,keyasint,omitempty"` // unix nanoseconds
 	// IntakeLeader and IntakeTerm: the manager leader that accepted the job
 	// and its term, set by that leader before it replicates the job. A
@@ -321,19 +324,6 @@ type JobProgress struct {
 // tells such a failure (CLI exit 1) from any other (exit 2).
 const ThresholdAbortPrefix = "threshold failed: "
 
-// GlobalJobStatus aggregates a job across datacenters (gate view).
-type GlobalJobStatus struct {
-	JobID                string        `cbor:"1,keyasint"`
-	Status               JobStatus     `cbor:"2,keyasint"`
-	Datacenters          []JobProgress `cbor:"3,keyasint,omitempty"`
-	TotalCompleted       int64         `cbor:"4,keyasint,omitempty"`
-	TotalFailed          int64         `cbor:"5,keyasint,omitempty"`
-	OverallRate          float64       `cbor:"6,keyasint,omitempty"`
-	Elapsed              time.Duration `cbor:"7,keyasint,omitempty"`
-	CompletedDatacenters int           `cbor:"8,keyasint,omitempty"`
-	FailedDatacenters    int           `cbor:"9,keyasint,omitempty"`
-}
-
 // ProgressAck acknowledges a progress report; Leader tells a worker that
 // reported to a stale leader where to go.
 type ProgressAck struct {
@@ -353,7 +343,6 @@ type ProgressAck struct {
 
 func (*WorkflowProgress) Type() MsgType { return TypeWorkflowProgress }
 func (*JobProgress) Type() MsgType      { return TypeJobProgress }
-func (*GlobalJobStatus) Type() MsgType  { return TypeGlobalJobStatus }
 func (*ProgressAck) Type() MsgType      { return TypeProgressAck }
 
 // ---- Quorum provisioning --------------------------------------------------------------
@@ -473,6 +462,8 @@ func (*StateSyncResponse) Type() MsgType { return TypeStateSyncResponse }
 // ---- Leases (gates) ------------------------------------------------------------------
 
 // DatacenterLease grants a gate the right to drive a job in one datacenter.
+// It travels inside GateJobRecord only: a manager learns of a lease from a
+// JobSubmission or LeaseTransfer carrying its token.
 type DatacenterLease struct {
 	JobID       string `cbor:"1,keyasint"`
 	Datacenter  string `cbor:"2,keyasint"`
@@ -482,12 +473,13 @@ type DatacenterLease struct {
 	Version     uint64 `cbor:"6,keyasint"`
 }
 
-// LeaseTransfer moves a lease to a new gate leader with a newer token.
+// LeaseTransfer moves a lease to a new gate leader with a newer token. The
+// new lease holder is the transfer's sender, as the transport authenticated
+// it; the message names no gate (keys 3 and 4, once the gates' names, are
+// retired), so no gate can hand a lease to another.
 type LeaseTransfer struct {
 	JobID         string `cbor:"1,keyasint"`
 	Datacenter    string `cbor:"2,keyasint"`
-	FromGate      string `cbor:"3,keyasint"`
-	ToGate        string `cbor:"4,keyasint"`
 	NewFenceToken uint64 `cbor:"5,keyasint"`
 	Version       uint64 `cbor:"6,keyasint"`
 	// LeaseTTL: as JobSubmission.LeaseTTL; the transfer renews the lease.
@@ -524,10 +516,9 @@ type GateJobRecord struct {
 	Withdrawn bool `cbor:"18,keyasint,omitempty"`
 }
 
-func (*GateJobRecord) Type() MsgType   { return TypeGateJobRecord }
-func (*DatacenterLease) Type() MsgType { return TypeDatacenterLease }
-func (*LeaseTransfer) Type() MsgType   { return TypeLeaseTransfer }
-func (*LeaseAck) Type() MsgType        { return TypeLeaseAck }
+func (*GateJobRecord) Type() MsgType { return TypeGateJobRecord }
+func (*LeaseTransfer) Type() MsgType { return TypeLeaseTransfer }
+func (*LeaseAck) Type() MsgType      { return TypeLeaseAck }
 
 // GateRecordRequest asks another gate for one job's record: the gate leader
 // sends it when a datacenter reports a job it does not hold. The answer is

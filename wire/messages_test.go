@@ -264,7 +264,8 @@ func wireStructTypes(tb testing.TB) []reflect.Type {
 		}
 		walk(reflect.TypeOf(m))
 	}
-	walk(reflect.TypeFor[Envelope]())
+	// The Envelope is not CBOR: its fixed layout is pinned by the envelope
+	// tests and fuzz target instead.
 	return out
 }
 
@@ -342,10 +343,10 @@ func TestClasses(t *testing.T) {
 	want := map[MsgType]Class{
 		TypePing: ClassDiag, TypePong: ClassDiag,
 		TypeError: ClassControl, TypeJobSubmission: ClassControl, TypeCancelJob: ClassControl,
-		TypeProvisionRequest: ClassControl, TypeStateSyncRequest: ClassControl, TypeDatacenterLease: ClassControl,
+		TypeProvisionRequest: ClassControl, TypeStateSyncRequest: ClassControl, TypeLeaseTransfer: ClassControl,
 		TypeWorkerRegistration: ClassControl,
 		TypeWorkflowDispatch:   ClassDispatch, TypeWorkflowDispatchAck: ClassDispatch,
-		TypeWorkflowProgress: ClassProgress, TypeJobProgress: ClassProgress, TypeGlobalJobStatus: ClassProgress,
+		TypeWorkflowProgress: ClassProgress, TypeJobProgress: ClassProgress, TypeReplicateJobStatus: ClassProgress,
 		TypeWorkerHeartbeat: ClassProgress, TypeManagerHeartbeat: ClassProgress,
 		TypePreVoteRequest: ClassElection, TypePreVoteResponse: ClassElection, TypeVoteRequest: ClassElection,
 		TypeVoteResponse: ClassElection, TypeLeaderHeartbeat: ClassElection, TypeLeaderHeartbeatAck: ClassElection,

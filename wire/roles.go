@@ -33,6 +33,13 @@ var (
 	}
 )
 
+// The replicated operations (replicate.go) are in neither list: they go
+// between peers of one role (manager to manager, gate to gate), so a lower
+// tier never sends them. A higher tier passes every type here (a gate's key
+// can open a manager's link, and a manager given the whole secret is of the
+// gates' tier), so each handler also checks that the authenticated sender
+// is a configured peer of its own role.
+
 // MaySend reports whether a peer whose key is of tier peer (1 worker,
 // 2 manager, 3 cluster) may send request t to a node whose key is of tier
 // own.

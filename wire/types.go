@@ -32,8 +32,8 @@ const (
 	// Progress and status.
 	TypeWorkflowProgress MsgType = 30
 	TypeJobProgress      MsgType = 31
-	TypeGlobalJobStatus  MsgType = 32
-	TypeProgressAck      MsgType = 33
+	// 32 was GlobalJobStatus, never sent: retired, not reused.
+	TypeProgressAck MsgType = 33
 
 	// Quorum provisioning.
 	TypeProvisionRequest MsgType = 40
@@ -45,11 +45,11 @@ const (
 	TypeStateSyncRequest  MsgType = 50
 	TypeStateSyncResponse MsgType = 51
 
-	// Gate leases.
-	TypeDatacenterLease MsgType = 60
-	TypeLeaseTransfer   MsgType = 61
-	TypeLeaseAck        MsgType = 62
-	TypeGateJobRecord   MsgType = 63
+	// Gate leases. 60 was DatacenterLease as a message of its own, never
+	// sent (leases travel inside GateJobRecord): retired, not reused.
+	TypeLeaseTransfer MsgType = 61
+	TypeLeaseAck      MsgType = 62
+	TypeGateJobRecord MsgType = 63
 
 	// Registration and heartbeats (heartbeats normally ride in SWIM acks).
 	TypeWorkerRegistration MsgType = 70
@@ -98,6 +98,15 @@ const (
 	TypeRainstormReplicateAck  MsgType = 145
 	TypeRainstormSyncRequest   MsgType = 146
 	TypeRainstormSyncResponse  MsgType = 147
+
+	// Replicated operations (replicate.go), one type per operation.
+	// Manager to manager:
+	TypeReplicateJob            MsgType = 150
+	TypeReplicateJobStatus      MsgType = 151
+	TypeRelayWorkerRegistration MsgType = 152
+	// Gate to gate:
+	TypeReplicateGateRecord MsgType = 160
+	TypeForwardJobProgress  MsgType = 161
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -161,7 +170,6 @@ var catalogue = map[MsgType]typeInfo{
 
 	TypeWorkflowProgress: {"WorkflowProgress", ClassProgress, func() Message { return new(WorkflowProgress) }},
 	TypeJobProgress:      {"JobProgress", ClassProgress, func() Message { return new(JobProgress) }},
-	TypeGlobalJobStatus:  {"GlobalJobStatus", ClassProgress, func() Message { return new(GlobalJobStatus) }},
 	TypeProgressAck:      {"ProgressAck", ClassProgress, func() Message { return new(ProgressAck) }},
 
 	TypeProvisionRequest: {"ProvisionRequest", ClassControl, func() Message { return new(ProvisionRequest) }},
@@ -172,10 +180,9 @@ var catalogue = map[MsgType]typeInfo{
 	TypeStateSyncRequest:  {"StateSyncRequest", ClassControl, func() Message { return new(StateSyncRequest) }},
 	TypeStateSyncResponse: {"StateSyncResponse", ClassControl, func() Message { return new(StateSyncResponse) }},
 
-	TypeDatacenterLease: {"DatacenterLease", ClassControl, func() Message { return new(DatacenterLease) }},
-	TypeLeaseTransfer:   {"LeaseTransfer", ClassControl, func() Message { return new(LeaseTransfer) }},
-	TypeLeaseAck:        {"LeaseAck", ClassControl, func() Message { return new(LeaseAck) }},
-	TypeGateJobRecord:   {"GateJobRecord", ClassControl, func() Message { return new(GateJobRecord) }},
+	TypeLeaseTransfer: {"LeaseTransfer", ClassControl, func() Message { return new(LeaseTransfer) }},
+	TypeLeaseAck:      {"LeaseAck", ClassControl, func() Message { return new(LeaseAck) }},
+	TypeGateJobRecord: {"GateJobRecord", ClassControl, func() Message { return new(GateJobRecord) }},
 
 	TypeGateRecordRequest:    {"GateRecordRequest", ClassControl, func() Message { return new(GateRecordRequest) }},
 	TypeManagerStatusRequest: {"ManagerStatusRequest", ClassControl, func() Message { return new(ManagerStatusRequest) }},
@@ -215,6 +222,13 @@ var catalogue = map[MsgType]typeInfo{
 	TypeRainstormReplicateAck:  {"RainstormReplicateAck", ClassBulk, func() Message { return new(RainstormReplicateAck) }},
 	TypeRainstormSyncRequest:   {"RainstormSyncRequest", ClassBulk, func() Message { return new(RainstormSyncRequest) }},
 	TypeRainstormSyncResponse:  {"RainstormSyncResponse", ClassBulk, func() Message { return new(RainstormSyncResponse) }},
+
+	// Replicated operations keep the class of what they carry.
+	TypeReplicateJob:            {"ReplicateJob", ClassControl, func() Message { return new(ReplicateJob) }},
+	TypeReplicateJobStatus:      {"ReplicateJobStatus", ClassProgress, func() Message { return new(ReplicateJobStatus) }},
+	TypeRelayWorkerRegistration: {"RelayWorkerRegistration", ClassControl, func() Message { return new(RelayWorkerRegistration) }},
+	TypeReplicateGateRecord:     {"ReplicateGateRecord", ClassControl, func() Message { return new(ReplicateGateRecord) }},
+	TypeForwardJobProgress:      {"ForwardJobProgress", ClassProgress, func() Message { return new(ForwardJobProgress) }},
 }
 
 func (t MsgType) String() string {

@@ -61,8 +61,8 @@ type Planner interface {
 
 // PlannedDuration decodes params of type t and returns their planned run
 // time, or zero when the type does not say or the params do not decode.
-// jobfile records it in the spec so that managers, which never decode
-// params, can report it.
+// jobfile records it in the spec once, at submit, so that every tier
+// reports the same figure without decoding params again.
 func PlannedDuration(t Type, params []byte) time.Duration {
 	p, err := t.DecodeParams(params)
 	if err != nil {

@@ -263,18 +263,57 @@ func ParseThresholds(f *Fields) []wire.Threshold {
 // shows. An expression that does not parse (a spec that skipped
 // validation) fails with the parse error as its Actual.
 func Evaluate(th []wire.Threshold, steps []wire.StepStats, completed, failed int64, elapsed time.Duration) []wire.ThresholdResult {
-	if len(th) == 0 {
+	return CompileThresholds(th).Evaluate(steps, completed, failed, elapsed)
+}
+
+// CompiledThresholds are a workflow's thresholds with their expressions
+// parsed once: the roles judge them on every status and, for abort_on_fail,
+// every second of a run, and keep them with the job rather than parse the
+// same text each time.
+type CompiledThresholds struct {
+	th    []wire.Threshold
+	conds []Condition
+	errs  []error // per threshold: its parse error, or nil
+}
+
+// CompileThresholds parses th. An expression that does not parse is kept
+// with its error, which Evaluate reports as the threshold's Actual.
+func CompileThresholds(th []wire.Threshold) *CompiledThresholds {
+	c := &CompiledThresholds{th: th, conds: make([]Condition, len(th)), errs: make([]error, len(th))}
+	for i, t := range th {
+		c.conds[i], c.errs[i] = ParseCondition(t.Expr)
+	}
+	return c
+}
+
+// Len is how many thresholds c holds.
+func (c *CompiledThresholds) Len() int { return len(c.th) }
+
+// AbortOnFail is the thresholds of c that end a run when they fail.
+func (c *CompiledThresholds) AbortOnFail() *CompiledThresholds {
+	out := &CompiledThresholds{}
+	for i, t := range c.th {
+		if t.AbortOnFail {
+			out.th, out.conds, out.errs = append(out.th, t), append(out.conds, c.conds[i]), append(out.errs, c.errs[i])
+		}
+	}
+	return out
+}
+
+// Evaluate judges c on a workflow's results, as the package function
+// Evaluate describes.
+func (c *CompiledThresholds) Evaluate(steps []wire.StepStats, completed, failed int64, elapsed time.Duration) []wire.ThresholdResult {
+	if len(c.th) == 0 {
 		return nil
 	}
 	e := evaluator{steps: steps, completed: completed, failed: failed, elapsed: elapsed, merged: map[string]*selection{}}
-	out := make([]wire.ThresholdResult, len(th))
-	for i, t := range th {
+	out := make([]wire.ThresholdResult, len(c.th))
+	for i, t := range c.th {
 		r := wire.ThresholdResult{Expr: t.Expr, Step: t.Step, AbortOnFail: t.AbortOnFail}
-		c, err := ParseCondition(t.Expr)
-		if err != nil {
+		if err := c.errs[i]; err != nil {
 			r.Actual = "invalid: " + err.Error()
 		} else {
-			r.Passed, r.Actual = e.judge(c, t.Step)
+			r.Passed, r.Actual = e.judge(c.conds[i], t.Step)
 		}
 		out[i] = r
 	}

@@ -221,3 +221,27 @@ func TestEvaluateMatchesOneHistogram(t *testing.T) {
 		t.Errorf("merged steps %+v\none histogram %+v", got, want)
 	}
 }
+
+// Thresholds parsed once judge as Evaluate does, and keep an expression that
+// does not parse with its error.
+func TestCompiledThresholds(t *testing.T) {
+	th := []wire.Threshold{{Expr: "p(99) < 10ms"}, {Expr: "error_rate < 1%", AbortOnFail: true}, {Expr: "rps < 1 <", AbortOnFail: true}}
+	c := CompileThresholds(th)
+	steps := []wire.StepStats{stepStats(t, "a", 90, 10, spread(1000, 100, 100))}
+	want := Evaluate(th, steps, 90, 10, time.Second)
+	for range 2 {
+		got := c.Evaluate(steps, 90, 10, time.Second)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("compiled %+v, Evaluate %+v", got, want)
+		}
+	}
+	abort := c.AbortOnFail()
+	got := abort.Evaluate(steps, 90, 10, time.Second)
+	if abort.Len() != 2 || len(got) != 2 || got[0].Expr != "error_rate < 1%" || got[0].Passed ||
+		!strings.HasPrefix(got[1].Actual, "invalid: ") {
+		t.Fatalf("abort_on_fail ones: %+v", got)
+	}
+	if CompileThresholds(nil).Evaluate(steps, 1, 0, time.Second) != nil {
+		t.Fatal("no thresholds judged something")
+	}
+}

@@ -1,4 +1,4 @@
-package api
+package jobs
 
 import (
 	"cmp"
@@ -23,11 +23,12 @@ type WorkflowPart struct {
 
 // MergeWorkflow is one workflow's status from its parts: counts summed,
 // step histograms merged exactly (never percentiles averaged), thresholds
-// judged on the merged histograms once every part ended. expected is how
+// judged on the merged histograms once every part ended (th: spec's
+// thresholds, parsed once with the job's Model). expected is how
 // many parts there will be: fewer means some have not started. detail adds
 // what only results carry (series, latency distributions). The error is
 // for undecodable statistics; the status is still usable without them.
-func MergeWorkflow(spec wire.WorkflowSpec, parts []WorkflowPart, expected int, detail bool) (WorkflowStatus, error) {
+func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, parts []WorkflowPart, expected int, detail bool) (WorkflowStatus, error) {
 	ws := WorkflowStatus{Name: spec.Name, Type: spec.Type, PlannedSeconds: spec.Planned.Seconds()}
 	var ids, workers, errs []string
 	var steps []wire.StepStats
@@ -85,51 +86,13 @@ func MergeWorkflow(spec wire.WorkflowSpec, parts []WorkflowPart, expected int, d
 		return ws, err
 	}
 	ws.Steps = sums
-	if len(spec.Thresholds) > 0 && ws.Status.Terminal() {
-		ws.Thresholds = ThresholdResults(workflow.Evaluate(spec.Thresholds, merged, ws.CompletedCount, ws.FailedCount, elapsed))
+	if th.Len() > 0 && ws.Status.Terminal() {
+		ws.Thresholds = ThresholdResults(th.Evaluate(merged, ws.CompletedCount, ws.FailedCount, elapsed))
 	}
 	if detail {
 		err = AddDistributions(ws.Steps, merged)
 	}
 	return ws, err
-}
-
-// MergedWorkflowStatus: ended only when all expected parts ended; COMPLETED
-// only if all completed, else FAILED if any failed, else CANCELLED. While
-// parts run, RUNNING if any runs, else the first part's state.
-func MergedWorkflowStatus(statuses []wire.WorkflowStatus, expected int) wire.WorkflowStatus {
-	if len(statuses) == 0 {
-		return wire.WorkflowPending
-	}
-	var running, failed, cancelled bool
-	for _, s := range statuses {
-		switch {
-		case !s.Terminal():
-			running = true
-		case s == wire.WorkflowFailed:
-			failed = true
-		case s == wire.WorkflowCancelled:
-			cancelled = true
-		}
-	}
-	switch {
-	case running || len(statuses) < expected:
-		if slices.Contains(statuses, wire.WorkflowRunning) {
-			return wire.WorkflowRunning
-		}
-		for _, s := range statuses {
-			if !s.Terminal() {
-				return s
-			}
-		}
-		// Some parts ended and the rest have not reported: in progress.
-		return wire.WorkflowRunning
-	case failed:
-		return wire.WorkflowFailed
-	case cancelled:
-		return wire.WorkflowCancelled
-	}
-	return wire.WorkflowCompleted
 }
 
 // MergeSeries adds per-second points of several parts: counts are summed;

@@ -1,16 +1,16 @@
-package api_test
+package jobs_test
 
 import (
 	"testing"
 	"time"
 
-	"tempest/api"
+	"tempest/jobs"
 	"tempest/wire"
 	"tempest/workflow"
 )
 
 // part is one shard's or datacenter's report of step "s": n samples at d.
-func part(t *testing.T, label string, st wire.WorkflowStatus, n int, d time.Duration, failed int64) api.WorkflowPart {
+func part(t *testing.T, label string, st wire.WorkflowStatus, n int, d time.Duration, failed int64) jobs.WorkflowPart {
 	t.Helper()
 	h := workflow.NewHistogram()
 	for range n {
@@ -20,7 +20,7 @@ func part(t *testing.T, label string, st wire.WorkflowStatus, n int, d time.Dura
 	if err != nil {
 		t.Fatal(err)
 	}
-	return api.WorkflowPart{Label: label, Attempts: 1, Progress: wire.WorkflowProgress{
+	return jobs.WorkflowPart{Label: label, Attempts: 1, Progress: wire.WorkflowProgress{
 		WorkflowID: label + "wf", WorkflowName: "w", Status: st, WorkerID: "worker",
 		CompletedCount: int64(n), FailedCount: failed, Elapsed: 2 * time.Second,
 		StepStats: []wire.StepStats{{StepName: "s", CompletedCount: int64(n), FailedCount: failed, Histogram: enc,
@@ -33,10 +33,11 @@ func part(t *testing.T, label string, st wire.WorkflowStatus, n int, d time.Dura
 // thresholds are judged on that, once every expected part has ended.
 func TestMergeWorkflow(t *testing.T) {
 	spec := wire.WorkflowSpec{Name: "w", Type: "http", Thresholds: []wire.Threshold{{Expr: "p(99) < 50ms"}}}
+	th := workflow.CompileThresholds(spec.Thresholds)
 	fast := part(t, "dc1/", wire.WorkflowCompleted, 990, time.Millisecond, 0)
 	slow := part(t, "dc2/", wire.WorkflowCompleted, 10, 100*time.Millisecond, 2)
 
-	ws, err := api.MergeWorkflow(spec, []api.WorkflowPart{fast, slow}, 2, true)
+	ws, err := jobs.MergeWorkflow(spec, th, []jobs.WorkflowPart{fast, slow}, 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +54,11 @@ func TestMergeWorkflow(t *testing.T) {
 	}
 
 	// Until every expected part ended, the workflow runs and nothing is judged.
-	running, _ := api.MergeWorkflow(spec, []api.WorkflowPart{fast}, 2, false)
+	running, _ := jobs.MergeWorkflow(spec, th, []jobs.WorkflowPart{fast}, 2, false)
 	if running.Status.Terminal() || len(running.Thresholds) != 0 {
 		t.Fatalf("one of two parts ended: %s with %d verdicts", running.Status, len(running.Thresholds))
 	}
-	failed, _ := api.MergeWorkflow(spec, []api.WorkflowPart{fast, part(t, "dc2/", wire.WorkflowFailed, 1, time.Millisecond, 1)}, 2, false)
+	failed, _ := jobs.MergeWorkflow(spec, th, []jobs.WorkflowPart{fast, part(t, "dc2/", wire.WorkflowFailed, 1, time.Millisecond, 1)}, 2, false)
 	if failed.Status != wire.WorkflowFailed {
 		t.Fatalf("a failed part: merged %s, want FAILED", failed.Status)
 	}
@@ -66,7 +67,7 @@ func TestMergeWorkflow(t *testing.T) {
 func TestMergeSeries(t *testing.T) {
 	a := []wire.SecondStats{{Second: 0, Completed: 10, P50: time.Millisecond}, {Second: 1, Completed: 10}}
 	b := []wire.SecondStats{{Second: 0, Completed: 30, Failed: 2, P50: 3 * time.Millisecond}}
-	got := api.MergeSeries([][]wire.SecondStats{a, b})
+	got := jobs.MergeSeries([][]wire.SecondStats{a, b})
 	if len(got) != 2 || got[0].Completed != 40 || got[0].Failed != 2 || got[1].Completed != 10 {
 		t.Fatalf("merged = %+v", got)
 	}
@@ -74,7 +75,7 @@ func TestMergeSeries(t *testing.T) {
 	if got[0].P50 != 2500*time.Microsecond {
 		t.Errorf("p50 = %s, want 2.5ms", got[0].P50)
 	}
-	if api.MergeSeries(nil) != nil {
+	if jobs.MergeSeries(nil) != nil {
 		t.Error("merging nothing should give nothing")
 	}
 }
