@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -37,10 +38,22 @@ var (
 	rsBucketCkpt = []byte("checkpoints")
 	rsBucketRows = []byte("rows")
 	rsBucketHdr  = []byte("headers")
+	// rsBucketBatch holds each unacknowledged batch once, keyed by task,
+	// channel and sequence number, from the checkpoint that cut it until
+	// one whose acknowledged positions drop it: a checkpoint rewrites its
+	// small head record, never the batches an earlier one stored.
+	rsBucketBatch = []byte("batches")
 )
 
 type rsStore struct {
 	db *bolt.DB
+
+	// wmu orders writes (the leader's groups, replicated groups, a sync),
+	// so each one's view of the previous state is the one it replaces.
+	wmu sync.Mutex
+	// promised is the newest term whose leader read this store (a sync):
+	// replicated groups of older terms are refused. Under wmu.
+	promised uint64
 
 	mu      sync.Mutex
 	tasks   map[wire.RainstormTask]*rsStored
@@ -48,6 +61,28 @@ type rsStore struct {
 
 	reqs       chan *rsReq
 	syncedTerm atomic.Uint64
+
+	// peerHave is, per peer, the checkpoint (version, incarnation) of each
+	// task the leader knows the peer stores: such a peer gets deltas. Only
+	// the committer goroutine touches it; it starts empty every term.
+	peerHave map[string]map[wire.RainstormTask]rsVer
+}
+
+// rsVer names one stored checkpoint of a task.
+type rsVer struct{ version, inc uint64 }
+
+func verOf(c *wire.RainstormCheckpoint) rsVer {
+	if c == nil {
+		return rsVer{}
+	}
+	return rsVer{c.Version, c.Incarnation}
+}
+
+// rsChange is one checkpoint to write: next replaces prev (nil: none) as
+// the task's whole state; rows are next's published rows.
+type rsChange struct {
+	prev, next *wire.RainstormCheckpoint
+	task       wire.RainstormTask // set only where next may be nil (a revert)
 }
 
 // rsStored is one task's records: its latest checkpoint (rows stripped)
@@ -77,14 +112,24 @@ type rsRowsRecord struct {
 }
 
 func (m *Manager) openRainstorm() error {
-	db, err := bolt.Open(filepath.Join(m.cfg.DataDir, rsFileName), 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	s, err := openRSStore(m.cfg.DataDir)
 	if err != nil {
-		return fmt.Errorf("open rainstorm store: %w", err)
+		return err
+	}
+	m.rs = s
+	return nil
+}
+
+// openRSStore opens (or creates) the store in dir and loads it.
+func openRSStore(dir string) (*rsStore, error) {
+	db, err := bolt.Open(filepath.Join(dir, rsFileName), 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open rainstorm store: %w", err)
 	}
 	s := &rsStore{db: db, tasks: map[wire.RainstormTask]*rsStored{}, headers: map[[2]string]wire.RainstormHeader{},
 		reqs: make(chan *rsReq, 4096)}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{rsBucketCkpt, rsBucketRows, rsBucketHdr} {
+		for _, b := range [][]byte{rsBucketCkpt, rsBucketRows, rsBucketHdr, rsBucketBatch} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -95,6 +140,18 @@ func (m *Manager) openRainstorm() error {
 				return err
 			}
 			s.applyLocked(c)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(rsBucketBatch).ForEach(func(_, v []byte) error {
+			var b wire.RainstormBatchBlob
+			if err := wire.Unmarshal(v, &b); err != nil {
+				return err
+			}
+			if st := s.tasks[b.From]; st != nil && st.latest != nil {
+				st.latest.PendingBlobs = append(st.latest.PendingBlobs, b)
+			}
 			return nil
 		}); err != nil {
 			return err
@@ -120,10 +177,9 @@ func (m *Manager) openRainstorm() error {
 	})
 	if err != nil {
 		_ = db.Close()
-		return fmt.Errorf("load rainstorm store: %w", err)
+		return nil, fmt.Errorf("load rainstorm store: %w", err)
 	}
-	m.rs = s
-	return nil
+	return s, nil
 }
 
 func (s *rsStore) close() error { return s.db.Close() }
@@ -158,13 +214,94 @@ func rsTaskKey(t wire.RainstormTask) []byte {
 	return binary.BigEndian.AppendUint32(b, uint32(t.Index))
 }
 
+// newer reports whether c would replace the stored latest checkpoint.
+func newer(latest, c *wire.RainstormCheckpoint) bool {
+	return c.Incarnation != 0 && (latest == nil || c.Version > latest.Version ||
+		(c.Version == latest.Version && c.Incarnation > latest.Incarnation))
+}
+
+// rsCompose folds checkpoint c, whose PendingBlobs are the batches cut
+// since prev, into the stored state prev (as rainstorm.Compose does with
+// decoded batches): prev's batches c's acknowledged positions do not
+// cover, then c's. The result carries c's rows (the store publishes them
+// with it); c and prev are not changed.
+func rsCompose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
+	out := *c
+	if prev == nil || len(prev.PendingBlobs) == 0 {
+		return &out
+	}
+	acked := make(map[int]uint64, len(c.Outputs))
+	for _, o := range c.Outputs {
+		acked[o.To] = o.Acked
+	}
+	out.PendingBlobs = make([]wire.RainstormBatchBlob, 0, len(prev.PendingBlobs)+len(c.PendingBlobs))
+	for _, b := range prev.PendingBlobs {
+		if b.Seq > acked[b.To] {
+			out.PendingBlobs = append(out.PendingBlobs, b)
+		}
+	}
+	out.PendingBlobs = append(out.PendingBlobs, c.PendingBlobs...)
+	return &out
+}
+
+func rsBatchKey(task []byte, b *wire.RainstormBatchBlob) []byte {
+	k := append(slices.Clip(task), 0)
+	k = binary.BigEndian.AppendUint32(k, uint32(b.To))
+	return binary.BigEndian.AppendUint64(k, b.Seq)
+}
+
 // persist writes checkpoints and headers in one transaction (one fsync).
-func (s *rsStore) persist(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+// A change's head (the checkpoint without its batches and rows) replaces
+// the stored one; only the batches next holds and prev did not are
+// written, and those prev held and next does not are deleted, so a
+// checkpoint costs what it adds, not the whole unacknowledged output.
+func (s *rsStore) persist(cs []rsChange, hs []wire.RainstormHeader) error {
+	return s.write(cs, hs, false)
+}
+
+// revert undoes a persist whose group did not reach a majority, so this
+// store holds no checkpoint the leader never acknowledged: whatever a task
+// writes next is compared with, and written over, the state before.
+func (s *rsStore) revert(cs []rsChange) error {
+	back := make([]rsChange, 0, len(cs))
+	for i := len(cs) - 1; i >= 0; i-- {
+		if newer(cs[i].prev, cs[i].next) {
+			back = append(back, rsChange{prev: cs[i].next, next: cs[i].prev, task: cs[i].next.Task})
+		}
+	}
+	return s.write(back, nil, true)
+}
+
+func (s *rsStore) write(cs []rsChange, hs []wire.RainstormHeader, undo bool) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		ck, rows, hdr := tx.Bucket(rsBucketCkpt), tx.Bucket(rsBucketRows), tx.Bucket(rsBucketHdr)
-		for _, c := range cs {
+		ck, rows, hdr, bt := tx.Bucket(rsBucketCkpt), tx.Bucket(rsBucketRows), tx.Bucket(rsBucketHdr), tx.Bucket(rsBucketBatch)
+		for _, ch := range cs {
+			if undo && ch.next == nil {
+				// The task had no checkpoint: drop its head and batches.
+				k := rsTaskKey(ch.task)
+				if err := ck.Delete(k); err != nil {
+					return err
+				}
+				for i := range ch.prev.PendingBlobs {
+					if err := bt.Delete(rsBatchKey(k, &ch.prev.PendingBlobs[i])); err != nil {
+						return err
+					}
+				}
+				if len(ch.prev.Rows) > 0 {
+					if err := rows.Delete(binary.BigEndian.AppendUint64(slices.Clone(k), ch.prev.Version)); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			c := ch.next
 			k := rsTaskKey(c.Task)
-			if len(c.Rows) > 0 {
+			if undo && len(ch.prev.Rows) > 0 {
+				if err := rows.Delete(binary.BigEndian.AppendUint64(slices.Clone(k), ch.prev.Version)); err != nil {
+					return err
+				}
+			}
+			if len(c.Rows) > 0 && !undo {
 				v, err := wire.Marshal(&rsRowsRecord{Task: c.Task, Version: c.Version, Rows: c.Rows})
 				if err != nil {
 					return err
@@ -173,23 +310,48 @@ func (s *rsStore) persist(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHea
 					return err
 				}
 			}
-			if c.Incarnation == 0 {
+			if !undo && !newer(ch.prev, c) {
 				continue
 			}
-			if old := ck.Get(k); old != nil {
-				prev := new(wire.RainstormCheckpoint)
-				if wire.Unmarshal(old, prev) == nil && prev.Version > c.Version {
-					continue
-				}
-			}
-			l := *c
-			l.Rows = nil
-			v, err := wire.Marshal(&l)
+			head := *c
+			head.Rows, head.Pending, head.PendingBlobs = nil, nil, nil
+			v, err := wire.Marshal(&head)
 			if err != nil {
 				return err
 			}
 			if err := ck.Put(k, v); err != nil {
 				return err
+			}
+			type chSeq struct {
+				to  int
+				seq uint64
+			}
+			var had map[chSeq]bool
+			if ch.prev != nil && len(ch.prev.PendingBlobs) > 0 {
+				had = make(map[chSeq]bool, len(ch.prev.PendingBlobs))
+				for i := range ch.prev.PendingBlobs {
+					had[chSeq{ch.prev.PendingBlobs[i].To, ch.prev.PendingBlobs[i].Seq}] = true
+				}
+			}
+			for i := range c.PendingBlobs {
+				b := &c.PendingBlobs[i]
+				id := chSeq{b.To, b.Seq}
+				if had[id] {
+					delete(had, id) // kept: stored already
+					continue
+				}
+				v, err := wire.Marshal(b)
+				if err != nil {
+					return err
+				}
+				if err := bt.Put(rsBatchKey(k, b), v); err != nil {
+					return err
+				}
+			}
+			for id := range had { // acknowledged since prev
+				if err := bt.Delete(rsBatchKey(k, &wire.RainstormBatchBlob{To: id.to, Seq: id.seq})); err != nil {
+					return err
+				}
 			}
 		}
 		for _, h := range hs {
@@ -205,20 +367,102 @@ func (s *rsStore) persist(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHea
 	})
 }
 
-// store persists then applies; peers and a syncing leader use it.
-func (s *rsStore) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
-	if err := s.persist(cs, hs); err != nil {
-		return err
-	}
+// latest returns task's stored latest checkpoint (nil when none).
+func (s *rsStore) latest(t wire.RainstormTask) *wire.RainstormCheckpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, c := range cs {
-		s.applyLocked(c)
+	if st := s.tasks[t]; st != nil {
+		return st.latest
+	}
+	return nil
+}
+
+// apply records written changes and headers in memory.
+func (s *rsStore) apply(cs []rsChange, hs []wire.RainstormHeader) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range cs {
+		s.applyLocked(ch.next)
 	}
 	for _, h := range hs {
 		s.headers[[2]string{h.Job, h.Workflow}] = h
 	}
+}
+
+// store persists then applies whole states; peers and a syncing leader
+// use it.
+func (s *rsStore) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	changes := make([]rsChange, 0, len(cs))
+	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+	for _, c := range cs {
+		prev, ok := cur[c.Task]
+		if !ok {
+			prev = s.latest(c.Task)
+		}
+		changes = append(changes, rsChange{prev: prev, next: c})
+		if newer(prev, c) {
+			cur[c.Task] = c
+		}
+	}
+	if err := s.persist(changes, hs); err != nil {
+		return err
+	}
+	s.apply(changes, hs)
 	return nil
+}
+
+// storeReplicated stores a leader's group on a peer: whole states as they
+// are, deltas composed with the state they follow. A delta whose base is
+// not the stored state (this peer missed a group) is not stored; its task
+// is returned, and the leader sends the whole state.
+func (s *rsStore) storeReplicated(msg *wire.RainstormReplicate, stale func() string) (stored int, missing []wire.RainstormTask, err error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if msg.Term < s.promised {
+		return 0, nil, &wire.Error{Code: wire.CodeStaleFence, Message: fmt.Sprintf("stale term %d: a leader of term %d read this store", msg.Term, s.promised)}
+	}
+	if reason := stale(); reason != "" {
+		return 0, nil, &wire.Error{Code: wire.CodeStaleFence, Message: reason}
+	}
+	changes := make([]rsChange, 0, len(msg.Checkpoints)+len(msg.Deltas))
+	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+	prevOf := func(t wire.RainstormTask) *wire.RainstormCheckpoint {
+		if c, ok := cur[t]; ok {
+			return c
+		}
+		return s.latest(t)
+	}
+	for i := range msg.Checkpoints {
+		c := &msg.Checkpoints[i]
+		prev := prevOf(c.Task)
+		changes = append(changes, rsChange{prev: prev, next: c})
+		if newer(prev, c) {
+			cur[c.Task] = c
+		}
+	}
+	for i := range msg.Deltas {
+		d := &msg.Deltas[i]
+		c := &d.Checkpoint
+		prev := prevOf(c.Task)
+		switch have := verOf(prev); {
+		case have == verOf(c):
+			stored++ // a repeat of what is stored
+			continue
+		case have != rsVer{d.BaseVersion, d.BaseIncarnation}:
+			missing = append(missing, c.Task)
+			continue
+		}
+		full := rsCompose(prev, c)
+		changes = append(changes, rsChange{prev: prev, next: full})
+		cur[c.Task] = full
+	}
+	if err := s.persist(changes, msg.Headers); err != nil {
+		return 0, nil, err
+	}
+	s.apply(changes, msg.Headers)
+	return stored + len(changes), missing, nil
 }
 
 func (m *Manager) registerRainstorm() {
@@ -226,6 +470,13 @@ func (m *Manager) registerRainstorm() {
 		return m.rsSubmit(ctx, &rsReq{open: msg})
 	})
 	handle(m, wire.TypeRainstormCheckpoint, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormCheckpoint) (wire.Message, error) {
+		if len(msg.Pending) > 0 { // decoded batches: keep them in the store's form
+			packed, err := rainstorm.PackPending(msg)
+			if err != nil {
+				return nil, wire.Errorf(wire.CodeMalformed, "checkpoint %d: %v", msg.Version, err)
+			}
+			msg = packed
+		}
 		return m.rsSubmit(ctx, &rsReq{ckpt: msg})
 	})
 	handle(m, wire.TypeRainstormRoutesRequest, m.handleRSRoutes)
@@ -233,47 +484,118 @@ func (m *Manager) registerRainstorm() {
 		if !m.isPeer(from.NodeID) {
 			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
 		}
-		cs := make([]*wire.RainstormCheckpoint, len(msg.Checkpoints))
-		for i := range msg.Checkpoints {
-			cs[i] = &msg.Checkpoints[i]
-		}
-		if err := m.rs.store(cs, msg.Headers); err != nil {
+		stored, missing, err := m.rs.storeReplicated(msg, func() string { return m.rsStaleReason(from.NodeID, msg.Term) })
+		if err != nil {
 			return nil, fmt.Errorf("store replicated checkpoints: %w", err)
 		}
-		return &wire.RainstormReplicateAck{Stored: len(cs)}, nil
+		return &wire.RainstormReplicateAck{Stored: stored, Missing: missing}, nil
 	})
 	handle(m, wire.TypeRainstormSyncRequest, func(_ context.Context, from transport.Peer, msg *wire.RainstormSyncRequest) (wire.Message, error) {
 		if !m.isPeer(from.NodeID) {
 			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
 		}
-		return m.rs.snapshot(msg.Jobs), nil
+		return m.rs.promise(msg.Term, msg.Jobs, msg.After), nil
 	})
 }
 
-// snapshot is everything stored for jobs (all when empty): each task's
-// latest checkpoint and every version's rows.
-func (s *rsStore) snapshot(jobs []string) *wire.RainstormSyncResponse {
+// rsStaleReason says why a replicated group of term from sender must not
+// be stored, or "": it comes from a deposed leader (an older term than
+// this manager's), or in this manager's term from another than its leader.
+// The store also refuses terms older than a sync it answered (promise).
+func (m *Manager) rsStaleReason(sender string, term uint64) string {
+	st := m.elector.Status()
+	switch {
+	case term < st.Term:
+		return fmt.Sprintf("stale term %d: this manager is in term %d", term, st.Term)
+	case term == st.Term && st.Leader != "" && st.Leader != sender:
+		return fmt.Sprintf("%s does not lead term %d; %s does", sender, term, st.Leader)
+	}
+	return ""
+}
+
+// promise answers a new leader's sync: from now on no group of an older
+// term is stored here, and the snapshot follows every group stored before.
+func (s *rsStore) promise(term uint64, jobs []string, after []byte) *wire.RainstormSyncResponse {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if term > s.promised {
+		s.promised = term
+	}
+	return s.snapshot(jobs, after)
+}
+
+// rsSyncPage is about how many bytes of records one sync page carries: the
+// transport refuses a message over 10 MiB, and a store holds every
+// pipeline's state and output.
+const rsSyncPage = 4 << 20
+
+// snapshot is one page of everything stored for jobs (all when empty):
+// each task's latest checkpoint and every version's rows, in key order
+// from after (exclusive), up to about rsSyncPage bytes, and the headers
+// with the first page. The keys are stable, so a page's cursor means the
+// same whatever is written between pages.
+func (s *rsStore) snapshot(jobs []string, after []byte) *wire.RainstormSyncResponse {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := &wire.RainstormSyncResponse{}
 	want := func(job string) bool { return len(jobs) == 0 || slices.Contains(jobs, job) }
+	type entry struct {
+		key []byte
+		c   wire.RainstormCheckpoint
+	}
+	var es []entry
 	for t, st := range s.tasks {
 		if !want(t.Job) {
 			continue
 		}
+		k := rsTaskKey(t)
 		if st.latest != nil {
-			out.Checkpoints = append(out.Checkpoints, *st.latest)
+			es = append(es, entry{append(slices.Clone(k), 0), *st.latest})
 		}
 		for v, rows := range st.rows {
-			out.Checkpoints = append(out.Checkpoints, wire.RainstormCheckpoint{Task: t, Version: v, Rows: rows})
+			ek := binary.BigEndian.AppendUint64(append(slices.Clone(k), 1), v)
+			es = append(es, entry{ek, wire.RainstormCheckpoint{Task: t, Version: v, Rows: rows}})
 		}
 	}
-	for k, h := range s.headers {
-		if want(k[0]) {
-			out.Headers = append(out.Headers, h)
+	slices.SortFunc(es, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+	size := 0
+	for i, e := range es {
+		if after != nil && bytes.Compare(e.key, after) <= 0 {
+			continue
+		}
+		if size > 0 && size+rsSize(&e.c) > rsSyncPage {
+			out.More, out.Next = true, es[i-1].key
+			break
+		}
+		size += rsSize(&e.c)
+		out.Checkpoints = append(out.Checkpoints, e.c)
+	}
+	if after == nil {
+		for k, h := range s.headers {
+			if want(k[0]) {
+				out.Headers = append(out.Headers, h)
+			}
 		}
 	}
 	return out
+}
+
+// rsSize estimates the encoded size of c's records.
+func rsSize(c *wire.RainstormCheckpoint) int {
+	n := 256 + 32*len(c.State)
+	recs := func(rs []wire.RainstormRecord) {
+		for _, r := range rs {
+			n += 12 + len(r.Fields)
+			for _, f := range r.Fields {
+				n += len(f)
+			}
+		}
+	}
+	for i := range c.PendingBlobs {
+		n += 32 + len(c.PendingBlobs[i].Batch)
+	}
+	recs(c.Rows)
+	return n
 }
 
 // rsReady reports whether this manager may answer tasks: it leads, and in
@@ -315,7 +637,7 @@ func (m *Manager) rsSubmit(ctx context.Context, r *rsReq) (wire.Message, error) 
 // then commit requests until the term ends.
 func (m *Manager) rsLead(ctx context.Context, lt *leadership.Term) {
 	for attempt := 0; ; attempt++ {
-		err := m.rsSync(ctx)
+		err := m.rsSync(ctx, lt)
 		if err == nil {
 			break
 		}
@@ -328,6 +650,7 @@ func (m *Manager) rsLead(ctx context.Context, lt *leadership.Term) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+	m.rs.peerHave = nil // this term knows nothing of the peers' stores yet
 	m.rs.syncedTerm.Store(lt.Number())
 	for {
 		var group []*rsReq
@@ -351,12 +674,10 @@ func (m *Manager) rsLead(ctx context.Context, lt *leadership.Term) {
 }
 
 // rsSync merges a majority's records into this manager's.
-func (m *Manager) rsSync(ctx context.Context) error {
+func (m *Manager) rsSync(ctx context.Context, lt *leadership.Term) error {
 	if len(m.peerIDs) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
-	defer cancel()
 	var (
 		mu    sync.Mutex
 		resps []*wire.RainstormSyncResponse
@@ -364,12 +685,27 @@ func (m *Manager) rsSync(ctx context.Context) error {
 	)
 	for _, id := range m.peerIDs {
 		wg.Go(func() {
-			resp, err := m.tr.Call(ctx, m.peers[id], &wire.RainstormSyncRequest{})
-			if r, ok := resp.(*wire.RainstormSyncResponse); err == nil && ok {
-				mu.Lock()
-				resps = append(resps, r)
-				mu.Unlock()
+			all := &wire.RainstormSyncResponse{}
+			var after []byte
+			for {
+				cctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout) // per page
+				resp, err := m.tr.Call(cctx, m.peers[id], &wire.RainstormSyncRequest{Term: lt.Number(), After: after})
+				cancel()
+				r, ok := resp.(*wire.RainstormSyncResponse)
+				if err != nil || !ok {
+					m.log.Debug("rainstorm: read a peer's checkpoints", "peer", id, "err", err)
+					return
+				}
+				all.Checkpoints = append(all.Checkpoints, r.Checkpoints...)
+				all.Headers = append(all.Headers, r.Headers...)
+				if !r.More {
+					break
+				}
+				after = r.Next
 			}
+			mu.Lock()
+			resps = append(resps, all)
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -487,7 +823,8 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 	var (
 		acc     []accepted
 		opens   []*rsReq
-		cs      []*wire.RainstormCheckpoint
+		cs      []rsChange
+		deltas  []*wire.RainstormCheckpoint // cs[i] as the task wrote it
 		hs      []wire.RainstormHeader
 		staged  = map[wire.RainstormTask]*wire.RainstormCheckpoint{}
 		answers = map[*rsReq]rsResult{}
@@ -534,18 +871,25 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 			}
 			answers[r] = rsResult{msg: ack}
 		case latest != nil && c.Version == latest.Version && latest.Incarnation == c.Incarnation:
+			if _, inGroup := staged[c.Task]; inGroup {
+				// A resend of a checkpoint of this very group: durable
+				// only if the group is.
+				acc = append(acc, accepted{r, ack})
+				break
+			}
 			answers[r] = rsResult{msg: ack} // a resend of what is stored
 		case c.Version != have+1:
 			ack.Refused = true
 			ack.Reason = fmt.Sprintf("version %d does not follow the stored %d", c.Version, have)
 			answers[r] = rsResult{msg: ack}
 		default:
-			// Pending is a delta: store and replicate the whole state, so
-			// every copy stands alone whatever group a peer missed.
-			full := *rainstorm.Compose(latest, c)
-			full.Rows = c.Rows
+			// Pending is a delta. The stores keep whole states (a copy
+			// stands alone whatever group it missed), but write and send
+			// only what changed: see persist and rsReplicate.
+			full := *rsCompose(latest, c)
 			staged[c.Task] = &full
-			cs = append(cs, &full)
+			cs = append(cs, rsChange{prev: latest, next: &full})
+			deltas = append(deltas, c)
 			acc = append(acc, accepted{r, ack})
 		}
 	}
@@ -553,7 +897,7 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 
 	var failed error
 	if len(cs) > 0 || len(hs) > 0 {
-		failed = m.rsReplicate(ctx, lt, cs, hs)
+		failed = m.rsReplicate(ctx, lt, cs, deltas, hs)
 	}
 	for _, a := range acc {
 		if failed != nil {
@@ -585,49 +929,112 @@ func (r *rsReq) task() wire.RainstormTask {
 }
 
 // rsReplicate makes cs and hs durable here and on a majority, then
-// applies them.
-func (m *Manager) rsReplicate(ctx context.Context, lt *leadership.Term, cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+// applies them. deltas[i] is cs[i] as its task wrote it (Pending cut since
+// cs[i].prev): a peer known to hold cs[i].prev gets the delta, another the
+// whole state, and a peer that answers that it lacks a delta's base gets
+// the whole state at once.
+func (m *Manager) rsReplicate(ctx context.Context, lt *leadership.Term, cs []rsChange, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	m.rs.wmu.Lock()
+	defer m.rs.wmu.Unlock()
+	seen := map[wire.RainstormTask]bool{}
+	for _, c := range cs {
+		if !seen[c.next.Task] && verOf(m.rs.latest(c.next.Task)) != verOf(c.prev) {
+			// Another write (a sync) replaced the state this group was
+			// checked against: the tasks resend and are checked again.
+			return wire.Errorf(wire.CodeUnavailable, "task %d.%d: stored checkpoint changed while its group was checked", c.next.Task.Stage, c.next.Task.Index)
+		}
+		seen[c.next.Task] = true
+	}
 	if err := m.rs.persist(cs, hs); err != nil {
 		return wire.Errorf(wire.CodeUnavailable, "store checkpoints: %v", err)
 	}
 	stored := 1
 	if len(m.peerIDs) > 0 {
-		msg := &wire.RainstormReplicate{Term: lt.Number(), Headers: hs}
-		for _, c := range cs {
-			msg.Checkpoints = append(msg.Checkpoints, *c)
+		if m.rs.peerHave == nil {
+			m.rs.peerHave = map[string]map[wire.RainstormTask]rsVer{}
 		}
 		cctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 		var (
 			mu sync.Mutex
 			wg sync.WaitGroup
 		)
+		haves := make(map[string]map[wire.RainstormTask]rsVer, len(m.peerIDs))
 		for _, id := range m.peerIDs {
+			haves[id] = m.rs.peerHave[id]
+			delete(m.rs.peerHave, id) // known again only once this round succeeds
+		}
+		for _, id := range m.peerIDs {
+			have := haves[id]
 			wg.Go(func() {
-				resp, err := m.tr.Call(cctx, m.peers[id], msg)
-				if _, ok := resp.(*wire.RainstormReplicateAck); err == nil && ok {
-					mu.Lock()
-					stored++
-					mu.Unlock()
-				} else if err != nil {
-					m.log.Debug("rainstorm: replicate to peer", "peer", id, "err", err)
+				ok := m.rsReplicateTo(cctx, lt, id, have, cs, deltas, hs)
+				mu.Lock()
+				defer mu.Unlock()
+				if !ok {
+					return
 				}
+				stored++
+				if have == nil {
+					have = map[wire.RainstormTask]rsVer{}
+				}
+				for _, c := range cs {
+					if newer(c.prev, c.next) {
+						have[c.next.Task] = verOf(c.next)
+					}
+				}
+				m.rs.peerHave[id] = have
 			})
 		}
 		wg.Wait()
 		cancel()
 	}
 	if stored < m.quorumSize {
+		if err := m.rs.revert(cs); err != nil {
+			m.log.Warn("rainstorm: undo a group that did not reach a majority", "err", err)
+		}
 		return wire.Errorf(wire.CodeNoQuorum, "checkpoints stored by %d managers, %d needed", stored, m.quorumSize)
 	}
-	m.rs.mu.Lock()
-	for _, c := range cs {
-		m.rs.applyLocked(c)
-	}
-	for _, h := range hs {
-		m.rs.headers[[2]string{h.Job, h.Workflow}] = h
-	}
-	m.rs.mu.Unlock()
+	m.rs.apply(cs, hs)
 	return nil
+}
+
+// rsReplicateTo sends one group to peer id, whose stored versions are have
+// (as far as this leader knows), and reports whether the peer stored it
+// all.
+func (m *Manager) rsReplicateTo(ctx context.Context, lt *leadership.Term, id string, have map[wire.RainstormTask]rsVer,
+	cs []rsChange, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) bool {
+	msg := &wire.RainstormReplicate{Term: lt.Number(), Headers: hs}
+	for i, c := range cs {
+		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) {
+			base := verOf(c.prev)
+			msg.Deltas = append(msg.Deltas, wire.RainstormDelta{BaseVersion: base.version, BaseIncarnation: base.inc, Checkpoint: *deltas[i]})
+			have[c.next.Task] = verOf(c.next) // a later change of the same task in this group follows it
+			continue
+		}
+		msg.Checkpoints = append(msg.Checkpoints, *c.next)
+	}
+	resp, err := m.tr.Call(ctx, m.peers[id], msg)
+	ack, ok := resp.(*wire.RainstormReplicateAck)
+	if err != nil || !ok {
+		m.log.Debug("rainstorm: replicate to peer", "peer", id, "err", err)
+		return false
+	}
+	if len(ack.Missing) == 0 {
+		return true
+	}
+	// The peer missed a group: send those tasks' whole states, every
+	// change of the group in order (each carries its own rows).
+	whole := &wire.RainstormReplicate{Term: lt.Number()}
+	for _, c := range cs {
+		if slices.Contains(ack.Missing, c.next.Task) {
+			whole.Checkpoints = append(whole.Checkpoints, *c.next)
+		}
+	}
+	resp, err = m.tr.Call(ctx, m.peers[id], whole)
+	if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
+		m.log.Debug("rainstorm: replicate whole states to peer", "peer", id, "err", err)
+		return false
+	}
+	return true
 }
 
 func (m *Manager) rsOpenReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
@@ -642,6 +1049,23 @@ func (m *Manager) rsOpenReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 		reply.Header, reply.HasHeader = h.Header, h.HasHeader
 	}
 	return reply
+}
+
+// rsRetryLost re-dispatches the pipeline tasks placed on a worker that
+// SWIM declared dead, without the wait for its self-fencing that other
+// workflows get (see workerLost).
+func (m *Manager) rsRetryLost(worker, reason string) {
+	if m.leading() == nil {
+		return
+	}
+	m.update(func(tx *txn) {
+		for _, w := range m.wfs {
+			if w.rec.Worker == worker && w.rec.Spec.Type == rainstorm.TypeName &&
+				(w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
+				m.retryLocked(tx, w, worker, reason)
+			}
+		}
+	})
 }
 
 // rsTaskFailedLocked handles a pipeline task whose run failed (a malformed

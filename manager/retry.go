@@ -88,6 +88,11 @@ func (m *Manager) workerLost(worker, reason string) {
 		m.retryLost(worker, reason)
 		return
 	}
+	// RainStorm tasks go again at once: a cut-off incarnation that still
+	// runs can publish nothing once the replacement holds a newer fence
+	// token (the checkpoint store refuses it), and the pipeline waits for
+	// the task meanwhile.
+	m.rsRetryLost(worker, reason)
 	m.log.Info("waiting for the lost worker to fence itself before re-dispatching its workflows", "worker", worker, "wait", wait)
 	lt.Go(func(ctx context.Context) {
 		if !lifecycle.Sleep(ctx, wait) {

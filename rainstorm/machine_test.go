@@ -3,6 +3,7 @@ package rainstorm
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -417,4 +418,144 @@ func TestReroutedResendsNow(t *testing.T) {
 	if got := src.Ready().Batches; len(got) != 0 {
 		t.Fatalf("source rerouted to task 0: sent %+v", got)
 	}
+}
+
+// durableOutputs feeds filter task m n input batches, each made durable,
+// so it holds n sent, unacknowledged output batches for task 0 of stage 2.
+func durableOutputs(t *testing.T, store *MemStore, m *TaskMachine, from uint64, n int) (sent int) {
+	t.Helper()
+	for i := range n {
+		m.Batch(batch(from+uint64(i), false, "x"))
+		m.Tick()
+		r := m.Ready()
+		if r.Checkpoint == nil {
+			t.Fatal("no checkpoint cut")
+		}
+		m.CheckpointResult(store.Put(r.Checkpoint))
+		sent += len(m.Ready().Batches)
+	}
+	return sent
+}
+
+func downAck(inc, upTo uint64) *wire.RainstormBatchAck {
+	return &wire.RainstormBatchAck{From: wire.RainstormTask{Stage: 2}, Incarnation: inc, UpTo: upTo}
+}
+
+// TestResendLearnsAckDelay: acks that always come later than the
+// configured resend timeout (they wait for the receiver's checkpoint) stop
+// causing resends once the sender has measured them; a fixed timer resent
+// every batch, which at-least-once counts twice.
+func TestResendLearnsAckDelay(t *testing.T) {
+	const delay = 2 * DefaultResendTicks
+	store := NewMemStore()
+	m := filterTask(t, store, 1)
+	m.Ready()
+	resent := make([]int, 8)
+	for round := range resent {
+		if got := durableOutputs(t, store, m, uint64(round+1), 1); got != 1 {
+			t.Fatalf("round %d: %d batches sent, want 1", round, got)
+		}
+		for range delay {
+			m.Tick()
+			resent[round] += len(m.Ready().Batches)
+		}
+		m.Ack(downAck(7, uint64(round+1)))
+		m.Ready()
+	}
+	if resent[0] == 0 {
+		t.Fatalf("resends per round %v: the first round should time out (ack delay %d > %d ticks)", resent, delay, DefaultResendTicks)
+	}
+	if late := resent[len(resent)-3:]; late[0]+late[1]+late[2] != 0 {
+		t.Fatalf("resends per round %v: still resending once the ack delay is known", resent)
+	}
+}
+
+// TestResendBoundedAndBackedOff: a timeout resends at most resendBurst
+// batches, in order, and waits longer after each timeout without
+// progress.
+func TestResendBoundedAndBackedOff(t *testing.T) {
+	store := NewMemStore()
+	m := filterTask(t, store, 1)
+	m.Ready()
+	durableOutputs(t, store, m, 1, 40)
+	var sends []int // ticks at which batches went again, and how many
+	var first []uint64
+	for tick := range 20 * DefaultResendTicks {
+		m.Tick()
+		if bs := m.Ready().Batches; len(bs) > 0 {
+			sends = append(sends, tick, len(bs))
+			if first == nil {
+				for _, b := range bs {
+					first = append(first, b.Seq)
+				}
+			}
+		}
+	}
+	if len(sends) == 0 {
+		t.Fatal("nothing resent without acks")
+	}
+	for i := 1; i < len(sends); i += 2 {
+		if sends[i] > resendBurst {
+			t.Fatalf("a timeout resent %d batches, more than %d: %v", sends[i], resendBurst, sends)
+		}
+	}
+	if !slices.IsSorted(first) {
+		t.Fatalf("first resend %v, want the oldest due batches in order", first)
+	}
+	// A fixed timer resends every batch every DefaultResendTicks: 40 × 20
+	// times here. Backing off, each goes at most 1 + 2 + 4 + 8 + 8 + ...
+	total := 0
+	for i := 1; i < len(sends); i += 2 {
+		total += sends[i]
+	}
+	if total > 40*20/3 {
+		t.Fatalf("%d batches resent in %d ticks without an ack: no backoff (%v)", total, 20*DefaultResendTicks, sends)
+	}
+}
+
+// TestReplacedReceiverGetsBatchesAtOnce: a replacement downstream task
+// acks from its new incarnation as it starts, and the sender resends all
+// it holds for it at once, not after a timeout.
+func TestReplacedReceiverGetsBatchesAtOnce(t *testing.T) {
+	store := NewMemStore()
+	m := filterTask(t, store, 1)
+	m.Ready()
+	durableOutputs(t, store, m, 1, 30)
+	m.Ack(downAck(7, 4))
+	if bs := m.Ready().Batches; len(bs) != 0 {
+		t.Fatalf("an ack from the same receiver resent %d batches", len(bs))
+	}
+	m.Ack(downAck(9, 4)) // the replacement's first ack: durable up to 4
+	bs := m.Ready().Batches
+	if len(bs) != 26 || bs[0].Seq != 5 || bs[25].Seq != 30 {
+		t.Fatalf("the replacement got %d batches, want 5..30 at once", len(bs))
+	}
+	// And a fresh task says hello to every upstream task as it starts.
+	f := filterTask(t, NewMemStore(), 3)
+	if acks := f.Ready().Acks; len(acks) != 1 || acks[0].Incarnation != 3 || acks[0].UpTo != 0 {
+		t.Fatalf("a fresh task's first acks: %+v", acks)
+	}
+}
+
+// TestResendTimeoutCapped: an ack held up by a fault (here 30 timeouts
+// long) does not teach a delay that would stall the channel after the next
+// loss: a batch still goes again within maxTimeout × ResendTicks.
+func TestResendTimeoutCapped(t *testing.T) {
+	store := NewMemStore()
+	m := filterTask(t, store, 1)
+	m.Ready()
+	durableOutputs(t, store, m, 1, 1)
+	for range 30 * DefaultResendTicks {
+		m.Tick()
+	}
+	m.Ack(downAck(7, 1))
+	m.Ready()
+	durableOutputs(t, store, m, 2, 1)
+	for range maxTimeout*DefaultResendTicks + 1 {
+		m.Tick()
+		if len(m.Ready().Batches) > 0 {
+			return
+		}
+	}
+	t.Fatalf("no resend within %d ticks after a slow ack", maxTimeout*DefaultResendTicks)
 }

@@ -32,6 +32,11 @@ type CompiledStage struct {
 	fields   []int // project
 	equals   string
 	re       *regexp.Regexp
+	// keep marks the input columns this stage and the stages after it
+	// read; nil when every column may matter (an exec stage, a project
+	// of everything, a last stage that outputs records, a match over the
+	// whole record). See Narrow.
+	keep []bool
 }
 
 // Compile resolves spec against header, the source's column names (nil for
@@ -99,7 +104,85 @@ func Compile(spec *Spec, header []string) (*Pipeline, error) {
 		}
 		p.Stages = append(p.Stages, cs)
 	}
+	p.markKept()
 	return p, nil
+}
+
+// markKept computes each stage's keep set, from the last stage back: a
+// stage's input needs the columns it reads itself plus what the stages
+// after it read, mapped back through a project.
+func (p *Pipeline) markKept() {
+	var next []bool // what the stage after reads, in its input's columns; nil = all
+	for i := len(p.Stages) - 1; i >= 0; i-- {
+		cs := p.Stages[i]
+		last := i == len(p.Stages)-1
+		var keep []bool
+		mark := func(k int) {
+			if k < 0 {
+				return
+			}
+			if k >= len(keep) {
+				keep = append(keep, make([]bool, k+1-len(keep))...)
+			}
+			keep[k] = true
+		}
+		all := false
+		switch cs.Op {
+		case OpExec:
+			all = true
+		case OpCount, OpSum:
+			mark(cs.keyIdx)
+			mark(cs.fieldIdx)
+		case OpFilter, OpReplace:
+			if last || next == nil || cs.fieldIdx < 0 {
+				all = true
+				break
+			}
+			mark(cs.fieldIdx)
+			for k, ok := range next {
+				if ok {
+					mark(k)
+				}
+			}
+		case OpProject:
+			if last || next == nil {
+				for _, k := range cs.fields {
+					mark(k)
+				}
+				break
+			}
+			for j, k := range cs.fields {
+				if j < len(next) && next[j] {
+					mark(k)
+				}
+			}
+		}
+		if all {
+			keep = nil
+		}
+		cs.keep = keep
+		next = keep
+	}
+}
+
+// Narrow returns rec as this stage's task should receive it: the columns
+// no later stage reads are emptied (the record keeps its length, so
+// column positions and the checks on them do not change). Records then
+// carry, store and replicate only what the rest of the pipeline uses —
+// for a filter before a count, the filter's field and the key. rec itself
+// is not changed: its fields may be shared with a batch that is stored.
+func (cs *CompiledStage) Narrow(rec Record) Record {
+	if cs.keep == nil {
+		return rec
+	}
+	fields := make([]string, len(rec.Fields))
+	for k := range min(len(rec.Fields), len(cs.keep)) {
+		if cs.keep[k] {
+			fields[k] = rec.Fields[k]
+		}
+	}
+	rec.Fields = fields
+	return rec
 }
 
 // columnIndex finds name among cols; nil cols name fields by number.

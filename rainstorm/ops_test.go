@@ -113,3 +113,52 @@ func TestCountRows(t *testing.T) {
 		t.Fatalf("rows %v", got)
 	}
 }
+
+// Narrow empties exactly the columns no later stage reads, keeps every
+// column where a later stage may read any, and never changes its argument.
+func TestNarrowKeepsWhatLaterStagesRead(t *testing.T) {
+	h := []string{"a", "b", "c", "d"}
+	eq := "x"
+	compile := func(stages ...Stage) *Pipeline {
+		t.Helper()
+		p, err := Compile(&Spec{Source: Source{Path: "/in", Header: true}, Stages: stages}, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	filter := Stage{Name: "f", Op: OpFilter, Field: "b", Equals: &eq}
+	in := Record{ID: 7, Fields: []string{"1", "2", "3", "4"}}
+	for _, tc := range []struct {
+		name string
+		p    *Pipeline
+		want [][]string // per stage, the record as that stage receives it
+	}{
+		{"filter→count", compile(filter, Stage{Name: "c", Op: OpCount, Key: "d"}),
+			[][]string{{"", "2", "", "4"}, {"", "", "", "4"}}},
+		{"filter→sum", compile(filter, Stage{Name: "s", Op: OpSum, Key: "a", Field: "c"}),
+			[][]string{{"1", "2", "3", ""}, {"1", "", "3", ""}}},
+		{"filter outputs records", compile(filter),
+			[][]string{{"1", "2", "3", "4"}}},
+		{"project→count", compile(Stage{Name: "p", Op: OpProject, Fields: []string{"c", "a"}}, Stage{Name: "c", Op: OpCount, Key: "a"}),
+			[][]string{{"1", "", "", ""}, {"", "1"}}},
+		{"exec reads everything", compile(Stage{Name: "e", Op: OpExec, Command: []string{"cat"}}, Stage{Name: "c", Op: OpCount, Key: "1"}),
+			[][]string{{"1", "2", "3", "4"}, {"1", "", "", ""}}},
+		{"whole-record match", compile(Stage{Name: "f", Op: OpFilter, Matches: "x"}, Stage{Name: "c", Op: OpCount, Key: "d"}),
+			[][]string{{"1", "2", "3", "4"}, {"", "", "", "4"}}},
+	} {
+		for i, cs := range tc.p.Stages {
+			rec := in
+			if i == 1 && tc.p.Stages[0].Op == OpProject {
+				rec = Record{ID: 7, Fields: []string{"3", "1"}}
+			}
+			got := cs.Narrow(rec)
+			if !reflect.DeepEqual(got.Fields, tc.want[i]) || got.ID != 7 {
+				t.Errorf("%s: stage %d receives %q, want %q", tc.name, i, got.Fields, tc.want[i])
+			}
+		}
+		if !reflect.DeepEqual(in.Fields, []string{"1", "2", "3", "4"}) {
+			t.Fatalf("%s: Narrow changed its argument: %q", tc.name, in.Fields)
+		}
+	}
+}

@@ -16,8 +16,12 @@ const (
 	// restarted source cuts the same ones and regenerates batches
 	// identical to those it sent.
 	DefaultSegmentRecords = 1024
-	// DefaultWindow is the unacknowledged segments a source keeps.
-	DefaultWindow = 32
+	// DefaultWindow is the unacknowledged segments a source keeps. A
+	// segment is acknowledged one checkpoint of the first stage after it
+	// was sent (a group commit on a majority of managers, a few hundred
+	// milliseconds on a loaded machine), so the window bounds the rate:
+	// 128 × 1024 records per ack delay. 32 capped it near 64k records/s.
+	DefaultWindow = 128
 	maxBadFirst   = 10
 )
 
@@ -121,9 +125,9 @@ type sourceSeg struct {
 // channel has acknowledged, and it needs no checkpoint before sending.
 type SourceMachine struct {
 	cfg      SourceConfig
-	acked    []uint64 // per channel: highest acknowledged seq (= segment index + 1)
-	lastSent []int
-	segs     []*sourceSeg // unacknowledged, oldest first
+	acked    []uint64      // per channel: highest acknowledged seq (= segment index + 1)
+	rt       []resendTimer // per channel
+	segs     []*sourceSeg  // unacknowledged, oldest first
 	nextSeg  uint64
 	eof      bool
 	lastSeq  uint64 // the EOS batch's seq once known
@@ -160,7 +164,7 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 	if cfg.Downstream < 1 || cfg.Next == nil {
 		return nil, errors.New("rainstorm source: downstream and next stage must be set")
 	}
-	m := &SourceMachine{cfg: cfg, acked: make([]uint64, cfg.Downstream), lastSent: make([]int, cfg.Downstream)}
+	m := &SourceMachine{cfg: cfg, acked: make([]uint64, cfg.Downstream), rt: make([]resendTimer, cfg.Downstream)}
 	if ckpt != nil {
 		if ckpt.Source == nil || len(ckpt.Outputs) != cfg.Downstream {
 			return nil, errors.New("rainstorm source: checkpoint is not a source's of this shape")
@@ -223,7 +227,7 @@ func (m *SourceMachine) Segment(seg Segment) {
 	}
 	for i := range seg.Records {
 		d := m.cfg.Next.Route(&seg.Records[i], m.cfg.Downstream)
-		s.batches[d].Records = append(s.batches[d].Records, seg.Records[i])
+		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(seg.Records[i]))
 	}
 	m.segs = append(m.segs, s)
 	m.nextSeg++
@@ -234,7 +238,7 @@ func (m *SourceMachine) Segment(seg Segment) {
 	for d, b := range s.batches {
 		if b.Seq > m.acked[d] {
 			m.ready.Batches = append(m.ready.Batches, b)
-			m.lastSent[d] = m.tick
+			m.rt[d].sentNow(b.Seq, m.tick)
 		}
 	}
 }
@@ -242,11 +246,17 @@ func (m *SourceMachine) Segment(seg Segment) {
 // Ack delivers a first-stage task's acknowledgement.
 func (m *SourceMachine) Ack(a *wire.RainstormBatchAck) {
 	d := a.From.Index
-	if m.stopped || a.From.Stage != 1 || d < 0 || d >= len(m.acked) || a.UpTo <= m.acked[d] {
+	if m.stopped || a.From.Stage != 1 || d < 0 || d >= len(m.acked) {
+		return
+	}
+	if a.Incarnation != 0 && m.rt[d].receiverRestarted(a.Incarnation) {
+		defer m.resend(d, true) // after the ack below drops what it covers
+	}
+	if a.UpTo <= m.acked[d] {
 		return
 	}
 	m.acked[d] = a.UpTo
-	m.lastSent[d] = m.tick
+	m.rt[d].acked(a.UpTo, m.tick)
 	low := m.acked[0]
 	for _, x := range m.acked {
 		low = min(low, x)
@@ -266,11 +276,28 @@ func (m *SourceMachine) Rerouted(to int) {
 	if m.stopped || to < 0 || to >= len(m.acked) {
 		return
 	}
+	m.resend(to, true)
+}
+
+// resend sends channel d's unacknowledged batches again: all of them for
+// a replaced receiver, else those due by the channel's timeout, at most
+// resendBurst.
+func (m *SourceMachine) resend(d int, all bool) {
+	rt := &m.rt[d]
+	timeout := rt.timeout(m.cfg.ResendTicks)
+	sent := 0
 	for _, s := range m.segs {
-		if b := s.batches[to]; b.Seq > m.acked[to] {
-			m.ready.Batches = append(m.ready.Batches, b)
-			m.lastSent[to] = m.tick
+		if !all && sent == resendBurst {
+			break
 		}
+		if b := s.batches[d]; b.Seq > m.acked[d] && (all || rt.due(b.Seq, m.tick, timeout)) {
+			m.ready.Batches = append(m.ready.Batches, b)
+			rt.sentNow(b.Seq, m.tick)
+			sent++
+		}
+	}
+	if sent > 0 && !all {
+		rt.timedOut()
 	}
 }
 
@@ -285,15 +312,7 @@ func (m *SourceMachine) Tick() {
 		m.lastCut = m.tick
 	}
 	for d := range m.acked {
-		if m.tick-m.lastSent[d] < m.cfg.ResendTicks {
-			continue
-		}
-		for _, s := range m.segs {
-			if b := s.batches[d]; b.Seq > m.acked[d] {
-				m.ready.Batches = append(m.ready.Batches, b)
-				m.lastSent[d] = m.tick
-			}
-		}
+		m.resend(d, false)
 	}
 	allAcked := m.eof
 	for _, x := range m.acked {

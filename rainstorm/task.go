@@ -82,13 +82,13 @@ type inChan struct {
 }
 
 type outChan struct {
-	next     uint64 // next sequence number to assign
-	acked    uint64
-	durable  uint64 // highest sequence number in a durable checkpoint
-	eos      bool
-	open     []Record
-	pending  []*wire.RainstormBatch // unacknowledged, in sequence order
-	lastSent int                    // tick of the last send or ack progress
+	next    uint64 // next sequence number to assign
+	acked   uint64
+	durable uint64 // highest sequence number in a durable checkpoint
+	eos     bool
+	open    []Record
+	pending []*wire.RainstormBatch // unacknowledged, in sequence order
+	rt      resendTimer
 }
 
 // TaskMachine is one stage task's exactly-once state machine. Inputs:
@@ -146,6 +146,8 @@ func NewTaskMachine(cfg TaskConfig, ckpt *wire.RainstormCheckpoint) (*TaskMachin
 		if err := m.restore(ckpt); err != nil {
 			return nil, err
 		}
+	} else {
+		m.ackInputs(true)
 	}
 	return m, nil
 }
@@ -309,7 +311,7 @@ func (m *TaskMachine) emit(recs []Record) {
 	n := len(m.out)
 	for i := range recs {
 		d := m.cfg.Next.Route(&recs[i], n)
-		m.out[d].open = append(m.out[d].open, recs[i])
+		m.out[d].open = append(m.out[d].open, m.cfg.Next.Narrow(recs[i]))
 	}
 }
 
@@ -324,18 +326,23 @@ func (m *TaskMachine) Ack(a *wire.RainstormBatchAck) {
 		return
 	}
 	o := &m.out[a.From.Index]
-	if a.UpTo <= o.acked {
-		return
+	restarted := a.Incarnation != 0 && o.rt.receiverRestarted(a.Incarnation)
+	if a.UpTo > o.acked {
+		o.acked = a.UpTo
+		k := 0
+		for k < len(o.pending) && o.pending[k].Seq <= o.acked {
+			k++
+		}
+		clear(o.pending[:k])
+		o.pending = o.pending[k:]
+		o.rt.acked(a.UpTo, m.tick)
+		m.dirty = true
 	}
-	o.acked = a.UpTo
-	k := 0
-	for k < len(o.pending) && o.pending[k].Seq <= o.acked {
-		k++
+	if restarted {
+		// A replacement lost whatever its predecessor had not made
+		// durable: give it everything now.
+		m.send(a.From.Index, m.sendable(o))
 	}
-	clear(o.pending[:k])
-	o.pending = o.pending[k:]
-	o.lastSent = m.tick
-	m.dirty = true
 }
 
 // Tick advances the machine's clock: it cuts a checkpoint when one is due
@@ -360,8 +367,22 @@ func (m *TaskMachine) Tick() {
 	}
 	for i := range m.out {
 		o := &m.out[i]
-		if len(o.pending) > 0 && m.tick-o.lastSent >= m.cfg.ResendTicks {
-			m.send(i, m.sendable(o))
+		if len(o.pending) == 0 {
+			continue
+		}
+		timeout := o.rt.timeout(m.cfg.ResendTicks)
+		var due []*wire.RainstormBatch
+		for _, b := range m.sendable(o) {
+			if len(due) == resendBurst {
+				break
+			}
+			if o.rt.due(b.Seq, m.tick, timeout) {
+				due = append(due, b)
+			}
+		}
+		if len(due) > 0 {
+			m.send(i, due)
+			o.rt.timedOut()
 		}
 	}
 }
@@ -502,15 +523,21 @@ func (m *TaskMachine) send(i int, bs []*wire.RainstormBatch) {
 		return
 	}
 	m.ready.Batches = append(m.ready.Batches, bs...)
-	m.out[i].lastSent = m.tick
+	for _, b := range bs {
+		m.out[i].rt.sentNow(b.Seq, m.tick)
+	}
 }
 
 // ackInputs tells each upstream task how far this task's durable state
 // covers its channel (only where that moved, unless all).
+//
+// all is a start: every upstream task hears from this incarnation, even
+// with nothing durable yet (an ack up to 0), so a sender learns that its
+// receiver was replaced and resends at once (see resend.go).
 func (m *TaskMachine) ackInputs(all bool) {
 	for i := range m.in {
 		ch := &m.in[i]
-		if ch.durableNext > 1 && (all || ch.durableNext > ch.ackedNext) {
+		if all || (ch.durableNext > 1 && ch.durableNext > ch.ackedNext) {
 			m.ack(i, ch.durableNext)
 		}
 	}

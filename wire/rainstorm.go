@@ -108,6 +108,20 @@ type RainstormCheckpoint struct {
 	Done bool `cbor:"10,keyasint,omitempty"`
 	// BadRecords counts records the task refused (malformed for its op).
 	BadRecords uint64 `cbor:"11,keyasint,omitempty"`
+	// PendingBlobs is Pending as the runtime carries it between a task and
+	// the managers: each batch encoded once by the task, so the managers
+	// store, compose and replicate it without decoding its records.
+	PendingBlobs []RainstormBatchBlob `cbor:"21,keyasint,omitempty"`
+}
+
+// RainstormBatchBlob is one unacknowledged batch, encoded: its channel and
+// sequence number in the clear (what the store needs to drop it once
+// acknowledged), the RainstormBatch itself as CBOR bytes.
+type RainstormBatchBlob struct {
+	From  RainstormTask `cbor:"1,keyasint"`
+	To    int           `cbor:"2,keyasint,omitempty"`
+	Seq   uint64        `cbor:"3,keyasint"`
+	Batch []byte        `cbor:"4,keyasint"`
 }
 
 // RainstormCheckpointAck answers a RainstormCheckpoint. Refused says the

@@ -56,10 +56,26 @@ type RainstormRoutes struct {
 // commit) to a peer manager, which stores them before it answers with
 // RainstormReplicateAck. Headers are pipelines' column names, keyed by
 // job and workflow, sent once with the first group that needs them.
+//
+// Checkpoints hold whole states (the task's unacknowledged batches all in
+// Pending); Deltas hold checkpoints as the tasks wrote them, for a peer the
+// leader believes holds each one's base: the peer composes them with its
+// own state, and names in RainstormReplicateAck.Missing the tasks whose
+// base it does not hold, which the leader then sends whole.
 type RainstormReplicate struct {
 	Term        uint64                `cbor:"1,keyasint"`
 	Checkpoints []RainstormCheckpoint `cbor:"2,keyasint,omitempty"`
 	Headers     []RainstormHeader     `cbor:"3,keyasint,omitempty"`
+	Deltas      []RainstormDelta      `cbor:"13,keyasint,omitempty"`
+}
+
+// RainstormDelta is a checkpoint whose Pending holds only the batches cut
+// since its base, the stored checkpoint (BaseVersion, BaseIncarnation) it
+// follows; BaseVersion 0 is the empty state.
+type RainstormDelta struct {
+	BaseVersion     uint64              `cbor:"1,keyasint,omitempty"`
+	BaseIncarnation uint64              `cbor:"2,keyasint,omitempty"`
+	Checkpoint      RainstormCheckpoint `cbor:"3,keyasint"`
 }
 
 // RainstormHeader is one pipeline's input column names.
@@ -72,21 +88,34 @@ type RainstormHeader struct {
 
 // RainstormReplicateAck answers RainstormReplicate once stored.
 type RainstormReplicateAck struct {
-	Stored int `cbor:"1,keyasint"`
+	Stored  int             `cbor:"1,keyasint"`
+	Missing []RainstormTask `cbor:"11,keyasint,omitempty"` // deltas whose base this peer does not hold; not stored
 }
 
 // RainstormSyncRequest asks a peer manager for everything it stores of the
 // pipelines of the listed jobs (all jobs when empty): a new leader reads a
 // majority before it answers any task.
+//
+// Term is the asking leader's: a peer that answered it stores no group of
+// an older term afterwards, so nothing a deposed leader still gets
+// acknowledged can be missing from what the new leader read.
+//
+// The answer comes in pages (a store outgrows one message): After is the
+// Next of the previous page, empty for the first.
 type RainstormSyncRequest struct {
-	Jobs []string `cbor:"1,keyasint,omitempty"`
+	Jobs  []string `cbor:"1,keyasint,omitempty"`
+	Term  uint64   `cbor:"11,keyasint,omitempty"`
+	After []byte   `cbor:"12,keyasint,omitempty"`
 }
 
 // RainstormSyncResponse holds, per task, every checkpoint version the peer
 // stores output rows for plus its latest checkpoint, and the headers.
+// More says another page follows, asked for with After: Next.
 type RainstormSyncResponse struct {
 	Checkpoints []RainstormCheckpoint `cbor:"1,keyasint,omitempty"`
 	Headers     []RainstormHeader     `cbor:"2,keyasint,omitempty"`
+	More        bool                  `cbor:"11,keyasint,omitempty"`
+	Next        []byte                `cbor:"12,keyasint,omitempty"`
 }
 
 func (*RainstormOpen) Type() MsgType          { return TypeRainstormOpen }

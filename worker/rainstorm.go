@@ -31,11 +31,12 @@ const (
 	rsTick       = 50 * time.Millisecond // the machines' clock
 	rsRouteEvery = time.Second           // route table refresh without a failure
 	rsRetry      = 200 * time.Millisecond
-	// rsResendTicks: unacknowledged batches go again after 2 s. Acks wait
-	// for a checkpoint to reach a majority of managers, which takes a good
-	// part of a second on a loaded machine; resending sooner floods the
-	// receivers with duplicates (which at-least-once processes again).
-	rsResendTicks = 40
+	// rsResendTicks: the machines' first resend timeout, 1 s. Acks wait
+	// for a checkpoint to reach a majority of managers, which takes a
+	// good part of a second on a loaded machine; the machines measure
+	// that delay and adapt their timeouts to it, never below half this
+	// (rainstorm/resend.go).
+	rsResendTicks = 20
 	rsInbox       = 4096 // messages queued for one task; more are dropped (resent later)
 	rsOutbox      = 8192
 	// rsLinger keeps a finished task answering resent batches with acks
@@ -411,6 +412,11 @@ func (d *rsDriver) open(ctx context.Context, header []string) (*wire.RainstormOp
 			if !ok {
 				return nil, fmt.Errorf("rainstorm open: manager answered %s", resp.Type())
 			}
+			if reply.Checkpoint != nil {
+				if err := rainstorm.UnpackPending(reply.Checkpoint); err != nil {
+					return nil, fmt.Errorf("rainstorm open: checkpoint %d: %w", reply.Checkpoint.Version, err)
+				}
+			}
 			if reply.Wait == "" && (d.task.Stage == 0 || reply.HasHeader || !needsHeader(&d.p.Spec)) {
 				return reply, nil
 			}
@@ -612,7 +618,13 @@ func (d *rsDriver) queue(stage, index int, msg wire.Message) {
 // answer comes back to the machine through ckptRes.
 func (d *rsDriver) checkpoint(ctx context.Context, c *wire.RainstormCheckpoint) {
 	d.w.spawn(&d.wg, func() { // refused only at shutdown, when nothing needs it
-		resp, err := d.w.callLeader(ctx, c)
+		// Batches go encoded, once: the managers keep them as bytes.
+		packed, err := rainstorm.PackPending(c)
+		if err != nil {
+			d.log.Warn("rainstorm checkpoint not encoded", "version", c.Version, "err", err)
+			return
+		}
+		resp, err := d.w.callLeader(ctx, packed)
 		if err != nil {
 			d.log.Debug("rainstorm checkpoint not stored", "version", c.Version, "err", err)
 			return // the machine resends it
