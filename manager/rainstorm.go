@@ -1062,7 +1062,7 @@ func (m *Manager) rsRetryLost(worker, reason string) {
 		for _, w := range m.wfs {
 			if w.rec.Worker == worker && w.rec.Spec.Type == rainstorm.TypeName &&
 				(w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
-				m.retryLocked(tx, w, worker, reason)
+				m.requeueLocked(tx, w, reason)
 			}
 		}
 	})

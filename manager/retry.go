@@ -74,6 +74,26 @@ func (m *Manager) retryLocked(tx *txn, w *workflowState, worker, reason string) 
 	tx.touchWorkflow(w, true)
 }
 
+// requeueLocked puts w back to PENDING after its worker was declared dead,
+// without counting that against its retries or excluding the worker. For a
+// pipeline task the death says nothing about the task, and under load SWIM
+// declares live workers dead: counting those would fail a pipeline after a
+// few false deaths, and excluding them would leave a small cluster with no
+// worker to place the task on. The store's fencing keeps a replaced
+// incarnation from publishing, so placing it again at once is safe.
+func (m *Manager) requeueLocked(tx *txn, w *workflowState, reason string) {
+	if w.rec.Status.Terminal() {
+		return
+	}
+	w.rec.Status = wire.WorkflowPending
+	w.rec.Error = reason
+	w.rec.Worker = ""
+	w.rec.Cores = nil
+	m.log.Info("workflow will be placed again; its worker is gone", "job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID, "attempts", w.rec.Attempts, "reason", reason)
+	m.kick()
+	tx.touchWorkflow(w, true)
+}
+
 // workerLost retries, elsewhere, every workflow the leader had placed on a
 // worker that SWIM declared dead, once WorkerFenceAfter has passed since
 // the worker was last heard from: a worker that is only cut off stops its
