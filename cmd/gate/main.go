@@ -12,13 +12,9 @@
 package main
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"tempest/cmd/internal/nodecmd"
@@ -28,9 +24,7 @@ import (
 const shutdownTimeout = 15 * time.Second
 
 func main() {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, sigs, nil))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals(), nil))
 }
 
 // fileConfig is the config file: the gate's options plus the API server's
@@ -43,25 +37,17 @@ type fileConfig struct {
 // run is main without the process: ready, if not nil, receives the API URL
 // once the gate serves.
 func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, ready chan<- string) int {
-	cfg, opts, err := loadConfig(args, stderr)
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "tempest-gate: %v\n", err)
+	start := func(cfg gate.Config, node nodecmd.Node) (nodecmd.Started, error) {
+		cfg.Logger = node.Base
+		g, err := gate.New(cfg, gate.Deps{Keyring: node.Keyring})
+		if err != nil {
+			return nodecmd.Started{}, err
 		}
-		return nodecmd.ExitUsage
+		return nodecmd.Started{Role: g, APIListen: cfg.APIListen, Advertised: cfg.APIAdvertise != "",
+			Attrs: []any{"quic", g.Addr(), "swim", g.SwimAddr()}}, nil
 	}
-	node, code, err := nodecmd.Prepare("tempest-gate", cfg.ID, opts, getenv, stderr)
-	if err != nil {
-		return code
-	}
-	cfg.Logger = node.Base
-	g, err := gate.New(cfg, gate.Deps{Keyring: node.Keyring})
-	if err != nil {
-		node.Log.Error("refusing to start", "err", err)
-		return nodecmd.ExitFailure
-	}
-	return nodecmd.ServeAPI(g, "gate", node, opts, cfg.APIListen, cfg.APIAdvertise != "", sigs, getenv, shutdownTimeout, ready,
-		"quic", g.Addr(), "swim", g.SwimAddr())
+	p := nodecmd.Process{Getenv: getenv, Stderr: stderr, Sigs: sigs, Ready: ready}
+	return nodecmd.Main("tempest-gate", "gate", args, p, shutdownTimeout, loadConfig, func(c gate.Config) string { return c.ID }, start)
 }
 
 // loadConfig reads --config, then applies the flags that were given.

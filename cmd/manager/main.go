@@ -14,13 +14,9 @@
 package main
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"tempest/cmd/internal/nodecmd"
@@ -39,9 +35,7 @@ const (
 const shutdownTimeout = 15 * time.Second
 
 func main() {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, sigs, nil))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals(), nil))
 }
 
 // fileConfig is the config file: the manager's options plus the API
@@ -54,25 +48,17 @@ type fileConfig struct {
 // run is main without the process: ready, if not nil, receives the API URL
 // once the manager serves (tests use it).
 func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, ready chan<- string) int {
-	cfg, opts, err := loadConfig(args, stderr)
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "tempest-manager: %v\n", err)
+	start := func(cfg manager.Config, node nodecmd.Node) (nodecmd.Started, error) {
+		cfg.Logger = node.Base
+		m, err := manager.New(cfg, manager.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
+		if err != nil {
+			return nodecmd.Started{}, err
 		}
-		return exitUsage
+		return nodecmd.Started{Role: m, APIListen: cfg.APIListen, Advertised: cfg.APIAdvertise != "",
+			Attrs: []any{"quic", m.Addr()}}, nil
 	}
-	node, code, err := nodecmd.Prepare("tempest-manager", cfg.ID, opts, getenv, stderr)
-	if err != nil {
-		return code
-	}
-	cfg.Logger = node.Base
-	m, err := manager.New(cfg, manager.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
-	if err != nil {
-		node.Log.Error("refusing to start", "err", err)
-		return exitFailure
-	}
-	return nodecmd.ServeAPI(m, "manager", node, opts, cfg.APIListen, cfg.APIAdvertise != "", sigs, getenv, shutdownTimeout, ready,
-		"quic", m.Addr())
+	p := nodecmd.Process{Getenv: getenv, Stderr: stderr, Sigs: sigs, Ready: ready}
+	return nodecmd.Main("tempest-manager", "manager", args, p, shutdownTimeout, loadConfig, func(c manager.Config) string { return c.ID }, start)
 }
 
 // loadConfig reads --config, then applies the flags that were given.

@@ -19,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"syscall"
 	"time"
 
@@ -41,9 +40,7 @@ const (
 const drainGrace = 5 * time.Second
 
 func main() {
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, sigs))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals()))
 }
 
 // options are the flags that are not part of worker.Config.
