@@ -28,9 +28,13 @@
 //	replicate.go  one-way and majority replication of records to gates
 //	lookup.go     a report for a job the leader does not hold
 //	retention.go  forgetting finished jobs on every gate
-//	dcs.go        the datacenter table; seed.go asks managers directly
+//	dcs.go        the datacenter table, choosing a job's datacenters
+//	seed.go       asking managers directly for their heartbeats
 //	blobs.go      jobs' data files on a majority of gates
-//	backend.go    api.Backend; metrics.go, size.go
+//	rainstorm.go  pipelines: one datacenter only, output paged from its manager
+//	size.go       fitting a job record into one message between gates
+//	backend.go    api.Backend
+//	metrics.go    RegisterMetrics: the gate's Prometheus series
 package gate
 
 import (

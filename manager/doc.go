@@ -41,24 +41,39 @@
 //
 // # Files
 //
-//	manager.go    wiring, lifecycle, handler registration
-//	config.go     Config, DefaultConfig, Validate
-//	jobs.go       job table, state machine, intake, the update/txn helper
-//	schedule.go   placing queued and retried work when capacity appears
-//	provision.go  quorum confirmation, commit, dispatch; peers' side
-//	leader.go     establishing and revoking a leadership.Term
-//	retry.go      kept dispatch bytes, retries, worker death
-//	progress.go   WorkflowProgress from workers
-//	cancel.go     cancel and per-job timeout
-//	statesync.go  state sync on election, resume, snapshots for peers
-//	replicate.go  submission and status replication to peers
-//	register.go   WorkerRegistration
-//	workers.go    worker table (and the peer-manager table)
-//	select.go     weighted random worker choice
-//	heartbeat.go  swim.StateEmbedder: ManagerHeartbeat out, heartbeats in
-//	membership.go SWIM events, node meta (API URL), secret reload, joining
-//	backend.go    api.Backend
-//	watch.go      Watch streams
-//	persist.go    loading from the store, retention
-//	metrics.go    Prometheus text for /metrics
+//	manager.go          wiring, lifecycle, handler registration, kick
+//	doc.go              this overview
+//	config.go           Config, DefaultConfig, Validate
+//	clock.go            Clock, the source of time tests control
+//	jobs.go             job table, state machine, submit, the update/txn helper
+//	intake.go           a submission stored on a majority before its answer
+//	shards.go           shard groups, splitting oversized workflows
+//	schedule.go         placing queued and retried work when capacity appears
+//	provision.go        quorum confirmation, commit, dispatch; peers' side
+//	leader.go           establishing and revoking a leadership.Term
+//	retry.go            kept dispatch bytes, retries, worker death
+//	progress.go         WorkflowProgress from workers
+//	thresholds.go       threshold verdicts and abort_on_fail
+//	series.go           fitting per-second series into one message
+//	cancel.go           cancel and per-job timeout
+//	statesync.go        state sync on election, resume, snapshots for peers
+//	replicate.go        JobSubmission from gates; job and status replication to peers
+//	register.go         WorkerRegistration, direct and relayed
+//	workers.go          worker table (and the peer-manager table)
+//	select.go           weighted random worker choice
+//	heartbeat.go        swim.StateEmbedder: ManagerHeartbeat out, heartbeats in
+//	membership.go       SWIM events, node meta (API URL), secret reload, joining
+//	gates.go            the gates' SWIM cluster, fence tokens, leases, reports to gates
+//	gatestatus.go       answering a gate's ManagerStatusRequest
+//	leaselapse.go       stopping a gate's job once its lease lapses here
+//	blobs.go            jobs' data files on a majority of managers
+//	backend.go          api.Backend
+//	watch.go            Watch streams
+//	results.go          what only results carry: series, latency distributions
+//	persist.go          loading from the store, retention
+//	metrics.go          RegisterMetrics: the manager's Prometheus series
+//	rainstorm.go        RainStorm checkpoint store and its committer, routes
+//	rainstorm_push.go   route-change hints to a pipeline's workers
+//	rainstorm_gate.go   pipeline output pages for gates, waiting summaries
+//	rainstorm_output.go PipelineOutput, from this manager's store
 package manager
