@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 	"tempest/wire"
 )
 

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"tempest/blobstore"
+	"tempest/internal/blobstore"
 	"tempest/wire"
 )
 

@@ -12,7 +12,7 @@ import (
 	"slices"
 	"strings"
 
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 	"tempest/workflow"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"tempest/api"
 	"tempest/api/apitest"
+	"tempest/internal/testutil"
 	"tempest/security"
-	"tempest/testutil"
 )
 
 const (

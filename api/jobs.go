@@ -8,7 +8,7 @@ import (
 	"path"
 	"strings"
 
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 	"tempest/wire"
 	"tempest/workflow"
 )

@@ -1,6 +1,6 @@
 package api
 
-import "tempest/obs"
+import "tempest/internal/obs"
 
 // SeriesOf is a running job's numbers for /metrics: its counts, its rate
 // (the datacenters' current rates added up when a gate answers, else the

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"tempest/report"
+	"tempest/internal/report"
 	"tempest/wire"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tempest/obs"
+	"tempest/internal/obs"
 )
 
 // Server serves the client API over a Backend.

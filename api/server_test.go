@@ -16,8 +16,8 @@ import (
 	"tempest/api"
 
 	"tempest/api/apitest"
-	"tempest/obs"
-	"tempest/obs/obstest"
+	"tempest/internal/obs"
+	"tempest/internal/obs/obstest"
 	"tempest/wire"
 )
 

@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 )
 
 // Problem is one thing wrong with a submitted job file: line, field path and

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/lifecycle"
 	"tempest/jobs"
-	"tempest/lifecycle"
 	"tempest/wire"
 	"tempest/workflow"
 )

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/blobstore"
+	"tempest/internal/blobstore"
 	"tempest/rainstorm"
 	"tempest/transport"
 	"tempest/wire"

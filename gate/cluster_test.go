@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/testutil"
 	"tempest/leadership"
-	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
 )

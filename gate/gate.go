@@ -52,8 +52,8 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/lifecycle"
 	"tempest/leadership"
-	"tempest/lifecycle"
 	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/leadership"
-	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -4,7 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tempest/api"
-	"tempest/obs"
+	"tempest/internal/obs"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"tempest/obs"
-	"tempest/obs/obstest"
-	"tempest/testutil"
+	"tempest/internal/obs"
+	"tempest/internal/obs/obstest"
+	"tempest/internal/testutil"
 	"tempest/transport"
 )
 

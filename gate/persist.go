@@ -3,7 +3,7 @@ package gate
 import (
 	"fmt"
 
-	"tempest/store"
+	"tempest/internal/store"
 	"tempest/wire"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"tempest/lifecycle"
+	"tempest/internal/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/target"
-	"tempest/testutil"
+	"tempest/internal/target"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

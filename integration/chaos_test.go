@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/devcluster"
 	"tempest/integration/checker"
+	"tempest/internal/devcluster"
 )
 
 // TestChaos runs a randomized fault schedule against a cluster in network

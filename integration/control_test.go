@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"tempest/integration/attack"
+	"tempest/internal/target"
+	"tempest/internal/testutil"
 	"tempest/security"
-	"tempest/target"
-	"tempest/testutil"
 	"tempest/wire"
 )
 

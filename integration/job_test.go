@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/target"
+	"tempest/internal/target"
 	"tempest/wire"
 )
 

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/devcluster"
+	"tempest/internal/devcluster"
+	"tempest/internal/target"
+	"tempest/internal/testutil"
 	"tempest/security"
-	"tempest/target"
-	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
 )

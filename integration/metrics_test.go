@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"tempest/devcluster"
-	"tempest/obs/obstest"
-	"tempest/target"
-	"tempest/testutil"
+	"tempest/internal/devcluster"
+	"tempest/internal/obs/obstest"
+	"tempest/internal/target"
+	"tempest/internal/testutil"
 )
 
 // Every role's /metrics, scraped from real processes while an HTTP job and

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/devcluster"
 	"tempest/integration/checker"
-	"tempest/testutil"
+	"tempest/internal/devcluster"
+	"tempest/internal/testutil"
 )
 
 // The partition suite: each scenario runs real binaries, every node in a

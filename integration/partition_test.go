@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/devcluster"
 	"tempest/integration/checker"
 	"tempest/integration/netns"
-	"tempest/target"
-	"tempest/testutil"
+	"tempest/internal/devcluster"
+	"tempest/internal/target"
+	"tempest/internal/testutil"
 )
 
 // pcluster is a cluster whose every node runs in its own network

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/devcluster"
+	"tempest/internal/devcluster"
+	"tempest/internal/testutil"
 	"tempest/rainstorm"
-	"tempest/testutil"
 	"tempest/wire"
 )
 

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/target"
+	"tempest/internal/testutil"
 	"tempest/security"
-	"tempest/target"
-	"tempest/testutil"
 	"tempest/wire"
 )
 

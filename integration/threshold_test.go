@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/target"
+	"tempest/internal/target"
 	"tempest/wire"
 )
 

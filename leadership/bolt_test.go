@@ -7,7 +7,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func TestBoltStorageSurvivesReopen(t *testing.T) {

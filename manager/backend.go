@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/store"
 	"tempest/jobs"
 	"tempest/leadership"
-	"tempest/store"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/blobstore"
+	"tempest/internal/blobstore"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"tempest/jobfile"
-	"tempest/testutil"
+	"tempest/internal/jobfile"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

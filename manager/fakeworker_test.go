@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"tempest/lifecycle"
+	"tempest/internal/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"tempest/lifecycle"
+	"tempest/internal/lifecycle"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/testutil"
 	"tempest/swim"
-	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/swim"
-	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
 )

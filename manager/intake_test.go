@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/leadership"
-	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"tempest/internal/store"
 	"tempest/jobs"
 	"tempest/leadership"
-	"tempest/store"
 	"tempest/wire"
 )
 

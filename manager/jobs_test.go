@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"tempest/store"
+	"tempest/internal/store"
 	"tempest/wire"
 )
 

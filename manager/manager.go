@@ -15,10 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tempest/internal/lifecycle"
+	"tempest/internal/store"
 	"tempest/leadership"
-	"tempest/lifecycle"
 	"tempest/security"
-	"tempest/store"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"

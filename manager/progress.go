@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"tempest/store"
+	"tempest/internal/store"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"tempest/api"
+	"tempest/internal/store"
 	"tempest/rainstorm"
-	"tempest/store"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tempest/store"
-	"tempest/testutil"
+	"tempest/internal/store"
+	"tempest/internal/testutil"
 	"tempest/transport"
 	"tempest/wire"
 )

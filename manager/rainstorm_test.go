@@ -11,9 +11,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"tempest/internal/testutil"
 	"tempest/leadership"
 	"tempest/rainstorm"
-	"tempest/testutil"
 	"tempest/wire"
 	"tempest/workflow"
 )

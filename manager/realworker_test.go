@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/security"
 	"tempest/swim"
-	"tempest/testutil"
 	"tempest/wire"
 	"tempest/worker"
 )

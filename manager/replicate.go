@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"tempest/blobstore"
+	"tempest/internal/blobstore"
 	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"

@@ -1,8 +1,8 @@
 package manager
 
 import (
+	"tempest/internal/store"
 	"tempest/jobs"
-	"tempest/store"
 )
 
 // resultDetail adds what only results carry to a workflow's status: the

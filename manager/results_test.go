@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"tempest/store"
-	"tempest/testutil"
+	"tempest/internal/store"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"tempest/lifecycle"
-	"tempest/store"
+	"tempest/internal/lifecycle"
+	"tempest/internal/store"
 	"tempest/wire"
 )
 

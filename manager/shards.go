@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"tempest/internal/store"
 	"tempest/jobs"
-	"tempest/store"
 	"tempest/wire"
 	"tempest/workflow"
 )

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"tempest/internal/lifecycle"
 	"tempest/leadership"
-	"tempest/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
 )

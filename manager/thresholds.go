@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"tempest/internal/store"
 	"tempest/jobs"
-	"tempest/store"
 	"tempest/wire"
 	"tempest/workflow"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

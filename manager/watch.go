@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/lifecycle"
 	"tempest/jobs"
-	"tempest/lifecycle"
 	"tempest/wire"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 	"tempest/rainstorm"
 )
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 	"tempest/wire"
 	"tempest/workflow"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func TestMain(m *testing.M) {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

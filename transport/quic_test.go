@@ -15,8 +15,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"tempest/internal/testutil"
 	"tempest/security"
-	"tempest/testutil"
 	"tempest/wire"
 )
 

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync"
 
-	"tempest/blobstore"
+	"tempest/internal/blobstore"
 	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"

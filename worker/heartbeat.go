@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"tempest/lifecycle"
+	"tempest/internal/lifecycle"
 	"tempest/swim"
 	"tempest/wire"
 )

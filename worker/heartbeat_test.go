@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/security"
 	"tempest/swim"
-	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/security"
 	"tempest/swim"
-	"tempest/testutil"
 	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tempest/obs"
+	"tempest/internal/obs"
 	"tempest/transport"
 	"tempest/wire"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 	"tempest/workflow"
 )

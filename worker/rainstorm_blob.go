@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"tempest/blobstore"
+	"tempest/internal/blobstore"
 )
 
 // rsBlobReader reads a `file:` source's blob by range from the managers,

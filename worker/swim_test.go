@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/security"
 	"tempest/swim"
-	"tempest/testutil"
 	"tempest/wire"
 	"tempest/workflow"
 )

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"tempest/lifecycle"
+	"tempest/internal/lifecycle"
 	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"

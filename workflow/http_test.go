@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 // target is an HTTP server that counts the requests it receives, per path

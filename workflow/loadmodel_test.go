@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 // countedOnce checks the rule every model keeps: after a natural end, each

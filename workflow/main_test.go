@@ -3,7 +3,7 @@ package workflow
 import (
 	"testing"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func TestMain(m *testing.M) {

@@ -34,7 +34,7 @@ import (
 
 	"tempest/api"
 	"tempest/bench/internal/stats"
-	"tempest/devcluster"
+	"tempest/internal/devcluster"
 	"tempest/wire"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/devcluster"
+	"tempest/internal/devcluster"
 )
 
 // node is one process of the cluster as the benchmark sees it.

@@ -47,7 +47,7 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/devcluster"
+	"tempest/internal/devcluster"
 	"tempest/swim"
 	"tempest/wire"
 )

@@ -13,8 +13,8 @@ import (
 	"tempest/api"
 	"tempest/cmd/internal/nodecmd"
 	"tempest/gate"
+	"tempest/internal/testutil"
 	"tempest/security"
-	"tempest/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

@@ -16,9 +16,9 @@ import (
 
 	"tempest/api"
 	"tempest/cmd/internal/nodecmd"
+	"tempest/internal/testutil"
 	"tempest/manager"
 	"tempest/security"
-	"tempest/testutil"
 	"tempest/wire"
 	"tempest/worker"
 	"tempest/workflow"

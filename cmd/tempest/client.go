@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"tempest/api"
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 	"tempest/wire"
 )
 

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"tempest/devcluster"
-	"tempest/target"
+	"tempest/internal/devcluster"
+	"tempest/internal/target"
 )
 
 // demoJob is the embedded sample: an HTTP load test against the built-in

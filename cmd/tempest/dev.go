@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"tempest/devcluster"
+	"tempest/internal/devcluster"
 )
 
 // runDev starts a local cluster of real processes and keeps it up until

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 
 	"tempest/api"
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 	"tempest/rainstorm"
 	"tempest/workflow"
 )

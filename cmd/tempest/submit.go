@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"tempest/jobfile"
+	"tempest/internal/jobfile"
 )
 
 // runSubmit sends a job file. Without --wait it prints the job id alone,

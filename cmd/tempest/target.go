@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"tempest/target"
+	"tempest/internal/target"
 )
 
 // targetShutdownTimeout is how long in-flight requests get to finish after

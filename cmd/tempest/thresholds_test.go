@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"tempest/api"
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

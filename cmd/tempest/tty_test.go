@@ -14,7 +14,7 @@ import (
 
 	"tempest/api"
 	"tempest/api/apitest"
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

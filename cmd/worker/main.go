@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"tempest/cmd/internal/nodecmd"
-	"tempest/obs"
+	"tempest/internal/obs"
 	"tempest/rainstorm"
 	"tempest/worker"
 )

@@ -3,7 +3,7 @@ package checker
 import (
 	"testing"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

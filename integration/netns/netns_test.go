@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 // helperEnv makes the test binary, re-executed inside a namespace, serve

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tempest/api"
+	"tempest/internal/obs"
 	"tempest/leadership"
-	"tempest/obs"
 	"tempest/rainstorm"
 	"tempest/security"
 )

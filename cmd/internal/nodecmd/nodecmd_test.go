@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/security"
-	"tempest/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

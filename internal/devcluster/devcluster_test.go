@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"tempest/internal/testutil"
 	"tempest/security"
-	"tempest/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
-	"tempest/obs"
-	"tempest/obs/obstest"
+	"tempest/internal/obs"
+	"tempest/internal/obs/obstest"
 	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"

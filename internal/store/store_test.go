@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 

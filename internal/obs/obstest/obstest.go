@@ -11,7 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tempest/obs"
+	"tempest/internal/obs"
 )
 
 // Promtool runs `promtool check metrics` on text (exposition format 0.0.4)

@@ -10,7 +10,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func openRevTemp(t *testing.T) (*RevFile, string) {

@@ -1,9 +1,9 @@
-package store
+package blobstore
 
 import (
 	"testing"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

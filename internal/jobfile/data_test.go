@@ -189,7 +189,7 @@ workflows:
 // TestExamplesParse keeps examples/ honest: every job file there parses,
 // data files included, as tempest submit would read them.
 func TestExamplesParse(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "examples", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "examples", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no examples found: %v", err)
 	}

@@ -1,9 +1,9 @@
-package obs_test
+package store
 
 import (
 	"testing"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

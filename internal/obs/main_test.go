@@ -1,9 +1,9 @@
-package blobstore
+package obs_test
 
 import (
 	"testing"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

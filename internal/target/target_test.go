@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/testutil"
+	"tempest/internal/testutil"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

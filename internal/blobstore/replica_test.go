@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"tempest/lifecycle"
-	"tempest/testutil"
+	"tempest/internal/lifecycle"
+	"tempest/internal/testutil"
 	"tempest/transport"
 	"tempest/wire"
 )
