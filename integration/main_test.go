@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/gate"
 	"tempest/internal/devcluster"
 	"tempest/internal/target"
 	"tempest/internal/testutil"
@@ -74,10 +75,16 @@ func startCluster(t *testing.T, managers, workers, cores int) *cluster {
 
 // startGated runs gates in front of dcs datacenters of managers and
 // workers; the cluster's client goes through the gates.
+//
+// The lease_ttl is the production default. The test SWIM and election
+// profiles detect failures fast, so on a loaded machine (-race, many
+// processes on 2 cores) gates do change leader while a job runs; a lease
+// shorter than production's then lapses although nothing failed. Tests that
+// are about a lapsing lease set their own.
 func startGated(t *testing.T, gates, dcs, managers, workers int) *cluster {
 	t.Helper()
 	return startWith(t, devcluster.Options{Gates: gates, Datacenters: dcs, Managers: managers, Workers: workers,
-		CoresPerWorker: 2, LeaseTTL: 5 * time.Second})
+		CoresPerWorker: 2, LeaseTTL: gate.DefaultConfig().LeaseTTL})
 }
 
 // startWith starts a cluster laid out by opts (Dir, BinDir and Logger are

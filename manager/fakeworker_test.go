@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"tempest/internal/lifecycle"
@@ -48,6 +49,9 @@ type fakeRun struct {
 	cores             []int
 	cancel            context.CancelFunc
 	last              wire.WorkflowProgress
+	// completeWith, set by complete, ends the run as completed with this
+	// per-second series in its one final report.
+	completeWith []wire.SecondStats
 }
 
 func newFakeWorker(hub *transport.Hub, id string, cores int, reg *workflow.Registry, managers []string, log *slog.Logger) *fakeWorker {
@@ -186,7 +190,12 @@ func (w *fakeWorker) run(ctx context.Context, r *fakeRun, runner workflow.Runner
 		w.report(ctx, &p, false)
 	}})
 	status := wire.WorkflowCompleted
+	w.mu.Lock()
+	forced := r.completeWith
+	w.mu.Unlock()
 	switch {
+	case forced != nil:
+		err = nil
 	case err != nil && ctx.Err() != nil:
 		status = wire.WorkflowCancelled
 	case err != nil:
@@ -205,6 +214,9 @@ func (w *fakeWorker) run(ctx context.Context, r *fakeRun, runner workflow.Runner
 	w.bumpLocked()
 	r.last.CompletedCount, r.last.FailedCount, r.last.StepStats = res.Completed, res.Failed, steps
 	r.last.Status, r.last.Final = status, true
+	if forced != nil {
+		r.last.Series = forced
+	}
 	if err != nil {
 		r.last.Error = err.Error()
 	}
@@ -263,6 +275,24 @@ func (w *fakeWorker) report(ctx context.Context, p *wire.WorkflowProgress, final
 		}
 	}
 	return false
+}
+
+// complete ends wfID's run now as completed, its final report carrying
+// series: the worker's own single last word on the attempt, as a real
+// worker's would be, so nothing it reports later can replace it.
+func (w *fakeWorker) complete(t testing.TB, wfID string, series []wire.SecondStats) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.runs[wfID]
+	if !ok {
+		t.Fatalf("%s runs no %s", w.id, wfID)
+	}
+	r.completeWith = slices.Clone(series)
+	if r.completeWith == nil {
+		r.completeWith = []wire.SecondStats{}
+	}
+	r.cancel()
 }
 
 func (w *fakeWorker) handleCancel(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {

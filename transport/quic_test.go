@@ -484,48 +484,54 @@ func TestOversizedAndMalformedInput(t *testing.T) {
 	}
 }
 
+// TestBreakerOpensOnDeadPeerAndClosesOnReturn: calls to a peer that died
+// fail until the breaker opens and fails them fast; when the peer returns a
+// half-open probe closes it. Every step waits for a state the transport
+// shows (a call's error, Stats), not for a time: the dial keeps the
+// production timeout, since a handshake on a loaded machine takes what it
+// takes; the dead-peer calls fail at their own short deadline, which is what
+// trips the breaker.
 func TestBreakerOpensOnDeadPeerAndClosesOnReturn(t *testing.T) {
 	fast := func(c *Config) {
 		c.Breaker = BreakerConfig{ConsecutiveFailures: 3, OpenFor: 300 * time.Millisecond}
-		c.DialTimeout = 300 * time.Millisecond
 	}
 	a := newNode(t, "a", nodeOpts{tweak: fast})
 	b := newNode(t, "b", nodeOpts{})
 	echo(b, nil)
 	addr := b.Addr()
 	ctx := context.Background()
-	if err := ping(ctx, a, addr); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error { return ping(ctx, a, addr) })
 	b.Close()
 
-	call := func() error {
-		cctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	call := func(d time.Duration) error {
+		cctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		return ping(cctx, a, addr)
 	}
-	testutil.Eventually(t, 10*time.Second, time.Millisecond, func() error {
-		if err := call(); !errors.Is(err, ErrCircuitOpen) {
+	// Open means fast: no dial, no wait. How fast is a timing, only logged.
+	var failFast time.Duration
+	testutil.Eventually(t, 30*time.Second, time.Millisecond, func() error {
+		start := time.Now()
+		if err := call(400 * time.Millisecond); !errors.Is(err, ErrCircuitOpen) {
 			return fmt.Errorf("breaker not open yet: %v", err)
 		}
+		failFast = time.Since(start)
 		return nil
 	})
-	// Open means fast: no dial, no wait.
-	start := time.Now()
-	if err := call(); !errors.Is(err, ErrCircuitOpen) {
-		t.Fatalf("want fail-fast, got %v", err)
+	if failFast > 50*time.Millisecond {
+		t.Logf("open breaker took %s to fail (expected near zero)", failFast)
 	}
-	if d := time.Since(start); d > 50*time.Millisecond {
-		t.Logf("open breaker took %s to fail (expected near zero)", d)
-	}
+	// Open or half-open, it stays visible while the peer is away: no probe
+	// can close it.
 	if len(a.Stats().Breakers) == 0 {
 		t.Fatalf("open breaker not visible in stats")
 	}
 
-	// The peer returns on the same address; a half-open probe succeeds.
+	// The peer returns on the same address; a half-open probe succeeds. The
+	// probe has room for a handshake on a busy machine.
 	b2 := newNode(t, "b", nodeOpts{listen: addr})
 	echo(b2, nil)
-	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return call() })
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error { return call(5 * time.Second) })
 	if s := a.Stats(); len(s.Breakers) != 0 || s.BreakerChanges < 3 {
 		t.Fatalf("breaker should be closed after recovery with >= 3 transitions: %+v", s)
 	}
