@@ -295,3 +295,32 @@ func TestFenceWaitCountsFromTheElection(t *testing.T) {
 		})
 	}
 }
+
+// A worker that answers a dispatch only after DispatchTimeout (preparing a
+// large run on a loaded machine) still starts the run: the manager sends
+// the same dispatch again rather than placing the workflow elsewhere, so
+// it runs once, on that worker, under one token.
+func TestSlowDispatchAnswerIsNotRunTwice(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	slow := c.addWorker("w1", 2)
+	slow.mu.Lock()
+	slow.slowFirstAnswer = 3 * time.Second // DispatchTimeout is 1 s here
+	slow.mu.Unlock()
+	l := c.leader()
+	ack, err := l.Submit(context.Background(), sleepJob(t, "once", 1, 1, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w2", 2) // somewhere else it could have gone
+	st := waitJob(t, l, ack.JobID, wire.JobCompleted, 30*time.Second)
+	w := st.Workflows[0]
+	if w.Worker != "w1" || w.Attempts != 1 {
+		t.Fatalf("workflow ran on %q in %d attempts, want once on w1", w.Worker, w.Attempts)
+	}
+	slow.mu.Lock()
+	tokens := slices.Clone(slow.dispatches[w.WorkflowID])
+	slow.mu.Unlock()
+	if len(tokens) != 1 {
+		t.Fatalf("w1 started %d runs (tokens %v), want 1", len(tokens), tokens)
+	}
+}

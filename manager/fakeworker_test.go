@@ -41,6 +41,11 @@ type fakeWorker struct {
 	fences     map[string]uint64 // highest token seen per workflow
 	runs       map[string]*fakeRun
 	dispatches map[string][]uint64 // accepted dispatch tokens per workflow
+	// slowFirstAnswer, when set, holds back the answer to a workflow's
+	// first dispatch this long after the run started, as a loaded worker
+	// preparing a large run does.
+	slowFirstAnswer time.Duration
+	answered        map[string]bool
 }
 
 type fakeRun struct {
@@ -136,10 +141,36 @@ func (w *fakeWorker) running(wfID string) bool {
 	return ok
 }
 
-func (w *fakeWorker) handleDispatch(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+func (w *fakeWorker) handleDispatch(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
 	d := msg.(*wire.WorkflowDispatch)
+	reply, err := w.dispatchLocked(d)
+	w.mu.Lock()
+	delay := w.slowFirstAnswer
+	if w.answered == nil {
+		w.answered = map[string]bool{}
+	}
+	if w.answered[d.WorkflowID] {
+		delay = 0
+	}
+	w.answered[d.WorkflowID] = true
+	w.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+	}
+	return reply, err
+}
+
+func (w *fakeWorker) dispatchLocked(d *wire.WorkflowDispatch) (wire.Message, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// The same dispatch again (the manager's answer got lost or late):
+	// the run it started answers, as on a real worker.
+	if r, ok := w.runs[d.WorkflowID]; ok && r.token == d.FenceToken {
+		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: r.cores, AvailableCores: len(w.freeLocked())}, nil
+	}
 	if d.FenceToken < w.fences[d.WorkflowID] {
 		return nil, &wire.Error{Code: wire.CodeStaleFence, Message: fmt.Sprintf("token %d older than %d", d.FenceToken, w.fences[d.WorkflowID])}
 	}

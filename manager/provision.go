@@ -329,10 +329,35 @@ func (m *Manager) callPeers(ctx context.Context, msg wire.Message, failure strin
 }
 
 // dispatch sends a WorkflowDispatch to a worker.
+// dispatchResends is how many times a dispatch that timed out is sent
+// again to the same live worker before the workflow goes elsewhere.
+const dispatchResends = 3
+
 func (m *Manager) dispatch(ctx context.Context, wv workerView, d *wire.WorkflowDispatch) (*wire.WorkflowDispatchAck, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.DispatchTimeout)
-	defer cancel()
-	resp, err := m.tr.Call(ctx, wv.Addr, d)
+	var (
+		resp wire.Message
+		err  error
+	)
+	// A worker answers a dispatch only once the run is prepared (its blobs
+	// read, its runner built), which on a loaded machine can outlast
+	// DispatchTimeout while the run then starts all the same. Placing the
+	// workflow elsewhere on a timeout would run it twice; the same
+	// dispatch again is idempotent on the worker (same token: it answers
+	// for the run it has, or prepares it once), so a timed-out dispatch is
+	// sent again while the worker is alive, and only then given up.
+	for sent := 1; ; sent++ {
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.DispatchTimeout)
+		resp, err = m.tr.Call(cctx, wv.Addr, d)
+		cancel()
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || sent > dispatchResends {
+			break
+		}
+		if now, ok := m.workers.get(wv.ID); !ok || now.Gone {
+			break
+		}
+		m.log.Info("dispatch not answered in time; sending it again", "job_id", d.JobID, "workflow_id", d.WorkflowID,
+			"worker", wv.ID, "fence_token", d.FenceToken, "sent", sent)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dispatch %s to %s: %w", d.WorkflowID, wv.ID, err)
 	}
