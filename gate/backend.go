@@ -162,37 +162,12 @@ func (g *Gate) Results(_ context.Context, id string) (*api.Results, error) {
 // Leader implements api.Backend. A gate taking over already answers as the
 // leader: requests wait for the takeover rather than bounce.
 func (g *Gate) Leader() (bool, string) {
-	if g.lead.Leading() != nil {
-		return true, *g.apiURL.Load()
-	}
 	id, _ := g.elector.Leader()
-	if id == "" {
-		return false, ""
-	}
-	return false, g.apiOf(id)
-}
-
-func (g *Gate) apiOf(id string) string {
-	if id == g.cfg.ID {
-		return *g.apiURL.Load()
-	}
-	if g.members != nil {
-		if n, ok := g.members.Member(id); ok {
-			return n.Meta.Tags["api"]
-		}
-	}
-	return ""
+	return g.apis.Leader(g.lead.Leading() != nil, id)
 }
 
 // notLeaderAPI is NotLeader for API callers: LeaderAddr is an API URL.
-func (g *Gate) notLeaderAPI() *wire.Error {
-	e := g.elector.NotLeaderError()
-	e.LeaderAddr = ""
-	if e.Leader != "" {
-		e.LeaderAddr = g.apiOf(e.Leader)
-	}
-	return e
-}
+func (g *Gate) notLeaderAPI() *wire.Error { return g.apis.NotLeader(g.elector.NotLeaderError()) }
 
 // Cluster implements api.Backend: the gates, and every datacenter's
 // managers as their heartbeats describe them.
@@ -200,7 +175,7 @@ func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 	st := g.elector.Status()
 	view := &api.ClusterView{}
 	self := api.NodeView{Name: g.cfg.ID, Role: string(wire.RoleGate), State: "alive", IsLeader: g.lead.Leading() != nil,
-		Addr: g.tr.Addr(), API: *g.apiURL.Load(), Term: st.Term}
+		Addr: g.tr.Addr(), API: g.apis.Self(), Term: st.Term}
 	if !g.ready.Load() {
 		self.State = "syncing"
 	}

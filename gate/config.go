@@ -143,15 +143,3 @@ func (c Config) validate(haveTransport bool) error {
 	}
 	return errors.Join(errs...)
 }
-
-// apiURL is the advertised API URL when it can be known before binding.
-func (c Config) apiURL() string {
-	if c.APIAdvertise != "" {
-		return c.APIAdvertise
-	}
-	host, port, err := net.SplitHostPort(c.APIListen)
-	if err != nil || port == "0" || port == "" || host == "" || host == "0.0.0.0" || host == "::" {
-		return ""
-	}
-	return "http://" + net.JoinHostPort(host, port)
-}

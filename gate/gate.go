@@ -104,9 +104,9 @@ type Gate struct {
 	jobs    map[string]*jobEntry
 	version uint64 // highest record version seen
 
-	lead   *leadership.Terms // the term of leadership held, if any (leader.go)
-	ready  atomic.Bool       // first state sync done: may lead
-	apiURL atomic.Pointer[string]
+	lead  *leadership.Terms // the term of leadership held, if any (leader.go)
+	ready atomic.Bool       // first state sync done: may lead
+	apis  *api.Addresses    // this gate's API URL and other gates'
 
 	// life owns background goroutines and handlers in flight.
 	life    *lifecycle.Owner
@@ -162,8 +162,14 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.lead = leadership.NewTerms(g.life.Context(), g.life.Go, func() uint64 { return g.elector.FenceToken() })
 	g.ids = wire.NewSnowflakeGenerator(cfg.ID, g.now)
 	g.dcs = newDCTable(g.now)
-	url := cfg.apiURL()
-	g.apiURL.Store(&url)
+	g.apis = api.NewAddresses(cfg.ID, api.AdvertisedURL(cfg.APIAdvertise, cfg.APIListen), func(id string) string {
+		if g.members != nil {
+			if n, ok := g.members.Member(id); ok {
+				return n.Meta.Tags["api"]
+			}
+		}
+		return ""
+	})
 
 	ok := false
 	defer func() {
@@ -367,7 +373,7 @@ func (g *Gate) Ready() bool { return g.ready.Load() }
 
 // SetAPIAddr publishes this gate's API URL once the server has bound.
 func (g *Gate) SetAPIAddr(url string) error {
-	g.apiURL.Store(&url)
+	g.apis.SetSelf(url)
 	if g.members == nil {
 		return nil
 	}
@@ -405,7 +411,7 @@ func (g *Gate) ReloadSecrets(current, previous string) error {
 // theirs in heartbeats; gates send none).
 func (g *Gate) nodeMeta() swim.NodeMeta {
 	meta := swim.NodeMeta{Role: wire.RoleGate, QUICAddr: g.tr.Addr(), Tags: map[string]string{}}
-	if u := *g.apiURL.Load(); u != "" {
+	if u := g.apis.Self(); u != "" {
 		meta.Tags["api"] = u
 	}
 	if g.keyring != nil {

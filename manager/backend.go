@@ -87,37 +87,13 @@ func (m *Manager) Results(ctx context.Context, id string) (*api.Results, error) 
 
 // Leader implements api.Backend.
 func (m *Manager) Leader() (bool, string) {
-	if m.leading() != nil {
-		return true, *m.apiURL.Load()
-	}
 	id, _ := m.elector.Leader()
-	if id == "" {
-		return false, ""
-	}
-	return false, m.apiOf(id)
-}
-
-// apiOf is a manager's API URL as published in its SWIM meta.
-func (m *Manager) apiOf(id string) string {
-	if id == m.cfg.ID {
-		return *m.apiURL.Load()
-	}
-	if n, ok := m.members.Member(id); ok {
-		return n.Meta.Tags["api"]
-	}
-	return ""
+	return m.apis.Leader(m.leading() != nil, id)
 }
 
 // notLeaderAPI is NotLeader for API callers: LeaderAddr is the leader's API
 // URL, not its QUIC address.
-func (m *Manager) notLeaderAPI() *wire.Error {
-	e := m.elector.NotLeaderError()
-	e.LeaderAddr = ""
-	if e.Leader != "" {
-		e.LeaderAddr = m.apiOf(e.Leader)
-	}
-	return e
-}
+func (m *Manager) notLeaderAPI() *wire.Error { return m.apis.NotLeader(m.elector.NotLeaderError()) }
 
 // Cluster implements api.Backend: this manager, its peers, every worker it
 // knows and any other SWIM member.
@@ -125,7 +101,7 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 	st := m.elector.Status()
 	self := api.NodeView{
 		Name: m.cfg.ID, Role: string(wire.RoleManager), DC: m.cfg.Datacenter, State: "alive",
-		IsLeader: m.leading() != nil, Addr: m.tr.Addr(), API: *m.apiURL.Load(), Term: st.Term,
+		IsLeader: m.leading() != nil, Addr: m.tr.Addr(), API: m.apis.Self(), Term: st.Term,
 	}
 	if m.keyring != nil {
 		self.SendKey, self.AcceptKeys = keyIDs(m.keyring.SendKeyID(), m.keyring.AcceptedKeyIDs())

@@ -210,21 +210,6 @@ func (c Config) validate(haveTransport, haveMembership bool) error {
 	return errors.Join(errs...)
 }
 
-// apiURL is the URL published for this manager's API.
-func (c Config) apiURL() string {
-	if c.APIAdvertise != "" {
-		return c.APIAdvertise
-	}
-	host, port, err := net.SplitHostPort(c.APIListen)
-	if err != nil || port == "0" || port == "" {
-		return "" // not known until the server binds; see Manager.SetAPIAddr
-	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		return "" // a wildcard is not an address anyone can dial
-	}
-	return "http://" + net.JoinHostPort(host, port)
-}
-
 // DefaultWorkerFenceAfter is the workers' default fence_after (10 s) plus a
 // margin for a final acknowledgement in flight and the time a worker takes
 // to stop its runs.

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"tempest/api"
 	"tempest/internal/lifecycle"
 	"tempest/internal/store"
 	"tempest/leadership"
@@ -116,7 +117,7 @@ type Manager struct {
 	gateKick chan struct{}
 	hb       atomic.Pointer[[]byte]
 	hbVer    atomic.Uint64
-	apiURL   atomic.Pointer[string]
+	apis     *api.Addresses // this manager's API URL and its peers'
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.
@@ -185,8 +186,12 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.ids = wire.NewSnowflakeGenerator(cfg.ID, m.clock.Now)
 	m.workers = newWorkerTable(rnd, cfg.QueueSoftLimit, m.clock.Now)
 	m.managers = newManagerTable(m.clock.Now)
-	url := cfg.apiURL()
-	m.apiURL.Store(&url)
+	m.apis = api.NewAddresses(cfg.ID, api.AdvertisedURL(cfg.APIAdvertise, cfg.APIListen), func(id string) string {
+		if n, ok := m.members.Member(id); ok {
+			return n.Meta.Tags["api"]
+		}
+		return ""
+	})
 
 	ok := false
 	defer func() {
@@ -290,7 +295,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.registerHandlers()
 	ok = true
 	m.log.Info("manager ready", "quic", m.tr.Addr(), "peers", len(m.cfg.Peers), "quorum", m.quorumSize,
-		"jobs_loaded", len(m.jobs), "api", url)
+		"jobs_loaded", len(m.jobs), "api", m.apis.Self())
 	return m, nil
 }
 

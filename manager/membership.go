@@ -66,7 +66,7 @@ func (m *Manager) onNodeDead(n swim.NodeInfo) {
 // once it is known (after the server binds a ":0" port), so followers can
 // send clients to the leader.
 func (m *Manager) SetAPIAddr(url string) error {
-	m.apiURL.Store(&url)
+	m.apis.SetSelf(url)
 	if err := m.members.UpdateMeta(m.nodeMeta()); err != nil {
 		return fmt.Errorf("publish api address %s: %w", url, err)
 	}
@@ -96,7 +96,7 @@ func (m *Manager) ReloadSecrets(current, previous string) error {
 
 func (m *Manager) nodeMeta() swim.NodeMeta {
 	meta := swim.NodeMeta{Role: wire.RoleManager, Datacenter: m.cfg.Datacenter, QUICAddr: m.tr.Addr()}
-	if u := *m.apiURL.Load(); u != "" {
+	if u := m.apis.Self(); u != "" {
 		meta.Tags = map[string]string{"api": u}
 	}
 	return meta
