@@ -456,18 +456,11 @@ func (g *Gate) joinLoop(ctx context.Context) {
 // healthLoop hands SWIM's local health score to the election once the gate
 // is ready, so a degraded gate does not lead.
 func (g *Gate) healthLoop(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, time.Second, func() {
 		if g.ready.Load() && g.members != nil {
 			g.elector.SetLHM(g.members.LocalHealth())
 		}
-	}
+	})
 }
 
 // spawn runs f on a goroutine the gate owns; false once Shutdown began.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"tempest/internal/lifecycle"
 	"tempest/wire"
 )
 
@@ -21,16 +22,7 @@ func (g *Gate) expired(rec *wire.GateJobRecord, now time.Time) bool {
 
 // retentionLoop forgets finished jobs past retention, every TickInterval.
 func (g *Gate) retentionLoop(ctx context.Context) {
-	t := time.NewTicker(g.cfg.TickInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		g.expireOld()
-	}
+	lifecycle.Every(ctx, g.cfg.TickInterval, func() { g.expireOld() })
 }
 
 // expireOld forgets every finished job past retention, in memory and on

@@ -10,6 +10,7 @@ import (
 
 	"tempest/api"
 	"tempest/internal/blobstore"
+	"tempest/internal/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -186,16 +187,7 @@ func (m *Manager) liveBlobs() map[blobstore.Sum]bool {
 // blobGCLoop removes blobs no kept job references once their retention
 // (the manager's job retention) has passed, and abandoned partial uploads.
 func (m *Manager) blobGCLoop(ctx context.Context) {
-	t := time.NewTicker(blobGCEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.collectBlobs()
-		}
-	}
+	lifecycle.Every(ctx, blobGCEvery, m.collectBlobs)
 }
 
 func (m *Manager) collectBlobs() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"tempest/internal/lifecycle"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
@@ -124,15 +125,8 @@ func (m *Manager) refreshHeartbeat() {
 // local health score to the election, so a degraded manager neither
 // campaigns nor keeps leading.
 func (m *Manager) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(m.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.refreshHeartbeat()
-			m.elector.SetLHM(m.members.LocalHealth())
-		}
-	}
+	lifecycle.Every(ctx, m.cfg.HeartbeatInterval, func() {
+		m.refreshHeartbeat()
+		m.elector.SetLHM(m.members.LocalHealth())
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"tempest/internal/lifecycle"
 	"tempest/wire"
 )
 
@@ -59,20 +60,13 @@ func (m *Manager) load() error {
 // nodes long gone.
 func (m *Manager) housekeepingLoop(ctx context.Context) {
 	every := min(max(m.cfg.Retention/10, time.Second), time.Minute)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.expireFinished()
-			m.workers.cleanup(10 * time.Minute)
-			m.mu.Lock()
-			m.pruneOrphanCommitsLocked(m.clock.Now())
-			m.mu.Unlock()
-		}
-	}
+	lifecycle.Every(ctx, every, func() {
+		m.expireFinished()
+		m.workers.cleanup(10 * time.Minute)
+		m.mu.Lock()
+		m.pruneOrphanCommitsLocked(m.clock.Now())
+		m.mu.Unlock()
+	})
 }
 
 // expireFinished drops finished jobs past retention.

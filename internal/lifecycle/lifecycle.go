@@ -95,6 +95,22 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Every calls f every d until ctx ends: the periodic chores of a role
+// (retention, health, heartbeats, garbage collection). A call runs to its
+// end before the next tick counts; ticks missed meanwhile are dropped.
+func Every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
 // Wait waits for every goroutine and handler the Owner let in.
 func (o *Owner) Wait() { o.wg.Wait() }
 

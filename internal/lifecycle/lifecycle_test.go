@@ -72,3 +72,26 @@ func TestCloseStopsNewWorkAndWaitsForOld(t *testing.T) {
 		t.Fatalf("the handler let in before Close: %v", err)
 	}
 }
+
+func TestEveryCallsUntilTheContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := make(chan struct{}, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Every(ctx, time.Millisecond, func() { calls <- struct{}{} })
+	}()
+	for range 3 {
+		select {
+		case <-calls:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no call within 10s")
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Every still running after its context ended")
+	}
+}
