@@ -130,8 +130,10 @@ func diffRows(t *testing.T, what string, got, want [][]string) {
 	}
 }
 
-func TestRainstormFilterCount(t *testing.T) {
-	path := signsPath(t)
+// telesparCounts is the sequential pass of the filter → count pipelines:
+// Category counts of the signs on a punched Telespar post.
+func telesparCounts(t *testing.T, path string) map[string]int {
+	t.Helper()
 	header, rows := readSigns(t, path)
 	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
 	counts := map[string]int{}
@@ -140,6 +142,24 @@ func TestRainstormFilterCount(t *testing.T) {
 			counts[r[cat]]++
 		}
 	}
+	return counts
+}
+
+// copySigns puts the signs CSV beside a job file in dir, as signs.csv.
+func copySigns(t *testing.T, path, dir string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRainstormFilterCount(t *testing.T) {
+	path := signsPath(t)
+	counts := telesparCounts(t, path)
 	want := countRows(counts)
 
 	c := startCluster(t, 1, 3, 3)
@@ -209,22 +229,9 @@ workflows:
 // blob, the managers hold it on a majority, the source reads it by range.
 func TestRainstormFileSourceThroughCLI(t *testing.T) {
 	path := signsPath(t)
-	header, rows := readSigns(t, path)
-	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
-	counts := map[string]int{}
-	for _, r := range rows {
-		if r[post] == "Punched Telespar" {
-			counts[r[cat]]++
-		}
-	}
+	counts := telesparCounts(t, path)
 	dir := t.TempDir()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copySigns(t, path, dir)
 	// The job's own timeout is far beyond finish's wait: on a loaded
 	// machine the product must not end the job for taking its time; the
 	// test's wait is the only deadline.
@@ -622,13 +629,7 @@ func TestRainstormAtLeastOnceCanOverCount(t *testing.T) {
 func TestRainstormBadInputThroughCLI(t *testing.T) {
 	path := signsPath(t)
 	dir := t.TempDir()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copySigns(t, path, dir)
 	c := startCluster(t, 1, 1, 2)
 	cases := []struct{ name, stages, want string }{
 		{"unknown op", "      - {name: a, op: frobnicate}\n", `:7: `},
@@ -661,22 +662,10 @@ func TestRainstormBadInputThroughCLI(t *testing.T) {
 // several pages. A pipeline asking for two datacenters is refused.
 func TestRainstormThroughGate(t *testing.T) {
 	path := signsPath(t)
+	counts := telesparCounts(t, path)
 	header, rows := readSigns(t, path)
-	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
-	counts := map[string]int{}
-	for _, r := range rows {
-		if r[post] == "Punched Telespar" {
-			counts[r[cat]]++
-		}
-	}
 	dir := t.TempDir()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "signs.csv"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copySigns(t, path, dir)
 	jf := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(jf, []byte(`name: telespar
 timeout: 120s
