@@ -664,6 +664,7 @@ func TestRainstormThroughGate(t *testing.T) {
 	path := signsPath(t)
 	counts := telesparCounts(t, path)
 	header, rows := readSigns(t, path)
+	post, cat := col(t, header, "Sign_Post"), col(t, header, "Category")
 	dir := t.TempDir()
 	copySigns(t, path, dir)
 	jf := filepath.Join(dir, "job.yaml")
