@@ -92,10 +92,7 @@ func holds(g *Gate, id string) bool {
 func TestLeaderServesOnlyAfterReadingAMajority(t *testing.T) {
 	hub := transport.NewHub()
 	var blockSync atomic.Bool
-	hub.SetHook(func(_, _ string, msg wire.Message) bool {
-		_, sync := msg.(*wire.StateSyncRequest)
-		return !(sync && blockSync.Load())
-	})
+	dropWhile[*wire.StateSyncRequest](hub, &blockSync)
 	ids := []string{"g1", "g2", "g3"}
 	hg := startHubGates(t, hub, ids, time.Minute)
 	hg.observe(1)
@@ -257,10 +254,7 @@ func TestSyncKeepsPagesAndResumes(t *testing.T) {
 func TestReportForAJobTheLeaderLacks(t *testing.T) {
 	hub := transport.NewHub()
 	var dropLookups atomic.Bool
-	hub.SetHook(func(_, _ string, msg wire.Message) bool {
-		_, lookup := msg.(*wire.GateRecordRequest)
-		return !(lookup && dropLookups.Load())
-	})
+	dropWhile[*wire.GateRecordRequest](hub, &dropLookups)
 	ids := []string{"g1", "g2", "g3"}
 	hg := startHubGates(t, hub, ids, time.Minute)
 	east := newFakeEast(t, hub)

@@ -116,10 +116,7 @@ func TestNoQuorumWithdrawsTheJobEverywhere(t *testing.T) {
 func TestNoQuorumWithoutWithdrawalSaysTheOutcomeIsUnknown(t *testing.T) {
 	hub := transport.NewHub()
 	var cut atomic.Bool
-	hub.SetHook(func(_, _ string, msg wire.Message) bool {
-		_, rec := msg.(*wire.ReplicateGateRecord)
-		return !(rec && cut.Load())
-	})
+	dropWhile[*wire.ReplicateGateRecord](hub, &cut)
 	ids := []string{"g1", "g2", "g3"}
 	hg := startHubGates(t, hub, ids, time.Minute)
 	east := newFakeEast(t, hub)

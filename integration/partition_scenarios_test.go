@@ -31,25 +31,10 @@ func TestPartitionManagerLeaderMinority(t *testing.T) {
 		t.Fatal("the first submission was not acknowledged")
 	}
 	p.waitRunning(id)
-	leader, term := p.leaderOf("dc1", 0, 20*time.Second)
-	peers := without(p.namesOf("manager", "dc1"), leader)
-	if err := p.net.Cut(leader, peers...); err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now()
-	t.Logf("cut %s (term %d) from %v", leader, term, peers)
-	// A submission to the old leader in the window where it may still
-	// think it leads: it must be refused (and then never run), answered
-	// unknown, or acknowledged and then run once.
-	during := make(chan struct{})
-	go func() {
-		defer close(during)
-		p.submitLoadVia(leader, "during", 20, "3s", 0)
-	}()
-	newLeader, newTerm := p.leaderOf("dc1", term, 60*time.Second)
-	t.Logf("%s leads in term %d, %s after the cut", newLeader, newTerm, time.Since(cut).Round(10*time.Millisecond))
-	rec := p.recoverAfter(cut, 0, 60*time.Second)
-	<-during
+	// The submission to the old leader comes in the window where it may
+	// still think it leads: it must be refused (and then never run),
+	// answered unknown, or acknowledged and then run once.
+	rec := p.cutLeaderSubmitting(t, "dc1", "manager", "dc1", 0)
 	p.submitLoad("after", 20, "3s", 0)
 	time.Sleep(3 * time.Second) // the minority keeps its stale view a while before the heal
 	v := p.finish(checker.Rules{}, 120*time.Second)
@@ -57,6 +42,33 @@ func TestPartitionManagerLeaderMinority(t *testing.T) {
 	if !v.OK() {
 		t.Errorf("checker: %s", v)
 	}
+}
+
+// cutLeaderSubmitting cuts the leader of an election group (a datacenter's
+// managers, or "gates") from the other nodes of role in dc, submits a job
+// through the cut leader while the others elect a successor, and returns
+// once that submission was answered and submissions are acknowledged
+// again: the time from the cut to the first acknowledged one. dcs is how
+// many datacenters the jobs ask for (0: a datacenter's own managers).
+func (p *pcluster) cutLeaderSubmitting(t *testing.T, group, role, dc string, dcs int) time.Duration {
+	t.Helper()
+	leader, term := p.leaderOf(group, 0, 20*time.Second)
+	others := without(p.namesOf(role, dc), leader)
+	if err := p.net.Cut(leader, others...); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	t.Logf("cut %s %s (term %d) from %v", role, leader, term, others)
+	during := make(chan struct{})
+	go func() {
+		defer close(during)
+		p.submitLoadVia(leader, "during", 20, "3s", dcs)
+	}()
+	newLeader, newTerm := p.leaderOf(group, term, 60*time.Second)
+	t.Logf("%s leads %s in term %d, %s after the cut", newLeader, group, newTerm, time.Since(cut).Round(10*time.Millisecond))
+	rec := p.recoverAfter(cut, dcs, 60*time.Second)
+	<-during
+	return rec
 }
 
 // The reproduction with a cut instead of a kill: a sharded job
@@ -176,25 +188,10 @@ func TestPartitionGateLeaderCut(t *testing.T) {
 		t.Fatal("the submission was not acknowledged")
 	}
 	p.waitRunning(id)
-	leader, term := p.leaderOf("gates", 0, 20*time.Second)
-	others := without(p.namesOf("gate", ""), leader)
-	if err := p.net.Cut(leader, others...); err != nil {
-		t.Fatal(err)
-	}
-	cut := time.Now()
-	t.Logf("cut gate %s (term %d) from %v", leader, term, others)
-	// A submission to the cut-off gate leader: it cannot store the job on
-	// a majority, so the answer must be a refusal that holds (the job never
-	// runs, even once the gates meet again) or an honest "unknown".
-	during := make(chan struct{})
-	go func() {
-		defer close(during)
-		p.submitLoadVia(leader, "during", 20, "3s", 1)
-	}()
-	newLeader, newTerm := p.leaderOf("gates", term, 60*time.Second)
-	t.Logf("%s leads the gates in term %d, %s after the cut", newLeader, newTerm, time.Since(cut).Round(10*time.Millisecond))
-	rec := p.recoverAfter(cut, 1, 60*time.Second)
-	<-during
+	// The cut-off gate leader cannot store the submission made through it
+	// on a majority, so the answer must be a refusal that holds (the job
+	// never runs, even once the gates meet again) or an honest "unknown".
+	rec := p.cutLeaderSubmitting(t, "gates", "gate", "", 1)
 	// Part of the fault: the cut lasts 5 s more, so the deposed gate
 	// leader acts on its stale view before the heal.
 	time.Sleep(5 * time.Second)

@@ -414,12 +414,15 @@ func (c *cluster) finish(id, wf string) *api.PipelineOutput {
 	return out
 }
 
-func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
+// killTaskWorker runs the paced exactly-once pipeline on 4 workers,
+// SIGKILLs the worker running task (in pipeline order: 0 is the source)
+// mid-run, and checks that a task restarted and the output is exact.
+func killTaskWorker(t *testing.T, task int, what string) {
 	const records = 40000
 	want := generated(t, records, 17, keepLow)
 	c := startCluster(t, 1, 4, 3)
 	id := c.submit(pacedJob(records, 4000, true))
-	victim := c.taskWorker(id, "paced", 3) // the first count task: holds state
+	victim := c.taskWorker(id, "paced", task)
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
@@ -427,23 +430,15 @@ func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
 	if out.Restarts == 0 {
 		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
 	}
-	diffRows(t, "after a stage worker's SIGKILL", out.Rows, want)
+	diffRows(t, "after "+what+"'s SIGKILL", out.Rows, want)
+}
+
+func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
+	killTaskWorker(t, 3, "a stage worker") // the first count task: holds state
 }
 
 func TestRainstormSourceWorkerKillExactlyOnce(t *testing.T) {
-	const records = 40000
-	want := generated(t, records, 17, keepLow)
-	c := startCluster(t, 1, 4, 3)
-	id := c.submit(pacedJob(records, 4000, true))
-	victim := c.taskWorker(id, "paced", 0)
-	if err := c.Kill(victim); err != nil {
-		t.Fatal(err)
-	}
-	out := c.finish(id, "paced")
-	if out.Restarts == 0 {
-		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
-	}
-	diffRows(t, "after the source worker's SIGKILL", out.Rows, want)
+	killTaskWorker(t, 0, "the source worker")
 }
 
 func TestRainstormLeaderKillExactlyOnce(t *testing.T) {

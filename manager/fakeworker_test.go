@@ -143,7 +143,7 @@ func (w *fakeWorker) running(wfID string) bool {
 
 func (w *fakeWorker) handleDispatch(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
 	d := msg.(*wire.WorkflowDispatch)
-	reply, err := w.dispatchLocked(d)
+	reply, err := w.accept(d)
 	w.mu.Lock()
 	delay := w.slowFirstAnswer
 	if w.answered == nil {
@@ -163,7 +163,7 @@ func (w *fakeWorker) handleDispatch(ctx context.Context, from transport.Peer, ms
 	return reply, err
 }
 
-func (w *fakeWorker) dispatchLocked(d *wire.WorkflowDispatch) (wire.Message, error) {
+func (w *fakeWorker) accept(d *wire.WorkflowDispatch) (wire.Message, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// The same dispatch again (the manager's answer got lost or late):

@@ -39,10 +39,7 @@ func TestWaitingSummary(t *testing.T) {
 // answers a gate's output request (a follower points at the leader), and
 // tells the worker when a task opens, for upstream tasks to resend at once.
 func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
-	if err := c.reg.Register(idleRainstorm{}); err != nil {
-		t.Fatal(err)
-	}
+	c := newRainstormCluster(t, nil)
 	w := c.addWorker("w1", 1) // the source takes the one core; count waits
 	hints := make(chan *wire.RainstormRoutesChanged, 8)
 	w.tr.Handle(wire.TypeRainstormRoutesChanged, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
@@ -50,10 +47,7 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		return nil, nil
 	})
 	lead := c.leader()
-	ack, err := lead.Submit(context.Background(), rsJob(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ack := submitPipeline(t, lead)
 	job := ack.JobID
 	// Either task may get the core; the other waits.
 	running := -1
@@ -133,17 +127,11 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 // does) fails the job at once, with the reason, instead of leaving the
 // other tasks to wait for it until the job's timeout.
 func TestPipelineTaskOutOfRetriesFailsJob(t *testing.T) {
-	c := newTestCluster(t, 3, func(cfg *Config) { cfg.MaxWorkflowRetries = 0 })
-	if err := c.reg.Register(idleRainstorm{}); err != nil {
-		t.Fatal(err)
-	}
+	c := newRainstormCluster(t, func(cfg *Config) { cfg.MaxWorkflowRetries = 0 })
 	c.addWorker("w1", 1) // one task each
 	c.addWorker("w2", 1)
 	lead := c.leader()
-	ack, err := lead.Submit(context.Background(), rsJob(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ack := submitPipeline(t, lead)
 	taskToken(t, lead, ack.JobID, 0, 0)
 	taskToken(t, lead, ack.JobID, 1, 0)
 	_, _, infos := lead.rsTasks(ack.JobID, "pipe")

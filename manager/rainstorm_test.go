@@ -73,21 +73,36 @@ func taskToken(t *testing.T, m *Manager, job string, k int, not uint64) uint64 {
 	return tok
 }
 
+// newRainstormCluster is newTestCluster whose workers run pipeline tasks
+// as idle runs, so tests drive the checkpoint store by hand.
+func newRainstormCluster(t *testing.T, tune func(*Config)) *testCluster {
+	t.Helper()
+	c := newTestCluster(t, 3, tune)
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// submitPipeline submits rsJob to the leader.
+func submitPipeline(t *testing.T, lead *Manager) *wire.JobAck {
+	t.Helper()
+	ack, err := lead.Submit(context.Background(), rsJob(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack
+}
+
 // The leader's checkpoint store: an open fences the task, checkpoints are
 // compare-and-set on incarnation and version and reach a majority before
 // they are acknowledged, a replaced incarnation publishes nothing, and a
 // new leader answers from the replicated state.
 func TestRainstormCheckpointStore(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
-	if err := c.reg.Register(idleRainstorm{}); err != nil {
-		t.Fatal(err)
-	}
+	c := newRainstormCluster(t, nil)
 	c.addWorker("w1", 4)
 	lead := c.leader()
-	ack, err := lead.Submit(context.Background(), rsJob(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ack := submitPipeline(t, lead)
 	job := ack.JobID
 	task := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
 	inc := taskToken(t, lead, job, 1, 0)
@@ -313,16 +328,10 @@ func TestRainstormStoreDeltas(t *testing.T) {
 // acknowledged only if that group reaches a majority: acknowledging the
 // copy at once told the task a version was durable that no manager kept.
 func TestRainstormResendInFailedGroup(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
-	if err := c.reg.Register(idleRainstorm{}); err != nil {
-		t.Fatal(err)
-	}
+	c := newRainstormCluster(t, nil)
 	c.addWorker("w1", 4)
 	lead := c.leader()
-	ack, err := lead.Submit(context.Background(), rsJob(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ack := submitPipeline(t, lead)
 	task := wire.RainstormTask{Job: ack.JobID, Workflow: "pipe", Stage: 1}
 	inc := taskToken(t, lead, ack.JobID, 1, 0)
 	var lt *leadership.Term
@@ -422,16 +431,10 @@ func TestRainstormSyncPages(t *testing.T) {
 // store's fencing already keeps the old incarnation from publishing, and
 // the whole pipeline waits for the task.
 func TestRainstormTaskRetriedWithoutFenceWait(t *testing.T) {
-	c := newTestCluster(t, 3, func(cfg *Config) { cfg.WorkerFenceAfter = time.Hour })
-	if err := c.reg.Register(idleRainstorm{}); err != nil {
-		t.Fatal(err)
-	}
+	c := newRainstormCluster(t, func(cfg *Config) { cfg.WorkerFenceAfter = time.Hour })
 	c.addWorker("w1", 4)
 	lead := c.leader()
-	ack, err := lead.Submit(context.Background(), rsJob(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ack := submitPipeline(t, lead)
 	inc := taskToken(t, lead, ack.JobID, 1, 0)
 	c.addWorker("w2", 4)
 	c.killWorker("w1")
