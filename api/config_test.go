@@ -105,14 +105,6 @@ func TestRequestHelpers(t *testing.T) {
 			t.Errorf("jobFilename(%q) = %q, want %q", in, got, want)
 		}
 	}
-	for id, ok := range map[string]bool{
-		"job-1": true, "01HX:abc_def.2": true, "": false, "a b": false, "a/b": false,
-		strings.Repeat("a", maxJobIDLen): true, strings.Repeat("a", maxJobIDLen+1): false,
-	} {
-		if err := checkJobID(id); (err == nil) != ok {
-			t.Errorf("checkJobID(%q) = %v", id, err)
-		}
-	}
 	for d, want := range map[time.Duration]string{0: "1", time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2"} {
 		if got := retryAfterHeader(d); got != want {
 			t.Errorf("retryAfterHeader(%s) = %s, want %s", d, got, want)

@@ -9,12 +9,10 @@ import (
 	"strings"
 
 	"tempest/internal/jobfile"
+	"tempest/jobs"
 	"tempest/wire"
 	"tempest/workflow"
 )
-
-// maxJobIDLen bounds a job id taken from a URL; manager ids are far shorter.
-const maxJobIDLen = 128
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	body, partName, data, blobs, err := readSubmission(r)
@@ -258,26 +256,11 @@ func (s *Server) bodyError(w http.ResponseWriter, err error) {
 // issued (so it never reaches logs or lookups).
 func jobIDFrom(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if err := checkJobID(id); err != nil {
+	if err := jobs.CheckID(id); err != nil {
 		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: err.Error()})
 		return "", false
 	}
 	return id, true
-}
-
-func checkJobID(id string) error {
-	if id == "" || len(id) > maxJobIDLen {
-		return fmt.Errorf("job id must be 1 to %d characters", maxJobIDLen)
-	}
-	for _, c := range []byte(id) {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
-			c == '-', c == '_', c == '.', c == ':':
-		default:
-			return fmt.Errorf("job id %q: only letters, digits and - _ . : are allowed", id)
-		}
-	}
-	return nil
 }
 
 // jobFilename is the client's name for its job file, reduced to a short

@@ -20,8 +20,10 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	if err != nil {
 		return nil, err
 	}
-	if len(sub.Workflows) == 0 {
-		return nil, wire.Errorf(wire.CodeRejected, "invalid job: no workflows")
+	// Refuse at the door what every manager would refuse, in the managers'
+	// words; which types exist and what their params mean is theirs to say.
+	if err := jobs.Refusal(jobs.Of(sub).ValidateShape()); err != nil {
+		return nil, err
 	}
 	if err := checkPipelineDatacenters(sub); err != nil {
 		return nil, err

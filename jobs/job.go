@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode"
 
 	"tempest/wire"
 	"tempest/workflow"
@@ -21,7 +20,8 @@ const (
 	// it from the network (after shards are expanded); the job-file limit
 	// is lower.
 	MaxWorkflows = 1024
-	// MaxIDLen bounds a job id.
+	// MaxIDLen bounds a job id: as a submission carries it, and as the
+	// API's path names it.
 	MaxIDLen = 128
 )
 
@@ -58,7 +58,17 @@ func (j *Job) Canonicalize(now time.Time, next func() uint64) {
 // Validate checks a submission from the network or the API before anything
 // is stored. Every workflow's params are decoded and validated with reg,
 // since a spec may come from any API client. It reports every problem.
-func (j *Job) Validate(reg *workflow.Registry) error {
+func (j *Job) Validate(reg *workflow.Registry) error { return j.validate(reg) }
+
+// ValidateShape is every rule of Validate that holds without a workflow
+// registry: the id, the counts, the timeout, the thresholds and the shape
+// of split workflows. A gate checks it at its door, so it refuses what every
+// manager would; which workflow types exist and what their params mean is
+// the datacenters' part (their registries decide).
+func (j *Job) ValidateShape() error { return j.validate(nil) }
+
+// validate is Validate, without the type checks when reg is nil.
+func (j *Job) validate(reg *workflow.Registry) error {
 	var errs []error
 	if j.JobID != "" {
 		if err := CheckID(j.JobID); err != nil {
@@ -75,8 +85,10 @@ func (j *Job) Validate(reg *workflow.Registry) error {
 		errs = append(errs, fmt.Errorf("negative timeout %s", j.Timeout))
 	}
 	for i, spec := range j.Workflows {
-		if err := reg.Validate(spec); err != nil {
-			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
+		if reg != nil {
+			if err := reg.Validate(spec); err != nil {
+				errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
+			}
 		}
 		if err := workflow.ValidateThresholds(spec.Thresholds); err != nil {
 			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
@@ -122,15 +134,35 @@ func checkShard(specs []wire.WorkflowSpec, i int) error {
 	return nil
 }
 
-// CheckID checks a job id a submission carries: at most MaxIDLen bytes,
-// printable, without spaces.
+// Refusal is the answer to a submission Validate (or ValidateShape)
+// refused: a typed rejection saying why, the same from a gate and a
+// manager. A nil err is nil.
+func Refusal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return wire.Errorf(wire.CodeRejected, "invalid job: %v", err)
+}
+
+// CheckID is the one rule for a job id, wherever one arrives: in a
+// submission (a role takes it as the job's id) and in the API's path (a
+// client reads the job by it). 1 to MaxIDLen ASCII letters, digits and
+// "- _ . :" — what the product makes (NewID, an idempotency key's id) and
+// what a URL path carries unescaped, so an id a submission was accepted
+// with is always one a client can read back.
 func CheckID(id string) error {
+	if id == "" {
+		return errors.New("job id is empty")
+	}
 	if len(id) > MaxIDLen {
 		return fmt.Errorf("job id is %d bytes, more than %d", len(id), MaxIDLen)
 	}
-	for _, r := range id {
-		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return fmt.Errorf("job id %q has unprintable or space characters", id)
+	for _, c := range []byte(id) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '-', c == '_', c == '.', c == ':':
+		default:
+			return fmt.Errorf("job id %q: only letters, digits and - _ . : are allowed, no spaces or other characters", id)
 		}
 	}
 	return nil

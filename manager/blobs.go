@@ -11,6 +11,7 @@ import (
 	"tempest/api"
 	"tempest/internal/blobstore"
 	"tempest/internal/lifecycle"
+	"tempest/jobs"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -147,7 +148,7 @@ func (m *Manager) submissionBlobs(sub *wire.JobSubmission) ([]blobstore.Sum, err
 func (m *Manager) checkSubmissionBlobs(ctx context.Context, sub *wire.JobSubmission) error {
 	sums, err := m.submissionBlobs(sub)
 	if err != nil {
-		return wire.Errorf(wire.CodeRejected, "invalid job: %v", err)
+		return jobs.Refusal(err)
 	}
 	for _, sum := range sums {
 		holders, err := m.blobs.cluster.EnsureDurable(ctx, sum)

@@ -302,8 +302,8 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	if err != nil {
 		return nil, err
 	}
-	if err := m.validateSubmission(sub); err != nil {
-		return nil, wire.Errorf(wire.CodeRejected, "invalid job: %v", err)
+	if err := jobs.Refusal(m.validateSubmission(sub)); err != nil {
+		return nil, err
 	}
 	if err := m.checkSubmissionBlobs(ctx, sub); err != nil {
 		return nil, err
