@@ -67,7 +67,8 @@ func (e *BlobGapError) Error() string {
 	return fmt.Sprintf("blob %s: %d of %d bytes received; upload the rest first", e.Sum, e.Have, e.Size)
 }
 
-// BlobBackend is implemented by backends that store blobs (the manager).
+// BlobBackend is implemented by backends that store blobs (the manager and
+// the gate, each by embedding a BlobService).
 // Errors are typed like Backend's.
 type BlobBackend interface {
 	StatBlob(ctx context.Context, sum string) (*BlobInfo, error)

@@ -13,17 +13,22 @@ import (
 )
 
 // BlobService implements BlobBackend over a node's blob store and its
-// replication group: what the manager and the gate both serve.
+// replication group: what the manager and the gate both serve. A role
+// embeds it, so the role is the BlobBackend its API server finds; Stat, Put
+// and Commit answer only while it leads, Read on any node.
 type BlobService struct {
-	Cluster *blobstore.Cluster
-	// Ready is asked first by the methods that change or report the
-	// group's state: a role answers a typed not-leader error when it does
-	// not lead.
-	Ready func(ctx context.Context) error
-	// Life is the parent of replication that outlives a request: it ends at
-	// the role's shutdown.
-	Life context.Context
-	Log  *slog.Logger
+	cluster *blobstore.Cluster
+	ready   func(ctx context.Context) error
+	life    context.Context
+	log     *slog.Logger
+}
+
+// NewBlobService serves cluster's blobs. ready is asked first by the
+// methods that change or report the group's state: a role answers a typed
+// not-leader error when it does not lead. life is the parent of
+// replication that outlives a request: it ends at the role's shutdown.
+func NewBlobService(cluster *blobstore.Cluster, ready func(ctx context.Context) error, life context.Context, log *slog.Logger) *BlobService {
+	return &BlobService{cluster: cluster, ready: ready, life: life, log: log}
 }
 
 func parseSum(s string) (blobstore.Sum, error) {
@@ -35,41 +40,41 @@ func parseSum(s string) (blobstore.Sum, error) {
 }
 
 func (b *BlobService) info(sum blobstore.Sum, holders int) *BlobInfo {
-	st, _ := b.Cluster.Rep.Store.Stat(sum)
-	return &BlobInfo{SHA256: sum.String(), Size: st.Size, Replicas: holders, Needed: b.Cluster.Quorum,
-		Durable: holders >= b.Cluster.Quorum}
+	st, _ := b.cluster.Rep.Store.Stat(sum)
+	return &BlobInfo{SHA256: sum.String(), Size: st.Size, Replicas: holders, Needed: b.cluster.Quorum,
+		Durable: holders >= b.cluster.Quorum}
 }
 
 // StatBlob implements BlobBackend: whether the blob is stored here, and on
 // how many members. The check restarts the blob's retention period: a
 // client that finds it is about to submit a job naming it.
 func (b *BlobService) StatBlob(ctx context.Context, s string) (*BlobInfo, error) {
-	if err := b.Ready(ctx); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
 	sum, err := parseSum(s)
 	if err != nil {
 		return nil, err
 	}
-	if ok, err := b.Cluster.HasLocal(sum); err != nil {
+	if ok, err := b.cluster.HasLocal(sum); err != nil {
 		return nil, err
 	} else if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "blob %s not stored", sum)
 	}
-	_ = b.Cluster.Rep.Store.Touch(sum)
-	return b.info(sum, b.Cluster.Holders(ctx, sum)), nil
+	_ = b.cluster.Rep.Store.Touch(sum)
+	return b.info(sum, b.cluster.Holders(ctx, sum)), nil
 }
 
 // PutBlobChunk implements BlobBackend.
 func (b *BlobService) PutBlobChunk(ctx context.Context, s string, offset int64, data []byte) (int64, error) {
-	if err := b.Ready(ctx); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return 0, err
 	}
 	sum, err := parseSum(s)
 	if err != nil {
 		return 0, err
 	}
-	have, err := b.Cluster.Rep.Store.WriteChunk(sum, offset, data)
+	have, err := b.cluster.Rep.Store.WriteChunk(sum, offset, data)
 	var gap *blobstore.GapError
 	if errors.As(err, &gap) {
 		return gap.Have, nil
@@ -79,16 +84,16 @@ func (b *BlobService) PutBlobChunk(ctx context.Context, s string, offset int64, 
 
 // CommitBlob implements BlobBackend: verify, store, replicate to a
 // majority. When ctx ends first the answer says not yet durable and the
-// replication goes on under Life; the client asks again.
+// replication goes on under the role's life; the client asks again.
 func (b *BlobService) CommitBlob(ctx context.Context, s string, size int64) (*BlobInfo, error) {
-	if err := b.Ready(ctx); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
 	sum, err := parseSum(s)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Cluster.Rep.Store.Commit(sum, size); err != nil {
+	if err := b.cluster.Rep.Store.Commit(sum, size); err != nil {
 		var gap *blobstore.GapError
 		switch {
 		case errors.As(err, &gap):
@@ -98,18 +103,18 @@ func (b *BlobService) CommitBlob(ctx context.Context, s string, size int64) (*Bl
 		}
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(b.Life, time.Hour)
+	rctx, cancel := context.WithTimeout(b.life, time.Hour)
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
-	holders, err := b.Cluster.EnsureDurable(rctx, sum)
+	holders, err := b.cluster.EnsureDurable(rctx, sum)
 	if err != nil && ctx.Err() == nil {
-		b.Log.Warn("blob not durable", "sum", sum.String(), "holders", holders, "err", err)
-		return nil, wire.Errorf(wire.CodeNoQuorum, "blob %s is on %d of the %d nodes needed: %v", sum, holders, b.Cluster.Quorum, err)
+		b.log.Warn("blob not durable", "sum", sum.String(), "holders", holders, "err", err)
+		return nil, wire.Errorf(wire.CodeNoQuorum, "blob %s is on %d of the %d nodes needed: %v", sum, holders, b.cluster.Quorum, err)
 	}
 	if err != nil {
-		holders = b.Cluster.Holders(context.WithoutCancel(ctx), sum)
+		holders = b.cluster.Holders(context.WithoutCancel(ctx), sum)
 	}
-	b.Log.Info("blob committed", "sum", sum.String(), "bytes", size, "holders", holders)
+	b.log.Info("blob committed", "sum", sum.String(), "bytes", size, "holders", holders)
 	return b.info(sum, holders), nil
 }
 
@@ -120,14 +125,14 @@ func (b *BlobService) ReadBlob(ctx context.Context, s string, limit int64) ([]by
 	if err != nil {
 		return nil, err
 	}
-	if ok, err := b.Cluster.HasLocal(sum); err != nil {
+	if ok, err := b.cluster.HasLocal(sum); err != nil {
 		return nil, err
 	} else if !ok {
-		if err := b.Cluster.Fetch(ctx, sum); err != nil {
+		if err := b.cluster.Fetch(ctx, sum); err != nil {
 			return nil, wire.Errorf(wire.CodeNotFound, "blob %s was not uploaded (or has expired): %v", sum, err)
 		}
 	}
-	f, err := b.Cluster.Rep.Store.Open(sum)
+	f, err := b.cluster.Rep.Store.Open(sum)
 	if err != nil {
 		return nil, err
 	}

@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/blobstore"
 	"tempest/internal/lifecycle"
 	"tempest/leadership"
 	"tempest/security"
@@ -113,8 +114,10 @@ type Gate struct {
 	runDone chan struct{}
 	closed  chan struct{}
 
-	// blobs: the gates' copy of jobs' data files (blobs.go).
-	blobs *gateBlobs
+	// blobs: the gates' copy of jobs' data files (blobs.go), served to
+	// clients by the embedded BlobService (api.BlobBackend).
+	blobs *blobstore.Node
+	*api.BlobService
 }
 
 // New builds a gate: it opens the store and loads every job, binds the

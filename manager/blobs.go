@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
-	"time"
 
 	"tempest/api"
 	"tempest/internal/blobstore"
 	"tempest/internal/lifecycle"
 	"tempest/jobs"
-	"tempest/transport"
 	"tempest/wire"
 )
 
@@ -28,67 +25,33 @@ import (
 // A submission from a gate may name blobs only the gates hold yet: the
 // manager fetches them from the gate that sent it (blobstore.WithSources).
 
-// blobPartialTTL is how long an upload nobody appends to is kept.
-const blobPartialTTL = time.Hour
-
-// blobGCEvery is how often a manager looks for blobs to remove.
-const blobGCEvery = 10 * time.Minute
-
-// blobState is the manager's blob store, its replication group (the
-// datacenter's managers) and the API over them.
-type blobState struct {
-	store   *blobstore.Store
-	rep     *blobstore.Replicator
-	cluster *blobstore.Cluster
-	api     *api.BlobService
-}
-
 // openBlobs opens the blob store in the data dir; New calls it once the
-// transport exists.
+// transport exists. The group is the datacenter's configured managers, and
+// the API's blob routes answer on the leader.
 func (m *Manager) openBlobs() error {
-	st, err := blobstore.Open(filepath.Join(m.cfg.DataDir, "blobs"), m.log, m.clock.Now)
+	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: m.cfg.DataDir, Tr: m.tr, Log: m.log, Now: m.clock.Now,
+		Peers: m.peerAddrs, Quorum: m.quorumSize, Spawn: m.spawn})
 	if err != nil {
 		return err
 	}
-	rep := &blobstore.Replicator{Store: st, Tr: m.tr, Log: m.log}
-	cl := &blobstore.Cluster{Rep: rep, Peers: m.peerAddrs, Quorum: m.quorumSize, Spawn: m.spawn, Log: m.log}
-	m.blobs = &blobState{store: st, rep: rep, cluster: cl, api: &api.BlobService{
-		Cluster: cl,
-		Ready: func(ctx context.Context) error {
-			_, err := m.awaitLeader(ctx, m.notLeaderAPI)
-			return err
-		},
-		Life: m.life.Context(),
-		Log:  m.log,
-	}}
+	m.blobs = n
+	m.BlobService = api.NewBlobService(n.Cluster, func(ctx context.Context) error {
+		_, err := m.awaitLeader(ctx, m.notLeaderAPI)
+		return err
+	}, m.life.Context(), m.log)
 	return nil
 }
 
 // registerBlobHandlers: only peer managers may write blobs here; any node
-// of the cluster (a worker, a gate) may ask for one or read it.
+// of the cluster (a worker, a gate) may ask for one or read it, fetched
+// from a peer first when this manager lacks it (a new leader).
 func (m *Manager) registerBlobHandlers() {
 	b := m.blobs
 	const members = "a manager of this datacenter"
-	handle(m, wire.TypeBlobChunkPut, blobstore.MembersOnly(m.isPeer, members, b.rep.HandlePut))
-	handle(m, wire.TypeBlobCommit, blobstore.MembersOnly(m.isPeer, members, b.rep.HandleCommit))
-	handle(m, wire.TypeBlobStat, b.rep.HandleStat)
-	handle(m, wire.TypeBlobChunkGet, m.handleBlobGet)
-}
-
-// handleBlobGet serves a range read, fetching the blob from a peer first
-// when this manager lacks it and a worker asks (a new leader).
-func (m *Manager) handleBlobGet(ctx context.Context, from transport.Peer, msg *wire.BlobChunkGet) (wire.Message, error) {
-	sum, err := blobstore.SumFromBytes(msg.Sum)
-	if err != nil {
-		return nil, wire.Errorf(wire.CodeMalformed, "%v", err)
-	}
-	if ok, _ := m.blobs.cluster.HasLocal(sum); !ok && !m.isPeer(from.NodeID) {
-		// Peers asking are themselves looking for a holder: never recurse.
-		if err := m.blobs.cluster.Fetch(ctx, sum); err != nil {
-			return nil, wire.Errorf(wire.CodeNotFound, "blob %s: %v", sum, err)
-		}
-	}
-	return m.blobs.rep.HandleGet(ctx, from, msg)
+	handle(m, wire.TypeBlobChunkPut, blobstore.MembersOnly(m.isPeer, members, b.Rep.HandlePut))
+	handle(m, wire.TypeBlobCommit, blobstore.MembersOnly(m.isPeer, members, b.Rep.HandleCommit))
+	handle(m, wire.TypeBlobStat, b.Rep.HandleStat)
+	handle(m, wire.TypeBlobChunkGet, b.HandleGet(m.isPeer))
 }
 
 // peerAddrs lists the other configured managers' addresses.
@@ -98,27 +61,6 @@ func (m *Manager) peerAddrs() []string {
 		out = append(out, m.peers[id])
 	}
 	return out
-}
-
-// StatBlob implements api.BlobBackend (leader only).
-func (m *Manager) StatBlob(ctx context.Context, sum string) (*api.BlobInfo, error) {
-	return m.blobs.api.StatBlob(ctx, sum)
-}
-
-// PutBlobChunk implements api.BlobBackend (leader only).
-func (m *Manager) PutBlobChunk(ctx context.Context, sum string, offset int64, data []byte) (int64, error) {
-	return m.blobs.api.PutBlobChunk(ctx, sum, offset, data)
-}
-
-// CommitBlob implements api.BlobBackend (leader only): durable once a
-// majority of the datacenter's managers hold the blob.
-func (m *Manager) CommitBlob(ctx context.Context, sum string, size int64) (*api.BlobInfo, error) {
-	return m.blobs.api.CommitBlob(ctx, sum, size)
-}
-
-// ReadBlob implements api.BlobBackend.
-func (m *Manager) ReadBlob(ctx context.Context, sum string, limit int64) ([]byte, error) {
-	return m.blobs.api.ReadBlob(ctx, sum, limit)
 }
 
 // submissionBlobs lists the blobs a submission references.
@@ -151,7 +93,7 @@ func (m *Manager) checkSubmissionBlobs(ctx context.Context, sub *wire.JobSubmiss
 		return jobs.Refusal(err)
 	}
 	for _, sum := range sums {
-		holders, err := m.blobs.cluster.EnsureDurable(ctx, sum)
+		holders, err := m.blobs.Cluster.EnsureDurable(ctx, sum)
 		if err == nil {
 			continue
 		}
@@ -163,22 +105,24 @@ func (m *Manager) checkSubmissionBlobs(ctx context.Context, sub *wire.JobSubmiss
 	return nil
 }
 
-// liveBlobs is every blob a job this manager still keeps references
+// liveBlobs is every blob a job this manager still keeps references, once
 // (finished jobs count until their retention ends, so a re-run of a
 // finished job's workflow still finds its data).
-func (m *Manager) liveBlobs() map[blobstore.Sum]bool {
+func (m *Manager) liveBlobs() []string {
 	m.mu.Lock()
 	specs := make([]wire.WorkflowSpec, 0, len(m.jobs))
 	for _, j := range m.jobs {
 		specs = append(specs, j.rec.Submission.Workflows...)
 	}
 	m.mu.Unlock()
-	live := map[blobstore.Sum]bool{}
+	var live []string
+	seen := make(map[string]bool)
 	for _, spec := range specs {
 		sums, _ := m.reg.SpecBlobs(spec)
 		for _, s := range sums {
-			if sum, err := blobstore.ParseSum(s); err == nil {
-				live[sum] = true
+			if !seen[s] {
+				seen[s] = true
+				live = append(live, s)
 			}
 		}
 	}
@@ -188,16 +132,11 @@ func (m *Manager) liveBlobs() map[blobstore.Sum]bool {
 // blobGCLoop removes blobs no kept job references once their retention
 // (the manager's job retention) has passed, and abandoned partial uploads.
 func (m *Manager) blobGCLoop(ctx context.Context) {
-	lifecycle.Every(ctx, blobGCEvery, m.collectBlobs)
+	lifecycle.Every(ctx, blobstore.GCEvery, m.collectBlobs)
 }
 
 func (m *Manager) collectBlobs() {
-	live := m.liveBlobs()
-	if _, err := m.blobs.store.GC(blobstore.GCPolicy{
-		Live:       func(s blobstore.Sum) bool { return live[s] },
-		Retention:  m.cfg.Retention,
-		PartialTTL: blobPartialTTL,
-	}); err != nil {
+	if _, err := m.blobs.Collect(m.liveBlobs(), m.cfg.Retention); err != nil {
 		m.log.Warn("blob gc", "err", err)
 	}
 }
@@ -206,8 +145,12 @@ func (m *Manager) collectBlobs() {
 // references is made durable again (fetched here, pushed to peers that
 // lost it), so a worker's read never waits on a missing copy.
 func (m *Manager) repairBlobs(ctx context.Context) {
-	for sum := range m.liveBlobs() {
-		if _, err := m.blobs.cluster.EnsureDurable(ctx, sum); err != nil && ctx.Err() == nil {
+	for _, s := range m.liveBlobs() {
+		sum, err := blobstore.ParseSum(s)
+		if err != nil {
+			continue
+		}
+		if _, err := m.blobs.Cluster.EnsureDurable(ctx, sum); err != nil && ctx.Err() == nil {
 			m.log.Warn("blob repair", "sum", sum.String(), "err", err)
 		}
 	}
@@ -223,11 +166,11 @@ func (m *Manager) fetchMissingBlobs(sub *wire.JobSubmission) {
 		return
 	}
 	for _, sum := range sums {
-		if ok, _ := m.blobs.cluster.HasLocal(sum); ok {
+		if ok, _ := m.blobs.Cluster.HasLocal(sum); ok {
 			continue
 		}
 		m.spawn(func(ctx context.Context) {
-			if err := m.blobs.cluster.Fetch(ctx, sum); err != nil && ctx.Err() == nil {
+			if err := m.blobs.Cluster.Fetch(ctx, sum); err != nil && ctx.Err() == nil {
 				m.log.Warn("fetch blob of a replicated job", "job_id", sub.JobID, "sum", sum.String(), "err", err)
 			}
 		})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/blobstore"
 	"tempest/internal/lifecycle"
 	"tempest/internal/store"
 	"tempest/leadership"
@@ -82,7 +83,8 @@ type Manager struct {
 	leaseLimit time.Duration
 	ownElStore *leadership.BoltStorage
 	store      *store.Store
-	blobs      *blobState // blobs.go
+	blobs      *blobstore.Node // blobs.go; served to clients by the embedded BlobService
+	*api.BlobService
 
 	peers      map[string]string // other configured managers: id -> QUIC addr
 	peerIDs    []string          // sorted keys of peers
