@@ -42,10 +42,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,13 +85,12 @@ type Gate struct {
 	now     func() time.Time
 	keyring *security.Keyring
 
-	tr         transport.Transport
-	ownTr      *transport.QUIC
-	members    *swim.Node
-	elector    *leadership.Elector
-	ownElStore *leadership.BoltStorage
-	store      *jobStore
-	notReady   int // the LHM reported to the election until the first sync
+	seat     *leadership.Seat // the transport and the elector, closed by release
+	tr       transport.Transport
+	members  *swim.Node
+	elector  *leadership.Elector
+	store    *jobStore
+	notReady int // the LHM reported to the election until the first sync
 
 	peers      map[string]string // other gates: id -> QUIC addr
 	peerIDs    []string
@@ -191,69 +188,42 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		return nil, err
 	}
 
-	g.tr = deps.Transport
-	if g.tr == nil {
-		tcfg := transport.DefaultConfig()
-		tcfg.NodeID = cfg.ID
-		tcfg.ListenAddr = cfg.QUICListen
-		tcfg.Keyring = deps.Keyring
-		tcfg.Logger = baseLog
-		if g.ownTr, err = transport.NewQUIC(tcfg); err != nil {
-			return nil, fmt.Errorf("gate transport: %w", err)
-		}
-		g.tr = g.ownTr
-	}
-	if len(g.cfg.Peers) == 0 {
-		g.cfg.Peers = []Peer{{ID: cfg.ID, QUIC: g.tr.Addr()}}
-	}
-	group := leadership.NewGroup(cfg.ID, g.cfg.Peers)
-	electionPeers := group.All
-	g.peers, g.peerIDs, g.quorumSize = group.Others, group.OtherIDs, group.Quorum
-
-	elStore := deps.ElectionStorage
-	if elStore == nil {
-		if g.ownElStore, err = leadership.OpenBoltStorage(filepath.Join(cfg.DataDir, "election.db")); err != nil {
-			return nil, fmt.Errorf("gate election storage: %w", err)
-		}
-		elStore = g.ownElStore
-	}
-	g.elector, err = leadership.New(leadership.ElectorConfig{
-		Cluster:          "gates",
-		Transport:        g.tr,
-		Peers:            electionPeers,
-		Profile:          profile,
-		Storage:          elStore,
-		Logger:           baseLog,
-		OnBecomeLeader:   g.onBecomeLeader,
-		OnLoseLeadership: g.onLoseLeadership,
-		OnLeaderChange: func(leader string, term uint64) {
-			g.log.Info("gate leader changed", "leader", leader, "term", term)
-			// Before the start sync ends, initialSync decides (it knows
-			// which gates it read).
-			if g.ready.Load() {
-				g.catchUpFrom(leader)
-			}
+	tcfg := transport.DefaultConfig()
+	tcfg.NodeID, tcfg.ListenAddr, tcfg.Keyring, tcfg.Logger = cfg.ID, cfg.QUICListen, deps.Keyring, baseLog
+	g.seat, err = leadership.OpenSeat(leadership.SeatConfig{
+		ID: cfg.ID, Members: g.cfg.Peers, Transport: deps.Transport, QUIC: tcfg,
+		Storage: deps.ElectionStorage, DataDir: cfg.DataDir,
+		Elector: leadership.ElectorConfig{
+			Cluster:          "gates",
+			Profile:          profile,
+			Logger:           baseLog,
+			OnBecomeLeader:   g.onBecomeLeader,
+			OnLoseLeadership: g.onLoseLeadership,
+			OnLeaderChange: func(leader string, term uint64) {
+				g.log.Info("gate leader changed", "leader", leader, "term", term)
+				// Before the start sync ends, initialSync decides (it knows
+				// which gates it read).
+				if g.ready.Load() {
+					g.catchUpFrom(leader)
+				}
+			},
 		},
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("gate: %w", err)
 	}
+	g.tr, g.cfg.Peers, g.elector = g.seat.Tr, g.seat.Members, g.seat.Elector
+	g.peers, g.peerIDs, g.quorumSize = g.seat.Group.Others, g.seat.Group.OtherIDs, g.seat.Group.Quorum
 	// Until the first state sync, this gate must not lead: it may hold no
 	// jobs at all while the others hold many. A health score above the
 	// election's limit keeps it from campaigning and from being voted for.
 	g.elector.SetLHM(g.notReady)
 
 	if cfg.SwimBind != "" {
-		host, portStr, _ := net.SplitHostPort(cfg.SwimBind)
-		port, err := strconv.Atoi(portStr)
+		scfg, err := swim.ConfigAt(cfg.ID, cfg.SwimBind, cfg.SwimProfile)
 		if err != nil {
-			return nil, fmt.Errorf("gate SwimBind port %q: %w", portStr, err)
+			return nil, fmt.Errorf("gate: %w", err)
 		}
-		scfg := swim.DefaultConfig()
-		scfg.NodeName = cfg.ID
-		scfg.BindAddr = host
-		scfg.BindPort = port
-		scfg.Profile = cfg.SwimProfile
 		scfg.Meta = g.nodeMeta()
 		if deps.Keyring != nil {
 			scfg.Keys = deps.Keyring.MemberlistKeys()
@@ -339,11 +309,8 @@ func (g *Gate) release() error {
 	if g.members != nil {
 		errs = append(errs, g.members.Shutdown())
 	}
-	if g.ownTr != nil {
-		errs = append(errs, g.ownTr.Close())
-	}
-	if g.ownElStore != nil {
-		errs = append(errs, g.ownElStore.Close())
+	if g.seat != nil {
+		errs = append(errs, g.seat.Close())
 	}
 	if g.store != nil {
 		errs = append(errs, g.store.close())

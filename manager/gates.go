@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -108,19 +106,13 @@ func (m *Manager) startGateSwim(keys [][]byte, logger *slog.Logger) error {
 	if m.cfg.GateSwimBind == "" {
 		return nil
 	}
-	host, portStr, _ := net.SplitHostPort(m.cfg.GateSwimBind)
-	port, err := strconv.Atoi(portStr)
+	scfg, err := swim.ConfigAt(m.cfg.ID, m.cfg.GateSwimBind, m.cfg.SwimProfile)
 	if err != nil {
-		return fmt.Errorf("manager GateSwimBind port %q: %w", portStr, err)
+		return fmt.Errorf("manager gate swim: %w", err)
 	}
-	scfg := swim.DefaultConfig()
-	scfg.NodeName = m.cfg.ID
-	scfg.Profile = m.cfg.SwimProfile
 	scfg.Meta = m.nodeMeta()
 	scfg.Keys = keys
 	scfg.Logger = logger
-	scfg.BindAddr = host
-	scfg.BindPort = port
 	scfg.Embedder = gateEmbedder{m}
 	scfg.Events = swim.EventHandler{
 		OnJoin:   m.onGateAlive,

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,15 +71,14 @@ type Manager struct {
 	reg     *workflow.Registry
 	keyring *security.Keyring
 
+	seat       *leadership.Seat // the transport and the elector, closed by release
 	tr         transport.Transport
-	ownTr      *transport.QUIC
 	members    Membership
 	ownMembers *swim.Node
 	elector    *leadership.Elector
 	// leaseLimit: the quorum age beyond which this leader refuses workers'
 	// progress (progress.go).
 	leaseLimit time.Duration
-	ownElStore *leadership.BoltStorage
 	store      *store.Store
 	blobs      *blobstore.Node // blobs.go; served to clients by the embedded BlobService
 	*api.BlobService
@@ -213,46 +210,25 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		return nil, err
 	}
 
-	m.tr = deps.Transport
-	if m.tr == nil {
-		tcfg := transport.DefaultConfig()
-		tcfg.NodeID = cfg.ID
-		tcfg.ListenAddr = cfg.QUICListen
-		tcfg.Keyring = deps.Keyring
-		tcfg.Logger = baseLog
-		if m.ownTr, err = transport.NewQUIC(tcfg); err != nil {
-			return nil, fmt.Errorf("manager transport: %w", err)
-		}
-		m.tr = m.ownTr
-	}
-	if len(m.cfg.Peers) == 0 {
-		m.cfg.Peers = []Peer{{ID: cfg.ID, QUIC: m.tr.Addr()}}
-	}
-	group := leadership.NewGroup(cfg.ID, m.cfg.Peers)
-	electionPeers := group.All
-	m.peers, m.peerIDs, m.quorumSize = group.Others, group.OtherIDs, group.Quorum
-
-	elStore := deps.ElectionStorage
-	if elStore == nil {
-		if m.ownElStore, err = leadership.OpenBoltStorage(filepath.Join(cfg.DataDir, "election.db")); err != nil {
-			return nil, fmt.Errorf("manager election storage: %w", err)
-		}
-		elStore = m.ownElStore
-	}
-	m.elector, err = leadership.New(leadership.ElectorConfig{
-		Cluster:          "managers/" + cfg.Datacenter,
-		Transport:        m.tr,
-		Peers:            electionPeers,
-		Profile:          profile,
-		Storage:          elStore,
-		Logger:           baseLog,
-		OnBecomeLeader:   m.onBecomeLeader,
-		OnLoseLeadership: m.onLoseLeadership,
-		OnLeaderChange:   m.onLeaderChange,
+	tcfg := transport.DefaultConfig()
+	tcfg.NodeID, tcfg.ListenAddr, tcfg.Keyring, tcfg.Logger = cfg.ID, cfg.QUICListen, deps.Keyring, baseLog
+	m.seat, err = leadership.OpenSeat(leadership.SeatConfig{
+		ID: cfg.ID, Members: m.cfg.Peers, Transport: deps.Transport, QUIC: tcfg,
+		Storage: deps.ElectionStorage, DataDir: cfg.DataDir,
+		Elector: leadership.ElectorConfig{
+			Cluster:          "managers/" + cfg.Datacenter,
+			Profile:          profile,
+			Logger:           baseLog,
+			OnBecomeLeader:   m.onBecomeLeader,
+			OnLoseLeadership: m.onLoseLeadership,
+			OnLeaderChange:   m.onLeaderChange,
+		},
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("manager: %w", err)
 	}
+	m.tr, m.cfg.Peers, m.elector = m.seat.Tr, m.seat.Members, m.seat.Elector
+	m.peers, m.peerIDs, m.quorumSize = m.seat.Group.Others, m.seat.Group.OtherIDs, m.seat.Group.Quorum
 	// Within two election timeouts check-quorum, counted in ticks, is the
 	// judge (a leader whose ticks keep time steps down by then); the lease
 	// limit is for a leader whose ticks lag far behind that.
@@ -261,16 +237,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 	m.members = deps.Membership
 	if m.members == nil {
-		host, portStr, _ := net.SplitHostPort(cfg.SwimBind)
-		port, err := strconv.Atoi(portStr)
+		scfg, err := swim.ConfigAt(cfg.ID, cfg.SwimBind, cfg.SwimProfile)
 		if err != nil {
-			return nil, fmt.Errorf("manager SwimBind port %q: %w", portStr, err)
+			return nil, fmt.Errorf("manager: %w", err)
 		}
-		scfg := swim.DefaultConfig()
-		scfg.NodeName = cfg.ID
-		scfg.BindAddr = host
-		scfg.BindPort = port
-		scfg.Profile = cfg.SwimProfile
 		scfg.Meta = m.nodeMeta()
 		scfg.Keys = deps.Keyring.MemberlistKeys()
 		scfg.Embedder = m
@@ -380,11 +350,8 @@ func (m *Manager) release() error {
 	if m.gateMembers != nil {
 		errs = append(errs, m.gateMembers.Shutdown())
 	}
-	if m.ownTr != nil {
-		errs = append(errs, m.ownTr.Close())
-	}
-	if m.ownElStore != nil {
-		errs = append(errs, m.ownElStore.Close())
+	if m.seat != nil {
+		errs = append(errs, m.seat.Close())
 	}
 	if m.store != nil {
 		errs = append(errs, m.store.Close())
