@@ -107,9 +107,7 @@ type Gate struct {
 	apis  *api.Addresses    // this gate's API URL and other gates'
 
 	// life owns background goroutines and handlers in flight.
-	life    *lifecycle.Owner
-	runDone chan struct{}
-	closed  chan struct{}
+	life *lifecycle.Owner
 
 	// blobs: the gates' copy of jobs' data files (blobs.go), served to
 	// clients by the embedded BlobService (api.BlobBackend).
@@ -147,8 +145,6 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		keyring:  deps.Keyring,
 		jobs:     make(map[string]*jobEntry),
 		notReady: profile.MaxLeaderLHM + 1,
-		runDone:  make(chan struct{}),
-		closed:   make(chan struct{}),
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -251,47 +247,32 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 // Run joins SWIM, syncs state from the other gates, takes part in elections
 // and serves until ctx ends or Shutdown is called.
 func (g *Gate) Run(ctx context.Context) error {
-	if err := g.life.Start(); err != nil {
+	if err := g.life.Serve(ctx, func() {
+		g.spawn(g.seat.Run)
+		g.spawn(g.initialSync)
+		g.spawn(g.healthLoop)
+		g.spawn(g.blobGCLoop)
+		g.spawn(g.retentionLoop)
+		if g.members != nil && len(g.cfg.Join) > 0 {
+			g.spawn(g.joinLoop)
+		}
+	}); err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
-	defer close(g.runDone)
-
-	g.spawn(func(ctx context.Context) {
-		if err := g.elector.Run(ctx); err != nil {
-			g.log.Error("election stopped", "err", err)
-		}
-	})
-	g.spawn(g.initialSync)
-	g.spawn(g.healthLoop)
-	g.spawn(g.blobGCLoop)
-	g.spawn(g.retentionLoop)
-	if g.members != nil && len(g.cfg.Join) > 0 {
-		g.spawn(g.joinLoop)
-	}
-	select {
-	case <-ctx.Done():
-	case <-g.life.Context().Done():
-	}
-	g.life.Cancel()
 	return nil
 }
 
 // Shutdown stops the gate: it leaves the election, waits for handlers and
 // background work, leaves SWIM and closes what it opened.
 func (g *Gate) Shutdown(ctx context.Context) error {
-	first, running := g.life.Close()
+	first, finish := g.life.Stop(func() {
+		g.log.Info("gate shutting down")
+		g.elector.Stop()
+	})
 	if !first {
-		<-g.closed
 		return nil
 	}
-	defer close(g.closed)
-
-	g.log.Info("gate shutting down")
-	if running {
-		<-g.runDone
-	}
-	g.elector.Stop()
-	g.life.Wait()
+	defer finish()
 	if g.members != nil {
 		timeout := 2 * time.Second
 		if dl, ok := ctx.Deadline(); ok {

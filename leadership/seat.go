@@ -1,8 +1,10 @@
 package leadership
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 
 	"tempest/transport"
@@ -40,11 +42,15 @@ type Seat struct {
 
 	ownTr    *transport.QUIC
 	ownStore *BoltStorage
+	log      *slog.Logger
 }
 
 // OpenSeat opens c's seat. On an error nothing it opened stays open.
 func OpenSeat(c SeatConfig) (s *Seat, err error) {
-	s = &Seat{Tr: c.Transport}
+	s = &Seat{Tr: c.Transport, log: c.Elector.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.Close())
@@ -75,6 +81,14 @@ func OpenSeat(c SeatConfig) (s *Seat, err error) {
 		return s, err
 	}
 	return s, nil
+}
+
+// Run takes part in the election until ctx ends: a role runs it on a
+// goroutine it owns, and stops the elector (Elector.Stop) at shutdown.
+func (s *Seat) Run(ctx context.Context) {
+	if err := s.Elector.Run(ctx); err != nil {
+		s.log.Error("election stopped", "err", err)
+	}
 }
 
 // Close closes the transport and the storage the seat opened (not the ones

@@ -120,9 +120,7 @@ type Manager struct {
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.
-	life    *lifecycle.Owner
-	runDone chan struct{}
-	closed  chan struct{}
+	life *lifecycle.Owner
 }
 
 // New builds a manager: it opens the store and loads every job, binds the
@@ -163,8 +161,6 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		orphanCommits: make(map[string]orphanCommit),
 		kickCh:        make(chan struct{}, 1),
 		gateKick:      make(chan struct{}, 1),
-		runDone:       make(chan struct{}),
-		closed:        make(chan struct{}),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -274,34 +270,23 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 // Run joins the SWIM cluster, takes part in elections and serves until ctx
 // ends or Shutdown is called. It can run once.
 func (m *Manager) Run(ctx context.Context) error {
-	if err := m.life.Start(); err != nil {
+	if err := m.life.Serve(ctx, func() {
+		m.spawn(m.seat.Run)
+		m.spawn(m.heartbeatLoop)
+		m.spawn(m.housekeepingLoop)
+		m.spawn(m.blobGCLoop)
+		if m.ownMembers != nil && len(m.cfg.Join) > 0 {
+			m.spawn(m.joinLoop)
+		}
+		if m.gateMembers != nil {
+			m.spawn(m.gateReportLoop)
+			if len(m.cfg.GateJoin) > 0 {
+				m.spawn(m.gateJoinLoop)
+			}
+		}
+	}); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	defer close(m.runDone)
-
-	m.spawn(func(ctx context.Context) {
-		if err := m.elector.Run(ctx); err != nil {
-			m.log.Error("election stopped", "err", err)
-		}
-	})
-	m.spawn(m.heartbeatLoop)
-	m.spawn(m.housekeepingLoop)
-	m.spawn(m.blobGCLoop)
-	if m.ownMembers != nil && len(m.cfg.Join) > 0 {
-		m.spawn(m.joinLoop)
-	}
-	if m.gateMembers != nil {
-		m.spawn(m.gateReportLoop)
-		if len(m.cfg.GateJoin) > 0 {
-			m.spawn(m.gateJoinLoop)
-		}
-	}
-	select {
-	case <-ctx.Done():
-	case <-m.life.Context().Done():
-	}
-	// Background work stops with Run; Shutdown still releases the rest.
-	m.life.Cancel()
 	return nil
 }
 
@@ -309,19 +294,14 @@ func (m *Manager) Run(ctx context.Context) error {
 // term), waits for in-flight handlers and background work, leaves SWIM and
 // closes what it opened. ctx bounds the graceful SWIM leave.
 func (m *Manager) Shutdown(ctx context.Context) error {
-	first, running := m.life.Close()
+	first, finish := m.life.Stop(func() {
+		m.log.Info("manager shutting down")
+		m.elector.Stop()
+	})
 	if !first {
-		<-m.closed
 		return nil
 	}
-	defer close(m.closed)
-
-	m.log.Info("manager shutting down")
-	if running {
-		<-m.runDone
-	}
-	m.elector.Stop()
-	m.life.Wait()
+	defer finish()
 	m.stopTimers()
 	if m.ownMembers != nil {
 		timeout := m.cfg.HeartbeatInterval * 4

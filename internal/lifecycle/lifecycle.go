@@ -26,11 +26,14 @@ type Owner struct {
 	mu      sync.Mutex // alone: nothing else is taken under it
 	closing bool
 	running bool
+	serving bool          // Serve began
+	served  chan struct{} // closed when Serve returns
+	stopped chan struct{} // closed by the first Stop's finish
 }
 
 // New returns an Owner whose context is live until Close.
 func New() *Owner {
-	o := &Owner{}
+	o := &Owner{served: make(chan struct{}), stopped: make(chan struct{})}
 	o.ctx, o.cancel = context.WithCancel(context.Background())
 	return o
 }
@@ -64,6 +67,54 @@ func (o *Owner) Start() error {
 	}
 	o.running = true
 	return nil
+}
+
+// Serve is a role's Run, the same for the gate and the manager: it marks
+// the role running (as Start), calls start (which starts the role's
+// goroutines with Go) and waits until ctx ends or Close begins. Then it
+// ends the context: background work stops, while handlers are still let in
+// until the role's Shutdown, which releases the rest.
+func (o *Owner) Serve(ctx context.Context, start func()) error {
+	o.mu.Lock()
+	if o.closing || o.running {
+		o.mu.Unlock()
+		return ErrNotRunnable
+	}
+	o.running, o.serving = true, true
+	o.mu.Unlock()
+	defer close(o.served)
+	start()
+	select {
+	case <-ctx.Done():
+	case <-o.ctx.Done():
+	}
+	o.cancel()
+	return nil
+}
+
+// Stop is the first half of a role's Shutdown, the same in every role that
+// Serves: refuse new work (Close), wait for Serve to return, call stop
+// (what must end before the wait, such as the election), then wait for
+// every goroutine and handler. The first caller gets first true and calls
+// finish once it released the rest (SWIM, transport, stores); any later
+// caller waits for that finish and gets false.
+func (o *Owner) Stop(stop func()) (first bool, finish func()) {
+	first, _ = o.Close()
+	if !first {
+		<-o.stopped
+		return false, func() {}
+	}
+	o.mu.Lock()
+	serving := o.serving
+	o.mu.Unlock()
+	if serving {
+		<-o.served
+	}
+	if stop != nil {
+		stop()
+	}
+	o.Wait()
+	return true, func() { close(o.stopped) }
 }
 
 // Cancel ends the context without closing: background work stops, handlers

@@ -95,3 +95,78 @@ func TestEveryCallsUntilTheContextEnds(t *testing.T) {
 		t.Fatal("Every still running after its context ended")
 	}
 }
+
+// Serve and Stop, the run and shutdown both roles share: Serve runs start
+// and returns when its ctx ends or Stop begins, ending the background work;
+// Stop waits for Serve (if it ran), calls stop, waits for every goroutine,
+// and a second Stop waits for the first one's finish and reports false. A
+// Serve after Stop, or twice, is refused.
+func TestServeAndStop(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		serve   bool
+		ctxEnds bool // Serve ends by its ctx before Stop
+	}{
+		{"stop ends a serving owner", true, false},
+		{"the ctx ends Serve first", true, true},
+		{"stop without serve", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := New()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			served := make(chan error, 1)
+			bgEnded := make(chan struct{})
+			if tc.serve {
+				started := make(chan struct{})
+				go func() {
+					served <- o.Serve(ctx, func() {
+						o.Go(func(ctx context.Context) { <-ctx.Done(); close(bgEnded) })
+						close(started)
+					})
+				}()
+				<-started
+				if err := o.Serve(ctx, func() { t.Error("a second Serve ran start") }); !errors.Is(err, ErrNotRunnable) {
+					t.Fatalf("second Serve = %v", err)
+				}
+			}
+			if tc.ctxEnds {
+				cancel()
+				if err := <-served; err != nil {
+					t.Fatal(err)
+				}
+				<-bgEnded // background work stopped with Serve
+			}
+			var order []string
+			first, finish := o.Stop(func() { order = append(order, "stop") })
+			if !first {
+				t.Fatal("first Stop reported not first")
+			}
+			if tc.serve && !tc.ctxEnds {
+				if err := <-served; err != nil {
+					t.Fatal(err)
+				}
+			}
+			second := make(chan bool, 1)
+			go func() {
+				again, _ := o.Stop(func() { order = append(order, "again") })
+				second <- again
+			}()
+			select {
+			case <-second:
+				t.Fatal("a second Stop returned before the first one's finish")
+			case <-time.After(50 * time.Millisecond):
+			}
+			finish()
+			if <-second {
+				t.Fatal("second Stop reported first")
+			}
+			if len(order) != 1 || order[0] != "stop" {
+				t.Fatalf("stop calls %v; want the first Stop's alone", order)
+			}
+			if err := o.Serve(context.Background(), func() { t.Error("Serve after Stop ran start") }); !errors.Is(err, ErrNotRunnable) {
+				t.Fatalf("Serve after Stop = %v", err)
+			}
+		})
+	}
+}
