@@ -274,11 +274,7 @@ func (g *Gate) Shutdown(ctx context.Context) error {
 	}
 	defer finish()
 	if g.members != nil {
-		timeout := 2 * time.Second
-		if dl, ok := ctx.Deadline(); ok {
-			timeout = min(timeout, time.Until(dl))
-		}
-		if err := g.members.Leave(max(timeout, 0)); err != nil {
+		if err := g.members.LeaveBy(ctx, 2*time.Second); err != nil {
 			g.log.Debug("swim leave", "err", err)
 		}
 	}

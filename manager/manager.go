@@ -304,11 +304,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	defer finish()
 	m.stopTimers()
 	if m.ownMembers != nil {
-		timeout := m.cfg.HeartbeatInterval * 4
-		if dl, ok := ctx.Deadline(); ok {
-			timeout = min(timeout, dl.Sub(m.clock.Now()))
-		}
-		if err := m.ownMembers.Leave(max(timeout, 0)); err != nil {
+		if err := m.ownMembers.LeaveBy(ctx, m.cfg.HeartbeatInterval*4); err != nil {
 			m.log.Debug("swim leave", "err", err)
 		}
 	}

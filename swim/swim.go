@@ -316,6 +316,16 @@ func (n *Node) SetKeys(keys [][]byte) error {
 	return nil
 }
 
+// LeaveBy is Leave for a role's shutdown: it waits at most d, and no longer
+// than ctx's deadline (a deadline already passed is Leave's error, not a
+// wait).
+func (n *Node) LeaveBy(ctx context.Context, d time.Duration) error {
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return n.Leave(max(d, 0))
+}
+
 // Leave tells the cluster this node is going away on purpose, so peers
 // report it as StateLeft rather than failed, and waits up to timeout (which
 // bounds the whole call) for the news to be gossiped. Call Shutdown

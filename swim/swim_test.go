@@ -67,6 +67,12 @@ func TestGracefulLeaveIsNotAFailure(t *testing.T) {
 	if err := leaver.Leave(0); err == nil {
 		t.Error("Leave(0) accepted; memberlist would wait forever")
 	}
+	// A shutdown whose deadline has passed is told so, never made to wait.
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if err := leaver.LeaveBy(expired, time.Minute); err == nil {
+		t.Error("LeaveBy past its deadline accepted")
+	}
 	if err := leaver.Leave(2 * time.Second); err != nil {
 		t.Fatalf("leave: %v", err)
 	}
