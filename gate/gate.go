@@ -42,10 +42,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +51,7 @@ import (
 
 	"tempest/api"
 	"tempest/internal/lifecycle"
+	"tempest/internal/nodeconfig"
 	"tempest/leadership"
 	"tempest/security"
 	"tempest/swim"
@@ -241,10 +240,9 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.elector.SetLHM(g.notReady)
 
 	if cfg.SwimBind != "" {
-		host, portStr, _ := net.SplitHostPort(cfg.SwimBind)
-		port, err := strconv.Atoi(portStr)
+		host, port, err := nodeconfig.BindAddr(cfg.SwimBind)
 		if err != nil {
-			return nil, fmt.Errorf("gate SwimBind port %q: %w", portStr, err)
+			return nil, fmt.Errorf("gate SwimBind: %w", err)
 		}
 		scfg := swim.DefaultConfig()
 		scfg.NodeName = cfg.ID

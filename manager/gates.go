@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"tempest/internal/lifecycle"
+	"tempest/internal/nodeconfig"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
@@ -108,10 +107,9 @@ func (m *Manager) startGateSwim(keys [][]byte, logger *slog.Logger) error {
 	if m.cfg.GateSwimBind == "" {
 		return nil
 	}
-	host, portStr, _ := net.SplitHostPort(m.cfg.GateSwimBind)
-	port, err := strconv.Atoi(portStr)
+	host, port, err := nodeconfig.BindAddr(m.cfg.GateSwimBind)
 	if err != nil {
-		return fmt.Errorf("manager GateSwimBind port %q: %w", portStr, err)
+		return fmt.Errorf("manager GateSwimBind: %w", err)
 	}
 	scfg := swim.DefaultConfig()
 	scfg.NodeName = m.cfg.ID

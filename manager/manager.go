@@ -7,16 +7,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"tempest/api"
 	"tempest/internal/lifecycle"
+	"tempest/internal/nodeconfig"
 	"tempest/internal/store"
 	"tempest/leadership"
 	"tempest/security"
@@ -259,10 +258,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 	m.members = deps.Membership
 	if m.members == nil {
-		host, portStr, _ := net.SplitHostPort(cfg.SwimBind)
-		port, err := strconv.Atoi(portStr)
+		host, port, err := nodeconfig.BindAddr(cfg.SwimBind)
 		if err != nil {
-			return nil, fmt.Errorf("manager SwimBind port %q: %w", portStr, err)
+			return nil, fmt.Errorf("manager SwimBind: %w", err)
 		}
 		scfg := swim.DefaultConfig()
 		scfg.NodeName = cfg.ID

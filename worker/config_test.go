@@ -2,6 +2,7 @@ package worker
 
 import (
 	"strings"
+	"tempest/internal/nodeconfig"
 	"testing"
 	"time"
 )
@@ -16,10 +17,12 @@ func TestDefaultConfigNeedsOnlyIdentity(t *testing.T) {
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	c := Config{
-		QUICListen:       "nohostport",
-		SwimBind:         "localhost:7946",
-		SwimProfile:      "warp",
-		Join:             []string{"a:1", "b"},
+		Node: nodeconfig.Node{
+			QUICListen:  "nohostport",
+			SwimBind:    "localhost:7946",
+			SwimProfile: "warp",
+			Join:        []string{"a:1", "b"},
+		},
 		Managers:         []string{""},
 		Cores:            0,
 		QueueSoftLimit:   -1,

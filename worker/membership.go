@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"tempest/internal/nodeconfig"
 	"tempest/swim"
 	"tempest/wire"
 )
@@ -22,7 +23,7 @@ const (
 const leaveTimeout = 2 * time.Second
 
 func (w *Worker) swimConfig(quicAddr string) swim.Config {
-	host, port, _ := splitSwimBind(w.cfg.SwimBind) // checked by Validate
+	host, port, _ := nodeconfig.BindAddr(w.cfg.SwimBind) // checked by Validate
 	c := swim.DefaultConfig()
 	c.NodeName = w.cfg.ID
 	c.BindAddr, c.BindPort = host, port

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tempest/api"
+	"tempest/internal/nodeconfig"
 	"tempest/internal/obs"
 	"tempest/leadership"
 	"tempest/rainstorm"
@@ -24,13 +25,6 @@ import (
 type Options struct {
 	ConfigFile, SecretFile, Token, LogFormat, LogLevel string
 	TLSCert, TLSKey                                    string
-}
-
-// Fields point at the role config's fields that the shared flags set.
-type Fields struct {
-	ID, QUICListen, SwimBind, APIListen, DataDir, SwimProfile, ElectionProfile *string
-	Join                                                                       *[]string
-	Peers                                                                      *[]leadership.Member
 }
 
 // Flags are the flags every node binary with an API and an election has:
@@ -82,10 +76,10 @@ func (f *Flags) Options() Options { return f.opts }
 // Apply sets dst's fields from the shared flags that were given, leaving
 // the config file's values for the rest, and derives ID from the host name
 // when neither set it.
-func (f *Flags) Apply(dst Fields, role string) error {
+func (f *Flags) Apply(dst *nodeconfig.Server, role string) error {
 	var err error
-	str := map[string]*string{"id": dst.ID, "quic": dst.QUICListen, "swim": dst.SwimBind, "api": dst.APIListen,
-		"data-dir": dst.DataDir, "swim-profile": dst.SwimProfile, "election-profile": dst.ElectionProfile}
+	str := map[string]*string{"id": &dst.ID, "quic": &dst.QUICListen, "swim": &dst.SwimBind, "api": &dst.APIListen,
+		"data-dir": &dst.DataDir, "swim-profile": &dst.SwimProfile, "election-profile": &dst.ElectionProfile}
 	f.fs.Visit(func(fl *flag.Flag) {
 		v, ok := f.vals[fl.Name]
 		if !ok {
@@ -93,11 +87,9 @@ func (f *Flags) Apply(dst Fields, role string) error {
 		}
 		switch fl.Name {
 		case "peers":
-			var peers []leadership.Member
-			peers, err = ParsePeers(*v, func(id, addr string) leadership.Member { return leadership.Member{ID: id, QUIC: addr} })
-			*dst.Peers = peers
+			dst.Peers, err = ParsePeers(*v, func(id, addr string) leadership.Member { return leadership.Member{ID: id, QUIC: addr} })
 		case "join":
-			*dst.Join = SplitList(*v)
+			dst.Join = SplitList(*v)
 		default:
 			*str[fl.Name] = *v
 		}
@@ -105,12 +97,12 @@ func (f *Flags) Apply(dst Fields, role string) error {
 	if err != nil {
 		return err
 	}
-	if *dst.ID == "" {
+	if dst.ID == "" {
 		host, herr := os.Hostname()
 		if herr != nil {
 			return fmt.Errorf("no --id and no hostname to derive one: %w", herr)
 		}
-		*dst.ID = role + "-" + host
+		dst.ID = role + "-" + host
 	}
 	return nil
 }
