@@ -5,12 +5,7 @@ import (
 
 	"tempest/api"
 	"tempest/internal/nodeconfig"
-	"tempest/leadership"
 )
-
-// Peer is one configured gate. The configured list fixes the election
-// quorum and who receives replicated job records.
-type Peer = leadership.Member
 
 // Config configures a Gate. The YAML tags are the config file's keys; the
 // node's common ones (id, addresses, SWIM, election, peers, API, data_dir)
@@ -24,10 +19,6 @@ type Config struct {
 	// progress report; when it runs out the datacenter is FAILED for the
 	// job. It must outlast a manager failover (election plus state sync).
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
-	// QuorumTimeout bounds replication of a new job to the other gates.
-	QuorumTimeout time.Duration `yaml:"quorum_timeout"`
-	// DispatchTimeout bounds one attempt to hand a job to a datacenter.
-	DispatchTimeout time.Duration `yaml:"dispatch_timeout"`
 	// HealthTimeout: a datacenter whose leader has not been heard of for
 	// this long is not healthy, and new jobs do not go there.
 	HealthTimeout time.Duration `yaml:"health_timeout"`
@@ -40,22 +31,17 @@ type Config struct {
 	SyncPageBytes int `yaml:"sync_page_bytes"`
 	// TickInterval paces lease expiry checks and dispatch retries.
 	TickInterval time.Duration `yaml:"tick_interval"`
-	// Retention keeps finished jobs queryable this long.
-	Retention time.Duration `yaml:"retention"`
 }
 
 // DefaultConfig returns options that work for one gate on one machine.
 func DefaultConfig() Config {
 	return Config{
-		Server:          nodeconfig.DefaultServer("127.0.0.1:7301", "127.0.0.1:7302", api.DefaultListen, "data/gate"),
-		LeaseTTL:        15 * time.Second,
-		QuorumTimeout:   2 * time.Second,
-		DispatchTimeout: 5 * time.Second,
-		HealthTimeout:   10 * time.Second,
-		SyncTimeout:     5 * time.Second,
-		SyncPageBytes:   2 << 20,
-		TickInterval:    250 * time.Millisecond,
-		Retention:       7 * 24 * time.Hour,
+		Server:        nodeconfig.DefaultServer("127.0.0.1:7301", "127.0.0.1:7302", api.DefaultListen, "data/gate"),
+		LeaseTTL:      15 * time.Second,
+		HealthTimeout: 10 * time.Second,
+		SyncTimeout:   5 * time.Second,
+		SyncPageBytes: 2 << 20,
+		TickInterval:  250 * time.Millisecond,
 	}
 }
 
@@ -69,12 +55,9 @@ func (c Config) validate(haveTransport bool) error {
 	var p nodeconfig.Problems
 	c.Server.Check(&p, "gate", nodeconfig.Injected{Transport: haveTransport, Membership: haveTransport && c.SwimBind == ""})
 	p.Positive("LeaseTTL", c.LeaseTTL)
-	p.Positive("QuorumTimeout", c.QuorumTimeout)
-	p.Positive("DispatchTimeout", c.DispatchTimeout)
 	p.Positive("HealthTimeout", c.HealthTimeout)
 	p.Positive("SyncTimeout", c.SyncTimeout)
 	p.Positive("TickInterval", c.TickInterval)
-	p.Positive("Retention", c.Retention)
 	if c.SyncPageBytes <= 0 || c.SyncPageBytes > 8<<20 {
 		p.Add("SyncPageBytes", "must be between 1 and %d, got %d", 8<<20, c.SyncPageBytes)
 	}

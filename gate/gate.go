@@ -63,6 +63,10 @@ import (
 // across network calls or store writes. Gate.mu is taken only by update (every
 // change to the job table) and view (a consistent read), in txn.go.
 
+// Peer is one configured gate. The configured list fixes the election
+// quorum and who receives replicated job records.
+type Peer = leadership.Member
+
 // Deps are the gate's collaborators. Keyring is required unless Transport
 // is injected.
 type Deps struct {

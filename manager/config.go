@@ -5,12 +5,7 @@ import (
 
 	"tempest/api"
 	"tempest/internal/nodeconfig"
-	"tempest/leadership"
 )
-
-// Peer is one configured manager of this datacenter, this one included.
-// The configured list, not the live one, fixes the quorum (len/2+1).
-type Peer = leadership.Member
 
 // Config configures a Manager. The YAML tags are the config file's keys; the
 // node's common ones (id, addresses, SWIM, election, peers, API, data_dir)
@@ -31,15 +26,9 @@ type Config struct {
 	// job's progress to its gate; the reports renew the datacenter's lease.
 	GateReportInterval time.Duration `yaml:"gate_report_interval"`
 
-	// QuorumTimeout bounds the wait for provision confirmations and commits.
-	QuorumTimeout time.Duration `yaml:"quorum_timeout"`
-	// DispatchTimeout bounds one WorkflowDispatch call to a worker.
-	DispatchTimeout time.Duration `yaml:"dispatch_timeout"`
 	// MaxWorkflowRetries is how many times a failed workflow is retried on
 	// another worker before it is FAILED.
 	MaxWorkflowRetries int `yaml:"max_workflow_retries"`
-	// Retention keeps finished jobs queryable this long.
-	Retention time.Duration `yaml:"retention"`
 	// QueueSoftLimit: a worker reporting this queue depth gets no new work.
 	QueueSoftLimit int `yaml:"queue_soft_limit"`
 	// StateSyncRetries and StateSyncBackoff shape the state sync a new
@@ -75,10 +64,7 @@ func DefaultConfig() Config {
 	return Config{
 		Server:                nodeconfig.DefaultServer("127.0.0.1:7401", "127.0.0.1:7402", api.DefaultListen, "data/manager"),
 		Datacenter:            "dc1",
-		QuorumTimeout:         2 * time.Second,
-		DispatchTimeout:       5 * time.Second,
 		MaxWorkflowRetries:    3,
-		Retention:             7 * 24 * time.Hour,
 		QueueSoftLimit:        256,
 		StateSyncRetries:      3,
 		StateSyncBackoff:      250 * time.Millisecond,
@@ -108,9 +94,6 @@ func (c Config) validate(haveTransport, haveMembership bool) error {
 		}
 		p.Positive("GateReportInterval", c.GateReportInterval)
 	}
-	p.Positive("QuorumTimeout", c.QuorumTimeout)
-	p.Positive("DispatchTimeout", c.DispatchTimeout)
-	p.Positive("Retention", c.Retention)
 	p.Positive("StateSyncBackoff", c.StateSyncBackoff)
 	p.Positive("StateSyncTimeout", c.StateSyncTimeout)
 	p.Positive("StateSyncGrace", c.StateSyncGrace)

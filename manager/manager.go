@@ -37,6 +37,10 @@ import (
 // held across network calls, store writes or Elector calls that wait; the
 // Elector never calls back into the manager while holding its own lock.
 
+// Peer is one configured manager of this datacenter, this one included.
+// The configured list, not the live one, fixes the quorum (len/2+1).
+type Peer = leadership.Member
+
 // Deps are the manager's collaborators. Keyring is required unless both
 // Transport and Membership are injected; Registry is required.
 type Deps struct {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -76,24 +75,14 @@ func TestServesAndStops(t *testing.T) {
 	args, _, _ := cmdtest.ServerArgs(t, "g1")
 	gate := cmdtest.Start(t, run, args, env)
 	url := gate.Serving(10 * time.Second)
-	client, err := api.NewClient([]string{url}, "test-token")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
-		view, err := client.Cluster(ctx)
-		if err != nil {
-			return err
-		}
+	client, ctx := cmdtest.Client(t, url, "test-token")
+	cmdtest.WaitCluster(t, ctx, client, func(view *api.ClusterView) error {
 		if len(view.Nodes) == 0 || view.Nodes[0].Role != "gate" || !view.Nodes[0].IsLeader {
 			return fmt.Errorf("gate not leading yet: %+v", view.Nodes)
 		}
 		return nil
 	})
-	_, err = client.Submit(ctx, []byte("name: nowhere\nworkflows:\n  - {name: nap, type: sleep, cores: 1, duration: 1s}\n"), "j.yaml")
+	_, err := client.Submit(ctx, []byte("name: nowhere\nworkflows:\n  - {name: nap, type: sleep, cores: 1, duration: 1s}\n"), "j.yaml")
 	if err == nil || !strings.Contains(err.Error(), "0 are healthy") {
 		t.Fatalf("submit with no datacenter = %v, want a refusal naming the healthy count", err)
 	}

@@ -25,11 +25,8 @@ import (
 	"tempest/rainstorm"
 )
 
-// Exit codes.
-const (
-	exitFailure = nodecmd.ExitFailure
-	exitUsage   = nodecmd.ExitUsage
-)
+// exitFailure is the code of a start the manager refuses.
+const exitFailure = nodecmd.ExitFailure
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals(), nil))

@@ -108,18 +108,8 @@ func TestServesAJobEndToEnd(t *testing.T) {
 		<-wdone
 	}()
 
-	client, err := api.NewClient([]string{url}, "test-token")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
-		view, err := client.Cluster(ctx)
-		if err != nil {
-			return err
-		}
+	client, ctx := cmdtest.Client(t, url, "test-token")
+	cmdtest.WaitCluster(t, ctx, client, func(view *api.ClusterView) error {
 		// Key ids: the manager's own from its keyring, the worker's from
 		// its SWIM heartbeat.
 		wantKey := fmt.Sprintf("%08x", security.KeyID(secret))

@@ -37,7 +37,7 @@ swim_profile: local
 		cfg.ProgressInterval != 250*time.Millisecond || cfg.DrainTimeout != 10*time.Second || cfg.SwimProfile != "local" {
 		t.Fatalf("config: %+v", cfg)
 	}
-	if opts.logFormat != "json" {
+	if opts.LogFormat != "json" {
 		t.Fatalf("options: %+v", opts)
 	}
 	// Keys the file did not set keep their defaults.

@@ -66,6 +66,15 @@ type Server struct {
 
 	// DataDir holds the node's election state and its stores.
 	DataDir string `yaml:"data_dir"`
+
+	// QuorumTimeout bounds the wait for a majority of the group to store a
+	// change (a new job; on managers also placements and their commits).
+	QuorumTimeout time.Duration `yaml:"quorum_timeout"`
+	// DispatchTimeout bounds one attempt to hand work to the tier below: a
+	// gate's job to a datacenter, a manager's workflow to a worker.
+	DispatchTimeout time.Duration `yaml:"dispatch_timeout"`
+	// Retention keeps finished jobs queryable this long.
+	Retention time.Duration `yaml:"retention"`
 }
 
 // DefaultNode is a node on one machine at the given addresses.
@@ -75,7 +84,15 @@ func DefaultNode(quicListen, swimBind string) Node {
 
 // DefaultServer is a server of a group of one on one machine.
 func DefaultServer(quicListen, swimBind, apiListen, dataDir string) Server {
-	return Server{Node: DefaultNode(quicListen, swimBind), ElectionProfile: "lan", APIListen: apiListen, DataDir: dataDir}
+	return Server{
+		Node:            DefaultNode(quicListen, swimBind),
+		ElectionProfile: "lan",
+		APIListen:       apiListen,
+		DataDir:         dataDir,
+		QuorumTimeout:   2 * time.Second,
+		DispatchTimeout: 5 * time.Second,
+		Retention:       7 * 24 * time.Hour,
+	}
 }
 
 // Injected says which of a node's collaborators its caller supplies (tests
@@ -129,6 +146,9 @@ func (s Server) Check(p *Problems, role string, inj Injected) {
 	if s.DataDir == "" {
 		p.Add("DataDir", "must not be empty")
 	}
+	p.Positive("QuorumTimeout", s.QuorumTimeout)
+	p.Positive("DispatchTimeout", s.DispatchTimeout)
+	p.Positive("Retention", s.Retention)
 }
 
 // CheckID checks a node id: ids go into SWIM names, the --peers flag's

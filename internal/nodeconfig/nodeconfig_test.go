@@ -49,7 +49,8 @@ func TestCheckNamesEveryField(t *testing.T) {
 		t.Fatal("a broken config passed")
 	}
 	for _, want := range []string{"ID:", "QUICListen:", "SwimBind:", "SwimProfile:", "Join: entry 1", "ElectionProfile:",
-		"Peers: must include this gate", "APIListen:", "APIAdvertise:", "DataDir:", "Tick: must be positive",
+		"Peers: must include this gate", "APIListen:", "APIAdvertise:", "DataDir:", "QuorumTimeout: must be positive", "DispatchTimeout:", "Retention:",
+		"Tick: must be positive",
 		"Retries: must not be negative", "Limit: must be at least 1"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("no %q in:\n%v", want, err)
@@ -106,6 +107,9 @@ peers:
 api_listen: 10.0.0.1:7411
 api_advertise: https://r1.example:7411
 data_dir: /var/lib/tempest/r1
+quorum_timeout: 3s
+dispatch_timeout: 4s
+retention: 1h
 tick: 2s
 `
 	dec := yaml.NewDecoder(strings.NewReader(file))
@@ -119,6 +123,7 @@ tick: 2s
 			Join: []string{"10.0.0.2:7302"}},
 		ElectionProfile: "local", Peers: []leadership.Member{{ID: "r1", QUIC: "10.0.0.1:7301"}},
 		APIListen: "10.0.0.1:7411", APIAdvertise: "https://r1.example:7411", DataDir: "/var/lib/tempest/r1",
+		QuorumTimeout: 3 * time.Second, DispatchTimeout: 4 * time.Second, Retention: time.Hour,
 	}, Tick: 2 * time.Second}
 	var got, exp bytes.Buffer
 	yaml.NewEncoder(&got).Encode(r)

@@ -6,6 +6,7 @@
 package cmdtest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"tempest/api"
 	"tempest/cmd/internal/nodecmd"
 	"tempest/internal/testutil"
 )
@@ -115,6 +117,34 @@ func (p *Proc) ReloadsSecrets(logged string) {
 	p.t.Helper()
 	p.Signal(syscall.SIGHUP)
 	p.WaitLog(logged)
+}
+
+// Client is an API client of url with token, closed when the test ends,
+// and a context for its calls that ends with the test.
+func Client(t testing.TB, url, token string) (*api.Client, context.Context) {
+	t.Helper()
+	client, err := api.NewClient([]string{url}, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(func() {
+		cancel()
+		client.Close()
+	})
+	return client, ctx
+}
+
+// WaitCluster waits until ok accepts the cluster view client serves.
+func WaitCluster(t testing.TB, ctx context.Context, client *api.Client, ok func(*api.ClusterView) error) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		view, err := client.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		return ok(view)
+	})
 }
 
 // ServerArgs are the flags that run a gate or manager id alone on

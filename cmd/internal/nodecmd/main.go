@@ -82,7 +82,7 @@ func (b Binary[C]) Load(args []string, stderr io.Writer) (C, Options, error) {
 		return zero, Options{}, err
 	}
 	cfg := fc.Config
-	if err := flags.Apply(b.Server(&cfg), b.Role); err != nil {
+	if err := flags.Apply(b.Server(&cfg)); err != nil {
 		return zero, Options{}, err
 	}
 	own(&cfg)
