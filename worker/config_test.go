@@ -48,3 +48,15 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		t.Errorf("DegradedMem 50 is valid but was reported:\n%v", err)
 	}
 }
+
+// A worker's id follows the rule of every node's (nodeconfig.CheckID): ids
+// go into SWIM names and id=addr lists, so they hold no separators.
+func TestIDIsANodeID(t *testing.T) {
+	for _, id := range []string{"w 1", "w/1", "w=1", "w,1", strings.Repeat("w", 65)} {
+		c := DefaultConfig()
+		c.ID, c.Managers = id, []string{"127.0.0.1:7400"}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ID:") {
+			t.Errorf("id %q: err = %v, want an ID problem", id, err)
+		}
+	}
+}
