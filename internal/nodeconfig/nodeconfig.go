@@ -40,7 +40,8 @@ type Node struct {
 	// cluster.
 	Join []string `yaml:"join"`
 
-	// Logger receives the node's logs; nil discards them.
+	// Logger receives the node's logs; when nil, a gate or manager
+	// discards them and a worker writes to slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
 
