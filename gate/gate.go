@@ -51,7 +51,6 @@ import (
 
 	"tempest/api"
 	"tempest/internal/lifecycle"
-	"tempest/internal/nodeconfig"
 	"tempest/leadership"
 	"tempest/security"
 	"tempest/swim"
@@ -193,12 +192,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 
 	g.tr = deps.Transport
 	if g.tr == nil {
-		tcfg := transport.DefaultConfig()
-		tcfg.NodeID = cfg.ID
-		tcfg.ListenAddr = cfg.QUICListen
-		tcfg.Keyring = deps.Keyring
-		tcfg.Logger = baseLog
-		if g.ownTr, err = transport.NewQUIC(tcfg); err != nil {
+		if g.ownTr, err = transport.NewQUIC(cfg.TransportConfig(deps.Keyring, baseLog)); err != nil {
 			return nil, fmt.Errorf("gate transport: %w", err)
 		}
 		g.tr = g.ownTr
@@ -244,26 +238,17 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.elector.SetLHM(g.notReady)
 
 	if cfg.SwimBind != "" {
-		host, port, err := nodeconfig.BindAddr(cfg.SwimBind)
+		scfg, err := cfg.SwimConfig(cfg.SwimBind, deps.Keyring, baseLog)
 		if err != nil {
 			return nil, fmt.Errorf("gate SwimBind: %w", err)
 		}
-		scfg := swim.DefaultConfig()
-		scfg.NodeName = cfg.ID
-		scfg.BindAddr = host
-		scfg.BindPort = port
-		scfg.Profile = cfg.SwimProfile
 		scfg.Meta = g.nodeMeta()
-		if deps.Keyring != nil {
-			scfg.Keys = deps.Keyring.MemberlistKeys()
-		}
 		scfg.Embedder = g
 		scfg.Events = swim.EventHandler{
 			OnJoin:   func(n swim.NodeInfo) { g.dcs.member(n, true) },
 			OnUpdate: func(n swim.NodeInfo) { g.dcs.member(n, true) },
 			OnDead:   func(n swim.NodeInfo) { g.dcs.member(n, false) },
 		}
-		scfg.Logger = baseLog
 		if g.members, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("gate swim: %w", err)
 		}

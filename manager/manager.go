@@ -15,7 +15,6 @@ import (
 
 	"tempest/api"
 	"tempest/internal/lifecycle"
-	"tempest/internal/nodeconfig"
 	"tempest/internal/store"
 	"tempest/leadership"
 	"tempest/security"
@@ -216,12 +215,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 	m.tr = deps.Transport
 	if m.tr == nil {
-		tcfg := transport.DefaultConfig()
-		tcfg.NodeID = cfg.ID
-		tcfg.ListenAddr = cfg.QUICListen
-		tcfg.Keyring = deps.Keyring
-		tcfg.Logger = baseLog
-		if m.ownTr, err = transport.NewQUIC(tcfg); err != nil {
+		if m.ownTr, err = transport.NewQUIC(cfg.TransportConfig(deps.Keyring, baseLog)); err != nil {
 			return nil, fmt.Errorf("manager transport: %w", err)
 		}
 		m.tr = m.ownTr
@@ -262,20 +256,13 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 	m.members = deps.Membership
 	if m.members == nil {
-		host, port, err := nodeconfig.BindAddr(cfg.SwimBind)
+		scfg, err := cfg.SwimConfig(cfg.SwimBind, deps.Keyring, baseLog)
 		if err != nil {
 			return nil, fmt.Errorf("manager SwimBind: %w", err)
 		}
-		scfg := swim.DefaultConfig()
-		scfg.NodeName = cfg.ID
-		scfg.BindAddr = host
-		scfg.BindPort = port
-		scfg.Profile = cfg.SwimProfile
 		scfg.Meta = m.nodeMeta()
-		scfg.Keys = deps.Keyring.MemberlistKeys()
 		scfg.Embedder = m
 		scfg.Events = m.SwimEvents()
-		scfg.Logger = baseLog
 		if m.ownMembers, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("manager swim: %w", err)
 		}
@@ -289,7 +276,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m.gates = &gateTable{g: make(map[string]string), failed: make(map[string]time.Time), now: m.clock.Now}
 	if deps.Keyring != nil {
-		if err := m.startGateSwim(deps.Keyring.MemberlistKeys(), baseLog); err != nil {
+		if err := m.startGateSwim(deps.Keyring, baseLog); err != nil {
 			return nil, err
 		}
 	}

@@ -20,7 +20,9 @@ import (
 	"time"
 
 	"tempest/leadership"
+	"tempest/security"
 	"tempest/swim"
+	"tempest/transport"
 )
 
 // Node is what every node is configured with.
@@ -150,6 +152,32 @@ func (s Server) Check(p *Problems, role string, inj Injected) {
 	p.Positive("QuorumTimeout", s.QuorumTimeout)
 	p.Positive("DispatchTimeout", s.DispatchTimeout)
 	p.Positive("Retention", s.Retention)
+}
+
+// TransportConfig is the node's QUIC transport, over
+// transport.DefaultConfig: its id and listen address.
+func (n Node) TransportConfig(keyring *security.Keyring, logger *slog.Logger) transport.Config {
+	c := transport.DefaultConfig()
+	c.NodeID, c.ListenAddr, c.Keyring, c.Logger = n.ID, n.QUICListen, keyring, logger
+	return c
+}
+
+// SwimConfig is the node's SWIM membership, over swim.DefaultConfig: its
+// name, the address to bind (SwimBind, or another cluster's such as a
+// manager's GateSwimBind), its timing profile and the gossip keys derived
+// from keyring (none when nil). The role adds its metadata, embedder and
+// events.
+func (n Node) SwimConfig(bind string, keyring *security.Keyring, logger *slog.Logger) (swim.Config, error) {
+	host, port, err := BindAddr(bind)
+	if err != nil {
+		return swim.Config{}, err
+	}
+	c := swim.DefaultConfig()
+	c.NodeName, c.BindAddr, c.BindPort, c.Profile, c.Logger = n.ID, host, port, n.SwimProfile, logger
+	if keyring != nil {
+		c.Keys = keyring.MemberlistKeys()
+	}
+	return c, nil
 }
 
 // CheckID checks a node id: ids go into SWIM names, the --peers flag's

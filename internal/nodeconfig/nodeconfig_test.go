@@ -10,6 +10,8 @@ import (
 
 	"tempest/internal/testutil"
 	"tempest/leadership"
+	"tempest/security"
+	"tempest/security/securitytest"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
@@ -138,5 +140,32 @@ tick: 2s
 	dec.KnownFields(true)
 	if err := dec.Decode(&r); err == nil || !strings.Contains(err.Error(), "logger") {
 		t.Fatalf("unknown key logger: %v", err)
+	}
+}
+
+// The transport and SWIM configs a role starts from carry the node's id,
+// addresses, profile and keys.
+func TestComponentConfigs(t *testing.T) {
+	keyring, err := security.NewKeyring(securitytest.Secret(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := Node{ID: "n1", QUICListen: "10.0.0.1:7301", SwimBind: "10.0.0.1:7302", SwimProfile: "fastlan"}
+	tc := n.TransportConfig(keyring, nil)
+	if tc.NodeID != "n1" || tc.ListenAddr != "10.0.0.1:7301" || tc.Keyring != keyring {
+		t.Fatalf("transport config %+v", tc)
+	}
+	sc, err := n.SwimConfig("10.0.0.1:7303", keyring, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc.NodeName != "n1" || sc.BindAddr != "10.0.0.1" || sc.BindPort != 7303 || sc.Profile != "fastlan" || len(sc.Keys) == 0 {
+		t.Fatalf("swim config %+v", sc)
+	}
+	if sc, err := n.SwimConfig(n.SwimBind, nil, nil); err != nil || len(sc.Keys) != 0 {
+		t.Fatalf("without a keyring: keys %d, err %v", len(sc.Keys), err)
+	}
+	if _, err := n.SwimConfig("localhost:7302", keyring, nil); err == nil {
+		t.Fatal("a host name to bind was accepted")
 	}
 }
