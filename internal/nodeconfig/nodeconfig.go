@@ -2,8 +2,8 @@
 // Nomad and Consul keep one agent config that their servers and clients
 // extend: Node (identity, data-plane address, SWIM membership), which the
 // worker's config embeds, and Server (Node plus an election group, the
-// client API and a data directory), which the gate's and the manager's
-// embed. The roles embed them with `yaml:",inline"`, so a config file's
+// client API, a data directory and the job timings both keep: quorum,
+// dispatch, retention), which the gate's and the manager's embed. The roles embed them with `yaml:",inline"`, so a config file's
 // keys are the same as if each role declared the fields itself, and each
 // role's validation starts from Check and adds its own fields to the same
 // Problems.
