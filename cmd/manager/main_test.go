@@ -14,6 +14,7 @@ import (
 
 	"tempest/api"
 	"tempest/cmd/internal/cmdtest"
+	"tempest/cmd/internal/nodecmd"
 	"tempest/internal/testutil"
 	"tempest/manager"
 	"tempest/security"
@@ -145,32 +146,17 @@ func TestServesAJobEndToEnd(t *testing.T) {
 // The sample deployment in configs/ must load with the real loader (unknown
 // keys refused) and validate, so the files cannot drift from manager.Config.
 func TestSampleConfigs(t *testing.T) {
-	for _, tc := range []struct {
-		file, id, dc string
-	}{
-		{"../../configs/dc-east/manager.yaml", "east-manager-1", "east"},
-		{"../../configs/dc-west/manager.yaml", "west-manager-1", "west"},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			var stderr bytes.Buffer
-			cfg, opts, err := loadConfig([]string{"--config", tc.file}, &stderr)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, stderr.String())
-			}
-			if err := cfg.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			if cfg.ID != tc.id || cfg.Datacenter != tc.dc || len(cfg.Peers) != 3 || len(cfg.Join) != 3 {
-				t.Fatalf("config = %+v", cfg)
-			}
-			if !strings.HasPrefix(cfg.DataDir, "/var/lib/tempest/") {
-				t.Fatalf("data_dir %q is outside systemd's StateDirectory=tempest", cfg.DataDir)
-			}
-			if opts.TLSCert == "" || opts.TLSKey == "" {
-				t.Fatalf("sample has no API TLS files: %+v", opts)
-			}
-		})
-	}
+	cmdtest.Samples(t, "manager", loadConfig, func(t *testing.T, cfg manager.Config, opts nodecmd.Options, id, dc string) {
+		if cfg.ID != id || cfg.Datacenter != dc || len(cfg.Peers) != 3 || len(cfg.Join) != 3 {
+			t.Fatalf("config = %+v", cfg)
+		}
+		if !strings.HasPrefix(cfg.DataDir, "/var/lib/tempest/") {
+			t.Fatalf("data_dir %q is outside systemd's StateDirectory=tempest", cfg.DataDir)
+		}
+		if opts.TLSCert == "" || opts.TLSKey == "" {
+			t.Fatalf("sample has no API TLS files: %+v", opts)
+		}
+	})
 }
 
 // TestStartsWithOnlySecretFile starts the manager as cluster.json's argv

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"tempest/cmd/internal/cmdtest"
+	"tempest/cmd/internal/nodecmd"
 	"tempest/internal/testutil"
 	"tempest/security"
 	"tempest/security/securitytest"
+	"tempest/worker"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
@@ -118,25 +120,11 @@ func TestSignals(t *testing.T) {
 // The sample deployment in configs/ must load with the real loader (unknown
 // keys refused) and validate, so the files cannot drift from worker.Config.
 func TestSampleConfigs(t *testing.T) {
-	for _, tc := range []struct {
-		file, id, dc string
-	}{
-		{"../../configs/dc-east/worker.yaml", "east-worker-1", "east"},
-		{"../../configs/dc-west/worker.yaml", "west-worker-1", "west"},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			cfg, _, err := loadConfig([]string{"--config", tc.file}, &bytes.Buffer{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cfg.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			if cfg.ID != tc.id || cfg.Datacenter != tc.dc || len(cfg.Managers) != 3 || len(cfg.Join) != 3 || cfg.SwimProfile != "lan" {
-				t.Fatalf("config = %+v", cfg)
-			}
-		})
-	}
+	cmdtest.Samples(t, "worker", loadConfig, func(t *testing.T, cfg worker.Config, _ nodecmd.Options, id, dc string) {
+		if cfg.ID != id || cfg.Datacenter != dc || len(cfg.Managers) != 3 || len(cfg.Join) != 3 || cfg.SwimProfile != "lan" {
+			t.Fatalf("config = %+v", cfg)
+		}
+	})
 }
 
 // TestStartsWithOnlySecretFile starts the worker as cluster.json's argv

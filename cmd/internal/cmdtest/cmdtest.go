@@ -223,3 +223,25 @@ func RefusesToLoad[C, O any](t *testing.T, load func([]string, io.Writer) (C, O,
 		})
 	}
 }
+
+// Samples loads each datacenter's sample config of role ("manager",
+// "worker") in configs/ with the binary's own loader, as a subtest named
+// by the file, checks that it loads and validates, and hands it to check
+// with the id and datacenter the sample names.
+func Samples[C interface{ Validate() error }, O any](t *testing.T, role string, load func([]string, io.Writer) (C, O, error),
+	check func(t *testing.T, cfg C, opts O, id, dc string)) {
+	for _, dc := range []string{"east", "west"} {
+		file := "../../configs/dc-" + dc + "/" + role + ".yaml"
+		t.Run(file, func(t *testing.T) {
+			var stderr testutil.SyncBuffer
+			cfg, opts, err := load([]string{"--config", file}, &stderr)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, stderr.String())
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			check(t, cfg, opts, dc+"-"+role+"-1", dc)
+		})
+	}
+}
