@@ -63,6 +63,10 @@ import (
 // across network calls or store writes. Gate.mu is taken only by update (every
 // change to the job table) and view (a consistent read), in txn.go.
 
+// Peer is one configured gate. The configured list fixes the election
+// quorum and who receives replicated job records.
+type Peer = leadership.Member
+
 // Deps are the gate's collaborators. Keyring is required unless Transport
 // is injected.
 type Deps struct {
@@ -184,10 +188,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		return nil, err
 	}
 
-	tcfg := transport.DefaultConfig()
-	tcfg.NodeID, tcfg.ListenAddr, tcfg.Keyring, tcfg.Logger = cfg.ID, cfg.QUICListen, deps.Keyring, baseLog
 	g.seat, err = leadership.OpenSeat(leadership.SeatConfig{
-		ID: cfg.ID, Members: g.cfg.Peers, Transport: deps.Transport, QUIC: tcfg,
+		ID: cfg.ID, Members: g.cfg.Peers, Transport: deps.Transport, QUIC: cfg.TransportConfig(deps.Keyring, baseLog),
 		Storage: deps.ElectionStorage, DataDir: cfg.DataDir,
 		Elector: leadership.ElectorConfig{
 			Cluster:          "gates",
@@ -216,21 +218,17 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.elector.SetLHM(g.notReady)
 
 	if cfg.SwimBind != "" {
-		scfg, err := swim.ConfigAt(cfg.ID, cfg.SwimBind, cfg.SwimProfile)
+		scfg, err := cfg.SwimConfig(cfg.SwimBind, deps.Keyring, baseLog)
 		if err != nil {
-			return nil, fmt.Errorf("gate: %w", err)
+			return nil, fmt.Errorf("gate SwimBind: %w", err)
 		}
 		scfg.Meta = g.nodeMeta()
-		if deps.Keyring != nil {
-			scfg.Keys = deps.Keyring.MemberlistKeys()
-		}
 		scfg.Embedder = g
 		scfg.Events = swim.EventHandler{
 			OnJoin:   func(n swim.NodeInfo) { g.dcs.member(n, true) },
 			OnUpdate: func(n swim.NodeInfo) { g.dcs.member(n, true) },
 			OnDead:   func(n swim.NodeInfo) { g.dcs.member(n, false) },
 		}
-		scfg.Logger = baseLog
 		if g.members, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("gate swim: %w", err)
 		}

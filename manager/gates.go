@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"tempest/internal/lifecycle"
+	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
@@ -102,17 +103,15 @@ func (e gateEmbedder) LocalState() []byte { return e.m.LocalState() }
 func (gateEmbedder) PeerState(swim.NodeInfo, []byte, time.Duration) {}
 
 // startGateSwim joins the gates' cluster when configured.
-func (m *Manager) startGateSwim(keys [][]byte, logger *slog.Logger) error {
+func (m *Manager) startGateSwim(keyring *security.Keyring, logger *slog.Logger) error {
 	if m.cfg.GateSwimBind == "" {
 		return nil
 	}
-	scfg, err := swim.ConfigAt(m.cfg.ID, m.cfg.GateSwimBind, m.cfg.SwimProfile)
+	scfg, err := m.cfg.SwimConfig(m.cfg.GateSwimBind, keyring, logger)
 	if err != nil {
-		return fmt.Errorf("manager gate swim: %w", err)
+		return fmt.Errorf("manager GateSwimBind: %w", err)
 	}
 	scfg.Meta = m.nodeMeta()
-	scfg.Keys = keys
-	scfg.Logger = logger
 	scfg.Embedder = gateEmbedder{m}
 	scfg.Events = swim.EventHandler{
 		OnJoin:   m.onGateAlive,

@@ -37,6 +37,10 @@ import (
 // held across network calls, store writes or Elector calls that wait; the
 // Elector never calls back into the manager while holding its own lock.
 
+// Peer is one configured manager of this datacenter, this one included.
+// The configured list, not the live one, fixes the quorum (len/2+1).
+type Peer = leadership.Member
+
 // Deps are the manager's collaborators. Keyring is required unless both
 // Transport and Membership are injected; Registry is required.
 type Deps struct {
@@ -206,10 +210,8 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		return nil, err
 	}
 
-	tcfg := transport.DefaultConfig()
-	tcfg.NodeID, tcfg.ListenAddr, tcfg.Keyring, tcfg.Logger = cfg.ID, cfg.QUICListen, deps.Keyring, baseLog
 	m.seat, err = leadership.OpenSeat(leadership.SeatConfig{
-		ID: cfg.ID, Members: m.cfg.Peers, Transport: deps.Transport, QUIC: tcfg,
+		ID: cfg.ID, Members: m.cfg.Peers, Transport: deps.Transport, QUIC: cfg.TransportConfig(deps.Keyring, baseLog),
 		Storage: deps.ElectionStorage, DataDir: cfg.DataDir,
 		Elector: leadership.ElectorConfig{
 			Cluster:          "managers/" + cfg.Datacenter,
@@ -233,15 +235,13 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 	m.members = deps.Membership
 	if m.members == nil {
-		scfg, err := swim.ConfigAt(cfg.ID, cfg.SwimBind, cfg.SwimProfile)
+		scfg, err := cfg.SwimConfig(cfg.SwimBind, deps.Keyring, baseLog)
 		if err != nil {
-			return nil, fmt.Errorf("manager: %w", err)
+			return nil, fmt.Errorf("manager SwimBind: %w", err)
 		}
 		scfg.Meta = m.nodeMeta()
-		scfg.Keys = deps.Keyring.MemberlistKeys()
 		scfg.Embedder = m
 		scfg.Events = m.SwimEvents()
-		scfg.Logger = baseLog
 		if m.ownMembers, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("manager swim: %w", err)
 		}
@@ -255,7 +255,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m.gates = &gateTable{g: make(map[string]string), failed: make(map[string]time.Time), now: m.clock.Now}
 	if deps.Keyring != nil {
-		if err := m.startGateSwim(deps.Keyring.MemberlistKeys(), baseLog); err != nil {
+		if err := m.startGateSwim(deps.Keyring, baseLog); err != nil {
 			return nil, err
 		}
 	}

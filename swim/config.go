@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"time"
 
 	"tempest/wire"
@@ -68,24 +67,6 @@ func DefaultConfig() Config {
 		Profile:          ProfileLAN,
 		BroadcastTimeout: 5 * time.Second,
 	}
-}
-
-// ConfigAt is DefaultConfig for the node named name, bound to bind
-// ("host:port") with the timing profile profile: how a role that reads its
-// SWIM address from its config file starts. A port that is not a number is
-// an error naming it.
-func ConfigAt(name, bind, profile string) (Config, error) {
-	c := DefaultConfig()
-	host, portStr, err := net.SplitHostPort(bind)
-	if err != nil {
-		return c, fmt.Errorf("swim bind %q: %w", bind, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return c, fmt.Errorf("swim bind %q: port %q: %w", bind, portStr, err)
-	}
-	c.NodeName, c.BindAddr, c.BindPort, c.Profile = name, host, port, profile
-	return c, nil
 }
 
 // Validate reports every problem with the configuration at once, each

@@ -146,35 +146,3 @@ func TestProfiles(t *testing.T) {
 		t.Errorf("fastlan detection bound for 3 nodes is %s", b)
 	}
 }
-
-// ConfigAt is DefaultConfig at a role's configured "host:port": the host
-// and the port split, the name and profile set, and a bind that is not
-// host:port, or whose port is not a number, refused naming it.
-func TestConfigAt(t *testing.T) {
-	for _, tc := range []struct {
-		bind string
-		host string
-		port int
-		bad  string // part of the error; "" = fine
-	}{
-		{"127.0.0.1:7946", "127.0.0.1", 7946, ""},
-		{"0.0.0.0:0", "0.0.0.0", 0, ""},
-		{"[::1]:8000", "::1", 8000, ""},
-		{"127.0.0.1", "", 0, `swim bind "127.0.0.1"`},
-		{"127.0.0.1:http", "", 0, `port "http"`},
-	} {
-		c, err := ConfigAt("g1", tc.bind, ProfileTest)
-		if tc.bad != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.bad) {
-				t.Errorf("ConfigAt(%q) = %v; want an error saying %q", tc.bind, err, tc.bad)
-			}
-			continue
-		}
-		want := DefaultConfig()
-		want.NodeName, want.BindAddr, want.BindPort, want.Profile = "g1", tc.host, tc.port, ProfileTest
-		if err != nil || c.NodeName != want.NodeName || c.BindAddr != want.BindAddr || c.BindPort != want.BindPort ||
-			c.Profile != want.Profile || c.BroadcastTimeout != want.BroadcastTimeout {
-			t.Errorf("ConfigAt(%q) = %+v, %v; want %+v", tc.bind, c, err, want)
-		}
-	}
-}
