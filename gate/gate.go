@@ -89,7 +89,7 @@ type Gate struct {
 	now     func() time.Time
 	keyring *security.Keyring
 
-	seat     *leadership.Seat // the transport and the elector, closed by release
+	seat     *leadership.Seat // the transport and the elector; life.Release closes it
 	tr       transport.Transport
 	members  *swim.Node
 	elector  *leadership.Elector
@@ -175,7 +175,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	defer func() {
 		if !ok {
 			g.life.Close()
-			g.release()
+			g.life.Release()
 		}
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -184,6 +184,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if g.store, err = openJobStore(filepath.Join(cfg.DataDir, "gate.db")); err != nil {
 		return nil, err
 	}
+	g.life.Opened(g.store.close)
 	if err := g.load(); err != nil {
 		return nil, err
 	}
@@ -210,6 +211,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate: %w", err)
 	}
+	g.life.Opened(g.seat.Close)
 	g.tr, g.cfg.Peers, g.elector = g.seat.Tr, g.seat.Members, g.seat.Elector
 	g.peers, g.peerIDs, g.quorumSize = g.seat.Group.Others, g.seat.Group.OtherIDs, g.seat.Group.Quorum
 	// Until the first state sync, this gate must not lead: it may hold no
@@ -232,6 +234,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		if g.members, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("gate swim: %w", err)
 		}
+		g.life.Opened(g.members.Shutdown)
 	}
 	if err := g.openBlobs(); err != nil {
 		return nil, err
@@ -276,21 +279,7 @@ func (g *Gate) Shutdown(ctx context.Context) error {
 			g.log.Debug("swim leave", "err", err)
 		}
 	}
-	return g.release()
-}
-
-func (g *Gate) release() error {
-	var errs []error
-	if g.members != nil {
-		errs = append(errs, g.members.Shutdown())
-	}
-	if g.seat != nil {
-		errs = append(errs, g.seat.Close())
-	}
-	if g.store != nil {
-		errs = append(errs, g.store.close())
-	}
-	return errors.Join(errs...)
+	return g.life.Release()
 }
 
 // ID is this gate's node id.

@@ -121,6 +121,7 @@ func (m *Manager) startGateSwim(keyring *security.Keyring, logger *slog.Logger) 
 	if m.gateMembers, err = swim.New(scfg); err != nil {
 		return fmt.Errorf("manager gate swim: %w", err)
 	}
+	m.life.Opened(m.gateMembers.Shutdown)
 	return nil
 }
 

@@ -75,7 +75,7 @@ type Manager struct {
 	reg     *workflow.Registry
 	keyring *security.Keyring
 
-	seat       *leadership.Seat // the transport and the elector, closed by release
+	seat       *leadership.Seat // the transport and the elector; life.Release closes it
 	tr         transport.Transport
 	members    Membership
 	ownMembers *swim.Node
@@ -196,7 +196,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	defer func() {
 		if !ok {
 			m.life.Close() // handlers already registered refuse from now on
-			m.release()
+			m.life.Release()
 		}
 	}()
 
@@ -206,6 +206,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if m.store, err = store.Open(filepath.Join(cfg.DataDir, "manager.db")); err != nil {
 		return nil, err
 	}
+	m.life.Opened(m.store.Close)
 	if err := m.load(); err != nil {
 		return nil, err
 	}
@@ -225,6 +226,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("manager: %w", err)
 	}
+	m.life.Opened(m.seat.Close)
 	m.tr, m.cfg.Peers, m.elector = m.seat.Tr, m.seat.Members, m.seat.Elector
 	m.peers, m.peerIDs, m.quorumSize = m.seat.Group.Others, m.seat.Group.OtherIDs, m.seat.Group.Quorum
 	// Within two election timeouts check-quorum, counted in ticks, is the
@@ -245,6 +247,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		if m.ownMembers, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("manager swim: %w", err)
 		}
+		m.life.Opened(m.ownMembers.Shutdown)
 		m.members = m.ownMembers
 	}
 	if err := m.openBlobs(); err != nil {
@@ -313,29 +316,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 			m.log.Debug("gate swim leave", "err", err)
 		}
 	}
-	return m.release()
-}
-
-// release closes everything New opened; it runs on Shutdown and when New
-// fails half way.
-func (m *Manager) release() error {
-	var errs []error
-	if m.ownMembers != nil {
-		errs = append(errs, m.ownMembers.Shutdown())
-	}
-	if m.gateMembers != nil {
-		errs = append(errs, m.gateMembers.Shutdown())
-	}
-	if m.seat != nil {
-		errs = append(errs, m.seat.Close())
-	}
-	if m.store != nil {
-		errs = append(errs, m.store.Close())
-	}
-	if m.rs != nil {
-		errs = append(errs, m.rs.close())
-	}
-	return errors.Join(errs...)
+	return m.life.Release()
 }
 
 // ID is this manager's node id.

@@ -117,6 +117,7 @@ func (m *Manager) openRainstorm() error {
 		return err
 	}
 	m.rs = s
+	m.life.Opened(s.close)
 	return nil
 }
 

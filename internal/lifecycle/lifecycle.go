@@ -29,6 +29,7 @@ type Owner struct {
 	serving bool          // Serve began
 	served  chan struct{} // closed when Serve returns
 	stopped chan struct{} // closed by the first Stop's finish
+	closers []func() error
 }
 
 // New returns an Owner whose context is live until Close.
@@ -115,6 +116,32 @@ func (o *Owner) Stop(stop func()) (first bool, finish func()) {
 	}
 	o.Wait()
 	return true, func() { close(o.stopped) }
+}
+
+// Opened records close as what undoes something the role just opened (its
+// store, its transport, its SWIM membership), for Release. Recording as
+// each thing opens keeps one list for both ends: a New that fails half way
+// and a Shutdown release exactly what was opened.
+func (o *Owner) Opened(close func() error) {
+	o.mu.Lock()
+	o.closers = append(o.closers, close)
+	o.mu.Unlock()
+}
+
+// Release runs the closes Opened recorded, the last opened first (what
+// was opened later may use what was opened before it), each once, and
+// returns every error. A role calls it once its goroutines and handlers
+// are done (after Stop, or when New fails).
+func (o *Owner) Release() error {
+	o.mu.Lock()
+	closers := o.closers
+	o.closers = nil
+	o.mu.Unlock()
+	var errs []error
+	for i := len(closers) - 1; i >= 0; i-- {
+		errs = append(errs, closers[i]())
+	}
+	return errors.Join(errs...)
 }
 
 // Cancel ends the context without closing: background work stops, handlers

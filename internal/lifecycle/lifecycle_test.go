@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,5 +169,28 @@ func TestServeAndStop(t *testing.T) {
 				t.Fatalf("Serve after Stop = %v", err)
 			}
 		})
+	}
+}
+
+// Release closes what Opened recorded, the last opened first, each once,
+// and reports every failure.
+func TestOpenedReleasedLastFirst(t *testing.T) {
+	o := New()
+	var order []string
+	closer := func(name string, err error) func() error {
+		return func() error { order = append(order, name); return err }
+	}
+	failed := errors.New("transport close failed")
+	o.Opened(closer("store", nil))
+	o.Opened(closer("transport", failed))
+	o.Opened(closer("swim", nil))
+	if err := o.Release(); !errors.Is(err, failed) {
+		t.Fatalf("Release = %v, want the transport's failure", err)
+	}
+	if got := strings.Join(order, " "); got != "swim transport store" {
+		t.Fatalf("closed %q, want the last opened first", got)
+	}
+	if err := o.Release(); err != nil || len(order) != 3 {
+		t.Fatalf("second Release = %v after %v; want nothing closed twice", err, order)
 	}
 }
