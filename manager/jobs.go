@@ -42,6 +42,10 @@ type jobState struct {
 	// unconfirmed, so this manager must never confirm it.
 	intaking  bool
 	abandoned bool
+	// submitting: the Submit call that created the job is still placing
+	// it, so its ack can say how the first attempt went; the scheduler
+	// leaves the job to it until then.
+	submitting bool
 	// adoptedTerm is the term in which this manager, leading, adopted the
 	// job unconfirmed; only a newer term's sync abandons it.
 	adoptedTerm uint64
@@ -345,7 +349,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 			return
 		}
 		j = m.newJobLocked(s, now)
-		j.intaking = true
+		j.intaking, j.submitting = true, true
 		m.armTimeoutLocked(j)
 		tx.touchJob(j, true)
 		for _, w := range j.wfs {
@@ -354,6 +358,14 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	})
 	if stale != nil {
 		return nil, stale
+	}
+	if j != nil {
+		defer func() {
+			m.mu.Lock()
+			j.submitting = false
+			m.mu.Unlock()
+			m.kick() // whatever this call left PENDING is the scheduler's now
+		}()
 	}
 	if busy {
 		return nil, &wire.Error{Code: wire.CodeUnavailable, RetryAfter: m.cfg.QuorumTimeout,

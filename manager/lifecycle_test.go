@@ -190,3 +190,25 @@ func TestClusterView(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuedAckWhileTheSchedulerRuns: a job stored on a majority used to be
+// the scheduler's to place as much as its submitter's, and a scheduler pass
+// that claimed the job's workflows first left the submitter's own attempt
+// with nothing to do, so the ack went out before any attempt ended and said
+// nothing about the queue (seen under load in
+// TestQueuedJobPlacedWhenCapacityAppears). Now the scheduler leaves a job to
+// its Submit until that returns. The window is narrow; a scheduler spinning
+// every millisecond gives it twenty chances.
+func TestQueuedAckWhileTheSchedulerRuns(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.HeartbeatInterval = time.Millisecond })
+	l := c.leader()
+	for i := 1; i <= 20; i++ {
+		ack, err := l.Submit(context.Background(), sleepJob(t, fmt.Sprintf("q%d", i), 1, 1, 50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.QueuedPosition != i {
+			t.Fatalf("submit %d: ack %+v, want queued at %d (no worker can run anything)", i, ack, i)
+		}
+	}
+}

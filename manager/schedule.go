@@ -38,7 +38,7 @@ func (m *Manager) placePending(ctx context.Context, lt *leadership.Term) {
 	m.mu.Lock()
 	jobs := make([]*jobState, 0, len(m.jobs))
 	for _, j := range m.jobs {
-		if !j.rec.Status.Terminal() && j.rec.Confirmed {
+		if !j.rec.Status.Terminal() && j.rec.Confirmed && !j.submitting {
 			jobs = append(jobs, j)
 		}
 	}
