@@ -42,10 +42,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,6 +61,10 @@ import (
 // Lock order: the lifecycle.Owner's lock alone; Gate.mu → dcTable.mu. No lock is held
 // across network calls or store writes. Gate.mu is taken only by update (every
 // change to the job table) and view (a consistent read), in txn.go.
+
+// Peer is one configured gate. The configured list fixes the election
+// quorum and who receives replicated job records.
+type Peer = leadership.Member
 
 // Deps are the gate's collaborators. Keyring is required unless Transport
 // is injected.
@@ -190,12 +192,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 
 	g.tr = deps.Transport
 	if g.tr == nil {
-		tcfg := transport.DefaultConfig()
-		tcfg.NodeID = cfg.ID
-		tcfg.ListenAddr = cfg.QUICListen
-		tcfg.Keyring = deps.Keyring
-		tcfg.Logger = baseLog
-		if g.ownTr, err = transport.NewQUIC(tcfg); err != nil {
+		if g.ownTr, err = transport.NewQUIC(cfg.TransportConfig(deps.Keyring, baseLog)); err != nil {
 			return nil, fmt.Errorf("gate transport: %w", err)
 		}
 		g.tr = g.ownTr
@@ -241,27 +238,17 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.elector.SetLHM(g.notReady)
 
 	if cfg.SwimBind != "" {
-		host, portStr, _ := net.SplitHostPort(cfg.SwimBind)
-		port, err := strconv.Atoi(portStr)
+		scfg, err := cfg.SwimConfig(cfg.SwimBind, deps.Keyring, baseLog)
 		if err != nil {
-			return nil, fmt.Errorf("gate SwimBind port %q: %w", portStr, err)
+			return nil, fmt.Errorf("gate SwimBind: %w", err)
 		}
-		scfg := swim.DefaultConfig()
-		scfg.NodeName = cfg.ID
-		scfg.BindAddr = host
-		scfg.BindPort = port
-		scfg.Profile = cfg.SwimProfile
 		scfg.Meta = g.nodeMeta()
-		if deps.Keyring != nil {
-			scfg.Keys = deps.Keyring.MemberlistKeys()
-		}
 		scfg.Embedder = g
 		scfg.Events = swim.EventHandler{
 			OnJoin:   func(n swim.NodeInfo) { g.dcs.member(n, true) },
 			OnUpdate: func(n swim.NodeInfo) { g.dcs.member(n, true) },
 			OnDead:   func(n swim.NodeInfo) { g.dcs.member(n, false) },
 		}
-		scfg.Logger = baseLog
 		if g.members, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("gate swim: %w", err)
 		}

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"tempest/internal/lifecycle"
+	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
@@ -104,23 +103,15 @@ func (e gateEmbedder) LocalState() []byte { return e.m.LocalState() }
 func (gateEmbedder) PeerState(swim.NodeInfo, []byte, time.Duration) {}
 
 // startGateSwim joins the gates' cluster when configured.
-func (m *Manager) startGateSwim(keys [][]byte, logger *slog.Logger) error {
+func (m *Manager) startGateSwim(keyring *security.Keyring, logger *slog.Logger) error {
 	if m.cfg.GateSwimBind == "" {
 		return nil
 	}
-	host, portStr, _ := net.SplitHostPort(m.cfg.GateSwimBind)
-	port, err := strconv.Atoi(portStr)
+	scfg, err := m.cfg.SwimConfig(m.cfg.GateSwimBind, keyring, logger)
 	if err != nil {
-		return fmt.Errorf("manager GateSwimBind port %q: %w", portStr, err)
+		return fmt.Errorf("manager GateSwimBind: %w", err)
 	}
-	scfg := swim.DefaultConfig()
-	scfg.NodeName = m.cfg.ID
-	scfg.Profile = m.cfg.SwimProfile
 	scfg.Meta = m.nodeMeta()
-	scfg.Keys = keys
-	scfg.Logger = logger
-	scfg.BindAddr = host
-	scfg.BindPort = port
 	scfg.Embedder = gateEmbedder{m}
 	scfg.Events = swim.EventHandler{
 		OnJoin:   m.onGateAlive,

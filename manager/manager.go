@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +35,10 @@ import (
 // The worker and manager tables are leaves that never call out. No lock is
 // held across network calls, store writes or Elector calls that wait; the
 // Elector never calls back into the manager while holding its own lock.
+
+// Peer is one configured manager of this datacenter, this one included.
+// The configured list, not the live one, fixes the quorum (len/2+1).
+type Peer = leadership.Member
 
 // Deps are the manager's collaborators. Keyring is required unless both
 // Transport and Membership are injected; Registry is required.
@@ -213,12 +215,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 	m.tr = deps.Transport
 	if m.tr == nil {
-		tcfg := transport.DefaultConfig()
-		tcfg.NodeID = cfg.ID
-		tcfg.ListenAddr = cfg.QUICListen
-		tcfg.Keyring = deps.Keyring
-		tcfg.Logger = baseLog
-		if m.ownTr, err = transport.NewQUIC(tcfg); err != nil {
+		if m.ownTr, err = transport.NewQUIC(cfg.TransportConfig(deps.Keyring, baseLog)); err != nil {
 			return nil, fmt.Errorf("manager transport: %w", err)
 		}
 		m.tr = m.ownTr
@@ -259,21 +256,13 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 
 	m.members = deps.Membership
 	if m.members == nil {
-		host, portStr, _ := net.SplitHostPort(cfg.SwimBind)
-		port, err := strconv.Atoi(portStr)
+		scfg, err := cfg.SwimConfig(cfg.SwimBind, deps.Keyring, baseLog)
 		if err != nil {
-			return nil, fmt.Errorf("manager SwimBind port %q: %w", portStr, err)
+			return nil, fmt.Errorf("manager SwimBind: %w", err)
 		}
-		scfg := swim.DefaultConfig()
-		scfg.NodeName = cfg.ID
-		scfg.BindAddr = host
-		scfg.BindPort = port
-		scfg.Profile = cfg.SwimProfile
 		scfg.Meta = m.nodeMeta()
-		scfg.Keys = deps.Keyring.MemberlistKeys()
 		scfg.Embedder = m
 		scfg.Events = m.SwimEvents()
-		scfg.Logger = baseLog
 		if m.ownMembers, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("manager swim: %w", err)
 		}
@@ -287,7 +276,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m.gates = &gateTable{g: make(map[string]string), failed: make(map[string]time.Time), now: m.clock.Now}
 	if deps.Keyring != nil {
-		if err := m.startGateSwim(deps.Keyring.MemberlistKeys(), baseLog); err != nil {
+		if err := m.startGateSwim(deps.Keyring, baseLog); err != nil {
 			return nil, err
 		}
 	}

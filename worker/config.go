@@ -1,15 +1,11 @@
 package worker
 
 import (
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"runtime"
-	"strconv"
 	"time"
 
-	"tempest/swim"
+	"tempest/internal/nodeconfig"
 	"tempest/workflow"
 )
 
@@ -17,22 +13,13 @@ import (
 // config file; secrets never appear here (the caller builds the Keyring from
 // the environment).
 type Config struct {
-	// ID names the node on the data plane and in SWIM; unique per cluster.
-	ID string `yaml:"id"`
+	// Node: the worker's id (unique per cluster), its data plane's
+	// QUICListen ("127.0.0.1:0" picks a port; the worker tells managers its
+	// real address when registering), SwimBind, SwimProfile, Join (usually
+	// the managers' SWIM addresses) and Logger (nil means slog.Default()).
+	nodeconfig.Node `yaml:",inline"`
 	// Datacenter is the datacenter whose managers this worker serves.
 	Datacenter string `yaml:"datacenter"`
-	// QUICListen is the UDP host:port of the data plane ("127.0.0.1:0" picks
-	// a port; the worker tells managers its real address when registering).
-	QUICListen string `yaml:"quic_listen"`
-	// SwimBind is the IP:port memberlist binds (UDP and TCP). Port 0 picks
-	// one; peers learn it when this node joins.
-	SwimBind string `yaml:"swim_bind"`
-	// SwimProfile is the SWIM timing profile: lan, fastlan, local or test
-	// (docs/failure-detection.md).
-	SwimProfile string `yaml:"swim_profile"`
-	// Join lists SWIM addresses (host:port) of nodes already in the
-	// datacenter's cluster, usually the managers' SWIM addresses.
-	Join []string `yaml:"join"`
 	// Managers lists the managers' QUIC addresses. The worker registers with
 	// them in order until one accepts, and follows it to the leader.
 	Managers []string `yaml:"managers"`
@@ -99,9 +86,6 @@ type Config struct {
 	// heartbeat too, to every manager, but reach a given manager only when
 	// its probe picks this worker. 0 leaves SWIM acks the only channel.
 	HeartbeatPush time.Duration `yaml:"heartbeat_push"`
-
-	// Logger receives the worker's logs; nil means slog.Default().
-	Logger *slog.Logger `yaml:"-"`
 }
 
 // DefaultHeartbeatPush is the default Config.HeartbeatPush: half a second,
@@ -113,10 +97,8 @@ const DefaultHeartbeatPush = 500 * time.Millisecond
 // Managers must still be set.
 func DefaultConfig() Config {
 	return Config{
+		Node:             nodeconfig.DefaultNode("127.0.0.1:0", "127.0.0.1:0"),
 		Datacenter:       "dc1",
-		QUICListen:       "127.0.0.1:0",
-		SwimBind:         "127.0.0.1:0",
-		SwimProfile:      swim.ProfileLAN,
 		Cores:            runtime.NumCPU(),
 		QueueSoftLimit:   256,
 		ProgressInterval: 100 * time.Millisecond,
@@ -136,53 +118,27 @@ func DefaultConfig() Config {
 
 // Validate reports every problem at once, each naming its field.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
-
-	if c.ID == "" {
-		bad("ID", "required")
-	} else if err := workflow.CheckName(c.ID); err != nil {
-		bad("ID", "%v", err)
-	}
+	var p nodeconfig.Problems
+	c.Node.Check(&p, nodeconfig.Injected{})
 	if c.Datacenter == "" {
-		bad("Datacenter", "required")
-	}
-	if err := checkHostPort(c.QUICListen); err != nil {
-		bad("QUICListen", "%v", err)
+		p.Add("Datacenter", "must not be empty")
 	}
 	if c.MetricsListen != "" {
-		if err := checkHostPort(c.MetricsListen); err != nil {
-			bad("MetricsListen", "%v", err)
-		}
-	}
-	if _, _, err := splitSwimBind(c.SwimBind); err != nil {
-		bad("SwimBind", "%v", err)
-	}
-	if _, err := swim.ProfileTiming(c.SwimProfile); err != nil {
-		bad("SwimProfile", "%v", err)
-	}
-	for i, a := range c.Join {
-		if err := checkHostPort(a); err != nil {
-			bad("Join", "entry %d: %v", i, err)
-		}
+		p.HostPort("MetricsListen", c.MetricsListen)
 	}
 	if len(c.Managers) == 0 {
-		bad("Managers", "at least one manager QUIC address is required")
+		p.Add("Managers", "at least one manager QUIC address is required")
 	}
 	for i, a := range c.Managers {
 		if a == "" {
-			bad("Managers", "entry %d is empty", i)
+			p.Add("Managers", "entry %d is empty", i)
 		}
 	}
 	if c.Cores < 1 || c.Cores > workflow.MaxCores {
-		bad("Cores", "must be between 1 and %d, got %d", workflow.MaxCores, c.Cores)
+		p.Add("Cores", "must be between 1 and %d, got %d", workflow.MaxCores, c.Cores)
 	}
-	if c.QueueSoftLimit < 0 {
-		bad("QueueSoftLimit", "must not be negative, got %d", c.QueueSoftLimit)
-	}
-	for _, p := range []struct {
+	p.AtLeast("QueueSoftLimit", c.QueueSoftLimit, 0)
+	for _, pc := range []struct {
 		field    string
 		v        float64
 		optional bool
@@ -192,70 +148,29 @@ func (c Config) Validate() error {
 		{"CriticalMem", c.CriticalMem, true},
 		{"CriticalCPU", c.CriticalCPU, true},
 	} {
-		if (p.v == 0 && !p.optional) || p.v < 0 || p.v > 100 {
-			bad(p.field, "must be a percentage in (0, 100], got %g", p.v)
+		if (pc.v == 0 && !pc.optional) || pc.v < 0 || pc.v > 100 {
+			p.Add(pc.field, "must be a percentage in (0, 100], got %g", pc.v)
 		}
 	}
 	if c.CriticalMem > 0 && c.CriticalMem < c.DegradedMem {
-		bad("CriticalMem", "%g is below DegradedMem %g", c.CriticalMem, c.DegradedMem)
+		p.Add("CriticalMem", "%g is below DegradedMem %g", c.CriticalMem, c.DegradedMem)
 	}
 	if c.CriticalCPU > 0 && c.CriticalCPU < c.DegradedCPU {
-		bad("CriticalCPU", "%g is below DegradedCPU %g", c.CriticalCPU, c.DegradedCPU)
+		p.Add("CriticalCPU", "%g is below DegradedCPU %g", c.CriticalCPU, c.DegradedCPU)
 	}
-	if c.DegradedLHM < 0 {
-		bad("DegradedLHM", "must not be negative, got %d", c.DegradedLHM)
-	}
+	p.AtLeast("DegradedLHM", c.DegradedLHM, 0)
 	if c.HeartbeatPush < 0 {
-		bad("HeartbeatPush", "must not be negative (0 turns the push off), got %s", c.HeartbeatPush)
+		p.Add("HeartbeatPush", "must not be negative (0 turns the push off), got %s", c.HeartbeatPush)
 	}
-	if c.HealthSamples < 1 {
-		bad("HealthSamples", "must be at least 1, got %d", c.HealthSamples)
-	}
-	for _, d := range []struct {
-		field string
-		v     time.Duration
-	}{
-		{"ProgressInterval", c.ProgressInterval},
-		{"HealthInterval", c.HealthInterval},
-		{"DrainTimeout", c.DrainTimeout},
-		{"CallTimeout", c.CallTimeout},
-		{"FenceRetention", c.FenceRetention},
-		{"FenceAfter", c.FenceAfter},
-	} {
-		if d.v <= 0 {
-			bad(d.field, "must be positive, got %s", d.v)
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("worker config: %w", errors.Join(errs...))
-}
-
-func checkHostPort(addr string) error {
-	if addr == "" {
-		return errors.New("required (host:port)")
-	}
-	_, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return fmt.Errorf("port %q: not a number in 0-65535", port)
+	p.AtLeast("HealthSamples", c.HealthSamples, 1)
+	p.Positive("ProgressInterval", c.ProgressInterval)
+	p.Positive("HealthInterval", c.HealthInterval)
+	p.Positive("DrainTimeout", c.DrainTimeout)
+	p.Positive("CallTimeout", c.CallTimeout)
+	p.Positive("FenceRetention", c.FenceRetention)
+	p.Positive("FenceAfter", c.FenceAfter)
+	if err := p.Err(); err != nil {
+		return fmt.Errorf("worker config: %w", err)
 	}
 	return nil
-}
-
-// splitSwimBind splits SwimBind into the IP and port memberlist wants; it
-// binds an address, so a host name is refused.
-func splitSwimBind(addr string) (string, int, error) {
-	if err := checkHostPort(addr); err != nil {
-		return "", 0, err
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	if net.ParseIP(host) == nil {
-		return "", 0, fmt.Errorf("%q is not an IP address (memberlist binds an IP)", host)
-	}
-	p, _ := strconv.Atoi(port)
-	return host, p, nil
 }

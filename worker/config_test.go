@@ -2,6 +2,7 @@ package worker
 
 import (
 	"strings"
+	"tempest/internal/nodeconfig"
 	"testing"
 	"time"
 )
@@ -16,10 +17,12 @@ func TestDefaultConfigNeedsOnlyIdentity(t *testing.T) {
 
 func TestValidateReportsEveryProblem(t *testing.T) {
 	c := Config{
-		QUICListen:       "nohostport",
-		SwimBind:         "localhost:7946",
-		SwimProfile:      "warp",
-		Join:             []string{"a:1", "b"},
+		Node: nodeconfig.Node{
+			QUICListen:  "nohostport",
+			SwimBind:    "localhost:7946",
+			SwimProfile: "warp",
+			Join:        []string{"a:1", "b"},
+		},
 		Managers:         []string{""},
 		Cores:            0,
 		QueueSoftLimit:   -1,
@@ -43,5 +46,17 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "DegradedMem:") {
 		t.Errorf("DegradedMem 50 is valid but was reported:\n%v", err)
+	}
+}
+
+// A worker's id follows the rule of every node's (nodeconfig.CheckID): ids
+// go into SWIM names and id=addr lists, so they hold no separators.
+func TestIDIsANodeID(t *testing.T) {
+	for _, id := range []string{"w 1", "w/1", "w=1", "w,1", strings.Repeat("w", 65)} {
+		c := DefaultConfig()
+		c.ID, c.Managers = id, []string{"127.0.0.1:7400"}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "ID:") {
+			t.Errorf("id %q: err = %v, want an ID problem", id, err)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"tempest/internal/testutil"
 	"tempest/security"
+	"tempest/security/securitytest"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
@@ -127,7 +128,7 @@ func TestHeartbeatCarriesKeyIDs(t *testing.T) {
 		t.Fatalf("heartbeat keys %08x %x, keyring %08x %x", before.SendKeyID, before.AcceptKeyIDs,
 			h.w.keyring.SendKeyID(), h.w.keyring.AcceptedKeyIDs())
 	}
-	old, next := mustSecret(t), mustSecret(t)
+	old, next := securitytest.Secret(t), securitytest.Secret(t)
 	for _, pass := range []struct {
 		name              string
 		current, previous string
@@ -150,15 +151,6 @@ func TestHeartbeatCarriesKeyIDs(t *testing.T) {
 		}
 		before = hb
 	}
-}
-
-func mustSecret(t *testing.T) string {
-	t.Helper()
-	s, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // The worker pushes its heartbeat to the leader it registered with, and

@@ -22,19 +22,13 @@ const (
 const leaveTimeout = 2 * time.Second
 
 func (w *Worker) swimConfig(quicAddr string) swim.Config {
-	host, port, _ := splitSwimBind(w.cfg.SwimBind) // checked by Validate
-	c := swim.DefaultConfig()
-	c.NodeName = w.cfg.ID
-	c.BindAddr, c.BindPort = host, port
-	c.Profile = w.cfg.SwimProfile
-	c.Keys = w.keyring.MemberlistKeys()
+	c, _ := w.cfg.SwimConfig(w.cfg.SwimBind, w.keyring, w.base) // checked by Validate
 	c.Meta = swim.NodeMeta{Role: wire.RoleWorker, Datacenter: w.cfg.Datacenter}
 	if _, _, err := net.SplitHostPort(quicAddr); err == nil {
 		c.Meta.QUICAddr = quicAddr // an in-memory test transport has no host:port
 	}
 	c.Embedder = embedder{w}
 	c.Events = swim.EventHandler{OnJoin: w.memberSeen, OnUpdate: w.memberSeen, OnDead: w.memberGone}
-	c.Logger = w.base
 	return c
 }
 

@@ -234,12 +234,7 @@ func (w *Worker) openTransport() (transport.Transport, error) {
 	if w.deps.Transport != nil {
 		return w.deps.Transport, nil
 	}
-	tc := transport.DefaultConfig()
-	tc.NodeID = w.cfg.ID
-	tc.ListenAddr = w.cfg.QUICListen
-	tc.Keyring = w.keyring
-	tc.Logger = w.base
-	tr, err := transport.NewQUIC(tc)
+	tr, err := transport.NewQUIC(w.cfg.TransportConfig(w.keyring, w.base))
 	if err != nil {
 		return nil, fmt.Errorf("worker %s: listen on %s: %w", w.cfg.ID, w.cfg.QUICListen, err)
 	}

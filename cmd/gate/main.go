@@ -19,63 +19,46 @@ import (
 
 	"tempest/cmd/internal/nodecmd"
 	"tempest/gate"
+	"tempest/internal/nodeconfig"
 )
-
-const shutdownTimeout = 15 * time.Second
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals(), nil))
 }
 
-// fileConfig is the config file: the gate's options plus the API server's
-// TLS files.
-type fileConfig struct {
-	gate.Config      `yaml:",inline"`
-	nodecmd.TLSFiles `yaml:",inline"`
+// binary is the gate as nodecmd runs it.
+func binary() nodecmd.Binary[gate.Config] {
+	return nodecmd.Binary[gate.Config]{
+		Name: "tempest-gate", Role: "gate",
+		Defaults: gate.DefaultConfig,
+		Server:   func(c *gate.Config) *nodeconfig.Server { return &c.Server },
+		Flags: func(fs *flag.FlagSet) func(*gate.Config) {
+			leaseTTL := fs.Duration("lease-ttl", 0, "how long a datacenter's lease lasts without a progress report")
+			return func(c *gate.Config) {
+				if nodecmd.Given(fs, "lease-ttl") {
+					c.LeaseTTL = *leaseTTL
+				}
+			}
+		},
+		Start: func(cfg gate.Config, node nodecmd.Node) (nodecmd.Started, error) {
+			g, err := gate.New(cfg, gate.Deps{Keyring: node.Keyring})
+			if err != nil {
+				return nodecmd.Started{}, err
+			}
+			return nodecmd.Started{Role: g, Attrs: []any{"quic", g.Addr(), "swim", g.SwimAddr()}}, nil
+		},
+		Shutdown: 15 * time.Second,
+	}
 }
 
 // run is main without the process: ready, if not nil, receives the API URL
 // once the gate serves.
 func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, ready chan<- string) int {
-	start := func(cfg gate.Config, node nodecmd.Node) (nodecmd.Started, error) {
-		cfg.Logger = node.Base
-		g, err := gate.New(cfg, gate.Deps{Keyring: node.Keyring})
-		if err != nil {
-			return nodecmd.Started{}, err
-		}
-		return nodecmd.Started{Role: g, APIListen: cfg.APIListen, Advertised: cfg.APIAdvertise != "",
-			Attrs: []any{"quic", g.Addr(), "swim", g.SwimAddr()}}, nil
-	}
-	p := nodecmd.Process{Getenv: getenv, Stderr: stderr, Sigs: sigs, Ready: ready}
-	return nodecmd.Main("tempest-gate", "gate", args, p, shutdownTimeout, loadConfig, func(c gate.Config) string { return c.ID }, start)
+	return binary().Main(args, nodecmd.Process{Getenv: getenv, Stderr: stderr, Sigs: sigs, Ready: ready})
 }
 
-// loadConfig reads --config, then applies the flags that were given.
+// loadConfig reads the flags and --config (the gate's keys and the API
+// server's TLS files) and validates the result.
 func loadConfig(args []string, stderr io.Writer) (gate.Config, nodecmd.Options, error) {
-	fs := flag.NewFlagSet("tempest-gate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flags := nodecmd.NewFlags(fs, "gate")
-	leaseTTL := fs.Duration("lease-ttl", 0, "how long a datacenter's lease lasts without a progress report")
-	if err := flags.Parse(args); err != nil {
-		return gate.Config{}, nodecmd.Options{}, err
-	}
-	fc := fileConfig{Config: gate.DefaultConfig()}
-	if err := flags.ReadConfig(&fc, &fc.TLSFiles); err != nil {
-		return gate.Config{}, nodecmd.Options{}, err
-	}
-	cfg := fc.Config
-	if err := flags.Apply(nodecmd.Fields{ID: &cfg.ID, QUICListen: &cfg.QUICListen, SwimBind: &cfg.SwimBind,
-		APIListen: &cfg.APIListen, DataDir: &cfg.DataDir, SwimProfile: &cfg.SwimProfile,
-		ElectionProfile: &cfg.ElectionProfile, Join: &cfg.Join, Peers: &cfg.Peers}, "gate"); err != nil {
-		return gate.Config{}, nodecmd.Options{}, err
-	}
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "lease-ttl" {
-			cfg.LeaseTTL = *leaseTTL
-		}
-	})
-	if err := cfg.Validate(); err != nil {
-		return gate.Config{}, nodecmd.Options{}, err
-	}
-	return cfg, flags.Options(), nil
+	return binary().Load(args, stderr)
 }

@@ -2,19 +2,16 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"tempest/api"
-	"tempest/cmd/internal/nodecmd"
+	"tempest/cmd/internal/cmdtest"
 	"tempest/gate"
 	"tempest/internal/testutil"
-	"tempest/security"
+	"tempest/security/securitytest"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
@@ -44,25 +41,10 @@ lease_ttl: 20s
 
 func TestLoadConfigRefusals(t *testing.T) {
 	typo := testutil.WriteFile(t, "typo.yaml", "lease_tll: 3s\n")
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"unknown key", []string{"--config", typo}, "lease_tll"},
-		{"bad peers", []string{"--peers", "a=1.2.3.4:5,b"}, `"b" is not id=quicaddr`},
-		{"self not in peers", []string{"--id", "me", "--peers", "a=127.0.0.1:1"}, "must include this gate"},
-		{"stray argument", []string{"extra"}, "unexpected arguments"},
-		{"lease shorter than ticks", []string{"--id", "g", "--lease-ttl", "100ms"}, "LeaseTTL"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			_, _, err := loadConfig(tc.args, &stderr)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("loadConfig(%q) = %v, want error with %q", tc.args, err, tc.want)
-			}
-		})
-	}
+	cmdtest.RefusesToLoad(t, loadConfig, append(cmdtest.FlagRefusals("gate"),
+		cmdtest.LoadRefusal{Name: "unknown key", Args: []string{"--config", typo}, Want: "lease_tll"},
+		cmdtest.LoadRefusal{Name: "lease shorter than ticks", Args: []string{"--id", "g", "--lease-ttl", "100ms"}, Want: "LeaseTTL"},
+	))
 }
 
 // The sample deployment's gate config loads with the real loader and
@@ -82,98 +64,29 @@ func TestSampleConfig(t *testing.T) {
 }
 
 func TestRefusesToStart(t *testing.T) {
-	good, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want string
-	}{
-		{"no secret", map[string]string{"TEMPEST_TOKEN": "t"}, "AUTH_SECRET is not set"},
-		{"weak secret", map[string]string{"AUTH_SECRET": strings.Repeat("a", 40), "TEMPEST_TOKEN": "t"}, "AUTH_SECRET"},
-		{"no token", map[string]string{"AUTH_SECRET": good}, "TEMPEST_TOKEN is not set"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			code := run([]string{"--data-dir", t.TempDir()}, func(k string) string { return tc.env[k] }, &stderr, nil, nil)
-			if code != nodecmd.ExitFailure || !strings.Contains(stderr.String(), tc.want) {
-				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d mentioning %q", code, stderr.String(), nodecmd.ExitFailure, tc.want)
-			}
-		})
-	}
+	cmdtest.RefusesToStart(t, run, []string{"--data-dir", t.TempDir()}, cmdtest.SecretRefusals(securitytest.Secret(t)))
 }
 
 // A gate of one runs as main would on loopback: it becomes leader, serves
 // the API (a job with no datacenter to go to is refused with a clear
 // reason), reloads secrets on SIGHUP and stops cleanly on SIGTERM.
 func TestServesAndStops(t *testing.T) {
-	secret, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"AUTH_SECRET": secret, "TEMPEST_TOKEN": "test-token"}
-	quic := fmt.Sprintf("127.0.0.1:%d", testutil.FreeUDPPort(t))
-	args := []string{
-		"--id", "g1", "--quic", quic, "--swim", fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)), "--api", "127.0.0.1:0",
-		"--data-dir", testutil.DataDir(t, "g1"), "--peers", "g1=" + quic,
-		"--swim-profile", "test", "--election-profile", "test",
-	}
-	sigs := make(chan os.Signal, 1)
-	ready := make(chan string, 1)
-	exit := make(chan int, 1)
-	var stderr testutil.SyncBuffer
-	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs, ready) }()
-	var url string
-	select {
-	case url = <-ready:
-	case code := <-exit:
-		t.Fatalf("exited %d before serving:\n%s", code, stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("not serving after 10s:\n%s", stderr.String())
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("gate log:\n%s", stderr.String())
-		}
-	}()
-	client, err := api.NewClient([]string{url}, "test-token")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
-		view, err := client.Cluster(ctx)
-		if err != nil {
-			return err
-		}
+	env := map[string]string{"AUTH_SECRET": securitytest.Secret(t), "TEMPEST_TOKEN": "test-token"}
+	args, _, _ := cmdtest.ServerArgs(t, "g1")
+	gate := cmdtest.Start(t, run, args, env)
+	url := gate.Serving(10 * time.Second)
+	client, ctx := cmdtest.Client(t, url, "test-token")
+	cmdtest.WaitCluster(t, ctx, client, func(view *api.ClusterView) error {
 		if len(view.Nodes) == 0 || view.Nodes[0].Role != "gate" || !view.Nodes[0].IsLeader {
 			return fmt.Errorf("gate not leading yet: %+v", view.Nodes)
 		}
 		return nil
 	})
-	_, err = client.Submit(ctx, []byte("name: nowhere\nworkflows:\n  - {name: nap, type: sleep, cores: 1, duration: 1s}\n"), "j.yaml")
+	_, err := client.Submit(ctx, []byte("name: nowhere\nworkflows:\n  - {name: nap, type: sleep, cores: 1, duration: 1s}\n"), "j.yaml")
 	if err == nil || !strings.Contains(err.Error(), "0 are healthy") {
 		t.Fatalf("submit with no datacenter = %v, want a refusal naming the healthy count", err)
 	}
 
-	sigs <- syscall.SIGHUP
-	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
-		if !strings.Contains(stderr.String(), "secrets reloaded") {
-			return fmt.Errorf("no reload logged")
-		}
-		return nil
-	})
-	sigs <- syscall.SIGTERM
-	select {
-	case code := <-exit:
-		if code != nodecmd.ExitOK {
-			t.Fatalf("exit %d after SIGTERM", code)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit 20s after SIGTERM")
-	}
+	gate.ReloadsSecrets("secrets reloaded")
+	gate.Stop()
 }

@@ -20,73 +20,53 @@ import (
 	"time"
 
 	"tempest/cmd/internal/nodecmd"
+	"tempest/internal/nodeconfig"
 	"tempest/manager"
 	"tempest/rainstorm"
 )
 
-// Exit codes.
-const (
-	exitFailure = nodecmd.ExitFailure
-	exitUsage   = nodecmd.ExitUsage
-)
-
-// shutdownTimeout bounds the graceful part of a shutdown: API requests in
-// flight, then the manager's own work and SWIM leave.
-const shutdownTimeout = 15 * time.Second
+// exitFailure is the code of a start the manager refuses.
+const exitFailure = nodecmd.ExitFailure
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals(), nil))
 }
 
-// fileConfig is the config file: the manager's options plus the API
-// server's TLS files.
-type fileConfig struct {
-	manager.Config   `yaml:",inline"`
-	nodecmd.TLSFiles `yaml:",inline"`
+// binary is the manager as nodecmd runs it.
+func binary() nodecmd.Binary[manager.Config] {
+	return nodecmd.Binary[manager.Config]{
+		Name: "tempest-manager", Role: "manager",
+		Defaults: manager.DefaultConfig,
+		Server:   func(c *manager.Config) *nodeconfig.Server { return &c.Server },
+		Flags: func(fs *flag.FlagSet) func(*manager.Config) {
+			dc := fs.String("dc", "", "datacenter")
+			return func(c *manager.Config) {
+				if nodecmd.Given(fs, "dc") {
+					c.Datacenter = *dc
+				}
+			}
+		},
+		Start: func(cfg manager.Config, node nodecmd.Node) (nodecmd.Started, error) {
+			m, err := manager.New(cfg, manager.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
+			if err != nil {
+				return nodecmd.Started{}, err
+			}
+			return nodecmd.Started{Role: m, Attrs: []any{"quic", m.Addr()}}, nil
+		},
+		// The graceful part of a shutdown: API requests in flight, then the
+		// manager's own work and SWIM leave.
+		Shutdown: 15 * time.Second,
+	}
 }
 
 // run is main without the process: ready, if not nil, receives the API URL
 // once the manager serves (tests use it).
 func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal, ready chan<- string) int {
-	start := func(cfg manager.Config, node nodecmd.Node) (nodecmd.Started, error) {
-		cfg.Logger = node.Base
-		m, err := manager.New(cfg, manager.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
-		if err != nil {
-			return nodecmd.Started{}, err
-		}
-		return nodecmd.Started{Role: m, APIListen: cfg.APIListen, Advertised: cfg.APIAdvertise != "",
-			Attrs: []any{"quic", m.Addr()}}, nil
-	}
-	p := nodecmd.Process{Getenv: getenv, Stderr: stderr, Sigs: sigs, Ready: ready}
-	return nodecmd.Main("tempest-manager", "manager", args, p, shutdownTimeout, loadConfig, func(c manager.Config) string { return c.ID }, start)
+	return binary().Main(args, nodecmd.Process{Getenv: getenv, Stderr: stderr, Sigs: sigs, Ready: ready})
 }
 
-// loadConfig reads --config, then applies the flags that were given.
+// loadConfig reads the flags and --config (the manager's keys and the API
+// server's TLS files) and validates the result.
 func loadConfig(args []string, stderr io.Writer) (manager.Config, nodecmd.Options, error) {
-	fs := flag.NewFlagSet("tempest-manager", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	flags := nodecmd.NewFlags(fs, "manager")
-	dc := fs.String("dc", "", "datacenter")
-	if err := flags.Parse(args); err != nil {
-		return manager.Config{}, nodecmd.Options{}, err
-	}
-	fc := fileConfig{Config: manager.DefaultConfig()}
-	if err := flags.ReadConfig(&fc, &fc.TLSFiles); err != nil {
-		return manager.Config{}, nodecmd.Options{}, err
-	}
-	cfg := fc.Config
-	if err := flags.Apply(nodecmd.Fields{ID: &cfg.ID, QUICListen: &cfg.QUICListen, SwimBind: &cfg.SwimBind,
-		APIListen: &cfg.APIListen, DataDir: &cfg.DataDir, SwimProfile: &cfg.SwimProfile,
-		ElectionProfile: &cfg.ElectionProfile, Join: &cfg.Join, Peers: &cfg.Peers}, "manager"); err != nil {
-		return manager.Config{}, nodecmd.Options{}, err
-	}
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "dc" {
-			cfg.Datacenter = *dc
-		}
-	})
-	if err := cfg.Validate(); err != nil {
-		return manager.Config{}, nodecmd.Options{}, err
-	}
-	return cfg, flags.Options(), nil
+	return binary().Load(args, stderr)
 }

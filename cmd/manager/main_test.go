@@ -6,19 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"tempest/api"
+	"tempest/cmd/internal/cmdtest"
 	"tempest/cmd/internal/nodecmd"
 	"tempest/internal/testutil"
 	"tempest/manager"
 	"tempest/security"
+	"tempest/security/securitytest"
 	"tempest/wire"
 	"tempest/worker"
 	"tempest/workflow"
@@ -28,8 +28,7 @@ func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 func TestLoadConfigFlagsOverrideFile(t *testing.T) {
 	dir := t.TempDir()
-	file := filepath.Join(dir, "manager.yaml")
-	yaml := `
+	file := testutil.WriteFile(t, "manager.yaml", `
 id: from-file
 datacenter: east
 quic_listen: 127.0.0.1:9001
@@ -41,10 +40,7 @@ quorum_timeout: 3s
 max_workflow_retries: 5
 api_tls_cert: /etc/tempest/api.crt
 api_tls_key: /etc/tempest/api.key
-`
-	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	var stderr bytes.Buffer
 	cfg, opts, err := loadConfig([]string{"--config", file, "--dc", "west", "--swim", "127.0.0.1:9999", "--data-dir", dir}, &stderr)
 	if err != nil {
@@ -64,53 +60,15 @@ api_tls_key: /etc/tempest/api.key
 }
 
 func TestLoadConfigRefusals(t *testing.T) {
-	dir := t.TempDir()
-	typo := filepath.Join(dir, "typo.yaml")
-	os.WriteFile(typo, []byte("quorum_timeuot: 3s\n"), 0o600)
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"unknown key", []string{"--config", typo}, "quorum_timeuot"},
-		{"bad peers", []string{"--peers", "a=1.2.3.4:5,b"}, `"b" is not id=quicaddr`},
-		{"self not in peers", []string{"--id", "me", "--peers", "a=127.0.0.1:1"}, "must include this manager"},
-		{"stray argument", []string{"extra"}, "unexpected arguments"},
-		{"bad profile", []string{"--election-profile", "warp"}, "ElectionProfile"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			_, _, err := loadConfig(tc.args, &stderr)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("loadConfig(%q) = %v, want error with %q", tc.args, err, tc.want)
-			}
-		})
-	}
+	typo := testutil.WriteFile(t, "typo.yaml", "quorum_timeuot: 3s\n")
+	cmdtest.RefusesToLoad(t, loadConfig, append(cmdtest.FlagRefusals("manager"),
+		cmdtest.LoadRefusal{Name: "unknown key", Args: []string{"--config", typo}, Want: "quorum_timeuot"},
+		cmdtest.LoadRefusal{Name: "bad profile", Args: []string{"--election-profile", "warp"}, Want: "ElectionProfile"},
+	))
 }
 
 func TestRefusesToStart(t *testing.T) {
-	good, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want string
-	}{
-		{"no secret", map[string]string{"TEMPEST_TOKEN": "t"}, "AUTH_SECRET is not set"},
-		{"weak secret", map[string]string{"AUTH_SECRET": strings.Repeat("a", 40), "TEMPEST_TOKEN": "t"}, "AUTH_SECRET"},
-		{"short secret", map[string]string{"AUTH_SECRET": "short", "TEMPEST_TOKEN": "t"}, "AUTH_SECRET"},
-		{"no token", map[string]string{"AUTH_SECRET": good}, "TEMPEST_TOKEN is not set"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			code := run([]string{"--data-dir", t.TempDir()}, func(k string) string { return tc.env[k] }, &stderr, nil, nil)
-			if code != exitFailure || !strings.Contains(stderr.String(), tc.want) {
-				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d mentioning %q", code, stderr.String(), exitFailure, tc.want)
-			}
-		})
-	}
+	cmdtest.RefusesToStart(t, run, []string{"--data-dir", t.TempDir()}, cmdtest.SecretRefusals(securitytest.Secret(t)))
 }
 
 // TestServesAJobEndToEnd runs the command as main would, over real QUIC,
@@ -118,35 +76,15 @@ func TestRefusesToStart(t *testing.T) {
 // through the API client completes, SIGHUP reloads the secrets, and SIGTERM
 // stops the manager cleanly.
 func TestServesAJobEndToEnd(t *testing.T) {
-	secret, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
+	secret := securitytest.Secret(t)
 	env := map[string]string{"AUTH_SECRET": secret, "TEMPEST_TOKEN": "test-token"}
-	quic := fmt.Sprintf("127.0.0.1:%d", testutil.FreeUDPPort(t))
-	swimAddr := fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t))
-	args := []string{
-		"--id", "m1", "--dc", "dc1", "--quic", quic, "--swim", swimAddr, "--api", "127.0.0.1:0",
-		"--data-dir", testutil.DataDir(t, "m1"), "--peers", "m1=" + quic,
-		"--swim-profile", "test", "--election-profile", "test", "--log-level", "debug",
-	}
-	sigs := make(chan os.Signal, 1)
-	ready := make(chan string, 1)
-	exit := make(chan int, 1)
-	var stderr testutil.SyncBuffer
-	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs, ready) }()
-	var url string
-	select {
-	case url = <-ready:
-	case code := <-exit:
-		t.Fatalf("exited %d before serving:\n%s", code, stderr.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("not serving after 10s:\n%s", stderr.String())
-	}
+	args, quic, swimAddr := cmdtest.ServerArgs(t, "m1", "--dc", "dc1", "--log-level", "debug")
+	manager := cmdtest.Start(t, run, args, env)
+	url := manager.Serving(10 * time.Second)
 	var wlog testutil.SyncBuffer
 	defer func() {
 		if t.Failed() {
-			t.Logf("manager log:\n%s\nworker log:\n%s", stderr.String(), wlog.String())
+			t.Logf("worker log:\n%s", wlog.String())
 		}
 	}()
 
@@ -171,18 +109,8 @@ func TestServesAJobEndToEnd(t *testing.T) {
 		<-wdone
 	}()
 
-	client, err := api.NewClient([]string{url}, "test-token")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
-		view, err := client.Cluster(ctx)
-		if err != nil {
-			return err
-		}
+	client, ctx := cmdtest.Client(t, url, "test-token")
+	cmdtest.WaitCluster(t, ctx, client, func(view *api.ClusterView) error {
 		// Key ids: the manager's own from its keyring, the worker's from
 		// its SWIM heartbeat.
 		wantKey := fmt.Sprintf("%08x", security.KeyID(secret))
@@ -208,57 +136,27 @@ func TestServesAJobEndToEnd(t *testing.T) {
 
 	// SIGHUP with the same secret reloads it (a rotation pass that
 	// changes nothing); the manager keeps serving.
-	sigs <- syscall.SIGHUP
-	testutil.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
-		if !strings.Contains(stderr.String(), "secrets reloaded") {
-			return fmt.Errorf("no reload logged")
-		}
-		return nil
-	})
+	manager.ReloadsSecrets("secrets reloaded")
 	if _, err := client.Job(ctx, id); err != nil {
 		t.Fatalf("after SIGHUP: %v", err)
 	}
-
-	sigs <- syscall.SIGTERM
-	select {
-	case code := <-exit:
-		if code != nodecmd.ExitOK {
-			t.Fatalf("exit %d after SIGTERM", code)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no exit 20s after SIGTERM")
-	}
+	manager.Stop()
 }
 
 // The sample deployment in configs/ must load with the real loader (unknown
 // keys refused) and validate, so the files cannot drift from manager.Config.
 func TestSampleConfigs(t *testing.T) {
-	for _, tc := range []struct {
-		file, id, dc string
-	}{
-		{"../../configs/dc-east/manager.yaml", "east-manager-1", "east"},
-		{"../../configs/dc-west/manager.yaml", "west-manager-1", "west"},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			var stderr bytes.Buffer
-			cfg, opts, err := loadConfig([]string{"--config", tc.file}, &stderr)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, stderr.String())
-			}
-			if err := cfg.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			if cfg.ID != tc.id || cfg.Datacenter != tc.dc || len(cfg.Peers) != 3 || len(cfg.Join) != 3 {
-				t.Fatalf("config = %+v", cfg)
-			}
-			if !strings.HasPrefix(cfg.DataDir, "/var/lib/tempest/") {
-				t.Fatalf("data_dir %q is outside systemd's StateDirectory=tempest", cfg.DataDir)
-			}
-			if opts.TLSCert == "" || opts.TLSKey == "" {
-				t.Fatalf("sample has no API TLS files: %+v", opts)
-			}
-		})
-	}
+	cmdtest.Samples(t, "manager", loadConfig, func(t *testing.T, cfg manager.Config, opts nodecmd.Options, id, dc string) {
+		if cfg.ID != id || cfg.Datacenter != dc || len(cfg.Peers) != 3 || len(cfg.Join) != 3 {
+			t.Fatalf("config = %+v", cfg)
+		}
+		if !strings.HasPrefix(cfg.DataDir, "/var/lib/tempest/") {
+			t.Fatalf("data_dir %q is outside systemd's StateDirectory=tempest", cfg.DataDir)
+		}
+		if opts.TLSCert == "" || opts.TLSKey == "" {
+			t.Fatalf("sample has no API TLS files: %+v", opts)
+		}
+	})
 }
 
 // TestStartsWithOnlySecretFile starts the manager as cluster.json's argv
@@ -266,38 +164,17 @@ func TestSampleConfigs(t *testing.T) {
 // --secret-file alone, at start-up, not only on SIGHUP. A secret file that
 // cannot be read refuses the start rather than falling back.
 func TestStartsWithOnlySecretFile(t *testing.T) {
-	secret, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	secretFile := testutil.WriteFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%q\nTEMPEST_TOKEN=\"file-token\"\n", secret))
-	quic := fmt.Sprintf("127.0.0.1:%d", testutil.FreeUDPPort(t))
-	args := []string{
-		"--id", "m1", "--dc", "dc1", "--quic", quic, "--swim", fmt.Sprintf("127.0.0.1:%d", testutil.FreePort(t)),
-		"--api", "127.0.0.1:0", "--data-dir", testutil.DataDir(t, "m1"), "--peers", "m1=" + quic,
-		"--swim-profile", "test", "--election-profile", "test", "--secret-file", secretFile,
-	}
-	noEnv := func(string) string { return "" }
+	secretFile := testutil.WriteFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%q\nTEMPEST_TOKEN=\"file-token\"\n", securitytest.Secret(t)))
+	args, _, _ := cmdtest.ServerArgs(t, "m1", "--dc", "dc1", "--secret-file", secretFile)
 
 	var missing bytes.Buffer
 	bad := append(slices.Clone(args[:len(args)-1]), filepath.Join(t.TempDir(), "absent.env"))
-	if code := run(bad, noEnv, &missing, nil, nil); code != exitFailure || !strings.Contains(missing.String(), "secret file") {
+	if code := run(bad, cmdtest.Env(nil), &missing, nil, nil); code != exitFailure || !strings.Contains(missing.String(), "secret file") {
 		t.Fatalf("absent secret file: exit %d\n%s", code, missing.String())
 	}
 
-	sigs := make(chan os.Signal, 1)
-	ready := make(chan string, 1)
-	exit := make(chan int, 1)
-	var stderr testutil.SyncBuffer
-	go func() { exit <- run(args, noEnv, &stderr, sigs, ready) }()
-	var url string
-	select {
-	case url = <-ready:
-	case code := <-exit:
-		t.Fatalf("exited %d before serving:\n%s", code, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("not serving after 30s:\n%s", stderr.String())
-	}
+	manager := cmdtest.Start(t, run, args, nil)
+	url := manager.Serving(30 * time.Second)
 	// The API takes the file's token.
 	cl, err := api.NewClient([]string{url}, "file-token")
 	if err != nil {
@@ -317,13 +194,5 @@ func TestStartsWithOnlySecretFile(t *testing.T) {
 		}
 		return nil
 	})
-	sigs <- syscall.SIGTERM
-	select {
-	case code := <-exit:
-		if code != nodecmd.ExitOK {
-			t.Fatalf("exit %d after SIGTERM\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	manager.Stop()
 }

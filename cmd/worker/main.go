@@ -28,11 +28,11 @@ import (
 	"tempest/worker"
 )
 
-// Exit codes.
+// Exit codes: those of every node binary.
 const (
-	exitOK      = 0
-	exitFailure = 1 // could not start (bad secret, port in use) or stopped uncleanly
-	exitUsage   = 2 // bad flags or config file
+	exitOK      = nodecmd.ExitOK
+	exitFailure = nodecmd.ExitFailure
+	exitUsage   = nodecmd.ExitUsage
 )
 
 // drainGrace is added to twice the drain timeout (running work, then final
@@ -41,14 +41,6 @@ const drainGrace = 5 * time.Second
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals()))
-}
-
-// options are the flags that are not part of worker.Config.
-type options struct {
-	configFile string
-	secretFile string
-	logFormat  string
-	logLevel   string
 }
 
 func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal) int {
@@ -60,25 +52,13 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		fmt.Fprintf(stderr, "tempest-worker: %v\n", err)
 		return exitUsage
 	}
-	logger, err := nodecmd.NewLogger(opts.logFormat, opts.logLevel, stderr)
+	node, code, err := nodecmd.PrepareNode("tempest-worker", cfg.ID, opts, getenv, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "tempest-worker: %v\n", err)
-		return exitUsage
+		return code
 	}
-	cfg.Logger = logger // the worker and its layers add the node id themselves
-	logger = logger.With("node", cfg.ID)
-
-	startEnv, err := nodecmd.StartupEnv(opts.secretFile, getenv)
-	if err != nil {
-		logger.Error("refusing to start", "err", err)
-		return exitFailure
-	}
-	keyring, err := nodecmd.KeyringFromEnv(startEnv)
-	if err != nil {
-		logger.Error("refusing to start", "err", err)
-		return exitFailure
-	}
-	w, err := worker.New(cfg, worker.Deps{Keyring: keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
+	cfg.Logger = node.Base // the worker and its layers add the node id themselves
+	logger := node.Log
+	w, err := worker.New(cfg, worker.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
 	if err != nil {
 		logger.Error("refusing to start", "err", err)
 		return exitFailure
@@ -92,7 +72,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 			logger.Error("refusing to start", "err", err)
 			return exitFailure
 		}
-		ms, err := obs.Listen(context.Background(), cfg.MetricsListen, reg, startEnv("TEMPEST_METRICS_TOKEN"), logger)
+		ms, err := obs.Listen(context.Background(), cfg.MetricsListen, reg, node.Getenv("TEMPEST_METRICS_TOKEN"), logger)
 		if err != nil {
 			logger.Error("refusing to start", "err", err)
 			return exitFailure
@@ -112,7 +92,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	runErr := make(chan error, 1)
 	go func() { runErr <- w.Run(ctx) }()
 
-	code := exitOK
+	code = exitOK
 	draining := false
 	for {
 		select {
@@ -125,13 +105,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		case sig := <-sigs:
 			switch {
 			case sig == syscall.SIGHUP:
-				current, previous, err := nodecmd.Secrets(opts.secretFile, getenv)
-				if err == nil {
-					err = w.ReloadSecrets(current, previous)
-				}
-				if err != nil {
-					logger.Error("secret reload failed; keeping the current secrets", "err", err)
-				}
+				nodecmd.Reload(w, opts.SecretFile, getenv, logger)
 			case !draining:
 				draining = true
 				logger.Info("signal received: draining", "signal", sig.String())
@@ -161,67 +135,38 @@ func drain(w *worker.Worker, timeout time.Duration, stop context.CancelFunc, log
 }
 
 // loadConfig reads --config, then applies the flags that were given.
-func loadConfig(args []string, stderr io.Writer) (worker.Config, options, error) {
+func loadConfig(args []string, stderr io.Writer) (worker.Config, nodecmd.Options, error) {
 	fs := flag.NewFlagSet("tempest-worker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var opts options
-	fs.StringVar(&opts.configFile, "config", "", "YAML config `file`")
-	fs.StringVar(&opts.secretFile, "secret-file", "", "env `file` (KEY=VALUE lines) with AUTH_SECRET and AUTH_SECRET_PREVIOUS, read at start-up (over the environment) and on SIGHUP")
-	fs.StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
-	fs.StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	id := fs.String("id", "", "node id (default worker-<hostname>)")
+	flags := nodecmd.NewNodeFlags(fs, "worker")
 	dc := fs.String("dc", "", "datacenter")
-	quic := fs.String("quic", "", "QUIC listen `address` (host:port)")
-	swimBind := fs.String("swim", "", "SWIM bind `address` (ip:port)")
-	join := fs.String("join", "", "comma-separated SWIM seed addresses")
 	managers := fs.String("managers", "", "comma-separated manager QUIC addresses")
 	cores := fs.Int("cores", 0, "cores to offer (default: all)")
-	profile := fs.String("swim-profile", "", "SWIM timing profile: lan, local or test")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics at this TCP `address` (host:port); default none")
-	if err := fs.Parse(args); err != nil {
-		return worker.Config{}, opts, err
+	if err := flags.Parse(args); err != nil {
+		return worker.Config{}, nodecmd.Options{}, err
 	}
-	if fs.NArg() > 0 {
-		return worker.Config{}, opts, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-
 	cfg := worker.DefaultConfig()
-	if opts.configFile != "" {
-		if err := nodecmd.ReadConfigFile(opts.configFile, &cfg); err != nil {
-			return worker.Config{}, opts, err
-		}
+	if err := flags.ReadConfig(&cfg, nil); err != nil {
+		return worker.Config{}, nodecmd.Options{}, err
+	}
+	if err := flags.ApplyNode(&cfg.Node); err != nil {
+		return worker.Config{}, nodecmd.Options{}, err
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "id":
-			cfg.ID = *id
 		case "dc":
 			cfg.Datacenter = *dc
-		case "quic":
-			cfg.QUICListen = *quic
-		case "swim":
-			cfg.SwimBind = *swimBind
-		case "join":
-			cfg.Join = nodecmd.SplitList(*join)
 		case "managers":
 			cfg.Managers = nodecmd.SplitList(*managers)
 		case "cores":
 			cfg.Cores = *cores
-		case "swim-profile":
-			cfg.SwimProfile = *profile
 		case "metrics-listen":
 			cfg.MetricsListen = *metricsListen
 		}
 	})
-	if cfg.ID == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return worker.Config{}, opts, fmt.Errorf("no --id and no hostname to derive one: %w", err)
-		}
-		cfg.ID = "worker-" + host
-	}
 	if err := cfg.Validate(); err != nil {
-		return worker.Config{}, opts, err
+		return worker.Config{}, nodecmd.Options{}, err
 	}
-	return cfg, opts, nil
+	return cfg, flags.Options(), nil
 }

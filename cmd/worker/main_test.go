@@ -6,15 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"tempest/cmd/internal/cmdtest"
+	"tempest/cmd/internal/nodecmd"
 	"tempest/internal/testutil"
 	"tempest/security"
+	"tempest/security/securitytest"
+	"tempest/worker"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
@@ -37,7 +39,7 @@ swim_profile: local
 		cfg.ProgressInterval != 250*time.Millisecond || cfg.DrainTimeout != 10*time.Second || cfg.SwimProfile != "local" {
 		t.Fatalf("config: %+v", cfg)
 	}
-	if opts.logFormat != "json" {
+	if opts.LogFormat != "json" {
 		t.Fatalf("options: %+v", opts)
 	}
 	// Keys the file did not set keep their defaults.
@@ -70,73 +72,32 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestRefusesWeakOrMissingSecret(t *testing.T) {
-	args := []string{"--id", "w1", "--managers", "127.0.0.1:1"}
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want string
-	}{
-		{"missing", nil, "AUTH_SECRET is not set"},
-		{"short", map[string]string{"AUTH_SECRET": "hunter2"}, "AUTH_SECRET"},
-		{"sample", map[string]string{"AUTH_SECRET": security.SampleSecret}, "AUTH_SECRET"},
-		{"weak previous", map[string]string{"AUTH_SECRET": mustSecret(t), "AUTH_SECRET_PREVIOUS": strings.Repeat("a", 40)}, "AUTH_SECRET_PREVIOUS"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var stderr bytes.Buffer
-			code := run(args, func(k string) string { return tc.env[k] }, &stderr, nil)
-			if code != exitFailure || !strings.Contains(stderr.String(), tc.want) {
-				t.Fatalf("exit %d, stderr %q; want %d mentioning %q", code, stderr.String(), exitFailure, tc.want)
-			}
-		})
-	}
-}
-
-func mustSecret(t *testing.T) string {
-	t.Helper()
-	s, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func waitForLog(t *testing.T, s *testutil.SyncBuffer, substr string) {
-	t.Helper()
-	testutil.Eventually(t, 15*time.Second, 10*time.Millisecond, func() error {
-		if !strings.Contains(s.String(), substr) {
-			return fmt.Errorf("no %q in the log yet", substr)
-		}
-		return nil
+	cmdtest.RefusesToStart(t, cmdtest.NoReady(run), []string{"--id", "w1", "--managers", "127.0.0.1:1"}, []cmdtest.Refusal{
+		{Name: "missing", Want: "AUTH_SECRET is not set"},
+		{Name: "short", Env: map[string]string{"AUTH_SECRET": "hunter2"}, Want: "AUTH_SECRET"},
+		{Name: "sample", Env: map[string]string{"AUTH_SECRET": security.SampleSecret}, Want: "AUTH_SECRET"},
+		{Name: "weak previous", Env: map[string]string{"AUTH_SECRET": securitytest.Secret(t), "AUTH_SECRET_PREVIOUS": strings.Repeat("a", 40)}, Want: "AUTH_SECRET_PREVIOUS"},
 	})
+}
+
+// workerArgs run worker id alone on loopback with the test SWIM profile
+// and JSON logs, registering with a manager that is not there.
+func workerArgs(id string, extra ...string) []string {
+	return append([]string{"--id", id, "--quic", "127.0.0.1:0", "--swim", "127.0.0.1:0", "--managers", "127.0.0.1:1",
+		"--swim-profile", "test", "--log-format", "json"}, extra...)
 }
 
 // TestSignals runs the real worker (QUIC, memberlist) on loopback: SIGHUP
 // reloads secrets from the env file, SIGTERM drains and exits 0, and every
 // log line is JSON carrying the node id.
 func TestSignals(t *testing.T) {
-	current, next := mustSecret(t), mustSecret(t)
+	current, next := securitytest.Secret(t), securitytest.Secret(t)
 	secretFile := testutil.WriteFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%s\nAUTH_SECRET_PREVIOUS=%s\n", current, next))
-	env := map[string]string{"AUTH_SECRET": current}
-	args := []string{"--id", "w-sig", "--quic", "127.0.0.1:0", "--swim", "127.0.0.1:0", "--managers", "127.0.0.1:1",
-		"--swim-profile", "test", "--log-format", "json", "--secret-file", secretFile}
-
-	var stderr testutil.SyncBuffer
-	sigs := make(chan os.Signal, 1)
-	exit := make(chan int, 1)
-	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs) }()
-
-	waitForLog(t, &stderr, `"msg":"worker started"`)
-	sigs <- syscall.SIGHUP
-	waitForLog(t, &stderr, `"msg":"secrets reloaded"`)
-	sigs <- syscall.SIGTERM
-	select {
-	case code := <-exit:
-		if code != exitOK {
-			t.Fatalf("exit %d after SIGTERM\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after SIGTERM\n%s", stderr.String())
-	}
+	w := cmdtest.Start(t, cmdtest.NoReady(run), workerArgs("w-sig", "--secret-file", secretFile), map[string]string{"AUTH_SECRET": current})
+	w.WaitLog(`"msg":"worker started"`)
+	w.ReloadsSecrets(`"msg":"secrets reloaded"`)
+	w.Stop()
+	stderr := &w.Stderr
 	for _, want := range []string{`"msg":"drained"`, `"msg":"worker stopped"`} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("log lacks %s", want)
@@ -159,48 +120,21 @@ func TestSignals(t *testing.T) {
 // The sample deployment in configs/ must load with the real loader (unknown
 // keys refused) and validate, so the files cannot drift from worker.Config.
 func TestSampleConfigs(t *testing.T) {
-	for _, tc := range []struct {
-		file, id, dc string
-	}{
-		{"../../configs/dc-east/worker.yaml", "east-worker-1", "east"},
-		{"../../configs/dc-west/worker.yaml", "west-worker-1", "west"},
-	} {
-		t.Run(tc.file, func(t *testing.T) {
-			cfg, _, err := loadConfig([]string{"--config", tc.file}, &bytes.Buffer{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cfg.Validate(); err != nil {
-				t.Fatal(err)
-			}
-			if cfg.ID != tc.id || cfg.Datacenter != tc.dc || len(cfg.Managers) != 3 || len(cfg.Join) != 3 || cfg.SwimProfile != "lan" {
-				t.Fatalf("config = %+v", cfg)
-			}
-		})
-	}
+	cmdtest.Samples(t, "worker", loadConfig, func(t *testing.T, cfg worker.Config, _ nodecmd.Options, id, dc string) {
+		if cfg.ID != id || cfg.Datacenter != dc || len(cfg.Managers) != 3 || len(cfg.Join) != 3 || cfg.SwimProfile != "lan" {
+			t.Fatalf("config = %+v", cfg)
+		}
+	})
 }
 
 // TestStartsWithOnlySecretFile starts the worker as cluster.json's argv
 // does, with an empty environment: the secret comes from --secret-file at
 // start-up, not only on SIGHUP.
 func TestStartsWithOnlySecretFile(t *testing.T) {
-	secretFile := testutil.WriteFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%q\n", mustSecret(t)))
-	args := []string{"--id", "w-file", "--quic", "127.0.0.1:0", "--swim", "127.0.0.1:0", "--managers", "127.0.0.1:1",
-		"--swim-profile", "test", "--log-format", "json", "--secret-file", secretFile}
-	var stderr testutil.SyncBuffer
-	sigs := make(chan os.Signal, 1)
-	exit := make(chan int, 1)
-	go func() { exit <- run(args, func(string) string { return "" }, &stderr, sigs) }()
-	waitForLog(t, &stderr, `"msg":"worker started"`)
-	sigs <- syscall.SIGTERM
-	select {
-	case code := <-exit:
-		if code != exitOK {
-			t.Fatalf("exit %d after SIGTERM\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no exit after SIGTERM")
-	}
+	secretFile := testutil.WriteFile(t, "secret.env", fmt.Sprintf("AUTH_SECRET=%q\n", securitytest.Secret(t)))
+	w := cmdtest.Start(t, cmdtest.NoReady(run), workerArgs("w-file", "--secret-file", secretFile), nil)
+	w.WaitLog(`"msg":"worker started"`)
+	w.Stop()
 }
 
 // --metrics-listen serves the worker's registry, behind TEMPEST_METRICS_TOKEN
@@ -212,14 +146,9 @@ func TestMetricsListener(t *testing.T) {
 		t.Fatalf("bad --metrics-listen: err = %v", err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", testutil.FreeTCPPort(t))
-	env := map[string]string{"AUTH_SECRET": mustSecret(t), "TEMPEST_METRICS_TOKEN": "scrape-0123"}
-	args := []string{"--id", "w-metrics", "--quic", "127.0.0.1:0", "--swim", "127.0.0.1:0", "--managers", "127.0.0.1:1",
-		"--swim-profile", "test", "--log-format", "json", "--metrics-listen", addr}
-	var stderr testutil.SyncBuffer
-	sigs := make(chan os.Signal, 1)
-	exit := make(chan int, 1)
-	go func() { exit <- run(args, func(k string) string { return env[k] }, &stderr, sigs) }()
-	waitForLog(t, &stderr, `"msg":"worker started"`)
+	env := map[string]string{"AUTH_SECRET": securitytest.Secret(t), "TEMPEST_METRICS_TOKEN": "scrape-0123"}
+	w := cmdtest.Start(t, cmdtest.NoReady(run), workerArgs("w-metrics", "--metrics-listen", addr), env)
+	w.WaitLog(`"msg":"worker started"`)
 
 	scrape := func(token string) (int, string) {
 		req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
@@ -241,15 +170,7 @@ func TestMetricsListener(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "tempest_worker_cores{state=\"free\"}") || !strings.Contains(body, "process_cpu_seconds_total") {
 		t.Errorf("scrape with the token: %d\n%s", code, body)
 	}
-	sigs <- syscall.SIGTERM
-	select {
-	case code := <-exit:
-		if code != exitOK {
-			t.Fatalf("exit %d\n%s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit after SIGTERM\n%s", stderr.String())
-	}
+	w.Stop()
 	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
 		t.Error("metrics still served after the worker exited")
 	}

@@ -10,19 +10,10 @@ import (
 	"testing"
 
 	"tempest/internal/testutil"
-	"tempest/security"
+	"tempest/security/securitytest"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
-
-func mustSecret(t *testing.T) string {
-	t.Helper()
-	s, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 // SetSecrets rewrites the node's secret file (0600, values quoted as
 // nodecmd.ParseEnv and systemd read them) and the environment its next
@@ -30,7 +21,7 @@ func mustSecret(t *testing.T) string {
 func TestSetSecrets(t *testing.T) {
 	t.Setenv("AUTH_SECRET_PREVIOUS", "from-the-launcher")
 	dir := t.TempDir()
-	old, next := mustSecret(t), mustSecret(t)
+	old, next := securitytest.Secret(t), securitytest.Secret(t)
 	c := &Cluster{opts: Options{Dir: dir, Datacenter: "dc1", Secret: old, Token: "tok"}}
 	m, err := c.newNode("manager", "dc1", "dc1-manager-1")
 	if err != nil {
@@ -110,7 +101,7 @@ func TestSetSecrets(t *testing.T) {
 // runs under its prefix; without Place, nodes stay on loopback.
 func TestPlacement(t *testing.T) {
 	dir := t.TempDir()
-	c := &Cluster{opts: Options{Dir: dir, Datacenter: "dc1", Secret: mustSecret(t), Token: "tok",
+	c := &Cluster{opts: Options{Dir: dir, Datacenter: "dc1", Secret: securitytest.Secret(t), Token: "tok",
 		Place: func(name, role, dc string) (Placement, error) {
 			return Placement{IP: "10.213.7.3", Prefix: []string{"ip", "netns", "exec", "ns-" + name}}, nil
 		}}}
@@ -129,7 +120,7 @@ func TestPlacement(t *testing.T) {
 		t.Errorf("prefix %q", n.Prefix)
 	}
 
-	loop := &Cluster{opts: Options{Dir: t.TempDir(), Datacenter: "dc1", Secret: mustSecret(t), Token: "tok"}}
+	loop := &Cluster{opts: Options{Dir: t.TempDir(), Datacenter: "dc1", Secret: securitytest.Secret(t), Token: "tok"}}
 	m, err := loop.newNode("manager", "dc1", "dc1-manager-1")
 	if err != nil {
 		t.Fatal(err)

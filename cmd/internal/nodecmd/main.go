@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"tempest/internal/nodeconfig"
 	"time"
 )
 
@@ -29,40 +30,96 @@ type Process struct {
 	Ready  chan<- string
 }
 
-// Started is an API role that started and where its API listens.
+// Started is an API role that started.
 type Started struct {
-	Role      APIRole
-	APIListen string
-	// Advertised: the config names the API URL itself, so the bound
-	// address is not published.
-	Advertised bool
+	Role APIRole
 	// Attrs are logged with the serving line: the role's own addresses.
 	Attrs []any
 }
 
-// Main is a gate's or manager's binary: load reads the flags and config
-// file (flag.ErrHelp when usage was asked for) into a config C whose node
-// id is id(C), start builds the role from it on the prepared node, and the API
-// serves in front of the role until a signal stops both. It returns the
-// exit code.
-func Main[C any](binary, role string, args []string, p Process, shutdown time.Duration,
-	load func(args []string, stderr io.Writer) (C, Options, error), id func(C) string,
-	start func(C, Node) (Started, error)) int {
-	cfg, opts, err := load(args, p.Stderr)
+// Binary is a gate's or manager's binary: what Load and Main need to know
+// of its role.
+type Binary[C interface{ Validate() error }] struct {
+	// Name is the binary's ("tempest-gate"), Role the role's ("gate"):
+	// the default node id's prefix and the word logs and checks use.
+	Name, Role string
+	// Defaults is the config before the file and the flags.
+	Defaults func() C
+	// Server is the config's nodeconfig.Server, which the shared flags set.
+	Server func(*C) *nodeconfig.Server
+	// Flags, if not nil, registers the role's own flags on fs and returns
+	// what sets the config from those that were given (Given).
+	Flags func(fs *flag.FlagSet) func(*C)
+	// Start builds the role from the config on the prepared node.
+	Start func(C, Node) (Started, error)
+	// Shutdown bounds the graceful part of a shutdown.
+	Shutdown time.Duration
+}
+
+// fileConfig is a config file: the role's keys and the API server's TLS
+// files, side by side.
+type fileConfig[C any] struct {
+	Config   C `yaml:",inline"`
+	TLSFiles `yaml:",inline"`
+}
+
+// Load reads the flags, then the --config file over the defaults, then
+// applies the flags that were given over the file, and validates.
+func (b Binary[C]) Load(args []string, stderr io.Writer) (C, Options, error) {
+	var zero C
+	fs := flag.NewFlagSet(b.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	flags := NewFlags(fs, b.Role)
+	own := func(*C) {}
+	if b.Flags != nil {
+		own = b.Flags(fs)
+	}
+	if err := flags.Parse(args); err != nil {
+		return zero, Options{}, err
+	}
+	fc := fileConfig[C]{Config: b.Defaults()}
+	if err := flags.ReadConfig(&fc, &fc.TLSFiles); err != nil {
+		return zero, Options{}, err
+	}
+	cfg := fc.Config
+	if err := flags.Apply(b.Server(&cfg)); err != nil {
+		return zero, Options{}, err
+	}
+	own(&cfg)
+	if err := cfg.Validate(); err != nil {
+		return zero, Options{}, err
+	}
+	return cfg, flags.Options(), nil
+}
+
+// Given reports whether the flag name was set on fs's command line.
+func Given(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
+// Main runs the binary: it loads the config (exit 2 on a bad one; usage
+// asked for prints it), prepares the node, starts the role and serves the
+// API in front of it until a signal stops both. It returns the exit code.
+func (b Binary[C]) Main(args []string, p Process) int {
+	cfg, opts, err := b.Load(args, p.Stderr)
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(p.Stderr, "%s: %v\n", binary, err)
+			fmt.Fprintf(p.Stderr, "%s: %v\n", b.Name, err)
 		}
 		return ExitUsage
 	}
-	node, code, err := Prepare(binary, id(cfg), opts, p.Getenv, p.Stderr)
+	node, code, err := Prepare(b.Name, b.Server(&cfg).ID, opts, p.Getenv, p.Stderr)
 	if err != nil {
 		return code
 	}
-	s, err := start(cfg, node)
+	b.Server(&cfg).Logger = node.Base
+	s, err := b.Start(cfg, node)
 	if err != nil {
 		node.Log.Error("refusing to start", "err", err)
 		return ExitFailure
 	}
-	return ServeAPI(s.Role, role, node, opts, s.APIListen, s.Advertised, p.Sigs, p.Getenv, shutdown, p.Ready, s.Attrs...)
+	srv := b.Server(&cfg)
+	return ServeAPI(s.Role, b.Role, node, opts, srv.APIListen, srv.APIAdvertise != "", p.Sigs, p.Getenv, b.Shutdown, p.Ready, s.Attrs...)
 }

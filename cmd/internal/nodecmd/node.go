@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tempest/api"
+	"tempest/internal/nodeconfig"
 	"tempest/internal/obs"
 	"tempest/leadership"
 	"tempest/rainstorm"
@@ -26,43 +27,52 @@ type Options struct {
 	TLSCert, TLSKey                                    string
 }
 
-// Fields point at the role config's fields that the shared flags set.
-type Fields struct {
-	ID, QUICListen, SwimBind, APIListen, DataDir, SwimProfile, ElectionProfile *string
-	Join                                                                       *[]string
-	Peers                                                                      *[]leadership.Member
-}
-
-// Flags are the flags every node binary with an API and an election has:
-// the role's own ones are added to the same FlagSet by its binary.
+// Flags are the flags every node binary has (NewNodeFlags), and those of a
+// gate and a manager (NewFlags); the role's own ones are added to the same
+// FlagSet by its binary.
 type Flags struct {
 	fs   *flag.FlagSet
+	role string
 	opts Options
 	vals map[string]*string
 }
 
-// NewFlags registers the shared flags on fs for role ("gate", "manager").
-func NewFlags(fs *flag.FlagSet, role string) *Flags {
-	f := &Flags{fs: fs, vals: map[string]*string{}}
+// NewNodeFlags registers the flags every node binary has on fs for role
+// ("worker", "gate", "manager"): its config and secret files, logging, and
+// the nodeconfig.Node fields.
+func NewNodeFlags(fs *flag.FlagSet, role string) *Flags {
+	f := &Flags{fs: fs, role: role, vals: map[string]*string{}}
 	fs.StringVar(&f.opts.ConfigFile, "config", "", "YAML config `file`")
-	fs.StringVar(&f.opts.SecretFile, "secret-file", "", "env `file` (KEY=VALUE lines) with AUTH_SECRET, AUTH_SECRET_PREVIOUS and TEMPEST_TOKEN, read at start-up (over the environment) and on SIGHUP")
-	fs.StringVar(&f.opts.Token, "token", "", "API bearer token (prefer the TEMPEST_TOKEN environment variable)")
+	fs.StringVar(&f.opts.SecretFile, "secret-file", "", "env `file` (KEY=VALUE lines) with AUTH_SECRET and AUTH_SECRET_PREVIOUS (and, on a node with an API, TEMPEST_TOKEN), read at start-up (over the environment) and on SIGHUP")
 	fs.StringVar(&f.opts.LogFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.opts.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
-	for _, fl := range []struct{ name, usage string }{
-		{"id", "node id (default " + role + "-<hostname>)"},
-		{"quic", "QUIC listen `address` (host:port)"},
-		{"swim", "SWIM bind `address` (ip:port)"},
-		{"api", "API listen `address` (host:port)"},
-		{"data-dir", "data `directory`"},
-		{"peers", "every " + role + " of the election group, this one included: `id=quicaddr,...`"},
-		{"join", "comma-separated SWIM seed addresses"},
-		{"swim-profile", "SWIM timing profile: lan, local or test"},
-		{"election-profile", "election timing profile: lan, local or test"},
-	} {
-		f.vals[fl.name] = fs.String(fl.name, "", fl.usage)
-	}
+	f.strings(
+		"id", "node id (default "+role+"-<hostname>)",
+		"quic", "QUIC listen `address` (host:port)",
+		"swim", "SWIM bind `address` (ip:port)",
+		"join", "comma-separated SWIM seed addresses",
+		"swim-profile", "SWIM timing profile: lan, fastlan, local or test")
 	return f
+}
+
+// NewFlags registers a gate's or manager's shared flags on fs: the node's,
+// the API token and the nodeconfig.Server fields.
+func NewFlags(fs *flag.FlagSet, role string) *Flags {
+	f := NewNodeFlags(fs, role)
+	fs.StringVar(&f.opts.Token, "token", "", "API bearer token (prefer the TEMPEST_TOKEN environment variable)")
+	f.strings(
+		"api", "API listen `address` (host:port)",
+		"data-dir", "data `directory`",
+		"peers", "every "+role+" of the election group, this one included: `id=quicaddr,...`",
+		"election-profile", "election timing profile: lan, local or test")
+	return f
+}
+
+// strings registers string flags from name, usage pairs.
+func (f *Flags) strings(nameUsage ...string) {
+	for i := 0; i+1 < len(nameUsage); i += 2 {
+		f.vals[nameUsage[i]] = f.fs.String(nameUsage[i], "", nameUsage[i+1])
+	}
 }
 
 // Parse parses args and refuses stray arguments.
@@ -79,13 +89,24 @@ func (f *Flags) Parse(args []string) error {
 // Options returns the parsed options.
 func (f *Flags) Options() Options { return f.opts }
 
-// Apply sets dst's fields from the shared flags that were given, leaving
+// ApplyNode sets dst's fields from the node flags that were given, leaving
 // the config file's values for the rest, and derives ID from the host name
 // when neither set it.
-func (f *Flags) Apply(dst Fields, role string) error {
+func (f *Flags) ApplyNode(dst *nodeconfig.Node) error {
+	return f.apply(dst, nil)
+}
+
+// Apply is ApplyNode for a gate's or manager's nodeconfig.Server.
+func (f *Flags) Apply(dst *nodeconfig.Server) error {
+	return f.apply(&dst.Node, dst)
+}
+
+func (f *Flags) apply(node *nodeconfig.Node, srv *nodeconfig.Server) error {
 	var err error
-	str := map[string]*string{"id": dst.ID, "quic": dst.QUICListen, "swim": dst.SwimBind, "api": dst.APIListen,
-		"data-dir": dst.DataDir, "swim-profile": dst.SwimProfile, "election-profile": dst.ElectionProfile}
+	str := map[string]*string{"id": &node.ID, "quic": &node.QUICListen, "swim": &node.SwimBind, "swim-profile": &node.SwimProfile}
+	if srv != nil {
+		str["api"], str["data-dir"], str["election-profile"] = &srv.APIListen, &srv.DataDir, &srv.ElectionProfile
+	}
 	f.fs.Visit(func(fl *flag.Flag) {
 		v, ok := f.vals[fl.Name]
 		if !ok {
@@ -93,11 +114,9 @@ func (f *Flags) Apply(dst Fields, role string) error {
 		}
 		switch fl.Name {
 		case "peers":
-			var peers []leadership.Member
-			peers, err = ParsePeers(*v, func(id, addr string) leadership.Member { return leadership.Member{ID: id, QUIC: addr} })
-			*dst.Peers = peers
+			srv.Peers, err = ParsePeers(*v, func(id, addr string) leadership.Member { return leadership.Member{ID: id, QUIC: addr} })
 		case "join":
-			*dst.Join = SplitList(*v)
+			node.Join = SplitList(*v)
 		default:
 			*str[fl.Name] = *v
 		}
@@ -105,44 +124,57 @@ func (f *Flags) Apply(dst Fields, role string) error {
 	if err != nil {
 		return err
 	}
-	if *dst.ID == "" {
+	if node.ID == "" {
 		host, herr := os.Hostname()
 		if herr != nil {
 			return fmt.Errorf("no --id and no hostname to derive one: %w", herr)
 		}
-		*dst.ID = role + "-" + host
+		node.ID = f.role + "-" + host
 	}
 	return nil
 }
 
 // Node is what a node binary sets up before it builds its role: loggers,
-// the cluster keyring and the API token.
+// the cluster keyring, its start-up environment and, with an API, the API
+// token.
 type Node struct {
 	Base    *slog.Logger // for the role's own config (it adds its attributes)
 	Log     *slog.Logger // the binary's own lines, with the node id
 	Keyring *security.Keyring
-	Token   string
+	// Getenv is the start-up environment (StartupEnv).
+	Getenv func(string) string
+	Token  string
 }
 
-// Prepare builds the loggers and reads the secrets, refusing a weak or
-// missing AUTH_SECRET and a missing token. On failure it has written why
-// (to stderr or the log) and returns the exit code.
-func Prepare(name, id string, opts Options, getenv func(string) string, stderr io.Writer) (Node, int, error) {
+// PrepareNode builds the loggers and reads the secrets, refusing a weak or
+// missing AUTH_SECRET. On failure it has written why (to stderr or the log)
+// and returns the exit code.
+func PrepareNode(name, id string, opts Options, getenv func(string) string, stderr io.Writer) (Node, int, error) {
 	base, err := NewLogger(opts.LogFormat, opts.LogLevel, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return Node{}, ExitUsage, err
 	}
 	n := Node{Base: base, Log: base.With("node", id)}
-	if getenv, err = StartupEnv(opts.SecretFile, getenv); err != nil {
+	if n.Getenv, err = StartupEnv(opts.SecretFile, getenv); err != nil {
 		n.Log.Error("refusing to start", "err", err)
 		return n, ExitFailure, err
 	}
-	if n.Keyring, err = KeyringFromEnv(getenv); err != nil {
+	if n.Keyring, err = KeyringFromEnv(n.Getenv); err != nil {
 		n.Log.Error("refusing to start", "err", err)
 		return n, ExitFailure, err
 	}
-	n.Token = getenv("TEMPEST_TOKEN")
+	return n, ExitOK, nil
+}
+
+// Prepare is PrepareNode for a node with an API, which also refuses to
+// start without an API token.
+func Prepare(name, id string, opts Options, getenv func(string) string, stderr io.Writer) (Node, int, error) {
+	n, code, err := PrepareNode(name, id, opts, getenv, stderr)
+	if err != nil {
+		return n, code, err
+	}
+	n.Token = n.Getenv("TEMPEST_TOKEN")
 	if opts.Token != "" {
 		n.Log.Warn("API token given on the command line, where any local user can read it; prefer TEMPEST_TOKEN")
 		n.Token = opts.Token
@@ -163,14 +195,17 @@ type TLSFiles struct {
 }
 
 // ReadConfig reads the --config file, if one was given, over file (the
-// role's defaults with TLSFiles inline), and keeps its TLS files.
+// role's defaults, with TLSFiles inline on a node with an API), and keeps
+// its TLS files (tls nil: the node has none).
 func (f *Flags) ReadConfig(file any, tls *TLSFiles) error {
 	if f.opts.ConfigFile != "" {
 		if err := ReadConfigFile(f.opts.ConfigFile, file); err != nil {
 			return err
 		}
 	}
-	f.opts.TLSCert, f.opts.TLSKey = tls.APITLSCert, tls.APITLSKey
+	if tls != nil {
+		f.opts.TLSCert, f.opts.TLSKey = tls.APITLSCert, tls.APITLSKey
+	}
 	return nil
 }
 

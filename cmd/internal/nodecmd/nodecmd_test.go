@@ -11,18 +11,10 @@ import (
 
 	"tempest/internal/testutil"
 	"tempest/security"
+	"tempest/security/securitytest"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
-
-func mustSecret(t *testing.T) string {
-	t.Helper()
-	s, err := security.GenerateSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
 
 type testConfig struct {
 	Name    string        `yaml:"name"`
@@ -120,12 +112,12 @@ func TestKeyringFromEnv(t *testing.T) {
 		env     map[string]string
 		wantErr string // "" for success
 	}{
-		{"good", map[string]string{"AUTH_SECRET": mustSecret(t)}, ""},
-		{"rotation", map[string]string{"AUTH_SECRET": mustSecret(t), "AUTH_SECRET_PREVIOUS": mustSecret(t)}, ""},
+		{"good", map[string]string{"AUTH_SECRET": securitytest.Secret(t)}, ""},
+		{"rotation", map[string]string{"AUTH_SECRET": securitytest.Secret(t), "AUTH_SECRET_PREVIOUS": securitytest.Secret(t)}, ""},
 		{"missing", nil, "AUTH_SECRET is not set"},
 		{"short", map[string]string{"AUTH_SECRET": "hunter2"}, "AUTH_SECRET"},
 		{"sample", map[string]string{"AUTH_SECRET": security.SampleSecret}, "AUTH_SECRET"},
-		{"weak previous", map[string]string{"AUTH_SECRET": mustSecret(t), "AUTH_SECRET_PREVIOUS": strings.Repeat("a", 40)}, "AUTH_SECRET_PREVIOUS"},
+		{"weak previous", map[string]string{"AUTH_SECRET": securitytest.Secret(t), "AUTH_SECRET_PREVIOUS": strings.Repeat("a", 40)}, "AUTH_SECRET_PREVIOUS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k, err := KeyringFromEnv(func(key string) string { return tc.env[key] })

@@ -79,13 +79,7 @@ func Serve(role Role, front Front, name string, logger *slog.Logger, sigs <-chan
 		case sig := <-sigs:
 			switch {
 			case sig == syscall.SIGHUP:
-				current, previous, err := Secrets(secretFile, getenv)
-				if err == nil {
-					err = role.ReloadSecrets(current, previous)
-				}
-				if err != nil {
-					logger.Error("secret reload failed; keeping the current secrets", "err", err)
-				}
+				Reload(role, secretFile, getenv, logger)
 			case !stopping:
 				stopping = true
 				logger.Info("signal received: shutting down", "signal", sig.String())
@@ -98,5 +92,19 @@ func Serve(role Role, front Front, name string, logger *slog.Logger, sigs <-chan
 				return ExitFailure
 			}
 		}
+	}
+}
+
+// Reload is a SIGHUP: it re-reads the secrets (Secrets) and hands them to
+// the node, which keeps its current ones, as logged, when either fails.
+func Reload(node interface {
+	ReloadSecrets(current, previous string) error
+}, secretFile string, getenv func(string) string, logger *slog.Logger) {
+	current, previous, err := Secrets(secretFile, getenv)
+	if err == nil {
+		err = node.ReloadSecrets(current, previous)
+	}
+	if err != nil {
+		logger.Error("secret reload failed; keeping the current secrets", "err", err)
 	}
 }
