@@ -85,11 +85,18 @@ func encodeHeartbeat(hb wire.WorkerHeartbeat) []byte {
 
 // embedder is the worker's swim.StateEmbedder. Both methods run on
 // memberlist's goroutines and must not block: LocalState hands back bytes
-// encoded at the last change, PeerState decodes and records.
+// encoded since the last change (or just before it, when the worker's lock
+// is busy), PeerState decodes and records.
 type embedder struct{ w *Worker }
 
-// LocalState implements swim.StateEmbedder.
+// LocalState implements swim.StateEmbedder. It never waits for the
+// worker's lock: a stale payload is re-encoded only when the lock is free,
+// and otherwise the previous one goes out (the next ack or push refreshes it).
 func (m embedder) LocalState() []byte {
+	if w := m.w; w.hbStale.Load() && w.mu.TryLock() {
+		w.refreshHeartbeatLocked()
+		w.mu.Unlock()
+	}
 	if b := m.w.heartbeat.Load(); b != nil {
 		return *b
 	}
@@ -192,7 +199,10 @@ func (w *Worker) pushHeartbeat(ctx context.Context) (wire.WorkerHeartbeat, bool)
 	if addr == "" {
 		return wire.WorkerHeartbeat{}, false // registration finds one; SWIM acks carry on meanwhile
 	}
-	hb := w.Heartbeat()
+	w.mu.Lock()
+	hb := w.heartbeatLocked()
+	w.refreshHeartbeatLocked() // bounds how stale an ack's payload gets while the lock is busy
+	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	defer cancel()
 	if err := w.tr.Send(ctx, addr, &hb); err != nil {

@@ -196,3 +196,36 @@ func TestHeartbeatPushedToLeader(t *testing.T) {
 		})
 	})
 }
+
+// Changes do not encode the SWIM payload: the ack that next needs it does,
+// once for any number of changes, and it is current.
+func TestHeartbeatEncodedWhenAskedNotOnEveryChange(t *testing.T) {
+	h := startHarness(t, harnessOption{})
+	emb := embedder{h.w}
+	for i := range 3 {
+		h.m.mustStart(t, "w1", dispatchOf("j", fmt.Sprintf("wf%d", i), sleepSpec(t, time.Hour, 1), uint64(i+1)))
+	}
+	// Holding the lock keeps the push loop from encoding meanwhile.
+	h.w.mu.Lock()
+	before := h.w.hbEncodes.Load()
+	for range 20 {
+		h.w.bumpLocked()
+	}
+	n := h.w.hbEncodes.Load() - before
+	h.w.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d encodes for 20 changes no ack asked for", n)
+	}
+	got, err := swim.DecodeWorkerHeartbeat(emb.LocalState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := h.w.Heartbeat(); got.Version != want.Version || len(got.ActiveWorkflows) != 3 || got.AvailableCores != 1 {
+		t.Fatalf("ack payload version %d, %d workflows, %d free; heartbeat version %d", got.Version, len(got.ActiveWorkflows), got.AvailableCores, want.Version)
+	}
+	encodes := h.w.hbEncodes.Load()
+	emb.LocalState()
+	if n := h.w.hbEncodes.Load(); n != encodes {
+		t.Fatalf("an unchanged heartbeat was encoded again (%d → %d)", encodes, n)
+	}
+}

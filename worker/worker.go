@@ -66,9 +66,14 @@ type Worker struct {
 	// kick asks the registrar to register again; the value is a manager
 	// address to try last (the one that just failed), or "".
 	kick chan string
-	// heartbeat is the encoded WorkerHeartbeat handed to SWIM acks; it is
-	// re-encoded on every change so LocalState never blocks.
+	// heartbeat is the encoded WorkerHeartbeat handed to SWIM acks. A change
+	// only marks it stale (hbStale): encoding it on every change (twice per
+	// workflow, with every running workflow in it) was a sixth of a busy
+	// worker's CPU. LocalState re-encodes a stale one when it can take mu
+	// without waiting, and every heartbeat push does (refreshHeartbeatLocked).
 	heartbeat atomic.Pointer[[]byte]
+	hbStale   atomic.Bool
+	hbEncodes atomic.Uint64 // heartbeats encoded for SWIM, for tests
 	ready     chan struct{}
 	drained   chan struct{}
 	// life owns every goroutine and in-flight handler (spawn, handle).
@@ -278,8 +283,8 @@ func (w *Worker) ReloadSecrets(current, previous string) error {
 			return fmt.Errorf("reload secrets: gossip keys: %w", err)
 		}
 	}
-	// The heartbeat carries the key ids: re-encode it so managers (and
-	// `tempest cluster`) see the pass land on this worker.
+	// The heartbeat carries the key ids: mark it changed so managers (and
+	// `tempest cluster`) see the pass land on this worker at the next ack.
 	w.mu.Lock()
 	w.bumpLocked()
 	w.mu.Unlock()
@@ -321,15 +326,25 @@ func handle[T wire.Message](w *Worker, tr transport.Transport, t wire.MsgType,
 }
 
 // bumpLocked records a change of anything a heartbeat or snapshot shows:
-// the version moves, the SWIM payload is re-encoded and waiters wake.
+// the version moves, the SWIM payload goes stale and waiters wake.
 func (w *Worker) bumpLocked() {
 	w.version++
-	hb := w.heartbeatLocked()
-	if b := encodeHeartbeat(hb); b != nil {
-		w.heartbeat.Store(&b)
-	}
+	w.hbStale.Store(true)
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+// refreshHeartbeatLocked re-encodes the SWIM payload if a change made it
+// stale.
+func (w *Worker) refreshHeartbeatLocked() {
+	if !w.hbStale.Load() {
+		return
+	}
+	if b := encodeHeartbeat(w.heartbeatLocked()); b != nil {
+		w.heartbeat.Store(&b)
+	}
+	w.hbEncodes.Add(1)
+	w.hbStale.Store(false)
 }
 
 // waitFor waits until cond (called with w.mu held) holds, ctx ends or

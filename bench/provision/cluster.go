@@ -138,6 +138,10 @@ func (c *cluster) scrape(ctx context.Context, n node) (metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Go's client asks for gzip by default, and compressing the leader's
+	// exposition (megabytes with many live jobs) for a loopback read cost
+	// the leader about 5 % of its CPU, charged to provisioning.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, err

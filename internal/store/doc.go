@@ -3,6 +3,11 @@
 // bytes kept for retries, last progress) and a small meta bucket, in one
 // bbolt file.
 //
+// A job record leaves out the submission's workflow specs once the job's
+// workflow records are stored (each holds its own spec), and reads rebuild
+// them (storedJob in store.go): the record is rewritten on every workflow
+// status change, and with the specs inside that cost O(n²) bytes per job.
+//
 // # Group commit
 //
 // Every write goes through the store's group committer (commit.go): one

@@ -16,7 +16,7 @@ import (
 )
 
 var (
-	bucketJobs      = []byte("jobs")      // job id -> rev + JobRecord
+	bucketJobs      = []byte("jobs")      // job id -> rev + storedJob
 	bucketWorkflows = []byte("workflows") // job id \x00 workflow id -> rev + WorkflowRecord
 	bucketMeta      = []byte("meta")      // free-form small values
 )
@@ -109,23 +109,17 @@ func (s *Store) PutWorkflows(wfs ...*WorkflowRecord) error { return s.Put(nil, w
 // Put writes a job (nil to skip) and workflows in one batched transaction,
 // so a job and the workflows it was just split into become durable together.
 // Records older (lower Rev) than what is stored are skipped.
+//
+// Once every workflow of the job has its own record (written earlier, or in
+// this same Put), the job record is stored without the submission's workflow
+// specs, which reads rebuild from those records (storedJob).
 func (s *Store) Put(job *JobRecord, wfs ...*WorkflowRecord) error {
 	type kv struct {
 		bucket, key, val []byte
 	}
 	// Encode outside the commit: a group commit may run the function more
 	// than once, and encoding inside would hold the other writers for nothing.
-	writes := make([]kv, 0, len(wfs)+1)
-	if job != nil {
-		if err := checkID("job id", job.ID()); err != nil {
-			return err
-		}
-		v, err := encode(job.Rev, job)
-		if err != nil {
-			return fmt.Errorf("put job %s: %w", job.ID(), err)
-		}
-		writes = append(writes, kv{bucketJobs, []byte(job.ID()), v})
-	}
+	writes := make([]kv, 0, len(wfs))
 	for _, wf := range wfs {
 		if err := errors.Join(checkID("job id", wf.JobID), checkID("workflow id", wf.WorkflowID)); err != nil {
 			return err
@@ -136,25 +130,128 @@ func (s *Store) Put(job *JobRecord, wfs ...*WorkflowRecord) error {
 		}
 		writes = append(writes, kv{bucketWorkflows, workflowKey(wf.JobID, wf.WorkflowID), v})
 	}
-	if len(writes) == 0 {
+	var jobKey, jobApart, jobWhole []byte
+	if job != nil {
+		if err := checkID("job id", job.ID()); err != nil {
+			return err
+		}
+		jobKey = []byte(job.ID())
+		var err error
+		if jobApart, err = encodeJobApart(job); err != nil {
+			return fmt.Errorf("put job %s: %w", job.ID(), err)
+		}
+	}
+	if len(writes) == 0 && job == nil {
 		return nil
 	}
 	err := s.write(func(tx *bolt.Tx) error {
 		for _, w := range writes {
-			b := tx.Bucket(w.bucket)
-			if old := b.Get(w.key); len(old) >= 8 && binary.BigEndian.Uint64(old) > binary.BigEndian.Uint64(w.val) {
-				continue // a newer revision is already stored
-			}
-			if err := b.Put(w.key, w.val); err != nil {
+			if err := putNewer(tx.Bucket(w.bucket), w.key, w.val); err != nil {
 				return err
 			}
 		}
-		return nil
+		if job == nil {
+			return nil
+		}
+		v := jobApart
+		if n := len(job.Submission.Workflows); v == nil || countWorkflows(tx, job.ID(), n+1) != n {
+			// The workflow records do not match the submission one to one
+			// (a job stored before it is split): the record must carry its
+			// specs itself.
+			if jobWhole == nil {
+				var err error
+				if jobWhole, err = encode(job.Rev, &storedJob{JobRecord: *job}); err != nil {
+					return fmt.Errorf("job %s: %w", job.ID(), err)
+				}
+			}
+			v = jobWhole
+		}
+		return putNewer(tx.Bucket(bucketJobs), jobKey, v)
 	})
 	if err != nil {
 		return fmt.Errorf("store %s: put: %w", s.path, err)
 	}
 	return nil
+}
+
+// putNewer puts val under key unless a newer revision is already stored.
+func putNewer(b *bolt.Bucket, key, val []byte) error {
+	if old := b.Get(key); len(old) >= 8 && binary.BigEndian.Uint64(old) > binary.BigEndian.Uint64(val) {
+		return nil
+	}
+	return b.Put(key, val)
+}
+
+// storedJob is a JobRecord as the jobs bucket holds it. A job's record is
+// rewritten on every status change of any of its workflows, and a
+// submission carries every workflow's spec, so with the specs inside, a job
+// of n workflows wrote O(n²) bytes over its life on every manager. Its
+// workflow records carry the same specs (WorkflowRecord.Spec, at Index), so
+// once they are all stored the job record leaves the specs out and says how
+// many there are (SpecsApart); reads put them back. Records written before
+// this (SpecsApart 0) keep their specs and read as they always did, and are
+// stored the new way on their next write.
+type storedJob struct {
+	JobRecord
+	SpecsApart int `cbor:"40,keyasint,omitempty"`
+}
+
+// encodeJobApart encodes job without its workflow specs, or returns nil for
+// a job without workflows.
+func encodeJobApart(job *JobRecord) ([]byte, error) {
+	n := len(job.Submission.Workflows)
+	if n == 0 {
+		return nil, nil
+	}
+	slim := storedJob{JobRecord: *job, SpecsApart: n}
+	slim.Submission.Workflows = nil
+	return encode(job.Rev, &slim)
+}
+
+// countWorkflows counts job's workflow records, stopping at limit.
+func countWorkflows(tx *bolt.Tx, jobID string, limit int) int {
+	prefix := append([]byte(jobID), 0)
+	n := 0
+	c := tx.Bucket(bucketWorkflows).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && n < limit; k, _ = c.Next() {
+		n++
+	}
+	return n
+}
+
+// decodeJob decodes a jobs-bucket value, putting back the workflow specs a
+// record stored apart (storedJob) from the job's workflow records in tx.
+func decodeJob(tx *bolt.Tx, v []byte) (*JobRecord, error) {
+	var sj storedJob
+	if err := decode(v, &sj); err != nil {
+		return nil, err
+	}
+	rec := &sj.JobRecord
+	if sj.SpecsApart == 0 {
+		return rec, nil
+	}
+	specs := make([]wire.WorkflowSpec, sj.SpecsApart)
+	found := make([]bool, sj.SpecsApart)
+	prefix := append([]byte(rec.ID()), 0)
+	c := tx.Bucket(bucketWorkflows).Cursor()
+	for k, wv := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, wv = c.Next() {
+		var w struct {
+			Index int               `cbor:"4,keyasint,omitempty"`
+			Spec  wire.WorkflowSpec `cbor:"5,keyasint"`
+		}
+		if err := decode(wv, &w); err != nil {
+			return nil, fmt.Errorf("workflow %q: %w", k, err)
+		}
+		if w.Index < 0 || w.Index >= len(specs) || found[w.Index] {
+			return nil, fmt.Errorf("workflow %q: index %d does not fit a job of %d workflows", k, w.Index, len(specs))
+		}
+		specs[w.Index], found[w.Index] = w.Spec, true
+	}
+	if missing := slices.Index(found, false); missing >= 0 {
+		return nil, fmt.Errorf("job %s: the record of workflow %d of %d, which holds its spec, is missing", rec.ID(), missing, len(specs))
+	}
+	rec.Submission.Workflows = specs
+	return rec, nil
 }
 
 // Job returns one job record.
@@ -165,8 +262,11 @@ func (s *Store) Job(id string) (*JobRecord, error) {
 		if v == nil {
 			return fmt.Errorf("job %s: %w", id, ErrNotFound)
 		}
-		rec = new(JobRecord)
-		return decode(v, rec)
+		var err error
+		if rec, err = decodeJob(tx, v); err != nil {
+			return fmt.Errorf("job %s: %w", id, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -179,8 +279,8 @@ func (s *Store) Jobs() ([]*JobRecord, error) {
 	var out []*JobRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
-			rec := new(JobRecord)
-			if err := decode(v, rec); err != nil {
+			rec, err := decodeJob(tx, v)
+			if err != nil {
 				return fmt.Errorf("job %s: %w", k, err)
 			}
 			out = append(out, rec)

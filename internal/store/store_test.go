@@ -2,6 +2,7 @@ package store
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 
 	"tempest/internal/testutil"
 	"tempest/wire"
@@ -329,4 +332,117 @@ func childWriter(path string) {
 		}
 		fmt.Println(i)
 	}
+}
+
+// A job's record, rewritten on each of its workflows' changes, leaves out
+// the specs its workflow records already hold, and reads put them back.
+func TestJobRecordKeepsSpecsInWorkflowRecords(t *testing.T) {
+	s, path := openTemp(t)
+	const n = 50
+	j := &JobRecord{Rev: 1, Status: wire.JobRunning, CreatedAt: time.Now().UnixNano(),
+		Submission: wire.JobSubmission{JobID: "big", Name: "big"}}
+	var wfs []*WorkflowRecord
+	for i := range n {
+		w := wf("big", i, 1, wire.WorkflowRunning)
+		w.Spec.Params = []byte(fmt.Sprintf("params of workflow %d, long enough to matter", i))
+		j.Submission.Workflows = append(j.Submission.Workflows, w.Spec)
+		wfs = append(wfs, w)
+	}
+	// Stored before its workflows: the record must carry the specs itself.
+	if err := s.Put(j); err != nil {
+		t.Fatal(err)
+	}
+	whole := rawJob(t, s, "big")
+	if got, err := s.Job("big"); err != nil || len(got.Submission.Workflows) != n {
+		t.Fatalf("job stored alone: %v workflows, %v", got, err)
+	}
+	j.Rev = 2
+	if err := s.Put(j, wfs...); err != nil {
+		t.Fatal(err)
+	}
+	apart := rawJob(t, s, "big")
+	if len(apart)*5 > len(whole) {
+		t.Fatalf("job record with its workflows stored is %d bytes, with the specs inside %d", len(apart), len(whole))
+	}
+	j.Rev, j.Status = 3, wire.JobCompleted
+	if err := s.PutJob(j); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	for _, get := range []func() (*JobRecord, error){
+		func() (*JobRecord, error) { return s2.Job("big") },
+		func() (*JobRecord, error) {
+			all, err := s2.Jobs()
+			if err != nil || len(all) != 1 {
+				return nil, fmt.Errorf("jobs: %d, %v", len(all), err)
+			}
+			return all[0], nil
+		},
+	} {
+		got, err := get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != wire.JobCompleted || got.Rev != 3 || len(got.Submission.Workflows) != n {
+			t.Fatalf("job = status %s rev %d, %d workflows", got.Status, got.Rev, len(got.Submission.Workflows))
+		}
+		for i, spec := range got.Submission.Workflows {
+			if string(spec.Params) != string(j.Submission.Workflows[i].Params) || spec.Name != j.Submission.Workflows[i].Name {
+				t.Fatalf("workflow %d spec = %+v, want %+v", i, spec, j.Submission.Workflows[i])
+			}
+		}
+	}
+}
+
+// Records stored with the specs inside (as every job was before they were
+// kept apart) still read whole, and take the new form on their next write.
+func TestJobStoreReadsRecordsWithSpecsInside(t *testing.T) {
+	s, _ := openTemp(t)
+	j := job("old", 1, wire.JobRunning, time.Now())
+	w := wf("old", 0, 1, wire.WorkflowRunning)
+	w.Spec = j.Submission.Workflows[0]
+	if err := s.PutWorkflows(w); err != nil {
+		t.Fatal(err)
+	}
+	v, err := encode(j.Rev, j) // the plain JobRecord, as stored before
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.write(func(tx *bolt.Tx) error { return tx.Bucket(bucketJobs).Put([]byte("old"), v) }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Job("old")
+	if err != nil || len(got.Submission.Workflows) != 1 || got.Submission.Workflows[0].Name != "a" {
+		t.Fatalf("old record = %+v, %v", got, err)
+	}
+	j.Rev = 2
+	if err := s.PutJob(j); err != nil {
+		t.Fatal(err)
+	}
+	var sj storedJob
+	if err := decode(rawJob(t, s, "old"), &sj); err != nil || sj.SpecsApart != 1 || len(sj.Submission.Workflows) != 0 {
+		t.Fatalf("rewritten record = %+v, %v", sj, err)
+	}
+	if got, err := s.Job("old"); err != nil || len(got.Submission.Workflows) != 1 || got.Submission.Workflows[0].Name != "a" || got.Rev != 2 {
+		t.Fatalf("rewritten job = %+v, %v", got, err)
+	}
+}
+
+func rawJob(t *testing.T, s *Store, id string) []byte {
+	t.Helper()
+	var v []byte
+	if err := s.db.View(func(tx *bolt.Tx) error {
+		v = bytes.Clone(tx.Bucket(bucketJobs).Get([]byte(id)))
+		return nil
+	}); err != nil || v == nil {
+		t.Fatalf("raw job %s: %v", id, err)
+	}
+	return v
 }
