@@ -46,6 +46,10 @@ type fakeWorker struct {
 	// preparing a large run does.
 	slowFirstAnswer time.Duration
 	answered        map[string]bool
+	// refuseFirst, when set, refuses every workflow's first dispatch as a
+	// worker whose cores were taken meanwhile does.
+	refuseFirst bool
+	refused     map[string]bool
 }
 
 type fakeRun struct {
@@ -179,6 +183,13 @@ func (w *fakeWorker) accept(d *wire.WorkflowDispatch) (wire.Message, error) {
 		old.cancel()
 	}
 	free := w.freeLocked()
+	if w.refuseFirst && !w.refused[d.WorkflowID] {
+		if w.refused == nil {
+			w.refused = map[string]bool{}
+		}
+		w.refused[d.WorkflowID] = true
+		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: "cores taken meanwhile", AvailableCores: len(free)}, nil
+	}
 	if len(free) < d.Cores {
 		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: fmt.Sprintf("needs %d cores, %d free", d.Cores, len(free)), AvailableCores: len(free)}, nil
 	}

@@ -515,6 +515,7 @@ func (m *Manager) jobProgressLocked(j *jobState, withWorkflows bool) wire.JobPro
 // workflow's are sent again by its worker.
 func replicaProgress(rec *store.WorkflowRecord) wire.WorkflowProgress {
 	p := workflowProgressOf(rec)
+	p.Attempts = rec.Attempts
 	if !rec.Status.Terminal() {
 		p.StepStats = nil
 	} else {

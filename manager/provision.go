@@ -148,7 +148,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 	// The placement is decided: make it durable before anyone acts on it,
 	// so a restarted leader knows where the workflow went and under which
 	// token.
-	committed := false
+	committed, attempts := false, 0
 	m.update(func(tx *txn) {
 		if !w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() || m.leading() != lt {
 			return
@@ -163,7 +163,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		w.rec.Cores = nil
 		w.rec.Error = ""
 		tx.touchWorkflow(w, true)
-		committed = true
+		committed, attempts = true, w.rec.Attempts
 	})
 	if !committed {
 		m.workers.unreserve(wv.ID, cores)
@@ -171,7 +171,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 	}
 	m.commitToPeers(ctx, &wire.ProvisionCommit{
 		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,
-		CoresAssigned: cores, FenceToken: token, CommittedVersion: wv.Version,
+		CoresAssigned: cores, FenceToken: token, CommittedVersion: wv.Version, Attempts: attempts,
 	})
 
 	ack, err := m.dispatch(ctx, wv, dispatch)
@@ -438,7 +438,11 @@ func (m *Manager) applyCommitLocked(tx *txn, c *wire.ProvisionCommit) {
 	}
 	w.rec.Worker = c.TargetWorker
 	w.rec.FenceToken = c.FenceToken
-	w.rec.Attempts++
+	if c.Attempts > 0 {
+		w.rec.Attempts = c.Attempts
+	} else {
+		w.rec.Attempts++
+	}
 	w.rec.Status = wire.WorkflowAssigned
 	tx.touchWorkflow(w, true)
 }

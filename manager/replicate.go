@@ -172,6 +172,9 @@ func (m *Manager) mergeWorkflowLocked(tx *txn, w *workflowState, p *wire.Workflo
 		w.rec.Worker = p.WorkerID
 		w.rec.Attempts++
 	}
+	if p.Attempts > 0 {
+		w.rec.Attempts = p.Attempts // the leader's count, refused dispatches taken back
+	}
 	switch {
 	case p.Status.Terminal():
 		w.rec.Status = p.Status
@@ -191,7 +194,7 @@ func (m *Manager) mergeWorkflowLocked(tx *txn, w *workflowState, p *wire.Workflo
 			w.rec.Cores = p.AssignedCores
 		}
 	}
-	if w.rec.Status != before.Status || w.rec.FenceToken != before.FenceToken || w.rec.Worker != before.Worker {
+	if w.rec.Status != before.Status || w.rec.FenceToken != before.FenceToken || w.rec.Worker != before.Worker || w.rec.Attempts != before.Attempts {
 		tx.touchWorkflow(w, true)
 	}
 }

@@ -2,9 +2,11 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 
@@ -110,5 +112,37 @@ func TestReplicatedOperationsOnlyFromPeers(t *testing.T) {
 	// The relay itself, from a peer, is recorded.
 	if reply, err := peer.Call(ctx, f.ID(), &wire.RelayWorkerRegistration{Registration: reg}); err != nil || !reply.(*wire.RegistrationAck).Accepted {
 		t.Fatalf("a relayed registration from a peer: %v %v", reply, err)
+	}
+}
+
+// TestPeersCountOnlyAttemptsThatRan: a dispatch the worker refuses never
+// ran, so the leader takes its attempt back. Its peers had counted the
+// attempt from the placement's commit and never took it back, so after a
+// failover the job showed attempts that never happened (one shard COMPLETED
+// "after 3 attempts" in TestLeaderKilledRightAfterAck under load). Every
+// manager must show the leader's count.
+func TestPeersCountOnlyAttemptsThatRan(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	w := c.addWorker("w1", 2)
+	w.mu.Lock()
+	w.refuseFirst = true
+	w.mu.Unlock()
+	l := c.leader()
+	ack, err := l.Submit(context.Background(), sleepJob(t, "refused-once", 1, 1, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, l, ack.JobID, wire.JobCompleted, 10*time.Second)
+	for _, m := range c.running() {
+		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+			st, err := m.Job(context.Background(), ack.JobID)
+			if err != nil {
+				return err
+			}
+			if len(st.Workflows) != 1 || st.Workflows[0].Status != wire.WorkflowCompleted || st.Workflows[0].Attempts != 1 {
+				return fmt.Errorf("%s shows %+v, want the workflow COMPLETED after 1 attempt", m.ID(), st.Workflows)
+			}
+			return nil
+		})
 	}
 }

@@ -574,7 +574,7 @@ func (m *Manager) managerSnapshot(requesterTerm uint64, after string) *wire.Mana
 			if w.rec.Worker != "" && w.rec.FenceToken != 0 {
 				e.commits = append(e.commits, wire.ProvisionCommit{
 					JobID: w.rec.JobID, WorkflowID: w.rec.WorkflowID, TargetWorker: w.rec.Worker,
-					CoresAssigned: w.rec.Spec.Cores, FenceToken: w.rec.FenceToken,
+					CoresAssigned: w.rec.Spec.Cores, FenceToken: w.rec.FenceToken, Attempts: w.rec.Attempts,
 				})
 			}
 		}

@@ -264,6 +264,9 @@ type WorkflowProgress struct {
 	// whole series, at most MaxSeriesEntries. Receivers clip with
 	// ClipSeries.
 	Series []SecondStats `cbor:"17,keyasint,omitempty"`
+	// Attempts, set only in a leader's status replication to its peers,
+	// is the leader's count of the workflow's attempts, which they take.
+	Attempts int `cbor:"30,keyasint,omitempty"`
 }
 
 // MaxSeriesEntries caps WorkflowProgress.Series: an hour of seconds, about
@@ -383,6 +386,10 @@ type ProvisionCommit struct {
 	CoresAssigned    int    `cbor:"4,keyasint"`
 	FenceToken       uint64 `cbor:"5,keyasint"`
 	CommittedVersion uint64 `cbor:"6,keyasint"`
+	// Attempts is the leader's count of the workflow's attempts with this
+	// one; peers take it rather than counting commits, since the leader
+	// takes back an attempt the worker refused and a commit cannot.
+	Attempts int `cbor:"20,keyasint,omitempty"`
 }
 
 // CommitAck acknowledges a ProvisionCommit once it is durable.
