@@ -122,25 +122,17 @@ type Gate struct {
 // New builds a gate: it opens the store and loads every job, binds the
 // transport, registers handlers and starts SWIM. Run starts it.
 func New(cfg Config, deps Deps) (*Gate, error) {
-	if len(cfg.Peers) == 0 && deps.Transport != nil {
-		cfg.Peers = []Peer{{ID: cfg.ID, QUIC: deps.Transport.Addr()}}
-	}
-	err := cfg.validate(deps.Transport != nil)
+	adoptErr := cfg.AdoptTransport(deps.Transport)
+	err := errors.Join(cfg.validate(deps.Transport != nil), adoptErr)
 	if deps.Keyring == nil && deps.Transport == nil {
 		err = errors.Join(err, errors.New("Deps.Keyring: required unless Transport is injected"))
-	}
-	if deps.Transport != nil && deps.Transport.LocalID() != cfg.ID {
-		err = errors.Join(err, fmt.Errorf("Deps.Transport: local id %q is not ID %q", deps.Transport.LocalID(), cfg.ID))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("gate config: %w", err)
 	}
-	profile, err := leadership.ProfileByName(cfg.ElectionProfile)
+	profile, err := cfg.ElectionProfileOr(deps.ElectionProfile)
 	if err != nil {
 		return nil, err
-	}
-	if deps.ElectionProfile != nil {
-		profile = *deps.ElectionProfile
 	}
 	g := &Gate{
 		cfg:      cfg,

@@ -131,28 +131,20 @@ type Manager struct {
 // transport (unless injected), registers the message handlers, starts the
 // SWIM node (unless injected) and prepares the election. Run starts it.
 func New(cfg Config, deps Deps) (*Manager, error) {
-	if len(cfg.Peers) == 0 && deps.Transport != nil {
-		cfg.Peers = []Peer{{ID: cfg.ID, QUIC: deps.Transport.Addr()}}
-	}
-	err := cfg.validate(deps.Transport != nil, deps.Membership != nil)
+	adoptErr := cfg.AdoptTransport(deps.Transport)
+	err := errors.Join(cfg.validate(deps.Transport != nil, deps.Membership != nil), adoptErr)
 	if deps.Registry == nil {
 		err = errors.Join(err, errors.New("Deps.Registry: must not be nil"))
 	}
 	if deps.Keyring == nil && (deps.Transport == nil || deps.Membership == nil) {
 		err = errors.Join(err, errors.New("Deps.Keyring: required unless Transport and Membership are both injected"))
 	}
-	if deps.Transport != nil && deps.Transport.LocalID() != cfg.ID {
-		err = errors.Join(err, fmt.Errorf("Deps.Transport: local id %q is not ID %q", deps.Transport.LocalID(), cfg.ID))
-	}
 	if err != nil {
 		return nil, fmt.Errorf("manager config: %w", err)
 	}
-	profile, err := leadership.ProfileByName(cfg.ElectionProfile)
+	profile, err := cfg.ElectionProfileOr(deps.ElectionProfile)
 	if err != nil {
 		return nil, err
-	}
-	if deps.ElectionProfile != nil {
-		profile = *deps.ElectionProfile
 	}
 	m := &Manager{
 		cfg:           cfg,

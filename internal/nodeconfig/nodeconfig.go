@@ -154,6 +154,32 @@ func (s Server) Check(p *Problems, role string, inj Injected) {
 	p.Positive("Retention", s.Retention)
 }
 
+// AdoptTransport prepares s for a transport its caller injects (tests,
+// tools): with no peers configured the group is this node alone at the
+// transport's address, and the transport must speak for ID. nil adopts
+// nothing.
+func (s *Server) AdoptTransport(tr transport.Transport) error {
+	if tr == nil {
+		return nil
+	}
+	if len(s.Peers) == 0 {
+		s.Peers = []leadership.Member{{ID: s.ID, QUIC: tr.Addr()}}
+	}
+	if tr.LocalID() != s.ID {
+		return fmt.Errorf("Deps.Transport: local id %q is not ID %q", tr.LocalID(), s.ID)
+	}
+	return nil
+}
+
+// ElectionProfileOr is the election timing s names, or override when the
+// caller supplies one.
+func (s Server) ElectionProfileOr(override *leadership.Profile) (leadership.Profile, error) {
+	if override != nil {
+		return *override, nil
+	}
+	return leadership.ProfileByName(s.ElectionProfile)
+}
+
 // TransportConfig is the node's QUIC transport, over
 // transport.DefaultConfig: its id and listen address.
 func (n Node) TransportConfig(keyring *security.Keyring, logger *slog.Logger) transport.Config {

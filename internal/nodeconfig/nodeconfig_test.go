@@ -12,6 +12,7 @@ import (
 	"tempest/leadership"
 	"tempest/security"
 	"tempest/security/securitytest"
+	"tempest/transport"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
@@ -167,5 +168,48 @@ func TestComponentConfigs(t *testing.T) {
 	}
 	if _, err := n.SwimConfig("localhost:7302", keyring, nil); err == nil {
 		t.Fatal("a host name to bind was accepted")
+	}
+}
+
+func TestAdoptTransport(t *testing.T) {
+	hub := transport.NewHub()
+	tr := hub.Node("g1")
+	defer tr.Close()
+
+	s := DefaultServer("127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", t.TempDir())
+	s.ID = "g1"
+	if err := s.AdoptTransport(tr); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Peers) != 1 || s.Peers[0].ID != "g1" || s.Peers[0].QUIC != tr.Addr() {
+		t.Fatalf("peers %+v, want g1 alone at %s", s.Peers, tr.Addr())
+	}
+
+	configured := []leadership.Member{{ID: "g1", QUIC: "a:1"}, {ID: "g2", QUIC: "b:1"}}
+	s.Peers = configured
+	if err := s.AdoptTransport(tr); err != nil || len(s.Peers) != 2 {
+		t.Fatalf("configured peers replaced (%+v) or refused: %v", s.Peers, err)
+	}
+	s.ID = "g2"
+	if err := s.AdoptTransport(tr); err == nil || !strings.Contains(err.Error(), `local id "g1" is not ID "g2"`) {
+		t.Fatalf("a transport speaking for another node: %v", err)
+	}
+	if err := s.AdoptTransport(nil); err != nil {
+		t.Fatalf("no transport to adopt: %v", err)
+	}
+}
+
+func TestElectionProfileOr(t *testing.T) {
+	s := Server{ElectionProfile: "lan"}
+	if p, err := s.ElectionProfileOr(nil); err != nil || p != leadership.LANProfile() {
+		t.Fatalf("lan: %+v, %v", p, err)
+	}
+	test := leadership.TestProfile()
+	if p, err := s.ElectionProfileOr(&test); err != nil || p != test {
+		t.Fatalf("override: %+v, %v", p, err)
+	}
+	s.ElectionProfile = "wan"
+	if _, err := s.ElectionProfileOr(nil); err == nil {
+		t.Fatal("unknown profile accepted")
 	}
 }
