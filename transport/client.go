@@ -39,9 +39,14 @@ func (t *QUIC) Call(ctx context.Context, addr string, req wire.Message, opts ...
 		ctx, cancel = context.WithTimeout(ctx, t.cfg.CallTimeout)
 		defer cancel()
 	}
-	cb := t.breaker(addr, req.Type().Class())
+	p, err := t.peer(addr)
+	if err != nil {
+		t.stats.callErrors.Add(1)
+		return nil, err
+	}
+	cb := t.breaker(p, req.Type().Class())
 	for attempt := 0; ; attempt++ {
-		resp, err := cb.cb.Execute(func() (wire.Message, error) { return t.roundTrip(ctx, addr, req) })
+		resp, err := cb.cb.Execute(func() (wire.Message, error) { return t.roundTrip(ctx, p, req) })
 		if err == nil {
 			return resp, nil
 		}
@@ -108,9 +113,13 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 		ctx, cancel = context.WithTimeout(ctx, t.cfg.CallTimeout)
 		defer cancel()
 	}
-	cb := t.breaker(addr, msg.Type().Class())
-	_, err := cb.cb.Execute(func() (wire.Message, error) {
-		s, err := t.stream(ctx, addr)
+	p, err := t.peer(addr)
+	if err != nil {
+		return err
+	}
+	cb := t.breaker(p, msg.Type().Class())
+	_, err = cb.cb.Execute(func() (wire.Message, error) {
+		s, err := t.stream(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -123,8 +132,7 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 			s.fail(err)
 			return nil, fmt.Errorf("send %s to %s: %w: %v", msg.Type(), addr, ErrConnLost, err)
 		}
-		t.stats.messagesOut.Add(1)
-		t.stats.bytesOut.Add(uint64(len(sb.frame)))
+		s.w.io.out(len(sb.frame))
 		return nil, nil
 	})
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
@@ -134,8 +142,9 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 }
 
 // roundTrip sends one request on a pooled stream and waits for its reply.
-func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wire.Message, error) {
-	s, err := t.stream(ctx, addr)
+func (t *QUIC) roundTrip(ctx context.Context, p *peer, req wire.Message) (wire.Message, error) {
+	addr := p.addr
+	s, err := t.stream(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -160,8 +169,7 @@ func (t *QUIC) roundTrip(ctx context.Context, addr string, req wire.Message) (wi
 		s.fail(err)
 		return nil, fmt.Errorf("call %s to %s: %w: %v", req.Type(), addr, ErrConnLost, err)
 	}
-	t.stats.messagesOut.Add(1)
-	t.stats.bytesOut.Add(uint64(n))
+	s.w.io.out(n)
 	select {
 	case r := <-ch:
 		// A registration is answered once (by deliver or fail), and this
@@ -190,13 +198,21 @@ type breaker struct {
 	cb *gobreaker.CircuitBreaker[wire.Message]
 }
 
-func (t *QUIC) breaker(addr string, class wire.Class) *breaker {
-	k := breakerKey{peer: addr, class: class}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if b, ok := t.breakers[k]; ok {
+// breaker returns p's breaker for class, made on first use. Calls find it
+// on their peer without a lock: a lookup under the transport's lock in a
+// map keyed by address was a lock every call of every peer queued on.
+func (t *QUIC) breaker(p *peer, class wire.Class) *breaker {
+	slot := &p.breakers[class]
+	if b := slot.Load(); b != nil {
 		return b
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := slot.Load(); b != nil {
+		return b
+	}
+	addr := p.addr
+	k := breakerKey{peer: addr, class: class}
 	threshold := t.cfg.Breaker.ConsecutiveFailures
 	b := &breaker{cb: gobreaker.NewCircuitBreaker[wire.Message](gobreaker.Settings{
 		Name:        addr + "/" + class.String(),
@@ -217,7 +233,7 @@ func (t *QUIC) breaker(addr string, class wire.Class) *breaker {
 			t.log.Info("circuit breaker state change", "breaker", name, "from", from.String(), "to", to.String())
 		},
 	})}
-	t.breakers[k] = b
+	slot.Store(b)
 	return b
 }
 
@@ -232,6 +248,8 @@ type result struct {
 // pool of long-lived streams.
 type peer struct {
 	addr string
+	// breakers are this peer's, one per message class.
+	breakers [wire.NumClasses]atomic.Pointer[breaker]
 
 	mu   sync.Mutex
 	conn *quic.Conn
@@ -364,19 +382,8 @@ func (s *clientStream) fail(err error) {
 // waiting, but the handshake carries on, so the next message finds the
 // connection ready instead of starting a handshake that can never finish
 // in time on a lossy network.
-func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
-	t.mu.Lock()
-	if t.closing {
-		t.mu.Unlock()
-		return nil, ErrClosed
-	}
-	p, ok := t.peers[addr]
-	if !ok {
-		p = &peer{addr: addr}
-		t.peers[addr] = p
-	}
-	t.mu.Unlock()
-
+func (t *QUIC) stream(ctx context.Context, p *peer) (*clientStream, error) {
+	addr := p.addr
 	for {
 		p.mu.Lock()
 		if p.conn != nil && p.conn.Context().Err() == nil && p.streams != nil {
@@ -408,6 +415,21 @@ func (t *QUIC) stream(ctx context.Context, addr string) (*clientStream, error) {
 	}
 }
 
+// peer returns our outbound side to addr, made on first use.
+func (t *QUIC) peer(addr string) (*peer, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closing {
+		return nil, ErrClosed
+	}
+	p, ok := t.peers[addr]
+	if !ok {
+		p = &peer{addr: addr}
+		t.peers[addr] = p
+	}
+	return p, nil
+}
+
 // dialPeer connects p in the background and publishes the outcome.
 func (t *QUIC) dialPeer(p *peer, done chan struct{}) {
 	conn, remoteID, tier, channel, err := t.dial(t.ctx, p.addr)
@@ -437,7 +459,7 @@ func (t *QUIC) pickStream(ctx context.Context, p *peer) (*clientStream, error) {
 		return nil, fmt.Errorf("open stream to %s: %w: %v", p.addr, ErrNotDelivered, err)
 	}
 	s := &clientStream{
-		w:       newStreamWriter(qs, t.keys.NewStreamSealer(p.tier), p.remoteID, p.channel),
+		w:       newStreamWriter(qs, t.stats.ioShard(), t.keys.NewStreamSealer(p.tier), p.remoteID, p.channel),
 		opener:  t.keys.NewStreamOpener(p.tier),
 		owner:   p,
 		pending: make(map[uint64]chan result),
@@ -489,8 +511,7 @@ func (t *QUIC) readReplies(addr string, s *clientStream) {
 			return
 		}
 		s.lastRecv.Store(time.Now().UnixNano())
-		t.stats.messagesIn.Add(1)
-		t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
+		s.w.io.in(len(frame))
 		if err := wire.DecodeEnvelopeInto(&env, frame); err != nil {
 			t.stats.malformed.Add(1)
 			continue

@@ -128,7 +128,7 @@ func (t *QUIC) acceptHello(conn *quic.Conn) (*servedConn, *quic.Stream, error) {
 		}
 		return nil, nil, err
 	}
-	t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
+	t.stats.io[0].bytesIn.Add(uint64(len(frame) + frameHeaderLen))
 	h, err := wire.DecodeHello(frame)
 	if err != nil {
 		t.stats.malformed.Add(1)

@@ -69,11 +69,10 @@ type QUIC struct {
 	hwg    sync.WaitGroup // running handlers, drained first on Close
 	sem    chan struct{}  // MaxInflight tokens
 
-	mu       sync.Mutex
-	closing  bool
-	peers    map[string]*peer
-	inbound  map[*quic.Conn]struct{}
-	breakers map[breakerKey]*breaker
+	mu      sync.Mutex
+	closing bool
+	peers   map[string]*peer
+	inbound map[*quic.Conn]struct{}
 }
 
 var _ Transport = (*QUIC)(nil)
@@ -137,7 +136,6 @@ func NewQUIC(cfg Config) (*QUIC, error) {
 		sem:       make(chan struct{}, cfg.MaxInflight),
 		peers:     make(map[string]*peer),
 		inbound:   make(map[*quic.Conn]struct{}),
-		breakers:  make(map[breakerKey]*breaker),
 	}
 	if cfg.AdvertiseAddr != "" {
 		t.addr = cfg.AdvertiseAddr
@@ -346,7 +344,7 @@ type servedConn struct {
 func (t *QUIC) serveStream(c *servedConn, s *quic.Stream) {
 	defer t.wg.Done()
 	remote := c.remote
-	w := newStreamWriter(s, t.keys.NewStreamSealer(c.tier), c.peerID, c.channel)
+	w := newStreamWriter(s, t.stats.ioShard(), t.keys.NewStreamSealer(c.tier), c.peerID, c.channel)
 	opener := t.keys.NewStreamOpener(c.tier)
 	defer s.Close()
 	var (
@@ -369,8 +367,7 @@ func (t *QUIC) serveStream(c *servedConn, s *quic.Stream) {
 			}
 			return
 		}
-		t.stats.messagesIn.Add(1)
-		t.stats.bytesIn.Add(uint64(len(frame) + frameHeaderLen))
+		w.io.in(len(frame))
 		msg, perr := t.open(&env, frame, c, opener, &aad)
 		// The salt, nonce and body alias buf, which the next frame reuses;
 		// only the header outlives this iteration.
@@ -556,7 +553,7 @@ func (t *QUIC) writePlainError(w *streamWriter, replyTo uint64, e *wire.Error) {
 	}
 	binary.BigEndian.PutUint32(frame, uint32(len(frame)-frameHeaderLen))
 	if err := w.write(nil, frame); err == nil {
-		t.stats.messagesOut.Add(1)
+		w.io.messagesOut.Add(1)
 	}
 }
 
@@ -644,8 +641,7 @@ func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, f
 	if err := w.write(nil, sb.frame); err != nil {
 		return err
 	}
-	t.stats.messagesOut.Add(1)
-	t.stats.bytesOut.Add(uint64(len(sb.frame)))
+	w.io.out(len(sb.frame))
 	return nil
 }
 
@@ -661,6 +657,7 @@ func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, f
 // write has to wait), so a call costs no timer or callback of its own.
 type streamWriter struct {
 	s      *quic.Stream
+	io     *ioCounters // the stream's shard of the message counters
 	sealer *security.StreamSealer
 	// recipient and channel are the peer's node id and the connection's
 	// channel binding, sealed into every envelope written here.
@@ -682,8 +679,8 @@ type writeBatch struct {
 	err      error
 }
 
-func newStreamWriter(s *quic.Stream, sealer *security.StreamSealer, recipient string, channel []byte) *streamWriter {
-	return &streamWriter{s: s, sealer: sealer, recipient: recipient, channel: channel}
+func newStreamWriter(s *quic.Stream, io *ioCounters, sealer *security.StreamSealer, recipient string, channel []byte) *streamWriter {
+	return &streamWriter{s: s, io: io, sealer: sealer, recipient: recipient, channel: channel}
 }
 
 // write returns once frame has been handed to QUIC, or failed to be. With

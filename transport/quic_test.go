@@ -698,3 +698,34 @@ func TestSendToCrashedPeerEndsByItsDeadline(t *testing.T) {
 		t.Fatal("sends to a crashed peer were still blocked after 60 s (idle timeout 2 min): writes ignore their deadlines")
 	}
 }
+
+// Message and byte counters are kept in shards, one per stream; Stats adds
+// them up exactly, whichever streams and goroutines the messages took.
+func TestStatsCountEveryMessageAcrossStreams(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{})
+	echo(b, nil)
+	const callers, calls = 8, 25
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				if _, err := a.Call(context.Background(), b.Addr(), &wire.Ping{Seq: uint64(g*calls + i)}); err != nil {
+					t.Errorf("call: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	sa, sb := a.Stats(), b.Stats()
+	if sa.MessagesOut != callers*calls || sa.MessagesIn != callers*calls || sb.MessagesIn != callers*calls || sb.MessagesOut != callers*calls {
+		t.Fatalf("a out %d in %d, b in %d out %d; want %d each", sa.MessagesOut, sa.MessagesIn, sb.MessagesIn, sb.MessagesOut, callers*calls)
+	}
+	// b also counts the bytes of a's hello.
+	if sa.BytesOut == 0 || sb.BytesIn < sa.BytesOut || sb.BytesOut != sa.BytesIn {
+		t.Fatalf("bytes: a out %d in %d, b in %d out %d", sa.BytesOut, sa.BytesIn, sb.BytesIn, sb.BytesOut)
+	}
+}
