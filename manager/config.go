@@ -28,7 +28,9 @@ type Config struct {
 	// QUICListen is the UDP address of the data plane (workers, peers).
 	QUICListen string `yaml:"quic_listen"`
 	// SwimBind is the host:port of the datacenter's SWIM cluster.
-	SwimBind        string   `yaml:"swim_bind"`
+	SwimBind string `yaml:"swim_bind"`
+	// SwimProfile is that cluster's SWIM timing profile: fastlan (the
+	// default), lan, local or test (docs/failure-detection.md).
 	SwimProfile     string   `yaml:"swim_profile"`
 	ElectionProfile string   `yaml:"election_profile"`
 	Join            []string `yaml:"join"`
@@ -38,6 +40,10 @@ type Config struct {
 	// datacenter's health and leader. GateJoin seeds that cluster.
 	GateSwimBind string   `yaml:"gate_swim_bind"`
 	GateJoin     []string `yaml:"gate_join"`
+	// GateSwimProfile is the SWIM timing profile of this manager's
+	// membership of the gates' cluster: the gates' own swim_profile (lan),
+	// whatever SwimProfile the datacenter runs.
+	GateSwimProfile string `yaml:"gate_swim_profile"`
 	// GateReportInterval is how often the leader reports each gate-driven
 	// job's progress to its gate; the reports renew the datacenter's lease.
 	GateReportInterval time.Duration `yaml:"gate_report_interval"`
@@ -101,7 +107,8 @@ func DefaultConfig() Config {
 		Datacenter:            "dc1",
 		QUICListen:            "127.0.0.1:7401",
 		SwimBind:              "127.0.0.1:7402",
-		SwimProfile:           swim.ProfileLAN,
+		SwimProfile:           swim.ProfileFastLAN,
+		GateSwimProfile:       swim.ProfileLAN,
 		ElectionProfile:       "lan",
 		APIListen:             api.DefaultListen,
 		DataDir:               "data/manager",
@@ -156,6 +163,9 @@ func (c Config) validate(haveTransport, haveMembership bool) error {
 	if c.GateSwimBind != "" {
 		if _, _, err := net.SplitHostPort(c.GateSwimBind); err != nil {
 			add("GateSwimBind: %q is not host:port: %v", c.GateSwimBind, err)
+		}
+		if _, err := swim.ProfileTiming(c.GateSwimProfile); err != nil {
+			add("GateSwimProfile: %v", err)
 		}
 		if c.GateReportInterval <= 0 {
 			add("GateReportInterval: must be positive, got %s", c.GateReportInterval)

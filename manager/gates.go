@@ -108,19 +108,10 @@ func (m *Manager) startGateSwim(keys [][]byte, logger *slog.Logger) error {
 	if m.cfg.GateSwimBind == "" {
 		return nil
 	}
-	host, portStr, _ := net.SplitHostPort(m.cfg.GateSwimBind)
-	port, err := strconv.Atoi(portStr)
+	scfg, err := gateSwimConfig(m.cfg, m.nodeMeta(), keys, logger)
 	if err != nil {
-		return fmt.Errorf("manager GateSwimBind port %q: %w", portStr, err)
+		return err
 	}
-	scfg := swim.DefaultConfig()
-	scfg.NodeName = m.cfg.ID
-	scfg.Profile = m.cfg.SwimProfile
-	scfg.Meta = m.nodeMeta()
-	scfg.Keys = keys
-	scfg.Logger = logger
-	scfg.BindAddr = host
-	scfg.BindPort = port
 	scfg.Embedder = gateEmbedder{m}
 	scfg.Events = swim.EventHandler{
 		OnJoin:   m.onGateAlive,
@@ -131,6 +122,27 @@ func (m *Manager) startGateSwim(keys [][]byte, logger *slog.Logger) error {
 		return fmt.Errorf("manager gate swim: %w", err)
 	}
 	return nil
+}
+
+// gateSwimConfig is this manager's membership of the gates' cluster. Its
+// timing is the gates' (GateSwimProfile), not the datacenter's: that
+// cluster spans datacenters, where the datacenter's fast profile would take
+// a slow link for a dead gate.
+func gateSwimConfig(cfg Config, meta swim.NodeMeta, keys [][]byte, logger *slog.Logger) (swim.Config, error) {
+	host, portStr, _ := net.SplitHostPort(cfg.GateSwimBind)
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return swim.Config{}, fmt.Errorf("manager GateSwimBind port %q: %w", portStr, err)
+	}
+	scfg := swim.DefaultConfig()
+	scfg.NodeName = cfg.ID
+	scfg.Profile = cfg.GateSwimProfile
+	scfg.Meta = meta
+	scfg.Keys = keys
+	scfg.Logger = logger
+	scfg.BindAddr = host
+	scfg.BindPort = port
+	return scfg, nil
 }
 
 func (m *Manager) onGateAlive(n swim.NodeInfo) {
