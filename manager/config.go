@@ -29,8 +29,8 @@ type Config struct {
 	QUICListen string `yaml:"quic_listen"`
 	// SwimBind is the host:port of the datacenter's SWIM cluster.
 	SwimBind string `yaml:"swim_bind"`
-	// SwimProfile is that cluster's SWIM timing profile: fastlan (the
-	// default), lan, local or test (docs/failure-detection.md).
+	// SwimProfile is that cluster's SWIM timing profile: lan (the
+	// default), fastlan, local or test (docs/failure-detection.md).
 	SwimProfile     string   `yaml:"swim_profile"`
 	ElectionProfile string   `yaml:"election_profile"`
 	Join            []string `yaml:"join"`
@@ -107,7 +107,7 @@ func DefaultConfig() Config {
 		Datacenter:            "dc1",
 		QUICListen:            "127.0.0.1:7401",
 		SwimBind:              "127.0.0.1:7402",
-		SwimProfile:           swim.ProfileFastLAN,
+		SwimProfile:           swim.ProfileLAN,
 		GateSwimProfile:       swim.ProfileLAN,
 		ElectionProfile:       "lan",
 		APIListen:             api.DefaultListen,

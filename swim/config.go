@@ -58,15 +58,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns a configuration for the fastlan profile, the
-// default inside one datacenter, on memberlist's usual port. NodeName and
-// Meta.Role must still be set; a cluster that spans datacenters (the
-// gates') sets Profile to ProfileLAN.
+// DefaultConfig returns a configuration for the LAN profile on memberlist's
+// usual port. NodeName and Meta.Role must still be set.
 func DefaultConfig() Config {
 	return Config{
 		BindAddr:         "0.0.0.0",
 		BindPort:         7946,
-		Profile:          ProfileFastLAN,
+		Profile:          ProfileLAN,
 		BroadcastTimeout: 5 * time.Second,
 	}
 }

@@ -27,7 +27,7 @@ type Config struct {
 	// SwimBind is the IP:port memberlist binds (UDP and TCP). Port 0 picks
 	// one; peers learn it when this node joins.
 	SwimBind string `yaml:"swim_bind"`
-	// SwimProfile is the SWIM timing profile: fastlan (the default), lan,
+	// SwimProfile is the SWIM timing profile: lan (the default), fastlan,
 	// local or test (docs/failure-detection.md).
 	SwimProfile string `yaml:"swim_profile"`
 	// Join lists SWIM addresses (host:port) of nodes already in the
@@ -116,7 +116,7 @@ func DefaultConfig() Config {
 		Datacenter:       "dc1",
 		QUICListen:       "127.0.0.1:0",
 		SwimBind:         "127.0.0.1:0",
-		SwimProfile:      swim.ProfileFastLAN,
+		SwimProfile:      swim.ProfileLAN,
 		Cores:            runtime.NumCPU(),
 		QueueSoftLimit:   256,
 		ProgressInterval: 100 * time.Millisecond,

@@ -173,7 +173,7 @@ func TestSampleConfigs(t *testing.T) {
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			if cfg.ID != tc.id || cfg.Datacenter != tc.dc || len(cfg.Managers) != 3 || len(cfg.Join) != 3 || cfg.SwimProfile != "fastlan" {
+			if cfg.ID != tc.id || cfg.Datacenter != tc.dc || len(cfg.Managers) != 3 || len(cfg.Join) != 3 || cfg.SwimProfile != "lan" {
 				t.Fatalf("config = %+v", cfg)
 			}
 		})
