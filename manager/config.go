@@ -5,6 +5,7 @@ import (
 
 	"tempest/api"
 	"tempest/internal/nodeconfig"
+	"tempest/swim"
 )
 
 // Config configures a Manager. The YAML tags are the config file's keys; the
@@ -22,6 +23,10 @@ type Config struct {
 	// datacenter's health and leader. GateJoin seeds that cluster.
 	GateSwimBind string   `yaml:"gate_swim_bind"`
 	GateJoin     []string `yaml:"gate_join"`
+	// GateSwimProfile is the SWIM timing profile of this manager's
+	// membership of the gates' cluster: the gates' own swim_profile (lan),
+	// whatever SwimProfile the datacenter runs.
+	GateSwimProfile string `yaml:"gate_swim_profile"`
 	// GateReportInterval is how often the leader reports each gate-driven
 	// job's progress to its gate; the reports renew the datacenter's lease.
 	GateReportInterval time.Duration `yaml:"gate_report_interval"`
@@ -64,6 +69,7 @@ func DefaultConfig() Config {
 	return Config{
 		Server:                nodeconfig.DefaultServer("127.0.0.1:7401", "127.0.0.1:7402", api.DefaultListen, "data/manager"),
 		Datacenter:            "dc1",
+		GateSwimProfile:       swim.ProfileLAN,
 		MaxWorkflowRetries:    3,
 		QueueSoftLimit:        256,
 		StateSyncRetries:      3,
@@ -91,6 +97,9 @@ func (c Config) validate(haveTransport, haveMembership bool) error {
 	if c.GateSwimBind != "" {
 		if _, _, err := nodeconfig.BindAddr(c.GateSwimBind); err != nil {
 			p.Add("GateSwimBind", "%v", err)
+		}
+		if _, err := swim.ProfileTiming(c.GateSwimProfile); err != nil {
+			p.Add("GateSwimProfile", "%v", err)
 		}
 		p.Positive("GateReportInterval", c.GateReportInterval)
 	}

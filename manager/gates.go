@@ -107,11 +107,10 @@ func (m *Manager) startGateSwim(keyring *security.Keyring, logger *slog.Logger) 
 	if m.cfg.GateSwimBind == "" {
 		return nil
 	}
-	scfg, err := m.cfg.SwimConfig(m.cfg.GateSwimBind, keyring, logger)
+	scfg, err := gateSwimConfig(m.cfg, m.nodeMeta(), keyring, logger)
 	if err != nil {
-		return fmt.Errorf("manager GateSwimBind: %w", err)
+		return err
 	}
-	scfg.Meta = m.nodeMeta()
 	scfg.Embedder = gateEmbedder{m}
 	scfg.Events = swim.EventHandler{
 		OnJoin:   m.onGateAlive,
@@ -123,6 +122,20 @@ func (m *Manager) startGateSwim(keyring *security.Keyring, logger *slog.Logger) 
 	}
 	m.life.Opened(m.gateMembers.Shutdown)
 	return nil
+}
+
+// gateSwimConfig is this manager's membership of the gates' cluster. Its
+// timing is the gates' (GateSwimProfile), not the datacenter's: that
+// cluster spans datacenters, where the datacenter's fast profile would take
+// a slow link for a dead gate.
+func gateSwimConfig(cfg Config, meta swim.NodeMeta, keyring *security.Keyring, logger *slog.Logger) (swim.Config, error) {
+	scfg, err := cfg.SwimConfig(cfg.GateSwimBind, keyring, logger)
+	if err != nil {
+		return swim.Config{}, fmt.Errorf("manager GateSwimBind: %w", err)
+	}
+	scfg.Profile = cfg.GateSwimProfile
+	scfg.Meta = meta
+	return scfg, nil
 }
 
 func (m *Manager) onGateAlive(n swim.NodeInfo) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tempest/internal/testutil"
+	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -137,5 +138,28 @@ func TestGateLeaseLapseStopsTheJob(t *testing.T) {
 	st := waitJob(t, l, sub.JobID, wire.JobFailed, 20*time.Second)
 	if !strings.Contains(st.Error, "lease lapsed") {
 		t.Fatalf("job failed with %q, want the lapsed lease named", st.Error)
+	}
+}
+
+// The gates' cluster spans datacenters, so a manager's membership of it runs
+// the gates' profile even when its own datacenter runs fastlan.
+func TestGateSwimRunsTheGatesProfile(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ID = "m1"
+	cfg.GateSwimBind = "127.0.0.1:7403"
+	if cfg.GateSwimProfile != swim.ProfileLAN {
+		t.Fatalf("default gate swim profile %q", cfg.GateSwimProfile)
+	}
+	cfg.SwimProfile = swim.ProfileFastLAN
+	scfg, err := gateSwimConfig(cfg, swim.NodeMeta{Role: wire.RoleManager}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if scfg.Profile != swim.ProfileLAN || scfg.BindAddr != "127.0.0.1" || scfg.BindPort != 7403 || scfg.NodeName != "m1" {
+		t.Fatalf("gate swim config = %+v", scfg)
+	}
+	cfg.GateSwimProfile = "wan"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "GateSwimProfile") {
+		t.Fatalf("an unknown gate swim profile validated: %v", err)
 	}
 }

@@ -315,6 +315,7 @@ func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 		}
 		if n.GateSwim != "" {
 			cfg["gate_swim_bind"] = n.GateSwim
+			cfg["gate_swim_profile"] = c.opts.SwimProfile
 			cfg["gate_join"] = gateSeeds
 			cfg["gate_report_interval"] = "250ms"
 		}
