@@ -59,6 +59,7 @@ type options struct {
 	every   time.Duration
 	only    string
 	stagger time.Duration
+	detail  bool
 }
 
 func main() {
@@ -73,6 +74,7 @@ func main() {
 	flag.DurationVar(&o.every, "every", 200*time.Millisecond, "sampling period")
 	flag.StringVar(&o.only, "only", "", "run one mode only: passive or push")
 	flag.DurationVar(&o.stagger, "stagger", 100*time.Millisecond, "pause between starting two workers")
+	flag.BoolVar(&o.detail, "detail", false, "print, per cell, which workers and which seconds had samples over 1 s")
 	flag.Parse()
 	for _, f := range strings.Split(counts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -291,6 +293,7 @@ func cell(n int, push bool, o options, timing swim.Timing, cpuShare *float64) ([
 	time.Sleep(o.warmup)
 
 	var xs []time.Duration
+	over, overAt := map[string]int{}, map[time.Duration]int{}
 	cpu0, wall0 := cpuTime(), time.Now()
 	defer func() { *cpuShare = float64(cpuTime()-cpu0) / float64(time.Since(wall0)) }()
 	t := time.NewTicker(o.every)
@@ -314,8 +317,18 @@ func cell(n int, push bool, o options, timing swim.Timing, cpuShare *float64) ([
 				xs = append(xs, now.Sub(start))
 				continue
 			}
-			xs = append(xs, time.Duration(nv.HeartbeatAgeMs)*time.Millisecond)
+			age := time.Duration(nv.HeartbeatAgeMs) * time.Millisecond
+			xs = append(xs, age)
+			if age > time.Second {
+				over[nv.Name]++
+				overAt[now.Sub(wall0).Truncate(time.Second)]++
+			}
 		}
+	}
+	if o.detail {
+		// Whether stale samples are a few workers' (a push path that
+		// breaks) or everyone's at the same moments (a stalled process).
+		fmt.Fprintf(os.Stderr, "# samples over 1s, by worker: %v\n# by second of the window: %v\n", over, overAt)
 	}
 	return xs, nil
 }

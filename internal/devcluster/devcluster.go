@@ -64,6 +64,9 @@ type Options struct {
 	// `ip netns exec NS`. Partition tests put each node in a network
 	// namespace this way. Nil keeps every node on loopback with free ports.
 	Place func(name, role, dc string) (Placement, error)
+	// ManagerConfig holds config-file keys added to every manager's file
+	// (benchmarks raise api_rate_limit this way).
+	ManagerConfig map[string]any
 }
 
 // Placement is where one node runs.
@@ -319,6 +322,7 @@ func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 			cfg["gate_join"] = gateSeeds
 			cfg["gate_report_interval"] = "250ms"
 		}
+		maps.Copy(cfg, c.opts.ManagerConfig)
 		path, err := c.writeConfig(n, cfg)
 		if err != nil {
 			return err

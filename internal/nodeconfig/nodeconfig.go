@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -66,6 +67,12 @@ type Server struct {
 	// names a concrete host and port.
 	APIListen    string `yaml:"api_listen"`
 	APIAdvertise string `yaml:"api_advertise"`
+	// APIRateLimit is the requests per second each client IP may make on
+	// average, APIRateBurst how many at once; 0 keeps the API's defaults
+	// (50 and 100). A CI fleet submitting through one NAT address, or a
+	// benchmark, needs more.
+	APIRateLimit float64 `yaml:"api_rate_limit"`
+	APIRateBurst int     `yaml:"api_rate_burst"`
 
 	// DataDir holds the node's election state and its stores.
 	DataDir string `yaml:"data_dir"`
@@ -149,6 +156,10 @@ func (s Server) Check(p *Problems, role string, inj Injected) {
 	if s.DataDir == "" {
 		p.Add("DataDir", "must not be empty")
 	}
+	if s.APIRateLimit < 0 || math.IsNaN(s.APIRateLimit) || math.IsInf(s.APIRateLimit, 0) {
+		p.Add("APIRateLimit", "must be a finite number, 0 or more (0 keeps the default), got %v", s.APIRateLimit)
+	}
+	p.AtLeast("APIRateBurst", s.APIRateBurst, 0)
 	p.Positive("QuorumTimeout", s.QuorumTimeout)
 	p.Positive("DispatchTimeout", s.DispatchTimeout)
 	p.Positive("Retention", s.Retention)

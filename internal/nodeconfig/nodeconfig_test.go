@@ -41,6 +41,8 @@ func TestCheckNamesEveryField(t *testing.T) {
 		Peers:           []leadership.Member{{ID: "a", QUIC: "a:1"}},
 		APIListen:       "127.0.0.1:http",
 		APIAdvertise:    "ftp://x",
+		APIRateLimit:    -1,
+		APIRateBurst:    -1,
 	}
 	var p Problems
 	s.Check(&p, "gate", Injected{})
@@ -52,7 +54,7 @@ func TestCheckNamesEveryField(t *testing.T) {
 		t.Fatal("a broken config passed")
 	}
 	for _, want := range []string{"ID:", "QUICListen:", "SwimBind:", "SwimProfile:", "Join: entry 1", "ElectionProfile:",
-		"Peers: must include this gate", "APIListen:", "APIAdvertise:", "DataDir:", "QuorumTimeout: must be positive", "DispatchTimeout:", "Retention:",
+		"Peers: must include this gate", "APIListen:", "APIAdvertise:", "APIRateLimit:", "APIRateBurst:", "DataDir:", "QuorumTimeout: must be positive", "DispatchTimeout:", "Retention:",
 		"Tick: must be positive",
 		"Retries: must not be negative", "Limit: must be at least 1"} {
 		if !strings.Contains(err.Error(), want) {
@@ -109,6 +111,8 @@ peers:
   - {id: r1, quic: 10.0.0.1:7301}
 api_listen: 10.0.0.1:7411
 api_advertise: https://r1.example:7411
+api_rate_limit: 500
+api_rate_burst: 1000
 data_dir: /var/lib/tempest/r1
 quorum_timeout: 3s
 dispatch_timeout: 4s
@@ -125,7 +129,8 @@ tick: 2s
 		Node: Node{ID: "r1", QUICListen: "10.0.0.1:7301", SwimBind: "10.0.0.1:7302", SwimProfile: "fastlan",
 			Join: []string{"10.0.0.2:7302"}},
 		ElectionProfile: "local", Peers: []leadership.Member{{ID: "r1", QUIC: "10.0.0.1:7301"}},
-		APIListen: "10.0.0.1:7411", APIAdvertise: "https://r1.example:7411", DataDir: "/var/lib/tempest/r1",
+		APIListen: "10.0.0.1:7411", APIAdvertise: "https://r1.example:7411", APIRateLimit: 500, APIRateBurst: 1000,
+		DataDir:       "/var/lib/tempest/r1",
 		QuorumTimeout: 3 * time.Second, DispatchTimeout: 4 * time.Second, Retention: time.Hour,
 	}, Tick: 2 * time.Second}
 	var got, exp bytes.Buffer

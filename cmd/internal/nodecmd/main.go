@@ -120,6 +120,5 @@ func (b Binary[C]) Main(args []string, p Process) int {
 		node.Log.Error("refusing to start", "err", err)
 		return ExitFailure
 	}
-	srv := b.Server(&cfg)
-	return ServeAPI(s.Role, b.Role, node, opts, srv.APIListen, srv.APIAdvertise != "", p.Sigs, p.Getenv, b.Shutdown, p.Ready, s.Attrs...)
+	return ServeAPI(s.Role, b.Role, node, opts, *b.Server(&cfg), p.Sigs, p.Getenv, b.Shutdown, p.Ready, s.Attrs...)
 }

@@ -224,10 +224,16 @@ type APIRole interface {
 // the config advertises one, and serves until a signal stops both (Serve).
 // ready, if not nil, receives the API URL once serving. It returns the exit
 // code; a server that cannot start shuts the role down.
-func ServeAPI(role APIRole, name string, node Node, opts Options, listen string, advertised bool,
+func ServeAPI(role APIRole, name string, node Node, opts Options, server nodeconfig.Server,
 	sigs <-chan os.Signal, getenv func(string) string, timeout time.Duration, ready chan<- string, attrs ...any) int {
 	scfg := api.DefaultServerConfig()
-	scfg.Listen = listen
+	scfg.Listen = server.APIListen
+	if server.APIRateLimit > 0 {
+		scfg.RateLimit = server.APIRateLimit
+	}
+	if server.APIRateBurst > 0 {
+		scfg.RateBurst = server.APIRateBurst
+	}
 	scfg.Token = node.Token
 	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
 	scfg.Registry = rainstorm.Registry(rainstorm.ParseOptions{})
@@ -251,7 +257,7 @@ func ServeAPI(role APIRole, name string, node Node, opts Options, listen string,
 		role.Shutdown(context.Background())
 		return ExitFailure
 	}
-	if !advertised {
+	if server.APIAdvertise == "" {
 		if err := role.SetAPIAddr(srv.URL()); err != nil {
 			node.Log.Warn("could not publish the API address", "err", err)
 		}
