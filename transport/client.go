@@ -128,7 +128,9 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 			return nil, err
 		}
 		defer t.putBuf(sb)
-		if err := s.writeBy(ctx, sb.frame); err != nil {
+		if err := s.writeBy(ctx, sb.frame); errors.Is(err, errLeftInQueue) {
+			return nil, fmt.Errorf("send %s to %s: %w", msg.Type(), addr, ctx.Err())
+		} else if err != nil {
 			s.fail(err)
 			return nil, fmt.Errorf("send %s to %s: %w: %v", msg.Type(), addr, ErrConnLost, err)
 		}
@@ -165,6 +167,11 @@ func (t *QUIC) roundTrip(ctx context.Context, p *peer, req wire.Message) (wire.M
 	err = s.writeBy(ctx, sb.frame)
 	n := len(sb.frame)
 	t.putBuf(sb)
+	if errors.Is(err, errLeftInQueue) {
+		// This caller gave up; the request still goes out, and a late
+		// reply finds no one registered.
+		return nil, fmt.Errorf("call %s to %s: %w", req.Type(), addr, ctx.Err())
+	}
 	if err != nil {
 		s.fail(err)
 		return nil, fmt.Errorf("call %s to %s: %w: %v", req.Type(), addr, ErrConnLost, err)
@@ -273,6 +280,9 @@ type peer struct {
 // next call redials.
 func (s *clientStream) writeBy(ctx context.Context, frame []byte) error {
 	err := s.w.write(ctx, frame)
+	if errors.Is(err, errLeftInQueue) {
+		return err // nothing of ours is half-written; the stream carries on
+	}
 	// The stream's deadline can pass a moment before ctx's own timer fires.
 	if err != nil && (ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)) {
 		s.owner.dropConn(s)

@@ -674,19 +674,28 @@ type streamWriter struct {
 
 type writeBatch struct {
 	buf      []byte
-	deadline time.Time // the earliest of its frames' deadlines; zero: none
-	done     chan struct{}
-	err      error
+	deadline time.Time // the latest of its frames' deadlines; zero: none
+	// unbounded: some frame's caller set no deadline, so neither does the
+	// batch.
+	unbounded bool
+	done      chan struct{}
+	err       error
 }
 
 func newStreamWriter(s *quic.Stream, io *ioCounters, sealer *security.StreamSealer, recipient string, channel []byte) *streamWriter {
 	return &streamWriter{s: s, io: io, sealer: sealer, recipient: recipient, channel: channel}
 }
 
+// errLeftInQueue: the caller stopped waiting while its frame was queued
+// behind another write. The frame is still sent, whole, with its batch, so
+// the stream is fine; only this caller has gone.
+var errLeftInQueue = errors.New("gave up waiting for the stream")
+
 // write returns once frame has been handed to QUIC, or failed to be. With
 // a non-nil ctx it gives up when ctx ends: by the stream's write deadline
-// when this goroutine writes, by ctx when it waits for another to. Either
-// way the stream may then hold part of a frame, so the caller must drop it.
+// when this goroutine writes, and then the stream may hold part of a frame,
+// so the caller must drop it; by ctx when it waits for another to
+// (errLeftInQueue), and then the stream is intact and must be kept.
 func (w *streamWriter) write(ctx context.Context, frame []byte) error {
 	var deadline time.Time
 	if ctx != nil {
@@ -709,7 +718,13 @@ func (w *streamWriter) write(ctx context.Context, frame []byte) error {
 	}
 	b := w.pending
 	b.buf = append(b.buf, frame...)
-	if !deadline.IsZero() && (b.deadline.IsZero() || deadline.Before(b.deadline)) {
+	// The batch may take as long as its most patient frame: a frame whose
+	// caller's deadline passes first leaves the queue (errLeftInQueue), and
+	// its deadline must not cut the write short for the rest.
+	switch {
+	case deadline.IsZero():
+		b.unbounded, b.deadline = true, time.Time{}
+	case !b.unbounded && deadline.After(b.deadline):
 		b.deadline = deadline
 	}
 	if w.writing {
@@ -723,8 +738,9 @@ func (w *streamWriter) write(ctx context.Context, frame []byte) error {
 			return b.err
 		case <-ctx.Done():
 			// The write ahead of ours may be blocked with a later
-			// deadline (or none); ours has passed.
-			return fmt.Errorf("write gave up waiting for the stream: %w", ctx.Err())
+			// deadline (or none); ours has passed. Our frame stays in
+			// the batch and goes out whole with it: the stream is intact.
+			return fmt.Errorf("%w: %w", errLeftInQueue, ctx.Err())
 		}
 	}
 	// Lead: write batches until none is waiting. Under sustained load the

@@ -729,3 +729,120 @@ func TestStatsCountEveryMessageAcrossStreams(t *testing.T) {
 		t.Fatalf("bytes: a out %d in %d, b in %d out %d", sa.BytesOut, sa.BytesIn, sb.BytesIn, sb.BytesOut)
 	}
 }
+
+// TestCallerGivingUpInTheWriteQueueKeepsTheConnection: a caller whose
+// context ends while its frame waits behind another caller's write has
+// written nothing of its own (its frame is copied into the batch, and goes
+// out whole with it), so it must not take the stream or the connection down
+// with it. It used to: a manager's quorum round cancels the straggling peer's
+// request once a majority answered, and under load that request was often
+// still queued, so every such round closed the connection to that peer, failed
+// every call in flight on it and, five times over, opened its breaker: job
+// intake then refused jobs with "no quorum" on a quiet machine.
+func TestCallerGivingUpInTheWriteQueueKeepsTheConnection(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = time.Minute }})
+	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.MaxInflight = 1 }})
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the transports close, which wait for handlers
+	b.Handle(wire.TypePing, func(ctx context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
+		if msg.(*wire.Ping).Seq == 1 {
+			<-release // holds b's only handler slot: b stops reading
+		}
+		return msg, nil
+	})
+	ctx := context.Background()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error { return ping(ctx, a, b.Addr()) })
+
+	errs := make(chan error, 8)
+	call := func(ctx context.Context, seq uint64, size int) {
+		_, err := a.Call(ctx, b.Addr(), &wire.Ping{Seq: seq, Payload: make([]byte, size)})
+		errs <- err
+	}
+	go call(ctx, 1, 10)
+	// Enough to fill b's stream window while it reads nothing: one of these
+	// writes blocks in QUIC, the others queue behind it.
+	for seq := uint64(2); seq < 6; seq++ {
+		go call(ctx, seq, 8<<20)
+	}
+	w := func() *streamWriter {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		p := a.peers[b.Addr()]
+		if p == nil {
+			return nil
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.streams) == 0 || p.streams[0] == nil {
+			return nil
+		}
+		return p.streams[0].w
+	}
+	queued := func() int {
+		sw := w()
+		if sw == nil {
+			return 0
+		}
+		sw.mu.Lock()
+		defer sw.mu.Unlock()
+		if !sw.writing || sw.pending == nil {
+			return 0
+		}
+		return len(sw.pending.buf)
+	}
+	testutil.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if queued() < 8<<20 {
+			return errors.New("no write blocked with another queued behind it yet")
+		}
+		return nil
+	})
+	before := queued()
+	gctx, giveUp := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := a.Call(gctx, b.Addr(), &wire.Ping{Seq: 6, Payload: make([]byte, 10)})
+		gaveUp <- err
+	}()
+	testutil.Eventually(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if queued() <= before {
+			return errors.New("the small call is not queued yet")
+		}
+		return nil
+	})
+	giveUp()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the call that gave up: %v, want context.Canceled", err)
+	}
+	// A queued caller whose deadline passes leaves the same way, and its
+	// deadline does not become the batch's: the batch still goes out.
+	before = queued()
+	if before < 8<<20 {
+		t.Fatalf("%d bytes queued: the large calls should still wait behind the blocked write", before)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	go func() {
+		_, err := a.Call(dctx, b.Addr(), &wire.Ping{Seq: 7, Payload: make([]byte, 10)})
+		gaveUp <- err
+	}()
+	testutil.Eventually(t, 3*time.Second, 5*time.Millisecond, func() error {
+		if queued() <= before {
+			return errors.New("the call with a deadline is not queued yet")
+		}
+		return nil
+	})
+	if err := <-gaveUp; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the call whose deadline passed: %v, want context.DeadlineExceeded", err)
+	}
+	unblock()
+	for range 5 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a call queued beside the one that gave up: %v", err)
+		}
+	}
+	if s := a.Stats(); len(s.Breakers) != 0 {
+		t.Fatalf("breakers after one caller gave up: %+v", s.Breakers)
+	}
+}
