@@ -670,6 +670,8 @@ type streamWriter struct {
 	// deadline is the write deadline last set on s; only the goroutine
 	// holding the writing role reads or sets it.
 	deadline time.Time
+	// broken is the error of a write that failed; see failLocked.
+	broken error
 }
 
 type writeBatch struct {
@@ -702,6 +704,11 @@ func (w *streamWriter) write(ctx context.Context, frame []byte) error {
 		deadline, _ = ctx.Deadline()
 	}
 	w.mu.Lock()
+	if w.broken != nil {
+		err := w.broken
+		w.mu.Unlock()
+		return err
+	}
 	if !w.writing && w.pending == nil {
 		// Idle stream: write our frame as it is, no copy, then lead any
 		// batch that formed behind it.
@@ -709,6 +716,7 @@ func (w *streamWriter) write(ctx context.Context, frame []byte) error {
 		w.mu.Unlock()
 		err := w.writeOut(frame, deadline)
 		w.mu.Lock()
+		w.failLocked(err)
 		w.drain()
 		w.mu.Unlock()
 		return err
@@ -768,12 +776,29 @@ func (w *streamWriter) drain() {
 	for w.pending != nil {
 		batch := w.pending
 		w.pending = nil
+		if w.broken != nil {
+			batch.err = w.broken
+			close(batch.done)
+			continue
+		}
 		w.mu.Unlock()
 		batch.err = w.writeOut(batch.buf, batch.deadline)
 		close(batch.done)
 		w.mu.Lock()
+		w.failLocked(batch.err)
 	}
 	w.writing = false
+}
+
+// failLocked marks the stream broken after a failed write: it may hold part
+// of a frame, so nothing more may follow on it, whether or not anyone is
+// still waiting to hear about the failure (every caller of the batch may
+// have left the queue). Later writes get the error at once, and their
+// callers drop the stream.
+func (w *streamWriter) failLocked(err error) {
+	if err != nil && w.broken == nil {
+		w.broken = err
+	}
 }
 
 // asTyped passes a *wire.Error through and turns anything else into a
