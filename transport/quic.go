@@ -714,9 +714,9 @@ func (w *streamWriter) write(ctx context.Context, frame []byte) error {
 		// batch that formed behind it.
 		w.writing = true
 		w.mu.Unlock()
-		err := w.writeOut(frame, deadline)
+		partial, err := w.writeOut(frame, deadline)
 		w.mu.Lock()
-		w.failLocked(err)
+		w.failLocked(err, partial)
 		w.drain()
 		w.mu.Unlock()
 		return err
@@ -761,13 +761,13 @@ func (w *streamWriter) write(ctx context.Context, frame []byte) error {
 }
 
 // writeOut writes buf under deadline. Called only by the writing role.
-func (w *streamWriter) writeOut(buf []byte, deadline time.Time) error {
+func (w *streamWriter) writeOut(buf []byte, deadline time.Time) (partial bool, err error) {
 	if !deadline.Equal(w.deadline) {
 		w.s.SetWriteDeadline(deadline)
 		w.deadline = deadline
 	}
-	_, err := w.s.Write(buf)
-	return err
+	n, err := w.s.Write(buf)
+	return err != nil && n > 0, err
 }
 
 // drain writes queued batches until none is left, then gives up the lead.
@@ -782,21 +782,24 @@ func (w *streamWriter) drain() {
 			continue
 		}
 		w.mu.Unlock()
-		batch.err = w.writeOut(batch.buf, batch.deadline)
+		var partial bool
+		partial, batch.err = w.writeOut(batch.buf, batch.deadline)
 		close(batch.done)
 		w.mu.Lock()
-		w.failLocked(batch.err)
+		w.failLocked(batch.err, partial)
 	}
 	w.writing = false
 }
 
-// failLocked marks the stream broken after a failed write: it may hold part
-// of a frame, so nothing more may follow on it, whether or not anyone is
-// still waiting to hear about the failure (every caller of the batch may
-// have left the queue). Later writes get the error at once, and their
-// callers drop the stream.
-func (w *streamWriter) failLocked(err error) {
-	if err != nil && w.broken == nil {
+// failLocked marks the stream broken after a write that failed part way:
+// the stream holds part of a frame, so nothing more may follow on it,
+// whether or not anyone is still waiting to hear about the failure (every
+// caller of the batch may have left the queue). Later writes get the error
+// at once, and their callers drop the stream. A write that failed before
+// its first byte (a batch whose callers' deadlines had all passed) leaves
+// the stream as it was.
+func (w *streamWriter) failLocked(err error, partial bool) {
+	if partial && w.broken == nil {
 		w.broken = err
 	}
 }
