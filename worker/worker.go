@@ -158,7 +158,10 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		version: uint64(deps.Now().UnixNano()),
 		changed: make(chan struct{}),
 	}
+	// An ack must never carry an empty payload: a manager cannot tell that
+	// from garbage, and the first acks go out before anything else takes mu.
 	w.bumpLocked()
+	w.refreshHeartbeatLocked()
 	return w, nil
 }
 
@@ -207,6 +210,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.members = members
 	w.running = true
 	w.bumpLocked()
+	w.refreshHeartbeatLocked()
 	w.mu.Unlock()
 
 	w.contact.touch(w.now())
@@ -283,10 +287,12 @@ func (w *Worker) ReloadSecrets(current, previous string) error {
 			return fmt.Errorf("reload secrets: gossip keys: %w", err)
 		}
 	}
-	// The heartbeat carries the key ids: mark it changed so managers (and
-	// `tempest cluster`) see the pass land on this worker at the next ack.
+	// The heartbeat carries the key ids: re-encode it now, not when an ack
+	// finds the lock free, so managers (and `tempest cluster`) see the pass
+	// land on this worker at the next ack.
 	w.mu.Lock()
 	w.bumpLocked()
+	w.refreshHeartbeatLocked()
 	w.mu.Unlock()
 	w.log.Info("secrets reloaded", "key_ids", w.keyring.AcceptedKeyIDs())
 	return nil
