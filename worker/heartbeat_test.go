@@ -18,14 +18,9 @@ import (
 )
 
 func TestLocalStateIsTheHeartbeat(t *testing.T) {
-	h := startHarness(t, harnessOption{})
+	h := startHarness(t, noPushes)
 	h.m.mustStart(t, "w1", dispatchOf("j", "wf", sleepSpec(t, time.Hour, 3), 1))
-	emb := embedder{h.w}
-	got, err := swim.DecodeWorkerHeartbeat(emb.LocalState())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := h.w.Heartbeat()
+	got, want := currentAck(t, h.w)
 	if got.NodeID != "w1" || got.Version != want.Version || got.AvailableCores != 1 || got.TotalCores != 4 ||
 		got.QueueDepth != 1 || got.State != wire.WorkerHealthy || got.Datacenter != "dc1" || got.ActiveWorkflows["wf"] != "RUNNING" {
 		t.Fatalf("ack payload %+v, heartbeat %+v", got, want)
@@ -38,6 +33,36 @@ func TestLocalStateIsTheHeartbeat(t *testing.T) {
 	if after := h.w.Heartbeat(); after.Version <= before || after.AvailableCores != 4 {
 		t.Fatalf("after cancel: version %d (was %d), available %d", after.Version, before, after.AvailableCores)
 	}
+}
+
+// noPushes keeps the heartbeat push from encoding the SWIM payload (it
+// pushes once the worker registers, then not for an hour), so a test that
+// sees the payload come up to date saw an ack do it.
+var noPushes = harnessOption{cfg: func(c *Config) { c.HeartbeatPush = time.Hour }}
+
+// currentAck returns an ack payload and the heartbeat as of that payload.
+// An ack is allowed to lag: one whose LocalState finds the worker's lock
+// busy carries the payload of the change before (the next ack, or the next
+// push, brings it up to date), and the health monitor may change the
+// heartbeat between two reads. So it polls for an ack whose version is the
+// heartbeat's both just before and just after it: the payload of that
+// moment, which must then show everything the heartbeat shows.
+func currentAck(t *testing.T, w *Worker) (got *wire.WorkerHeartbeat, want wire.WorkerHeartbeat) {
+	t.Helper()
+	emb := embedder{w}
+	testutil.Eventually(t, waitFor, pollStep, func() error {
+		before := w.Heartbeat().Version
+		hb, err := swim.DecodeWorkerHeartbeat(emb.LocalState())
+		if err != nil {
+			t.Fatalf("ack payload: %v", err) // an ack never carries garbage or nothing
+		}
+		got, want = hb, w.Heartbeat()
+		if got.Version != before || want.Version != before {
+			return fmt.Errorf("ack version %d, heartbeat %d then %d", got.Version, before, want.Version)
+		}
+		return nil
+	})
+	return got, want
 }
 
 func TestManagerHeartbeatTracksLeader(t *testing.T) {
@@ -200,7 +225,7 @@ func TestHeartbeatPushedToLeader(t *testing.T) {
 // Changes do not encode the SWIM payload: the ack that next needs it does,
 // once for any number of changes, and it is current.
 func TestHeartbeatEncodedWhenAskedNotOnEveryChange(t *testing.T) {
-	h := startHarness(t, harnessOption{})
+	h := startHarness(t, noPushes)
 	emb := embedder{h.w}
 	for i := range 3 {
 		h.m.mustStart(t, "w1", dispatchOf("j", fmt.Sprintf("wf%d", i), sleepSpec(t, time.Hour, 1), uint64(i+1)))
@@ -216,16 +241,27 @@ func TestHeartbeatEncodedWhenAskedNotOnEveryChange(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d encodes for 20 changes no ack asked for", n)
 	}
-	got, err := swim.DecodeWorkerHeartbeat(emb.LocalState())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := h.w.Heartbeat(); got.Version != want.Version || len(got.ActiveWorkflows) != 3 || got.AvailableCores != 1 {
+	if got, want := currentAck(t, h.w); got.Version != want.Version || len(got.ActiveWorkflows) != 3 || got.AvailableCores != 1 {
 		t.Fatalf("ack payload version %d, %d workflows, %d free; heartbeat version %d", got.Version, len(got.ActiveWorkflows), got.AvailableCores, want.Version)
 	}
-	encodes := h.w.hbEncodes.Load()
-	emb.LocalState()
-	if n := h.w.hbEncodes.Load(); n != encodes {
-		t.Fatalf("an unchanged heartbeat was encoded again (%d → %d)", encodes, n)
-	}
+	// The health monitor may change the heartbeat meanwhile, and then an
+	// encode is due: judge only a window in which the version stood still
+	// and the payload was current from its start.
+	testutil.Eventually(t, waitFor, pollStep, func() error {
+		v := h.w.Heartbeat().Version
+		first, err := swim.DecodeWorkerHeartbeat(emb.LocalState())
+		if err != nil {
+			t.Fatal(err)
+		}
+		encodes := h.w.hbEncodes.Load()
+		emb.LocalState()
+		n := h.w.hbEncodes.Load()
+		if first.Version != v || h.w.Heartbeat().Version != v {
+			return fmt.Errorf("the heartbeat changed (version %d, ack %d, now %d)", v, first.Version, h.w.Heartbeat().Version)
+		}
+		if n != encodes {
+			t.Fatalf("an unchanged heartbeat was encoded again (%d → %d)", encodes, n)
+		}
+		return nil
+	})
 }
