@@ -75,8 +75,14 @@ func (m *Manager) workerHeartbeat(hb *wire.WorkerHeartbeat, swimAddr string, pus
 	}
 }
 
-// refreshHeartbeat rebuilds the embedded heartbeat.
+// refreshHeartbeat rebuilds the embedded heartbeat. Rebuilds run one at a
+// time, so the state they read and the versions they take go in the order
+// they are stored: two at once could leave the older one embedded, a
+// stepped-down leader still claiming to lead under a version that peers
+// which saw the newer one reject.
 func (m *Manager) refreshHeartbeat() {
+	m.hbMu.Lock()
+	defer m.hbMu.Unlock()
 	st := m.elector.Status()
 	workers, cores := m.workers.totals()
 	hb := &wire.ManagerHeartbeat{

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,5 +131,35 @@ func TestKeyIDs(t *testing.T) {
 				t.Fatalf("keyIDs = %q %q, want %q %q", send, accept, tc.wantSend, tc.wantAccept)
 			}
 		})
+	}
+}
+
+// The heartbeat is rebuilt from several goroutines at once (the heartbeat
+// loop, the election's callbacks, a gate's status request). The one left
+// embedded must be the newest: an older one would show a stale state (a
+// leader that stepped down still leading) under a version that peers which
+// saw the newer one reject, until the next rebuild.
+func TestConcurrentHeartbeatRebuildsLeaveTheNewest(t *testing.T) {
+	c := newTestCluster(t, 1, func(c *Config) { c.HeartbeatInterval = time.Hour })
+	l := c.leader()
+	for round := range 20 {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					l.refreshHeartbeat()
+				}
+			}()
+		}
+		wg.Wait()
+		hb, err := swim.DecodeManagerHeartbeat(l.LocalState())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := l.hbVer.Load(); hb.Version != last {
+			t.Fatalf("round %d: embedded heartbeat version %d, newest built %d", round, hb.Version, last)
+		}
 	}
 }

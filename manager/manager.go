@@ -118,9 +118,14 @@ type Manager struct {
 	// gateKick asks the gate report loop to report now: a job's status
 	// changed, and the gate should not learn it a report interval late.
 	gateKick chan struct{}
-	hb       atomic.Pointer[[]byte]
-	hbVer    atomic.Uint64
-	apis     *api.Addresses // this manager's API URL and its peers'
+	// hbMu serializes heartbeat rebuilds (refreshHeartbeat): the heartbeat
+	// loop, the election's callbacks and gates' status requests rebuild it
+	// from their own goroutines, and the payload left in hb must be the
+	// newest, with the highest version handed out (hbVer).
+	hbMu  sync.Mutex
+	hb    atomic.Pointer[[]byte]
+	hbVer atomic.Uint64
+	apis  *api.Addresses // this manager's API URL and its peers'
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.
