@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
+	"tempest/security"
+	"tempest/security/securitytest"
 	"tempest/swim"
 	"tempest/wire"
 )
@@ -161,5 +164,42 @@ func TestConcurrentHeartbeatRebuildsLeaveTheNewest(t *testing.T) {
 		if last := l.hbVer.Load(); hb.Version != last {
 			t.Fatalf("round %d: embedded heartbeat version %d, newest built %d", round, hb.Version, last)
 		}
+	}
+}
+
+// The heartbeat names the keys the manager sends with and accepts, and a
+// secret reload rebuilds it at once: a rotation pass shows on this manager
+// at its next ack, not a heartbeat interval later. The manager is built but
+// not run, so no heartbeat loop rebuilds it meanwhile.
+func TestSecretReloadShowsInTheHeartbeat(t *testing.T) {
+	c := newTestCluster(t, 0, nil)
+	old, next := securitytest.Secret(t), securitytest.Secret(t)
+	keys, err := security.NewKeyring(old, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.peers = []Peer{{ID: "m1", QUIC: "m1"}}
+	m, err := New(c.config("m1", testutil.DataDir(t, "m1")), Deps{
+		Registry: c.reg, Transport: c.hub.Node("m1"), Membership: c.members.forNode("m1"), Keyring: keys,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	keysOf := func() (uint32, []uint32) {
+		hb, err := swim.DecodeManagerHeartbeat(m.LocalState())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return hb.SendKeyID, hb.AcceptKeyIDs
+	}
+	if send, accept := keysOf(); send != security.KeyID(old) || !slices.Equal(accept, []uint32{security.KeyID(old)}) {
+		t.Fatalf("heartbeat keys %08x %x, want %08x", send, accept, security.KeyID(old))
+	}
+	if err := m.ReloadSecrets(next, old); err != nil {
+		t.Fatal(err)
+	}
+	if send, accept := keysOf(); send != security.KeyID(next) || !slices.Equal(accept, []uint32{security.KeyID(next), security.KeyID(old)}) {
+		t.Fatalf("after reload: heartbeat keys %08x %x, want %08x %08x", send, accept, security.KeyID(next), security.KeyID(old))
 	}
 }

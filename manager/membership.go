@@ -90,6 +90,9 @@ func (m *Manager) ReloadSecrets(current, previous string) error {
 			return fmt.Errorf("gate swim keys: %w", err)
 		}
 	}
+	// The heartbeat carries the key ids: rebuild it now rather than at the
+	// next tick, so a rotation pass shows on this manager at its next ack.
+	m.refreshHeartbeat()
 	m.log.Info("secrets reloaded", "send_key", fmt.Sprintf("%08x", m.keyring.SendKeyID()))
 	return nil
 }
