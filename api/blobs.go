@@ -285,10 +285,16 @@ func (c *Client) UploadBlob(ctx context.Context, sum string, r io.ReaderAt, size
 	}
 	path := "/v1/blobs/" + url.PathEscape(sum)
 	// resumes bounds how often the cluster may send the upload back to an
-	// earlier offset (a leader change: the new leader holds less).
+	// earlier offset (a leader change: the new leader holds less). Being
+	// sent ahead is progress, bounded by size, and does not count: a new
+	// leader's copy may still be growing under the upload as the previous
+	// leader's replication lands, so that every chunk finds it ahead.
 	off, resumes := int64(0), 0
 	resume := func(have int64, err error) error {
-		if resumes++; resumes > 16 || have > size {
+		if have <= off { // not ahead: sent back, or (from a confused server) told to stay
+			resumes++
+		}
+		if resumes > 16 || have > size {
 			return fmt.Errorf("upload blob %s: %w", sum, err)
 		}
 		off = have

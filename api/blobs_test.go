@@ -30,6 +30,10 @@ type blobBackend struct {
 	// leaderChange: the first commit finds half the upload (a new leader
 	// that got only part of it).
 	leaderChange bool
+	// grow, when set, is the blob a previous leader is still replicating
+	// here: before each chunk is taken, growStep more bytes of it land.
+	grow     []byte
+	growStep int
 }
 
 func newBlobBackend() *blobBackend {
@@ -51,6 +55,10 @@ func (b *blobBackend) PutBlobChunk(_ context.Context, sum string, off int64, dat
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.puts++
+	if b.grow != nil {
+		n := min(len(b.partial[sum])+b.growStep, len(b.grow))
+		b.partial[sum] = append([]byte(nil), b.grow[:n]...)
+	}
 	have := int64(len(b.partial[sum]))
 	switch {
 	case off+int64(len(data)) <= have:
@@ -234,6 +242,27 @@ func TestUploadBlobResumesAfterShortCommit(t *testing.T) {
 	}
 	if !info.Durable || !bytes.Equal(be.stored[sum], data) {
 		t.Fatalf("after a short commit: %+v, stored intact %v", info, bytes.Equal(be.stored[sum], data))
+	}
+}
+
+// A previous leader may still be replicating the blob to the new leader
+// while the client uploads to it: the copy grows under the client, and
+// every chunk is answered "I hold more than that, send from there". Those
+// answers move the upload forward, so they do not use up the few resumes
+// it allows for being sent back (TestBlobUpload256MiB failed so under load).
+func TestUploadBlobFollowsACopyGrowingUnderIt(t *testing.T) {
+	be := newBlobBackend()
+	data := bytes.Repeat([]byte("growing!"), 5*api.MaxBlobChunk/8) // 5 MiB
+	sum := sumOf(data)
+	be.grow, be.growStep = data, 192<<10 // every chunk finds the copy ahead of it
+	srv := apitest.Serve(t, be, nil)
+	c := newClient(t, srv.URL())
+	info, err := c.UploadBlob(context.Background(), sum, bytes.NewReader(data), int64(len(data)), nil)
+	if err != nil {
+		t.Fatalf("upload while the copy grows: %v (after %d chunks)", err, be.puts)
+	}
+	if !info.Durable || !bytes.Equal(be.stored[sum], data) {
+		t.Fatalf("%+v, stored intact %v", info, bytes.Equal(be.stored[sum], data))
 	}
 }
 
