@@ -720,14 +720,20 @@ func TestStatsCountEveryMessageAcrossStreams(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	sa, sb := a.Stats(), b.Stats()
-	if sa.MessagesOut != callers*calls || sa.MessagesIn != callers*calls || sb.MessagesIn != callers*calls || sb.MessagesOut != callers*calls {
-		t.Fatalf("a out %d in %d, b in %d out %d; want %d each", sa.MessagesOut, sa.MessagesIn, sb.MessagesIn, sb.MessagesOut, callers*calls)
-	}
-	// b also counts the bytes of a's hello.
-	if sa.BytesOut == 0 || sb.BytesIn < sa.BytesOut || sb.BytesOut != sa.BytesIn {
-		t.Fatalf("bytes: a out %d in %d, b in %d out %d", sa.BytesOut, sa.BytesIn, sb.BytesIn, sb.BytesOut)
-	}
+	// A frame is counted out once its write returned, and the reader at
+	// the other end may have it (and a's caller its reply) before b's
+	// writer gets the CPU back to count it: wait for the counts to settle.
+	testutil.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		sa, sb := a.Stats(), b.Stats()
+		if sa.MessagesOut != callers*calls || sa.MessagesIn != callers*calls || sb.MessagesIn != callers*calls || sb.MessagesOut != callers*calls {
+			return fmt.Errorf("a out %d in %d, b in %d out %d; want %d each", sa.MessagesOut, sa.MessagesIn, sb.MessagesIn, sb.MessagesOut, callers*calls)
+		}
+		// b also counts the bytes of a's hello.
+		if sa.BytesOut == 0 || sb.BytesIn < sa.BytesOut || sb.BytesOut != sa.BytesIn {
+			return fmt.Errorf("bytes: a out %d in %d, b in %d out %d", sa.BytesOut, sa.BytesIn, sb.BytesIn, sb.BytesOut)
+		}
+		return nil
+	})
 }
 
 // TestCallerGivingUpInTheWriteQueueKeepsTheConnection: a caller whose
