@@ -187,7 +187,7 @@ func (m *Manager) finishLocked(tx *txn) []jobWrite {
 					}
 					fitJobSeries(&jp)
 				}
-				tx.afterCommit(func() { m.replicateStatus(tx.leading, jp) })
+				tx.afterCommit(func() { m.replicateStatus(jp) })
 			}
 		}
 		if changed && j.rec.Submission.Origin != "" {

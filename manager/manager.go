@@ -109,6 +109,10 @@ type Manager struct {
 	// maxOrphanCommits): a submission that never arrives must not make
 	// them grow for ever.
 	orphanCommits map[string]orphanCommit
+	// batch groups placements' quorum and commit rounds, the stores of
+	// ended workflows on a majority, and peers' status updates
+	// (provision_batch.go, status_batch.go).
+	batch *batching
 
 	terms *leadership.Terms // the term of leadership held, if any (leader.go)
 	// leadSince is when this manager last became leader (Unix ns, on clock):
@@ -163,6 +167,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		kickCh:        make(chan struct{}, 1),
 		gateKick:      make(chan struct{}, 1),
 	}
+	m.batch = m.newBatching()
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
@@ -344,6 +349,8 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeWorkflowProgress, m.handleProgress)
 	handle(m, wire.TypeProvisionRequest, m.handleProvisionRequest)
 	handle(m, wire.TypeProvisionCommit, m.handleProvisionCommit)
+	handle(m, wire.TypeProvisionBatch, m.handleProvisionBatch)
+	handle(m, wire.TypeProvisionCommitBatch, m.handleProvisionCommitBatch)
 	handle(m, wire.TypeStateSyncRequest, m.handleStateSync)
 	handle(m, wire.TypeWorkerRegistration, m.handleRegistration)
 	handle(m, wire.TypeWorkerHeartbeat, m.handleWorkerHeartbeat)
@@ -351,6 +358,7 @@ func (m *Manager) registerHandlers() {
 	// Operations only peer managers send (wire/replicate.go).
 	handle(m, wire.TypeReplicateJob, m.handleReplicateJob)
 	handle(m, wire.TypeReplicateJobStatus, m.handleReplicateJobStatus)
+	handle(m, wire.TypeReplicateJobStatusBatch, m.handleReplicateJobStatusBatch)
 	handle(m, wire.TypeRelayWorkerRegistration, m.handleRelayedRegistration)
 	m.registerBlobHandlers()
 	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)

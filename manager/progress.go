@@ -2,8 +2,6 @@ package manager
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -54,56 +52,6 @@ func (m *Manager) handleProgress(ctx context.Context, from transport.Peer, p *wi
 		}
 	}
 	return &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancel, QuorumAge: age}, nil
-}
-
-// endOnMajority stores the ended workflow's record (and its job's status)
-// on a majority of managers, this one included, if the workflow has ended
-// here. Other outcomes (a retry, an unknown workflow) need not wait: the
-// work is not over, and a successor re-runs or fences it either way.
-func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) error {
-	m.mu.Lock()
-	w, ok := m.wfs[workflowID]
-	if !ok || w.rec.JobID != jobID || !w.rec.Status.Terminal() || len(m.peerIDs) == 0 {
-		m.mu.Unlock()
-		return nil
-	}
-	jp := m.jobProgressLocked(w.job, false)
-	jp.Workflows = []wire.WorkflowProgress{replicaProgress(&w.rec)}
-	m.mu.Unlock()
-	return m.statusOnMajority(ctx, jp)
-}
-
-// statusOnMajority sends a job's status to every peer and waits, up to the
-// quorum timeout, until a majority (this manager included) stored it.
-func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) error {
-	if len(m.peerIDs) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
-	defer cancel()
-	acks := make(chan error, len(m.peerIDs))
-	for _, id := range m.peerIDs {
-		if !m.spawn(func(context.Context) {
-			_, err := m.tr.Call(ctx, m.peers[id], &wire.ReplicateJobStatus{Status: jp})
-			acks <- err
-		}) {
-			acks <- errors.New("shutting down")
-		}
-	}
-	stored := 1
-	var errs []error
-	for range m.peerIDs {
-		err := <-acks
-		if err == nil {
-			stored++
-		} else {
-			errs = append(errs, err)
-		}
-		if stored >= m.quorumSize {
-			return nil
-		}
-	}
-	return fmt.Errorf("%d of %d managers stored it: %w", stored, len(m.cfg.Peers), errors.Join(errs...))
 }
 
 // applyProgress folds one progress report into the job table and reports

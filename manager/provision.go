@@ -134,6 +134,14 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,
 		CoresRequired: cores, FenceToken: token, Version: wv.Version,
 	})
+	if err := ctx.Err(); err != nil {
+		// The round is shared, so it ran on; this placement's caller is
+		// gone (the term ended, or the submitting client left). A
+		// confirmation binds no peer to anything until a commit, and none
+		// is sent: the workflow stays PENDING for the scheduler.
+		m.workers.unreserve(wv.ID, cores)
+		return placeResult{outcome: outcomeSkipped, err: err}, false
+	}
 	if confirmed < m.quorumSize {
 		m.workers.unreserve(wv.ID, cores)
 		if answered < m.quorumSize {
@@ -248,64 +256,22 @@ func (m *Manager) revertAssignment(w *workflowState, token uint64) {
 	})
 }
 
-// provision asks every peer to confirm req, concurrently, and returns how
+// provision asks every peer to confirm req, in a round it shares with the
+// placements running at the same time (provision_batch.go), and returns how
 // many managers confirmed and how many answered at all, both counting this
-// one. It returns as soon as a quorum confirmed.
+// one.
 func (m *Manager) provision(ctx context.Context, req *wire.ProvisionRequest) (confirmed, answered int, refusals []string) {
-	confirmed, answered = 1, 1
-	if len(m.peerIDs) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
-	defer cancel()
-	type answer struct {
-		peer string
-		c    *wire.ProvisionConfirm
-		err  error
-	}
-	results := make(chan answer, len(m.peerIDs))
-	var wg sync.WaitGroup
-	for _, id := range m.peerIDs {
-		wg.Go(func() {
-			resp, err := m.tr.Call(ctx, m.peers[id], req)
-			a := answer{peer: id, err: err}
-			if err == nil {
-				if c, ok := resp.(*wire.ProvisionConfirm); ok {
-					a.c = c
-				} else {
-					a.err = fmt.Errorf("unexpected %T", resp)
-				}
-			}
-			results <- a
-		})
-	}
-	defer wg.Wait() // after cancel (deferred later, runs first): stragglers end at once
-	defer cancel()
-	for range m.peerIDs {
-		a := <-results
-		switch {
-		case a.err != nil:
-			m.log.Debug("provision request failed", "peer", a.peer, "workflow_id", req.WorkflowID, "err", a.err)
-		case a.c.Confirmed:
-			answered++
-			confirmed++
-		default:
-			answered++
-			refusals = append(refusals, a.peer+": "+a.c.Error)
-		}
-		if confirmed >= m.quorumSize {
-			return
-		}
-	}
-	return
+	a := m.batch.provision.do(ctx, *req)
+	return a.confirmed, a.answered, a.refusals
 }
 
-// commitToPeers tells every peer about a decided placement and waits (up to
-// the quorum timeout) for them to persist it, so that whichever of them
-// leads next knows it. A peer that misses it learns the placement from the
-// worker in the next state sync.
+// commitToPeers tells every peer about a decided placement, in a round it
+// shares with other placements, and waits (up to the quorum timeout) for
+// them to persist it, so that whichever of them leads next knows it. A peer
+// that misses it learns the placement from the worker in the next state
+// sync.
 func (m *Manager) commitToPeers(ctx context.Context, c *wire.ProvisionCommit) {
-	m.callPeers(ctx, c, "provision commit not acknowledged", "job_id", c.JobID, "workflow_id", c.WorkflowID)
+	m.batch.commit.do(ctx, *c)
 }
 
 // callPeers sends msg to every peer at once and waits, up to the quorum

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"tempest/internal/blobstore"
-	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -26,19 +25,11 @@ import (
 //     neither re-runs finished work nor loses its results).
 //
 // The submission must reach a majority before the client hears the job is
-// accepted (intake.go); status updates are best effort: the workers remain
-// the source of truth for what runs, and a successor's state sync
-// reconciles whatever a peer missed.
-
-// replicateStatus sends a job's status to every peer, one way.
-func (m *Manager) replicateStatus(lt *leadership.Term, jp wire.JobProgress) {
-	if len(m.peerIDs) == 0 {
-		return
-	}
-	// Not tied to the term's WaitGroup: this may run on a handler goroutine
-	// while the term is being torn down, and the send is short anyway.
-	m.spawn(func(ctx context.Context) { m.sendToPeers(ctx, &wire.ReplicateJobStatus{Status: jp}) })
-}
+// accepted (intake.go); status updates are best effort (but for a
+// workflow's end, which a worker waits for a majority to store), folded
+// per job and sent in batches (status_batch.go): the workers remain the
+// source of truth for what runs, and a successor's state sync reconciles
+// whatever a peer missed.
 
 // sendToPeers sends msg one way to every peer.
 func (m *Manager) sendToPeers(ctx context.Context, msg wire.Message) {

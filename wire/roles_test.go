@@ -1,14 +1,19 @@
 package wire
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // The replicated operations are sent only between peers of one role: no
 // lower tier may send them to a higher one, and within a tier they pass.
 func TestMaySendReplicatedOperations(t *testing.T) {
 	const worker, manager, cluster = 1, 2, 3
 	managerOps := []MsgType{TypeReplicateJob, TypeReplicateJobStatus, TypeRelayWorkerRegistration}
+	// The batched rounds (provision_batch.go) go between managers alone too.
+	batchOps := []MsgType{TypeProvisionBatch, TypeProvisionCommitBatch, TypeReplicateJobStatusBatch}
 	gateOps := []MsgType{TypeReplicateGateRecord, TypeForwardJobProgress}
-	for _, op := range managerOps {
+	for _, op := range append(slices.Clone(managerOps), batchOps...) {
 		if !MaySend(manager, manager, op) {
 			t.Errorf("%s refused between managers", op)
 		}

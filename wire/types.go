@@ -112,6 +112,15 @@ const (
 	TypeRainstormOutputRequest MsgType = 170
 	TypeRainstormOutputPage    MsgType = 171
 	TypeRainstormRoutesChanged MsgType = 172
+
+	// Batched provisioning and status replication (provision_batch.go).
+	// Manager to manager:
+	TypeProvisionBatch          MsgType = 190
+	TypeProvisionBatchConfirm   MsgType = 191
+	TypeProvisionCommitBatch    MsgType = 192
+	TypeCommitBatchAck          MsgType = 193
+	TypeReplicateJobStatusBatch MsgType = 194
+	TypeStatusBatchAck          MsgType = 195
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -234,6 +243,12 @@ var catalogue = map[MsgType]typeInfo{
 	TypeRelayWorkerRegistration: {"RelayWorkerRegistration", ClassControl, func() Message { return new(RelayWorkerRegistration) }},
 	TypeReplicateGateRecord:     {"ReplicateGateRecord", ClassControl, func() Message { return new(ReplicateGateRecord) }},
 	TypeForwardJobProgress:      {"ForwardJobProgress", ClassProgress, func() Message { return new(ForwardJobProgress) }},
+	TypeProvisionBatch:          {"ProvisionBatch", ClassControl, func() Message { return new(ProvisionBatch) }},
+	TypeProvisionBatchConfirm:   {"ProvisionBatchConfirm", ClassControl, func() Message { return new(ProvisionBatchConfirm) }},
+	TypeProvisionCommitBatch:    {"ProvisionCommitBatch", ClassControl, func() Message { return new(ProvisionCommitBatch) }},
+	TypeCommitBatchAck:          {"CommitBatchAck", ClassControl, func() Message { return new(CommitBatchAck) }},
+	TypeReplicateJobStatusBatch: {"ReplicateJobStatusBatch", ClassProgress, func() Message { return new(ReplicateJobStatusBatch) }},
+	TypeStatusBatchAck:          {"StatusBatchAck", ClassProgress, func() Message { return new(StatusBatchAck) }},
 	TypeRainstormOutputRequest:  {"RainstormOutputRequest", ClassBulk, func() Message { return new(RainstormOutputRequest) }},
 	TypeRainstormOutputPage:     {"RainstormOutputPage", ClassBulk, func() Message { return new(RainstormOutputPage) }},
 	TypeRainstormRoutesChanged:  {"RainstormRoutesChanged", ClassControl, func() Message { return new(RainstormRoutesChanged) }},
