@@ -73,8 +73,8 @@ func newRounds[In, Out any](inflight int, run func(context.Context, []In) []Out)
 // do runs in within a round and returns its result. The round runs under
 // ctx without its cancellation: it carries other callers' work too, which
 // one caller leaving must not fail; run bounds it (the quorum timeout), and
-// a caller checks its own ctx on return. A call waits for at most one of
-// the rounds in flight before its own.
+// a caller checks its own ctx on return. A waiting call goes in the round
+// after the first one to end, unless more than max calls wait before it.
 func (r *rounds[In, Out]) do(ctx context.Context, in In) Out {
 	c := &roundCall[In, Out]{in: in, turn: make(chan []*roundCall[In, Out], 1)}
 	batch := []*roundCall[In, Out]{c}
