@@ -123,7 +123,15 @@ func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []place
 	}
 
 	// 2 and 3, oldest job first.
-	total, _ := m.workers.capacity()
+	total, _, largest := m.workers.capacity()
+	fits := func(tasks []*workflowState) bool {
+		for _, t := range tasks {
+			if pendingFree(t) && t.rec.Spec.Cores > largest {
+				return false
+			}
+		}
+		return pipelineNeedsLocked(tasks) <= total
+	}
 	blocker := "" // the first pipeline in line that waits whole
 	for _, j := range queue {
 		done := map[*workflowState]bool{} // pipelines already planned, by first task
@@ -140,7 +148,7 @@ func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []place
 				done[tasks[0]] = true
 			}
 			if only != nil && j != only {
-				if tasks != nil && blocker == "" && pipelineNeedsLocked(tasks) <= total {
+				if tasks != nil && blocker == "" && fits(tasks) {
 					blocker = pipelineName(w)
 				}
 				continue
@@ -153,7 +161,7 @@ func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []place
 				claim(w, workerView{})
 				continue
 			}
-			m.planPipelineLocked(tx, tasks, total, starved, &blocker, claim)
+			m.planPipelineLocked(tx, tasks, total, fits(tasks), starved, &blocker, claim)
 		}
 	}
 	return out
@@ -173,7 +181,7 @@ func pipelineNeedsLocked(tasks []*workflowState) int {
 // planPipelineLocked places a pipeline that holds nothing whole, or
 // records why it waits; *blocker becomes its name when it waits first in
 // line.
-func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int, starved bool, blocker *string,
+func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int, fits, starved bool, blocker *string,
 	claim func(*workflowState, workerView)) {
 	var pending []*workflowState
 	var demands []gangDemand
@@ -188,10 +196,13 @@ func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int,
 	switch {
 	case *blocker != "":
 		why = "queued behind " + *blocker + ", which waits for cores first"
-	case need > total:
+	case !fits:
 		// Waiting for cores to free up cannot help: it does not hold the
 		// queue up.
 		why = fmt.Sprintf("no free cores for the whole pipeline (needs %d; the datacenter has %d)", need, total)
+		if need <= total {
+			why = fmt.Sprintf("no worker has the %d cores a task needs", maxTaskCores(pending))
+		}
 	case starved:
 		why = "no free core: a running pipeline's replacement tasks go first; this pipeline waits whole, holding none"
 		*blocker = pipelineName(pending[0])
@@ -203,11 +214,19 @@ func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int,
 			}
 			return
 		}
-		_, free := m.workers.capacity()
+		_, free, _ := m.workers.capacity()
 		why = fmt.Sprintf("no free cores for the whole pipeline (needs %d, %d free); it waits holding none", need, free)
 		*blocker = pipelineName(pending[0])
 	}
 	for _, t := range pending {
 		setWaitingLocked(tx, t, why)
 	}
+}
+
+func maxTaskCores(tasks []*workflowState) int {
+	n := 0
+	for _, t := range tasks {
+		n = max(n, t.rec.Spec.Cores)
+	}
+	return n
 }

@@ -109,7 +109,7 @@ func waitCores(t *testing.T, c *testCluster, n int) *Manager {
 	var l *Manager
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
 		l = c.leader()
-		if total, _ := l.workers.capacity(); total != n {
+		if total, _, _ := l.workers.capacity(); total != n {
 			return fmt.Errorf("%s counts %d cores, want %d", l.ID(), total, n)
 		}
 		return nil
@@ -256,4 +256,45 @@ func TestRainstormPipelinesNoDeadlockAfterWorkerDeath(t *testing.T) {
 	}
 	c.killWorker(dead)
 	runToEnd(t, c, lead, []gangPipe{a, b}, []int{4, 4})
+}
+
+// reserveAll reserves cores for every task of a pipeline or for none,
+// spreads the tasks over workers where there is room, and keeps each task
+// off the workers it excludes.
+func TestReserveAllIsAllOrNothing(t *testing.T) {
+	tb := newWorkerTable(seeded(5), 64, time.Now)
+	tb.register(&wire.WorkerRegistration{NodeID: "a", Addr: "a", TotalCores: 2})
+	tb.register(&wire.WorkerRegistration{NodeID: "b", Addr: "b", TotalCores: 3})
+	one := func(n int) []gangDemand { return make([]gangDemand, n) }
+	for i := range 6 {
+		d := one(6)
+		for k := range d {
+			d[k].cores = 1
+		}
+		if _, ok := tb.reserveAll(d); ok {
+			t.Fatalf("round %d: 6 cores reserved on 5", i)
+		}
+		if _, free, _ := tb.capacity(); free != 5 {
+			t.Fatalf("round %d: a failed reservation left %d of 5 cores free", i, free)
+		}
+	}
+	d := []gangDemand{{cores: 1}, {cores: 1}, {cores: 2, excluded: []string{"a"}}}
+	got, ok := tb.reserveAll(d)
+	if !ok {
+		t.Fatal("3 tasks (4 cores) did not fit on 5 free cores")
+	}
+	// The 2-core task goes first (the largest), to b; a is then the one
+	// worker the pipeline does not use yet, so a 1-core task goes there.
+	if got[2].ID != "b" || (got[0].ID != "a" && got[1].ID != "a") {
+		t.Fatalf("placed on %s, %s, %s: want the 2-core task on b and a 1-core task on a", got[0].ID, got[1].ID, got[2].ID)
+	}
+	if _, free, _ := tb.capacity(); free != 1 {
+		t.Fatalf("%d cores free after reserving 4 of 5", free)
+	}
+	if _, ok := tb.reserveAll([]gangDemand{{cores: 1}, {cores: 1}}); ok {
+		t.Fatal("2 cores reserved on the 1 left")
+	}
+	if _, free, _ := tb.capacity(); free != 1 {
+		t.Fatalf("a failed reservation took cores: %d free", free)
+	}
 }

@@ -502,17 +502,19 @@ func (t *workerTable) reserveAll(demands []gangDemand) ([]workerView, bool) {
 }
 
 // capacity counts the cores of the workers that take work (alive, healthy
-// or degraded) and how many of them are free and not promised.
-func (t *workerTable) capacity() (total, free int) {
+// or degraded), how many of them are free and not promised, and the cores
+// of the largest such worker.
+func (t *workerTable) capacity() (total, free, largest int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range t.w {
 		if e.Alive && e.Addr != "" && (e.State == wire.WorkerHealthy || e.State == wire.WorkerDegraded) {
 			total += e.TotalCores
+			largest = max(largest, e.TotalCores)
 			if e.QueueDepth < t.softLimit {
 				free += max(e.AvailableCores-e.reserved, 0)
 			}
 		}
 	}
-	return total, free
+	return total, free, largest
 }
