@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -35,9 +36,13 @@ func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, part
 	var elapsed time.Duration
 	statuses := make([]wire.WorkflowStatus, 0, len(parts))
 	var recent [][]wire.SecondStats
+	var waits waiting
 	for _, part := range parts {
 		p := &part.Progress
 		statuses = append(statuses, p.Status)
+		if p.Waiting != "" && !p.Status.Terminal() {
+			waits.add(part.Label, p.Waiting)
+		}
 		ids = append(ids, p.WorkflowID)
 		if p.WorkerID != "" {
 			workers = append(workers, part.Label+p.WorkerID)
@@ -66,6 +71,7 @@ func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, part
 	ws.ElapsedSeconds = elapsed.Seconds()
 	ws.Status = MergedWorkflowStatus(statuses, expected)
 	if !ws.Status.Terminal() {
+		ws.Waiting = waits.String()
 		if merged := MergeSeries(recent); len(merged) > 0 {
 			r := SeriesPoints(merged[len(merged)-1:])[0]
 			ws.Recent = &r
@@ -93,6 +99,46 @@ func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, part
 		err = AddDistributions(ws.Steps, merged)
 	}
 	return ws, err
+}
+
+// waiting counts, per label (datacenter), the parts that wait for a
+// placement, with the first reason given.
+type waiting []struct {
+	label, why string
+	n          int
+}
+
+func (w *waiting) add(label, why string) {
+	for i := range *w {
+		if (*w)[i].label == label {
+			(*w)[i].n++
+			return
+		}
+	}
+	*w = append(*w, struct {
+		label, why string
+		n          int
+	}{label, why, 1})
+}
+
+// String reads "dc1: 2 parts waiting: no free core (needs 1); dc2: ...".
+func (w waiting) String() string {
+	var out []string
+	for _, l := range w {
+		s := fmt.Sprintf("%d part%s waiting: %s", l.n, plural(l.n), l.why)
+		if name := strings.TrimSuffix(l.label, "/"); name != "" {
+			s = name + ": " + s
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, "; ")
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // MergeSeries adds per-second points of several parts: counts are summed;

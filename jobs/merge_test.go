@@ -79,3 +79,45 @@ func TestMergeSeries(t *testing.T) {
 		t.Error("merging nothing should give nothing")
 	}
 }
+
+// A gate shows why parts of a workflow wait in each datacenter, as a
+// manager does for its own: counted per datacenter, with the first reason.
+func TestMergeWorkflowWaiting(t *testing.T) {
+	spec := wire.WorkflowSpec{Name: "w", Type: "http"}
+	th := workflow.CompileThresholds(nil)
+	pending := func(label, why string) jobs.WorkflowPart {
+		return jobs.WorkflowPart{Label: label, Progress: wire.WorkflowProgress{WorkflowName: "w", Status: wire.WorkflowPending, Waiting: why}}
+	}
+	running := part(t, "dc1/", wire.WorkflowRunning, 1, time.Millisecond, 0)
+	for _, tc := range []struct {
+		name  string
+		parts []jobs.WorkflowPart
+		want  string
+	}{
+		{"none waits", []jobs.WorkflowPart{running}, ""},
+		{"one datacenter", []jobs.WorkflowPart{running, pending("dc1/", "no free core (needs 2)")},
+			"dc1: 1 part waiting: no free core (needs 2)"},
+		{"two datacenters", []jobs.WorkflowPart{
+			pending("dc1/", "no free core (needs 2)"), pending("dc2/", "no quorum of managers to confirm a placement"),
+			pending("dc1/", "no free core (needs 1)")},
+			"dc1: 2 parts waiting: no free core (needs 2); dc2: 1 part waiting: no quorum of managers to confirm a placement"},
+		{"no label", []jobs.WorkflowPart{pending("", "no free core (needs 1)")}, "1 part waiting: no free core (needs 1)"},
+		{"pending without a reason", []jobs.WorkflowPart{pending("dc1/", "")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws, err := jobs.MergeWorkflow(spec, th, tc.parts, len(tc.parts), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ws.Waiting != tc.want {
+				t.Fatalf("waiting %q, want %q", ws.Waiting, tc.want)
+			}
+		})
+	}
+	// An ended workflow waits for nothing, whatever a stale part says.
+	ended := part(t, "dc1/", wire.WorkflowCompleted, 1, time.Millisecond, 0)
+	ended.Progress.Waiting = "no free core (needs 1)"
+	if ws, _ := jobs.MergeWorkflow(spec, th, []jobs.WorkflowPart{ended}, 1, false); ws.Waiting != "" {
+		t.Fatalf("an ended workflow waits: %q", ws.Waiting)
+	}
+}

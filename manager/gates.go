@@ -294,6 +294,9 @@ func (m *Manager) gateReports() []gateReport {
 			if w.rec.Status.Terminal() {
 				p.Series = w.rec.Series
 			}
+			if w.rec.Status == wire.WorkflowPending {
+				p.Waiting = w.waiting
+			}
 			jp.Workflows = append(jp.Workflows, p)
 		}
 		fitJobSeries(&jp)

@@ -163,3 +163,55 @@ func TestGateSwimRunsTheGatesProfile(t *testing.T) {
 		t.Fatalf("an unknown gate swim profile validated: %v", err)
 	}
 }
+
+// A gate's report names why a workflow waits: the gate shows it in the
+// job's status as a manager does for a job submitted to it.
+func TestGateReportSaysWhyAWorkflowWaits(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.GateReportInterval = 50 * time.Millisecond })
+	c.addWorker("w1", 1)
+	l := c.leader()
+	waits := make(chan map[string]string, 64)
+	g1 := c.hub.Node("g1")
+	g1.Handle(wire.TypeJobProgress, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+		got := map[string]string{}
+		for _, w := range msg.(*wire.JobProgress).Workflows {
+			got[w.WorkflowName+" "+string(w.Status)] = w.Waiting
+		}
+		select {
+		case waits <- got:
+		default:
+		}
+		return &wire.ProgressAck{Leader: "g1", LeaseTTL: time.Minute}, nil
+	})
+	l.gates.set("g1", "g1")
+	l.spawn(l.gateReportLoop)
+	// Two one-core workflows on a one-core worker: one runs, one waits.
+	sub := sleepJob(t, "w", 2, 1, time.Minute)
+	sub.JobID = "j-waits"
+	sub.FenceToken = 7 << 32
+	sub.Origin = "g1"
+	sub.LeaseTTL = time.Minute
+	if _, err := g1.Call(context.Background(), l.ID(), sub); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case got := <-waits:
+			var running, waiting int
+			for k, why := range got {
+				switch {
+				case strings.HasSuffix(k, " RUNNING") && why == "":
+					running++
+				case strings.HasSuffix(k, " PENDING") && why == "no free core (needs 1)":
+					waiting++
+				}
+			}
+			if running == 1 && waiting == 1 {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no report to the gate named a RUNNING workflow and a PENDING one waiting for a core")
+		}
+	}
+}

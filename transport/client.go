@@ -128,11 +128,8 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 			return nil, err
 		}
 		defer t.putBuf(sb)
-		if err := s.writeBy(ctx, sb.frame); errors.Is(err, errLeftInQueue) {
-			return nil, fmt.Errorf("send %s to %s: %w", msg.Type(), addr, ctx.Err())
-		} else if err != nil {
-			s.fail(err)
-			return nil, fmt.Errorf("send %s to %s: %w: %v", msg.Type(), addr, ErrConnLost, err)
+		if err := s.writeBy(ctx, sb.frame); err != nil {
+			return nil, fmt.Errorf("send %s to %s: %w", msg.Type(), addr, err)
 		}
 		s.w.io.out(len(sb.frame))
 		return nil, nil
@@ -167,14 +164,10 @@ func (t *QUIC) roundTrip(ctx context.Context, p *peer, req wire.Message) (wire.M
 	err = s.writeBy(ctx, sb.frame)
 	n := len(sb.frame)
 	t.putBuf(sb)
-	if errors.Is(err, errLeftInQueue) {
-		// This caller gave up; the request still goes out, and a late
-		// reply finds no one registered.
-		return nil, fmt.Errorf("call %s to %s: %w", req.Type(), addr, ctx.Err())
-	}
 	if err != nil {
-		s.fail(err)
-		return nil, fmt.Errorf("call %s to %s: %w: %v", req.Type(), addr, ErrConnLost, err)
+		// A caller that only left the queue gets its ctx error: the request
+		// still goes out, and a late reply finds no one registered.
+		return nil, fmt.Errorf("call %s to %s: %w", req.Type(), addr, err)
 	}
 	s.w.io.out(n)
 	select {
@@ -274,21 +267,29 @@ type peer struct {
 // writeBy writes frame, giving up when ctx ends: a write blocks once the
 // peer's flow-control window is full, and a peer that crashed never opens
 // it again, so without a deadline a send would wait for QUIC's idle timeout
-// whatever its own. A write that gave up may have left part of a frame on
-// the stream, and a peer that stopped reading is likely gone: the
-// connection is dropped, failing what was queued behind it too, and the
-// next call redials.
+// whatever its own. It is the one place a failed write is judged:
+//   - a caller that gave up while queued behind another write gets ctx's
+//     error, and the stream carries on (its frame still goes out whole);
+//   - a write that gave up at its deadline may have left part of a frame on
+//     the stream, and a peer that stopped reading is likely gone: the
+//     connection is dropped, failing what was queued behind it too, and the
+//     next call redials;
+//   - any failed write fails the stream's waiting calls (ErrConnLost).
 func (s *clientStream) writeBy(ctx context.Context, frame []byte) error {
 	err := s.w.write(ctx, frame)
-	if errors.Is(err, errLeftInQueue) {
-		return err // nothing of ours is half-written; the stream carries on
-	}
-	// The stream's deadline can pass a moment before ctx's own timer fires.
-	if err != nil && (ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded)) {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errLeftInQueue):
+		return ctx.Err()
+	case ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded):
+		// The stream's deadline can pass a moment before ctx's own timer
+		// fires.
 		s.owner.dropConn(s)
-		return fmt.Errorf("%w (write gave up at its deadline)", err)
+		err = fmt.Errorf("%w (write gave up at its deadline)", err)
 	}
-	return err
+	s.fail(err)
+	return fmt.Errorf("%w: %v", ErrConnLost, err)
 }
 
 // dropConn closes the connection s belongs to, if it is still current.

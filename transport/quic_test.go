@@ -846,3 +846,70 @@ func TestCallerGivingUpInTheWriteQueueKeepsTheConnection(t *testing.T) {
 		t.Fatalf("breakers after one caller gave up: %+v", s.Breakers)
 	}
 }
+
+// A write that put part of its frame on the stream before failing leaves
+// the stream unusable: the peer would read the rest of the next frame as
+// the tail of this one. The writer marks it broken and refuses every later
+// frame at once. A write that failed before its first byte (its deadline
+// had already passed) leaves nothing behind, and the stream stays usable.
+func TestOnlyAPartialWriteBreaksTheStream(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = time.Minute }})
+	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.MaxInflight = 1 }})
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	b.Handle(wire.TypePing, func(ctx context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
+		if msg.(*wire.Ping).Seq == 1 {
+			<-release // holds b's only handler slot: b stops reading
+		}
+		return msg, nil
+	})
+	ctx := context.Background()
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error { return ping(ctx, a, b.Addr()) })
+	go func() { _, _ = a.Call(ctx, b.Addr(), &wire.Ping{Seq: 1}) }()
+	var sw *streamWriter
+	testutil.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if p := a.peers[b.Addr()]; p != nil {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if len(p.streams) > 0 && p.streams[0] != nil {
+				sw = p.streams[0].w
+				return nil
+			}
+		}
+		return errors.New("no stream to b yet")
+	})
+
+	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+	defer cancel()
+	if err := sw.write(past, []byte("nothing of this is written")); err == nil {
+		t.Fatal("a write whose deadline had passed succeeded")
+	}
+	sw.mu.Lock()
+	broken := sw.broken
+	sw.mu.Unlock()
+	if broken != nil {
+		t.Fatalf("a write that sent no byte marked the stream broken: %v", broken)
+	}
+
+	// More than b's stream window, which b no longer drains: the first
+	// part is accepted, the rest blocks until the deadline.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err := sw.write(short, make([]byte, 32<<20))
+	if err == nil {
+		t.Fatal("a 32 MiB write to a peer that reads nothing succeeded")
+	}
+	sw.mu.Lock()
+	broken = sw.broken
+	sw.mu.Unlock()
+	if broken == nil {
+		t.Fatalf("a write that failed part way (%v) left the stream usable", err)
+	}
+	if err := sw.write(ctx, []byte("x")); err == nil || err.Error() != broken.Error() {
+		t.Fatalf("a write after a partial one: %v, want the stream's error %v at once", err, broken)
+	}
+}

@@ -267,6 +267,10 @@ type WorkflowProgress struct {
 	// Attempts, set only in a leader's status replication to its peers,
 	// is the leader's count of the workflow's attempts, which they take.
 	Attempts int `cbor:"30,keyasint,omitempty"`
+	// Waiting, set only in a manager's reports to gates, says why a PENDING
+	// workflow is not placed (e.g. "no free core (needs 2)"), so a job
+	// followed through a gate shows what one followed in its datacenter does.
+	Waiting string `cbor:"31,keyasint,omitempty"`
 }
 
 // MaxSeriesEntries caps WorkflowProgress.Series: an hour of seconds, about
