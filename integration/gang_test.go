@@ -34,10 +34,12 @@ workflows:
 // pipeline held 2 of the 4 cores left and waited for the other's until
 // the job's timeout.
 func TestRainstormPipelinesPlacedWholeAcrossKill(t *testing.T) {
-	const records = 24000
+	const records = 30000
 	want := generated(t, records, 17, keepLow)
 	c := startCluster(t, 1, 3, 2)
-	first := c.submit(gangJob("first", records, 3000))
+	// Paced to take at least 30 s, so the kill lands mid-run however
+	// slow the machine.
+	first := c.submit(gangJob("first", records, 1000))
 	c.taskWorker(first, "first", 0) // records flow
 	second := c.submit(gangJob("second", records, 0))
 
