@@ -1,9 +1,11 @@
 package manager
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
+	"tempest/leadership"
 	"tempest/rainstorm"
 	"tempest/wire"
 )
@@ -44,7 +46,13 @@ type placement struct {
 	w     *workflowState
 	on    workerView
 	cores int
+	// gang is the pipeline placed whole this placement is a task of (nil
+	// for a replacement or another workflow): see unplacePartial.
+	gang *gang
 }
+
+// gang is a pipeline a plan reserved whole.
+type gang struct{ name string }
 
 func isPipeline(w *workflowState) bool { return w.rec.Spec.Type == rainstorm.TypeName }
 
@@ -89,12 +97,13 @@ func setWaitingLocked(tx *txn, w *workflowState, why string) {
 // for the scheduler's next round, which kick starts.
 func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []placement {
 	var out []placement
+	var whole *gang // set while claiming a pipeline's tasks
 	claim := func(w *workflowState, on workerView) {
 		w.placing = true
 		if on.ID != "" {
 			w.target = on.ID
 		}
-		out = append(out, placement{w: w, on: on, cores: w.rec.Spec.Cores})
+		out = append(out, placement{w: w, on: on, cores: w.rec.Spec.Cores, gang: whole})
 	}
 
 	// 1. Replacements of running pipelines.
@@ -161,7 +170,9 @@ func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []place
 				claim(w, workerView{})
 				continue
 			}
+			whole = &gang{name: pipelineName(w)}
 			m.planPipelineLocked(tx, tasks, total, fits(tasks), starved, &blocker, claim)
+			whole = nil
 		}
 	}
 	return out
@@ -229,4 +240,62 @@ func maxTaskCores(tasks []*workflowState) int {
 		n = max(n, t.rec.Spec.Cores)
 	}
 	return n
+}
+
+// unplacePartial undoes the pipelines of a plan that were not placed
+// whole. Their cores were reserved together, but a reserved worker can
+// still refuse (its free cores were counted from a stale view), die, or
+// fail the dispatch, and another worker may have no room: the tasks
+// placed would then hold cores for a pipeline that cannot run. Each such
+// task goes back to PENDING under a new fence token it was never
+// dispatched with, so its run is stopped and fenced out (its progress and
+// its checkpoints carry the old token), and the placement costs it no
+// attempt. The pipeline is planned whole again in the next round.
+func (m *Manager) unplacePartial(ctx context.Context, lt *leadership.Term, plan []placement, results []placeResult) {
+	missed := map[*gang]int{}
+	for i, p := range plan {
+		if p.gang != nil && results[i].outcome != outcomePlaced {
+			missed[p.gang]++
+		}
+	}
+	if len(missed) == 0 {
+		return
+	}
+	short := make(map[*gang]string, len(missed))
+	for g, n := range missed {
+		short[g] = fmt.Sprintf("%d of the tasks of %s found no core; it waits whole, holding none", n, g.name)
+	}
+	var targets []cancelTarget
+	m.update(func(tx *txn) {
+		for i, p := range plan {
+			why, ok := short[p.gang]
+			w := p.w
+			if ok && results[i].outcome != outcomePlaced && w.rec.Status == wire.WorkflowPending {
+				setWaitingLocked(tx, w, "not placed whole: "+why)
+				continue
+			}
+			if !ok || results[i].outcome != outcomePlaced || w.job.rec.Status.Terminal() ||
+				(w.rec.Status != wire.WorkflowAssigned && w.rec.Status != wire.WorkflowRunning) {
+				continue
+			}
+			token, err := lt.NextToken()
+			if err != nil {
+				m.log.Warn("undo part of a pipeline: no fence token", "job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID, "err", err)
+				continue
+			}
+			targets = append(targets, cancelTarget{worker: w.rec.Worker, jobID: w.rec.JobID, workflowID: w.rec.WorkflowID, fence: w.rec.FenceToken})
+			m.workers.freed(w.rec.Worker, w.rec.Spec.Cores)
+			m.log.Info("pipeline not placed whole; giving back a task's core", "job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID,
+				"worker", w.rec.Worker, "fence_token", w.rec.FenceToken)
+			w.rec.Status = wire.WorkflowPending
+			w.rec.Worker = ""
+			w.rec.Cores = nil
+			w.rec.FenceToken = token
+			w.rec.Attempts = max(w.rec.Attempts-1, 0)
+			tx.touchWorkflow(w, true)
+			setWaitingLocked(tx, w, "not placed whole: "+why)
+		}
+	})
+	m.cancelOnWorkers(ctx, targets, "pipeline not placed whole")
+	m.kick()
 }

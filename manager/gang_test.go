@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -297,4 +298,58 @@ func TestReserveAllIsAllOrNothing(t *testing.T) {
 	if _, free, _ := tb.capacity(); free != 1 {
 		t.Fatalf("a failed reservation took cores: %d free", free)
 	}
+}
+
+// A pipeline whose cores were reserved whole but whose dispatch then
+// failed on one worker, with no other worker free, does not keep the
+// tasks that were placed: they go back to pending under a new fence
+// token, their runs are stopped, and the pipeline waits whole again until
+// it can run whole. Before, the placed tasks held their cores for good.
+func TestRainstormPipelineNotPlacedWholeIsUndone(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	workers := map[string]*fakeWorker{}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		workers[id] = c.addWorker(id, 1)
+	}
+	c.hub.SetHook(func(_, to string, msg wire.Message) bool {
+		_, dispatch := msg.(*wire.WorkflowDispatch)
+		return !dispatch || to != "w3"
+	})
+	lead := waitCores(t, c, 3)
+	a := submitGang(t, lead, "a", 3)
+	// Every dispatch that lands on w3 fails and keeps that task off w3 from
+	// then on; once all three are kept off it, two cores are left for
+	// three tasks, and the pipeline waits whole, holding nothing.
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		running, waiting, reasons, _ := a.state(lead)
+		if running != 0 || waiting != 3 {
+			return fmt.Errorf("a: %d running, %d waiting holding nothing (%q)", running, waiting, reasons)
+		}
+		lead.mu.Lock()
+		defer lead.mu.Unlock()
+		for i := range 3 {
+			if w := lead.wfs[workflowID(a.job, i)]; !slices.Contains(w.rec.Excluded, "w3") {
+				return fmt.Errorf("task %d not kept off w3 yet (excluded %v)", i, w.rec.Excluded)
+			}
+		}
+		return nil
+	})
+	// The runs it gave back are stopped (the cancel is on its way).
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for i := range 3 {
+			for id, w := range workers {
+				if w.running(workflowID(a.job, i)) {
+					return fmt.Errorf("task %d still runs on %s", i, id)
+				}
+			}
+		}
+		return nil
+	})
+	c.addWorker("w4", 1)
+	onA := waitGang(t, lead, a, 3, 3, "")
+	if _, ok := onA["w3"]; ok {
+		t.Fatalf("a task runs on w3: %v", onA)
+	}
+	completeGang(t, c, onA)
+	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
 }

@@ -418,7 +418,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	m.update(func(tx *txn) {
 		plan = m.planLocked(tx, m.queueLocked(j), j)
 	})
-	for _, r := range m.placeAll(ctx, lt.Context(), lt, plan) {
+	results := m.placeAll(ctx, lt.Context(), lt, plan)
+	m.unplacePartial(lt.Context(), lt, plan, results)
+	for _, r := range results {
 		if r.outcome == outcomeNoQuorum {
 			log.Warn("job queued: no quorum to place it yet", "err", r.err)
 			break

@@ -42,7 +42,9 @@ func (m *Manager) placePending(ctx context.Context, lt *leadership.Term) {
 	if len(plan) == 0 {
 		return
 	}
-	for _, r := range m.placeAll(ctx, ctx, lt, plan) {
+	results := m.placeAll(ctx, ctx, lt, plan)
+	m.unplacePartial(ctx, lt, plan, results)
+	for _, r := range results {
 		if r.outcome == outcomeNoQuorum {
 			// Quorum is lost for everyone alike; the next tick retries.
 			return
