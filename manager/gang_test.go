@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,13 +43,28 @@ type gangPipe struct {
 	name, job string
 }
 
+// submitGang submits a pipeline as a client does: under its own job id (the
+// API's Idempotency-Key), resubmitted while the outcome is unknown (a
+// loaded machine can let a replication round outlast the quorum timeout),
+// so the job is stored once whatever the first answer was.
 func submitGang(t *testing.T, m *Manager, name string, tasks int) gangPipe {
 	t.Helper()
-	ack, err := m.Submit(context.Background(), pipelineJob(t, name, tasks))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return gangPipe{name: name, job: ack.JobID}
+	sub := pipelineJob(t, name, tasks)
+	sub.JobID = "j-gang-" + name
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		ack, err := m.Submit(context.Background(), sub)
+		if errors.Is(err, wire.ErrOutcomeUnknown) {
+			return err
+		}
+		if err != nil {
+			t.Fatalf("submit pipeline %s: %v", name, err)
+		}
+		if ack.JobID != sub.JobID || !ack.Accepted {
+			t.Fatalf("submit pipeline %s: ack %+v", name, ack)
+		}
+		return nil
+	})
+	return gangPipe{name: name, job: sub.JobID}
 }
 
 // state sums up p's tasks: how many run, how many are pending and hold no
