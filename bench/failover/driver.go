@@ -348,6 +348,11 @@ func (d *driver) printTrial(r TrialResult) {
 	}
 	line += fmt.Sprintf("  | steady %.1fs: fp-dead %d elections %d suspect %d refute %d | after: fp-dead %d extra-terms %d | lhm %d/%d",
 		r.Steady.Seconds(), r.FPDeadSteady, r.FPElectionsSteady, r.SuspectSteady, r.RefuteSteady, r.FPDeadAfterKill, r.ExtraTermsAfterKill, r.MaxLHMSteady, r.MaxLHM)
+	line += fmt.Sprintf(" | stalls %d", r.Stalls)
+	if r.MaxStall != nil {
+		line += fmt.Sprintf(" (max %d ms, cpu-wait %d ms)", r.MaxStall.GapMS, r.MaxStall.WaitMS)
+	}
+	line += fmt.Sprintf(" quiet %d (max %d ms) rcvbuf %d", r.Quiets, r.MaxQuietMS, r.UDPRcvbuf)
 	if r.Error != "" {
 		line += "\n          ERROR: " + r.Error
 	}
@@ -375,6 +380,12 @@ type summary struct {
 	TrialsExtraTerms int           `json:"trials_with_extra_terms"`
 	MaxLHMSteady     int           `json:"max_lhm_steady"`
 	MaxLHM           int           `json:"max_lhm"`
+	Stalls           int           `json:"stalls"`
+	MaxStall         *WatchInfo    `json:"max_stall,omitempty"`
+	Quiets           int           `json:"quiets"`
+	MaxQuietMS       int64         `json:"max_quiet_ms"`
+	UDPRcvbuf        int64         `json:"udp_rcvbuf_errors"`
+	UDPInErrors      int64         `json:"udp_in_errors"`
 }
 
 func summarizeTrials(trials []TrialResult) summary {
@@ -413,6 +424,14 @@ func summarizeTrials(trials []TrialResult) summary {
 		if r.ExtraTermsAfterKill > 0 {
 			s.TrialsExtraTerms++
 		}
+		s.Stalls += r.Stalls
+		if r.MaxStall != nil && (s.MaxStall == nil || r.MaxStall.GapMS > s.MaxStall.GapMS) {
+			s.MaxStall = r.MaxStall
+		}
+		s.Quiets += r.Quiets
+		s.MaxQuietMS = max(s.MaxQuietMS, r.MaxQuietMS)
+		s.UDPRcvbuf += r.UDPRcvbuf
+		s.UDPInErrors += r.UDPInErrors
 		s.MaxLHM = max(s.MaxLHM, r.MaxLHM)
 		s.MaxLHMSteady = max(s.MaxLHMSteady, r.MaxLHMSteady)
 	}
@@ -444,6 +463,8 @@ func (d *driver) printSummary(rep *Report) {
 		s.FPDeadAfterKill, s.SuspectAfterKill, s.ExtraTerms, s.TrialsExtraTerms)
 	d.printf("highest Lifeguard local health score: %d in steady state, %d including the kills (the elector refuses leaders above %d)\n",
 		s.MaxLHMSteady, s.MaxLHM, d.elect.MaxLeaderLHM)
+	d.printf("node watch: %d process stalls >= %s (longest %s), %d spells of %s or more without answering a ping (longest %d ms), UDP receive-buffer drops %d, UDP in-errors %d\n",
+		s.Stalls, stallThreshold, s.MaxStall, s.Quiets, quietThreshold, s.MaxQuietMS, s.UDPRcvbuf, s.UDPInErrors)
 	d.printf("host: load average %s at start, %s at end; CPU busy %.0f%% over the run\n", rep.LoadStart, rep.LoadEnd, rep.CPUBusyPct)
 	if rep.LossSeen > 0 {
 		d.printf("loss: %d of %d packets crossing the bridge dropped (%.2f%%)\n", rep.LossDropped, rep.LossSeen, 100*float64(rep.LossDropped)/float64(rep.LossSeen))

@@ -37,7 +37,9 @@ type Event struct {
 	QUIC   string `json:"quic,omitempty"`
 	Swim   string `json:"swim,omitempty"`
 	PID    int    `json:"pid,omitempty"`
-	T      int64  `json:"t"`
+	// Watch is set on stall, quiet and udp events (watch.go).
+	Watch *WatchInfo `json:"watch,omitempty"`
+	T     int64      `json:"t"`
 }
 
 // Time is the event's timestamp.
@@ -236,6 +238,7 @@ func runMember(ctx context.Context, nf nodeFlags, em *emitter, base, log *slog.L
 	// brace and is safe whether or not Run ever started.
 	closers = append(closers, func() error { el.Stop(); return nil })
 
+	clock := &ackClock{}
 	sn, err := swim.New(swim.Config{
 		NodeName:         nf.id,
 		BindAddr:         nf.bind,
@@ -245,6 +248,7 @@ func runMember(ctx context.Context, nf nodeFlags, em *emitter, base, log *slog.L
 		Keys:             keyring.MemberlistKeys(),
 		BroadcastTimeout: 5 * time.Second,
 		Logger:           slog.New(&suspicionWatch{next: base.Handler(), em: em}),
+		Embedder:         clock,
 		Events: swim.EventHandler{
 			OnJoin: func(n swim.NodeInfo) { em.emit(Event{Ev: "join", Node: n.Name}) },
 			OnDead: func(n swim.NodeInfo) { em.emit(Event{Ev: "dead", Node: n.Name, State: n.State.String()}) },
@@ -275,6 +279,7 @@ func runMember(ctx context.Context, nf nodeFlags, em *emitter, base, log *slog.L
 	if nf.feedLHM {
 		wg.Go(func() { feedHealth(runCtx, sn, el, em, electionProfile.TickInterval) })
 	}
+	wg.Go(func() { watch(runCtx, em, clock) })
 	defer func() {
 		cancel()
 		wg.Wait()
