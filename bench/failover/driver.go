@@ -43,6 +43,8 @@ type driverConfig struct {
 	lhm             bool
 	nodeLogLevel    string
 	keep            bool
+	nodeOwnGroup    bool
+	nodeNice        int
 	jsonOut         string
 	verbose         bool
 }
@@ -69,6 +71,8 @@ func parseDriverFlags(args []string) (driverConfig, error) {
 	fs.BoolVar(&c.install, "install", false, "apt-get install iproute2 (and nftables, if the kernel lacks netem) when missing")
 	fs.BoolVar(&c.lhm, "lhm", true, "feed swim's local health score to the elector, as the roles do")
 	fs.StringVar(&c.nodeLogLevel, "node-log-level", "warn", "log level of the node processes (their logs stay in the run directory)")
+	fs.BoolVar(&c.nodeOwnGroup, "node-own-group", false, "start every node in its own session, hence its own scheduling group (autogroup), as systemd gives every service its own cgroup; default: the driver's group, beside the hogs")
+	fs.IntVar(&c.nodeNice, "node-nice", 0, "nice value of the nodes: with -node-own-group the weight of each node's group (autogroup nice, like a unit's CPUWeight), otherwise the processes' own (nice(1), like a unit's Nice=)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the run directory (node logs and bbolt files) instead of deleting it")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the configuration, every trial and the summary as JSON to this file")
 	fs.BoolVar(&c.verbose, "v", false, "debug logging from the driver")
@@ -101,6 +105,9 @@ func parseDriverFlags(args []string) (driverConfig, error) {
 	}
 	if c.hog < 0 {
 		errs = append(errs, errors.New("-hog must be >= 0"))
+	}
+	if c.nodeNice < -20 || c.nodeNice > 19 {
+		errs = append(errs, errors.New("-node-nice must be in [-20, 19]"))
 	}
 	if c.lossPc < 0 || c.lossPc >= 100 || math.IsNaN(c.lossPc) {
 		errs = append(errs, errors.New("-netns-loss must be in [0, 100)"))
@@ -156,6 +163,8 @@ type reportConfig struct {
 	Netns           bool    `json:"netns"`
 	LossPercent     float64 `json:"loss_percent"`
 	LHM             bool    `json:"lhm"`
+	NodeOwnGroup    bool    `json:"node_own_group"`
+	NodeNice        int     `json:"node_nice"`
 }
 
 func runDriver(ctx context.Context, args []string) (err error) {
@@ -218,6 +227,7 @@ func runDriver(ctx context.Context, args []string) (err error) {
 			Trials: cfg.trials, Nodes: cfg.nodes, SwimProfile: cfg.swimProfile, ElectionProfile: cfg.electionProfile,
 			Kill: cfg.kill, SteadyNS: int64(cfg.steady), TimeoutNS: int64(d.timeout), Hog: cfg.hog,
 			Netns: cfg.netns, LossPercent: cfg.lossPc, LHM: cfg.lhm,
+			NodeOwnGroup: cfg.nodeOwnGroup, NodeNice: cfg.nodeNice,
 		},
 	}
 	if d.lab != nil {
@@ -323,6 +333,11 @@ func (d *driver) header(rep *Report) {
 	d.printf("# %s, %d CPUs, load average at start %s\n", rep.GoVersion, rep.NumCPU, rep.LoadStart)
 	d.printf("# nodes=%d trials=%d kill=%s steady=%s timeout=%s hog=%d lhm-to-elector=%t network=%s\n",
 		c.nodes, c.trials, c.kill, c.steady, d.timeout, c.hog, c.lhm, network)
+	sched := "in the driver's scheduling group, beside the hogs"
+	if c.nodeOwnGroup {
+		sched = "each in its own scheduling group (autogroup)"
+	}
+	d.printf("# nodes: %s, nice %d\n", sched, c.nodeNice)
 	d.printf("# swim %q: probe %s, probe timeout %s, suspicion mult %d (timer %s..%s at n=%d), gossip %s; detection bound %s\n",
 		c.swimProfile, tm.ProbeInterval, tm.ProbeTimeout, tm.SuspicionMult, lo, hi, c.nodes, tm.GossipInterval, tm.DetectionBound(c.nodes))
 	d.printf("# election %q: tick %s, heartbeat %s, election timeout %s (randomised up to %s)\n",

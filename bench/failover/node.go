@@ -78,6 +78,7 @@ type nodeFlags struct {
 	dataDir         string
 	feedLHM         bool
 	logLevel        slog.Level
+	groupNice       int
 }
 
 func parseNodeFlags(args []string) (nodeFlags, error) {
@@ -99,6 +100,7 @@ func parseNodeFlags(args []string) (nodeFlags, error) {
 	fs.StringVar(&nf.dataDir, "data", "", "data directory for the bbolt election state (required)")
 	fs.BoolVar(&nf.feedLHM, "lhm", true, "pass swim's local health score to the elector")
 	fs.StringVar(&logLevel, "log-level", "warn", "stderr log level: debug, info, warn or error")
+	fs.IntVar(&nf.groupNice, "group-nice", 0, "nice value of this process's scheduling group (autogroup), for a node started in a session of its own")
 	if err := fs.Parse(args); err != nil {
 		return nf, errUsage
 	}
@@ -156,6 +158,14 @@ func runNode(ctx context.Context, args []string) error {
 	// the node id (and their component) themselves.
 	base := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: nf.logLevel}))
 	log := base.With("node", nf.id)
+	if nf.groupNice != 0 {
+		// The autogroup is this process's session, which the driver made
+		// for it alone: its nice sets the group's weight against the
+		// other groups, as CPUWeight does for a systemd unit's cgroup.
+		if err := os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(nf.groupNice)), 0); err != nil {
+			return fmt.Errorf("set autogroup nice %d: %w", nf.groupNice, err)
+		}
+	}
 	slog.SetDefault(log)
 	em := &emitter{enc: json.NewEncoder(os.Stdout), log: log}
 	return runMember(ctx, nf, em, base, log)

@@ -175,6 +175,12 @@ func (d *driver) startTrial(ctx context.Context, res *TrialResult, dir string, s
 		if i > 0 {
 			argv = append(argv, "-seeds", specs[0].swimAddr())
 		}
+		switch {
+		case d.cfg.nodeOwnGroup:
+			argv = append(argv, "-group-nice", strconv.Itoa(d.cfg.nodeNice))
+		case d.cfg.nodeNice != 0:
+			argv = append([]string{"nice", "-n", strconv.Itoa(d.cfg.nodeNice)}, argv...)
+		}
 		if s.ns != "" {
 			// ip netns exec execs the command in place: the pid is the node's.
 			argv = append([]string{"ip", "netns", "exec", s.ns}, argv...)
@@ -185,6 +191,7 @@ func (d *driver) startTrial(ctx context.Context, res *TrialResult, dir string, s
 			argv:    argv,
 			env:     []string{"AUTH_SECRET=" + d.secret},
 			logPath: filepath.Join(dir, s.id+".log"),
+			setsid:  d.cfg.nodeOwnGroup,
 		}, t.events, &t.wg, d.log)
 		if err != nil {
 			t.stop()
