@@ -58,7 +58,7 @@ func parseDriverFlags(args []string) (driverConfig, error) {
 	}
 	fs.IntVar(&c.trials, "trials", 20, "number of trials (one kill each)")
 	fs.IntVar(&c.nodes, "nodes", 3, "node processes per trial (at least 3, so the survivors keep a quorum)")
-	fs.StringVar(&c.swimProfile, "swim-profile", swim.ProfileLAN, "swim timing profile: lan (the default for managers and workers), fastlan, local or test")
+	fs.StringVar(&c.swimProfile, "swim-profile", swim.ProfileLAN, "swim timing profile: lan (gates), fastlan (the default for managers and workers), local or test")
 	fs.StringVar(&c.electionProfile, "election-profile", "lan", "leadership profile: lan, local or test")
 	fs.StringVar(&c.kill, "kill", "leader", "victim of each trial: leader (measures detection and failover), follower, or alternate")
 	fs.DurationVar(&c.steady, "steady", 10*time.Second, "steady-state window before each kill in which any dead event or election is a false positive")

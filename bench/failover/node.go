@@ -95,7 +95,7 @@ func parseNodeFlags(args []string) (nodeFlags, error) {
 	fs.IntVar(&nf.swimPort, "swim-port", 0, "UDP+TCP port of swim (memberlist)")
 	fs.StringVar(&peers, "peers", "", "every election member including this one: id=quicaddr,id=quicaddr,...")
 	fs.StringVar(&seeds, "seeds", "", "swim addresses to join, comma-separated (empty: wait to be joined)")
-	fs.StringVar(&nf.swimProfile, "swim-profile", swim.ProfileLAN, "swim timing profile: lan (the default for managers and workers), fastlan, local or test")
+	fs.StringVar(&nf.swimProfile, "swim-profile", swim.ProfileLAN, "swim timing profile: lan (gates), fastlan (the default for managers and workers), local or test")
 	fs.StringVar(&nf.electionProfile, "election-profile", "lan", "leadership profile: lan, local or test")
 	fs.StringVar(&nf.dataDir, "data", "", "data directory for the bbolt election state (required)")
 	fs.BoolVar(&nf.feedLHM, "lhm", true, "pass swim's local health score to the elector")
