@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,6 +114,18 @@ func TestUnitsHardened(t *testing.T) {
 				t.Errorf("LimitNOFILE unset")
 			}
 		})
+	}
+}
+
+// TestUnitsWeighSwim: managers and workers run the fastlan SWIM profile,
+// which takes 1.6 s without CPU for death; their units must keep the
+// weight that stops busy neighbours starving them that long.
+func TestUnitsWeighSwim(t *testing.T) {
+	for _, name := range []string{"tempest-manager.service", "tempest-worker.service"} {
+		w, err := strconv.Atoi(first(readUnit(t, name)["CPUWeight"]))
+		if err != nil || w < 300 {
+			t.Errorf("%s: CPUWeight=%d (%v), want at least 300", name, w, err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"tempest/api"
 	"tempest/internal/nodeconfig"
+	"tempest/swim"
 )
 
 // Config configures a Gate. The YAML tags are the config file's keys; the
@@ -35,7 +36,7 @@ type Config struct {
 
 // DefaultConfig returns options that work for one gate on one machine.
 func DefaultConfig() Config {
-	return Config{
+	c := Config{
 		Server:        nodeconfig.DefaultServer("127.0.0.1:7301", "127.0.0.1:7302", api.DefaultListen, "data/gate"),
 		LeaseTTL:      15 * time.Second,
 		HealthTimeout: 10 * time.Second,
@@ -43,6 +44,10 @@ func DefaultConfig() Config {
 		SyncPageBytes: 2 << 20,
 		TickInterval:  250 * time.Millisecond,
 	}
+	// The gates' cluster spans datacenters: it keeps lan, which rides out
+	// seconds of silence, where a datacenter's nodes default to fastlan.
+	c.SwimProfile = swim.ProfileLAN
+	return c
 }
 
 // Validate reports every problem at once, each naming its field.

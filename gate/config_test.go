@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"tempest/swim"
 )
 
 // The gate's config is checked by the same rules as the manager's for the
@@ -15,6 +17,11 @@ func TestConfigValidate(t *testing.T) {
 	cfg.ID = "g1"
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("default config with an id: %v", err)
+	}
+	// Datacenters default to fastlan; the gates' cluster spans them and
+	// keeps lan, which rides out seconds of silence.
+	if cfg.SwimProfile != swim.ProfileLAN {
+		t.Fatalf("default gate swim profile %q, want lan", cfg.SwimProfile)
 	}
 	cfg.ID = "g 1"
 	cfg.SwimBind = "localhost:7302"

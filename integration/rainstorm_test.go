@@ -797,9 +797,9 @@ workflows:
 	}
 }
 
-// A pipeline with more tasks than the datacenter has free cores: the task
-// left over does not wait in silence; the status and the pipeline's tasks
-// say why it waits.
+// A pipeline with more tasks than the datacenter has cores: it waits whole,
+// holding none of them, and not in silence; the status and each of the
+// pipeline's tasks say why it waits.
 func TestRainstormUnplacedTaskSaysWhy(t *testing.T) {
 	c := startCluster(t, 1, 1, 2)
 	id := c.submit(`name: too-big
@@ -826,11 +826,12 @@ workflows:
 		}
 		waiting := 0
 		for _, task := range out.Tasks {
-			if task.Status == wire.WorkflowPending && strings.Contains(task.Waiting, "no free core") {
+			if task.Status == wire.WorkflowPending && task.Worker == "" &&
+				strings.Contains(task.Waiting, "no free cores for the whole pipeline (needs 3; the datacenter has 2)") {
 				waiting++
 			}
 		}
-		if waiting != 1 {
+		if waiting != 3 {
 			return fmt.Errorf("%d tasks say they wait for a core: %+v", waiting, out.Tasks)
 		}
 		return nil

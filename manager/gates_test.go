@@ -150,7 +150,9 @@ func TestGateSwimRunsTheGatesProfile(t *testing.T) {
 	if cfg.GateSwimProfile != swim.ProfileLAN {
 		t.Fatalf("default gate swim profile %q", cfg.GateSwimProfile)
 	}
-	cfg.SwimProfile = swim.ProfileFastLAN
+	if cfg.SwimProfile != swim.ProfileFastLAN {
+		t.Fatalf("default datacenter swim profile %q, want fastlan", cfg.SwimProfile)
+	}
 	scfg, err := gateSwimConfig(cfg, swim.NodeMeta{Role: wire.RoleManager}, nil, nil)
 	if err != nil {
 		t.Fatal(err)

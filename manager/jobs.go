@@ -410,13 +410,17 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 		return nil, err
 	}
 
-	m.mu.Lock()
-	wfs := slices.Clone(j.wfs)
-	m.mu.Unlock()
 	// The job is on a majority now, so it is acknowledged whatever
 	// placement finds: work that cannot be placed yet is QUEUED, and a
-	// later leader would run it anyway.
-	for _, r := range m.placeAll(ctx, lt, wfs) {
+	// later leader would run it anyway. Work queued ahead of it goes
+	// first (gang.go).
+	var plan []placement
+	m.update(func(tx *txn) {
+		plan = m.planLocked(tx, m.queueLocked(j), j)
+	})
+	results := m.placeAll(ctx, lt.Context(), lt, plan)
+	m.unplacePartial(lt.Context(), lt, plan, results)
+	for _, r := range results {
 		if r.outcome == outcomeNoQuorum {
 			log.Warn("job queued: no quorum to place it yet", "err", r.err)
 			break

@@ -35,20 +35,30 @@ type placeResult struct {
 // is tried; a dispatch that fails with the outcome unknown counts as a
 // failed attempt on that worker (it is excluded from now on, and any copy it
 // did start is fenced out by the newer token).
-func (m *Manager) place(ctx context.Context, lt *leadership.Term, w *workflowState) (res placeResult) {
-	var claimed bool
+//
+// The plan (gang.go) has claimed w already, and for p.on reserved p.cores
+// cores on that worker, which is tried first.
+func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (res placeResult) {
+	w := p.w
+	var valid bool
 	var cores int
 	var excluded []string
 	m.update(func(tx *txn) {
-		if w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() || !w.job.rec.Confirmed {
+		if w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() || !w.job.rec.Confirmed {
 			return
 		}
-		w.placing = true
-		claimed, cores, excluded = true, w.rec.Spec.Cores, slices.Clone(w.rec.Excluded)
+		valid, cores, excluded = true, w.rec.Spec.Cores, slices.Clone(w.rec.Excluded)
 	})
-	if !claimed {
+	if !valid || cores != p.cores {
+		m.release(p)
 		return placeResult{outcome: outcomeSkipped}
 	}
+	first := p.on // reserved by the plan, until used
+	defer func() {
+		if first.ID != "" {
+			m.workers.unreserve(first.ID, cores)
+		}
+	}()
 	defer m.update(func(tx *txn) {
 		w.placing, w.provisioning, w.target = false, false, ""
 		// From now on, waiting work is QUEUED rather than just SUBMITTED.
@@ -76,7 +86,12 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, w *workflowSta
 		if err := ctx.Err(); err != nil {
 			return placeResult{outcome: outcomeSkipped, err: err}
 		}
-		wv, ok := m.pickFor(w, cores, skip)
+		wv, ok := first, true
+		if first.ID != "" && !skip[first.ID] {
+			first = workerView{} // placeOn settles its reservation now
+		} else {
+			wv, ok = m.pickFor(w, cores, skip)
+		}
 		if !ok {
 			return placeResult{outcome: outcomeNoCapacity}
 		}
@@ -95,6 +110,11 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, w *workflowSta
 func (m *Manager) pickFor(w *workflowState, cores int, skip map[string]bool) (workerView, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.pickLocked(w, cores, skip)
+}
+
+// pickLocked is pickFor under Manager.mu.
+func (m *Manager) pickLocked(w *workflowState, cores int, skip map[string]bool) (workerView, bool) {
 	avoid := siblingWorkersLocked(w)
 	wv, ok := m.workers.pick(cores, func(id string) bool { return skip[id] || avoid[id] })
 	if !ok && len(avoid) > 0 {

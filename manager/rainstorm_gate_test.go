@@ -34,23 +34,23 @@ func TestWaitingSummary(t *testing.T) {
 	}
 }
 
-// A pipeline with more tasks than free cores: the unplaced task says why it
-// waits, in the pipeline's tasks and in the job's status. The leader
-// answers a gate's output request (a follower points at the leader), and
-// tells the worker when a task opens, for upstream tasks to resend at once.
+// A pipeline with more tasks than free cores: it waits whole, holding no
+// core, and its tasks say why, in the pipeline's tasks and in the job's
+// status. The leader answers a gate's output request (a follower points at
+// the leader), and, once a second core lets the pipeline run, tells the
+// worker when a task opens, for upstream tasks to resend at once.
 func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 	c := newRainstormCluster(t, nil)
-	w := c.addWorker("w1", 1) // the source takes the one core; count waits
+	w := c.addWorker("w1", 1) // one core for two tasks: neither goes
 	hints := make(chan *wire.RainstormRoutesChanged, 8)
 	w.tr.Handle(wire.TypeRainstormRoutesChanged, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
 		hints <- msg.(*wire.RainstormRoutesChanged)
 		return nil, nil
 	})
-	lead := c.leader()
+	lead := waitCores(t, c, 1)
 	ack := submitPipeline(t, lead)
 	job := ack.JobID
-	// Either task may get the core; the other waits.
-	running := -1
+	const why = "no free cores for the whole pipeline (needs 2; the datacenter has 1)"
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		out, err := lead.PipelineOutput(context.Background(), job, "pipe", false)
 		if err != nil {
@@ -59,14 +59,8 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		if len(out.Tasks) != 2 {
 			return fmt.Errorf("tasks %+v", out.Tasks)
 		}
-		want := ""
 		for i, task := range out.Tasks {
-			switch {
-			case task.Status == wire.WorkflowRunning && task.Waiting == "":
-				running = i
-			case task.Status == wire.WorkflowPending && strings.Contains(task.Waiting, "no free core"):
-				want = map[int]string{0: "task source", 1: "task count/1"}[i] + " waiting: no free core (needs 1)"
-			default:
+			if task.Status != wire.WorkflowPending || task.Worker != "" || task.Waiting != why {
 				return fmt.Errorf("task %d: %+v", i, task)
 			}
 		}
@@ -74,7 +68,7 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got := st.Workflows[0].Waiting; got != want || running < 0 {
+		if got, want := st.Workflows[0].Waiting, "tasks source, count/1 waiting: "+why; got != want {
 			return fmt.Errorf("status says %q, want %q", got, want)
 		}
 		return nil
@@ -100,14 +94,17 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		page = resp.(*wire.RainstormOutputPage)
 		return nil
 	})
-	if len(page.Tasks) != 2 || page.Tasks[1-running].Waiting == "" || page.Complete || page.Total != 0 {
+	if len(page.Tasks) != 2 || page.Tasks[0].Waiting != why || page.Tasks[1].Waiting != why || page.Complete || page.Total != 0 {
 		t.Fatalf("page %+v", page)
 	}
 
-	// The running task opens: the worker hears that the pipeline's routes
-	// changed.
+	// A second core: the pipeline runs, a task opens, and the worker hears
+	// that the pipeline's routes changed.
+	c.addWorker("w2", 1)
+	running := 0
 	src := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: running}
 	inc := taskToken(t, lead, job, running, 0)
+	taskToken(t, lead, job, 1, 0)
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		_, err := gate.Call(context.Background(), lead.cfg.ID, &wire.RainstormOpen{Task: src, Incarnation: inc})
 		return err

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"tempest/leadership"
-	"tempest/wire"
 )
 
 // scheduleLoop places PENDING workflows (queued jobs, retries) for as long as
@@ -31,33 +30,21 @@ func (m *Manager) scheduleLoop(ctx context.Context, lt *leadership.Term) {
 	}
 }
 
-// placePending tries to place every PENDING workflow of every unfinished
-// job, oldest job first, so a queue drains in submission order as cores
-// free up.
+// placePending places the PENDING workflows of every unfinished job, in
+// the order the round's plan gives (gang.go): replacement tasks of running
+// pipelines first, then oldest job first, each pipeline whole or not at
+// all, so a queue drains in submission order as cores free up.
 func (m *Manager) placePending(ctx context.Context, lt *leadership.Term) {
-	m.mu.Lock()
-	jobs := make([]*jobState, 0, len(m.jobs))
-	for _, j := range m.jobs {
-		if !j.rec.Status.Terminal() && j.rec.Confirmed && !j.submitting {
-			jobs = append(jobs, j)
-		}
-	}
-	slices.SortFunc(jobs, func(a, b *jobState) int {
-		return cmp.Or(cmp.Compare(a.rec.CreatedAt, b.rec.CreatedAt), strings.Compare(a.rec.ID(), b.rec.ID()))
+	var plan []placement
+	m.update(func(tx *txn) {
+		plan = m.planLocked(tx, m.queueLocked(nil), nil)
 	})
-	var pending []*workflowState
-	for _, j := range jobs {
-		for _, w := range j.wfs {
-			if w.rec.Status == wire.WorkflowPending && !w.placing {
-				pending = append(pending, w)
-			}
-		}
-	}
-	m.mu.Unlock()
-	if len(pending) == 0 {
+	if len(plan) == 0 {
 		return
 	}
-	for _, r := range m.placeAll(ctx, lt, pending) {
+	results := m.placeAll(ctx, ctx, lt, plan)
+	m.unplacePartial(ctx, lt, plan, results)
+	for _, r := range results {
 		if r.outcome == outcomeNoQuorum {
 			// Quorum is lost for everyone alike; the next tick retries.
 			return
@@ -65,24 +52,59 @@ func (m *Manager) placePending(ctx context.Context, lt *leadership.Term) {
 	}
 }
 
-// placeAll places workflows, at most MaxParallelPlacements at a time, and
-// returns each one's result in order.
-func (m *Manager) placeAll(ctx context.Context, lt *leadership.Term, wfs []*workflowState) []placeResult {
-	results := make([]placeResult, len(wfs))
+// queueLocked is the jobs whose pending work may be placed, oldest first:
+// unfinished, confirmed, and not being placed by their Submit call, except
+// with (that call's own job).
+func (m *Manager) queueLocked(with *jobState) []*jobState {
+	jobs := make([]*jobState, 0, len(m.jobs))
+	for _, j := range m.jobs {
+		if !j.rec.Status.Terminal() && j.rec.Confirmed && (!j.submitting || j == with) {
+			jobs = append(jobs, j)
+		}
+	}
+	slices.SortFunc(jobs, func(a, b *jobState) int {
+		return cmp.Or(cmp.Compare(a.rec.CreatedAt, b.rec.CreatedAt), strings.Compare(a.rec.ID(), b.rec.ID()))
+	})
+	return jobs
+}
+
+// placeAll places a plan's workflows, at most MaxParallelPlacements at a
+// time, and returns each one's result in order. Those with cores reserved
+// (a pipeline's tasks) are placed under keep, which a submission makes
+// outlast its caller: half a pipeline placed would hold its cores for
+// nothing.
+func (m *Manager) placeAll(ctx, keep context.Context, lt *leadership.Term, plan []placement) []placeResult {
+	results := make([]placeResult, len(plan))
 	sem := make(chan struct{}, m.cfg.MaxParallelPlacements)
 	var wg sync.WaitGroup
-	for i, w := range wfs {
+	for i, p := range plan {
+		pctx := ctx
+		if p.on.ID != "" {
+			pctx = keep
+		}
 		select {
 		case sem <- struct{}{}:
-		case <-ctx.Done():
-			results[i] = placeResult{outcome: outcomeSkipped, err: ctx.Err()}
+		case <-pctx.Done():
+			m.release(p)
+			results[i] = placeResult{outcome: outcomeSkipped, err: pctx.Err()}
 			continue
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			results[i] = m.place(ctx, lt, w)
+			results[i] = m.place(pctx, lt, p)
 		})
 	}
 	wg.Wait()
 	return results
+}
+
+// release gives back a planned placement that will not be made: its claim
+// and its reserved cores.
+func (m *Manager) release(p placement) {
+	m.mu.Lock()
+	p.w.placing, p.w.target = false, ""
+	m.mu.Unlock()
+	if p.on.ID != "" {
+		m.workers.unreserve(p.on.ID, p.cores)
+	}
 }

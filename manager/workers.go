@@ -433,3 +433,88 @@ func (t *managerTable) get(id string) (wire.ManagerHeartbeat, bool, bool) {
 	}
 	return e.hb, e.alive, true
 }
+
+// gangDemand is one task of a pipeline placed whole: its cores and the
+// workers it must not go to.
+type gangDemand struct {
+	cores    int
+	excluded []string
+}
+
+// reserveAll reserves cores for every demand at once, or for none: a
+// pipeline's tasks wait on one another, so a pipeline holding only part of
+// the cores it needs holds them for nothing (gang.go). Each demand gets a
+// worker drawn like pick does, one the pipeline does not use yet where
+// there is such a worker with room. The answer is in demands' order.
+func (t *workerTable) reserveAll(demands []gangDemand) ([]workerView, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	spare := map[string]int{}
+	var ids []string
+	for id, e := range t.w {
+		if t.dispatchable(e, 1) {
+			spare[id] = e.AvailableCores - e.reserved
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids) // map order is random; a seeded source repeats
+	// Larger tasks first: they are the hard ones to fit.
+	order := make([]int, len(demands))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return demands[b].cores - demands[a].cores })
+	chosen := make([]string, len(demands))
+	used := map[string]bool{}
+	for _, i := range order {
+		d := demands[i]
+		var fresh, all []candidate
+		for _, id := range ids {
+			if spare[id] < d.cores || slices.Contains(d.excluded, id) {
+				continue
+			}
+			c := candidate{id: id, spare: spare[id], degraded: t.w[id].State == wire.WorkerDegraded}
+			all = append(all, c)
+			if !used[id] {
+				fresh = append(fresh, c)
+			}
+		}
+		cands := fresh
+		if len(cands) == 0 {
+			cands = all
+		}
+		k, err := choose(t.rand, cands)
+		if err != nil || k < 0 {
+			return nil, false
+		}
+		id := cands[k].id
+		chosen[i] = id
+		spare[id] -= d.cores
+		used[id] = true
+	}
+	out := make([]workerView, len(demands))
+	for i, id := range chosen {
+		e := t.w[id]
+		e.reserved += demands[i].cores
+		out[i] = e.workerView
+	}
+	return out, true
+}
+
+// capacity counts the cores of the workers that take work (alive, healthy
+// or degraded), how many of them are free and not promised, and the cores
+// of the largest such worker.
+func (t *workerTable) capacity() (total, free, largest int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.w {
+		if e.Alive && e.Addr != "" && (e.State == wire.WorkerHealthy || e.State == wire.WorkerDegraded) {
+			total += e.TotalCores
+			largest = max(largest, e.TotalCores)
+			if e.QueueDepth < t.softLimit {
+				free += max(e.AvailableCores-e.reserved, 0)
+			}
+		}
+	}
+	return total, free, largest
+}

@@ -58,13 +58,14 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// DefaultConfig returns a configuration for the LAN profile on memberlist's
-// usual port. NodeName and Meta.Role must still be set.
+// DefaultConfig returns a configuration for a datacenter's LAN, the
+// fastlan profile, on memberlist's usual port. NodeName and Meta.Role must
+// still be set.
 func DefaultConfig() Config {
 	return Config{
 		BindAddr:         "0.0.0.0",
 		BindPort:         7946,
-		Profile:          ProfileLAN,
+		Profile:          ProfileFastLAN,
 		BroadcastTimeout: 5 * time.Second,
 	}
 }

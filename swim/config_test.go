@@ -18,6 +18,9 @@ func validConfig() Config {
 
 func TestValidateAcceptsDefaultsWithIdentity(t *testing.T) {
 	cfg := validConfig()
+	if cfg.Profile != ProfileFastLAN {
+		t.Errorf("default profile %q, want fastlan", cfg.Profile)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
 	}

@@ -58,4 +58,14 @@
 // run inline on memberlist's packet and probe goroutines, because the ack
 // payload must be produced while the ack is being sent, so they must be
 // fast and must never block.
+//
+// Logging is queued the same way. memberlist writes log lines while holding
+// its node-table lock (a refutation is logged before it is sent), and a
+// write that blocked — stderr to a stalled reader, a log file on a busy
+// disk — would silence the node's probes, acks and refutations until it
+// returned, long enough for its peers to declare it dead. A Node's records,
+// memberlist's and its own, go to [Config.Logger] from one goroutine the
+// Node owns; when the sink falls behind by more than a thousand records the
+// rest are dropped, and a warning says how many once it catches up.
+// [Node.Shutdown] writes what is queued before it returns.
 package swim

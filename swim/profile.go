@@ -11,16 +11,20 @@ import (
 // Profile names accepted in [Config.Profile].
 const (
 	// ProfileLAN is memberlist's LAN defaults: one probe a second, suspicion
-	// of 4×PI. The default: it rides out a node that stops answering for
-	// several seconds, and detects a crash in about 6 s.
+	// of 4×PI. It rides out a node that stops answering for several
+	// seconds, and detects a crash in about 6 s: the gates' cross-datacenter
+	// cluster runs it, and so should a datacenter whose hosts may stall
+	// (overcommitted VMs, nodes without the CPU weight of the systemd units).
 	ProfileLAN = "lan"
-	// ProfileFastLAN is for a datacenter whose hosts never stall for more
-	// than a second or so (docs/failure-detection.md): it detects a crashed
-	// node in about 2 s
-	// (2.5 s at p99 at 5 % packet loss on a busy host) by probing every
-	// 400 ms and letting a suspicion that a second prober confirms expire
-	// after 1.2 s, while a suspicion nobody confirms — one prober's lost
-	// packets or its own stall — runs 7.2 s, time enough to refute.
+	// ProfileFastLAN is the default for a datacenter's managers and
+	// workers: it detects a crashed node in about 2 s (2.5 s at p99 at 5 %
+	// packet loss on a busy host) by probing every 400 ms and letting a
+	// suspicion that a second prober confirms expire after 1.2 s, while a
+	// suspicion nobody confirms — one prober's lost packets or its own
+	// stall — runs 7.2 s, time enough to refute. A node that gets no CPU
+	// for about 1.6 s is declared dead: the systemd units give the process
+	// three times the default CPU weight so that busy neighbours cannot
+	// starve it that long (docs/failure-detection.md).
 	ProfileFastLAN = "fastlan"
 	// ProfileLocal is memberlist's loopback/local defaults: same probe rate
 	// as LAN, shorter timeouts.
@@ -165,9 +169,10 @@ func lanProfile() *memberlist.Config { return memberlist.DefaultLANConfig() }
 func fastLANProfile() *memberlist.Config {
 	c := memberlist.DefaultLANConfig()
 	// 400 ms, not 300: the silence a live node survives is 4 PI (a probe
-	// and the confirmed minimum), 1.6 s here against 1.2 s. On a heavily
-	// loaded host even 1.6 s was once too short (docs/failure-detection.md),
-	// which is why lan stays the default.
+	// and the confirmed minimum), 1.6 s here against 1.2 s. A node process
+	// starved of CPU on a loaded host went silent for longer than that
+	// (docs/failure-detection.md); the CPU weight of the systemd units is
+	// what keeps it from happening.
 	c.ProbeInterval = 400 * time.Millisecond
 	// Direct ping, then indirect pings and the TCP fallback within the rest
 	// of the interval; a loaded host's awareness stretches both.

@@ -46,9 +46,15 @@ var (
 // belongs to its datacenter's cluster and to the cross-datacenter one, runs
 // two Nodes on two ports.
 type Node struct {
-	name             string
-	addr             string
-	log              *slog.Logger
+	name string
+	addr string
+	// log queues its records (logq) so that no caller, memberlist's
+	// goroutines above all, ever waits on the log sink; direct writes
+	// synchronously and is used once the queue has stopped.
+	log    *slog.Logger
+	direct *slog.Logger
+	logq   *logQueue
+
 	embedder         StateEmbedder
 	broadcastTimeout time.Duration
 
@@ -98,11 +104,17 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("swim new %s: %w", cfg.NodeName, err)
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	base := cfg.Logger
+	if base == nil {
+		base = slog.New(slog.DiscardHandler)
 	}
-	logger = logger.With("component", "swim", "node", cfg.NodeName)
+	// Everything this node logs goes through logq (see logQueue): much of
+	// it is logged under memberlist's member lock. direct is for the
+	// drop notices and for what is logged after the queue has stopped.
+	direct := base.With("component", "swim", "node", cfg.NodeName)
+	logq := newLogQueue(logQueueSize)
+	logq.report = direct.Handler()
+	logger := slog.New(logq.wrap(base.Handler())).With("component", "swim", "node", cfg.NodeName)
 
 	mc, err := profileConfig(cfg.Profile)
 	if err != nil {
@@ -121,6 +133,8 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		name:             cfg.NodeName,
 		log:              logger,
+		direct:           direct,
+		logq:             logq,
 		embedder:         cfg.Embedder,
 		broadcastTimeout: cfg.BroadcastTimeout,
 		localMeta:        cloneMeta(cfg.Meta),
@@ -146,6 +160,7 @@ func New(cfg Config) (*Node, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
+	n.wg.Go(func() { n.logq.run(ctx) })
 	n.wg.Go(func() { n.events.run(ctx) })
 
 	ml, err := memberlist.Create(mc)
@@ -374,7 +389,8 @@ func (n *Node) Leave(timeout time.Duration) error {
 // anything: peers will detect a failure unless Leave was called first. It
 // waits for an UpdateMeta, SetKeys or Leave in progress to finish.
 // Pending events are dropped, and no callback or StateEmbedder method runs
-// after Shutdown returns. Safe to call more than once.
+// after Shutdown returns. Queued log records are written first, so
+// Shutdown waits for the log sink. Safe to call more than once.
 //
 // memberlist does not wait for all of its own goroutines: its probe loop
 // may finish its current probe (up to one probe interval) and connection
@@ -401,7 +417,7 @@ func (n *Node) Shutdown() error {
 	if err != nil {
 		return fmt.Errorf("swim shutdown %s: %w", n.name, err)
 	}
-	n.log.Debug("swim node stopped")
+	n.direct.Debug("swim node stopped")
 	return nil
 }
 

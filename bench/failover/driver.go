@@ -43,6 +43,8 @@ type driverConfig struct {
 	lhm             bool
 	nodeLogLevel    string
 	keep            bool
+	nodeOwnGroup    bool
+	nodeNice        int
 	jsonOut         string
 	verbose         bool
 }
@@ -56,7 +58,7 @@ func parseDriverFlags(args []string) (driverConfig, error) {
 	}
 	fs.IntVar(&c.trials, "trials", 20, "number of trials (one kill each)")
 	fs.IntVar(&c.nodes, "nodes", 3, "node processes per trial (at least 3, so the survivors keep a quorum)")
-	fs.StringVar(&c.swimProfile, "swim-profile", swim.ProfileLAN, "swim timing profile: lan (the default for managers and workers), fastlan, local or test")
+	fs.StringVar(&c.swimProfile, "swim-profile", swim.ProfileLAN, "swim timing profile: lan (gates), fastlan (the default for managers and workers), local or test")
 	fs.StringVar(&c.electionProfile, "election-profile", "lan", "leadership profile: lan, local or test")
 	fs.StringVar(&c.kill, "kill", "leader", "victim of each trial: leader (measures detection and failover), follower, or alternate")
 	fs.DurationVar(&c.steady, "steady", 10*time.Second, "steady-state window before each kill in which any dead event or election is a false positive")
@@ -69,6 +71,8 @@ func parseDriverFlags(args []string) (driverConfig, error) {
 	fs.BoolVar(&c.install, "install", false, "apt-get install iproute2 (and nftables, if the kernel lacks netem) when missing")
 	fs.BoolVar(&c.lhm, "lhm", true, "feed swim's local health score to the elector, as the roles do")
 	fs.StringVar(&c.nodeLogLevel, "node-log-level", "warn", "log level of the node processes (their logs stay in the run directory)")
+	fs.BoolVar(&c.nodeOwnGroup, "node-own-group", false, "start every node in its own session, hence its own scheduling group (autogroup), as systemd gives every service its own cgroup; default: the driver's group, beside the hogs")
+	fs.IntVar(&c.nodeNice, "node-nice", 0, "nice value of the nodes: with -node-own-group the weight of each node's group (autogroup nice, like a unit's CPUWeight), otherwise the processes' own (nice(1), like a unit's Nice=)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the run directory (node logs and bbolt files) instead of deleting it")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the configuration, every trial and the summary as JSON to this file")
 	fs.BoolVar(&c.verbose, "v", false, "debug logging from the driver")
@@ -101,6 +105,9 @@ func parseDriverFlags(args []string) (driverConfig, error) {
 	}
 	if c.hog < 0 {
 		errs = append(errs, errors.New("-hog must be >= 0"))
+	}
+	if c.nodeNice < -20 || c.nodeNice > 19 {
+		errs = append(errs, errors.New("-node-nice must be in [-20, 19]"))
 	}
 	if c.lossPc < 0 || c.lossPc >= 100 || math.IsNaN(c.lossPc) {
 		errs = append(errs, errors.New("-netns-loss must be in [0, 100)"))
@@ -156,6 +163,8 @@ type reportConfig struct {
 	Netns           bool    `json:"netns"`
 	LossPercent     float64 `json:"loss_percent"`
 	LHM             bool    `json:"lhm"`
+	NodeOwnGroup    bool    `json:"node_own_group"`
+	NodeNice        int     `json:"node_nice"`
 }
 
 func runDriver(ctx context.Context, args []string) (err error) {
@@ -218,6 +227,7 @@ func runDriver(ctx context.Context, args []string) (err error) {
 			Trials: cfg.trials, Nodes: cfg.nodes, SwimProfile: cfg.swimProfile, ElectionProfile: cfg.electionProfile,
 			Kill: cfg.kill, SteadyNS: int64(cfg.steady), TimeoutNS: int64(d.timeout), Hog: cfg.hog,
 			Netns: cfg.netns, LossPercent: cfg.lossPc, LHM: cfg.lhm,
+			NodeOwnGroup: cfg.nodeOwnGroup, NodeNice: cfg.nodeNice,
 		},
 	}
 	if d.lab != nil {
@@ -323,6 +333,11 @@ func (d *driver) header(rep *Report) {
 	d.printf("# %s, %d CPUs, load average at start %s\n", rep.GoVersion, rep.NumCPU, rep.LoadStart)
 	d.printf("# nodes=%d trials=%d kill=%s steady=%s timeout=%s hog=%d lhm-to-elector=%t network=%s\n",
 		c.nodes, c.trials, c.kill, c.steady, d.timeout, c.hog, c.lhm, network)
+	sched := "in the driver's scheduling group, beside the hogs"
+	if c.nodeOwnGroup {
+		sched = "each in its own scheduling group (autogroup)"
+	}
+	d.printf("# nodes: %s, nice %d\n", sched, c.nodeNice)
 	d.printf("# swim %q: probe %s, probe timeout %s, suspicion mult %d (timer %s..%s at n=%d), gossip %s; detection bound %s\n",
 		c.swimProfile, tm.ProbeInterval, tm.ProbeTimeout, tm.SuspicionMult, lo, hi, c.nodes, tm.GossipInterval, tm.DetectionBound(c.nodes))
 	d.printf("# election %q: tick %s, heartbeat %s, election timeout %s (randomised up to %s)\n",
@@ -348,6 +363,11 @@ func (d *driver) printTrial(r TrialResult) {
 	}
 	line += fmt.Sprintf("  | steady %.1fs: fp-dead %d elections %d suspect %d refute %d | after: fp-dead %d extra-terms %d | lhm %d/%d",
 		r.Steady.Seconds(), r.FPDeadSteady, r.FPElectionsSteady, r.SuspectSteady, r.RefuteSteady, r.FPDeadAfterKill, r.ExtraTermsAfterKill, r.MaxLHMSteady, r.MaxLHM)
+	line += fmt.Sprintf(" | stalls %d", r.Stalls)
+	if r.MaxStall != nil {
+		line += fmt.Sprintf(" (max %d ms, cpu-wait %d ms)", r.MaxStall.GapMS, r.MaxStall.WaitMS)
+	}
+	line += fmt.Sprintf(" quiet %d (max %d ms) rcvbuf %d", r.Quiets, r.MaxQuietMS, r.UDPRcvbuf)
 	if r.Error != "" {
 		line += "\n          ERROR: " + r.Error
 	}
@@ -375,6 +395,12 @@ type summary struct {
 	TrialsExtraTerms int           `json:"trials_with_extra_terms"`
 	MaxLHMSteady     int           `json:"max_lhm_steady"`
 	MaxLHM           int           `json:"max_lhm"`
+	Stalls           int           `json:"stalls"`
+	MaxStall         *WatchInfo    `json:"max_stall,omitempty"`
+	Quiets           int           `json:"quiets"`
+	MaxQuietMS       int64         `json:"max_quiet_ms"`
+	UDPRcvbuf        int64         `json:"udp_rcvbuf_errors"`
+	UDPInErrors      int64         `json:"udp_in_errors"`
 }
 
 func summarizeTrials(trials []TrialResult) summary {
@@ -413,6 +439,14 @@ func summarizeTrials(trials []TrialResult) summary {
 		if r.ExtraTermsAfterKill > 0 {
 			s.TrialsExtraTerms++
 		}
+		s.Stalls += r.Stalls
+		if r.MaxStall != nil && (s.MaxStall == nil || r.MaxStall.GapMS > s.MaxStall.GapMS) {
+			s.MaxStall = r.MaxStall
+		}
+		s.Quiets += r.Quiets
+		s.MaxQuietMS = max(s.MaxQuietMS, r.MaxQuietMS)
+		s.UDPRcvbuf += r.UDPRcvbuf
+		s.UDPInErrors += r.UDPInErrors
 		s.MaxLHM = max(s.MaxLHM, r.MaxLHM)
 		s.MaxLHMSteady = max(s.MaxLHMSteady, r.MaxLHMSteady)
 	}
@@ -444,6 +478,8 @@ func (d *driver) printSummary(rep *Report) {
 		s.FPDeadAfterKill, s.SuspectAfterKill, s.ExtraTerms, s.TrialsExtraTerms)
 	d.printf("highest Lifeguard local health score: %d in steady state, %d including the kills (the elector refuses leaders above %d)\n",
 		s.MaxLHMSteady, s.MaxLHM, d.elect.MaxLeaderLHM)
+	d.printf("node watch: %d process stalls >= %s (longest %s), %d spells of %s or more without answering a ping (longest %d ms), UDP receive-buffer drops %d, UDP in-errors %d\n",
+		s.Stalls, stallThreshold, s.MaxStall, s.Quiets, quietThreshold, s.MaxQuietMS, s.UDPRcvbuf, s.UDPInErrors)
 	d.printf("host: load average %s at start, %s at end; CPU busy %.0f%% over the run\n", rep.LoadStart, rep.LoadEnd, rep.CPUBusyPct)
 	if rep.LossSeen > 0 {
 		d.printf("loss: %d of %d packets crossing the bridge dropped (%.2f%%)\n", rep.LossDropped, rep.LossSeen, 100*float64(rep.LossDropped)/float64(rep.LossSeen))

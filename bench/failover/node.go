@@ -37,7 +37,9 @@ type Event struct {
 	QUIC   string `json:"quic,omitempty"`
 	Swim   string `json:"swim,omitempty"`
 	PID    int    `json:"pid,omitempty"`
-	T      int64  `json:"t"`
+	// Watch is set on stall, quiet and udp events (watch.go).
+	Watch *WatchInfo `json:"watch,omitempty"`
+	T     int64      `json:"t"`
 }
 
 // Time is the event's timestamp.
@@ -76,6 +78,7 @@ type nodeFlags struct {
 	dataDir         string
 	feedLHM         bool
 	logLevel        slog.Level
+	groupNice       int
 }
 
 func parseNodeFlags(args []string) (nodeFlags, error) {
@@ -92,11 +95,12 @@ func parseNodeFlags(args []string) (nodeFlags, error) {
 	fs.IntVar(&nf.swimPort, "swim-port", 0, "UDP+TCP port of swim (memberlist)")
 	fs.StringVar(&peers, "peers", "", "every election member including this one: id=quicaddr,id=quicaddr,...")
 	fs.StringVar(&seeds, "seeds", "", "swim addresses to join, comma-separated (empty: wait to be joined)")
-	fs.StringVar(&nf.swimProfile, "swim-profile", swim.ProfileLAN, "swim timing profile: lan (the default for managers and workers), fastlan, local or test")
+	fs.StringVar(&nf.swimProfile, "swim-profile", swim.ProfileLAN, "swim timing profile: lan (gates), fastlan (the default for managers and workers), local or test")
 	fs.StringVar(&nf.electionProfile, "election-profile", "lan", "leadership profile: lan, local or test")
 	fs.StringVar(&nf.dataDir, "data", "", "data directory for the bbolt election state (required)")
 	fs.BoolVar(&nf.feedLHM, "lhm", true, "pass swim's local health score to the elector")
 	fs.StringVar(&logLevel, "log-level", "warn", "stderr log level: debug, info, warn or error")
+	fs.IntVar(&nf.groupNice, "group-nice", 0, "nice value of this process's scheduling group (autogroup), for a node started in a session of its own")
 	if err := fs.Parse(args); err != nil {
 		return nf, errUsage
 	}
@@ -154,6 +158,14 @@ func runNode(ctx context.Context, args []string) error {
 	// the node id (and their component) themselves.
 	base := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: nf.logLevel}))
 	log := base.With("node", nf.id)
+	if nf.groupNice != 0 {
+		// The autogroup is this process's session, which the driver made
+		// for it alone: its nice sets the group's weight against the
+		// other groups, as CPUWeight does for a systemd unit's cgroup.
+		if err := os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(nf.groupNice)), 0); err != nil {
+			return fmt.Errorf("set autogroup nice %d: %w", nf.groupNice, err)
+		}
+	}
 	slog.SetDefault(log)
 	em := &emitter{enc: json.NewEncoder(os.Stdout), log: log}
 	return runMember(ctx, nf, em, base, log)
@@ -236,6 +248,7 @@ func runMember(ctx context.Context, nf nodeFlags, em *emitter, base, log *slog.L
 	// brace and is safe whether or not Run ever started.
 	closers = append(closers, func() error { el.Stop(); return nil })
 
+	clock := &ackClock{}
 	sn, err := swim.New(swim.Config{
 		NodeName:         nf.id,
 		BindAddr:         nf.bind,
@@ -245,6 +258,7 @@ func runMember(ctx context.Context, nf nodeFlags, em *emitter, base, log *slog.L
 		Keys:             keyring.MemberlistKeys(),
 		BroadcastTimeout: 5 * time.Second,
 		Logger:           slog.New(&suspicionWatch{next: base.Handler(), em: em}),
+		Embedder:         clock,
 		Events: swim.EventHandler{
 			OnJoin: func(n swim.NodeInfo) { em.emit(Event{Ev: "join", Node: n.Name}) },
 			OnDead: func(n swim.NodeInfo) { em.emit(Event{Ev: "dead", Node: n.Name, State: n.State.String()}) },
@@ -275,6 +289,7 @@ func runMember(ctx context.Context, nf nodeFlags, em *emitter, base, log *slog.L
 	if nf.feedLHM {
 		wg.Go(func() { feedHealth(runCtx, sn, el, em, electionProfile.TickInterval) })
 	}
+	wg.Go(func() { watch(runCtx, em, clock) })
 	defer func() {
 		cancel()
 		wg.Wait()

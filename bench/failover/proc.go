@@ -40,6 +40,9 @@ type procSpec struct {
 	argv    []string // argv[0] is looked up in PATH unless it has a slash
 	env     []string // added to the driver's environment
 	logPath string   // stderr destination; "" discards it
+	// setsid starts the child in a session of its own, which on Linux is
+	// also a scheduling group of its own (autogroup).
+	setsid bool
 }
 
 // startProc starts spec. If events is non-nil, the child's stdout is read as
@@ -52,7 +55,7 @@ func startProc(ctx context.Context, spec procSpec, events chan<- nodeEvent, wg *
 	// Own process group: a Ctrl-C at the terminal reaches the driver only,
 	// which then stops children in order. Pdeathsig covers a driver that is
 	// itself killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: !spec.setsid, Setsid: spec.setsid, Pdeathsig: syscall.SIGKILL}
 	var logFile *os.File
 	if spec.logPath != "" {
 		f, err := os.OpenFile(spec.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

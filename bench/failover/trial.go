@@ -47,9 +47,19 @@ type TrialResult struct {
 	LeaderLostAfterKill int `json:"leader_lost_after_kill"` // follower kill only
 	MaxLHMSteady        int `json:"max_lhm_steady"`         // highest Lifeguard score before the kill
 	MaxLHM              int `json:"max_lhm"`                // highest, kill included
-	SetupDeadEvents     int `json:"setup_dead_events"`
-	SetupAttempts       int `json:"setup_attempts"`
-	TermAtReady         int `json:"term_at_ready"` // terms the first election took
+	// What the nodes' watch saw (watch.go), steady window and kill alike:
+	// process stalls of stallThreshold or more, the longest with its
+	// detail, quiet spells (no ping answered) and UDP receive-buffer drops.
+	Stalls      int        `json:"stalls"`
+	MaxStall    *WatchInfo `json:"max_stall,omitempty"`
+	Quiets      int        `json:"quiets"`
+	MaxQuietMS  int64      `json:"max_quiet_ms"`
+	UDPRcvbuf   int64      `json:"udp_rcvbuf_errors"`
+	UDPInErrors int64      `json:"udp_in_errors"`
+
+	SetupDeadEvents int `json:"setup_dead_events"`
+	SetupAttempts   int `json:"setup_attempts"`
+	TermAtReady     int `json:"term_at_ready"` // terms the first election took
 
 	Error string `json:"error,omitempty"`
 }
@@ -165,6 +175,12 @@ func (d *driver) startTrial(ctx context.Context, res *TrialResult, dir string, s
 		if i > 0 {
 			argv = append(argv, "-seeds", specs[0].swimAddr())
 		}
+		switch {
+		case d.cfg.nodeOwnGroup:
+			argv = append(argv, "-group-nice", strconv.Itoa(d.cfg.nodeNice))
+		case d.cfg.nodeNice != 0:
+			argv = append([]string{"nice", "-n", strconv.Itoa(d.cfg.nodeNice)}, argv...)
+		}
 		if s.ns != "" {
 			// ip netns exec execs the command in place: the pid is the node's.
 			argv = append([]string{"ip", "netns", "exec", s.ns}, argv...)
@@ -175,6 +191,7 @@ func (d *driver) startTrial(ctx context.Context, res *TrialResult, dir string, s
 			argv:    argv,
 			env:     []string{"AUTH_SECRET=" + d.secret},
 			logPath: filepath.Join(dir, s.id+".log"),
+			setsid:  d.cfg.nodeOwnGroup,
 		}, t.events, &t.wg, d.log)
 		if err != nil {
 			t.stop()
@@ -291,6 +308,29 @@ func (t *trial) apply(ne nodeEvent) {
 			if t.phase == phaseSteady {
 				t.res.MaxLHMSteady = max(t.res.MaxLHMSteady, *ev.LHM)
 			}
+		}
+	case "stall":
+		if ev.Watch == nil || t.phase == phaseSetup {
+			return
+		}
+		t.res.Stalls++
+		if t.res.MaxStall == nil || ev.Watch.GapMS > t.res.MaxStall.GapMS {
+			t.res.MaxStall = ev.Watch
+		}
+		if ev.Watch.GapMS >= 2*stallThreshold.Milliseconds() {
+			t.log.Warn("node process stalled", "node", v.id, "at", ev.Time().Format("15:04:05.000"), "detail", ev.Watch.String())
+		}
+	case "quiet":
+		if ev.Watch == nil || t.phase == phaseSetup {
+			return
+		}
+		t.res.Quiets++
+		t.res.MaxQuietMS = max(t.res.MaxQuietMS, ev.Watch.GapMS)
+		t.log.Warn("node answered no ping", "node", v.id, "from", time.Unix(0, ev.Watch.StartT).Format("15:04:05.000"), "ms", ev.Watch.GapMS)
+	case "udp":
+		if ev.Watch != nil {
+			t.res.UDPRcvbuf += ev.Watch.RcvbufErrs
+			t.res.UDPInErrors += ev.Watch.InErrs
 		}
 	case "exit":
 		v.exited = true

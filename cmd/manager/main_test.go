@@ -150,6 +150,9 @@ func TestSampleConfigs(t *testing.T) {
 		if cfg.ID != id || cfg.Datacenter != dc || len(cfg.Peers) != 3 || len(cfg.Join) != 3 {
 			t.Fatalf("config = %+v", cfg)
 		}
+		if cfg.SwimProfile != "fastlan" || cfg.GateSwimProfile != "lan" {
+			t.Fatalf("swim profiles %q (datacenter) and %q (gates), want fastlan and lan", cfg.SwimProfile, cfg.GateSwimProfile)
+		}
 		if !strings.HasPrefix(cfg.DataDir, "/var/lib/tempest/") {
 			t.Fatalf("data_dir %q is outside systemd's StateDirectory=tempest", cfg.DataDir)
 		}

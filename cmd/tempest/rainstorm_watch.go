@@ -80,14 +80,20 @@ func (d *display) pipelineLines(name, indent string) []string {
 		records, bad             int64
 	}
 	var stages []*agg
-	var waiting []string
+	// Tasks waiting for the same reason share a line: a pipeline placed
+	// whole waits with all its tasks at once.
+	var reasons []string
+	waiting := map[string][]string{}
 	for _, t := range v.out.Tasks {
 		if t.Waiting != "" && t.Status == wire.WorkflowPending && !v.out.Status.Terminal() {
 			name := "source"
 			if t.Stage > 0 {
 				name = fmt.Sprintf("%s/%d", t.Name, t.Index+1)
 			}
-			waiting = append(waiting, fmt.Sprintf("%stask %s waiting: %s", indent, name, t.Waiting))
+			if _, ok := waiting[t.Waiting]; !ok {
+				reasons = append(reasons, t.Waiting)
+			}
+			waiting[t.Waiting] = append(waiting[t.Waiting], name)
 		}
 		for len(stages) <= t.Stage {
 			stages = append(stages, &agg{})
@@ -111,7 +117,18 @@ func (d *display) pipelineLines(name, indent string) []string {
 		}
 		lines = append(lines, strings.TrimRight(line, " "))
 	}
-	return append(lines, waiting...)
+	for _, why := range reasons {
+		names := waiting[why]
+		what := "task"
+		if len(names) > 1 {
+			what = "tasks"
+		}
+		if len(names) > 3 {
+			names = append(names[:3:3], fmt.Sprintf("%d more", len(names)-3))
+		}
+		lines = append(lines, fmt.Sprintf("%s%s %s waiting: %s", indent, what, strings.Join(names, ", "), why))
+	}
+	return lines
 }
 
 func (m *rateMeter) rateOrZero() float64 {

@@ -33,3 +33,21 @@ func TestPipelineLinesShowWaitingTasks(t *testing.T) {
 		t.Fatalf("a waiting line after the job ended:\n%s", lines)
 	}
 }
+
+// A pipeline waiting whole waits with every task for one reason: one line
+// names them (three, then how many more), not one line per task.
+func TestPipelineLinesGroupWaitingTasks(t *testing.T) {
+	d := newDisplay(io.Discard, false, 120, time.Now)
+	const why = "no free cores for the whole pipeline (needs 5, 2 free); it waits holding none"
+	out := &api.PipelineOutput{Status: wire.JobQueued}
+	out.Tasks = append(out.Tasks, api.PipelineTask{Stage: 0, Name: "source", Status: wire.WorkflowPending, Waiting: why})
+	for i := range 4 {
+		out.Tasks = append(out.Tasks, api.PipelineTask{Stage: 1, Index: i, Name: "count", Status: wire.WorkflowPending, Waiting: why})
+	}
+	d.pipes = map[string]*pipelineView{"p": {meters: map[int]*rateMeter{}, out: out}}
+	lines := d.pipelineLines("p", "  ")
+	want := "  tasks source, count/1, count/2, 2 more waiting: " + why
+	if n := strings.Count(strings.Join(lines, "\n"), "waiting"); n != 1 || lines[len(lines)-1] != want {
+		t.Fatalf("%d waiting lines, last %q; want one: %q", n, lines[len(lines)-1], want)
+	}
+}

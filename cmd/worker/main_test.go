@@ -121,7 +121,7 @@ func TestSignals(t *testing.T) {
 // keys refused) and validate, so the files cannot drift from worker.Config.
 func TestSampleConfigs(t *testing.T) {
 	cmdtest.Samples(t, "worker", loadConfig, func(t *testing.T, cfg worker.Config, _ nodecmd.Options, id, dc string) {
-		if cfg.ID != id || cfg.Datacenter != dc || len(cfg.Managers) != 3 || len(cfg.Join) != 3 || cfg.SwimProfile != "lan" {
+		if cfg.ID != id || cfg.Datacenter != dc || len(cfg.Managers) != 3 || len(cfg.Join) != 3 || cfg.SwimProfile != "fastlan" {
 			t.Fatalf("config = %+v", cfg)
 		}
 	})

@@ -87,9 +87,11 @@ type Server struct {
 	Retention time.Duration `yaml:"retention"`
 }
 
-// DefaultNode is a node on one machine at the given addresses.
+// DefaultNode is a node on one machine at the given addresses, in a
+// datacenter's SWIM cluster (the fastlan profile; gates, whose cluster
+// spans datacenters, set lan).
 func DefaultNode(quicListen, swimBind string) Node {
-	return Node{QUICListen: quicListen, SwimBind: swimBind, SwimProfile: swim.ProfileLAN}
+	return Node{QUICListen: quicListen, SwimBind: swimBind, SwimProfile: swim.ProfileFastLAN}
 }
 
 // DefaultServer is a server of a group of one on one machine.

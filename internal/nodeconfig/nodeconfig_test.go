@@ -12,6 +12,7 @@ import (
 	"tempest/leadership"
 	"tempest/security"
 	"tempest/security/securitytest"
+	"tempest/swim"
 	"tempest/transport"
 )
 
@@ -19,6 +20,9 @@ func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 func TestDefaultServerNeedsOnlyID(t *testing.T) {
 	s := DefaultServer("127.0.0.1:7301", "127.0.0.1:7302", "127.0.0.1:7411", "data/x")
+	if s.SwimProfile != swim.ProfileFastLAN {
+		t.Errorf("default swim profile %q, want fastlan (a datacenter's LAN)", s.SwimProfile)
+	}
 	s.ID = "x1"
 	var p Problems
 	s.Check(&p, "gate", Injected{})

@@ -1,0 +1,301 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"tempest/leadership"
+	"tempest/rainstorm"
+	"tempest/wire"
+)
+
+// Gang placement (docs/rainstorm.md, "Placement"). A RainStorm pipeline's
+// tasks wait on one another: a source with no downstream task, or a stage
+// missing a task, makes no progress, and keeps its cores. Placed task by
+// task, two pipelines that together need more cores than the datacenter
+// has could each hold part of the cores and wait for the rest forever. So
+// a scheduling round plans before it places:
+//
+//  1. Replacements first. A pipeline that holds cores (a task is assigned,
+//     running or being placed) and has tasks pending lost them to a dead
+//     worker or a failed dispatch: each such task gets a core on its own,
+//     ahead of everything else, since the pipeline already holds the rest
+//     and only these stand between it and its end.
+//  2. Then in job order (oldest first), a pipeline that holds nothing is
+//     placed whole: cores for all its pending tasks are reserved in one
+//     step (workerTable.reserveAll), or none are. One that does not fit
+//     waits holding nothing, and everything submitted after it (pipelines
+//     and other workflows) waits behind it, so a big pipeline is not
+//     starved by small ones that would fit in the cores it waits for. A
+//     pipeline that needs more cores than the datacenter has in all does
+//     not hold up the queue: waiting cannot help it until workers join.
+//     Nor does a pipeline go while a replacement task found no core: the
+//     running pipeline's recovery is first in line for the next one.
+//  3. Other workflows are placed as before, each on its own, unless a
+//     pipeline ahead of them waits.
+//
+// Plans are made one at a time (under Manager.mu) and reservations are
+// taken in the worker table as they are made, so two plans never promise
+// the same cores.
+
+// placement is one workflow a round places: claimed (placing) by the plan,
+// with cores already reserved on worker on when the plan chose the worker
+// (a pipeline's tasks); with on.ID empty, place picks a worker itself.
+type placement struct {
+	w     *workflowState
+	on    workerView
+	cores int
+	// gang is the pipeline placed whole this placement is a task of (nil
+	// for a replacement or another workflow): see unplacePartial.
+	gang *gang
+}
+
+// gang is a pipeline a plan reserved whole.
+type gang struct{ name string }
+
+func isPipeline(w *workflowState) bool { return w.rec.Spec.Type == rainstorm.TypeName }
+
+// pendingFree reports whether w waits for a placement nobody is making.
+func pendingFree(w *workflowState) bool { return w.rec.Status == wire.WorkflowPending && !w.placing }
+
+// holdingLocked reports whether any of a pipeline's tasks holds or is
+// taking a core.
+func holdingLocked(tasks []*workflowState) bool {
+	for _, t := range tasks {
+		switch {
+		case t.rec.Status == wire.WorkflowAssigned, t.rec.Status == wire.WorkflowRunning:
+			return true
+		case t.rec.Status == wire.WorkflowPending && t.placing:
+			return true
+		}
+	}
+	return false
+}
+
+// pipelineName names a pipeline in waiting reasons.
+func pipelineName(w *workflowState) string {
+	return fmt.Sprintf("pipeline %s of job %s", w.rec.Spec.Name, w.rec.JobID)
+}
+
+// setWaitingLocked records why w stays pending, for its status.
+func setWaitingLocked(tx *txn, w *workflowState, why string) {
+	w.job.attempted = true // QUEUED rather than SUBMITTED
+	tx.touchJob(w.job, false)
+	if w.waiting != why {
+		w.waiting = why
+		tx.touchWorkflow(w, false)
+	}
+}
+
+// planLocked decides what a round places, in the order above, claims it
+// and reserves the cores of replacements and whole pipelines. queue is the
+// jobs whose pending work may be placed, oldest first. With only set (a
+// submission placing its own job), only that job's work is planned; the
+// others' count only for what waits ahead of it: a pipeline of theirs that
+// waits whole, or a replacement task of theirs, makes only's pipelines wait
+// for the scheduler's next round, which kick starts.
+func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []placement {
+	var out []placement
+	var whole *gang // set while claiming a pipeline's tasks
+	claim := func(w *workflowState, on workerView) {
+		w.placing = true
+		if on.ID != "" {
+			w.target = on.ID
+		}
+		out = append(out, placement{w: w, on: on, cores: w.rec.Spec.Cores, gang: whole})
+	}
+
+	// 1. Replacements of running pipelines.
+	starved := false
+	for _, j := range queue {
+		for _, w := range j.wfs {
+			if !pendingFree(w) || !isPipeline(w) || !holdingLocked(groupMembersLocked(w)) {
+				continue
+			}
+			if only != nil && j != only {
+				starved = true // the scheduler's to place, and first
+				continue
+			}
+			skip := map[string]bool{}
+			for _, id := range w.rec.Excluded {
+				skip[id] = true
+			}
+			wv, ok := m.pickLocked(w, w.rec.Spec.Cores, skip)
+			if !ok {
+				starved = true
+				setWaitingLocked(tx, w, fmt.Sprintf("no free core (needs %d)", max(w.rec.Spec.Cores, 1)))
+				continue
+			}
+			claim(w, wv)
+		}
+	}
+
+	// 2 and 3, oldest job first.
+	total, _, largest := m.workers.capacity()
+	fits := func(tasks []*workflowState) bool {
+		for _, t := range tasks {
+			if pendingFree(t) && t.rec.Spec.Cores > largest {
+				return false
+			}
+		}
+		return pipelineNeedsLocked(tasks) <= total
+	}
+	blocker := "" // the first pipeline in line that waits whole
+	for _, j := range queue {
+		done := map[*workflowState]bool{} // pipelines already planned, by first task
+		for _, w := range j.wfs {
+			if !pendingFree(w) {
+				continue
+			}
+			var tasks []*workflowState
+			if isPipeline(w) {
+				tasks = groupMembersLocked(w)
+				if holdingLocked(tasks) || done[tasks[0]] {
+					continue // a replacement (above), or planned
+				}
+				done[tasks[0]] = true
+			}
+			if only != nil && j != only {
+				if tasks != nil && blocker == "" && fits(tasks) {
+					blocker = pipelineName(w)
+				}
+				continue
+			}
+			if tasks == nil {
+				if blocker != "" {
+					setWaitingLocked(tx, w, "queued behind "+blocker+", which waits for cores first")
+					continue
+				}
+				claim(w, workerView{})
+				continue
+			}
+			whole = &gang{name: pipelineName(w)}
+			m.planPipelineLocked(tx, tasks, total, fits(tasks), starved, &blocker, claim)
+			whole = nil
+		}
+	}
+	return out
+}
+
+// pipelineNeedsLocked is the cores a pipeline's pending tasks need.
+func pipelineNeedsLocked(tasks []*workflowState) int {
+	need := 0
+	for _, t := range tasks {
+		if pendingFree(t) {
+			need += max(t.rec.Spec.Cores, 1)
+		}
+	}
+	return need
+}
+
+// planPipelineLocked places a pipeline that holds nothing whole, or
+// records why it waits; *blocker becomes its name when it waits first in
+// line.
+func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int, fits, starved bool, blocker *string,
+	claim func(*workflowState, workerView)) {
+	var pending []*workflowState
+	var demands []gangDemand
+	for _, t := range tasks {
+		if pendingFree(t) {
+			pending = append(pending, t)
+			demands = append(demands, gangDemand{cores: max(t.rec.Spec.Cores, 1), excluded: slices.Clone(t.rec.Excluded)})
+		}
+	}
+	need := pipelineNeedsLocked(tasks)
+	var why string
+	switch {
+	case *blocker != "":
+		why = "queued behind " + *blocker + ", which waits for cores first"
+	case !fits:
+		// Waiting for cores to free up cannot help: it does not hold the
+		// queue up.
+		why = fmt.Sprintf("no free cores for the whole pipeline (needs %d; the datacenter has %d)", need, total)
+		if need <= total {
+			why = fmt.Sprintf("no worker has the %d cores a task needs", maxTaskCores(pending))
+		}
+	case starved:
+		why = "no free core: a running pipeline's replacement tasks go first; this pipeline waits whole, holding none"
+		*blocker = pipelineName(pending[0])
+	default:
+		views, ok := m.workers.reserveAll(demands)
+		if ok {
+			for i, t := range pending {
+				claim(t, views[i])
+			}
+			return
+		}
+		_, free, _ := m.workers.capacity()
+		why = fmt.Sprintf("no free cores for the whole pipeline (needs %d, %d free); it waits holding none", need, free)
+		*blocker = pipelineName(pending[0])
+	}
+	for _, t := range pending {
+		setWaitingLocked(tx, t, why)
+	}
+}
+
+func maxTaskCores(tasks []*workflowState) int {
+	n := 0
+	for _, t := range tasks {
+		n = max(n, t.rec.Spec.Cores)
+	}
+	return n
+}
+
+// unplacePartial undoes the pipelines of a plan that were not placed
+// whole. Their cores were reserved together, but a reserved worker can
+// still refuse (its free cores were counted from a stale view), die, or
+// fail the dispatch, and another worker may have no room: the tasks
+// placed would then hold cores for a pipeline that cannot run. Each such
+// task goes back to PENDING under a new fence token it was never
+// dispatched with, so its run is stopped and fenced out (its progress and
+// its checkpoints carry the old token), and the placement costs it no
+// attempt. The pipeline is planned whole again in the next round.
+func (m *Manager) unplacePartial(ctx context.Context, lt *leadership.Term, plan []placement, results []placeResult) {
+	missed := map[*gang]int{}
+	for i, p := range plan {
+		if p.gang != nil && results[i].outcome != outcomePlaced {
+			missed[p.gang]++
+		}
+	}
+	if len(missed) == 0 {
+		return
+	}
+	short := make(map[*gang]string, len(missed))
+	for g, n := range missed {
+		short[g] = fmt.Sprintf("%d of the tasks of %s found no core; it waits whole, holding none", n, g.name)
+	}
+	var targets []cancelTarget
+	m.update(func(tx *txn) {
+		for i, p := range plan {
+			why, ok := short[p.gang]
+			w := p.w
+			if ok && results[i].outcome != outcomePlaced && w.rec.Status == wire.WorkflowPending {
+				setWaitingLocked(tx, w, "not placed whole: "+why)
+				continue
+			}
+			if !ok || results[i].outcome != outcomePlaced || w.job.rec.Status.Terminal() ||
+				(w.rec.Status != wire.WorkflowAssigned && w.rec.Status != wire.WorkflowRunning) {
+				continue
+			}
+			token, err := lt.NextToken()
+			if err != nil {
+				m.log.Warn("undo part of a pipeline: no fence token", "job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID, "err", err)
+				continue
+			}
+			targets = append(targets, cancelTarget{worker: w.rec.Worker, jobID: w.rec.JobID, workflowID: w.rec.WorkflowID, fence: w.rec.FenceToken})
+			m.workers.freed(w.rec.Worker, w.rec.Spec.Cores)
+			m.log.Info("pipeline not placed whole; giving back a task's core", "job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID,
+				"worker", w.rec.Worker, "fence_token", w.rec.FenceToken)
+			w.rec.Status = wire.WorkflowPending
+			w.rec.Worker = ""
+			w.rec.Cores = nil
+			w.rec.FenceToken = token
+			w.rec.Attempts = max(w.rec.Attempts-1, 0)
+			tx.touchWorkflow(w, true)
+			setWaitingLocked(tx, w, "not placed whole: "+why)
+		}
+	})
+	m.cancelOnWorkers(ctx, targets, "pipeline not placed whole")
+	m.kick()
+}

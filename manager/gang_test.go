@@ -1,0 +1,371 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"tempest/internal/testutil"
+	"tempest/rainstorm"
+	"tempest/wire"
+)
+
+// pipelineJob is a job of one pipeline named name with tasks tasks: a
+// generate source and a count stage of tasks-1 tasks.
+func pipelineJob(t *testing.T, name string, tasks int) *wire.JobSubmission {
+	t.Helper()
+	spec := &rainstorm.Spec{
+		Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}},
+		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: tasks - 1, Key: "key"}},
+	}
+	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := rainstorm.Type{}.Expand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &wire.JobSubmission{Name: name}
+	for i, p := range parts {
+		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: name, Type: rainstorm.TypeName, Cores: 1,
+			Params: p, Shard: i + 1, Shards: len(parts)})
+	}
+	return sub
+}
+
+// gangPipe is a submitted pipelineJob.
+type gangPipe struct {
+	name, job string
+}
+
+// submitGang submits a pipeline as a client does: under its own job id (the
+// API's Idempotency-Key), resubmitted while the outcome is unknown (a
+// loaded machine can let a replication round outlast the quorum timeout),
+// so the job is stored once whatever the first answer was.
+func submitGang(t *testing.T, m *Manager, name string, tasks int) gangPipe {
+	t.Helper()
+	sub := pipelineJob(t, name, tasks)
+	sub.JobID = "j-gang-" + name
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		ack, err := m.Submit(context.Background(), sub)
+		if errors.Is(err, wire.ErrOutcomeUnknown) {
+			return err
+		}
+		if err != nil {
+			t.Fatalf("submit pipeline %s: %v", name, err)
+		}
+		if ack.JobID != sub.JobID || !ack.Accepted {
+			t.Fatalf("submit pipeline %s: ack %+v", name, ack)
+		}
+		return nil
+	})
+	return gangPipe{name: name, job: sub.JobID}
+}
+
+// state sums up p's tasks: how many run, how many are pending and hold no
+// worker, and each pending task's waiting reason.
+func (p gangPipe) state(m *Manager) (running, waiting int, reasons []string, workers map[string][]string) {
+	_, _, infos := m.rsTasks(p.job, p.name)
+	workers = map[string][]string{}
+	for i, in := range infos {
+		switch {
+		case in.status == wire.WorkflowRunning:
+			running++
+			workers[in.worker] = append(workers[in.worker], workflowID(p.job, i)) // the job's only workflow group
+		case in.status == wire.WorkflowPending && in.worker == "":
+			waiting++
+			reasons = append(reasons, in.waiting)
+		}
+	}
+	return running, waiting, reasons, workers
+}
+
+// waitGang waits until p has want running tasks and every other task waits
+// holding nothing, each saying why with reason in it.
+func waitGang(t *testing.T, m *Manager, p gangPipe, tasks, wantRunning int, reason string) map[string][]string {
+	t.Helper()
+	var workers map[string][]string
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		running, waiting, reasons, ws := p.state(m)
+		if running != wantRunning || running+waiting != tasks {
+			return fmt.Errorf("pipeline %s: %d running, %d waiting holding nothing, of %d; want %d running (waiting: %q)",
+				p.name, running, waiting, tasks, wantRunning, reasons)
+		}
+		for _, r := range reasons {
+			if !strings.Contains(r, reason) {
+				return fmt.Errorf("pipeline %s: a task waits because %q, want %q in it", p.name, r, reason)
+			}
+		}
+		workers = ws
+		return nil
+	})
+	return workers
+}
+
+// completeGang ends every task of p as completed on its worker.
+func completeGang(t *testing.T, c *testCluster, workers map[string][]string) {
+	t.Helper()
+	for id, wfs := range workers {
+		c.mu.Lock()
+		w := c.workers[id]
+		c.mu.Unlock()
+		for _, wf := range wfs {
+			w.complete(t, wf, nil)
+		}
+	}
+}
+
+// waitCores waits until the leader counts n cores in the datacenter.
+func waitCores(t *testing.T, c *testCluster, n int) *Manager {
+	t.Helper()
+	var l *Manager
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		l = c.leader()
+		if total, _, _ := l.workers.capacity(); total != n {
+			return fmt.Errorf("%s counts %d cores, want %d", l.ID(), total, n)
+		}
+		return nil
+	})
+	return l
+}
+
+// Pipelines that together need more cores than the datacenter has are
+// placed whole, one after the other, in submission order: each one's
+// tasks get cores all together or not at all, so two pipelines never each
+// hold part of the cores and wait forever for the rest (placed task by
+// task, they did). One that waits holds nothing and says why, and a
+// smaller pipeline submitted after it waits behind it rather than taking
+// the cores it waits for.
+func TestRainstormPipelinesPlacedWhole(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 2)
+	c.addWorker("w2", 3)
+	lead := waitCores(t, c, 5)
+	a := submitGang(t, lead, "a", 3)
+	b := submitGang(t, lead, "b", 3)
+	small := submitGang(t, lead, "small", 2)
+
+	// Five cores: a (3) runs, b (3) does not fit in the 2 left and waits
+	// whole, small (2) would fit but waits behind b.
+	onA := waitGang(t, lead, a, 3, 3, "")
+	waitGang(t, lead, b, 3, 0, "no free cores for the whole pipeline (needs 3, 2 free)")
+	waitGang(t, lead, small, 2, 0, "behind pipeline b")
+
+	completeGang(t, c, onA)
+	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
+	onB := waitGang(t, lead, b, 3, 3, "")
+	onSmall := waitGang(t, lead, small, 2, 2, "")
+	completeGang(t, c, onB)
+	completeGang(t, c, onSmall)
+	waitJob(t, lead, b.job, wire.JobCompleted, 20*time.Second)
+	waitJob(t, lead, small.job, wire.JobCompleted, 20*time.Second)
+}
+
+// A running pipeline whose worker died gets its replacement tasks placed
+// before a pipeline that waits whole: the replacement needs only its own
+// cores, and the waiting pipeline keeps holding nothing.
+func TestRainstormReplacementBeforeWaitingPipeline(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 2)
+	c.addWorker("w2", 2)
+	lead := waitCores(t, c, 4)
+	a := submitGang(t, lead, "a", 3)
+	onA := waitGang(t, lead, a, 3, 3, "")
+	b := submitGang(t, lead, "b", 2)
+	waitGang(t, lead, b, 2, 0, "no free cores for the whole pipeline (needs 2, 1 free)")
+
+	// Kill a worker of a's: its tasks go back to pending, a replacement
+	// worker comes, and a's tasks take its cores first.
+	var dead string
+	for id := range onA {
+		dead = id
+		break
+	}
+	c.killWorker(dead)
+	c.addWorker("w3", 2)
+	onA = waitGang(t, lead, a, 3, 3, "")
+	if _, ok := onA[dead]; ok {
+		t.Fatalf("a task of a is still on dead worker %s", dead)
+	}
+	waitGang(t, lead, b, 2, 0, "no free cores for the whole pipeline")
+
+	completeGang(t, c, onA)
+	onB := waitGang(t, lead, b, 2, 2, "")
+	completeGang(t, c, onB)
+	waitJob(t, lead, b.job, wire.JobCompleted, 20*time.Second)
+}
+
+// runToEnd completes each pipeline as soon as all its tasks run, until
+// every one of them has; it fails if some never run whole.
+func runToEnd(t *testing.T, c *testCluster, m *Manager, pipes []gangPipe, sizes []int) {
+	t.Helper()
+	ended := map[int]bool{}
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		var open []string
+		for i, p := range pipes {
+			if ended[i] {
+				continue
+			}
+			running, waiting, reasons, workers := p.state(m)
+			if running == sizes[i] {
+				completeGang(t, c, workers)
+				ended[i] = true
+				continue
+			}
+			open = append(open, fmt.Sprintf("%s: %d running, %d waiting %q", p.name, running, waiting, reasons))
+		}
+		if len(open) > 0 {
+			return fmt.Errorf("never ran whole: %s", strings.Join(open, "; "))
+		}
+		return nil
+	})
+	for _, p := range pipes {
+		waitJob(t, m, p.job, wire.JobCompleted, 20*time.Second)
+	}
+}
+
+// The deadlock: two pipelines of 4 tasks on 3 workers of 2 cores. The
+// first runs; placed task by task, the second took the 2 cores left and
+// waited for 2 more. A worker running 2 of the first's tasks dies: each
+// pipeline then held 2 of the 4 cores left and waited for the other's,
+// forever. Placed whole, the second holds nothing, the first's
+// replacements take the free cores, it ends, and then the second runs.
+func TestRainstormPipelinesNoDeadlockAfterWorkerDeath(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 2)
+	c.addWorker("w2", 2)
+	c.addWorker("w3", 2)
+	lead := waitCores(t, c, 6)
+	a := submitGang(t, lead, "a", 4)
+	var onA map[string][]string
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		running, _, _, ws := a.state(lead)
+		if running != 4 {
+			return fmt.Errorf("a: %d of 4 tasks run", running)
+		}
+		onA = ws
+		return nil
+	})
+	b := submitGang(t, lead, "b", 4)
+	// Four tasks on three workers: some worker runs two of a's, and none
+	// of b's (b has the 2 cores left, if any).
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		_, _, reasons, _ := b.state(lead)
+		if len(reasons) == 0 || reasons[0] == "" {
+			return fmt.Errorf("b not placed yet")
+		}
+		return nil
+	})
+	_, _, _, onB := b.state(lead)
+	dead := ""
+	for id, wfs := range onA {
+		if len(wfs) == 2 && len(onB[id]) == 0 {
+			dead = id
+		}
+	}
+	if dead == "" {
+		t.Fatalf("no worker runs two of a's tasks and none of b's: a %v, b %v", onA, onB)
+	}
+	c.killWorker(dead)
+	runToEnd(t, c, lead, []gangPipe{a, b}, []int{4, 4})
+}
+
+// reserveAll reserves cores for every task of a pipeline or for none,
+// spreads the tasks over workers where there is room, and keeps each task
+// off the workers it excludes.
+func TestReserveAllIsAllOrNothing(t *testing.T) {
+	tb := newWorkerTable(seeded(5), 64, time.Now)
+	tb.register(&wire.WorkerRegistration{NodeID: "a", Addr: "a", TotalCores: 2})
+	tb.register(&wire.WorkerRegistration{NodeID: "b", Addr: "b", TotalCores: 3})
+	one := func(n int) []gangDemand { return make([]gangDemand, n) }
+	for i := range 6 {
+		d := one(6)
+		for k := range d {
+			d[k].cores = 1
+		}
+		if _, ok := tb.reserveAll(d); ok {
+			t.Fatalf("round %d: 6 cores reserved on 5", i)
+		}
+		if _, free, _ := tb.capacity(); free != 5 {
+			t.Fatalf("round %d: a failed reservation left %d of 5 cores free", i, free)
+		}
+	}
+	d := []gangDemand{{cores: 1}, {cores: 1}, {cores: 2, excluded: []string{"a"}}}
+	got, ok := tb.reserveAll(d)
+	if !ok {
+		t.Fatal("3 tasks (4 cores) did not fit on 5 free cores")
+	}
+	// The 2-core task goes first (the largest), to b; a is then the one
+	// worker the pipeline does not use yet, so a 1-core task goes there.
+	if got[2].ID != "b" || (got[0].ID != "a" && got[1].ID != "a") {
+		t.Fatalf("placed on %s, %s, %s: want the 2-core task on b and a 1-core task on a", got[0].ID, got[1].ID, got[2].ID)
+	}
+	if _, free, _ := tb.capacity(); free != 1 {
+		t.Fatalf("%d cores free after reserving 4 of 5", free)
+	}
+	if _, ok := tb.reserveAll([]gangDemand{{cores: 1}, {cores: 1}}); ok {
+		t.Fatal("2 cores reserved on the 1 left")
+	}
+	if _, free, _ := tb.capacity(); free != 1 {
+		t.Fatalf("a failed reservation took cores: %d free", free)
+	}
+}
+
+// A pipeline whose cores were reserved whole but whose dispatch then
+// failed on one worker, with no other worker free, does not keep the
+// tasks that were placed: they go back to pending under a new fence
+// token, their runs are stopped, and the pipeline waits whole again until
+// it can run whole. Before, the placed tasks held their cores for good.
+func TestRainstormPipelineNotPlacedWholeIsUndone(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	workers := map[string]*fakeWorker{}
+	for _, id := range []string{"w1", "w2", "w3"} {
+		workers[id] = c.addWorker(id, 1)
+	}
+	c.hub.SetHook(func(_, to string, msg wire.Message) bool {
+		_, dispatch := msg.(*wire.WorkflowDispatch)
+		return !dispatch || to != "w3"
+	})
+	lead := waitCores(t, c, 3)
+	a := submitGang(t, lead, "a", 3)
+	// Every dispatch that lands on w3 fails and keeps that task off w3 from
+	// then on; once all three are kept off it, two cores are left for
+	// three tasks, and the pipeline waits whole, holding nothing.
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		running, waiting, reasons, _ := a.state(lead)
+		if running != 0 || waiting != 3 {
+			return fmt.Errorf("a: %d running, %d waiting holding nothing (%q)", running, waiting, reasons)
+		}
+		lead.mu.Lock()
+		defer lead.mu.Unlock()
+		for i := range 3 {
+			if w := lead.wfs[workflowID(a.job, i)]; !slices.Contains(w.rec.Excluded, "w3") {
+				return fmt.Errorf("task %d not kept off w3 yet (excluded %v)", i, w.rec.Excluded)
+			}
+		}
+		return nil
+	})
+	// The runs it gave back are stopped (the cancel is on its way).
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for i := range 3 {
+			for id, w := range workers {
+				if w.running(workflowID(a.job, i)) {
+					return fmt.Errorf("task %d still runs on %s", i, id)
+				}
+			}
+		}
+		return nil
+	})
+	c.addWorker("w4", 1)
+	onA := waitGang(t, lead, a, 3, 3, "")
+	if _, ok := onA["w3"]; ok {
+		t.Fatalf("a task runs on w3: %v", onA)
+	}
+	completeGang(t, c, onA)
+	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
+}
