@@ -395,12 +395,7 @@ type summary struct {
 	TrialsExtraTerms int           `json:"trials_with_extra_terms"`
 	MaxLHMSteady     int           `json:"max_lhm_steady"`
 	MaxLHM           int           `json:"max_lhm"`
-	Stalls           int           `json:"stalls"`
-	MaxStall         *WatchInfo    `json:"max_stall,omitempty"`
-	Quiets           int           `json:"quiets"`
-	MaxQuietMS       int64         `json:"max_quiet_ms"`
-	UDPRcvbuf        int64         `json:"udp_rcvbuf_errors"`
-	UDPInErrors      int64         `json:"udp_in_errors"`
+	watchTotals
 }
 
 func summarizeTrials(trials []TrialResult) summary {
@@ -439,14 +434,7 @@ func summarizeTrials(trials []TrialResult) summary {
 		if r.ExtraTermsAfterKill > 0 {
 			s.TrialsExtraTerms++
 		}
-		s.Stalls += r.Stalls
-		if r.MaxStall != nil && (s.MaxStall == nil || r.MaxStall.GapMS > s.MaxStall.GapMS) {
-			s.MaxStall = r.MaxStall
-		}
-		s.Quiets += r.Quiets
-		s.MaxQuietMS = max(s.MaxQuietMS, r.MaxQuietMS)
-		s.UDPRcvbuf += r.UDPRcvbuf
-		s.UDPInErrors += r.UDPInErrors
+		s.watchTotals.add(r.watchTotals)
 		s.MaxLHM = max(s.MaxLHM, r.MaxLHM)
 		s.MaxLHMSteady = max(s.MaxLHMSteady, r.MaxLHMSteady)
 	}

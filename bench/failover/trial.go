@@ -47,15 +47,8 @@ type TrialResult struct {
 	LeaderLostAfterKill int `json:"leader_lost_after_kill"` // follower kill only
 	MaxLHMSteady        int `json:"max_lhm_steady"`         // highest Lifeguard score before the kill
 	MaxLHM              int `json:"max_lhm"`                // highest, kill included
-	// What the nodes' watch saw (watch.go), steady window and kill alike:
-	// process stalls of stallThreshold or more, the longest with its
-	// detail, quiet spells (no ping answered) and UDP receive-buffer drops.
-	Stalls      int        `json:"stalls"`
-	MaxStall    *WatchInfo `json:"max_stall,omitempty"`
-	Quiets      int        `json:"quiets"`
-	MaxQuietMS  int64      `json:"max_quiet_ms"`
-	UDPRcvbuf   int64      `json:"udp_rcvbuf_errors"`
-	UDPInErrors int64      `json:"udp_in_errors"`
+	// What the nodes' watch saw, steady window and kill alike.
+	watchTotals
 
 	SetupDeadEvents int `json:"setup_dead_events"`
 	SetupAttempts   int `json:"setup_attempts"`

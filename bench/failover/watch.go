@@ -250,3 +250,27 @@ func (w *WatchInfo) String() string {
 	}
 	return fmt.Sprintf("%+v", *w)
 }
+
+// watchTotals is what the nodes' watch saw, for a trial or summed over a
+// run: process stalls of stallThreshold or more, the longest with its
+// detail, quiet spells (no ping answered) and UDP receive-buffer drops.
+type watchTotals struct {
+	Stalls      int        `json:"stalls"`
+	MaxStall    *WatchInfo `json:"max_stall,omitempty"`
+	Quiets      int        `json:"quiets"`
+	MaxQuietMS  int64      `json:"max_quiet_ms"`
+	UDPRcvbuf   int64      `json:"udp_rcvbuf_errors"`
+	UDPInErrors int64      `json:"udp_in_errors"`
+}
+
+// add sums o into w: counts add up, the longest stall and quiet spell win.
+func (w *watchTotals) add(o watchTotals) {
+	w.Stalls += o.Stalls
+	if o.MaxStall != nil && (w.MaxStall == nil || o.MaxStall.GapMS > w.MaxStall.GapMS) {
+		w.MaxStall = o.MaxStall
+	}
+	w.Quiets += o.Quiets
+	w.MaxQuietMS = max(w.MaxQuietMS, o.MaxQuietMS)
+	w.UDPRcvbuf += o.UDPRcvbuf
+	w.UDPInErrors += o.UDPInErrors
+}
