@@ -736,6 +736,28 @@ func TestStatsCountEveryMessageAcrossStreams(t *testing.T) {
 	})
 }
 
+// stallingPair is a to b over one stream, connected, where b answers a
+// Ping with Seq 1 only once unblock is called: that call holds b's only
+// handler slot, so b stops reading the stream and a's writes back up.
+// unblock runs before the transports close (they wait for handlers).
+func stallingPair(t *testing.T) (a, b *QUIC, unblock func()) {
+	t.Helper()
+	a = newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = time.Minute }})
+	b = newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.MaxInflight = 1 }})
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock = func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(unblock)
+	b.Handle(wire.TypePing, func(ctx context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
+		if msg.(*wire.Ping).Seq == 1 {
+			<-release
+		}
+		return msg, nil
+	})
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error { return ping(context.Background(), a, b.Addr()) })
+	return a, b, unblock
+}
+
 // TestCallerGivingUpInTheWriteQueueKeepsTheConnection: a caller whose
 // context ends while its frame waits behind another caller's write has
 // written nothing of its own (its frame is copied into the batch, and goes
@@ -746,20 +768,8 @@ func TestStatsCountEveryMessageAcrossStreams(t *testing.T) {
 // every call in flight on it and, five times over, opened its breaker: job
 // intake then refused jobs with "no quorum" on a quiet machine.
 func TestCallerGivingUpInTheWriteQueueKeepsTheConnection(t *testing.T) {
-	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = time.Minute }})
-	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.MaxInflight = 1 }})
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock) // before the transports close, which wait for handlers
-	b.Handle(wire.TypePing, func(ctx context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
-		if msg.(*wire.Ping).Seq == 1 {
-			<-release // holds b's only handler slot: b stops reading
-		}
-		return msg, nil
-	})
+	a, b, unblock := stallingPair(t)
 	ctx := context.Background()
-	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error { return ping(ctx, a, b.Addr()) })
 
 	errs := make(chan error, 8)
 	call := func(ctx context.Context, seq uint64, size int) {
@@ -859,20 +869,8 @@ func TestCallerGivingUpInTheWriteQueueKeepsTheConnection(t *testing.T) {
 // frame at once. A write that failed before its first byte (its deadline
 // had already passed) leaves nothing behind, and the stream stays usable.
 func TestOnlyAPartialWriteBreaksTheStream(t *testing.T) {
-	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = time.Minute }})
-	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.MaxInflight = 1 }})
-	release := make(chan struct{})
-	var releaseOnce sync.Once
-	unblock := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(unblock)
-	b.Handle(wire.TypePing, func(ctx context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
-		if msg.(*wire.Ping).Seq == 1 {
-			<-release // holds b's only handler slot: b stops reading
-		}
-		return msg, nil
-	})
+	a, b, _ := stallingPair(t) // b stays stalled until the test ends
 	ctx := context.Background()
-	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error { return ping(ctx, a, b.Addr()) })
 	go func() { _, _ = a.Call(ctx, b.Addr(), &wire.Ping{Seq: 1}) }()
 	var sw *streamWriter
 	testutil.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
