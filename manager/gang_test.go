@@ -120,6 +120,19 @@ func completeGang(t *testing.T, c *testCluster, workers map[string][]string) {
 	}
 }
 
+// gangCluster is a RainStorm cluster with a worker w1, w2, ... of each
+// of cores, and its leader once it counts them all.
+func gangCluster(t *testing.T, cores ...int) (*testCluster, *Manager) {
+	t.Helper()
+	c := newRainstormCluster(t, nil)
+	total := 0
+	for i, n := range cores {
+		c.addWorker(fmt.Sprintf("w%d", i+1), n)
+		total += n
+	}
+	return c, waitCores(t, c, total)
+}
+
 // waitCores waits until the leader counts n cores in the datacenter.
 func waitCores(t *testing.T, c *testCluster, n int) *Manager {
 	t.Helper()
@@ -142,10 +155,7 @@ func waitCores(t *testing.T, c *testCluster, n int) *Manager {
 // smaller pipeline submitted after it waits behind it rather than taking
 // the cores it waits for.
 func TestRainstormPipelinesPlacedWhole(t *testing.T) {
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 2)
-	c.addWorker("w2", 3)
-	lead := waitCores(t, c, 5)
+	c, lead := gangCluster(t, 2, 3)
 	a := submitGang(t, lead, "a", 3)
 	b := submitGang(t, lead, "b", 3)
 	small := submitGang(t, lead, "small", 2)
@@ -170,10 +180,7 @@ func TestRainstormPipelinesPlacedWhole(t *testing.T) {
 // before a pipeline that waits whole: the replacement needs only its own
 // cores, and the waiting pipeline keeps holding nothing.
 func TestRainstormReplacementBeforeWaitingPipeline(t *testing.T) {
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 2)
-	c.addWorker("w2", 2)
-	lead := waitCores(t, c, 4)
+	c, lead := gangCluster(t, 2, 2)
 	a := submitGang(t, lead, "a", 3)
 	onA := waitGang(t, lead, a, 3, 3, "")
 	b := submitGang(t, lead, "b", 2)
@@ -236,11 +243,7 @@ func runToEnd(t *testing.T, c *testCluster, m *Manager, pipes []gangPipe, sizes 
 // forever. Placed whole, the second holds nothing, the first's
 // replacements take the free cores, it ends, and then the second runs.
 func TestRainstormPipelinesNoDeadlockAfterWorkerDeath(t *testing.T) {
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 2)
-	c.addWorker("w2", 2)
-	c.addWorker("w3", 2)
-	lead := waitCores(t, c, 6)
+	c, lead := gangCluster(t, 2, 2, 2)
 	a := submitGang(t, lead, "a", 4)
 	var onA map[string][]string
 	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
