@@ -103,7 +103,9 @@ func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, part
 
 // waiting counts, per label (datacenter), the parts that wait for a
 // placement, with the first reason given.
-type waiting []struct {
+type waiting []waitCount
+
+type waitCount struct {
 	label, why string
 	n          int
 }
@@ -115,10 +117,7 @@ func (w *waiting) add(label, why string) {
 			return
 		}
 	}
-	*w = append(*w, struct {
-		label, why string
-		n          int
-	}{label, why, 1})
+	*w = append(*w, waitCount{label, why, 1})
 }
 
 // String reads "dc1: 2 parts waiting: no free core (needs 1); dc2: ...".

@@ -78,15 +78,20 @@ func pipelineName(w *workflowState) string {
 	return fmt.Sprintf("pipeline %s of job %s", w.rec.Spec.Name, w.rec.JobID)
 }
 
-// setWaitingLocked records why w stays pending, for its status.
+// setWaitingLocked records that a placement of w was tried, and why w
+// stays pending ("" once placed): from now on its job is QUEUED rather
+// than SUBMITTED, and its status shows the reason.
 func setWaitingLocked(tx *txn, w *workflowState, why string) {
-	w.job.attempted = true // QUEUED rather than SUBMITTED
+	w.job.attempted = true
 	tx.touchJob(w.job, false)
 	if w.waiting != why {
 		w.waiting = why
 		tx.touchWorkflow(w, false)
 	}
 }
+
+// noFreeCore is the waiting reason of a workflow no worker has room for.
+func noFreeCore(cores int) string { return fmt.Sprintf("no free core (needs %d)", max(cores, 1)) }
 
 // planLocked decides what a round places, in the order above, claims it
 // and reserves the cores of replacements and whole pipelines. queue is the
@@ -124,7 +129,7 @@ func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []place
 			wv, ok := m.pickLocked(w, w.rec.Spec.Cores, skip)
 			if !ok {
 				starved = true
-				setWaitingLocked(tx, w, fmt.Sprintf("no free core (needs %d)", max(w.rec.Spec.Cores, 1)))
+				setWaitingLocked(tx, w, noFreeCore(w.rec.Spec.Cores))
 				continue
 			}
 			claim(w, wv)

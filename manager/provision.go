@@ -61,21 +61,16 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (
 	}()
 	defer m.update(func(tx *txn) {
 		w.placing, w.provisioning, w.target = false, false, ""
-		// From now on, waiting work is QUEUED rather than just SUBMITTED.
-		w.job.attempted = true
-		before := w.waiting
+		why := w.waiting
 		switch res.outcome {
 		case outcomeNoCapacity:
-			w.waiting = fmt.Sprintf("no free core (needs %d)", max(cores, 1))
+			why = noFreeCore(cores)
 		case outcomeNoQuorum:
-			w.waiting = "no quorum of managers to confirm a placement"
+			why = "no quorum of managers to confirm a placement"
 		case outcomePlaced:
-			w.waiting = ""
+			why = ""
 		}
-		tx.touchJob(w.job, false)
-		if w.waiting != before {
-			tx.touchWorkflow(w, false) // the status shows why it waits
-		}
+		setWaitingLocked(tx, w, why)
 	})
 
 	skip := make(map[string]bool, len(excluded))

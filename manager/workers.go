@@ -248,10 +248,13 @@ func (t *workerTable) dead(id string) bool {
 
 // dispatchable reports whether e may take a workflow of cores cores.
 func (t *workerTable) dispatchable(e *workerEntry, cores int) bool {
-	return e.Alive && e.Addr != "" &&
-		(e.State == wire.WorkerHealthy || e.State == wire.WorkerDegraded) &&
-		e.AvailableCores-e.reserved >= cores &&
-		e.QueueDepth < t.softLimit
+	return takesWork(e) && e.AvailableCores-e.reserved >= cores && e.QueueDepth < t.softLimit
+}
+
+// takesWork reports whether e is a worker work may be placed on at all:
+// alive, reachable, healthy or degraded.
+func takesWork(e *workerEntry) bool {
+	return e.Alive && e.Addr != "" && (e.State == wire.WorkerHealthy || e.State == wire.WorkerDegraded)
 }
 
 // pick chooses a dispatchable worker for cores cores, skipping excluded ones,
@@ -508,7 +511,7 @@ func (t *workerTable) capacity() (total, free, largest int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range t.w {
-		if e.Alive && e.Addr != "" && (e.State == wire.WorkerHealthy || e.State == wire.WorkerDegraded) {
+		if takesWork(e) {
 			total += e.TotalCores
 			largest = max(largest, e.TotalCores)
 			if e.QueueDepth < t.softLimit {
