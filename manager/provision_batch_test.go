@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -920,4 +922,41 @@ func TestCancelledCallerInASharedRound(t *testing.T) {
 	l.mu.Unlock()
 	l.kick()
 	waitJob(t, l, held.JobID, wire.JobRunning, 30*time.Second)
+}
+
+// statusSize estimates a status's encoded size without encoding it; the
+// estimate must never fall short, or a batch could outgrow its budget.
+// Every field is filled with its largest kind of value.
+func TestStatusSizeBoundsTheEncoding(t *testing.T) {
+	long := strings.Repeat("x", 128)
+	max64 := int64(math.MaxInt64)
+	hist := make([]byte, 5000)
+	series := make([]wire.SecondStats, 300)
+	for i := range series {
+		series[i] = wire.SecondStats{Second: max64, Completed: max64, Failed: max64, Dropped: max64,
+			VUs: math.MaxInt, P50: time.Duration(max64), P99: time.Duration(max64)}
+	}
+	step := wire.StepStats{StepName: long, CompletedCount: max64, FailedCount: max64, TotalCount: max64,
+		Histogram: hist, CorrectedHistogram: hist, BytesReceived: max64, BytesSent: max64,
+		Errors:   map[string]int64{"status": max64, "timeout": max64, "connect": max64, "body": max64, "transport": max64, "cancelled": max64},
+		Statuses: map[int]int64{200: max64, 404: max64, 500: max64, 503: max64}}
+	wf := wire.WorkflowProgress{JobID: long, WorkflowID: long + "-12345", WorkflowName: long, Status: wire.WorkflowCompleted,
+		CompletedCount: max64, FailedCount: max64, RatePerSecond: math.MaxFloat64, Elapsed: time.Duration(max64),
+		StepStats: []wire.StepStats{step, step}, Timestamp: max64, AssignedCores: []int{0, 1, 2, 3, 1 << 30},
+		WorkerID: long, FenceToken: math.MaxUint64, Error: long, Final: true, DroppedIterations: max64,
+		Series: series, Attempts: math.MaxInt, Waiting: long}
+	for _, jp := range []wire.JobProgress{
+		{JobID: long},
+		{JobID: long, Datacenter: long, Status: wire.JobRunning, Workflows: []wire.WorkflowProgress{wf, wf, wf},
+			TotalCompleted: max64, TotalFailed: max64, OverallRate: math.MaxFloat64, Elapsed: time.Duration(max64),
+			Timestamp: max64, FenceToken: math.MaxUint64, Error: long, LeaseHolder: long},
+	} {
+		b, err := wire.Marshal(&jp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if est := statusSize(&jp); est < len(b) {
+			t.Errorf("status of %d workflows: estimated %d bytes, encoded %d", len(jp.Workflows), est, len(b))
+		}
+	}
 }
