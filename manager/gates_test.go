@@ -117,12 +117,7 @@ func TestGateLeaseLapseStopsTheJob(t *testing.T) {
 	l.spawn(l.gateReportLoop)
 	sub := sleepJob(t, "leased", 1, 1, time.Minute)
 	sub.JobID = "j-lapse"
-	sub.FenceToken = 7 << 32
-	sub.Origin = "g1"
-	sub.LeaseTTL = ttl
-	if _, err := g1.Call(context.Background(), l.ID(), sub); err != nil {
-		t.Fatal(err)
-	}
+	submitAsGate(t, g1, l, sub, ttl)
 	waitJob(t, l, sub.JobID, wire.JobRunning, 10*time.Second)
 	// Renewed reports spanning several lease periods keep it running.
 	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
@@ -190,12 +185,7 @@ func TestGateReportSaysWhyAWorkflowWaits(t *testing.T) {
 	// Two one-core workflows on a one-core worker: one runs, one waits.
 	sub := sleepJob(t, "w", 2, 1, time.Minute)
 	sub.JobID = "j-waits"
-	sub.FenceToken = 7 << 32
-	sub.Origin = "g1"
-	sub.LeaseTTL = time.Minute
-	if _, err := g1.Call(context.Background(), l.ID(), sub); err != nil {
-		t.Fatal(err)
-	}
+	submitAsGate(t, g1, l, sub, time.Minute)
 	deadline := time.After(20 * time.Second)
 	for {
 		select {
@@ -215,5 +205,17 @@ func TestGateReportSaysWhyAWorkflowWaits(t *testing.T) {
 		case <-deadline:
 			t.Fatal("no report to the gate named a RUNNING workflow and a PENDING one waiting for a core")
 		}
+	}
+}
+
+// submitAsGate submits sub to manager l as gate g1 does: under g1's lease
+// (fence token 7<<32, ttl), naming g1 as its origin.
+func submitAsGate(t *testing.T, g1 transport.Transport, l *Manager, sub *wire.JobSubmission, ttl time.Duration) {
+	t.Helper()
+	sub.FenceToken = 7 << 32
+	sub.Origin = "g1"
+	sub.LeaseTTL = ttl
+	if _, err := g1.Call(context.Background(), l.ID(), sub); err != nil {
+		t.Fatal(err)
 	}
 }
