@@ -347,6 +347,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeJobSubmission, m.handleJobSubmission)
 	handle(m, wire.TypeCancelJob, m.handleCancel)
 	handle(m, wire.TypeWorkflowProgress, m.handleProgress)
+	handle(m, wire.TypeWorkflowProgressBatch, m.handleProgressBatch)
 	handle(m, wire.TypeProvisionRequest, m.handleProvisionRequest)
 	handle(m, wire.TypeProvisionCommit, m.handleProvisionCommit)
 	handle(m, wire.TypeProvisionBatch, m.handleProvisionBatch)

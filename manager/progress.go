@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"slices"
-	"time"
 
 	"tempest/internal/store"
 	"tempest/transport"
@@ -16,30 +15,20 @@ import (
 // the worker who leads and whether to stop (the job ended, or this attempt
 // was superseded by a newer one).
 func (m *Manager) handleProgress(ctx context.Context, from transport.Peer, p *wire.WorkflowProgress) (wire.Message, error) {
-	if m.leading() == nil {
-		return nil, m.elector.NotLeaderError()
-	}
 	// The sender is proven by the transport; a report naming another
 	// worker is refused, so a worker speaks only for itself.
-	worker := from.NodeID
-	if p.WorkerID != "" && p.WorkerID != worker {
-		return nil, wire.Errorf(wire.CodeRejected, "progress for %s names worker %s but comes from %s", p.WorkflowID, p.WorkerID, worker)
-	}
+	//
 	// The lease: the worker counts its contact from when a majority last
 	// confirmed this leader, not from this answer (worker/selffence.go).
 	// A leader that no majority has confirmed for a worker's whole fence
 	// period may already have a successor re-running the work; it answers
 	// as a manager that knows no leader, so the worker looks for the real
 	// one, and leaves the report unapplied.
-	age, leading := m.elector.QuorumAge()
-	if !leading {
-		return nil, m.elector.NotLeaderError()
+	age, err := m.progressLease(from, p)
+	if err != nil {
+		return nil, err
 	}
-	if age > m.leaseLimit {
-		m.log.Warn("refusing progress: no majority of managers has confirmed this leader for longer than workers' fence period",
-			"job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker, "quorum_age", age.Round(time.Millisecond), "limit", m.leaseLimit)
-		return nil, wire.Errorf(wire.CodeNotLeader, "%s has not heard from a majority of managers for %s", m.cfg.ID, age.Round(time.Millisecond))
-	}
+	worker := from.NodeID
 	m.workers.seen(worker)
 	cancel := m.applyProgress(p, worker)
 	if (p.Final || p.Status.Terminal()) && !cancel {
@@ -48,7 +37,7 @@ func (m *Manager) handleProgress(ctx context.Context, from transport.Peer, p *wi
 		// reading a majority would otherwise find it still placed, not on
 		// its worker, and run it again.
 		if err := m.endOnMajority(ctx, p.JobID, p.WorkflowID); err != nil {
-			return nil, wire.Errorf(wire.CodeUnavailable, "final progress of %s not yet stored on a majority of managers: %v", p.WorkflowID, err)
+			return nil, finalNotStored(p.WorkflowID, err)
 		}
 	}
 	return &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancel, QuorumAge: age}, nil

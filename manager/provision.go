@@ -276,7 +276,7 @@ func (m *Manager) revertAssignment(w *workflowState, token uint64) {
 // many managers confirmed and how many answered at all, both counting this
 // one.
 func (m *Manager) provision(ctx context.Context, req *wire.ProvisionRequest) (confirmed, answered int, refusals []string) {
-	a := m.batch.provision.do(ctx, *req)
+	a := m.batch.provision.Do(ctx, *req)
 	return a.confirmed, a.answered, a.refusals
 }
 
@@ -286,7 +286,7 @@ func (m *Manager) provision(ctx context.Context, req *wire.ProvisionRequest) (co
 // that misses it learns the placement from the worker in the next state
 // sync.
 func (m *Manager) commitToPeers(ctx context.Context, c *wire.ProvisionCommit) {
-	m.batch.commit.do(ctx, *c)
+	m.batch.commit.Do(ctx, *c)
 }
 
 // callPeers sends msg to every peer at once and waits, up to the quorum
@@ -327,9 +327,7 @@ func (m *Manager) dispatch(ctx context.Context, wv workerView, d *wire.WorkflowD
 	// for the run it has, or prepares it once), so a timed-out dispatch is
 	// sent again while the worker is alive, and only then given up.
 	for sent := 1; ; sent++ {
-		cctx, cancel := context.WithTimeout(ctx, m.cfg.DispatchTimeout)
-		resp, err = m.tr.Call(cctx, wv.Addr, d)
-		cancel()
+		resp, err = m.sendDispatch(ctx, wv.Addr, d)
 		if err == nil || !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || sent > dispatchResends {
 			break
 		}

@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	"tempest/transport"
@@ -16,12 +15,12 @@ import (
 // (ProvisionRequest) and a commit round (ProvisionCommit) with every peer;
 // a workflow's end needs a round that stores it on a majority. Done one by
 // one, that is several messages and, on each peer, a store commit per
-// workflow. Instead the rounds are grouped the way etcd's raft groups its
-// appends, or the store its commits: a round starts at once while fewer
-// than roundsInFlight rounds of its kind are on their way, and what arrives
-// while that many are in flight waits for the first of them to end and
-// then goes together, as one round. An idle leader adds no wait to a lone
-// placement; a busy one sends one message per peer for many.
+// workflow. Instead the rounds are grouped (internal/rounds): a round
+// starts at once while fewer than roundsInFlight rounds of its kind are on
+// their way, and what arrives while that many are in flight waits for the
+// first of them to end and then goes together, as one round. An idle
+// leader adds no wait to a lone placement; a busy one sends one message per
+// peer for many.
 //
 // Each placement in a batch is still judged on its own by every peer (its
 // own worker, its own fence token), confirmed by a majority before its
@@ -39,84 +38,6 @@ const maxRoundBatch = 256
 // batching at all, bench/README.md); with two, a round is being answered
 // while the next gathers, so arrivals wait at most about half a round.
 const roundsInFlight = 2
-
-// rounds groups concurrent calls into shared rounds of at most max calls,
-// with at most inflight rounds running. A call arriving while fewer are
-// running starts one at once; one arriving while inflight are running
-// waits. The call whose round ends first takes the oldest waiting calls
-// off the queue, as the next round, and hands them to the first of them,
-// which runs it for all in the slot just freed. A waiting call is handed
-// exactly one thing, its answer or a round to run, so a slot is never
-// handed twice (and so never lost).
-type rounds[In, Out any] struct {
-	max      int
-	inflight int
-	run      func(ctx context.Context, in []In) []Out
-
-	mu      sync.Mutex
-	queue   []*roundCall[In, Out]
-	running int
-}
-
-type roundCall[In, Out any] struct {
-	in  In
-	out Out
-	// turn receives nil once out is set, or the round (this call first)
-	// this call is to run in the slot of the round that handed it over.
-	turn chan []*roundCall[In, Out]
-}
-
-func newRounds[In, Out any](inflight int, run func(context.Context, []In) []Out) *rounds[In, Out] {
-	return &rounds[In, Out]{max: maxRoundBatch, inflight: max(inflight, 1), run: run}
-}
-
-// do runs in within a round and returns its result. The round runs under
-// ctx without its cancellation: it carries other callers' work too, which
-// one caller leaving must not fail; run bounds it (the quorum timeout), and
-// a caller checks its own ctx on return. A waiting call goes in the round
-// after the first one to end, unless more than max calls wait before it.
-func (r *rounds[In, Out]) do(ctx context.Context, in In) Out {
-	c := &roundCall[In, Out]{in: in, turn: make(chan []*roundCall[In, Out], 1)}
-	batch := []*roundCall[In, Out]{c}
-	r.mu.Lock()
-	if r.running < r.inflight {
-		// A slot is free, so nothing waits: the queue is only ever filled
-		// while every slot is taken, and a round that ends hands its slot
-		// on rather than free it while calls wait.
-		r.running++
-		r.mu.Unlock()
-	} else {
-		r.queue = append(r.queue, c)
-		r.mu.Unlock()
-		if batch = <-c.turn; batch == nil {
-			return c.out
-		}
-	}
-	ins := make([]In, len(batch))
-	for i, b := range batch {
-		ins[i] = b.in
-	}
-	outs := r.run(context.WithoutCancel(ctx), ins)
-	for i, b := range batch {
-		b.out = outs[i]
-		if b != c {
-			b.turn <- nil
-		}
-	}
-
-	r.mu.Lock()
-	if len(r.queue) == 0 {
-		r.running--
-		r.mu.Unlock()
-		return c.out
-	}
-	n := min(len(r.queue), r.max)
-	next := slices.Clone(r.queue[:n])
-	r.queue = slices.Delete(r.queue, 0, n)
-	r.mu.Unlock()
-	next[0].turn <- next
-	return c.out
-}
 
 // quorumAnswer is how the managers answered one placement's request, both
 // counts including this manager.

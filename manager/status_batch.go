@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"tempest/internal/rounds"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -38,17 +39,20 @@ const statusBatchBudget = 2 << 20
 
 // batching is the manager's grouped rounds to its peers.
 type batching struct {
-	provision *rounds[wire.ProvisionRequest, quorumAnswer]
-	commit    *rounds[wire.ProvisionCommit, struct{}]
-	ends      *rounds[wire.JobProgress, error]
-	status    statusQueue
+	provision *rounds.Group[wire.ProvisionRequest, quorumAnswer]
+	commit    *rounds.Group[wire.ProvisionCommit, struct{}]
+	ends      *rounds.Group[wire.JobProgress, error]
+	// dispatch groups dispatches by worker address (worker_batch.go).
+	dispatch *rounds.Keyed[string, *wire.WorkflowDispatch, callAnswer]
+	status   statusQueue
 }
 
 func (m *Manager) newBatching() *batching {
 	return &batching{
-		provision: newRounds(roundsInFlight, m.provisionRound),
-		commit:    newRounds(roundsInFlight, m.commitRound),
-		ends:      newRounds(roundsInFlight, m.endsRound),
+		provision: rounds.New(roundsInFlight, maxRoundBatch, m.provisionRound),
+		commit:    rounds.New(roundsInFlight, maxRoundBatch, m.commitRound),
+		ends:      rounds.New(roundsInFlight, maxRoundBatch, m.endsRound),
+		dispatch:  rounds.NewKeyed(roundsInFlight, maxWorkerBatch, m.dispatchRound),
 		status:    statusQueue{pending: make(map[string]*wire.JobProgress)},
 	}
 }
@@ -273,7 +277,7 @@ func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) err
 	if len(m.peerIDs) == 0 {
 		return nil
 	}
-	return m.batch.ends.do(ctx, jp)
+	return m.batch.ends.Do(ctx, jp)
 }
 
 // endsRound stores jps on the peers and returns, for each, nil once a

@@ -806,14 +806,4 @@ func (w *streamWriter) failLocked(err error, partial bool) {
 
 // asTyped passes a *wire.Error through and turns anything else into a
 // CodeInternal error carrying only the message text (never a stack).
-func asTyped(err error) *wire.Error {
-	var we *wire.Error
-	if errors.As(err, &we) {
-		return we
-	}
-	msg := err.Error()
-	if len(msg) > 512 {
-		msg = msg[:512]
-	}
-	return &wire.Error{Code: wire.CodeInternal, Message: msg}
-}
+func asTyped(err error) *wire.Error { return wire.AsError(err) }

@@ -7,10 +7,11 @@ package wire
 // nothing is refused: they cannot tell each other's roles apart.
 var (
 	workerRequests = map[MsgType]bool{
-		TypePing:               true,
-		TypeWorkerRegistration: true,
-		TypeWorkflowProgress:   true,
-		TypeWorkerHeartbeat:    true,
+		TypePing:                  true,
+		TypeWorkerRegistration:    true,
+		TypeWorkflowProgress:      true,
+		TypeWorkflowProgressBatch: true,
+		TypeWorkerHeartbeat:       true,
 		// RainStorm tasks run on workers: they send tuples to other tasks
 		// and checkpoints to the store on the managers.
 		TypeRainstormBatch:      true,

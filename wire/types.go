@@ -121,6 +121,12 @@ const (
 	TypeCommitBatchAck          MsgType = 193
 	TypeReplicateJobStatusBatch MsgType = 194
 	TypeStatusBatchAck          MsgType = 195
+	// Batched dispatches and progress reports (worker_batch.go).
+	// Manager leader to worker, and worker to manager leader:
+	TypeWorkflowDispatchBatch    MsgType = 196
+	TypeWorkflowDispatchBatchAck MsgType = 197
+	TypeWorkflowProgressBatch    MsgType = 198
+	TypeProgressBatchAck         MsgType = 199
 )
 
 // Class groups message types for rate limiting and circuit breaking: a flood
@@ -182,9 +188,15 @@ var catalogue = map[MsgType]typeInfo{
 	TypeWorkflowDispatch:    {"WorkflowDispatch", ClassDispatch, func() Message { return new(WorkflowDispatch) }},
 	TypeWorkflowDispatchAck: {"WorkflowDispatchAck", ClassDispatch, func() Message { return new(WorkflowDispatchAck) }},
 
+	TypeWorkflowDispatchBatch:    {"WorkflowDispatchBatch", ClassDispatch, func() Message { return new(WorkflowDispatchBatch) }},
+	TypeWorkflowDispatchBatchAck: {"WorkflowDispatchBatchAck", ClassDispatch, func() Message { return new(WorkflowDispatchBatchAck) }},
+
 	TypeWorkflowProgress: {"WorkflowProgress", ClassProgress, func() Message { return new(WorkflowProgress) }},
 	TypeJobProgress:      {"JobProgress", ClassProgress, func() Message { return new(JobProgress) }},
 	TypeProgressAck:      {"ProgressAck", ClassProgress, func() Message { return new(ProgressAck) }},
+
+	TypeWorkflowProgressBatch: {"WorkflowProgressBatch", ClassProgress, func() Message { return new(WorkflowProgressBatch) }},
+	TypeProgressBatchAck:      {"ProgressBatchAck", ClassProgress, func() Message { return new(ProgressBatchAck) }},
 
 	TypeProvisionRequest: {"ProvisionRequest", ClassControl, func() Message { return new(ProvisionRequest) }},
 	TypeProvisionConfirm: {"ProvisionConfirm", ClassControl, func() Message { return new(ProvisionConfirm) }},

@@ -200,9 +200,7 @@ func (w *Worker) sendProgress(ctx context.Context, e *execution, p *wire.Workflo
 		return retryLater
 	}
 	sent := w.now()
-	cctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
-	resp, err := w.tr.Call(cctx, addr, p)
-	cancel()
+	resp, err := w.callProgress(ctx, addr, p)
 	if err != nil {
 		return w.progressFailed(ctx, e, addr, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tempest/internal/lifecycle"
+	"tempest/internal/rounds"
 	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"
@@ -58,6 +59,8 @@ type Worker struct {
 	deps     Deps
 
 	leader *leaderTracker
+	// progress groups progress reports by manager address (batch.go).
+	progress *rounds.Keyed[string, *wire.WorkflowProgress, callAnswer]
 	// contact: when a manager leader last answered (selffence.go).
 	contact contactClock
 	// keepAlive: a keep-alive progress is in flight (selffence.go).
@@ -158,6 +161,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		version: uint64(deps.Now().UnixNano()),
 		changed: make(chan struct{}),
 	}
+	w.progress = rounds.NewKeyed(progressInFlight, maxProgressBatch, w.progressRound)
 	// An ack must never carry an empty payload: a manager cannot tell that
 	// from garbage, and the first acks go out before anything else takes mu.
 	w.bumpLocked()
@@ -196,6 +200,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.tr, w.ctx = tr, runCtx
 	w.mu.Unlock()
 	handle(w, tr, wire.TypeWorkflowDispatch, w.handleDispatch)
+	handle(w, tr, wire.TypeWorkflowDispatchBatch, w.handleDispatchBatch)
 	handle(w, tr, wire.TypeCancelJob, w.handleCancel)
 	handle(w, tr, wire.TypeStateSyncRequest, w.handleStateSync)
 	w.registerRainstorm(tr)

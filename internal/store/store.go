@@ -57,7 +57,7 @@ func OpenWithOptions(path string, o Options) (*Store, error) {
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = d.LockTimeout
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}

@@ -1,0 +1,168 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// Batched traffic with workers. Placements running at once that chose the
+// same worker share their dispatch message (a WorkflowDispatchBatch per
+// round, internal/rounds), and a worker's progress reports made at once
+// arrive as one WorkflowProgressBatch, applied in one change to the job
+// table. Each dispatch and report is still judged and answered on its own,
+// exactly as a lone one; a lone one travels as the single type.
+
+// maxWorkerBatch bounds the dispatches (or reports) one message carries. A
+// dispatch is small unless its job file's params are large; one whose
+// params and context pass dispatchBatchLimit goes alone, so a batch stays
+// far inside wire.MaxMessageSize.
+const (
+	maxWorkerBatch     = 64
+	dispatchBatchLimit = 32 << 10
+)
+
+// callAnswer is one call's reply or error, as transport.Call returns them.
+type callAnswer struct {
+	resp wire.Message
+	err  error
+}
+
+// sendDispatch sends d to the worker at addr, in a round shared with the
+// dispatches to the same worker made at the same time, bounded by the
+// dispatch timeout.
+func (m *Manager) sendDispatch(ctx context.Context, addr string, d *wire.WorkflowDispatch) (wire.Message, error) {
+	if len(d.Workflow.Params)+len(d.Context) > dispatchBatchLimit {
+		cctx, cancel := context.WithTimeout(ctx, m.cfg.DispatchTimeout)
+		defer cancel()
+		return m.tr.Call(cctx, addr, d)
+	}
+	a := m.batch.dispatch.Do(ctx, addr, d)
+	return a.resp, a.err
+}
+
+// dispatchRound sends one round of dispatches to one worker.
+func (m *Manager) dispatchRound(ctx context.Context, addr string, ds []*wire.WorkflowDispatch) []callAnswer {
+	// The round runs on when one caller leaves (it carries the others'
+	// calls), but not past the timeout, nor past the node's own shutdown.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.DispatchTimeout)
+	defer cancel()
+	defer context.AfterFunc(m.life.Context(), cancel)()
+	out := make([]callAnswer, len(ds))
+	if len(ds) == 1 {
+		out[0].resp, out[0].err = m.tr.Call(ctx, addr, ds[0])
+		return out
+	}
+	b := &wire.WorkflowDispatchBatch{Dispatches: make([]wire.WorkflowDispatch, len(ds))}
+	for i, d := range ds {
+		b.Dispatches[i] = *d
+	}
+	resp, err := m.tr.Call(ctx, addr, b)
+	if c := wire.CodeOf(err); c == wire.CodeNoHandler || c == wire.CodeUnknownType {
+		// A worker of an older release: each dispatch goes alone.
+		var wg sync.WaitGroup
+		for i, d := range ds {
+			wg.Go(func() { out[i].resp, out[i].err = m.tr.Call(ctx, addr, d) })
+		}
+		wg.Wait()
+		return out
+	}
+	if err == nil {
+		ack, ok := resp.(*wire.WorkflowDispatchBatchAck)
+		switch {
+		case !ok:
+			err = fmt.Errorf("unexpected reply %T to a dispatch batch", resp)
+		case len(ack.Answers) != len(ds):
+			err = fmt.Errorf("%d answers to a batch of %d dispatches", len(ack.Answers), len(ds))
+		default:
+			for i, a := range ack.Answers {
+				switch {
+				case a.Err != nil:
+					out[i].err = a.Err
+				case a.Ack != nil:
+					out[i].resp = a.Ack
+				default:
+					out[i].err = fmt.Errorf("the answer to dispatch %s has neither ack nor error", ds[i].WorkflowID)
+				}
+			}
+			return out
+		}
+	}
+	for i := range out {
+		out[i].err = err
+	}
+	return out
+}
+
+// handleProgressBatch serves a worker's WorkflowProgressBatch: the reports
+// are checked and applied as handleProgress would each, in one change to
+// the job table, and the ends among them wait for a majority together.
+func (m *Manager) handleProgressBatch(ctx context.Context, from transport.Peer, b *wire.WorkflowProgressBatch) (wire.Message, error) {
+	reports := make([]*wire.WorkflowProgress, len(b.Reports))
+	for i := range b.Reports {
+		reports[i] = &b.Reports[i]
+	}
+	age, err := m.progressLease(from, reports...)
+	if err != nil {
+		return nil, err
+	}
+	worker := from.NodeID
+	out := &wire.ProgressBatchAck{Answers: make([]wire.ProgressAnswer, len(b.Reports))}
+	cancels := make([]bool, len(b.Reports))
+	m.workers.seen(worker)
+	m.update(func(tx *txn) {
+		for i := range b.Reports {
+			cancels[i] = m.applyProgressLocked(tx, &b.Reports[i], worker)
+		}
+	})
+	var wg sync.WaitGroup
+	for i := range b.Reports {
+		p := &b.Reports[i]
+		ack := &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancels[i], QuorumAge: age}
+		out.Answers[i].Ack = ack
+		if (p.Final || p.Status.Terminal()) && !cancels[i] {
+			wg.Go(func() {
+				if err := m.endOnMajority(ctx, p.JobID, p.WorkflowID); err != nil {
+					out.Answers[i] = wire.ProgressAnswer{Err: finalNotStored(p.WorkflowID, err)}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// progressLease is the check every progress report passes before it is
+// applied: only a leader a majority confirmed within the workers' fence
+// period takes progress (handleProgress says why), and a worker speaks
+// only for itself. It returns the age of that confirmation, for the acks.
+func (m *Manager) progressLease(from transport.Peer, reports ...*wire.WorkflowProgress) (time.Duration, error) {
+	if m.leading() == nil {
+		return 0, m.elector.NotLeaderError()
+	}
+	for _, p := range reports {
+		if p.WorkerID != "" && p.WorkerID != from.NodeID {
+			return 0, wire.Errorf(wire.CodeRejected, "progress for %s names worker %s but comes from %s", p.WorkflowID, p.WorkerID, from.NodeID)
+		}
+	}
+	age, leading := m.elector.QuorumAge()
+	if !leading {
+		return 0, m.elector.NotLeaderError()
+	}
+	if age > m.leaseLimit {
+		p := reports[0]
+		m.log.Warn("refusing progress: no majority of managers has confirmed this leader for longer than workers' fence period",
+			"job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", from.NodeID, "reports", len(reports),
+			"quorum_age", age.Round(time.Millisecond), "limit", m.leaseLimit)
+		return 0, wire.Errorf(wire.CodeNotLeader, "%s has not heard from a majority of managers for %s", m.cfg.ID, age.Round(time.Millisecond))
+	}
+	return age, nil
+}
+
+func finalNotStored(workflowID string, err error) *wire.Error {
+	return wire.Errorf(wire.CodeUnavailable, "final progress of %s not yet stored on a majority of managers: %v", workflowID, err)
+}

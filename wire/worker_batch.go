@@ -1,0 +1,69 @@
+package wire
+
+import (
+	"errors"
+)
+
+// Batched dispatches and progress reports, between a manager leader and one
+// worker. A leader placing many workflows on one worker at once sends their
+// dispatches in one message, and a worker reporting on many workflows at
+// once sends their progress in one: each carries the same per-workflow
+// message as the single types, each is judged on its own (its own fence
+// token, its own checks) and answered on its own, in the same order. A lone
+// dispatch or report still travels as the single type.
+
+// WorkflowDispatchBatch hands several workflows to one worker. Answered
+// with a WorkflowDispatchBatchAck.
+type WorkflowDispatchBatch struct {
+	Dispatches []WorkflowDispatch `cbor:"1,keyasint"`
+}
+
+// WorkflowDispatchBatchAck holds one answer per dispatch of a
+// WorkflowDispatchBatch, in its order.
+type WorkflowDispatchBatchAck struct {
+	Answers []DispatchAnswer `cbor:"1,keyasint"`
+}
+
+// DispatchAnswer is the answer a single WorkflowDispatch would have had:
+// its ack, or the error it would have been refused with.
+type DispatchAnswer struct {
+	Ack *WorkflowDispatchAck `cbor:"1,keyasint,omitempty"`
+	Err *Error               `cbor:"2,keyasint,omitempty"`
+}
+
+// WorkflowProgressBatch carries several progress reports from one worker.
+// Answered with a ProgressBatchAck.
+type WorkflowProgressBatch struct {
+	Reports []WorkflowProgress `cbor:"1,keyasint"`
+}
+
+// ProgressBatchAck holds one answer per report of a WorkflowProgressBatch,
+// in its order.
+type ProgressBatchAck struct {
+	Answers []ProgressAnswer `cbor:"1,keyasint"`
+}
+
+// ProgressAnswer is the answer a single WorkflowProgress would have had.
+type ProgressAnswer struct {
+	Ack *ProgressAck `cbor:"1,keyasint,omitempty"`
+	Err *Error       `cbor:"2,keyasint,omitempty"`
+}
+
+func (*WorkflowDispatchBatch) Type() MsgType    { return TypeWorkflowDispatchBatch }
+func (*WorkflowDispatchBatchAck) Type() MsgType { return TypeWorkflowDispatchBatchAck }
+func (*WorkflowProgressBatch) Type() MsgType    { return TypeWorkflowProgressBatch }
+func (*ProgressBatchAck) Type() MsgType         { return TypeProgressBatchAck }
+
+// AsError is err as the typed error a peer receives for it: err itself if
+// it is (or wraps) an *Error, else CodeInternal with err's text, clipped.
+func AsError(err error) *Error {
+	var we *Error
+	if errors.As(err, &we) {
+		return we
+	}
+	msg := err.Error()
+	if len(msg) > 512 {
+		msg = msg[:512]
+	}
+	return &Error{Code: CodeInternal, Message: msg}
+}
