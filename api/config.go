@@ -8,8 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"tempest/internal/obs"
 	"tempest/security"
 	"tempest/workflow"
 )
@@ -60,7 +59,7 @@ type ServerConfig struct {
 	// own series in it and serves all of it at /metrics, so the role's
 	// collectors registered there appear beside the API's. Nil gives the
 	// server a registry of its own (obs.NewRegistry).
-	Metrics *prometheus.Registry
+	Metrics *obs.Registry
 	// Keyring signs the original client address on forwarded requests and
 	// verifies it on forwarded requests received. Nil: no header is sent,
 	// and every request is limited by its remote address.

@@ -27,12 +27,10 @@ func (g *Gate) RegisterMetrics(reg prometheus.Registerer) error {
 			obs.Gauge(ch, ready, obs.Bool(g.ready.Load()))
 			byStatus := make(map[string]float64)
 			active := 0.0
-			var running []wire.GateJobRecord
 			g.view(func() {
 				for _, j := range g.jobs {
 					byStatus[string(j.rec.Status)]++
 					if !j.rec.Status.Terminal() {
-						running = append(running, j.rec)
 						for _, d := range j.rec.Datacenters {
 							if !d.Status.Terminal() {
 								active++
@@ -45,18 +43,32 @@ func (g *Gate) RegisterMetrics(reg prometheus.Registerer) error {
 			for _, h := range g.dcs.health(g.cfg.HealthTimeout) {
 				obs.Gauge(ch, healthy, obs.Bool(h.Healthy), h.Name)
 			}
-			return obs.RoleState{Leading: g.lead.Leading() != nil, Term: g.elector.Status().Term, Jobs: byStatus,
-				Running: func() []obs.JobSeries {
-					series := make([]obs.JobSeries, 0, len(running))
-					for i := range running {
-						s := api.SeriesOf(g.jobStatus(&running[i], false))
-						s.Steps = stepLatencies(&running[i])
-						series = append(series, s)
-					}
-					return series
-				}}
+			return obs.RoleState{Leading: g.lead.Leading() != nil, Term: g.elector.Status().Term, Jobs: byStatus}
 		},
+		Live: g.liveSeries,
 	}.Register(reg)
+}
+
+// liveSeries is the series of the running jobs while this gate leads.
+func (g *Gate) liveSeries() []obs.JobSeries {
+	if g.lead.Leading() == nil {
+		return nil
+	}
+	var running []wire.GateJobRecord
+	g.view(func() {
+		for _, j := range g.jobs {
+			if !j.rec.Status.Terminal() {
+				running = append(running, j.rec)
+			}
+		}
+	})
+	series := make([]obs.JobSeries, 0, len(running))
+	for i := range running {
+		s := api.SeriesOf(g.jobStatus(&running[i], false))
+		s.Steps = stepLatencies(&running[i])
+		series = append(series, s)
+	}
+	return series
 }
 
 // stepLatencies merges each workflow's reports from every datacenter (and

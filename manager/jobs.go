@@ -87,6 +87,11 @@ type txn struct {
 	wfs     map[*workflowState]struct{}
 	after   []func()
 	leading *leadership.Term // the leader term at the start, nil on a follower
+	// durable: some change must be on disk before update returns. A change
+	// that a restart relearns (RUNNING, which state sync reads from the
+	// workers; a job status derived from its workflows, which load
+	// re-derives) is written lazily, riding along with the next commit.
+	durable bool
 }
 
 // touchJob marks j changed; persist asks for its record to be written even
@@ -95,16 +100,27 @@ func (tx *txn) touchJob(j *jobState, persist bool) {
 	tx.jobs[j] = tx.jobs[j] || persist
 	if persist {
 		tx.visible[j] = true
+		tx.durable = true
 	}
 }
 
-// touchWorkflow marks w changed and, with persist, writes it.
+// touchWorkflow marks w changed and, with persist, writes it before update
+// returns.
 func (tx *txn) touchWorkflow(w *workflowState, persist bool) {
 	tx.touchJob(w.job, false)
 	tx.visible[w.job] = true
 	if persist {
 		tx.wfs[w] = struct{}{}
+		tx.durable = true
 	}
+}
+
+// touchWorkflowLazily marks w changed and writes it without waiting for the
+// disk (store.PutLazily): for what a restarted manager relearns anyway.
+func (tx *txn) touchWorkflowLazily(w *workflowState) {
+	tx.touchJob(w.job, false)
+	tx.visible[w.job] = true
+	tx.wfs[w] = struct{}{}
 }
 
 // afterCommit runs f once the change is durable, outside the lock.
@@ -112,7 +128,8 @@ func (tx *txn) afterCommit(f func()) { tx.after = append(tx.after, f) }
 
 // update applies f to the job table under the lock, then persists what f
 // touched (one store batch per job, concurrently, so the writes share
-// fsyncs), then runs the deferred actions. It returns the store's error:
+// fsyncs; lazily when nothing touched must be durable, see txn.durable),
+// then runs the deferred actions. It returns the store's error:
 // the in-memory change stands either way, since the work it describes is
 // already happening, and the next change of the same records retries the
 // write.
@@ -123,7 +140,12 @@ func (m *Manager) update(f func(tx *txn)) error {
 	writes := m.finishLocked(tx)
 	m.mu.Unlock()
 
-	err := m.persist(writes)
+	var err error
+	if tx.durable {
+		err = m.persist(writes)
+	} else {
+		m.persistLazily(writes)
+	}
 	for _, g := range tx.after {
 		g()
 	}
@@ -164,6 +186,7 @@ func (m *Manager) finishLocked(tx *txn) []jobWrite {
 			m.log.Info("job status", "job_id", j.rec.ID(), "from", old, "to", j.rec.Status)
 		}
 		if finished {
+			tx.durable = true // an end is never relearned from workers
 			if j.timer != nil {
 				j.timer.Stop()
 				j.timer = nil
@@ -205,6 +228,15 @@ func (m *Manager) finishLocked(tx *txn) []jobWrite {
 		out = append(out, *w)
 	}
 	return out
+}
+
+// persistLazily hands writes to the store's next commit without waiting.
+func (m *Manager) persistLazily(writes []jobWrite) {
+	for _, w := range writes {
+		if err := m.store.PutLazily(w.job, w.wfs...); err != nil {
+			m.log.Error("persist job state", "err", err)
+		}
+	}
 }
 
 func (m *Manager) persist(writes []jobWrite) error {

@@ -205,7 +205,9 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("manager data dir: %w", err)
 	}
-	if m.store, err = store.Open(filepath.Join(cfg.DataDir, "manager.db")); err != nil {
+	so := store.DefaultOptions()
+	so.OnLazyError = func(err error) { m.log.Error("persist job state lazily", "err", err) }
+	if m.store, err = store.OpenWithOptions(filepath.Join(cfg.DataDir, "manager.db"), so); err != nil {
 		return nil, err
 	}
 	m.life.Opened(m.store.Close)

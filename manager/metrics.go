@@ -3,7 +3,6 @@ package manager
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"tempest/api"
 	"tempest/internal/obs"
 	"tempest/transport"
 	"tempest/wire"
@@ -25,15 +24,11 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 		Scrape: func(ch chan<- prometheus.Metric) obs.RoleState {
 			byJob := make(map[string]float64)
 			byWf := make(map[string]float64)
-			var running []jobView
 			m.mu.Lock()
 			for _, j := range m.jobs {
 				byJob[string(j.rec.Status)]++
 				for _, w := range j.wfs {
 					byWf[string(w.rec.Status)]++
-				}
-				if !j.rec.Status.Terminal() {
-					running = append(running, viewLocked(j))
 				}
 			}
 			m.mu.Unlock()
@@ -56,18 +51,39 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 				obs.Gauge(ch, workers, v, k)
 			}
 			obs.Gauge(ch, cores, float64(free))
-			return obs.RoleState{Leading: m.leading() != nil, Term: m.elector.Status().Term, Jobs: byJob,
-				Running: func() []obs.JobSeries {
-					series := make([]obs.JobSeries, 0, len(running))
-					for _, v := range running {
-						s := api.SeriesOf(m.jobStatus(v, false))
-						s.Steps = m.stepLatencies(v)
-						series = append(series, s)
-					}
-					return series
-				}}
+			return obs.RoleState{Leading: m.leading() != nil, Term: m.elector.Status().Term, Jobs: byJob}
 		},
+		Live: m.liveSeries,
 	}.Register(reg)
+}
+
+// liveSeries is the series of the running jobs while this manager leads.
+// Each job's step histograms are decoded and merged once, and its p99 read
+// from them, rather than building the job's whole API status as well.
+func (m *Manager) liveSeries() []obs.JobSeries {
+	if m.leading() == nil {
+		return nil
+	}
+	var running []jobView
+	m.mu.Lock()
+	for _, j := range m.jobs {
+		if !j.rec.Status.Terminal() {
+			running = append(running, viewLocked(j))
+		}
+	}
+	m.mu.Unlock()
+	now := m.clock.Now()
+	series := make([]obs.JobSeries, 0, len(running))
+	for _, v := range running {
+		s := obs.JobSeries{JobID: v.rec.ID(), Completed: v.rec.Progress.TotalCompleted, Failed: v.rec.Progress.TotalFailed,
+			Steps: m.stepLatencies(v)}
+		if elapsed := now.Sub(v.rec.Created()).Seconds(); elapsed > 0 {
+			s.Rate = float64(s.Completed+s.Failed) / elapsed
+		}
+		s.P99Ms = obs.MaxP99Ms(s.Steps)
+		series = append(series, s)
+	}
+	return series
 }
 
 // stepLatencies merges each workflow's shards by step, as its status does.

@@ -130,7 +130,7 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 	default:
 		if w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowPending {
 			w.rec.Status = wire.WorkflowRunning
-			tx.touchWorkflow(w, true)
+			tx.touchWorkflowLazily(w)
 		}
 		if !final {
 			m.checkAbortLocked(tx, w)

@@ -208,9 +208,12 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 			}
 			switch w.rec.Status {
 			case wire.WorkflowAssigned:
+				// Lazily: the placement is on disk (ASSIGNED, with its
+				// worker and token), and a successor reads from the
+				// workers whether it runs.
 				w.rec.Status = wire.WorkflowRunning
 				w.rec.Cores = ack.CoresAssigned
-				tx.touchWorkflow(w, true)
+				tx.touchWorkflowLazily(w)
 			case wire.WorkflowCancelled:
 				cancelNow = true // cancelled while the dispatch was in flight
 			}

@@ -185,7 +185,14 @@ func (m *Manager) mergeWorkflowLocked(tx *txn, w *workflowState, p *wire.Workflo
 			w.rec.Cores = p.AssignedCores
 		}
 	}
-	if w.rec.Status != before.Status || w.rec.FenceToken != before.FenceToken || w.rec.Worker != before.Worker || w.rec.Attempts != before.Attempts {
+	switch {
+	case w.rec.FenceToken != before.FenceToken || w.rec.Worker != before.Worker || w.rec.Attempts != before.Attempts:
+		tx.touchWorkflow(w, true)
+	case w.rec.Status == wire.WorkflowRunning && before.Status != wire.WorkflowRunning:
+		// Started, under the placement already stored: what a restart
+		// would relearn from the workers, so it costs no commit.
+		tx.touchWorkflowLazily(w)
+	case w.rec.Status != before.Status:
 		tx.touchWorkflow(w, true)
 	}
 }

@@ -1,6 +1,8 @@
 package obs
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tempest/wire"
@@ -50,6 +52,15 @@ func StepLatencies(workflowName string, stats []wire.StepStats) []StepLatency {
 		out = append(out, StepLatency{Workflow: workflowName, Step: s.StepName, Latency: h})
 	}
 	return out
+}
+
+// MaxP99Ms is the highest p99 of steps, in milliseconds: a job's p99 gauge.
+func MaxP99Ms(steps []StepLatency) float64 {
+	var p99 float64
+	for _, s := range steps {
+		p99 = max(p99, float64(s.Latency.Percentile(99))/float64(time.Millisecond))
+	}
+	return p99
 }
 
 // JobMetrics declares the live job series. A role's collector sends them

@@ -18,24 +18,75 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// Registry is a node's metrics, in two parts: the node's own series, whose
+// cost is the same at every scrape, and the live jobs' series, whose cost
+// grows with the jobs running (a latency histogram per job, workflow and
+// step: megabytes of text with a few hundred jobs). Keeping the two apart
+// lets a scrape that names only node families (name[]) skip building the
+// job series, not just their encoding. Register adds to the node's part;
+// Jobs is the other; Gather reads both.
+type Registry struct {
+	prometheus.Gatherers // both parts: the Gatherer a scrape of everything reads
+	node, jobs           *prometheus.Registry
+}
+
 // NewRegistry returns a node's registry holding the Go runtime and process
 // collectors. Each node (and each in-process test node) has its own, so two
 // roles in one process never collide on a name.
-func NewRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
+func NewRegistry() *Registry {
+	node := prometheus.NewRegistry()
+	node.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	jobs := prometheus.NewRegistry()
+	return &Registry{Gatherers: prometheus.Gatherers{node, jobs}, node: node, jobs: jobs}
+}
+
+// Register implements prometheus.Registerer, in the node's part.
+func (r *Registry) Register(c prometheus.Collector) error { return r.node.Register(c) }
+
+// MustRegister implements prometheus.Registerer, in the node's part.
+func (r *Registry) MustRegister(cs ...prometheus.Collector) { r.node.MustRegister(cs...) }
+
+// Unregister implements prometheus.Registerer, in the node's part.
+func (r *Registry) Unregister(c prometheus.Collector) bool { return r.node.Unregister(c) }
+
+// Jobs is where the live job series are registered.
+func (r *Registry) Jobs() prometheus.Registerer { return r.jobs }
+
+// jobsRegisterer is where the live job series of a role registering in
+// reg go: a Registry's job part, or reg itself.
+func jobsRegisterer(reg prometheus.Registerer) prometheus.Registerer {
+	if r, ok := reg.(*Registry); ok {
+		return r.jobs
+	}
 	return reg
 }
 
+// JobFamilyPrefix starts the name of every live job family, which a
+// scrape's name[] filter must name for the job series to be built.
+const JobFamilyPrefix = "tempest_job_"
+
 // Handler serves g's metrics in whatever exposition format the scraper
 // asks for (text 0.0.4 when it does not say; protobuf, which carries native
-// histograms, when Prometheus asks for it). A non-empty token is the bearer
-// token a scrape must carry: /metrics names running jobs.
+// histograms, when Prometheus asks for it). A scrape may name the families
+// it wants with name[] parameters; from a Registry, a scrape naming no job
+// family (JobFamilyPrefix) gathers the node's part alone. A non-empty token
+// is the bearer token a scrape must carry: /metrics names running jobs.
 func Handler(g prometheus.Gatherer, token string) http.Handler {
-	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	opts := promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}
+	h := promhttp.HandlerFor(g, opts)
+	if r, ok := g.(*Registry); ok {
+		all, node := h, promhttp.HandlerFor(r.node, opts)
+		h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if wantsJobs(req) {
+				all.ServeHTTP(w, req)
+			} else {
+				node.ServeHTTP(w, req)
+			}
+		})
+	}
 	if token == "" {
 		return h
 	}
@@ -48,6 +99,21 @@ func Handler(g prometheus.Gatherer, token string) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// wantsJobs reports whether a scrape may show job families: it names no
+// family, or names one of them.
+func wantsJobs(r *http.Request) bool {
+	names := r.URL.Query()["name[]"]
+	if len(names) == 0 {
+		return true
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, JobFamilyPrefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // BearerMatches reports whether r carries the bearer token whose SHA-256 is

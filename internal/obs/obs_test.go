@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -185,4 +186,54 @@ func TestHandler(t *testing.T) {
 		t.Errorf("no runtime or process series:\n%s", text)
 	}
 	obstest.Promtool(t, text)
+}
+
+// A scrape that names only node families (name[]) does not build the live
+// job series at all; one that names a job family, or none, does.
+func TestScrapeBuildsJobSeriesOnlyWhenAsked(t *testing.T) {
+	reg := obs.NewRegistry()
+	var built atomic.Int32
+	role := obs.Role{Name: "manager", Leads: "its datacenter",
+		Transport: func() transport.Transport { return nil },
+		Scrape:    func(chan<- prometheus.Metric) obs.RoleState { return obs.RoleState{Leading: true, Term: 2} },
+		Live: func() []obs.JobSeries {
+			built.Add(1)
+			return []obs.JobSeries{{JobID: "j1", Completed: 3}}
+		}}
+	if err := role.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	h := obs.Handler(reg, "")
+	for _, tc := range []struct {
+		query     string
+		built     bool
+		want, not []string
+	}{
+		{"", true, []string{"tempest_manager_term 2", `tempest_job_completed_total{job_id="j1"} 3`, "go_goroutines "}, nil},
+		{"?name[]=tempest_manager_term&name[]=go_goroutines", false,
+			[]string{"tempest_manager_term 2", "go_goroutines "}, []string{"tempest_job_", "process_"}},
+		{"?name[]=tempest_job_completed_total", true,
+			[]string{`tempest_job_completed_total{job_id="j1"} 3`}, []string{"tempest_manager_term", "tempest_job_rate"}},
+	} {
+		built.Store(0)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics"+tc.query, nil))
+		text := rec.Body.String()
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%q: %d %s", tc.query, rec.Code, text)
+		}
+		if got := built.Load() > 0; got != tc.built {
+			t.Errorf("%q: job series built %v, want %v", tc.query, got, tc.built)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%q: no %q in\n%s", tc.query, w, text)
+			}
+		}
+		for _, n := range tc.not {
+			if strings.Contains(text, n) {
+				t.Errorf("%q: %q in\n%s", tc.query, n, text)
+			}
+		}
+	}
 }

@@ -25,6 +25,11 @@ type Role struct {
 	Scrape func(ch chan<- prometheus.Metric) RoleState
 	// Transport is the role's transport at scrape time.
 	Transport func() transport.Transport
+
+	// Live builds the series of the jobs still running while the role
+	// leads, and nothing otherwise (a follower's numbers would be stale).
+	// It is called only by scrapes that want job series.
+	Live func() []JobSeries
 }
 
 // RoleState is one scrape's reading of the shared series.
@@ -33,13 +38,11 @@ type RoleState struct {
 	Term    uint64
 	// Jobs counts the jobs the role knows by status.
 	Jobs map[string]float64
-	// Running builds the series of the jobs still running; it is called
-	// only while the role leads.
-	Running func() []JobSeries
 }
 
-// Register declares r's series in reg, with the transport's counters. A
-// second registration of one role in one registry is refused.
+// Register declares r's series in reg, with the transport's counters, and
+// its live job series in reg's job part when reg is a Registry. A second
+// registration of one role in one registry is refused.
 func (r Role) Register(reg prometheus.Registerer) error {
 	leader := prometheus.NewDesc("tempest_"+r.Name+"_is_leader", fmt.Sprintf("1 if this %s leads %s.", r.Name, r.Leads), nil, nil)
 	term := prometheus.NewDesc("tempest_"+r.Name+"_term", fmt.Sprintf("Election term this %s is in.", r.Name), nil, nil)
@@ -53,9 +56,14 @@ func (r Role) Register(reg prometheus.Registerer) error {
 		for status, n := range st.Jobs {
 			Gauge(ch, jobs, n, status)
 		}
-		if st.Leading && st.Running != nil {
-			live.Collect(ch, st.Running())
-		}
-	}, append(descs, live.Descs()...)...)
-	return Register(reg, own, NewTransportCollector(r.Transport))
+	}, descs...)
+	if err := Register(reg, own, NewTransportCollector(r.Transport)); err != nil {
+		return err
+	}
+	if r.Live == nil {
+		return nil
+	}
+	return Register(jobsRegisterer(reg), NewCollector(func(ch chan<- prometheus.Metric) {
+		live.Collect(ch, r.Live())
+	}, live.Descs()...))
 }

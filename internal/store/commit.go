@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -27,6 +28,8 @@ const (
 	maxCommitBatch = 256
 )
 
+// commitReq is a write waiting for the committer. A nil fn asks only that
+// the lazy writes be committed (flushLazy).
 type commitReq struct {
 	fn   func(*bolt.Tx) error
 	done chan error
@@ -70,14 +73,52 @@ func (s *Store) commitLoop() {
 	}
 }
 
-// commit writes batch in one transaction. A write whose function fails gets
-// that error alone, and the rest are committed again without it, so one bad
-// write never fails its neighbours.
+// flushLazy gives the lazy writes a commit of their own when none came
+// along within Options.LazyFlush.
+func (s *Store) flushLazy() {
+	if err := s.write(nil); err != nil && !errors.Is(err, ErrClosed) {
+		s.opts.OnLazyError(err)
+	}
+}
+
+// takeLazy takes the lazy writes waiting, disarming their flush.
+func (s *Store) takeLazy() []func(*bolt.Tx) error {
+	s.lazyMu.Lock()
+	defer s.lazyMu.Unlock()
+	lazy := s.lazy
+	s.lazy = nil
+	if s.flush != nil {
+		s.flush.Stop()
+		s.flush = nil
+	}
+	return lazy
+}
+
+// commit writes batch, with the lazy writes waiting, in one transaction. A
+// write whose function fails gets that error alone (a lazy one, through
+// OnLazyError), and the rest are committed again without it, so one bad
+// write never fails its neighbours. With no writes at all (a flush that
+// found them taken by an earlier commit) nothing is committed: an empty
+// bbolt commit still syncs.
 func (s *Store) commit(batch []*commitReq) {
-	for len(batch) > 0 {
-		failed := -1
+	lazy := s.takeLazy()
+	batch = slices.DeleteFunc(batch, func(r *commitReq) bool {
+		if r.fn == nil {
+			r.done <- nil
+			return true
+		}
+		return false
+	})
+	for len(batch) > 0 || len(lazy) > 0 {
+		failed, failedLazy := -1, -1
 		var fnErr error
 		err := s.db.Update(func(tx *bolt.Tx) error {
+			for i, fn := range lazy {
+				if err := fn(tx); err != nil {
+					failedLazy, fnErr = i, err
+					return err
+				}
+			}
 			for i, r := range batch {
 				if err := r.fn(tx); err != nil {
 					failed, fnErr = i, err
@@ -86,13 +127,21 @@ func (s *Store) commit(batch []*commitReq) {
 			}
 			return nil
 		})
-		if failed < 0 {
+		switch {
+		case failedLazy >= 0:
+			s.opts.OnLazyError(fmt.Errorf("store %s: lazy put: %w", s.path, fnErr))
+			lazy = slices.Delete(lazy, failedLazy, failedLazy+1)
+		case failed >= 0:
+			batch[failed].done <- fnErr
+			batch = slices.Delete(batch, failed, failed+1)
+		default:
+			if err != nil && len(lazy) > 0 {
+				s.opts.OnLazyError(fmt.Errorf("store %s: lazy put: %w", s.path, err))
+			}
 			for _, r := range batch {
 				r.done <- err // nil, or the commit's own error for everyone
 			}
 			return
 		}
-		batch[failed].done <- fnErr
-		batch = slices.Delete(batch, failed, failed+1)
 	}
 }

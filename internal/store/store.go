@@ -29,11 +29,17 @@ type Options struct {
 	// LockTimeout bounds the wait for the file lock, so a second process on
 	// the same data directory fails with a clear error instead of hanging.
 	LockTimeout time.Duration
+	// LazyFlush bounds how long a lazy write (PutLazily) waits for a commit
+	// to ride along with before it gets one of its own.
+	LazyFlush time.Duration
+	// OnLazyError hears of a lazy write that failed, since no caller waits
+	// for it. Nil drops the error.
+	OnLazyError func(error)
 }
 
 // DefaultOptions returns the options Open uses.
 func DefaultOptions() Options {
-	return Options{LockTimeout: 2 * time.Second}
+	return Options{LockTimeout: 2 * time.Second, LazyFlush: 100 * time.Millisecond}
 }
 
 // Store is a manager's bbolt file. It is safe for concurrent use. Writes go
@@ -46,6 +52,11 @@ type Store struct {
 	closed bool
 	reqs   chan *commitReq
 	wg     sync.WaitGroup // the commit loop
+	opts   Options
+
+	lazyMu sync.Mutex
+	lazy   []func(*bolt.Tx) error // writes waiting to ride along with a commit
+	flush  *time.Timer            // armed while lazy is not empty
 }
 
 // Open opens (creating if needed) the store at path with DefaultOptions.
@@ -56,6 +67,12 @@ func OpenWithOptions(path string, o Options) (*Store, error) {
 	d := DefaultOptions()
 	if o.LockTimeout <= 0 {
 		o.LockTimeout = d.LockTimeout
+	}
+	if o.LazyFlush <= 0 {
+		o.LazyFlush = d.LazyFlush
+	}
+	if o.OnLazyError == nil {
+		o.OnLazyError = func(error) {}
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
@@ -73,7 +90,7 @@ func OpenWithOptions(path string, o Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
-	st := &Store{db: db, path: path, reqs: make(chan *commitReq, commitQueue)}
+	st := &Store{db: db, path: path, reqs: make(chan *commitReq, commitQueue), opts: o}
 	st.wg.Add(1)
 	go st.commitLoop()
 	return st, nil
@@ -94,6 +111,7 @@ func (s *Store) Close() error {
 	close(s.reqs)
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.commit(nil) // the lazy writes left
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store %s: %w", s.path, err)
 	}
@@ -114,6 +132,45 @@ func (s *Store) PutWorkflows(wfs ...*WorkflowRecord) error { return s.Put(nil, w
 // this same Put), the job record is stored without the submission's workflow
 // specs, which reads rebuild from those records (storedJob).
 func (s *Store) Put(job *JobRecord, wfs ...*WorkflowRecord) error {
+	fn, err := putFn(job, wfs)
+	if err != nil || fn == nil {
+		return err
+	}
+	if err := s.write(fn); err != nil {
+		return fmt.Errorf("store %s: put: %w", s.path, err)
+	}
+	return nil
+}
+
+// PutLazily writes like Put but returns without waiting for the write to be
+// durable: it joins the next commit that another write causes, or one of
+// its own within Options.LazyFlush. It is for records whose loss in a crash
+// the caller can afford (what a restart relearns from elsewhere), so that
+// they cost no commit of their own. A later Put of the same record wins, as
+// its revision is higher. Only encoding errors are returned; a failed
+// commit goes to Options.OnLazyError.
+func (s *Store) PutLazily(job *JobRecord, wfs ...*WorkflowRecord) error {
+	fn, err := putFn(job, wfs)
+	if err != nil || fn == nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.lazyMu.Lock()
+	s.lazy = append(s.lazy, fn)
+	if s.flush == nil {
+		s.flush = time.AfterFunc(s.opts.LazyFlush, s.flushLazy)
+	}
+	s.lazyMu.Unlock()
+	return nil
+}
+
+// putFn encodes a Put's records and returns the function that writes them
+// in a transaction, or nil when there is nothing to write.
+func putFn(job *JobRecord, wfs []*WorkflowRecord) (func(*bolt.Tx) error, error) {
 	type kv struct {
 		bucket, key, val []byte
 	}
@@ -122,29 +179,29 @@ func (s *Store) Put(job *JobRecord, wfs ...*WorkflowRecord) error {
 	writes := make([]kv, 0, len(wfs))
 	for _, wf := range wfs {
 		if err := errors.Join(checkID("job id", wf.JobID), checkID("workflow id", wf.WorkflowID)); err != nil {
-			return err
+			return nil, err
 		}
 		v, err := encode(wf.Rev, wf)
 		if err != nil {
-			return fmt.Errorf("put workflow %s: %w", wf.WorkflowID, err)
+			return nil, fmt.Errorf("put workflow %s: %w", wf.WorkflowID, err)
 		}
 		writes = append(writes, kv{bucketWorkflows, workflowKey(wf.JobID, wf.WorkflowID), v})
 	}
 	var jobKey, jobApart, jobWhole []byte
 	if job != nil {
 		if err := checkID("job id", job.ID()); err != nil {
-			return err
+			return nil, err
 		}
 		jobKey = []byte(job.ID())
 		var err error
 		if jobApart, err = encodeJobApart(job); err != nil {
-			return fmt.Errorf("put job %s: %w", job.ID(), err)
+			return nil, fmt.Errorf("put job %s: %w", job.ID(), err)
 		}
 	}
 	if len(writes) == 0 && job == nil {
-		return nil
+		return nil, nil
 	}
-	err := s.write(func(tx *bolt.Tx) error {
+	return func(tx *bolt.Tx) error {
 		for _, w := range writes {
 			if err := putNewer(tx.Bucket(w.bucket), w.key, w.val); err != nil {
 				return err
@@ -167,11 +224,7 @@ func (s *Store) Put(job *JobRecord, wfs ...*WorkflowRecord) error {
 			v = jobWhole
 		}
 		return putNewer(tx.Bucket(bucketJobs), jobKey, v)
-	})
-	if err != nil {
-		return fmt.Errorf("store %s: put: %w", s.path, err)
-	}
-	return nil
+	}, nil
 }
 
 // putNewer puts val under key unless a newer revision is already stored.
