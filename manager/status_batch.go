@@ -43,7 +43,7 @@ type batching struct {
 	commit    *rounds.Group[wire.ProvisionCommit, struct{}]
 	ends      *rounds.Group[wire.JobProgress, error]
 	// dispatch groups dispatches by worker address (worker_batch.go).
-	dispatch *rounds.Keyed[string, *wire.WorkflowDispatch, callAnswer]
+	dispatch *rounds.Keyed[string, *wire.WorkflowDispatch, wire.Reply]
 	status   statusQueue
 }
 

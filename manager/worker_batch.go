@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -26,12 +25,6 @@ const (
 	dispatchBatchLimit = 32 << 10
 )
 
-// callAnswer is one call's reply or error, as transport.Call returns them.
-type callAnswer struct {
-	resp wire.Message
-	err  error
-}
-
 // sendDispatch sends d to the worker at addr, in a round shared with the
 // dispatches to the same worker made at the same time, bounded by the
 // dispatch timeout.
@@ -42,19 +35,19 @@ func (m *Manager) sendDispatch(ctx context.Context, addr string, d *wire.Workflo
 		return m.tr.Call(cctx, addr, d)
 	}
 	a := m.batch.dispatch.Do(ctx, addr, d)
-	return a.resp, a.err
+	return a.Msg, a.Err
 }
 
 // dispatchRound sends one round of dispatches to one worker.
-func (m *Manager) dispatchRound(ctx context.Context, addr string, ds []*wire.WorkflowDispatch) []callAnswer {
+func (m *Manager) dispatchRound(ctx context.Context, addr string, ds []*wire.WorkflowDispatch) []wire.Reply {
 	// The round runs on when one caller leaves (it carries the others'
 	// calls), but not past the timeout, nor past the node's own shutdown.
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.DispatchTimeout)
 	defer cancel()
 	defer context.AfterFunc(m.life.Context(), cancel)()
-	out := make([]callAnswer, len(ds))
+	out := make([]wire.Reply, len(ds))
 	if len(ds) == 1 {
-		out[0].resp, out[0].err = m.tr.Call(ctx, addr, ds[0])
+		out[0].Msg, out[0].Err = m.tr.Call(ctx, addr, ds[0])
 		return out
 	}
 	b := &wire.WorkflowDispatchBatch{Dispatches: make([]wire.WorkflowDispatch, len(ds))}
@@ -66,36 +59,12 @@ func (m *Manager) dispatchRound(ctx context.Context, addr string, ds []*wire.Wor
 		// A worker of an older release: each dispatch goes alone.
 		var wg sync.WaitGroup
 		for i, d := range ds {
-			wg.Go(func() { out[i].resp, out[i].err = m.tr.Call(ctx, addr, d) })
+			wg.Go(func() { out[i].Msg, out[i].Err = m.tr.Call(ctx, addr, d) })
 		}
 		wg.Wait()
 		return out
 	}
-	if err == nil {
-		ack, ok := resp.(*wire.WorkflowDispatchBatchAck)
-		switch {
-		case !ok:
-			err = fmt.Errorf("unexpected reply %T to a dispatch batch", resp)
-		case len(ack.Answers) != len(ds):
-			err = fmt.Errorf("%d answers to a batch of %d dispatches", len(ack.Answers), len(ds))
-		default:
-			for i, a := range ack.Answers {
-				switch {
-				case a.Err != nil:
-					out[i].err = a.Err
-				case a.Ack != nil:
-					out[i].resp = a.Ack
-				default:
-					out[i].err = fmt.Errorf("the answer to dispatch %s has neither ack nor error", ds[i].WorkflowID)
-				}
-			}
-			return out
-		}
-	}
-	for i := range out {
-		out[i].err = err
-	}
-	return out
+	return wire.BatchReplies(len(ds), resp, err)
 }
 
 // handleProgressBatch serves a worker's WorkflowProgressBatch: the reports

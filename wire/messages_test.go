@@ -870,3 +870,53 @@ func TestHeartbeatKeyIDTags(t *testing.T) {
 		})
 	}
 }
+
+// A batch call's result becomes one reply per item: each item's own answer
+// when the ack holds one per item, the call's failure (or what is wrong with
+// the ack) for every item otherwise.
+func TestBatchReplies(t *testing.T) {
+	refused := &Error{Code: CodeRejected, Message: "no room"}
+	dispatchAck := &WorkflowDispatchAck{WorkflowID: "w1", Accepted: true}
+	progressAck := &ProgressAck{WorkflowID: "w2"}
+	down := errors.New("connection lost")
+	for _, tc := range []struct {
+		name     string
+		n        int
+		resp     Message
+		err      error
+		wantMsgs []Message
+		wantErrs []string // substrings; "" for none
+	}{
+		{"dispatch answers in order", 2,
+			&WorkflowDispatchBatchAck{Answers: []DispatchAnswer{{Ack: dispatchAck}, {Err: refused}}}, nil,
+			[]Message{dispatchAck, nil}, []string{"", "no room"}},
+		{"progress answers", 1, &ProgressBatchAck{Answers: []ProgressAnswer{{Ack: progressAck}}}, nil,
+			[]Message{progressAck}, []string{""}},
+		{"an answer with neither", 1, &ProgressBatchAck{Answers: []ProgressAnswer{{}}}, nil,
+			[]Message{nil}, []string{"neither ack nor error"}},
+		{"too few answers", 2, &ProgressBatchAck{Answers: []ProgressAnswer{{Ack: progressAck}}}, nil,
+			[]Message{nil, nil}, []string{"1 answers to a batch of 2", "1 answers to a batch of 2"}},
+		{"not a batch ack", 2, progressAck, nil,
+			[]Message{nil, nil}, []string{"unexpected reply *wire.ProgressAck", "unexpected reply *wire.ProgressAck"}},
+		{"the call failed", 2, nil, down,
+			[]Message{nil, nil}, []string{"connection lost", "connection lost"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := BatchReplies(tc.n, tc.resp, tc.err)
+			if len(got) != tc.n {
+				t.Fatalf("%d replies for %d items", len(got), tc.n)
+			}
+			for i, r := range got {
+				if r.Msg != tc.wantMsgs[i] {
+					t.Errorf("item %d: reply %v, want %v", i, r.Msg, tc.wantMsgs[i])
+				}
+				switch want := tc.wantErrs[i]; {
+				case want == "" && r.Err != nil:
+					t.Errorf("item %d: error %v, want none", i, r.Err)
+				case want != "" && (r.Err == nil || !strings.Contains(r.Err.Error(), want)):
+					t.Errorf("item %d: error %v, want one saying %q", i, r.Err, want)
+				}
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"fmt"
 )
 
 // Batched dispatches and progress reports, between a manager leader and one
@@ -47,6 +48,62 @@ type ProgressBatchAck struct {
 type ProgressAnswer struct {
 	Ack *ProgressAck `cbor:"1,keyasint,omitempty"`
 	Err *Error       `cbor:"2,keyasint,omitempty"`
+}
+
+// Reply is one batched item's result as a lone call would have returned it:
+// the reply, or the error.
+type Reply struct {
+	Msg Message
+	Err error
+}
+
+func (a DispatchAnswer) reply() Reply { return answerReply(a.Ack, a.Ack != nil, a.Err) }
+func (a ProgressAnswer) reply() Reply { return answerReply(a.Ack, a.Ack != nil, a.Err) }
+
+func answerReply(ack Message, acked bool, err *Error) Reply {
+	switch {
+	case err != nil:
+		return Reply{Err: err}
+	case acked:
+		return Reply{Msg: ack}
+	}
+	return Reply{Err: errors.New("an answer in a batch reply has neither ack nor error")}
+}
+
+// BatchReplies is the result of a batch call of n items (resp and err, as
+// the call returned them) as one Reply per item: each item's answer when
+// resp is a batch ack holding n answers, else the failure (the call's, or
+// what is wrong with resp) for every item.
+func BatchReplies(n int, resp Message, err error) []Reply {
+	var out []Reply
+	if err == nil {
+		switch ack := resp.(type) {
+		case *WorkflowDispatchBatchAck:
+			out = replies(ack.Answers)
+		case *ProgressBatchAck:
+			out = replies(ack.Answers)
+		default:
+			err = fmt.Errorf("unexpected reply %T to a batch", resp)
+		}
+	}
+	if err == nil && len(out) != n {
+		err = fmt.Errorf("%d answers to a batch of %d", len(out), n)
+	}
+	if err != nil {
+		out = make([]Reply, n)
+		for i := range out {
+			out[i].Err = err
+		}
+	}
+	return out
+}
+
+func replies[A interface{ reply() Reply }](answers []A) []Reply {
+	out := make([]Reply, len(answers))
+	for i, a := range answers {
+		out[i] = a.reply()
+	}
+	return out
 }
 
 func (*WorkflowDispatchBatch) Type() MsgType    { return TypeWorkflowDispatchBatch }

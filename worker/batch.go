@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"tempest/transport"
@@ -25,12 +24,6 @@ const (
 	progressInFlight    = 2
 	progressBatchBudget = 16 << 10
 )
-
-// callAnswer is one call's reply or error, as transport.Call returns them.
-type callAnswer struct {
-	resp wire.Message
-	err  error
-}
 
 // progressBatchable reports whether p is small enough to share a message.
 func progressBatchable(p *wire.WorkflowProgress) bool {
@@ -62,20 +55,20 @@ func (w *Worker) callProgress(ctx context.Context, addr string, p *wire.Workflow
 		return w.tr.Call(cctx, addr, p)
 	}
 	a := w.progress.Do(ctx, addr, p)
-	return a.resp, a.err
+	return a.Msg, a.Err
 }
 
 // progressRound sends one round of reports to the manager at addr, bounded
 // by the call timeout.
-func (w *Worker) progressRound(ctx context.Context, addr string, ps []*wire.WorkflowProgress) []callAnswer {
+func (w *Worker) progressRound(ctx context.Context, addr string, ps []*wire.WorkflowProgress) []wire.Reply {
 	// The round runs on when one caller leaves (it carries the others'
 	// calls), but not past the timeout, nor past the node's own shutdown.
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.CallTimeout)
 	defer cancel()
 	defer context.AfterFunc(w.life.Context(), cancel)()
-	out := make([]callAnswer, len(ps))
+	out := make([]wire.Reply, len(ps))
 	if len(ps) == 1 {
-		out[0].resp, out[0].err = w.tr.Call(ctx, addr, ps[0])
+		out[0].Msg, out[0].Err = w.tr.Call(ctx, addr, ps[0])
 		return out
 	}
 	b := &wire.WorkflowProgressBatch{Reports: make([]wire.WorkflowProgress, len(ps))}
@@ -87,31 +80,7 @@ func (w *Worker) progressRound(ctx context.Context, addr string, ps []*wire.Work
 		// A manager of an older release: each report goes alone.
 		return w.progressAlone(ctx, addr, ps)
 	}
-	if err == nil {
-		ack, ok := resp.(*wire.ProgressBatchAck)
-		switch {
-		case !ok:
-			err = fmt.Errorf("unexpected reply %T to a progress batch", resp)
-		case len(ack.Answers) != len(ps):
-			err = fmt.Errorf("%d answers to a batch of %d reports", len(ack.Answers), len(ps))
-		default:
-			for i, a := range ack.Answers {
-				switch {
-				case a.Err != nil:
-					out[i].err = a.Err
-				case a.Ack != nil:
-					out[i].resp = a.Ack
-				default:
-					out[i].err = fmt.Errorf("the answer to the report on %s has neither ack nor error", ps[i].WorkflowID)
-				}
-			}
-			return out
-		}
-	}
-	for i := range out {
-		out[i].err = err
-	}
-	return out
+	return wire.BatchReplies(len(ps), resp, err)
 }
 
 // servesNoBatch reports whether err says the peer does not know a batch
@@ -122,12 +91,12 @@ func servesNoBatch(err error) bool {
 }
 
 // progressAlone sends each report as its own message, at the same time.
-func (w *Worker) progressAlone(ctx context.Context, addr string, ps []*wire.WorkflowProgress) []callAnswer {
-	out := make([]callAnswer, len(ps))
+func (w *Worker) progressAlone(ctx context.Context, addr string, ps []*wire.WorkflowProgress) []wire.Reply {
+	out := make([]wire.Reply, len(ps))
 	var wg sync.WaitGroup
 	for i, p := range ps {
-		if !w.spawn(&wg, func() { out[i].resp, out[i].err = w.tr.Call(ctx, addr, p) }) {
-			out[i].err = wire.Errorf(wire.CodeUnavailable, "worker %s is shutting down", w.cfg.ID)
+		if !w.spawn(&wg, func() { out[i].Msg, out[i].Err = w.tr.Call(ctx, addr, p) }) {
+			out[i].Err = wire.Errorf(wire.CodeUnavailable, "worker %s is shutting down", w.cfg.ID)
 		}
 	}
 	wg.Wait()

@@ -60,7 +60,7 @@ type Worker struct {
 
 	leader *leaderTracker
 	// progress groups progress reports by manager address (batch.go).
-	progress *rounds.Keyed[string, *wire.WorkflowProgress, callAnswer]
+	progress *rounds.Keyed[string, *wire.WorkflowProgress, wire.Reply]
 	// contact: when a manager leader last answered (selffence.go).
 	contact contactClock
 	// keepAlive: a keep-alive progress is in flight (selffence.go).
