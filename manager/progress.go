@@ -15,32 +15,14 @@ import (
 // the worker who leads and whether to stop (the job ended, or this attempt
 // was superseded by a newer one).
 func (m *Manager) handleProgress(ctx context.Context, from transport.Peer, p *wire.WorkflowProgress) (wire.Message, error) {
-	// The sender is proven by the transport; a report naming another
-	// worker is refused, so a worker speaks only for itself.
-	//
-	// The lease: the worker counts its contact from when a majority last
-	// confirmed this leader, not from this answer (worker/selffence.go).
-	// A leader that no majority has confirmed for a worker's whole fence
-	// period may already have a successor re-running the work; it answers
-	// as a manager that knows no leader, so the worker looks for the real
-	// one, and leaves the report unapplied.
-	age, err := m.progressLease(from, p)
+	answers, err := m.takeProgress(ctx, from, []wire.WorkflowProgress{*p})
 	if err != nil {
 		return nil, err
 	}
-	worker := from.NodeID
-	m.workers.seen(worker)
-	cancel := m.applyProgress(p, worker)
-	if (p.Final || p.Status.Terminal()) && !cancel {
-		// The worker forgets a workflow once its final is acknowledged, so
-		// the end must be on a majority of managers first: a successor
-		// reading a majority would otherwise find it still placed, not on
-		// its worker, and run it again.
-		if err := m.endOnMajority(ctx, p.JobID, p.WorkflowID); err != nil {
-			return nil, finalNotStored(p.WorkflowID, err)
-		}
+	if a := answers[0]; a.Err != nil {
+		return nil, a.Err
 	}
-	return &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancel, QuorumAge: age}, nil
+	return answers[0].Ack, nil
 }
 
 // applyProgress folds one progress report into the job table and reports

@@ -55,7 +55,7 @@ func (m *Manager) dispatchRound(ctx context.Context, addr string, ds []*wire.Wor
 		b.Dispatches[i] = *d
 	}
 	resp, err := m.tr.Call(ctx, addr, b)
-	if c := wire.CodeOf(err); c == wire.CodeNoHandler || c == wire.CodeUnknownType {
+	if wire.NotServed(err) {
 		// A worker of an older release: each dispatch goes alone.
 		var wg sync.WaitGroup
 		for i, d := range ds {
@@ -67,48 +67,67 @@ func (m *Manager) dispatchRound(ctx context.Context, addr string, ds []*wire.Wor
 	return wire.BatchReplies(len(ds), resp, err)
 }
 
-// handleProgressBatch serves a worker's WorkflowProgressBatch: the reports
-// are checked and applied as handleProgress would each, in one change to
-// the job table, and the ends among them wait for a majority together.
+// handleProgressBatch serves a worker's WorkflowProgressBatch: each report
+// is checked and answered as a lone WorkflowProgress would be.
 func (m *Manager) handleProgressBatch(ctx context.Context, from transport.Peer, b *wire.WorkflowProgressBatch) (wire.Message, error) {
-	reports := make([]*wire.WorkflowProgress, len(b.Reports))
-	for i := range b.Reports {
-		reports[i] = &b.Reports[i]
+	answers, err := m.takeProgress(ctx, from, b.Reports)
+	if err != nil {
+		return nil, err
 	}
-	age, err := m.progressLease(from, reports...)
+	return &wire.ProgressBatchAck{Answers: answers}, nil
+}
+
+// takeProgress checks reports from one worker (progressLease), applies
+// them in one change to the job table and answers each: its ack, or why
+// its end is not yet stored. The ends among them wait for a majority
+// together: the worker forgets a workflow once its final is acknowledged,
+// so the end must be on a majority of managers first, or a successor
+// reading a majority would find it still placed, not on its worker, and
+// run it again.
+func (m *Manager) takeProgress(ctx context.Context, from transport.Peer, reports []wire.WorkflowProgress) ([]wire.ProgressAnswer, error) {
+	ptrs := make([]*wire.WorkflowProgress, len(reports))
+	for i := range reports {
+		ptrs[i] = &reports[i]
+	}
+	age, err := m.progressLease(from, ptrs...)
 	if err != nil {
 		return nil, err
 	}
 	worker := from.NodeID
-	out := &wire.ProgressBatchAck{Answers: make([]wire.ProgressAnswer, len(b.Reports))}
-	cancels := make([]bool, len(b.Reports))
+	answers := make([]wire.ProgressAnswer, len(reports))
+	cancels := make([]bool, len(reports))
 	m.workers.seen(worker)
 	m.update(func(tx *txn) {
-		for i := range b.Reports {
-			cancels[i] = m.applyProgressLocked(tx, &b.Reports[i], worker)
+		for i, p := range ptrs {
+			cancels[i] = m.applyProgressLocked(tx, p, worker)
 		}
 	})
 	var wg sync.WaitGroup
-	for i := range b.Reports {
-		p := &b.Reports[i]
-		ack := &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancels[i], QuorumAge: age}
-		out.Answers[i].Ack = ack
+	for i, p := range ptrs {
+		answers[i].Ack = &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: m.cfg.ID, Cancel: cancels[i], QuorumAge: age}
 		if (p.Final || p.Status.Terminal()) && !cancels[i] {
 			wg.Go(func() {
 				if err := m.endOnMajority(ctx, p.JobID, p.WorkflowID); err != nil {
-					out.Answers[i] = wire.ProgressAnswer{Err: finalNotStored(p.WorkflowID, err)}
+					answers[i] = wire.ProgressAnswer{Err: finalNotStored(p.WorkflowID, err)}
 				}
 			})
 		}
 	}
 	wg.Wait()
-	return out, nil
+	return answers, nil
 }
 
 // progressLease is the check every progress report passes before it is
-// applied: only a leader a majority confirmed within the workers' fence
-// period takes progress (handleProgress says why), and a worker speaks
-// only for itself. It returns the age of that confirmation, for the acks.
+// applied, and returns the age of the leader's confirmation, for the acks.
+// Only the leader takes progress; a follower answers NotLeader naming the
+// leader, which is how a worker that reported to a deposed leader finds the
+// new one. The sender is proven by the transport, and a report naming
+// another worker is refused: a worker speaks only for itself. The lease:
+// the worker counts its contact from when a majority last confirmed this
+// leader, not from this answer (worker/selffence.go); a leader that no
+// majority has confirmed for a worker's whole fence period may already have
+// a successor re-running the work, so it answers as a manager that knows no
+// leader, and the worker looks for the real one.
 func (m *Manager) progressLease(from transport.Peer, reports ...*wire.WorkflowProgress) (time.Duration, error) {
 	if m.leading() == nil {
 		return 0, m.elector.NotLeaderError()

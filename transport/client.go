@@ -562,7 +562,7 @@ func (t *QUIC) readReplies(addr string, s *clientStream) {
 		msg, err := wire.Decode(env.Type, body)
 		if err != nil {
 			t.stats.malformed.Add(1)
-			s.deliver(env.ReplyTo, result{err: asTyped(err)})
+			s.deliver(env.ReplyTo, result{err: wire.AsError(err)})
 			continue
 		}
 		if e, ok := msg.(*wire.Error); ok {

@@ -209,7 +209,7 @@ func (n *memTransport) Call(ctx context.Context, addr string, req wire.Message, 
 	done := make(chan result, 1)
 	err = dst.serve(n.id, in, func(resp wire.Message, herr error) {
 		if herr != nil {
-			done <- result{err: asTyped(herr)}
+			done <- result{err: wire.AsError(herr)}
 			return
 		}
 		if resp == nil {

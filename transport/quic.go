@@ -474,7 +474,7 @@ func (t *QUIC) open(env *wire.Envelope, frame []byte, c *servedConn, opener *sec
 	msg, err := wire.Decode(env.Type, body)
 	if err != nil {
 		t.stats.malformed.Add(1)
-		return nil, &openError{reply: asTyped(err), decoded: true}
+		return nil, &openError{reply: wire.AsError(err), decoded: true}
 	}
 	return msg, nil
 }
@@ -500,7 +500,7 @@ func (t *QUIC) runHandler(w *streamWriter, req wire.Envelope, msg wire.Message, 
 		return
 	}
 	if err != nil {
-		t.replyError(w, env, asTyped(err), false)
+		t.replyError(w, env, wire.AsError(err), false)
 		return
 	}
 	if resp == nil {
@@ -803,7 +803,3 @@ func (w *streamWriter) failLocked(err error, partial bool) {
 		w.broken = err
 	}
 }
-
-// asTyped passes a *wire.Error through and turns anything else into a
-// CodeInternal error carrying only the message text (never a stack).
-func asTyped(err error) *wire.Error { return wire.AsError(err) }

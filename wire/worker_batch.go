@@ -50,6 +50,13 @@ type ProgressAnswer struct {
 	Err *Error       `cbor:"2,keyasint,omitempty"`
 }
 
+// NotServed reports whether err says the peer does not know the message
+// type sent (it runs an older release): a batch's items then go alone.
+func NotServed(err error) bool {
+	c := CodeOf(err)
+	return c == CodeNoHandler || c == CodeUnknownType
+}
+
 // Reply is one batched item's result as a lone call would have returned it:
 // the reply, or the error.
 type Reply struct {

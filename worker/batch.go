@@ -76,18 +76,11 @@ func (w *Worker) progressRound(ctx context.Context, addr string, ps []*wire.Work
 		b.Reports[i] = *p
 	}
 	resp, err := w.tr.Call(ctx, addr, b)
-	if servesNoBatch(err) {
+	if wire.NotServed(err) {
 		// A manager of an older release: each report goes alone.
 		return w.progressAlone(ctx, addr, ps)
 	}
 	return wire.BatchReplies(len(ps), resp, err)
-}
-
-// servesNoBatch reports whether err says the peer does not know a batch
-// type (it runs an older release), so the batch's items must go alone.
-func servesNoBatch(err error) bool {
-	c := wire.CodeOf(err)
-	return c == wire.CodeNoHandler || c == wire.CodeUnknownType
 }
 
 // progressAlone sends each report as its own message, at the same time.

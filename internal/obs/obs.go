@@ -24,7 +24,7 @@ import (
 // step: megabytes of text with a few hundred jobs). Keeping the two apart
 // lets a scrape that names only node families (name[]) skip building the
 // job series, not just their encoding. Register adds to the node's part;
-// Jobs is the other; Gather reads both.
+// Role.Register puts the live job series in the other; Gather reads both.
 type Registry struct {
 	prometheus.Gatherers // both parts: the Gatherer a scrape of everything reads
 	node, jobs           *prometheus.Registry
@@ -51,9 +51,6 @@ func (r *Registry) MustRegister(cs ...prometheus.Collector) { r.node.MustRegiste
 
 // Unregister implements prometheus.Registerer, in the node's part.
 func (r *Registry) Unregister(c prometheus.Collector) bool { return r.node.Unregister(c) }
-
-// Jobs is where the live job series are registered.
-func (r *Registry) Jobs() prometheus.Registerer { return r.jobs }
 
 // jobsRegisterer is where the live job series of a role registering in
 // reg go: a Registry's job part, or reg itself.
