@@ -23,7 +23,7 @@ import (
 // elector (test profile) over the hub with bbolt election storage in their
 // data directories, and workers.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	hub     *transport.Hub
 	reg     *workflow.Registry
 	log     *slog.Logger
@@ -46,14 +46,14 @@ type testManager struct {
 	done chan struct{}
 }
 
-func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
+func newTestCluster(t testing.TB, n int, tweak func(*Config)) *testCluster {
 	t.Helper()
 	return newLossyCluster(t, n, tweak, nil)
 }
 
 // newLossyCluster is newTestCluster with loss (nil for none) between each
 // manager and the hub.
-func newLossyCluster(t *testing.T, n int, tweak func(*Config), loss *lossControl) *testCluster {
+func newLossyCluster(t testing.TB, n int, tweak func(*Config), loss *lossControl) *testCluster {
 	t.Helper()
 	c := &testCluster{
 		t: t, hub: transport.NewHub(), reg: workflow.DefaultRegistry(), log: testLogger(t), tweak: tweak, loss: loss,

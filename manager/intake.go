@@ -216,6 +216,7 @@ func (m *Manager) dropJobLocked(j *jobState) {
 			delete(m.wfs, w.rec.WorkflowID)
 		}
 	}
+	m.uncountLocked(j)
 	if m.jobs[j.rec.ID()] == j {
 		delete(m.jobs, j.rec.ID())
 	}

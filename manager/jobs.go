@@ -75,6 +75,9 @@ type workflowState struct {
 	// waiting is why the last placement left this PENDING workflow
 	// unplaced ("no free core"), for statuses; empty once it is placed.
 	waiting string
+	// counted is the status Manager.wfCounts counts this workflow under;
+	// empty when not counted.
+	counted wire.WorkflowStatus
 }
 
 // txn collects what one change to the job table touched, so that job
@@ -265,6 +268,7 @@ func (m *Manager) refreshJobLocked(j *jobState) (finished bool) {
 	var rate float64
 	for _, w := range j.wfs {
 		in.Workflows = append(in.Workflows, w.rec.Status)
+		m.countLocked(w)
 		if w.provisioning {
 			in.Placing++
 		}
@@ -299,6 +303,32 @@ func (m *Manager) refreshJobLocked(j *jobState) (finished bool) {
 	return finished
 }
 
+// countLocked moves w in the manager's tally to its current status. Every
+// change of a workflow's status touches its job, and every touched job is
+// refreshed (refreshJobLocked), which counts its workflows: so the tally
+// follows each change in the same update.
+func (m *Manager) countLocked(w *workflowState) {
+	if w.counted == w.rec.Status {
+		return
+	}
+	if w.counted != "" {
+		m.wfCounts[w.counted]--
+	}
+	m.wfCounts[w.rec.Status]++
+	w.counted = w.rec.Status
+}
+
+// uncountLocked takes a job's workflows out of the tally as the job is
+// forgotten.
+func (m *Manager) uncountLocked(j *jobState) {
+	for _, w := range j.wfs {
+		if w.counted != "" {
+			m.wfCounts[w.counted]--
+			w.counted = ""
+		}
+	}
+}
+
 // validateSubmission checks a submission from the network or the API
 // before anything is stored (jobs.Job.Validate, with this manager's
 // workflow types).
@@ -320,6 +350,7 @@ func (m *Manager) newJobLocked(sub wire.JobSubmission, created time.Time) *jobSt
 		}}
 		j.wfs = append(j.wfs, w)
 		m.wfs[w.rec.WorkflowID] = w
+		m.countLocked(w)
 	}
 	m.jobs[sub.JobID] = j
 	return j

@@ -103,6 +103,10 @@ type Manager struct {
 	jobs map[string]*jobState
 	wfs  map[string]*workflowState
 	rev  uint64 // last revision handed to a record
+	// wfCounts tallies the workflows of m.jobs by status (countLocked),
+	// for scrapes: a walk over every workflow retained, under mu, grew
+	// with history and held up placements meanwhile.
+	wfCounts map[wire.WorkflowStatus]int
 	// orphanCommits are commits for jobs whose submission has not reached
 	// this peer yet; they are applied when it does, and reported in state
 	// sync meanwhile. Bounded in age and number (orphanCommitTTL,
@@ -163,6 +167,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		keyring:       deps.Keyring,
 		jobs:          make(map[string]*jobState),
 		wfs:           make(map[string]*workflowState),
+		wfCounts:      make(map[wire.WorkflowStatus]int),
 		orphanCommits: make(map[string]orphanCommit),
 		kickCh:        make(chan struct{}, 1),
 		gateKick:      make(chan struct{}, 1),

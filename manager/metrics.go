@@ -1,6 +1,8 @@
 package manager
 
 import (
+	"maps"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"tempest/internal/obs"
@@ -23,17 +25,15 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 		Transport: func() transport.Transport { return m.tr },
 		Scrape: func(ch chan<- prometheus.Metric) obs.RoleState {
 			byJob := make(map[string]float64)
-			byWf := make(map[string]float64)
+			byWf := make(map[wire.WorkflowStatus]int, len(m.wfCounts))
 			m.mu.Lock()
 			for _, j := range m.jobs {
 				byJob[string(j.rec.Status)]++
-				for _, w := range j.wfs {
-					byWf[string(w.rec.Status)]++
-				}
 			}
+			maps.Copy(byWf, m.wfCounts)
 			m.mu.Unlock()
 			for k, v := range byWf {
-				obs.Gauge(ch, wfs, v, k)
+				obs.Gauge(ch, wfs, float64(v), string(k))
 			}
 
 			byState := make(map[string]float64)

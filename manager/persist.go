@@ -38,6 +38,7 @@ func (m *Manager) load() error {
 		w := &workflowState{rec: *rec, job: j}
 		j.wfs = append(j.wfs, w)
 		m.wfs[rec.WorkflowID] = w
+		m.countLocked(w)
 		m.rev = max(m.rev, rec.Rev)
 	}
 	for _, j := range m.jobs {
@@ -93,6 +94,7 @@ func (m *Manager) forgetLocked(j *jobState) {
 	for _, w := range j.wfs {
 		delete(m.wfs, w.rec.WorkflowID)
 	}
+	m.uncountLocked(j)
 	delete(m.jobs, j.rec.ID())
 	for w := range j.watchers {
 		w.wake() // they find the job gone and close
