@@ -13,9 +13,12 @@
 //
 //  1. bbolt micro-benchmark (before any cluster runs, see bolt.go);
 //  2. a devcluster of -managers managers and -workers workers of -cores
-//     cores each (a worker's --cores is only a number, so 4 × 64 makes
-//     capacity no limit), once the leader is elected and the workers
-//     registered; the benchmark's API client talks to the leader only. The
+//     cores each, once the leader is elected and the workers registered. A
+//     worker's --cores is only a number, but it bounds what runs at once:
+//     workers × cores / -sleep is the most workflows the datacenter can
+//     start per second (4 × 256 / 200 ms = 5,120/s by default). Near that
+//     ceiling jobs queue for cores and the queue, not provisioning, sets
+//     the rate, so the bench warns when a rate comes within half of it; the benchmark's API client talks to the leader only. The
 //     managers' election profile defaults to lan: the test profile's short
 //     timeouts cause elections when neighbours starve a shared 2-core
 //     machine, and a rep during which leadership changed is left out;
@@ -99,7 +102,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the cluster directory (nodes' logs and data)")
 	fs.IntVar(&o.managers, "managers", 3, "managers")
 	fs.IntVar(&o.workers, "workers", 4, "workers")
-	fs.IntVar(&o.cores, "cores", 64, "cores per worker")
+	fs.IntVar(&o.cores, "cores", 256, "cores per worker (only a number; with -workers and -sleep it sets the datacenter's ceiling on starts per second, which must stay well above the rate measured)")
 	fs.StringVar(&o.swimProfile, "swim-profile", "test", "SWIM profile of the nodes (devcluster's default)")
 	fs.StringVar(&o.electProfile, "election-profile", "lan", "election profile of the managers: lan (the production default) rides out the CPU stalls of a shared 2-core machine, where test's short timeouts cause elections")
 	fs.StringVar(&o.concStr, "concurrency", "1,4,8", "throughput: jobs submitted concurrently, comma-separated")
@@ -206,8 +209,8 @@ func run(ctx context.Context, args []string) error {
 
 	fmt.Printf("# provision benchmark, %s\n\n", rep.Started.UTC().Format(time.RFC3339))
 	fmt.Printf("- %s, GOMAXPROCS=%d, NumCPU=%d, load average at start %s\n", runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), loadAvg())
-	fmt.Printf("- cluster: %d managers, %d workers × %d cores; throughput jobs of %d × sleep %s, C ∈ %v, %d reps, warm-up %s, window %s; latency %d jobs of %d × sleep %s\n\n",
-		o.managers, o.workers, o.cores, o.workflows, o.sleep, o.concurrency, o.reps, o.warmup, o.window, o.latN, o.latWorkflows, o.latSleep)
+	fmt.Printf("- cluster: %d managers, %d workers × %d cores (at most %.0f workflow starts/s with sleeps of %s); throughput jobs of %d × sleep %s, C ∈ %v, %d reps, warm-up %s, window %s; latency %d jobs of %d × sleep %s\n\n",
+		o.managers, o.workers, o.cores, o.ceiling(), o.sleep, o.workflows, o.sleep, o.concurrency, o.reps, o.warmup, o.window, o.latN, o.latWorkflows, o.latSleep)
 
 	if o.bolt || o.boltOnly {
 		logf("bbolt micro-benchmark in %s", o.boltDir)
@@ -323,6 +326,9 @@ func run(ctx context.Context, args []string) error {
 			}
 			logf("throughput C=%d rep %d: %.0f workflows/s (%d jobs, submit p50 %s ms), Tempest %.2f cores, host busy %.0f %% + steal %.0f %%, load %s, errors %d, failed %.0f",
 				conc, r+1, tr.Rate, tr.Jobs, msf(tr.SubmitLatency.P50), tr.cores(), tr.HostBusy, tr.HostSteal, tr.Load, len(tr.Errors), tr.Failed)
+			if o.capacityBound(tr.Rate) {
+				logf("warning: %.0f workflows/s is over half the cluster's ceiling of %.0f starts/s; jobs likely queued for cores (raise -cores)", tr.Rate, o.ceiling())
+			}
 		}
 	}
 	printThroughput(rep.Throughput, rep.IdleMsgs, o)
@@ -440,10 +446,22 @@ func printLatency(ss []latSample, ps phaseSet, o *options) {
 	fmt.Println()
 }
 
+// ceiling is the most workflows per second the cluster can start: each
+// throughput workflow holds one core for -sleep.
+func (o *options) ceiling() float64 {
+	return float64(o.workers*o.cores) / o.sleep.Seconds()
+}
+
+// capacityBound reports whether rate came close enough to the cluster's
+// ceiling that jobs likely queued for cores, so that the rate measures the
+// queue rather than provisioning.
+func (o *options) capacityBound(rate float64) bool { return rate > o.ceiling()/2 }
+
 func printThroughput(rs []tpRep, idle idleMsgs, o *options) {
 	fmt.Printf("## Throughput: jobs of %d × sleep %s submitted back to back by C clients (medians of %d reps, window %s)\n\n", o.workflows, o.sleep, o.reps, o.window)
 	fmt.Println("| C | provisions/s | per rep | per second (min–max over reps) | submit p50 / p99 ms | Tempest CPU, cores | host busy / steal | failed | errors |")
 	fmt.Println("|---:|---:|---|---|---:|---:|---:|---:|---:|")
+	var bound []int
 	for _, conc := range o.concurrency {
 		var rates, p50, p99, busy, steal, cores []float64
 		var per []string
@@ -471,8 +489,14 @@ func printThroughput(rs []tpRep, idle idleMsgs, o *options) {
 		}
 		fmt.Printf("| %d | **%.0f** | %s | %.0f–%.0f | %s / %s | %.2f | %.0f %% / %.0f %% | %.0f | %d |\n", conc, median(rates), strings.Join(per, ", "),
 			lo, hi, msf(time.Duration(median(p50))), msf(time.Duration(median(p99))), median(cores), median(busy), median(steal), failed, errs)
+		if o.capacityBound(median(rates)) {
+			bound = append(bound, conc)
+		}
 	}
 	fmt.Println()
+	if len(bound) > 0 {
+		fmt.Printf("**Capacity-bound at C ∈ %v:** over half the cluster's ceiling of %.0f starts/s, so jobs queued for cores and the queue, not provisioning, set the rate. Raise -cores.\n\n", bound, o.ceiling())
+	}
 	fmt.Println("CPU per provision (ms of user+system CPU per workflow started, medians over reps), and transport messages per provision (idle background subtracted):")
 	fmt.Println()
 	fmt.Println("| C | leader | 2 followers | workers | bench client | **total** | ⇒ ceiling at 2 cores | leader msgs out / in | followers out / in |")
