@@ -25,12 +25,11 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 		Transport: func() transport.Transport { return m.tr },
 		Scrape: func(ch chan<- prometheus.Metric) obs.RoleState {
 			byJob := make(map[string]float64)
-			byWf := make(map[wire.WorkflowStatus]int, len(m.wfCounts))
 			m.mu.Lock()
 			for _, j := range m.jobs {
 				byJob[string(j.rec.Status)]++
 			}
-			maps.Copy(byWf, m.wfCounts)
+			byWf := maps.Clone(m.wfCounts)
 			m.mu.Unlock()
 			for k, v := range byWf {
 				obs.Gauge(ch, wfs, float64(v), string(k))
