@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"tempest/api"
 	"tempest/internal/target"
+	"tempest/internal/testutil"
 	"tempest/wire"
 )
 
@@ -204,4 +206,94 @@ func TestShardedWorkflowSpreadsAndCountsMatch(t *testing.T) {
 	if open := st.Workflows[1]; open.CompletedCount+open.FailedCount+open.DroppedIterations < 540 {
 		t.Errorf("open model ran %d iterations (+%d dropped), want about 600", open.CompletedCount+open.FailedCount, open.DroppedIterations)
 	}
+}
+
+// A worker whose own SWIM join never gets through (it started before the
+// managers' SWIM listeners, or its seeds are wrong) still registers over
+// QUIC. The manager it registers with joins it into SWIM, so that its death
+// mid-job is seen and the job finishes elsewhere. Before, such a worker was
+// given work no failure detector watched, and a SIGKILL left the job
+// RUNNING for ever (TestWorkerKilledMidJob hit it once under load, when a
+// worker's first join ran before any manager's SWIM listener was up).
+func TestWorkerOutsideSWIMIsWatchedOnceRegistered(t *testing.T) {
+	c := startCluster(t, 3, 1, 1)
+	const w1 = "dc1-worker-1"
+	stop := func(name string) {
+		t.Helper()
+		if err := c.Kill(name); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Wait(name, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// With w1 down, the job can only go to the new worker, whose only seed
+	// never answers: SWIM has never known it.
+	stop(w1)
+	c.waitWorkerState(w1, "dead")
+	w2, err := c.AddWorkerConfigured(1, func(cfg map[string]any) { cfg["join"] = []string{"127.0.0.1:9"} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitWorkerState(w2, "HEALTHY", "DEGRADED")
+
+	id := c.submit(napJob("watched", "90s", "3s"))
+	if st := c.waitRunning(id); st.Workflows[0].Worker != w2 {
+		t.Fatalf("workflow runs on %s, want %s", st.Workflows[0].Worker, w2)
+	}
+	if err := c.Restart(w1); err != nil {
+		t.Fatal(err)
+	}
+	c.waitWorkerState(w1, "HEALTHY", "DEGRADED")
+	stop(w2)
+	st := c.waitStatus(id, 60*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s after %s died", st.Status, w2)
+	}
+	if wf := st.Workflows[0]; wf.Worker != w1 || wf.Attempts < 2 {
+		t.Fatalf("workflow finished on %s after %d attempts; %s was killed", wf.Worker, wf.Attempts, w2)
+	}
+}
+
+// waitWorkerState waits until every running manager's own view shows
+// worker name in one of states ("dead", or a worker state such as HEALTHY):
+// the leader places by its own view, which may lag a follower's.
+func (c *cluster) waitWorkerState(name string, states ...string) {
+	c.t.Helper()
+	testutil.Eventually(c.t, 30*time.Second, 100*time.Millisecond, func() error {
+		for _, m := range c.Nodes() {
+			if m.Role != "manager" || !c.Running(m.Name) {
+				continue
+			}
+			if err := managerSees(m.API, c.Token(), name, states); err != nil {
+				return fmt.Errorf("%s: %w", m.Name, err)
+			}
+		}
+		return nil
+	})
+}
+
+// managerSees checks one manager's cluster view for worker name in one of
+// states.
+func managerSees(apiAddr, token, name string, states []string) error {
+	one, err := api.NewClient([]string{"http://" + apiAddr}, token)
+	if err != nil {
+		return err
+	}
+	defer one.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	view, err := one.Cluster(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range view.Nodes {
+		if n.Name == name {
+			if slices.Contains(states, n.State) {
+				return nil
+			}
+			return fmt.Errorf("%s is %s, want one of %v", name, n.State, states)
+		}
+	}
+	return fmt.Errorf("%s not in the cluster view", name)
 }

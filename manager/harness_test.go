@@ -244,6 +244,11 @@ type fakeMembers struct {
 	mu     sync.Mutex
 	meta   map[string]swim.NodeMeta
 	health map[string]int
+	// workers are the workers SWIM knows; joins the addresses Join was
+	// asked for, which joinErr (when set) fails.
+	workers map[string]bool
+	joins   []string
+	joinErr error
 }
 
 type nodeMembers struct {
@@ -273,6 +278,12 @@ func (n nodeMembers) Members() []swim.NodeInfo {
 }
 
 func (n nodeMembers) Member(name string) (swim.NodeInfo, bool) {
+	n.mu.Lock()
+	known := n.workers[name]
+	n.mu.Unlock()
+	if known {
+		return swim.NodeInfo{Name: name, Addr: name + ":swim", Meta: swim.NodeMeta{Role: wire.RoleWorker, Datacenter: "dc1", QUICAddr: name}}, true
+	}
 	if n.c.manager(name) == nil {
 		return swim.NodeInfo{}, false
 	}
@@ -283,6 +294,16 @@ func (n nodeMembers) Member(name string) (swim.NodeInfo, bool) {
 		meta = swim.NodeMeta{Role: wire.RoleManager, Datacenter: "dc1", QUICAddr: name, Tags: map[string]string{"api": "http://api-" + name}}
 	}
 	return swim.NodeInfo{Name: name, Addr: name + ":swim", Meta: meta}, true
+}
+
+func (n nodeMembers) Join(_ context.Context, addrs []string) (int, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.joins = append(n.joins, addrs...)
+	if n.joinErr != nil {
+		return 0, n.joinErr
+	}
+	return len(addrs), nil
 }
 
 func (n nodeMembers) LocalHealth() int {

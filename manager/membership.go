@@ -18,6 +18,9 @@ type Membership interface {
 	LocalHealth() int
 	UpdateMeta(swim.NodeMeta) error
 	SetKeys(keys [][]byte) error
+	// Join contacts the SWIM addresses and merges their view (a worker
+	// registering before its own join got through, ensureWatched).
+	Join(ctx context.Context, addrs []string) (int, error)
 }
 
 // SwimEvents returns the membership callbacks the manager needs. The manager

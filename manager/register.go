@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"tempest/transport"
 	"tempest/wire"
@@ -15,11 +17,43 @@ import (
 // gossip. The leader adopts the workflows the worker reports running: that
 // is how running work survives a worker re-homing after its manager died
 // (docs/datacenter.md).
-func (m *Manager) handleRegistration(_ context.Context, from transport.Peer, reg *wire.WorkerRegistration) (wire.Message, error) {
+func (m *Manager) handleRegistration(ctx context.Context, from transport.Peer, reg *wire.WorkerRegistration) (wire.Message, error) {
 	if reg.NodeID != from.NodeID {
 		return &wire.RegistrationAck{Error: "registration must come from the worker itself"}, nil
 	}
+	if err := m.ensureWatched(ctx, reg); err != nil {
+		m.log.Warn("registration refused: SWIM cannot watch the worker", "worker", reg.NodeID, "err", err)
+		return &wire.RegistrationAck{Error: err.Error()}, nil
+	}
 	return m.register(from, reg, false), nil
+}
+
+// registrationJoinTimeout bounds the join a registration may wait for.
+const registrationJoinTimeout = 3 * time.Second
+
+// ensureWatched makes sure SWIM watches a worker before it registers, since
+// SWIM is what notices a worker die. A worker can register over QUIC before
+// its own join reaches any seed (it started before the managers' SWIM
+// listeners, and its next try is half a second or more away); given work
+// then and killed, it would have been the one node no failure detector
+// knew, and its work would wait for ever. So the manager it registers with
+// joins the worker's SWIM address itself, which makes it a member for
+// every node by gossip, and refuses the registration when that fails (the
+// worker retries). A registration without a SWIM address (a peer that does
+// not announce one) is taken as it always was.
+func (m *Manager) ensureWatched(ctx context.Context, reg *wire.WorkerRegistration) error {
+	if reg.SwimAddr == "" {
+		return nil
+	}
+	if _, ok := m.members.Member(reg.NodeID); ok {
+		return nil
+	}
+	jctx, cancel := context.WithTimeout(ctx, registrationJoinTimeout)
+	defer cancel()
+	if _, err := m.members.Join(jctx, []string{reg.SwimAddr}); err != nil {
+		return fmt.Errorf("worker %s is not a SWIM member and its SWIM address %s did not answer: %w", reg.NodeID, reg.SwimAddr, err)
+	}
+	return nil
 }
 
 // handleRelayedRegistration records a registration a peer manager heard

@@ -333,7 +333,7 @@ func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 	c.managers[dc] = mgrs
 	c.mu.Unlock()
 	for i := 0; i < c.opts.Workers; i++ {
-		if _, err := c.newWorker(dc, c.opts.CoresPerWorker); err != nil {
+		if _, err := c.newWorker(dc, c.opts.CoresPerWorker, nil); err != nil {
 			return err
 		}
 	}
@@ -341,7 +341,7 @@ func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 }
 
 // newWorker lays out one more worker pointed at the managers.
-func (c *Cluster) newWorker(dc string, cores int) (*Node, error) {
+func (c *Cluster) newWorker(dc string, cores int, edit func(cfg map[string]any)) (*Node, error) {
 	c.mu.Lock()
 	mgrs := c.managers[dc]
 	c.mu.Unlock()
@@ -364,12 +364,16 @@ func (c *Cluster) newWorker(dc string, cores int) (*Node, error) {
 	if n.Metrics, err = c.addr(n, placedAPI, freeTCP); err != nil {
 		return nil, err
 	}
-	path, err := c.writeConfig(n, map[string]any{
+	cfg := map[string]any{
 		"id": n.Name, "datacenter": dc,
 		"quic_listen": n.QUIC, "swim_bind": n.Swim,
 		"join": seeds, "managers": mgrQUIC, "cores": cores,
 		"swim_profile": c.opts.SwimProfile, "metrics_listen": n.Metrics,
-	})
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	path, err := c.writeConfig(n, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -393,8 +397,13 @@ func (c *Cluster) writeConfig(n *Node, cfg map[string]any) (string, error) {
 
 // AddWorker starts one more worker with the given cores in the first
 // datacenter and returns its name.
-func (c *Cluster) AddWorker(cores int) (string, error) {
-	n, err := c.newWorker(c.Datacenters()[0], cores)
+func (c *Cluster) AddWorker(cores int) (string, error) { return c.AddWorkerConfigured(cores, nil) }
+
+// AddWorkerConfigured is AddWorker with edit applied to the worker's config
+// (its YAML keys) before it starts: a test's way to give one worker, say,
+// SWIM seeds that never answer.
+func (c *Cluster) AddWorkerConfigured(cores int, edit func(cfg map[string]any)) (string, error) {
+	n, err := c.newWorker(c.Datacenters()[0], cores, edit)
 	if err != nil {
 		return "", err
 	}
