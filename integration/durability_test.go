@@ -170,7 +170,7 @@ func (c *cluster) waitManagerFollows(name string) {
 	if !ok {
 		c.t.Fatalf("no node %s", name)
 	}
-	one, err := api.NewClient([]string{"http://" + n.API}, c.Token())
+	one, err := c.nodeClient(n)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"tempest/api"
+	"tempest/internal/devcluster"
 	"tempest/internal/target"
 	"tempest/internal/testutil"
 	"tempest/wire"
@@ -132,7 +132,7 @@ func TestLeaderKilledMidJob(t *testing.T) {
 		if n.Role != "manager" || n.Name == old {
 			continue
 		}
-		one, err := api.NewClient([]string{"http://" + n.API}, c.Token())
+		one, err := c.nodeClient(n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +265,7 @@ func (c *cluster) waitWorkerState(name string, states ...string) {
 			if m.Role != "manager" || !c.Running(m.Name) {
 				continue
 			}
-			if err := managerSees(m.API, c.Token(), name, states); err != nil {
+			if err := c.managerSees(m, name, states); err != nil {
 				return fmt.Errorf("%s: %w", m.Name, err)
 			}
 		}
@@ -275,8 +275,8 @@ func (c *cluster) waitWorkerState(name string, states ...string) {
 
 // managerSees checks one manager's cluster view for worker name in one of
 // states.
-func managerSees(apiAddr, token, name string, states []string) error {
-	one, err := api.NewClient([]string{"http://" + apiAddr}, token)
+func (c *cluster) managerSees(m *devcluster.Node, name string, states []string) error {
+	one, err := c.nodeClient(m)
 	if err != nil {
 		return err
 	}

@@ -230,6 +230,12 @@ func terminal(st *api.JobStatus) error {
 	return nil
 }
 
+// nodeClient is a client of n's API alone, with no failover to another
+// node: for asking one manager what it, itself, knows.
+func (c *cluster) nodeClient(n *devcluster.Node) (*api.Client, error) {
+	return api.NewClient([]string{"http://" + n.API}, c.Token())
+}
+
 // leader returns the name of the manager that leads now.
 func (c *cluster) leader() string {
 	c.t.Helper()

@@ -203,24 +203,3 @@ func (m *Manager) confirmPending(ctx context.Context, lt *leadership.Term) {
 		m.mu.Unlock()
 	}
 }
-
-// dropJobLocked forgets a job that never became durable here (its first
-// write failed): nothing may place or report it.
-func (m *Manager) dropJobLocked(j *jobState) {
-	if j.timer != nil {
-		j.timer.Stop()
-		j.timer = nil
-	}
-	for _, w := range j.wfs {
-		if m.wfs[w.rec.WorkflowID] == w {
-			delete(m.wfs, w.rec.WorkflowID)
-		}
-	}
-	m.uncountLocked(j)
-	if m.jobs[j.rec.ID()] == j {
-		delete(m.jobs, j.rec.ID())
-	}
-	for w := range j.watchers {
-		w.wake()
-	}
-}

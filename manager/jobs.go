@@ -451,7 +451,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 		// Not durable here: forget it, so nothing places a job its
 		// submitter was told failed.
 		m.mu.Lock()
-		m.dropJobLocked(j)
+		m.forgetLocked(j)
 		m.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeUnavailable, "persist job %s: %v", s.JobID, err)
 	}

@@ -90,12 +90,23 @@ func (m *Manager) expireFinished() {
 	}
 }
 
+// forgetLocked drops j from memory: a finished job past retention, or one
+// that never became durable here (its first write failed), which nothing
+// may place or report. Its entries go only if they are still j's own.
 func (m *Manager) forgetLocked(j *jobState) {
+	if j.timer != nil {
+		j.timer.Stop()
+		j.timer = nil
+	}
 	for _, w := range j.wfs {
-		delete(m.wfs, w.rec.WorkflowID)
+		if m.wfs[w.rec.WorkflowID] == w {
+			delete(m.wfs, w.rec.WorkflowID)
+		}
 	}
 	m.uncountLocked(j)
-	delete(m.jobs, j.rec.ID())
+	if m.jobs[j.rec.ID()] == j {
+		delete(m.jobs, j.rec.ID())
+	}
 	for w := range j.watchers {
 		w.wake() // they find the job gone and close
 	}

@@ -18,8 +18,9 @@
 //     workers × cores / -sleep is the most workflows the datacenter can
 //     start per second (4 × 256 / 200 ms = 5,120/s by default). Near that
 //     ceiling jobs queue for cores and the queue, not provisioning, sets
-//     the rate, so the bench warns when a rate comes within half of it; the benchmark's API client talks to the leader only. The
-//     managers' election profile defaults to lan: the test profile's short
+//     the rate, so the bench warns when a rate passes half of it. The
+//     benchmark's API client talks to the leader only. The managers'
+//     election profile defaults to lan: the test profile's short
 //     timeouts cause elections when neighbours starve a shared 2-core
 //     machine, and a rep during which leadership changed is left out;
 //  3. latency: -lat-n jobs of -lat-workflows sleep workflows, one after
