@@ -49,7 +49,24 @@ func (m *Manager) onNodeAlive(n swim.NodeInfo) {
 	}
 }
 
+// disconnecter is what a transport offers to drop its connection to an
+// address (transport.QUIC.Disconnect).
+type disconnecter interface{ Disconnect(addr string) }
+
 func (m *Manager) onNodeDead(n swim.NodeInfo) {
+	// A node restarted on the same address does not know our connection
+	// to its old process: the first call on it would fail with its outcome
+	// unknown (a dispatch would cost an attempt and exclude the worker).
+	// So the connection goes with the death, and the next call redials.
+	if d, ok := m.tr.(disconnecter); ok {
+		addr := n.Meta.QUICAddr
+		if wv, known := m.workers.get(n.Name); addr == "" && known {
+			addr = wv.Addr
+		}
+		if addr != "" {
+			d.Disconnect(addr)
+		}
+	}
 	switch n.Meta.Role {
 	case wire.RoleManager:
 		m.managers.alive(n.Name, false)

@@ -308,14 +308,29 @@ func (p *peer) dropConn(s *clientStream) {
 	}
 }
 
-func (p *peer) close() {
+func (p *peer) close(reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn != nil {
-		p.conn.CloseWithError(codeNormalClose, "node closing")
+		p.conn.CloseWithError(codeNormalClose, reason)
 		p.conn = nil
 	}
 	p.streams = nil
+}
+
+// Disconnect closes the outbound connection to addr, if there is one, so
+// that the next call dials afresh. A caller that learns the peer died (SWIM
+// declared it dead) says so here: a process restarted on the same address
+// knows nothing of the old connection, and the first call on it would be
+// lost to a stateless reset, its outcome unknown to the caller. Calls in
+// flight on the connection fail with ErrConnLost.
+func (t *QUIC) Disconnect(addr string) {
+	t.mu.Lock()
+	p := t.peers[addr]
+	t.mu.Unlock()
+	if p != nil {
+		p.close("peer declared dead")
+	}
 }
 
 // clientStream is one long-lived stream with its pending calls.

@@ -234,7 +234,7 @@ func (t *QUIC) Close() error {
 	t.inbound = map[*quic.Conn]struct{}{}
 	t.mu.Unlock()
 	for _, p := range peers {
-		p.close()
+		p.close("node closing")
 	}
 	for c := range inbound {
 		c.CloseWithError(codeNormalClose, "node closing")

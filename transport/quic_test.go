@@ -917,3 +917,27 @@ func TestOnlyAPartialWriteBreaksTheStream(t *testing.T) {
 		t.Fatalf("a write after a partial one: %v, want the stream's error %v at once", err, broken)
 	}
 }
+
+// A peer restarted on the same address knows nothing of the connection to
+// its old process: a call on that connection is lost to a stateless reset.
+// Once the caller has been told the peer died (Disconnect), its first call
+// to the new process dials afresh and succeeds. (Without the Disconnect
+// this test fails: "connection lost: received a stateless reset".)
+func TestDisconnectRedialsARestartedPeer(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{listen: "127.0.0.1:0"})
+	echo(b, nil)
+	addr := b.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := a.Call(ctx, addr, &wire.Ping{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	b2 := newNode(t, "b", nodeOpts{listen: addr})
+	echo(b2, nil)
+	a.Disconnect(addr)
+	if _, err := a.Call(ctx, addr, &wire.Ping{Seq: 2}); err != nil {
+		t.Fatalf("first call to the restarted peer: %v", err)
+	}
+}
