@@ -167,6 +167,17 @@ func (g *ReplayGuard) Check(sender string, id uint64, sent time.Time) error {
 		return g.belowFloor(sender, id, sent, s.floor)
 	}
 	bucket := s.buckets[b]
+	if bucket != nil && s.count < s.max {
+		// The common case, in one probe of the map: remember the id, and
+		// find it was already there if the bucket did not grow.
+		n := len(bucket)
+		bucket[k] = struct{}{}
+		if len(bucket) == n {
+			return fmt.Errorf("message %d from %s: %w", id, sender, ErrReplay)
+		}
+		s.count++
+		return nil
+	}
 	if _, seen := bucket[k]; seen {
 		return fmt.Errorf("message %d from %s: %w", id, sender, ErrReplay)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -68,6 +69,10 @@ type QUIC struct {
 	wg     sync.WaitGroup // every goroutine below
 	hwg    sync.WaitGroup // running handlers, drained first on Close
 	sem    chan struct{}  // MaxInflight tokens
+	// jobs hands a request to a handler goroutine parked between requests
+	// (handlerLoop); idle counts the parked ones.
+	jobs chan handlerJob
+	idle atomic.Int32
 
 	mu      sync.Mutex
 	closing bool
@@ -134,6 +139,7 @@ func NewQUIC(cfg Config) (*QUIC, error) {
 		ctx:       ctx,
 		cancel:    cancel,
 		sem:       make(chan struct{}, cfg.MaxInflight),
+		jobs:      make(chan handlerJob),
 		peers:     make(map[string]*peer),
 		inbound:   make(map[*quic.Conn]struct{}),
 	}
@@ -173,8 +179,12 @@ func NewQUIC(cfg Config) (*QUIC, error) {
 		udp.Close()
 		return nil, fmt.Errorf("quic listen %s: %w", cfg.ListenAddr, err)
 	}
-	t.wg.Add(1)
+	t.wg.Add(2)
 	go t.acceptLoop()
+	go func() {
+		defer t.wg.Done()
+		t.expireCalls(min(max(cfg.CallTimeout/20, 10*time.Millisecond), time.Second))
+	}()
 	return t, nil
 }
 
@@ -395,7 +405,58 @@ func (t *QUIC) serveStream(c *servedConn, s *quic.Stream) {
 			}
 			continue
 		}
-		go t.runHandler(w, env, msg, remote)
+		t.dispatch(handlerJob{w: w, env: env, msg: msg, remote: remote})
+	}
+}
+
+// handlerJob is one request on its way to a handler: env is the request's
+// header by value, since the stream's reader reuses its own for the next
+// frame.
+type handlerJob struct {
+	w      *streamWriter
+	env    wire.Envelope
+	msg    wire.Message
+	remote string
+}
+
+// maxIdleHandlers bounds the handler goroutines kept parked between
+// requests. A burst past it starts goroutines that end with their request.
+const maxIdleHandlers = 64
+
+// dispatch runs j on a parked handler goroutine, or on a new one if none is
+// parked. Reusing goroutines is what keeps a request off the cost of a
+// fresh goroutine, whose small stack grows (a copy) on every request on
+// its way through sealing and QUIC's send path: a tenth of the secure
+// wire's own CPU per round trip at one caller. Called by a stream reader,
+// which the transport's WaitGroup counts, so the Add cannot race Close's
+// Wait.
+func (t *QUIC) dispatch(j handlerJob) {
+	select {
+	case t.jobs <- j:
+		return
+	default:
+	}
+	t.wg.Add(1)
+	go t.handlerLoop(j)
+}
+
+// handlerLoop serves j, then waits for the next request while fewer than
+// maxIdleHandlers wait, until the transport's context ends.
+func (t *QUIC) handlerLoop(j handlerJob) {
+	defer t.wg.Done()
+	for {
+		t.runHandler(j)
+		j = handlerJob{} // hold nothing of the request while parked
+		if t.idle.Add(1) > maxIdleHandlers {
+			t.idle.Add(-1)
+			return
+		}
+		select {
+		case j = <-t.jobs:
+			t.idle.Add(-1)
+		case <-t.ctx.Done():
+			return
+		}
 	}
 }
 
@@ -479,10 +540,9 @@ func (t *QUIC) open(env *wire.Envelope, frame []byte, c *servedConn, opener *sec
 	return msg, nil
 }
 
-// runHandler serves one request; env is the request's header (by value: the
-// stream's reader reuses its own for the next frame).
-func (t *QUIC) runHandler(w *streamWriter, req wire.Envelope, msg wire.Message, remote string) {
-	env := &req
+// runHandler serves one request.
+func (t *QUIC) runHandler(j handlerJob) {
+	w, env, msg, remote := j.w, &j.env, j.msg, j.remote
 	defer t.hwg.Done()
 	defer func() { <-t.sem }()
 	h := t.handler(env.Type)
@@ -552,7 +612,7 @@ func (t *QUIC) writePlainError(w *streamWriter, replyTo uint64, e *wire.Error) {
 		return
 	}
 	binary.BigEndian.PutUint32(frame, uint32(len(frame)-frameHeaderLen))
-	if err := w.write(nil, frame); err == nil {
+	if err := w.write(nil, time.Time{}, frame); err == nil {
 		w.io.messagesOut.Add(1)
 	}
 }
@@ -638,7 +698,7 @@ func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, f
 		return err
 	}
 	defer t.putBuf(sb)
-	if err := w.write(nil, sb.frame); err != nil {
+	if err := w.write(nil, time.Time{}, sb.frame); err != nil {
 		return err
 	}
 	w.io.out(len(sb.frame))
@@ -693,16 +753,15 @@ func newStreamWriter(s *quic.Stream, io *ioCounters, sealer *security.StreamSeal
 // the stream is fine; only this caller has gone.
 var errLeftInQueue = errors.New("gave up waiting for the stream")
 
-// write returns once frame has been handed to QUIC, or failed to be. With
-// a non-nil ctx it gives up when ctx ends: by the stream's write deadline
-// when this goroutine writes, and then the stream may hold part of a frame,
-// so the caller must drop it; by ctx when it waits for another to
-// (errLeftInQueue), and then the stream is intact and must be kept.
-func (w *streamWriter) write(ctx context.Context, frame []byte) error {
-	var deadline time.Time
-	if ctx != nil {
-		deadline, _ = ctx.Deadline()
-	}
+// write returns once frame has been handed to QUIC, or failed to be. It
+// gives up at deadline (zero: none), which the caller's ctx, if it has one,
+// also bounds, when this goroutine writes: by the stream's write deadline,
+// and then the stream may hold part of a frame, so the caller must drop it.
+// When it waits for another goroutine to write, it gives up when a non-nil
+// ctx ends (errLeftInQueue), and then the stream is intact and must be
+// kept; without a ctx it waits for that write, which its own deadline
+// bounds.
+func (w *streamWriter) write(ctx context.Context, deadline time.Time, frame []byte) error {
 	w.mu.Lock()
 	if w.broken != nil {
 		err := w.broken

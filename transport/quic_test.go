@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -889,7 +891,8 @@ func TestOnlyAPartialWriteBreaksTheStream(t *testing.T) {
 
 	past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
-	if err := sw.write(past, []byte("nothing of this is written")); err == nil {
+	pastBy, _ := past.Deadline()
+	if err := sw.write(past, pastBy, []byte("nothing of this is written")); err == nil {
 		t.Fatal("a write whose deadline had passed succeeded")
 	}
 	sw.mu.Lock()
@@ -903,7 +906,8 @@ func TestOnlyAPartialWriteBreaksTheStream(t *testing.T) {
 	// part is accepted, the rest blocks until the deadline.
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
-	err := sw.write(short, make([]byte, 32<<20))
+	shortBy, _ := short.Deadline()
+	err := sw.write(short, shortBy, make([]byte, 32<<20))
 	if err == nil {
 		t.Fatal("a 32 MiB write to a peer that reads nothing succeeded")
 	}
@@ -913,7 +917,7 @@ func TestOnlyAPartialWriteBreaksTheStream(t *testing.T) {
 	if broken == nil {
 		t.Fatalf("a write that failed part way (%v) left the stream usable", err)
 	}
-	if err := sw.write(ctx, []byte("x")); err == nil || err.Error() != broken.Error() {
+	if err := sw.write(ctx, time.Time{}, []byte("x")); err == nil || err.Error() != broken.Error() {
 		t.Fatalf("a write after a partial one: %v, want the stream's error %v at once", err, broken)
 	}
 }
@@ -940,4 +944,78 @@ func TestDisconnectRedialsARestartedPeer(t *testing.T) {
 	if _, err := a.Call(ctx, addr, &wire.Ping{Seq: 2}); err != nil {
 		t.Fatalf("first call to the restarted peer: %v", err)
 	}
+}
+
+// A call whose ctx has no deadline gets CallTimeout without a context or
+// timer of its own: the expiry sweep fails it once the deadline passes, as
+// context.DeadlineExceeded, and a stream on which nothing came back is
+// dropped so the next call redials.
+func TestCallWithoutDeadlineEndsAtCallTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.CallTimeout = timeout; c.StreamsPerPeer = 1 }})
+	b := newNode(t, "b", nodeOpts{})
+	release := make(chan struct{})
+	var answer atomic.Bool
+	b.Handle(wire.TypePing, func(ctx context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
+		if answer.Load() {
+			return msg, nil
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, errors.New("released")
+	})
+	defer close(release)
+	if err := ping(context.Background(), a, b.Addr()); err == nil {
+		t.Fatal("a call the peer never answers succeeded")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call the peer never answers: %v, want context.DeadlineExceeded", err)
+	}
+	a.mu.Lock()
+	p := a.peers[b.Addr()]
+	a.mu.Unlock()
+	p.mu.Lock()
+	dropped := p.conn == nil
+	p.mu.Unlock()
+	if !dropped {
+		t.Fatal("the connection on which nothing came back was kept")
+	}
+	answer.Store(true)
+	if err := ping(context.Background(), a, b.Addr()); err != nil {
+		t.Fatalf("the call after the timeout: %v", err)
+	}
+}
+
+// Handlers run on goroutines kept between requests: a fresh goroutine per
+// request paid for growing its stack on every one. Sequential calls find a
+// parked handler almost every time. (With a goroutine per request every
+// call runs on a new one: 200 of 200.)
+func TestSequentialRequestsReuseHandlerGoroutines(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{})
+	seen := map[string]bool{}
+	var mu sync.Mutex
+	b.Handle(wire.TypePing, func(_ context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
+		buf := make([]byte, 64)
+		id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf, false)]), "goroutine "), " ")
+		mu.Lock()
+		seen[id] = true
+		mu.Unlock()
+		return msg, nil
+	})
+	const calls = 200
+	for range calls {
+		if err := ping(context.Background(), a, b.Addr()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// A request can arrive before the last handler has parked, and then
+	// starts one more; once two are kept, one of them is always parked.
+	if len(seen) > 8 {
+		t.Fatalf("%d sequential calls ran on %d handler goroutines, want a few", calls, len(seen))
+	}
+	t.Logf("%d sequential calls ran on %d handler goroutines", calls, len(seen))
 }
