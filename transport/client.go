@@ -131,7 +131,7 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 	}
 	cb := t.breaker(p, msg.Type().Class())
 	_, err = cb.cb.Execute(func() (wire.Message, error) {
-		s, err := t.stream(ctx, p)
+		s, err := t.stream(ctx, deadline, p)
 		if err != nil {
 			return nil, err
 		}
@@ -157,7 +157,7 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 // deadline.
 func (t *QUIC) roundTrip(ctx context.Context, deadline time.Time, swept bool, p *peer, req wire.Message) (wire.Message, error) {
 	addr := p.addr
-	s, err := t.stream(ctx, p)
+	s, err := t.stream(ctx, deadline, p)
 	if err != nil {
 		return nil, err
 	}
@@ -492,12 +492,17 @@ func (s *clientStream) fail(err error) {
 // waiting, but the handshake carries on, so the next message finds the
 // connection ready instead of starting a handshake that can never finish
 // in time on a lossy network.
-func (t *QUIC) stream(ctx context.Context, p *peer) (*clientStream, error) {
+//
+// A caller waiting for a dial also gives up at deadline, which its ctx may
+// not carry (Call and Send keep CallTimeout as a plain deadline); only this
+// wait, not every call, pays for a timer then.
+func (t *QUIC) stream(ctx context.Context, deadline time.Time, p *peer) (*clientStream, error) {
 	addr := p.addr
+	var expired <-chan time.Time
 	for {
 		p.mu.Lock()
 		if p.conn != nil && p.conn.Context().Err() == nil && p.streams != nil {
-			s, err := t.pickStream(ctx, p)
+			s, err := t.pickStream(ctx, deadline, p)
 			p.mu.Unlock()
 			return s, err
 		}
@@ -511,6 +516,13 @@ func (t *QUIC) stream(ctx context.Context, p *peer) (*clientStream, error) {
 		}
 		dialing := p.dialing
 		p.mu.Unlock()
+		if expired == nil {
+			if _, ok := ctx.Deadline(); !ok {
+				timer := time.NewTimer(time.Until(deadline))
+				defer timer.Stop()
+				expired = timer.C
+			}
+		}
 		select {
 		case <-dialing:
 			p.mu.Lock()
@@ -521,6 +533,8 @@ func (t *QUIC) stream(ctx context.Context, p *peer) (*clientStream, error) {
 			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, ctx.Err())
+		case <-expired:
+			return nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, context.DeadlineExceeded)
 		}
 	}
 }
@@ -559,10 +573,17 @@ func (t *QUIC) dialPeer(p *peer, done chan struct{}) {
 
 // pickStream returns the next pooled stream of p's connection, opening it
 // if needed. Caller holds p.mu.
-func (t *QUIC) pickStream(ctx context.Context, p *peer) (*clientStream, error) {
+func (t *QUIC) pickStream(ctx context.Context, deadline time.Time, p *peer) (*clientStream, error) {
 	i := int(p.next.Add(1)) % len(p.streams)
 	if s := p.streams[i]; s != nil && !s.dead() {
 		return s, nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// Opening waits while the peer's stream limit is reached; rare
+		// enough for a context of its own.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	qs, err := p.conn.OpenStreamSync(ctx)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -1018,4 +1019,23 @@ func TestSequentialRequestsReuseHandlerGoroutines(t *testing.T) {
 		t.Fatalf("%d sequential calls ran on %d handler goroutines, want a few", calls, len(seen))
 	}
 	t.Logf("%d sequential calls ran on %d handler goroutines", calls, len(seen))
+}
+
+// A call without a deadline waiting for a dial gives up at CallTimeout,
+// not at the dial's own, longer timeout.
+func TestCallWithoutDeadlineWaitsForADialOnlyUntilCallTimeout(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.CallTimeout = 300 * time.Millisecond; c.DialTimeout = 30 * time.Second }})
+	silent, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close() // a socket that reads nothing: the handshake never completes
+	start := time.Now()
+	err = ping(context.Background(), a, silent.LocalAddr().String())
+	if !errors.Is(err, ErrNotDelivered) || !strings.Contains(err.Error(), context.DeadlineExceeded.Error()) {
+		t.Fatalf("a call to a peer that never completes the handshake: %v, want not delivered, deadline exceeded", err)
+	}
+	if took := time.Since(start); took >= 20*time.Second {
+		t.Fatalf("the call waited %s, as long as the dial (30 s), not its CallTimeout", took)
+	}
 }
