@@ -42,10 +42,7 @@ var (
 // at most CallTimeout/20.
 func (t *QUIC) Call(ctx context.Context, addr string, req wire.Message, opts ...CallOption) (wire.Message, error) {
 	o := applyCallOptions(opts)
-	deadline, bounded := ctx.Deadline()
-	if !bounded {
-		deadline = time.Now().Add(t.cfg.CallTimeout)
-	}
+	deadline := t.deadlineOf(ctx)
 	p, err := t.peer(addr)
 	if err != nil {
 		t.stats.callErrors.Add(1)
@@ -53,7 +50,7 @@ func (t *QUIC) Call(ctx context.Context, addr string, req wire.Message, opts ...
 	}
 	cb := t.breaker(p, req.Type().Class())
 	for attempt := 0; ; attempt++ {
-		resp, err := cb.cb.Execute(func() (wire.Message, error) { return t.roundTrip(ctx, deadline, !bounded, p, req) })
+		resp, err := cb.cb.Execute(func() (wire.Message, error) { return t.roundTrip(ctx, deadline, p, req) })
 		if err == nil {
 			return resp, nil
 		}
@@ -83,6 +80,15 @@ func (t *QUIC) Call(ctx context.Context, addr string, req wire.Message, opts ...
 			return nil, ErrClosed
 		}
 	}
+}
+
+// deadlineOf is when a call or send on ctx gives up: ctx's deadline, or
+// CallTimeout from now when ctx has none.
+func (t *QUIC) deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(t.cfg.CallTimeout)
 }
 
 // retryable decides whether to try again and how long to wait first.
@@ -121,10 +127,7 @@ func (t *QUIC) backoff(attempt int) time.Duration {
 
 // Send implements Transport.
 func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(t.cfg.CallTimeout)
-	}
+	deadline := t.deadlineOf(ctx)
 	p, err := t.peer(addr)
 	if err != nil {
 		return err
@@ -153,9 +156,9 @@ func (t *QUIC) Send(ctx context.Context, addr string, msg wire.Message) error {
 }
 
 // roundTrip sends one request on a pooled stream and waits for its reply
-// until ctx ends or, when swept, until the expiry sweep fails it after
-// deadline.
-func (t *QUIC) roundTrip(ctx context.Context, deadline time.Time, swept bool, p *peer, req wire.Message) (wire.Message, error) {
+// until ctx ends or, when ctx has no deadline, until the expiry sweep fails
+// it after deadline.
+func (t *QUIC) roundTrip(ctx context.Context, deadline time.Time, p *peer, req wire.Message) (wire.Message, error) {
 	addr := p.addr
 	s, err := t.stream(ctx, deadline, p)
 	if err != nil {
@@ -170,7 +173,7 @@ func (t *QUIC) roundTrip(ctx context.Context, deadline time.Time, swept bool, p 
 		ch = make(chan result, 1)
 	}
 	var expires int64
-	if swept {
+	if _, bounded := ctx.Deadline(); !bounded {
 		expires = deadline.UnixNano()
 	}
 	if err := s.register(id, ch, expires); err != nil {
@@ -342,7 +345,8 @@ func (s *clientStream) writeBy(ctx context.Context, deadline time.Time, frame []
 		return ctx.Err()
 	case ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) || !time.Now().Before(deadline):
 		// The stream's deadline can pass a moment before ctx's own timer
-		// fires.
+		// fires, and a deadline ctx does not carry (CallTimeout) has only
+		// the clock to say it has passed.
 		s.owner.dropConn(s)
 		err = fmt.Errorf("%w (write gave up at its deadline)", err)
 	}

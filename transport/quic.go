@@ -426,8 +426,8 @@ const maxIdleHandlers = 64
 // dispatch runs j on a parked handler goroutine, or on a new one if none is
 // parked. Reusing goroutines is what keeps a request off the cost of a
 // fresh goroutine, whose small stack grows (a copy) on every request on
-// its way through sealing and QUIC's send path: a tenth of the secure
-// wire's own CPU per round trip at one caller. Called by a stream reader,
+// its way through sealing and QUIC's send path: about 0.9 µs of the 4 µs
+// the secure wire spent over bare quic-go per round trip at one caller. Called by a stream reader,
 // which the transport's WaitGroup counts, so the Add cannot race Close's
 // Wait.
 func (t *QUIC) dispatch(j handlerJob) {
