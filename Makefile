@@ -24,10 +24,10 @@ help: ## List the targets
 .PHONY: build
 build: ## Build every binary into bin/
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/tempest ./cmd/tempest
-	$(GO) build -o $(BIN)/tempest-manager ./cmd/manager
-	$(GO) build -o $(BIN)/tempest-worker ./cmd/worker
-	$(GO) build -o $(BIN)/tempest-gate ./cmd/gate
+	$(GO) build -buildvcs=auto -o $(BIN)/tempest ./cmd/tempest
+	$(GO) build -buildvcs=auto -o $(BIN)/tempest-manager ./cmd/manager
+	$(GO) build -buildvcs=auto -o $(BIN)/tempest-worker ./cmd/worker
+	$(GO) build -buildvcs=auto -o $(BIN)/tempest-gate ./cmd/gate
 
 .PHONY: demo
 demo: build ## Build and run the local demo (real nodes, printed result)

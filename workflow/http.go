@@ -185,6 +185,16 @@ func (p *HTTPParams) Validate() error {
 // PlannedDuration implements Planner: how long the load runs by its
 // duration or stages; zero for a run of a number of iterations, whose
 // length depends on the target.
+// StepNames lists the steps in their order, for the submit-time check of
+// thresholds that name one.
+func (p *HTTPParams) StepNames() []string {
+	names := make([]string, len(p.Steps))
+	for i, st := range p.Steps {
+		names[i] = st.Name
+	}
+	return names
+}
+
 func (p *HTTPParams) PlannedDuration() time.Duration {
 	var stages time.Duration
 	for _, st := range p.Stages {

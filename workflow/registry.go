@@ -59,6 +59,27 @@ type Planner interface {
 	PlannedDuration() time.Duration
 }
 
+// StepNamer is implemented by params whose runs report per-step results,
+// so that a threshold naming a step can be checked at submit against the
+// steps the workflow has rather than fail with "no data" when it ends.
+type StepNamer interface {
+	StepNames() []string
+}
+
+// StepNames decodes params of type t and returns their step names, or
+// ok=false when the type has no named steps or the params do not decode.
+func StepNames(t Type, params []byte) (names []string, ok bool) {
+	p, err := t.DecodeParams(params)
+	if err != nil {
+		return nil, false
+	}
+	sn, ok := p.(StepNamer)
+	if !ok {
+		return nil, false
+	}
+	return sn.StepNames(), true
+}
+
 // PlannedDuration decodes params of type t and returns their planned run
 // time, or zero when the type does not say or the params do not decode.
 // jobfile records it in the spec once, at submit, so that every tier

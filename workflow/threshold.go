@@ -3,6 +3,7 @@ package workflow
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -253,6 +254,30 @@ func ParseThresholds(f *Fields) []wire.Threshold {
 		}
 	}
 	return out
+}
+
+// CheckThresholdSteps reports, at the line of each, a threshold of f's
+// thresholds key that names a step the workflow does not have: judged only
+// when the run ends, it would otherwise fail a whole test with "no data".
+func CheckThresholdSteps(f *Fields, steps []string) {
+	n, ok := f.Node("thresholds")
+	if !ok || n.Kind != ListNode {
+		return
+	}
+	base := JoinPath(f.Path(), "thresholds")
+	for i, it := range n.Items {
+		if it == nil || it.Invalid || it.Kind != MapNode {
+			continue
+		}
+		for _, fl := range it.Fields {
+			step, isStr := fl.Value.Value.(string)
+			if fl.Key != "step" || fl.Value.Kind != ScalarNode || !isStr || step == "" || slices.Contains(steps, step) {
+				continue
+			}
+			f.problemAt(fl.Line, JoinPath(IndexPath(base, i), "step"),
+				fmt.Sprintf("no step is named %q (steps: %s)", step, strings.Join(steps, ", ")))
+		}
+	}
 }
 
 // Evaluate judges thresholds on a workflow's results: steps as reported

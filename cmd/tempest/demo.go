@@ -127,7 +127,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	say("  submitted      job %s through the gates to 2 datacenters (8 virtual users for 3s in each, plus a 2s sleep)", id)
 	say("")
-	code := followJob(ctx, client, id, outputSummary, stdout, stderr)
+	code := followJob(ctx, client, id, outputSummary, interruptDetaches, stdout, stderr)
 	seen := tgt.Stats().Requests
 	st, err := client.Job(ctx, id)
 	if err == nil {

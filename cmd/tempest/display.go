@@ -36,8 +36,11 @@ const (
 // newline, so whatever is printed after the last update starts on a line of
 // its own.
 //
-// Statuses are kept by their Datacenter, so a stream that interleaves the
-// datacenters of a job (a gate's) renders as one job with a line each.
+// A gate sends one status merged over the job's datacenters, with a line
+// per datacenter in Datacenters: those lines are drawn from it, each with a
+// rate of its own. Statuses without Datacenters are kept by their
+// Datacenter, so a stream that interleaves several datacenters' statuses
+// also renders as one job with a line each.
 type display struct {
 	w     io.Writer
 	tty   bool
@@ -61,6 +64,9 @@ type dcView struct {
 	st  api.JobStatus
 	job rateMeter
 	wfs map[string]*rateMeter // by workflow id
+	// parts are the rates of the datacenters a gate's merged status
+	// lists, by name.
+	parts map[string]*rateMeter
 }
 
 // rateMeter derives a rate from cumulative counts, over the server's
@@ -88,7 +94,7 @@ func newDisplay(w io.Writer, tty bool, width int, now func() time.Time) *display
 func (d *display) update(st api.JobStatus) {
 	v, ok := d.dcs[st.Datacenter]
 	if !ok {
-		v = &dcView{wfs: map[string]*rateMeter{}}
+		v = &dcView{wfs: map[string]*rateMeter{}, parts: map[string]*rateMeter{}}
 		d.dcs[st.Datacenter] = v
 		d.order = append(d.order, st.Datacenter)
 	}
@@ -101,6 +107,14 @@ func (d *display) update(st api.JobStatus) {
 			v.wfs[wf.WorkflowID+"/"+wf.Name] = m
 		}
 		m.observe(wf.CompletedCount+wf.FailedCount, st.ElapsedSeconds)
+	}
+	for _, part := range st.Datacenters {
+		m, ok := v.parts[part.Name]
+		if !ok {
+			m = &rateMeter{}
+			v.parts[part.Name] = m
+		}
+		m.observe(part.TotalCompleted+part.TotalFailed, st.ElapsedSeconds)
 	}
 	lines := d.lines()
 	if d.tty {
@@ -115,6 +129,16 @@ func (d *display) update(st api.JobStatus) {
 		fmt.Fprintln(d.w, strings.Join(lines, "\n"))
 		d.printed, d.lastPrint, d.lastStatus, d.lastLines = true, now, status, len(lines)
 	}
+}
+
+// note prints msg on a line of its own above the live block, which is drawn
+// again below it on the next update.
+func (d *display) note(msg string) {
+	if d.tty && d.drawn > 0 {
+		fmt.Fprintf(d.w, ansiUp+ansiClearDown, d.drawn)
+	}
+	fmt.Fprintln(d.w, msg)
+	d.drawn = 0
 }
 
 func (d *display) redraw(lines []string) {
@@ -197,6 +221,10 @@ func (d *display) lines() []string {
 	lines := []string{head,
 		fmt.Sprintf("  %s  completed %d  errors %s  workflows %d/%d done",
 			formatRate(rate), completed, formatErrors(failed, completed+failed), wfDone, wfTotal)}
+	// The bar is for a person at a terminal; logs get the figures above.
+	if d.tty && known && remaining >= 0 && wfDone < wfTotal {
+		lines = append(lines, "  "+progressBar(elapsed, remaining, d.barWidth()))
+	}
 
 	nameWidth := 0
 	for _, dc := range d.order {
@@ -212,6 +240,9 @@ func (d *display) lines() []string {
 	}
 	for _, dc := range d.order {
 		v := d.dcs[dc]
+		for _, part := range v.st.Datacenters {
+			lines = append(lines, partLine(part, v.parts[part.Name]))
+		}
 		if len(d.order) > 1 {
 			st := v.st
 			lines = append(lines, fmt.Sprintf("  dc %s  %s  %s  completed %d  errors %s", dash(dc), st.Status,
@@ -227,6 +258,46 @@ func (d *display) lines() []string {
 		}
 	}
 	return lines
+}
+
+// partLine is one datacenter of a gate's merged status: its own status,
+// rate, counts, and the lease that drives it, so a datacenter that stalls
+// or fails shows as itself rather than as a dip in the job's rate.
+func partLine(p api.DatacenterStatus, m *rateMeter) string {
+	rate := p.Rate
+	if m != nil && m.rate > 0 {
+		rate = m.rate
+	}
+	line := fmt.Sprintf("  dc %s  %s  %s  completed %d  errors %s", dash(p.Name), p.Status, formatRate(rate),
+		p.TotalCompleted, formatErrors(p.TotalFailed, p.TotalCompleted+p.TotalFailed))
+	if p.Error != "" {
+		line += "  " + p.Error
+	}
+	return line
+}
+
+// progressBar draws elapsed against elapsed+remaining, as k6 does for a
+// test of known length: "[=========>          ]  45%".
+func progressBar(elapsed, remaining float64, width int) string {
+	total := elapsed + remaining
+	frac := 1.0
+	if total > 0 {
+		frac = min(max(elapsed/total, 0), 1)
+	}
+	filled := int(frac * float64(width))
+	bar := strings.Repeat("=", filled)
+	if filled < width {
+		bar += ">" + strings.Repeat(" ", width-filled-1)
+	}
+	return fmt.Sprintf("[%s] %3.0f%%", bar, 100*frac)
+}
+
+// barWidth fits the bar to the terminal, between 10 and 40 cells.
+func (d *display) barWidth() int {
+	if d.width <= 0 {
+		return 40
+	}
+	return min(max(d.width-12, 10), 40)
 }
 
 // workflowLine is one workflow: while it runs, its rate and percentiles over

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -77,11 +79,16 @@ func TestDisplayTerminal(t *testing.T) {
 	if strings.Contains(s[:first], "\x1b[4A") {
 		t.Fatal("the first draw climbed above the block")
 	}
-	if n := strings.Count(s, fmt.Sprintf(ansiUp, 4)); n != 2 {
-		t.Errorf("%d climbs of 4 lines, want one per redraw (2): %q", n, s)
+	// Two running draws of 5 lines (head, totals, progress bar, two
+	// workflows), then one of 3: nothing runs, so no bar.
+	if n := strings.Count(s, fmt.Sprintf(ansiUp, 5)); n != 2 {
+		t.Errorf("%d climbs of 5 lines, want one per redraw (2): %q", n, s)
 	}
-	if n := strings.Count(s, ansiClearLine); n != 4+4+3 {
-		t.Errorf("%d cleared lines, want every line of every draw (11)", n)
+	if n := strings.Count(s, ansiClearLine); n != 5+5+3 {
+		t.Errorf("%d cleared lines, want every line of every draw (13)", n)
+	}
+	if !strings.Contains(s, "[==>") || !strings.Contains(s, " 10%") {
+		t.Errorf("no progress bar at 1s of 10s: %q", s)
 	}
 	if !strings.HasSuffix(s, "\n"+ansiClearDown) {
 		t.Errorf("a shrunk block must erase what is left below it: %q", s[len(s)-20:])
@@ -94,6 +101,33 @@ func TestDisplayTerminal(t *testing.T) {
 	}
 }
 
+// A gate answers one status merged over the job's datacenters; the display
+// draws a line per datacenter from its Datacenters. The status is the one
+// gate's own test writes (gate/testdata), not one shaped here.
+func TestDisplayGateStatus(t *testing.T) {
+	raw, err := os.ReadFile("../../gate/testdata/two-dc-status.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st api.JobStatus
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	newDisplay(&out, false, 0, time.Now).update(st)
+	want := `j1 RUNNING  elapsed 2s  remaining -
+  101.0/s  completed 200  errors 2 (0.99%)  workflows 0/1 done
+  dc east  RUNNING  60.0/s  completed 120  errors 0
+  dc west  RUNNING  41.0/s  completed 80  errors 2 (2.44%)
+  nap  RUNNING    101.0/s  p50 -  p99 -  errors 2 (0.99%)
+`
+	if got := out.String(); got != want {
+		t.Fatalf("display of a gate's status:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// Statuses of several datacenters interleaved in one stream (each with its
+// own Datacenter) render as one job with a line each.
 func TestDisplayDatacenters(t *testing.T) {
 	var out bytes.Buffer
 	d := newDisplay(&out, false, 0, time.Now)

@@ -24,6 +24,13 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first Ctrl-C ends ctx (a followed job is then cancelled and its
+	// summary awaited); the default handling is back for a second one, so
+	// a person who will not wait can always quit.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -59,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDev(ctx, args[1:], stdout, stderr)
 	case "target":
 		return runTarget(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		return runVersion(stdout)
 	case "help", "-h", "--help":
 		usage(stdout)
 		return exitOK
@@ -83,6 +92,7 @@ commands:
   dev --dir DIR                   run a local cluster of real processes until Ctrl-C
   demo                            run a local demo and print what happened
   target                          run the built-in HTTP target (counts requests; GET /__stats)
+  version                         print the commit and Go version this binary was built from
   secret generate                 print a strong random AUTH_SECRET
   secret derive --role ROLE       print the key a worker or manager host holds instead of AUTH_SECRET
                                   (read from AUTH_SECRET in the environment)

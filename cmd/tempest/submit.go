@@ -21,6 +21,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	conn.register(fs)
 	wait := fs.Bool("wait", false, "follow the job to its end: live progress on stderr, summary on stdout")
 	asJSON := fs.Bool("json", false, "print JSON on stdout: {\"job_id\"}, or with --wait the final job status")
+	detach := fs.Bool("detach", false, "with --wait, on Ctrl-C stop following and leave the job running (default: cancel it, then print the summary)")
 	args, code, ok := parseCommand(fs, args, 1, stderr)
 	if !ok {
 		return code
@@ -72,7 +73,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *asJSON {
 		mode = outputFinalJSON
 	}
-	return followJob(ctx, c, id, mode, stdout, stderr)
+	return followJob(ctx, c, id, mode, interruptOf(*detach), stdout, stderr)
 }
 
 // readDataFiles parses the job file here, before anything is sent, reading

@@ -205,3 +205,61 @@ func TestPlainLinesIntoPipes(t *testing.T) {
 		t.Errorf("summary on stdout:\n%s", stdout.String())
 	}
 }
+
+// Ctrl-C while following a job cancels it and prints the summary of what
+// ran, as k6 does; with --detach it leaves the job running. The real binary
+// gets a real SIGINT.
+func TestInterruptCancelsOrDetaches(t *testing.T) {
+	bin := buildTempest(t)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantCancel bool
+		wantCode   int
+		wantErr    string
+	}{
+		{"cancels", nil, true, 2, "cancelling job j1"},
+		{"detaches", []string{"--detach"}, false, exitUsage, "it keeps running"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			c.backend.AddJob(liveJob("j1"))
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var stdout, stderr testutil.SyncBuffer
+			args := append([]string{"watch", "j1", "--api", c.url, "--token", apitest.Token}, tc.args...)
+			cmd := exec.CommandContext(ctx, bin, args...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
+				if c.backend.Watchers("j1") == 0 || !strings.Contains(stderr.String(), "j1 RUNNING") {
+					return errors.New("not watching yet")
+				}
+				return nil
+			})
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			code := 0
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				code = exitErr.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tc.wantCode || !strings.Contains(stderr.String(), tc.wantErr) {
+				t.Fatalf("exit %d, want %d; stderr lacks %q?\n%s", code, tc.wantCode, tc.wantErr, stderr.String())
+			}
+			cancelled := len(c.backend.Cancels()) > 0
+			if cancelled != tc.wantCancel {
+				t.Fatalf("cancels %v, want a cancel: %v", c.backend.Cancels(), tc.wantCancel)
+			}
+			if tc.wantCancel && !strings.Contains(stdout.String(), "get-root") {
+				t.Fatalf("no summary after the cancel:\n%s", stdout.String())
+			}
+		})
+	}
+}

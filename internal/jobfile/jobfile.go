@@ -259,6 +259,12 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 		}
 		spec.Params = params
 	}
+	if steps, ok := workflow.StepNames(typ, spec.Params); ok && len(spec.Thresholds) > 0 {
+		workflow.CheckThresholdSteps(f, steps)
+		if f.HasProblems() {
+			return []wire.WorkflowSpec{spec}
+		}
+	}
 	spec.Planned = workflow.PlannedDuration(typ, spec.Params)
 	if ex, ok := typ.(workflow.Expander); ok {
 		return expand(f, spec, ex)

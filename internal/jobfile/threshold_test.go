@@ -118,6 +118,11 @@ func TestParseThresholdErrors(t *testing.T) {
 			old:  `thresholds: ["max <= 2s"]`, new: `thresholds: [250]`,
 			want: []string{`smoke.yaml:18: workflows[1].thresholds[0]: must be an expression such as "p(99) < 250ms", got 250`},
 		},
+		{
+			name: "a step the workflow does not have",
+			old:  `step: login,`, new: `step: logn,`,
+			want: []string{`smoke.yaml:14: workflows[0].thresholds[3].step: no step is named "logn" (steps: login, home)`},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
