@@ -230,8 +230,8 @@ func TestStatus(t *testing.T) {
 				P99Ms: 1500, P999Ms: 2500, MaxMs: 3000}}}}})
 
 	code, stdout, stderr := c.run(runStatus, "j1")
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
+	if code != exitJobFailed {
+		t.Fatalf("exit %d, want %d for a failed job: %s", code, exitJobFailed, stderr)
 	}
 	want := `job j1 (load): FAILED after 1m5s, 90 completed, 10 failed
 error: workflow get failed
@@ -249,7 +249,7 @@ get       root  100    2.0  3.50ms  20.0ms  40.0ms  1.50s  2.50s  3.00s  10 (10.
 
 	code, stdout, _ = c.run(runStatus, "j1", "--json")
 	var st api.JobStatus
-	if err := json.Unmarshal([]byte(stdout), &st); code != exitOK || err != nil || st.JobID != "j1" || st.Workflows[0].Steps[0].P99Ms != 1500 {
+	if err := json.Unmarshal([]byte(stdout), &st); code != exitJobFailed || err != nil || st.JobID != "j1" || st.Workflows[0].Steps[0].P99Ms != 1500 {
 		t.Errorf("--json: exit %d, %v, %+v", code, err, st)
 	}
 

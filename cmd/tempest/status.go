@@ -33,6 +33,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	} else {
 		printSummary(stdout, *st)
 	}
+	// A job that ended says how, as the README's exit codes promise (2 for
+	// failed, cancelled or timed out); one still running is not an error.
+	if st.Status.Terminal() {
+		return exitFor(*st)
+	}
 	return exitOK
 }
 
@@ -62,9 +67,12 @@ func printSummary(w io.Writer, st api.JobStatus) {
 		steps += len(wf.Steps)
 	}
 	_ = tw.Flush()
+	// A reason the job's error already gives (a cancel's, a timeout's) is
+	// not repeated under every workflow it ended.
+	jobErr := oneLine(st.Error)
 	for _, wf := range st.Workflows {
-		if wf.Error != "" {
-			fmt.Fprintf(w, "%s: %s\n", wf.Name, oneLine(wf.Error))
+		if e := oneLine(wf.Error); e != "" && (jobErr == "" || !strings.Contains(jobErr, e)) {
+			fmt.Fprintf(w, "%s: %s\n", wf.Name, e)
 		}
 	}
 	if steps > 0 {

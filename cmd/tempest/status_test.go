@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"tempest/api"
+	"tempest/wire"
 )
 
 func TestJoinCounts(t *testing.T) {
@@ -39,5 +40,32 @@ func TestPrintStepsBreaksDownErrors(t *testing.T) {
 	}
 	if strings.Contains(out, "w good:") {
 		t.Errorf("a breakdown for a step without errors:\n%s", out)
+	}
+}
+
+// status exits as the README's codes say for a job that ended, and names a
+// reason the job's error gives once, not again under each workflow.
+func TestStatusExitCodeAndReasonOnce(t *testing.T) {
+	c := newCLI(t)
+	running := liveJob("j-run")
+	c.backend.AddJob(running)
+	cancelled := liveJob("j-cancel")
+	cancelled.Status, cancelled.Error = wire.JobCancelled, "cancelled: operator said so"
+	cancelled.Workflows[0].Status, cancelled.Workflows[0].Error = wire.WorkflowCancelled, "cancelled: operator said so"
+	c.backend.AddJob(cancelled)
+	done := liveJob("j-done")
+	finishLive(&done)
+	c.backend.AddJob(done)
+	for _, tc := range []struct {
+		id   string
+		code int
+	}{{"j-run", exitOK}, {"j-cancel", exitJobFailed}, {"j-done", exitOK}} {
+		code, stdout, stderr := c.run(runStatus, tc.id)
+		if code != tc.code {
+			t.Errorf("status %s exits %d, want %d\n%s%s", tc.id, code, tc.code, stdout, stderr)
+		}
+		if n := strings.Count(stdout, "operator said so"); tc.id == "j-cancel" && n != 1 {
+			t.Errorf("the reason is printed %d times, want once:\n%s", n, stdout)
+		}
 	}
 }

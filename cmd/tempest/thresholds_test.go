@@ -71,15 +71,15 @@ func TestExitCodeWithThresholds(t *testing.T) {
 				}
 			}
 
-			// watch and status print the same section; status reports, it
-			// does not judge, so it exits 0 as it does for any job.
+			// watch and status print the same section, and of a job that
+			// ended both exit as the README's codes say.
 			code, watchOut, _ := c.run(runWatch, "job-1")
 			if code != tt.wantCode {
 				t.Errorf("watch: exit %d, want %d", code, tt.wantCode)
 			}
 			code, statusOut, _ := c.run(runStatus, "job-1")
-			if code != exitOK {
-				t.Errorf("status: exit %d, want 0", code)
+			if code != tt.wantCode {
+				t.Errorf("status: exit %d, want %d", code, tt.wantCode)
 			}
 			for _, want := range tt.wantLines {
 				if !strings.Contains(watchOut, want) || !strings.Contains(statusOut, want) {
