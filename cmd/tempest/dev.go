@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"tempest/internal/devcluster"
@@ -35,6 +40,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	abs, err := filepath.Abs(*dir)
 	if err != nil {
+		fmt.Fprintf(stderr, "tempest dev: %v\n", err)
+		return exitUsage
+	}
+	if err := checkFreshDir(abs); err != nil {
 		fmt.Fprintf(stderr, "tempest dev: %v\n", err)
 		return exitUsage
 	}
@@ -68,4 +77,38 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "press Ctrl-C to stop")
 	<-ctx.Done()
 	return exitOK
+}
+
+// checkFreshDir refuses a directory that already holds a cluster: its nodes'
+// data would be started under a new token and new ports, with the old
+// cluster's jobs in their stores (and, if it still runs, its processes
+// beside the new ones). An empty or absent directory is fine.
+func checkFreshDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(entries) == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "cluster.json"))
+	if err != nil {
+		return fmt.Errorf("%s is not empty; give tempest dev a new or empty --dir", dir)
+	}
+	var f devcluster.File
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return fmt.Errorf("%s holds a cluster.json that does not parse (%v); give tempest dev a new or empty --dir", dir, err)
+	}
+	var running []string
+	for _, n := range f.Nodes {
+		if n.PID > 0 && syscall.Kill(n.PID, 0) == nil {
+			running = append(running, fmt.Sprintf("%s (pid %d)", n.Name, n.PID))
+		}
+	}
+	if len(running) > 0 {
+		return fmt.Errorf("%s holds a cluster that is still running: %s; stop it (Ctrl-C in its terminal) or use another --dir",
+			dir, strings.Join(running, ", "))
+	}
+	return fmt.Errorf("%s holds another cluster (%d nodes, their jobs in its data); remove it (rm -r %s) or use another --dir",
+		dir, len(f.Nodes), dir)
 }
