@@ -51,6 +51,13 @@ type JobStatus struct {
 	// one's status, counts and lease. Workflows are then merged across
 	// datacenters (counts summed, histograms merged).
 	Datacenters []DatacenterStatus `json:"datacenters,omitempty"`
+	// OverallRate, CompletedDatacenters and FailedDatacenters sum up
+	// Datacenters when a gate answers: the job's rate now (the sum of the
+	// datacenters' rates) and how many of its datacenters have completed
+	// and failed (cancelled or timed out count as failed).
+	OverallRate          float64 `json:"overall_rate,omitempty"`
+	CompletedDatacenters int     `json:"completed_datacenters,omitempty"`
+	FailedDatacenters    int     `json:"failed_datacenters,omitempty"`
 	Workflows   []WorkflowStatus   `json:"workflows"`
 	Error       string             `json:"error,omitempty"`
 	// ThresholdsFailed: some workflow's threshold failed, or an

@@ -256,6 +256,13 @@ func (g *Gate) jobStatusOf(rec *wire.GateJobRecord, wss []jobs.WorkflowStatus) a
 			}
 		}
 		st.Datacenters = append(st.Datacenters, ds)
+		st.OverallRate += p.OverallRate
+		switch {
+		case p.Status == wire.JobCompleted:
+			st.CompletedDatacenters++
+		case p.Status.Terminal():
+			st.FailedDatacenters++
+		}
 	}
 	st.Datacenter = strings.Join(names, ",")
 	// The gate judges abort_on_fail thresholds on the merged results and

@@ -419,6 +419,9 @@ func TestLeaseExpiryFailsOnlyTheSilentDatacenter(t *testing.T) {
 	if st.Status != wire.JobFailed || !strings.Contains(st.Error, "partial failure: 1 of 2") || !strings.Contains(st.Error, "lease expired") {
 		t.Fatalf("job %s (%q), want a partial failure naming west's lease", st.Status, st.Error)
 	}
+	if st.CompletedDatacenters != 1 || st.FailedDatacenters != 1 {
+		t.Fatalf("completed_datacenters %d, failed_datacenters %d; want 1 and 1", st.CompletedDatacenters, st.FailedDatacenters)
+	}
 }
 
 // A report renews its datacenter's lease and the answer says for how long;
