@@ -55,11 +55,11 @@ type JobStatus struct {
 	// Datacenters when a gate answers: the job's rate now (the sum of the
 	// datacenters' rates) and how many of its datacenters have completed
 	// and failed (cancelled or timed out count as failed).
-	OverallRate          float64 `json:"overall_rate,omitempty"`
-	CompletedDatacenters int     `json:"completed_datacenters,omitempty"`
-	FailedDatacenters    int     `json:"failed_datacenters,omitempty"`
-	Workflows   []WorkflowStatus   `json:"workflows"`
-	Error       string             `json:"error,omitempty"`
+	OverallRate          float64          `json:"overall_rate,omitempty"`
+	CompletedDatacenters int              `json:"completed_datacenters,omitempty"`
+	FailedDatacenters    int              `json:"failed_datacenters,omitempty"`
+	Workflows            []WorkflowStatus `json:"workflows"`
+	Error                string           `json:"error,omitempty"`
 	// ThresholdsFailed: some workflow's threshold failed, or an
 	// abort_on_fail threshold ended the job (ThresholdAbort). The CLI
 	// exits 1 for it.
