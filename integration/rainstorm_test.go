@@ -28,19 +28,11 @@ import (
 // RainStorm pipelines on real processes. Every test computes its expected
 // output with a plain sequential pass and compares exactly.
 
-const signsFile = "../../shared/data/traffic_signs_full.csv"
-
-// signsPath returns the traffic signs file's absolute path, or skips.
+// signsPath returns the shared traffic signs file's absolute path: a skip
+// where the data is not installed, a failure where CI is set.
 func signsPath(t *testing.T) string {
 	t.Helper()
-	p, err := filepath.Abs(signsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("RainStorm data file %s is absent (%v): these tests read the shared traffic signs data", p, err)
-	}
-	return p
+	return testutil.SharedData(t, "traffic_signs_full.csv")
 }
 
 // readSigns reads the traffic signs file with encoding/csv: header, rows.

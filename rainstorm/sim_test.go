@@ -8,11 +8,13 @@ import (
 	"hash/fnv"
 	"math/big"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -585,7 +587,18 @@ func TestReferenceMatchesSequentialPass(t *testing.T) {
 	}
 }
 
+// simSeeds is the seeds each simulation runs: TEMPEST_RS_SIM_SEEDS when
+// set (make chaos runs hundreds), else few enough for make test, which
+// runs them under the race detector (two seeds of every case take about
+// 15 s of a busy 2-core machine there).
 func simSeeds(t *testing.T) int {
+	if v := os.Getenv("TEMPEST_RS_SIM_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TEMPEST_RS_SIM_SEEDS=%q: want a positive number", v)
+		}
+		return n
+	}
 	if testing.Short() || raceEnabled {
 		return 2
 	}
