@@ -75,14 +75,16 @@ type RainstormAggregate struct {
 }
 
 // RainstormSourcePos is where a source resumes: the first record (index and
-// byte offset) of its oldest unacknowledged segment, and the malformed
-// records seen before it.
+// byte offset) of its oldest unacknowledged segment, the field count a
+// headerless CSV's records must have (learnt from the input's first record;
+// 0 when not yet known), and the malformed records seen before it.
 type RainstormSourcePos struct {
 	Segment    uint64   `cbor:"1,keyasint,omitempty"`
 	Record     uint64   `cbor:"2,keyasint,omitempty"`
 	Offset     int64    `cbor:"3,keyasint,omitempty"`
 	BadRecords uint64   `cbor:"4,keyasint,omitempty"`
 	BadFirst   []uint64 `cbor:"5,keyasint,omitempty"` // first few bad record indexes
+	Fields     int      `cbor:"6,keyasint,omitempty"`
 }
 
 // RainstormCheckpoint is one task's durable state, written atomically with
