@@ -22,15 +22,6 @@ func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string, with
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
 	}
 	out := &api.PipelineOutput{JobID: jobID, Workflow: workflow, Complete: true}
-	for i, t := range order {
-		name := "source"
-		if t.Stage > 0 {
-			name = spec.Stages[t.Stage-1].Name
-		}
-		in := infos[i]
-		out.Tasks = append(out.Tasks, api.PipelineTask{Stage: t.Stage, Index: t.Index, Name: name, Status: in.status,
-			Worker: in.worker, Attempts: in.attempts, Records: in.records, Bad: in.bad, Waiting: in.waiting})
-	}
 	if v, ok := m.viewJob(jobID); ok {
 		out.Status = m.jobStatus(v, false).Status
 	}
@@ -38,8 +29,26 @@ func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string, with
 	var rows []wire.RainstormRecord
 	m.rs.mu.Lock()
 	for i, t := range order {
-		out.Restarts += max(infos[i].attempts-1, 0)
+		name := "source"
+		if t.Stage > 0 {
+			name = spec.Stages[t.Stage-1].Name
+		}
+		in := infos[i]
 		st := m.rs.tasks[t]
+		task := api.PipelineTask{Stage: t.Stage, Index: t.Index, Name: name, Status: in.status,
+			Worker: in.worker, Attempts: in.attempts, Bad: in.bad, Waiting: in.waiting}
+		switch {
+		case t.Stage == 0:
+			// The source's progress: well-formed records read (its
+			// count), malformed ones (its failures).
+			task.Records, task.RecordsOut = in.records+in.bad, in.records
+		case st != nil && st.latest != nil:
+			// A stage's durable counts: its progress would count work a
+			// crash then undid, and miss what it redid.
+			task.Records, task.RecordsOut = int64(st.latest.RecordsIn), int64(st.latest.RecordsOut)
+		}
+		out.Tasks = append(out.Tasks, task)
+		out.Restarts += max(in.attempts-1, 0)
 		if st != nil && st.latest != nil {
 			out.BadRecords += st.latest.BadRecords
 			if src := st.latest.Source; src != nil {

@@ -201,6 +201,10 @@ func (m *SourceMachine) Ready() Ready {
 	return r
 }
 
+// Read returns the input records read so far, from the input's start
+// (malformed ones included), and how many of them were malformed.
+func (m *SourceMachine) Read() (records, bad uint64) { return m.readPos.Record, m.bad }
+
 // BadRecords is the count of malformed input records and the first few ids.
 func (m *SourceMachine) BadRecords() (uint64, []uint64) { return m.bad, m.badFirst }
 

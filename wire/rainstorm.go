@@ -35,14 +35,14 @@ type RainstormBatch struct {
 }
 
 // RainstormBatchAck tells one sender that the receiver's durable state
-// covers the channel's batches up to UpTo. Seqs lists single batches covered
-// out of order (at-least-once mode, which does not keep order).
+// covers the channel's batches up to UpTo. Both modes process a channel in
+// order, so a prefix is all an ack names. (Key 5, single batches acked out
+// of order, was never sent and is retired.)
 type RainstormBatchAck struct {
 	From        RainstormTask `cbor:"1,keyasint"` // the receiver
 	To          int           `cbor:"2,keyasint,omitempty"`
 	Incarnation uint64        `cbor:"3,keyasint"`
 	UpTo        uint64        `cbor:"4,keyasint,omitempty"`
-	Seqs        []uint64      `cbor:"5,keyasint,omitempty"`
 }
 
 // RainstormInput is a task's position on one input channel: the next
@@ -110,6 +110,12 @@ type RainstormCheckpoint struct {
 	Done bool `cbor:"10,keyasint,omitempty"`
 	// BadRecords counts records the task refused (malformed for its op).
 	BadRecords uint64 `cbor:"11,keyasint,omitempty"`
+	// RecordsIn and RecordsOut count, over the task's chain of checkpoints,
+	// the records of the batches it processed and the records it emitted
+	// (in output batches, or as rows), so they count what the output holds:
+	// each once in exactly-once mode, whatever restarts and resends did.
+	RecordsIn  uint64 `cbor:"12,keyasint,omitempty"`
+	RecordsOut uint64 `cbor:"13,keyasint,omitempty"`
 	// PendingBlobs is Pending as the runtime carries it between a task and
 	// the managers: each batch encoded once by the task, so the managers
 	// store, compose and replicate it without decoding its records.
