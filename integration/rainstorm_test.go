@@ -647,6 +647,29 @@ workflows:
 	}
 }
 
+// staleCheckpoints reads the manager's count of checkpoints it refused as
+// a replaced incarnation's.
+func staleCheckpoints(t *testing.T, c *cluster, manager string) (int, error) {
+	t.Helper()
+	for _, n := range c.Nodes() {
+		if n.Name != manager {
+			continue
+		}
+		text, err := get("http://" + n.API + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(text), "\n") {
+			if v, ok := strings.CutPrefix(line, "tempest_manager_rainstorm_stale_checkpoints_total "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				return int(f), err
+			}
+		}
+		return 0, fmt.Errorf("%s /metrics has no stale checkpoint count", manager)
+	}
+	return 0, fmt.Errorf("no node %s", manager)
+}
+
 // A worker frozen past failure detection is replaced; when it thaws, its
 // checkpoints and batches are refused by incarnation.
 func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
@@ -669,9 +692,26 @@ func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
 		}
 		return nil
 	})
+	leader := c.leader()
+	before, err := staleCheckpoints(t, c, leader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Signal(victim, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	// The thawed incarnation still holds a checkpoint to write (its task
+	// counts), and the leader refuses it as stale.
+	testutil.Eventually(t, 60*time.Second, 200*time.Millisecond, func() error {
+		n, err := staleCheckpoints(t, c, leader)
+		if err != nil {
+			return err
+		}
+		if n <= before {
+			return fmt.Errorf("%d stale checkpoints refused, none since the thaw", n)
+		}
+		return nil
+	})
 	out := c.finish(id, "paced")
 	diffRows(t, "after SIGSTOP and SIGCONT", out.Rows, want)
 }

@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"tempest/internal/obs/obstest"
 	"tempest/internal/testutil"
 	"tempest/leadership"
 	"tempest/rainstorm"
@@ -180,6 +181,11 @@ func TestRainstormCheckpointStore(t *testing.T) {
 	if a := put(lead, ckpt(inc, 2, "zombie")); !a.Refused || a.Current <= inc {
 		t.Fatalf("the replaced incarnation's checkpoint: %+v", a)
 	}
+	// /metrics counts it: what a test of a frozen worker reads.
+	if n := lead.rs.staleRefused.Load(); n != 1 {
+		t.Fatalf("stale checkpoints counted %d, want 1", n)
+	}
+	obstest.Registered(t, "manager", 5*time.Second, lead.RegisterMetrics, "tempest_manager_rainstorm_stale_checkpoints_total 1\n")
 	resp, err = call(lead, &wire.RainstormOpen{Task: task, Incarnation: inc2})
 	if err != nil {
 		t.Fatal(err)
