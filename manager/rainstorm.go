@@ -65,6 +65,10 @@ type rsStore struct {
 	// under a newer incarnation: a replaced task that went on (frozen,
 	// cut off) and was fenced, as /metrics shows.
 	staleRefused atomic.Uint64
+	// syncedCh is closed (and forgotten) each time syncedTerm is set, to
+	// wake readers waiting for this term's sync. Guarded by syncMu.
+	syncMu   sync.Mutex
+	syncedCh chan struct{}
 
 	// peerHave is, per peer, the checkpoint (version, incarnation) of each
 	// task the leader knows the peer stores: such a peer gets deltas. Only
@@ -656,7 +660,7 @@ func (m *Manager) rsLead(ctx context.Context, lt *leadership.Term) {
 		}
 	}
 	m.rs.peerHave = nil // this term knows nothing of the peers' stores yet
-	m.rs.syncedTerm.Store(lt.Number())
+	m.rs.setSynced(lt.Number())
 	for {
 		var group []*rsReq
 		select {

@@ -15,8 +15,14 @@ import (
 // PipelineOutput implements api.OutputBackend from this manager's store:
 // every durable checkpoint's rows of the last stage's tasks. Rows enter the
 // store only with the checkpoint that produced them, so what is shown was
-// never produced twice.
-func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string, withRows bool) (*api.PipelineOutput, error) {
+// never produced twice. Only the leader answers, once it has read a
+// majority's checkpoints this term (a follower, or a leader before that,
+// may lack groups a majority holds, and would show rows missing); a
+// follower answers NotLeader, which the API server forwards.
+func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, withRows bool) (*api.PipelineOutput, error) {
+	if err := m.rsAwaitSynced(ctx); err != nil {
+		return nil, err
+	}
 	spec, order, infos := m.rsTasks(jobID, workflow)
 	if spec == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
@@ -86,4 +92,49 @@ func (m *Manager) PipelineOutput(_ context.Context, jobID, workflow string, with
 		out.Rows[i] = r.Fields
 	}
 	return out, nil
+}
+
+// rsAwaitSynced waits until this manager leads and has read, in this term,
+// the checkpoints of a majority: what it then serves holds every
+// acknowledged checkpoint. Not leading, or no longer, it answers with the
+// leader's API address.
+func (m *Manager) rsAwaitSynced(ctx context.Context) error {
+	for {
+		lt, err := m.awaitLeader(ctx, m.notLeaderAPI)
+		if err != nil {
+			return err
+		}
+		synced := m.rs.syncedChan() // before the check: a sync after it closes it
+		if m.rs.syncedTerm.Load() == lt.Number() {
+			return nil
+		}
+		select {
+		case <-synced:
+		case <-lt.Context().Done(): // the term ended: point at the next leader
+		case <-ctx.Done():
+			return wire.Errorf(wire.CodeUnavailable, "leader is still reading the pipelines' state: %v", context.Cause(ctx))
+		}
+	}
+}
+
+// syncedChan returns a channel closed at the next setSynced.
+func (s *rsStore) syncedChan() <-chan struct{} {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if s.syncedCh == nil {
+		s.syncedCh = make(chan struct{})
+	}
+	return s.syncedCh
+}
+
+// setSynced records that this manager, leading in term, has read a
+// majority's checkpoints, and wakes those waiting for it.
+func (s *rsStore) setSynced(term uint64) {
+	s.syncedTerm.Store(term)
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	if s.syncedCh != nil {
+		close(s.syncedCh)
+		s.syncedCh = nil
+	}
 }
