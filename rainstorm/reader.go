@@ -120,7 +120,7 @@ func NewReader(r io.Reader, opts ReaderOptions) (*Reader, error) {
 func ResumeReader(r io.Reader, pos Position, opts ReaderOptions, header []string) *Reader {
 	rd := newReader(bufio.NewReaderSize(r, readBufferSize), opts.Format, pos.Offset, pos)
 	rd.header = header
-	rd.fields = pos.Fields
+	rd.fields = max(pos.Fields, 0) // it came from a stored checkpoint
 	if header != nil {
 		rd.fields = len(header)
 	}
