@@ -39,9 +39,16 @@ type PipelineTask struct {
 	Status   wire.WorkflowStatus `json:"status"`
 	Worker   string              `json:"worker,omitempty"`
 	Attempts int                 `json:"attempts"`
-	// Records counts records the task took in (read, for the source).
-	Records int64 `json:"records"`
-	Bad     int64 `json:"bad_records,omitempty"`
+	// Records counts records the task took in, RecordsOut those it passed
+	// on (as batches to the next stage, or as output rows). For the source:
+	// the input records read, and the well-formed ones among them. For a
+	// stage: as of its latest durable checkpoint, so each record counts
+	// once whatever restarts and resends did, and a finished pipeline's
+	// counts agree with its output (a stage takes in what the one before
+	// passed on).
+	Records    int64 `json:"records"`
+	RecordsOut int64 `json:"records_out"`
+	Bad        int64 `json:"bad_records,omitempty"`
 	// Waiting says why a task that is not placed waits, e.g. "no free
 	// core"; empty while it runs.
 	Waiting string `json:"waiting,omitempty"`
@@ -148,7 +155,7 @@ func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
 		Total: uint64(len(out.Rows)), Offset: min(offset, uint64(len(out.Rows)))}
 	for _, t := range out.Tasks {
 		p.Tasks = append(p.Tasks, wire.RainstormOutputTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
-			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, Bad: t.Bad, Waiting: t.Waiting})
+			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, RecordsOut: t.RecordsOut, Bad: t.Bad, Waiting: t.Waiting})
 	}
 	size := 0
 	for _, row := range out.Rows[p.Offset:] {
@@ -172,7 +179,7 @@ func OutputFromPage(jobID, workflow string, p *wire.RainstormOutputPage) *Pipeli
 		BadRecords: p.BadRecords, BadFirst: p.BadFirst, Restarts: p.Restarts, Rows: p.Rows}
 	for _, t := range p.Tasks {
 		out.Tasks = append(out.Tasks, PipelineTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
-			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, Bad: t.Bad, Waiting: t.Waiting})
+			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, RecordsOut: t.RecordsOut, Bad: t.Bad, Waiting: t.Waiting})
 	}
 	return out
 }

@@ -28,19 +28,11 @@ import (
 // RainStorm pipelines on real processes. Every test computes its expected
 // output with a plain sequential pass and compares exactly.
 
-const signsFile = "../../shared/data/traffic_signs_full.csv"
-
-// signsPath returns the traffic signs file's absolute path, or skips.
+// signsPath returns the shared traffic signs file's absolute path: a skip
+// where the data is not installed, a failure where CI is set.
 func signsPath(t *testing.T) string {
 	t.Helper()
-	p, err := filepath.Abs(signsFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("RainStorm data file %s is absent (%v): these tests read the shared traffic signs data", p, err)
-	}
-	return p
+	return testutil.SharedData(t, "traffic_signs_full.csv")
 }
 
 // readSigns reads the traffic signs file with encoding/csv: header, rows.
@@ -190,6 +182,47 @@ workflows:
 	_ = cw.WriteAll(want)
 	if stdout != wantCSV.String() {
 		t.Fatalf("tempest results --format csv:\n%s\nwant:\n%s", stdout, wantCSV.String())
+	}
+
+	// The counters of the completed job agree with its output.
+	_, rows := readSigns(t, path)
+	telespar := 0
+	for _, n := range counts {
+		telespar += n
+	}
+	pipelineCountsAgree(t, c, id, "by-category", len(rows), []int64{int64(len(rows)), int64(telespar), int64(len(want))})
+}
+
+// pipelineCountsAgree checks a completed pipeline's counters: the job's
+// completed count is its input records (not a sum over stages), each stage
+// takes in what the one before passed on (outs[s] is what stage s passes
+// on; stage 0 is the source), and watch shows no backlog.
+func pipelineCountsAgree(t *testing.T, c *cluster, id, wf string, input int, outs []int64) {
+	t.Helper()
+	st := c.waitStatus(id, 10*time.Second, terminal)
+	if len(st.Workflows) != 1 || st.Workflows[0].CompletedCount != int64(input) {
+		t.Fatalf("job status %+v: want completed %d, the input's records", st.Workflows, input)
+	}
+	out, err := c.output(id, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := make([]int64, len(outs))
+	got := make([]int64, len(outs))
+	for _, task := range out.Tasks {
+		in[task.Stage] += task.Records
+		got[task.Stage] += task.RecordsOut
+	}
+	want := append([]int64{int64(input)}, outs[:len(outs)-1]...)
+	if !slices.Equal(in, want) || !slices.Equal(got, outs) {
+		t.Fatalf("per stage records in %v out %v; want in %v out %v (tasks %+v)", in, got, want, outs, out.Tasks)
+	}
+	code, _, stderr := runCLI(t, c, "watch", id)
+	if code != 0 {
+		t.Fatalf("watch: exit %d: %s", code, stderr)
+	}
+	if !hasLine(stderr, "source", fmt.Sprintf("records in %d out %d", input, outs[0]), "backlog 0") {
+		t.Fatalf("watch shows a backlog, or other counts, for the finished pipeline's source:\n%s", stderr)
 	}
 }
 
@@ -455,6 +488,74 @@ func TestRainstormLeaderKillExactlyOnce(t *testing.T) {
 	diffRows(t, "after the manager leader's SIGKILL", out.Rows, want)
 }
 
+// A `file:` source reads its blob from the managers chunk by chunk while
+// the pipeline runs (the source's window holds 131k records, so a larger
+// input is read as acks free it). SIGKILLing the manager leader in the
+// middle of that read costs the source a retry at another manager, not the
+// job: the output equals the sequential pass.
+func TestRainstormFileSourceLeaderKillExactlyOnce(t *testing.T) {
+	const records = 250000
+	want := generated(t, records, 17, keepLow)
+	dir := t.TempDir()
+	var data bytes.Buffer
+	longest := 0
+	data.WriteString("id,key,value,pad\n")
+	g := rainstorm.NewGenerator(&rainstorm.Generate{Records: records, Keys: 17}, 0)
+	for {
+		rec, err := g.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The padding (never read past the source) makes 20 chunks of
+		// the input: the source's window holds about 10 of them.
+		n, _ := fmt.Fprintf(&data, "%s,%s,%s,%s\n", rec.Fields[0], rec.Fields[1], rec.Fields[2], strings.Repeat("pad-", 14))
+		longest = max(longest, n)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gen.csv"), data.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := `name: file-leader-kill
+timeout: 30m
+workflows:
+  - name: low
+    type: rainstorm
+    source: {file: gen.csv, header: true}
+    stages:
+      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: count, op: count, tasks: 2, key: key}
+`
+	jf := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(jf, []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startCluster(t, 3, 3, 3)
+	code, stdout, stderr := runCLI(t, c, "submit", jf)
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, stderr)
+	}
+	id := strings.TrimSpace(stdout)
+	c.taskWorker(id, "low", 0)
+	leader := c.leader()
+	before, err := c.output(id, "low")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The source reads ahead of the records it counted by at most two
+	// chunks (its buffer, and the chunk it holds).
+	if read := before.Tasks[0].Records; read*int64(longest)+2*wire.MaxBlobChunk >= int64(data.Len()) {
+		t.Fatalf("the source had read %d of %d records before the kill: the kill would not land mid-read", read, records)
+	}
+	if err := c.Kill(leader); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "low")
+	diffRows(t, "file source after the manager leader's SIGKILL mid-read", out.Rows, want)
+	t.Logf("the source had read %d records at the kill; it ran %d attempt(s)", before.Tasks[0].Records, out.Tasks[0].Attempts)
+}
+
 // Two kills at different times in one run: a count task's worker, then,
 // once the pipeline flows again, the source's.
 func TestRainstormTwoKillsExactlyOnce(t *testing.T) {
@@ -549,6 +650,51 @@ workflows:
 	}
 }
 
+// staleCheckpoints reads the manager's count of checkpoints it refused as
+// a replaced incarnation's.
+func staleCheckpoints(t *testing.T, c *cluster, manager string) (int, error) {
+	t.Helper()
+	for _, n := range c.Nodes() {
+		if n.Name != manager {
+			continue
+		}
+		text, err := get("http://" + n.API + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(string(text), "\n") {
+			if v, ok := strings.CutPrefix(line, "tempest_manager_rainstorm_stale_checkpoints_total "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				return int(f), err
+			}
+		}
+		return 0, fmt.Errorf("%s /metrics has no stale checkpoint count", manager)
+	}
+	return 0, fmt.Errorf("no node %s", manager)
+}
+
+// superseded counts the lines of the manager's log that say it cancelled
+// a superseded attempt that worker reported progress for.
+func superseded(t *testing.T, c *cluster, manager, worker string) int {
+	t.Helper()
+	n := 0
+	for _, node := range c.Nodes() {
+		if node.Name != manager {
+			continue
+		}
+		b, err := os.ReadFile(node.Log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "progress from a superseded attempt") && strings.Contains(line, "worker="+worker+" ") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // A worker frozen past failure detection is replaced; when it thaws, its
 // checkpoints and batches are refused by incarnation.
 func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
@@ -571,9 +717,36 @@ func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
 		}
 		return nil
 	})
+	leader := c.leader()
+	before, err := staleCheckpoints(t, c, leader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelledBefore := superseded(t, c, leader, victim)
 	if err := c.Signal(victim, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	// The thawed incarnation is refused by the leader: its next checkpoint
+	// as stale (counted in /metrics), or before that (a thawed task cuts or
+	// resends a checkpoint only ticks later, its worker reports progress at
+	// once) its run, cancelled as a superseded attempt (logged).
+	var how string
+	testutil.Eventually(t, 60*time.Second, 200*time.Millisecond, func() error {
+		n, err := staleCheckpoints(t, c, leader)
+		if err != nil {
+			return err
+		}
+		if n > before {
+			how = fmt.Sprintf("%d checkpoint(s) of the stale incarnation refused", n-before)
+			return nil
+		}
+		if superseded(t, c, leader, victim) > cancelledBefore {
+			how = "its run cancelled as a superseded attempt"
+			return nil
+		}
+		return fmt.Errorf("nothing of %s's stale incarnation refused since the thaw", victim)
+	})
+	t.Logf("the thawed worker's stale incarnation: %s", how)
 	out := c.finish(id, "paced")
 	diffRows(t, "after SIGSTOP and SIGCONT", out.Rows, want)
 }

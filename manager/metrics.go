@@ -14,14 +14,16 @@ import (
 // the ones every leading role has (obs.Role: election state, jobs by
 // status, live numbers and latency histograms of the jobs it leads, the
 // transport's counters) and its own: workflows and workers by status, free
-// cores. Every value is read at scrape time.
+// cores, RainStorm checkpoints refused as stale. Every value is read at scrape time.
 func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 	wfs := prometheus.NewDesc("tempest_manager_workflows", "Workflows known to this manager by status.", []string{"status"}, nil)
 	workers := prometheus.NewDesc("tempest_manager_workers", "Workers by state.", []string{"state"}, nil)
 	cores := prometheus.NewDesc("tempest_manager_available_cores", "Free cores on alive workers, as this manager counts them.", nil, nil)
+	stale := prometheus.NewDesc("tempest_manager_rainstorm_stale_checkpoints_total",
+		"RainStorm checkpoints this manager refused, leading, because their task runs under a newer incarnation (a replaced task that went on running).", nil, nil)
 	return obs.Role{
 		Name: "manager", Leads: "its datacenter",
-		Own:       []*prometheus.Desc{wfs, workers, cores},
+		Own:       []*prometheus.Desc{wfs, workers, cores, stale},
 		Transport: func() transport.Transport { return m.tr },
 		Scrape: func(ch chan<- prometheus.Metric) obs.RoleState {
 			byJob := make(map[string]float64)
@@ -50,6 +52,7 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 				obs.Gauge(ch, workers, v, k)
 			}
 			obs.Gauge(ch, cores, float64(free))
+			obs.Counter(ch, stale, float64(m.rs.staleRefused.Load()))
 			return obs.RoleState{Leading: m.leading() != nil, Term: m.elector.Status().Term, Jobs: byJob}
 		},
 		Live: m.liveSeries,

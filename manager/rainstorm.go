@@ -61,6 +61,14 @@ type rsStore struct {
 
 	reqs       chan *rsReq
 	syncedTerm atomic.Uint64
+	// staleRefused counts checkpoints refused because their task runs
+	// under a newer incarnation: a replaced task that went on (frozen,
+	// cut off) and was fenced, as /metrics shows.
+	staleRefused atomic.Uint64
+	// syncedCh is closed (and forgotten) each time syncedTerm is set, to
+	// wake readers waiting for this term's sync. Guarded by syncMu.
+	syncMu   sync.Mutex
+	syncedCh chan struct{}
 
 	// peerHave is, per peer, the checkpoint (version, incarnation) of each
 	// task the leader knows the peer stores: such a peer gets deltas. Only
@@ -652,7 +660,7 @@ func (m *Manager) rsLead(ctx context.Context, lt *leadership.Term) {
 		}
 	}
 	m.rs.peerHave = nil // this term knows nothing of the peers' stores yet
-	m.rs.syncedTerm.Store(lt.Number())
+	m.rs.setSynced(lt.Number())
 	for {
 		var group []*rsReq
 		select {
@@ -871,6 +879,9 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 				ack.Current = c.Incarnation + 1 // not running: fenced all the same
 			}
 			answers[r] = rsResult{msg: ack}
+			m.rs.staleRefused.Add(1)
+			m.log.Info("rainstorm: checkpoint of a replaced incarnation refused", "job_id", c.Task.Job, "workflow", c.Task.Workflow,
+				"stage", c.Task.Stage, "task", c.Task.Index, "incarnation", c.Incarnation, "current", in.token, "version", c.Version)
 		case latest != nil && c.Version == latest.Version && latest.Incarnation == c.Incarnation:
 			if _, inGroup := staged[c.Task]; inGroup {
 				// A resend of a checkpoint of this very group: durable

@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"tempest/internal/obs/obstest"
 	"tempest/internal/testutil"
 	"tempest/leadership"
 	"tempest/rainstorm"
@@ -180,6 +181,11 @@ func TestRainstormCheckpointStore(t *testing.T) {
 	if a := put(lead, ckpt(inc, 2, "zombie")); !a.Refused || a.Current <= inc {
 		t.Fatalf("the replaced incarnation's checkpoint: %+v", a)
 	}
+	// /metrics counts it: what a test of a frozen worker reads.
+	if n := lead.rs.staleRefused.Load(); n != 1 {
+		t.Fatalf("stale checkpoints counted %d, want 1", n)
+	}
+	obstest.Registered(t, "manager", 5*time.Second, lead.RegisterMetrics, "tempest_manager_rainstorm_stale_checkpoints_total 1\n")
 	resp, err = call(lead, &wire.RainstormOpen{Task: task, Incarnation: inc2})
 	if err != nil {
 		t.Fatal(err)
@@ -440,5 +446,54 @@ func TestRainstormTaskRetriedWithoutFenceWait(t *testing.T) {
 	c.killWorker("w1")
 	if next := taskToken(t, lead, ack.JobID, 1, inc); next <= inc {
 		t.Fatalf("replacement token %d, want newer than %d", next, inc)
+	}
+}
+
+// A new leader serves a pipeline's output (the API's `results`) only once
+// it has read a majority's checkpoints, as it answers gates and tasks:
+// before, its own store may lack groups a majority holds, and it would
+// answer, possibly `complete`, with rows missing. A follower points at the
+// leader.
+func TestRainstormOutputWaitsForLeaderSync(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	job := submitPipeline(t, lead).JobID
+	taskToken(t, lead, job, 1, 0)
+	if _, err := lead.PipelineOutput(context.Background(), job, "pipe", true); err != nil {
+		t.Fatalf("the synced leader does not serve the output: %v", err)
+	}
+
+	// The next leader cannot read its peers' checkpoints.
+	c.hub.SetHook(func(_, _ string, msg wire.Message) bool { return msg.Type() != wire.TypeRainstormSyncRequest })
+	c.stopManager(lead.cfg.ID)
+	next := c.leader()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	_, err := next.PipelineOutput(ctx, job, "pipe", true)
+	cancel()
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeUnavailable {
+		t.Fatalf("a leader that has not read the checkpoints answered the output: %v, want unavailable", err)
+	}
+	for _, m := range c.running() {
+		if m == next {
+			continue
+		}
+		if _, err := m.PipelineOutput(context.Background(), job, "pipe", true); !errors.As(err, &we) || we.Code != wire.CodeNotLeader {
+			t.Fatalf("follower %s answered the output: %v, want not leader", m.ID(), err)
+		}
+	}
+
+	// Once it can read them, a waiting request is answered.
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := next.PipelineOutput(ctx, job, "pipe", true)
+		done <- err
+	}()
+	c.hub.SetHook(nil)
+	if err := <-done; err != nil {
+		t.Fatalf("the synced new leader: %v", err)
 	}
 }

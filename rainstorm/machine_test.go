@@ -559,3 +559,89 @@ func TestResendTimeoutCapped(t *testing.T) {
 	}
 	t.Fatalf("no resend within %d ticks after a slow ack", maxTimeout*DefaultResendTicks)
 }
+
+// TestSourceResumedHeaderlessKnowsFieldCount: a headerless CSV's field
+// count is learnt from its first record. A source restarted at a segment
+// whose first record is malformed must still judge the records after it
+// by that count (carried in its checkpoint), not by the malformed one:
+// with 2-record segments, a fresh read and a read resumed at each segment
+// find the same good and bad records from there on.
+func TestSourceResumedHeaderlessKnowsFieldCount(t *testing.T) {
+	in := "1,a,x\n2,b,y\n3,c\n4,d,x\n5,e,y\n6,f,x\n7,g,y\n8,h,x\n9,i,y\n"
+	opts := ReaderOptions{Format: FormatCSV}
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "c", Op: OpCount, Key: "3"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := SourceConfig{Downstream: 1, Next: p.Stages[0], SegmentRecords: 2, Incarnation: 1, CheckpointTicks: 1}
+
+	// readFrom runs a source machine from ckpt to the end of the input and
+	// returns the ids it sent and the ids it found malformed, per segment.
+	readFrom := func(ckpt *wire.RainstormCheckpoint) (good, bad map[uint64][]uint64, m *SourceMachine) {
+		m, err := NewSourceMachine(cfg, ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var src RecordSource
+		if pos := m.Resume(); pos == (Position{}) {
+			rd, err := NewReader(strings.NewReader(in), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src = rd
+		} else {
+			src = ResumeReader(strings.NewReader(in[pos.Offset:]), pos, opts, nil)
+		}
+		good, bad = map[uint64][]uint64{}, map[uint64][]uint64{}
+		for {
+			idx, ok := m.Want()
+			if !ok {
+				return good, bad, m
+			}
+			seg, err := ReadSegment(src, idx, cfg.SegmentRecords)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range seg.Records {
+				good[idx] = append(good[idx], r.ID)
+			}
+			bad[idx] = seg.Bad
+			m.Segment(seg)
+			m.Ready()
+		}
+	}
+	fresh, freshBad, m := readFrom(nil)
+	if n, first := m.BadRecords(); n != 1 || !reflect.DeepEqual(first, []uint64{2}) {
+		t.Fatalf("fresh read: bad %d %v, want record id 2 alone", n, first)
+	}
+	for seg := uint64(1); seg <= 4; seg++ {
+		// Segments before seg acknowledged: the checkpoint resumes at seg.
+		m.Ack(&wire.RainstormBatchAck{From: wire.RainstormTask{Stage: 1}, UpTo: seg})
+		m.Tick()
+		c := m.Ready().Checkpoint
+		if c == nil || c.Source.Segment != seg {
+			t.Fatalf("no checkpoint resuming at segment %d: %+v", seg, c)
+		}
+		// The checkpoint goes through the wire to the store and back.
+		b, err := wire.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stored wire.RainstormCheckpoint
+		if err := wire.Unmarshal(b, &stored); err != nil {
+			t.Fatal(err)
+		}
+		m.CheckpointResult(&wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version})
+
+		good, bad, r := readFrom(&stored)
+		for s := seg; s <= 4; s++ {
+			if !slices.Equal(good[s], fresh[s]) || !slices.Equal(bad[s], freshBad[s]) {
+				t.Fatalf("resumed at segment %d: segment %d read good %v bad %v; the fresh read good %v bad %v",
+					seg, s, good[s], bad[s], fresh[s], freshBad[s])
+			}
+		}
+		if n, _ := r.BadRecords(); n != 1 {
+			t.Fatalf("resumed at segment %d: %d bad records in all, want 1", seg, n)
+		}
+	}
+}

@@ -45,6 +45,11 @@ const LineField = "line"
 type Position struct {
 	Record uint64
 	Offset int64
+	// Fields is the field count a CSV record after the boundary must have,
+	// 0 while it is not known (the next record that parses sets it). A
+	// headerless input learns it from its first record, not from the one a
+	// resumed reader meets first, which may be malformed.
+	Fields int
 }
 
 // BadRecordError is a malformed input record. The reader has skipped it
@@ -115,7 +120,10 @@ func NewReader(r io.Reader, opts ReaderOptions) (*Reader, error) {
 func ResumeReader(r io.Reader, pos Position, opts ReaderOptions, header []string) *Reader {
 	rd := newReader(bufio.NewReaderSize(r, readBufferSize), opts.Format, pos.Offset, pos)
 	rd.header = header
-	rd.fields = len(header)
+	rd.fields = max(pos.Fields, 0) // it came from a stored checkpoint
+	if header != nil {
+		rd.fields = len(header)
+	}
 	return rd
 }
 
@@ -135,7 +143,11 @@ func newReader(br *bufio.Reader, f Format, base int64, pos Position) *Reader {
 func (r *Reader) Header() []string { return r.header }
 
 // Pos returns the boundary before the next record.
-func (r *Reader) Pos() Position { return r.pos }
+func (r *Reader) Pos() Position {
+	p := r.pos
+	p.Fields = r.fields
+	return p
+}
 
 func (r *Reader) offset() int64 { return r.base + r.csv.InputOffset() }
 

@@ -8,21 +8,21 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"tempest/internal/testutil"
 )
 
+// The shared traffic-signs files (testutil.SharedData finds them).
 const (
-	fullCSV = "/work/shared/data/traffic_signs_full.csv"
-	tenkCSV = "/work/shared/data/traffic_signs_10k.csv"
+	fullCSV = "traffic_signs_full.csv"
+	tenkCSV = "traffic_signs_10k.csv"
 )
 
-// sharedData reads one of the shared traffic-signs files, skipping the
-// test where the data is not installed.
-func sharedData(tb testing.TB, path string) []byte {
+// sharedData reads one of the shared traffic-signs files: skipped where
+// the data is not installed, failed where CI is set.
+func sharedData(tb testing.TB, name string) []byte {
 	tb.Helper()
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		tb.Skipf("shared data %s not installed", path)
-	}
+	b, err := os.ReadFile(testutil.SharedData(tb, name))
 	if err != nil {
 		tb.Fatal(err)
 	}

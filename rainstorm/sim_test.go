@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math/big"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -377,6 +381,56 @@ func (s *simRun) output() []Record {
 	return rows
 }
 
+// countsAgree checks a finished exactly-once run's record counts against
+// its output: every stage takes in, by its durable checkpoints, exactly
+// what the stage before passed on (the source: its well-formed records),
+// and the last stage passes on one record per output row.
+func (s *simRun) countsAgree(rows int) error {
+	// The source's final checkpoint need not be durable when the last
+	// stage finishes (it may crash after sending its last batch): count
+	// its well-formed records afresh.
+	var in RecordSource
+	if g := s.p.Spec.Source.Generate; g != nil {
+		in = NewGenerator(g, 0)
+	} else {
+		rd, err := NewReader(bytes.NewReader(s.data), s.ropts)
+		if err != nil {
+			return err
+		}
+		in = rd
+	}
+	var passed uint64
+	for {
+		_, err := in.Next()
+		var bad *BadRecordError
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err == nil {
+			passed++
+		} else if !errors.As(err, &bad) {
+			return err
+		}
+	}
+	for st := 1; st <= len(s.p.Stages); st++ {
+		var in, out uint64
+		for i := range s.tasksOf(st) {
+			c := s.store.Latest(wire.RainstormTask{Stage: st, Index: i})
+			if c == nil || !c.Done {
+				return fmt.Errorf("task %d.%d has no final checkpoint", st, i)
+			}
+			in, out = in+c.RecordsIn, out+c.RecordsOut
+		}
+		if in != passed {
+			return fmt.Errorf("stage %d took in %d records, the stage before passed on %d", st, in, passed)
+		}
+		passed = out
+	}
+	if passed != uint64(rows) {
+		return fmt.Errorf("the last stage passed on %d records, the output has %d rows", passed, rows)
+	}
+	return nil
+}
+
 func runSim(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune func(*TaskConfig), ex ExecOptions) (*simRun, []Record) {
 	t.Helper()
 	ropts := ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
@@ -585,7 +639,18 @@ func TestReferenceMatchesSequentialPass(t *testing.T) {
 	}
 }
 
+// simSeeds is the seeds each simulation runs: TEMPEST_RS_SIM_SEEDS when
+// set (make chaos runs hundreds), else few enough for make test, which
+// runs them under the race detector (two seeds of every case take about
+// 15 s of a busy 2-core machine there).
 func simSeeds(t *testing.T) int {
+	if v := os.Getenv("TEMPEST_RS_SIM_SEEDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TEMPEST_RS_SIM_SEEDS=%q: want a positive number", v)
+		}
+		return n
+	}
 	if testing.Short() || raceEnabled {
 		return 2
 	}
@@ -602,6 +667,9 @@ func TestSimExactlyOnce(t *testing.T) {
 			if !reflect.DeepEqual(got, c.expect) {
 				t.Fatalf("%s seed %d: output differs from the sequential pass (%d rows, want %d; %d crashes)\n%s",
 					c.name, seed, len(got), len(c.expect), s.crashes, diffRows(got, c.expect))
+			}
+			if err := s.countsAgree(len(got)); err != nil {
+				t.Fatalf("%s seed %d: counts disagree with the output: %v", c.name, seed, err)
 			}
 			crashes += s.crashes
 			staleRefused += s.staleRefuse

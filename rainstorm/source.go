@@ -185,7 +185,7 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 // Resume is where the driver opens the input: the first record of the
 // oldest segment not acknowledged on every channel.
 func (m *SourceMachine) Resume() Position {
-	return Position{Record: m.resume.Record, Offset: m.resume.Offset}
+	return Position{Record: m.resume.Record, Offset: m.resume.Offset, Fields: m.resume.Fields}
 }
 
 // Want reports whether the source wants its next segment read (window not
@@ -200,6 +200,10 @@ func (m *SourceMachine) Ready() Ready {
 	m.ready = Ready{}
 	return r
 }
+
+// Read returns the input records read so far, from the input's start
+// (malformed ones included), and how many of them were malformed.
+func (m *SourceMachine) Read() (records, bad uint64) { return m.readPos.Record, m.bad }
 
 // BadRecords is the count of malformed input records and the first few ids.
 func (m *SourceMachine) BadRecords() (uint64, []uint64) { return m.bad, m.badFirst }
@@ -337,10 +341,10 @@ func (m *SourceMachine) position() wire.RainstormSourcePos {
 	if len(m.segs) > 0 {
 		s := m.segs[0]
 		return wire.RainstormSourcePos{Segment: s.index, Record: s.start.Record, Offset: s.start.Offset,
-			BadRecords: s.badBefore, BadFirst: m.firstBadBefore(s.badBefore)}
+			Fields: s.start.Fields, BadRecords: s.badBefore, BadFirst: m.firstBadBefore(s.badBefore)}
 	}
 	return wire.RainstormSourcePos{Segment: m.nextSeg, Record: m.readPos.Record, Offset: m.readPos.Offset,
-		BadRecords: m.bad, BadFirst: m.badFirst}
+		Fields: m.readPos.Fields, BadRecords: m.bad, BadFirst: m.badFirst}
 }
 
 func (m *SourceMachine) firstBadBefore(n uint64) []uint64 {

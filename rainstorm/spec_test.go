@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"tempest/internal/jobfile"
+	"tempest/internal/testutil"
 	"tempest/wire"
 	"tempest/workflow"
 )
@@ -42,8 +43,12 @@ func parseJob(t *testing.T, src string, opts ParseOptions) (*Spec, error) {
 	return DecodeSpec(sub.Workflows[0].Params)
 }
 
-func openShared(name string) (io.ReadCloser, error) {
-	return os.Open("/work/shared/data/" + name)
+// openShared opens files named by a job file from the shared data folder.
+func openShared(tb testing.TB) func(name string) (io.ReadCloser, error) {
+	dir := filepath.Dir(testutil.SharedData(tb, fullCSV))
+	return func(name string) (io.ReadCloser, error) {
+		return os.Open(filepath.Join(dir, filepath.FromSlash(name)))
+	}
 }
 
 const telespar = `name: telespar
@@ -58,8 +63,7 @@ workflows:
 `
 
 func TestParseSpecIssueExample(t *testing.T) {
-	sharedData(t, fullCSV)
-	s, err := parseJob(t, telespar, ParseOptions{OpenFile: openShared})
+	s, err := parseJob(t, telespar, ParseOptions{OpenFile: openShared(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +131,7 @@ workflows:
 // TestParseSpecProblems checks each bad input is reported at its line with
 // its path.
 func TestParseSpecProblems(t *testing.T) {
-	sharedData(t, fullCSV)
+	testutil.SharedData(t, fullCSV)
 	head := "name: bad\nworkflows:\n  - name: p\n    type: rainstorm\n"
 	for _, tc := range []struct {
 		name, body string
@@ -153,7 +157,7 @@ func TestParseSpecProblems(t *testing.T) {
 		{"no stages", "    source: {path: /x}\n", 3, "stages: is required"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := ParseOptions{OpenFile: openShared, LookCommand: func(name string) error {
+			opts := ParseOptions{OpenFile: openShared(t), LookCommand: func(name string) error {
 				_, err := os.Stat(name)
 				return err
 			}}
@@ -200,7 +204,7 @@ func FuzzDecodeSpec(f *testing.F) {
 
 // TestExampleJobFiles parses every examples/rainstorm-*.yaml.
 func TestExampleJobFiles(t *testing.T) {
-	sharedData(t, fullCSV) // the examples' headers are checked against it
+	testutil.SharedData(t, fullCSV) // the examples' headers are checked against it
 	paths, err := filepath.Glob("../examples/rainstorm-*.yaml")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no examples: %v", err)
@@ -211,7 +215,7 @@ func TestExampleJobFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		reg := workflow.NewRegistry()
-		if err := reg.Register(specType{ParseOptions{OpenFile: openShared}}); err != nil {
+		if err := reg.Register(specType{ParseOptions{OpenFile: openShared(t)}}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := jobfile.Parse(data, p, reg); err != nil {

@@ -95,13 +95,16 @@ type outChan struct {
 // Batch, Ack, CheckpointResult, Tick; outputs: Ready. It has no clock,
 // goroutines or I/O of its own (a Transform may: exec talks to a program).
 type TaskMachine struct {
-	cfg     TaskConfig
-	agg     *Aggregate
-	in      []inChan
-	out     []outChan
-	rows    []Record // a sink's output since the last cut
-	bad     uint64
-	version uint64 // latest durable version
+	cfg  TaskConfig
+	agg  *Aggregate
+	in   []inChan
+	out  []outChan
+	rows []Record // a sink's output since the last cut
+	bad  uint64
+	// recIn and recOut count the records processed and emitted since the
+	// task's first checkpoint; a cut carries them, a restart restores them.
+	recIn, recOut uint64
+	version       uint64 // latest durable version
 
 	inflight    *wire.RainstormCheckpoint
 	inflightPos []uint64 // input positions in inflight
@@ -179,6 +182,7 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 		}
 	}
 	m.bad = c.BadRecords
+	m.recIn, m.recOut = c.RecordsIn, c.RecordsOut
 	m.final, m.done = c.Done, c.Done
 	// Resend what is pending now rather than after a timeout, and tell
 	// upstream how far this task's durable state goes.
@@ -191,6 +195,11 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 	}
 	return nil
 }
+
+// Records returns the records the task has processed and emitted since its
+// first checkpoint: what its next checkpoint will carry (its durable
+// counts are those of its latest durable checkpoint).
+func (m *TaskMachine) Records() (in, out uint64) { return m.recIn, m.recOut }
 
 // Ready returns and clears what the machine wants done.
 func (m *TaskMachine) Ready() Ready {
@@ -287,6 +296,7 @@ func (m *TaskMachine) process(b *wire.RainstormBatch) {
 			m.fail(err)
 		}
 	}
+	m.recIn += uint64(len(b.Records))
 	if m.agg != nil {
 		m.agg.Add(b.Records, bad)
 		return
@@ -304,6 +314,7 @@ func (m *TaskMachine) process(b *wire.RainstormBatch) {
 // emit routes records to the open batch of their downstream task, or to a
 // sink's output.
 func (m *TaskMachine) emit(recs []Record) {
+	m.recOut += uint64(len(recs))
 	if m.cfg.Next == nil {
 		m.rows = append(m.rows, recs...)
 		return
@@ -409,7 +420,7 @@ func (m *TaskMachine) cut(final bool) {
 	c := &wire.RainstormCheckpoint{
 		Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
 		Inputs: make([]wire.RainstormInput, len(m.in)), Outputs: make([]wire.RainstormOutput, len(m.out)),
-		BadRecords: m.bad, Done: final,
+		BadRecords: m.bad, Done: final, RecordsIn: m.recIn, RecordsOut: m.recOut,
 	}
 	m.inflightPos = m.inflightPos[:0]
 	for i := range m.in {

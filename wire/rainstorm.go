@@ -35,14 +35,14 @@ type RainstormBatch struct {
 }
 
 // RainstormBatchAck tells one sender that the receiver's durable state
-// covers the channel's batches up to UpTo. Seqs lists single batches covered
-// out of order (at-least-once mode, which does not keep order).
+// covers the channel's batches up to UpTo. Both modes process a channel in
+// order, so a prefix is all an ack names. (Key 5, single batches acked out
+// of order, was never sent and is retired.)
 type RainstormBatchAck struct {
 	From        RainstormTask `cbor:"1,keyasint"` // the receiver
 	To          int           `cbor:"2,keyasint,omitempty"`
 	Incarnation uint64        `cbor:"3,keyasint"`
 	UpTo        uint64        `cbor:"4,keyasint,omitempty"`
-	Seqs        []uint64      `cbor:"5,keyasint,omitempty"`
 }
 
 // RainstormInput is a task's position on one input channel: the next
@@ -75,14 +75,16 @@ type RainstormAggregate struct {
 }
 
 // RainstormSourcePos is where a source resumes: the first record (index and
-// byte offset) of its oldest unacknowledged segment, and the malformed
-// records seen before it.
+// byte offset) of its oldest unacknowledged segment, the field count a
+// headerless CSV's records must have (learnt from the input's first record;
+// 0 when not yet known), and the malformed records seen before it.
 type RainstormSourcePos struct {
 	Segment    uint64   `cbor:"1,keyasint,omitempty"`
 	Record     uint64   `cbor:"2,keyasint,omitempty"`
 	Offset     int64    `cbor:"3,keyasint,omitempty"`
 	BadRecords uint64   `cbor:"4,keyasint,omitempty"`
 	BadFirst   []uint64 `cbor:"5,keyasint,omitempty"` // first few bad record indexes
+	Fields     int      `cbor:"6,keyasint,omitempty"`
 }
 
 // RainstormCheckpoint is one task's durable state, written atomically with
@@ -108,6 +110,12 @@ type RainstormCheckpoint struct {
 	Done bool `cbor:"10,keyasint,omitempty"`
 	// BadRecords counts records the task refused (malformed for its op).
 	BadRecords uint64 `cbor:"11,keyasint,omitempty"`
+	// RecordsIn and RecordsOut count, over the task's chain of checkpoints,
+	// the records of the batches it processed and the records it emitted
+	// (in output batches, or as rows), so they count what the output holds:
+	// each once in exactly-once mode, whatever restarts and resends did.
+	RecordsIn  uint64 `cbor:"12,keyasint,omitempty"`
+	RecordsOut uint64 `cbor:"13,keyasint,omitempty"`
 	// PendingBlobs is Pending as the runtime carries it between a task and
 	// the managers: each batch encoded once by the task, so the managers
 	// store, compose and replicate it without decoding its records.

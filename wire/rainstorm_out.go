@@ -47,6 +47,8 @@ type RainstormOutputTask struct {
 	Records  int64          `cbor:"7,keyasint,omitempty"`
 	Bad      int64          `cbor:"8,keyasint,omitempty"`
 	Waiting  string         `cbor:"9,keyasint,omitempty"`
+	// RecordsOut: see api.PipelineTask.
+	RecordsOut int64 `cbor:"10,keyasint,omitempty"`
 }
 
 func (*RainstormOutputRequest) Type() MsgType { return TypeRainstormOutputRequest }

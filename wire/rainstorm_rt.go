@@ -17,15 +17,16 @@ type RainstormOpen struct {
 }
 
 // RainstormOpenReply carries the task's latest durable checkpoint (nil for a
-// fresh start), the input's column names and the current route table.
-// Wait says the leader cannot answer yet (the source has not reported the
-// header, or the leader is still syncing): ask again shortly.
+// fresh start), the input's column names and the current route table. A
+// stage task whose stages need the header opens again until HasHeader (the
+// source reports it in its own open); a leader still syncing answers with
+// an error, never a partial reply. (Key 5, a "wait" reason no leader ever
+// set, is retired.)
 type RainstormOpenReply struct {
 	Checkpoint *RainstormCheckpoint `cbor:"1,keyasint,omitempty"`
 	Header     []string             `cbor:"2,keyasint,omitempty"`
 	HasHeader  bool                 `cbor:"3,keyasint,omitempty"`
 	Routes     []RainstormRoute     `cbor:"4,keyasint,omitempty"`
-	Wait       string               `cbor:"5,keyasint,omitempty"`
 }
 
 // RainstormRoute is where one task of a pipeline runs now: its worker's QUIC

@@ -29,8 +29,8 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer) error {
 	dropped := prometheus.NewDesc("tempest_worker_dropped_iterations_total", "Open-model iterations of a running workflow that fell due with every VU busy and never ran.", wf, nil)
 	latency := prometheus.NewDesc("tempest_worker_step_latency_seconds", "Response latency of a running workflow's steps on this worker (send to last body byte).", append(wf, "step"), nil)
 	task := []string{"job_id", "workflow", "stage", "task"}
-	rsIn := prometheus.NewDesc("tempest_worker_rainstorm_tuples_in_total", "Tuples a RainStorm task took in: read by a source, received by a stage (resent batches not counted again).", task, nil)
-	rsOut := prometheus.NewDesc("tempest_worker_rainstorm_tuples_out_total", "Tuples a RainStorm task put out: records in the batches and output rows its checkpoints cut.", task, nil)
+	rsIn := prometheus.NewDesc("tempest_worker_rainstorm_tuples_in_total", "Tuples a RainStorm task took in: input records a source read, records of the batches a stage processed (since its first checkpoint; resends and redone work not counted again).", task, nil)
+	rsOut := prometheus.NewDesc("tempest_worker_rainstorm_tuples_out_total", "Tuples a RainStorm task put out: well-formed records a source sent, records a stage emitted in batches or as output rows.", task, nil)
 	bounds := obs.LatencyBuckets()
 
 	own := obs.NewCollector(func(ch chan<- prometheus.Metric) {

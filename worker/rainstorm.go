@@ -63,9 +63,12 @@ type rsTask struct {
 	key rsKey
 	inc uint64
 	in  chan wire.Message
-	// records counts tuples in (read by the source, received by a stage;
-	// resends not counted again), emitted tuples out (the batches and
-	// output rows its checkpoints cut), for snapshots and /metrics.
+	// records counts tuples in, emitted tuples out, as the task's machine
+	// counts them, for snapshots and /metrics: for the source the input
+	// records read and the well-formed ones sent, from the input's start;
+	// for a stage the records of the batches it processed and the records
+	// it emitted, since its first checkpoint (a restart resumes both from
+	// the checkpoint, so resends and redone work are not counted twice).
 	records, emitted atomic.Int64
 	// opened tells the task that tasks of its pipeline opened: fetch the
 	// routes now, then resend to those downstream.
@@ -279,9 +282,8 @@ type rsDriver struct {
 	hinted map[int]bool
 	start  time.Time
 
-	seen map[int]uint64 // per upstream task, the newest batch counted (run's goroutine only)
-	bad  atomic.Int64
-	wg   sync.WaitGroup
+	bad atomic.Int64
+	wg  sync.WaitGroup
 }
 
 // reportLoop reports progress every ReportInterval until the returned
@@ -311,7 +313,13 @@ func (d *rsDriver) reportLoop() (stop func()) {
 }
 
 func (d *rsDriver) snapshot() workflow.Snapshot {
-	return workflow.Snapshot{Elapsed: d.env.Now().Sub(d.start), Completed: d.t.records.Load(), Failed: d.bad.Load()}
+	// A pipeline's count is its input records, once: the source reports
+	// the well-formed records it read, a stage only its own bad records.
+	s := workflow.Snapshot{Elapsed: d.env.Now().Sub(d.start), Failed: d.bad.Load()}
+	if d.task.Stage == 0 {
+		s.Completed = d.t.emitted.Load()
+	}
+	return s
 }
 
 // needsHeader: the stages name CSV columns the source learns from the
@@ -417,7 +425,7 @@ func (d *rsDriver) open(ctx context.Context, header []string) (*wire.RainstormOp
 					return nil, fmt.Errorf("rainstorm open: checkpoint %d: %w", reply.Checkpoint.Version, err)
 				}
 			}
-			if reply.Wait == "" && (d.task.Stage == 0 || reply.HasHeader || !needsHeader(&d.p.Spec)) {
+			if d.task.Stage == 0 || reply.HasHeader || !needsHeader(&d.p.Spec) {
 				return reply, nil
 			}
 		}
@@ -647,11 +655,6 @@ func (d *rsDriver) apply(ctx context.Context, r rainstorm.Ready) (done bool, err
 		d.queue(d.task.Stage-1, a.To, a)
 	}
 	if r.Checkpoint != nil {
-		out := len(r.Checkpoint.Rows)
-		for _, b := range r.Checkpoint.Pending {
-			out += len(b.Records)
-		}
-		d.t.emitted.Add(int64(out))
 		d.checkpoint(ctx, r.Checkpoint)
 	}
 	switch {
@@ -726,9 +729,10 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			if err != nil {
 				return fmt.Errorf("source: read: %w", err)
 			}
-			d.t.records.Add(int64(len(seg.Records)))
 			m.Segment(seg)
-			bad, _ := m.BadRecords()
+			read, bad := m.Read()
+			d.t.records.Store(int64(read))
+			d.t.emitted.Store(int64(read - bad))
 			d.bad.Store(int64(bad))
 			if done, err = d.apply(ctx, m.Ready()); err != nil || done {
 				return err
@@ -814,6 +818,9 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 			d.log.Info("rainstorm task's final checkpoint is durable")
 		}
 		d.bad.Store(int64(m.Bad()))
+		in, out := m.Records()
+		d.t.records.Store(int64(in))
+		d.t.emitted.Store(int64(out))
 		if m.Finished() {
 			if finishedAt.IsZero() {
 				finishedAt = d.env.Now()
@@ -848,14 +855,6 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 func (d *rsDriver) handle(m *rainstorm.TaskMachine, msg wire.Message) {
 	switch x := msg.(type) {
 	case *wire.RainstormBatch:
-		// Count a batch once, not its resends (the machine drops those).
-		if d.seen == nil {
-			d.seen = map[int]uint64{}
-		}
-		if x.Seq > d.seen[x.From.Index] {
-			d.seen[x.From.Index] = x.Seq
-			d.t.records.Add(int64(len(x.Records)))
-		}
 		m.Batch(x)
 	case *wire.RainstormBatchAck:
 		m.Ack(x)

@@ -8,16 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-const signs = "../../../shared/data/traffic_signs_full.csv"
+	"tempest/internal/testutil"
+)
 
 func source(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat(signs); err != nil {
-		t.Skipf("traffic signs data absent: %v", err)
-	}
-	return signs
+	return testutil.SharedData(t, "traffic_signs_full.csv")
 }
 
 // The generated input is the source's records in a cycle with new

@@ -30,7 +30,12 @@ func cliRegistry(dir string) *workflow.Registry {
 		// a hint, though the workers' PATH is what counts.
 		LookCommand: func(name string) error {
 			if rainstorm.LocalProgram(name) {
-				p := filepath.Join(dir, filepath.FromSlash(name))
+				p, err := filepath.Abs(filepath.Join(dir, filepath.FromSlash(name)))
+				if err != nil {
+					return err
+				}
+				// Absolute, because LookPath searches PATH for a name
+				// without a separator, and Join(".", "./x") is "x".
 				if _, err := exec.LookPath(p); err != nil {
 					return fmt.Errorf("not found beside the job file as an executable file (%s): %w", p, err)
 				}

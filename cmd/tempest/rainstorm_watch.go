@@ -65,9 +65,10 @@ func (d *display) pipelines(ctx context.Context, c *api.Client, st api.JobStatus
 }
 
 // pipelineLines are a pipeline's stages under its workflow line: per stage
-// its tasks (running of all), tuples/s taken in, records, restarts and bad
-// records; the source's backlog is what it read that the first stage has
-// not taken yet. A task that waits for a placement gets a line saying why
+// its tasks (running of all), tuples/s taken in, records in and out,
+// restarts and bad records; the source's backlog is what it passed on that
+// the first stage has not yet taken in durably (none once the pipeline has
+// finished). A task that waits for a placement gets a line saying why
 // ("task count/2 waiting: no free core").
 func (d *display) pipelineLines(name, indent string) []string {
 	v := d.pipes[name]
@@ -77,7 +78,7 @@ func (d *display) pipelineLines(name, indent string) []string {
 	type agg struct {
 		name                     string
 		tasks, running, restarts int
-		records, bad             int64
+		in, out, bad             int64
 	}
 	var stages []*agg
 	// Tasks waiting for the same reason share a line: a pipeline placed
@@ -105,15 +106,16 @@ func (d *display) pipelineLines(name, indent string) []string {
 			a.running++
 		}
 		a.restarts += max(t.Attempts-1, 0)
-		a.records += t.Records
+		a.in += t.Records
+		a.out += t.RecordsOut
 		a.bad += t.Bad
 	}
 	var lines []string
 	for s, a := range stages {
-		line := fmt.Sprintf("%s%-10s tasks %d/%d  %s  records %d  restarts %d  bad %d", indent, a.name, a.running, a.tasks,
-			formatRate(v.meters[s].rateOrZero()), a.records, a.restarts, a.bad)
+		line := fmt.Sprintf("%s%-10s tasks %d/%d  %s  records in %d out %d  restarts %d  bad %d", indent, a.name, a.running, a.tasks,
+			formatRate(v.meters[s].rateOrZero()), a.in, a.out, a.restarts, a.bad)
 		if s == 0 && len(stages) > 1 {
-			line += fmt.Sprintf("  backlog %d", max(a.records-stages[1].records, 0))
+			line += fmt.Sprintf("  backlog %d", max(a.out-stages[1].in, 0))
 		}
 		lines = append(lines, strings.TrimRight(line, " "))
 	}

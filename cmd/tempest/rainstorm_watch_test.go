@@ -51,3 +51,27 @@ func TestPipelineLinesGroupWaitingTasks(t *testing.T) {
 		t.Fatalf("%d waiting lines, last %q; want one: %q", n, lines[len(lines)-1], want)
 	}
 }
+
+// Each stage shows records in and out; the source's backlog is what it
+// passed on that the first stage has not taken in, none once it finished.
+func TestPipelineLinesShowRecordsInAndOut(t *testing.T) {
+	d := newDisplay(io.Discard, false, 120, time.Now)
+	out := &api.PipelineOutput{Status: wire.JobRunning, Tasks: []api.PipelineTask{
+		{Stage: 0, Name: "source", Status: wire.WorkflowRunning, Records: 100, RecordsOut: 98, Bad: 2},
+		{Stage: 1, Index: 0, Name: "telespar", Status: wire.WorkflowRunning, Records: 30, RecordsOut: 10},
+		{Stage: 1, Index: 1, Name: "telespar", Status: wire.WorkflowRunning, Records: 40, RecordsOut: 12},
+		{Stage: 2, Index: 0, Name: "count", Status: wire.WorkflowRunning, Records: 22, RecordsOut: 0},
+	}}
+	d.pipes = map[string]*pipelineView{"p": {meters: map[int]*rateMeter{}, out: out}}
+	lines := strings.Join(d.pipelineLines("p", "  "), "\n")
+	for _, want := range []string{"records in 100 out 98  restarts 0  bad 2  backlog 28", "records in 70 out 22", "records in 22 out 0"} {
+		if !strings.Contains(lines, want) {
+			t.Fatalf("no %q in:\n%s", want, lines)
+		}
+	}
+	out.Status = wire.JobCompleted
+	out.Tasks[1].Records, out.Tasks[2].Records = 48, 50
+	if lines := strings.Join(d.pipelineLines("p", "  "), "\n"); !strings.Contains(lines, "backlog 0") {
+		t.Fatalf("a finished pipeline shows a backlog:\n%s", lines)
+	}
+}
