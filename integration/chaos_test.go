@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"tempest/api"
 	"tempest/integration/checker"
 	"tempest/internal/devcluster"
 )
@@ -48,7 +47,8 @@ func TestChaos(t *testing.T) {
 	ch := &chaos{p: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), killed: map[string]bool{}, paused: map[string]bool{}}
 
 	var submits sync.WaitGroup
-	end := time.Now().Add(dur)
+	start := time.Now()
+	end := start.Add(dur)
 	for step := 1; time.Now().Before(end); step++ {
 		action := ch.next()
 		t.Logf("chaos step %d: %s", step, action.name)
@@ -65,30 +65,65 @@ func TestChaos(t *testing.T) {
 		time.Sleep(time.Duration(300+ch.intn(2500)) * time.Millisecond)
 	}
 	submits.Wait()
+	avail := p.hist.Availability(start, time.Now(), promptAnswer)
 	ch.restoreAll()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	if _, err := p.WaitReady(ctx); err != nil {
-		t.Errorf("cluster not ready after the chaos: %v", err)
-		for _, dc := range p.Datacenters() {
-			if cl, err := api.NewClient(p.ManagerAPIs(dc), p.Token()); err == nil {
-				vctx, vcancel := context.WithTimeout(context.Background(), 5*time.Second)
-				if v, err := cl.Cluster(vctx); err == nil {
-					for _, n := range v.Nodes {
-						t.Logf("%s view: %s %s %s leader=%v term=%d cores=%d/%d", dc, n.Name, n.Role, n.State, n.IsLeader, n.Term, n.AvailableCores, n.TotalCores)
-					}
-				}
-				vcancel()
-				cl.Close()
-			}
-		}
+	healed := time.Now()
+	took, werr := p.awaitWhole(chaosRecoveryBound, dcs)
+	if werr != nil {
+		t.Errorf("not whole within %s of lifting every fault: %v", chaosRecoveryBound, werr)
+		p.logViews()
+	} else {
+		t.Logf("whole again %s after every fault was lifted (bound %s)", took.Round(10*time.Millisecond), chaosRecoveryBound)
 	}
-	rec := p.recoverAfter(time.Now(), dcs, 60*time.Second)
+	rec := p.recoverAfter(healed, dcs, 60*time.Second)
 	v := p.finish(checker.Rules{MaxExtra: workerFenceBound(30)}, 180*time.Second)
 	t.Logf("CHAOS VERDICT (seed %d): %s", seed, v)
+	t.Logf("CHAOS AVAILABILITY (seed %d, %s): %s (from %s)", seed, topology(dcs), avail, avail.GapFrom.Sub(start).Round(time.Second))
 	partitionReport(t, fmt.Sprintf("chaos seed=%d", seed), rec, v)
 	if !v.OK() {
 		t.Errorf("checker failed; replay the schedule with CHAOS_SEED=%d CHAOS_DURATION=%s", seed, dur)
+	}
+	if werr != nil {
+		p.dumpStacks()
+	}
+}
+
+// chaosRecoveryBound is how long the cluster may take, once every fault
+// of a chaos run is lifted, to be whole again (awaitWhole): wholeBound,
+// plus the backlog of jobs the run left behind, which the restarted
+// leaders load and the gates' takeovers move.
+const chaosRecoveryBound = 60 * time.Second
+
+// promptAnswer is the answer time a submission must beat to count as
+// available: a client that waits longer for its yes or no is, for it, an
+// outage.
+const promptAnswer = 2 * time.Second
+
+func topology(dcs int) string {
+	if dcs > 0 {
+		return "gated"
+	}
+	return "plain"
+}
+
+// logViews logs each datacenter's view of the cluster, as its leader gives
+// it, for a cluster that did not recover.
+func (p *pcluster) logViews() {
+	for _, dc := range p.Datacenters() {
+		for _, name := range p.namesOf("manager", dc) {
+			n, _ := p.Node(name)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*viewTimeout)
+			v, err := p.viewOf(ctx, n)
+			cancel()
+			if err != nil {
+				p.t.Logf("%s view through %s: %v", dc, name, err)
+				continue
+			}
+			for _, n := range v.Nodes {
+				p.t.Logf("%s view: %s %s %s leader=%v term=%d cores=%d/%d", dc, n.Name, n.Role, n.State, n.IsLeader, n.Term, n.AvailableCores, n.TotalCores)
+			}
+			break
+		}
 	}
 }
 
