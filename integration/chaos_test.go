@@ -89,10 +89,12 @@ func TestChaos(t *testing.T) {
 }
 
 // chaosRecoveryBound is how long the cluster may take, once every fault
-// of a chaos run is lifted, to be whole again (awaitWhole): wholeBound,
-// plus the backlog of jobs the run left behind, which the restarted
-// leaders load and the gates' takeovers move.
-const chaosRecoveryBound = 60 * time.Second
+// of a chaos run is lifted, to be whole again (awaitWhole). It is wide:
+// on a shared 2-core host at a load average of 48 the test profiles'
+// elections flap (check-quorum steps leaders down when acks come late),
+// and issue 28's seed took 88 s to its first acknowledged probe with the
+// fix. What it catches is a cluster that stays broken, as issue 28's did.
+const chaosRecoveryBound = 120 * time.Second
 
 // promptAnswer is the answer time a submission must beat to count as
 // available: a client that waits longer for its yes or no is, for it, an
