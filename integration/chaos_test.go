@@ -36,10 +36,43 @@ func TestChaos(t *testing.T) {
 			t.Fatalf("CHAOS_SEED: %v", err)
 		}
 	}
+	runChaos(t, seed, dur, os.Getenv("CHAOS_TOPOLOGY") == "gated")
+}
+
+// chaosRegressions are the schedules that once failed, replayed by name
+// (CHAOS_REGRESSIONS=1; each runs for its own duration, so the set takes
+// their sum). The short, fixed form of each cause is a test of its own.
+var chaosRegressions = []struct {
+	name  string
+	seed  uint64
+	dur   time.Duration
+	gated bool
+}{
+	// Issue 28: a manager restarted while cut off joined itself and
+	// stayed dead in its peers' view (TestManagerRejoinsOnceItsFaultEnds);
+	// a paused gate held submissions for the client's whole deadline
+	// (api TestSubmitFailsOverFromAnEndpointThatHoldsIt).
+	{"issue-28-restarted-manager-stays-dead", 1795875372485754971, 4 * time.Minute, true},
+}
+
+// TestChaosRegressions replays chaosRegressions (skipped without
+// CHAOS_REGRESSIONS: they take minutes each).
+func TestChaosRegressions(t *testing.T) {
+	if os.Getenv("CHAOS_REGRESSIONS") == "" {
+		t.Skip("chaos regressions run only with CHAOS_REGRESSIONS set")
+	}
+	for _, r := range chaosRegressions {
+		t.Run(r.name, func(t *testing.T) { runChaos(t, r.seed, r.dur, r.gated) })
+	}
+}
+
+// runChaos runs the schedule seed draws for dur, then checks the cluster
+// recovers and the checker's verdict (TestChaos).
+func runChaos(t *testing.T, seed uint64, dur time.Duration, gated bool) {
 	t.Logf("CHAOS_SEED=%d CHAOS_DURATION=%s", seed, dur)
 	opts := devcluster.Options{Managers: 3, Workers: 3}
 	dcs := 0
-	if os.Getenv("CHAOS_TOPOLOGY") == "gated" {
+	if gated {
 		opts = devcluster.Options{Gates: 3, Datacenters: 2, Managers: 3, Workers: 1, LeaseTTL: 5 * time.Second}
 		dcs = 1
 	}
@@ -81,7 +114,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("CHAOS AVAILABILITY (seed %d, %s): %s (from %s)", seed, topology(dcs), avail, avail.GapFrom.Sub(start).Round(time.Second))
 	partitionReport(t, fmt.Sprintf("chaos seed=%d", seed), rec, v)
 	if !v.OK() {
-		t.Errorf("checker failed; replay the schedule with CHAOS_SEED=%d CHAOS_DURATION=%s", seed, dur)
+		t.Errorf("checker failed; replay the schedule with CHAOS_SEED=%d CHAOS_DURATION=%s CHAOS_TOPOLOGY=%s", seed, dur, topology(dcs))
 	}
 	if werr != nil {
 		p.dumpStacks()
@@ -101,6 +134,8 @@ const chaosRecoveryBound = 120 * time.Second
 // outage.
 const promptAnswer = 2 * time.Second
 
+// topology names a run's layout as CHAOS_TOPOLOGY does ("plain" is its
+// empty default).
 func topology(dcs int) string {
 	if dcs > 0 {
 		return "gated"
