@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -111,7 +112,8 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration, gated bool) {
 	rec := p.recoverAfter(healed, dcs, 60*time.Second)
 	v := p.finish(checker.Rules{MaxExtra: workerFenceBound(30)}, 180*time.Second)
 	t.Logf("CHAOS VERDICT (seed %d): %s", seed, v)
-	t.Logf("CHAOS AVAILABILITY (seed %d, %s): %s (from %s)", seed, topology(dcs), avail, avail.GapFrom.Sub(start).Round(time.Second))
+	t.Logf("CHAOS AVAILABILITY (seed %d, %s): %s (from %s); host load average %s", seed, topology(dcs), avail,
+		avail.GapFrom.Sub(start).Round(time.Second), loadAverage())
 	partitionReport(t, fmt.Sprintf("chaos seed=%d", seed), rec, v)
 	if !v.OK() {
 		t.Errorf("checker failed; replay the schedule with CHAOS_SEED=%d CHAOS_DURATION=%s CHAOS_TOPOLOGY=%s", seed, dur, topology(dcs))
@@ -133,6 +135,20 @@ const chaosRecoveryBound = 120 * time.Second
 // available: a client that waits longer for its yes or no is, for it, an
 // outage.
 const promptAnswer = 2 * time.Second
+
+// loadAverage is the host's 1, 5 and 15 minute load averages, for the
+// figures' context: the machine is shared, and a starved node answers late.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
 
 // topology names a run's layout as CHAOS_TOPOLOGY does ("plain" is its
 // empty default).
