@@ -234,7 +234,7 @@ func (c *Client) exchange(ctx context.Context, req request) (*answer, error) {
 	for i := range n {
 		idx := (start + i) % n
 		ep := c.endpoints[idx]
-		a, err := c.attempt(ctx, ep, req)
+		a, err := c.attempt(ctx, ep, req, n-i)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -262,8 +262,19 @@ func (c *Client) exchange(ctx context.Context, req request) (*answer, error) {
 	return nil, &UnreachableError{Endpoints: c.Endpoints(), Err: lastErr}
 }
 
-func (c *Client) attempt(ctx context.Context, ep string, req request) (*answer, error) {
-	actx, cancel := context.WithTimeout(ctx, c.requestTimeout)
+// attempt sends req to ep. left counts the endpoints still to try, ep
+// included: a request that may be re-sent elsewhere gets at most its share
+// of what is left of ctx's deadline, so an endpoint that holds it without
+// an answer (a paused node accepts connections; a follower may forward to
+// a leader that does) leaves time for the others. Without the share a
+// client whose last good endpoint was paused gave every call's whole
+// deadline to that endpoint, and its submissions ended unknown.
+func (c *Client) attempt(ctx context.Context, ep string, req request, left int) (*answer, error) {
+	timeout := c.requestTimeout
+	if dl, ok := ctx.Deadline(); ok && req.idempotent && left > 1 {
+		timeout = min(timeout, time.Until(dl)/time.Duration(left))
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	hreq, err := c.newRequest(actx, ep, req)
 	if err != nil {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -85,6 +88,42 @@ func TestClientFailover(t *testing.T) {
 		if err := call.f(); err != nil {
 			t.Errorf("%s with the first endpoint dead: %v", call.name, err)
 		}
+	}
+}
+
+// An endpoint that accepts the request and never answers (a paused node)
+// takes only its share of the call's deadline: the submission is answered
+// by the next endpoint, under the same idempotency key, before the
+// caller's deadline, and the next call starts where the answer came from.
+func TestSubmitFailsOverFromAnEndpointThatHoldsIt(t *testing.T) {
+	held := make(chan struct{})
+	var hits atomic.Int32
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-held:
+		}
+	}))
+	t.Cleanup(stuck.Close)
+	t.Cleanup(func() { close(held) })
+	b := apitest.NewBackend()
+	srv := apitest.Serve(t, b, nil)
+	c := newClient(t, stuck.URL, srv.URL())
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		start := time.Now()
+		_, err := c.Submit(ctx, []byte(goodJob), "j.yaml")
+		cancel()
+		if err != nil {
+			t.Fatalf("submit %d: %v (after %s)", i, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	if n := len(b.Submissions()); n != 2 {
+		t.Fatalf("%d submissions reached the answering endpoint, want 2", n)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the endpoint that holds requests got %d, want 1 (the second submit should start at the one that answered)", n)
 	}
 }
 

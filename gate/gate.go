@@ -376,7 +376,7 @@ func (g *Gate) PeerState(node swim.NodeInfo, state []byte, _ time.Duration) {
 func (g *Gate) observeManager(hb *wire.ManagerHeartbeat) { g.dcs.heartbeat(hb) }
 
 func (g *Gate) joinLoop(ctx context.Context) {
-	swim.KeepJoining(ctx, g.members.Join, g.cfg.Join, 250*time.Millisecond, 15*time.Second, "swim cluster", g.log)
+	g.members.KeepJoined(ctx, g.cfg.Join, 250*time.Millisecond, 15*time.Second, "swim cluster", g.log)
 }
 
 // healthLoop hands SWIM's local health score to the election once the gate

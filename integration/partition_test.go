@@ -322,7 +322,7 @@ func (p *pcluster) submitVia(client *api.Client, key string, job []byte, data ma
 		id, err = client.Submit(ctx, job, "job.yaml")
 	}
 	ans, detail := classify(err)
-	p.hist.AddSubmit(checker.Submit{Key: key, JobID: id, Answer: ans, Detail: detail, At: at})
+	p.hist.AddSubmit(checker.Submit{Key: key, JobID: id, Answer: ans, Detail: detail, At: at, Took: time.Since(at)})
 	if id != "" {
 		p.mu.Lock()
 		p.jobs[id] = key

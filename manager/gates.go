@@ -145,7 +145,7 @@ func (m *Manager) onGateAlive(n swim.NodeInfo) {
 }
 
 func (m *Manager) gateJoinLoop(ctx context.Context) {
-	swim.KeepJoining(ctx, m.gateMembers.Join, m.cfg.GateJoin, m.cfg.HeartbeatInterval, 30*m.cfg.HeartbeatInterval, "the gates' swim cluster", m.log)
+	m.gateMembers.KeepJoined(ctx, m.cfg.GateJoin, m.cfg.HeartbeatInterval, 30*m.cfg.HeartbeatInterval, "the gates' swim cluster", m.log)
 }
 
 // staleFenceLocked reports whether token is older than the newest this

@@ -126,5 +126,5 @@ func (m *Manager) nodeMeta() swim.NodeMeta {
 }
 
 func (m *Manager) joinLoop(ctx context.Context) {
-	swim.KeepJoining(ctx, m.ownMembers.Join, m.cfg.Join, m.cfg.HeartbeatInterval, 30*m.cfg.HeartbeatInterval, "swim cluster", m.log)
+	m.ownMembers.KeepJoined(ctx, m.cfg.Join, m.cfg.HeartbeatInterval, 30*m.cfg.HeartbeatInterval, "swim cluster", m.log)
 }

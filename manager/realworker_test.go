@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -73,6 +74,8 @@ func (idleMembership) Leave(time.Duration) error                   { return nil 
 func (idleMembership) Shutdown() error                             { return nil }
 func (idleMembership) SetKeys([][]byte) error                      { return nil }
 func (idleMembership) LocalHealth() int                            { return 0 }
+func (idleMembership) KeepJoined(context.Context, []string, time.Duration, time.Duration, string, *slog.Logger) {
+}
 
 // waitWorkers waits until the leader knows n registered workers.
 func waitWorkers(t *testing.T, c *testCluster, n int) *Manager {

@@ -59,6 +59,10 @@ type Node struct {
 	broadcastTimeout time.Duration
 
 	ml *memberlist.Memberlist
+	// rejoinEvery is how often KeepJoined contacts the seeds that are not
+	// live members: the profile's push/pull interval, memberlist's own
+	// cadence for repairing a member's view.
+	rejoinEvery time.Duration
 	// keyring is shared with memberlist, which reads it for every packet;
 	// nil when gossip is unencrypted.
 	keyring *memberlist.Keyring
@@ -171,6 +175,7 @@ func New(cfg Config) (*Node, error) {
 			net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.BindPort)), err)
 	}
 	n.ml = ml
+	n.rejoinEvery = mc.PushPullInterval
 	// Read once, before any alive message about ourselves can rewrite it.
 	n.addr = ml.LocalNode().Address()
 	n.log.Debug("swim node started", "addr", n.addr, "profile", cfg.Profile, "encrypted", n.keyring != nil)
@@ -189,11 +194,28 @@ func (n *Node) Addr() string { return n.addr }
 // only if none did. ctx is checked between addresses; a single attempt is
 // bounded by the profile's TCP timeout.
 func (n *Node) Join(ctx context.Context, addrs []string) (int, error) {
+	return n.join(ctx, addrs, false)
+}
+
+// join is Join; quiet leaves a partial success unlogged (KeepJoined's
+// rounds, which run for as long as a seed is away).
+//
+// This node's own address is never contacted: memberlist answers a join
+// to itself with success, so a node restarted while its peers were out of
+// reach "joined" itself and stopped trying, alone in a cluster of one for
+// good (its peers had declared it dead and never probe the dead).
+func (n *Node) join(ctx context.Context, addrs []string, quiet bool) (int, error) {
 	if n.down.Load() {
 		return 0, fmt.Errorf("swim join %v: %w", addrs, ErrShutdown)
 	}
 	if len(addrs) == 0 {
 		return 0, fmt.Errorf("swim join: no addresses")
+	}
+	addrs = n.others(ctx, addrs)
+	if len(addrs) == 0 {
+		// Every seed is this node (the first node of a cluster is often
+		// given the same list as the rest): a cluster of one joins nothing.
+		return 0, nil
 	}
 	joined := 0
 	var errs []error
@@ -211,7 +233,7 @@ func (n *Node) Join(ctx context.Context, addrs []string) (int, error) {
 	if joined == 0 {
 		return 0, fmt.Errorf("swim join %v: %w", addrs, errors.Join(errs...))
 	}
-	if len(errs) > 0 {
+	if len(errs) > 0 && !quiet {
 		n.log.Warn("swim join reached only some seeds", "joined", joined, "of", len(addrs), "err", errors.Join(errs...))
 	}
 	return joined, nil

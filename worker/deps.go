@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"tempest/security"
@@ -15,6 +16,9 @@ import (
 type Membership interface {
 	Addr() string
 	Join(ctx context.Context, addrs []string) (int, error)
+	// KeepJoined joins the seeds and keeps them joined until ctx ends
+	// (swim.Node.KeepJoined).
+	KeepJoined(ctx context.Context, seeds []string, base, max time.Duration, cluster string, log *slog.Logger)
 	Leave(timeout time.Duration) error
 	Shutdown() error
 	SetKeys(keys [][]byte) error

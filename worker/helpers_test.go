@@ -86,6 +86,9 @@ func (f *fakeMembership) SetKeys(keys [][]byte) error {
 	f.keys = keys
 	return nil
 }
+func (f *fakeMembership) KeepJoined(ctx context.Context, seeds []string, base, max time.Duration, cluster string, log *slog.Logger) {
+	swim.KeepJoining(ctx, f.Join, seeds, base, max, cluster, log)
+}
 func (f *fakeMembership) LocalHealth() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

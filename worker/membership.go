@@ -52,11 +52,12 @@ func (w *Worker) memberGone(n swim.NodeInfo) {
 	}
 }
 
-// joinLoop joins the SWIM seeds, retrying until one answers.
+// joinLoop joins the SWIM seeds, retrying until one answers, and contacts
+// again any that stops being a live member (swim.Node.KeepJoined).
 func (w *Worker) joinLoop(ctx context.Context, m Membership) {
 	if len(w.cfg.Join) == 0 {
 		w.log.Warn("no SWIM seeds configured (join): managers will not see this worker's heartbeats")
 		return
 	}
-	swim.KeepJoining(ctx, m.Join, w.cfg.Join, joinBackoffBase, joinBackoffMax, "SWIM cluster", w.log)
+	m.KeepJoined(ctx, w.cfg.Join, joinBackoffBase, joinBackoffMax, "SWIM cluster", w.log)
 }

@@ -42,6 +42,7 @@ type Submit struct {
 	Answer Answer
 	Detail string // the error, for Refused and Unknown
 	At     time.Time
+	Took   time.Duration // from the request to its answer (or the client giving up)
 }
 
 // Status is one poll of a job's status.

@@ -20,16 +20,27 @@ func (c *Cluster) Client() (*api.Client, error) {
 // gates, until a gate leads and sees every datacenter's leader; or until
 // ctx ends. It returns the last view it saw through the entry points.
 func (c *Cluster) WaitReady(ctx context.Context) (*api.ClusterView, error) {
-	var checks []readyCheck
+	var checks []*readyCheck
 	defer func() {
 		for _, ch := range checks {
-			ch.client.Close()
+			for _, cl := range ch.clients {
+				cl.Close()
+			}
 		}
 	}()
 	for _, dc := range c.Datacenters() {
-		client, err := api.NewClient(c.ManagerAPIs(dc), c.opts.Token)
-		if err != nil {
-			return nil, err
+		// A client per manager, asked in turn (readyCheck.next): one
+		// client over all of them keeps going back to the endpoint that
+		// last answered, and a manager that holds requests without an
+		// answer (paused, or forwarding to a leader that does) would take
+		// every attempt's whole timeout, however healthy the others.
+		var clients []*api.Client
+		for _, u := range c.ManagerAPIs(dc) {
+			client, err := api.NewClient([]string{u}, c.opts.Token)
+			if err != nil {
+				return nil, err
+			}
+			clients = append(clients, client)
 		}
 		want := 0
 		for _, n := range c.Nodes() {
@@ -37,7 +48,7 @@ func (c *Cluster) WaitReady(ctx context.Context) (*api.ClusterView, error) {
 				want++
 			}
 		}
-		checks = append(checks, readyCheck{dc, client, want})
+		checks = append(checks, &readyCheck{dc: dc, clients: clients, want: want})
 	}
 	var gates *api.Client
 	if c.opts.Gates > 0 {
@@ -70,15 +81,24 @@ func (c *Cluster) WaitReady(ctx context.Context) (*api.ClusterView, error) {
 
 // readyCheck is one datacenter's readiness probe, over its managers' APIs.
 type readyCheck struct {
-	dc     string
-	client *api.Client
-	want   int // workers
+	dc      string
+	clients []*api.Client // one per manager
+	turn    int
+	want    int // workers
 }
 
-func (c *Cluster) readyOnce(ctx context.Context, checks []readyCheck, gates *api.Client) (*api.ClusterView, error) {
+// next is the client to ask this time: each manager in turn, so one that
+// does not answer is not asked every time.
+func (ch *readyCheck) next() *api.Client {
+	cl := ch.clients[ch.turn%len(ch.clients)]
+	ch.turn++
+	return cl
+}
+
+func (c *Cluster) readyOnce(ctx context.Context, checks []*readyCheck, gates *api.Client) (*api.ClusterView, error) {
 	var view *api.ClusterView
 	for _, ch := range checks {
-		v, err := readyView(ctx, ch.client, ch.want)
+		v, err := readyView(ctx, ch.next(), ch.want)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", ch.dc, err)
 		}
