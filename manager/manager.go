@@ -134,6 +134,8 @@ type Manager struct {
 	hb    atomic.Pointer[[]byte]
 	hbVer atomic.Uint64
 	apis  *api.Addresses // this manager's API URL and its peers'
+	// refused counts requests refused for their sender (authz.go).
+	refused refusalCounter
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.

@@ -19,9 +19,12 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 	wfs := prometheus.NewDesc("tempest_manager_workflows", "Workflows known to this manager by status.", []string{"status"}, nil)
 	workers := prometheus.NewDesc("tempest_manager_workers", "Workers by state.", []string{"state"}, nil)
 	cores := prometheus.NewDesc("tempest_manager_available_cores", "Free cores on alive workers, as this manager counts them.", nil, nil)
+	refused := prometheus.NewDesc("tempest_manager_unauthorized_total",
+		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, output read by a non-gate.",
+		[]string{"type"}, nil)
 	return obs.Role{
 		Name: "manager", Leads: "its datacenter",
-		Own:       []*prometheus.Desc{wfs, workers, cores},
+		Own:       []*prometheus.Desc{wfs, workers, cores, refused},
 		Transport: func() transport.Transport { return m.tr },
 		Scrape: func(ch chan<- prometheus.Metric) obs.RoleState {
 			byJob := make(map[string]float64)
@@ -50,6 +53,9 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 				obs.Gauge(ch, workers, v, k)
 			}
 			obs.Gauge(ch, cores, float64(free))
+			for t, n := range m.refused.snapshot() {
+				obs.Counter(ch, refused, float64(n), t.String())
+			}
 			return obs.RoleState{Leading: m.leading() != nil, Term: m.elector.Status().Term, Jobs: byJob}
 		},
 		Live: m.liveSeries,

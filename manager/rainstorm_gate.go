@@ -16,11 +16,18 @@ import (
 // registerRainstormOutput serves a pipeline's output to the gates, one page
 // per request (wire.RainstormOutputRequest). Only the leader answers: it
 // holds every durable checkpoint's rows, where a follower may lag a group
-// behind. The gate follows not_leader like it does for submissions.
+// behind. The gate follows not_leader like it does for submissions. Only
+// gates read output this way: the transport refuses the request from a
+// worker's key (wire.MaySend), and of the nodes holding more, this answers
+// only one it knows as a gate, so a manager's id reads no output either.
 func (m *Manager) registerRainstormOutput() {
-	handle(m, wire.TypeRainstormOutputRequest, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormOutputRequest) (wire.Message, error) {
+	handle(m, wire.TypeRainstormOutputRequest, func(ctx context.Context, from transport.Peer, msg *wire.RainstormOutputRequest) (wire.Message, error) {
 		if _, err := m.rsReady(); err != nil {
 			return nil, err
+		}
+		if !m.gates.has(from.NodeID) {
+			m.unauthorized(wire.TypeRainstormOutputRequest, from, msg.Job, msg.Workflow, "sender is not a known gate")
+			return nil, wire.Errorf(wire.CodeRejected, "%s is not a gate this manager knows", from.NodeID)
 		}
 		out, err := m.PipelineOutput(ctx, msg.Job, msg.Workflow, msg.Rows)
 		if err != nil {

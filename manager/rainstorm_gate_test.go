@@ -76,6 +76,13 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 
 	gate := c.hub.Node("gate-1")
 	req := &wire.RainstormOutputRequest{Job: job, Workflow: "pipe", Rows: true}
+	// Output is read only by a gate the manager knows.
+	if _, err := gate.Call(context.Background(), lead.cfg.ID, req); wire.CodeOf(err) != wire.CodeRejected && wire.CodeOf(err) != wire.CodeUnavailable {
+		t.Fatalf("an unknown gate's output request: %v", err)
+	}
+	for _, m := range c.running() {
+		m.gates.set("gate-1", "gate-1")
+	}
 	for _, m := range c.running() {
 		if m == lead {
 			continue
@@ -106,7 +113,8 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 	inc := taskToken(t, lead, job, running, 0)
 	taskToken(t, lead, job, 1, 0)
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		_, err := gate.Call(context.Background(), lead.cfg.ID, &wire.RainstormOpen{Task: src, Incarnation: inc})
+		worker := lead.rsTaskInfo(src).worker
+		_, err := c.hub.Node(worker).Call(context.Background(), lead.cfg.ID, &wire.RainstormOpen{Task: src, Incarnation: inc})
 		return err
 	})
 	select {
