@@ -194,12 +194,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.ids = wire.NewSnowflakeGenerator(cfg.ID, m.clock.Now)
 	m.workers = newWorkerTable(rnd, cfg.QueueSoftLimit, m.clock.Now)
 	m.managers = newManagerTable(m.clock.Now)
-	m.apis = api.NewAddresses(cfg.ID, api.AdvertisedURL(cfg.APIAdvertise, cfg.APIListen), func(id string) string {
-		if n, ok := m.members.Member(id); ok {
-			return n.Meta.Tags["api"]
-		}
-		return ""
-	})
+	m.apis = api.NewAddresses(cfg.ID, api.AdvertisedURL(cfg.APIAdvertise, cfg.APIListen))
 
 	ok := false
 	defer func() {
@@ -372,6 +367,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeRelayWorkerRegistration, m.handleRelayedRegistration)
 	m.registerBlobHandlers()
 	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
+	handle(m, wire.TypeLeaderAPI, m.handleLeaderAPI)
 	m.registerRainstorm()
 	m.registerRainstormOutput()
 }
