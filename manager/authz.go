@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"tempest/internal/blobstore"
 	"tempest/transport"
@@ -20,19 +21,35 @@ import (
 // token the sender could replay.
 
 // refusalCounter counts requests refused for their sender, by message
-// type, for /metrics (tempest_manager_unauthorized_total).
+// type, for /metrics (tempest_manager_unauthorized_total), and paces the
+// log lines: at most one per type per refusalLogEvery, naming how many
+// went unlogged since, so a flood of forged requests costs no log volume.
 type refusalCounter struct {
-	mu sync.Mutex
-	n  map[wire.MsgType]uint64
+	mu       sync.Mutex
+	n        map[wire.MsgType]uint64
+	loggedAt map[wire.MsgType]time.Time
+	unlogged map[wire.MsgType]uint64
 }
 
-func (c *refusalCounter) add(t wire.MsgType) {
+const refusalLogEvery = time.Second
+
+// add counts one refusal of type t at now and reports whether to log it,
+// and how many refusals of t were not logged before it.
+func (c *refusalCounter) add(t wire.MsgType, now time.Time) (log bool, skipped uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n == nil {
-		c.n = map[wire.MsgType]uint64{}
+		c.n, c.loggedAt, c.unlogged = map[wire.MsgType]uint64{}, map[wire.MsgType]time.Time{}, map[wire.MsgType]uint64{}
 	}
 	c.n[t]++
+	if at, ok := c.loggedAt[t]; ok && now.Sub(at) < refusalLogEvery {
+		c.unlogged[t]++
+		return false, 0
+	}
+	c.loggedAt[t] = now
+	skipped = c.unlogged[t]
+	c.unlogged[t] = 0
+	return true, skipped
 }
 
 func (c *refusalCounter) snapshot() map[wire.MsgType]uint64 {
@@ -48,9 +65,12 @@ func (c *refusalCounter) snapshot() map[wire.MsgType]uint64 {
 // unauthorized counts and logs a request refused for its sender. job and
 // workflow name what it asked about ("" when it named none).
 func (m *Manager) unauthorized(t wire.MsgType, from transport.Peer, job, workflow, why string) {
-	m.refused.add(t)
+	log, skipped := m.refused.add(t, m.clock.Now())
+	if !log {
+		return
+	}
 	m.log.Warn("request refused for its sender", "type", t.String(), "sender", from.NodeID, "remote", from.Addr,
-		"job_id", job, "workflow", workflow, "reason", why)
+		"job_id", job, "workflow", workflow, "reason", why, "unlogged_before", skipped)
 }
 
 // rsSenderRunsTask reports whether task is dispatched (assigned or running)

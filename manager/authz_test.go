@@ -224,3 +224,65 @@ func TestBlobReadOnlyForDispatchedWork(t *testing.T) {
 		t.Fatalf("blob read refusals counted %d, want 1", n)
 	}
 }
+
+// A worker-key holder cannot make itself a task's worker by reporting
+// progress for it under a made-up token of the leader's term: the leader
+// placed every attempt of its own term, so it ignores (and counts) such a
+// report, and the task's open stays refused to that node.
+func TestForgedProgressDoesNotMakeATaskWorker(t *testing.T) {
+	c, lead, job, _, tokens := rsTwoWorkers(t, "")
+	c.addWorker("evil", 1) // registered, runs nothing
+	sink := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
+	var wfID string
+	lead.mu.Lock()
+	for _, w := range lead.jobs[job].wfs {
+		if w.rec.FenceToken == tokens[1] {
+			wfID = w.rec.WorkflowID
+		}
+	}
+	lead.mu.Unlock()
+	lt := lead.leading()
+	if wfID == "" || lt == nil {
+		t.Fatalf("sink workflow %q, leading %v", wfID, lt)
+	}
+	forged := lt.Number()<<32 | 0xffff
+	evil := c.hub.Node("evil")
+	if _, err := callFrom(t, evil, lead.cfg.ID, &wire.WorkflowProgress{JobID: job, WorkflowID: wfID, WorkerID: "evil",
+		FenceToken: forged, Status: wire.WorkflowRunning}); err != nil {
+		t.Fatalf("progress: %v", err)
+	}
+	if in := lead.rsTaskInfo(sink); in.worker == "evil" || in.token != tokens[1] {
+		t.Fatalf("a forged progress report took the task over: worker %s, token %d", in.worker, in.token)
+	}
+	if _, err := callFrom(t, evil, lead.cfg.ID, &wire.RainstormOpen{Task: sink, Incarnation: forged}); !errors.Is(err, wire.ErrStaleFence) {
+		t.Fatalf("open under the forged token: %v", err)
+	}
+	if n := lead.refused.snapshot()[wire.TypeWorkflowProgress]; n != 1 {
+		t.Fatalf("forged progress reports counted %d, want 1", n)
+	}
+}
+
+// Every refusal is counted, but a flood of them logs one line per type a
+// second, naming how many went unlogged.
+func TestRefusalLogsArePaced(t *testing.T) {
+	var c refusalCounter
+	now := time.Unix(0, 0)
+	if log, _ := c.add(wire.TypeRainstormOpen, now); !log {
+		t.Fatal("the first refusal is not logged")
+	}
+	for i := range 100 {
+		if log, _ := c.add(wire.TypeRainstormOpen, now.Add(time.Duration(i)*time.Millisecond)); log {
+			t.Fatalf("refusal %d within a second of the last line logged", i)
+		}
+	}
+	if log, _ := c.add(wire.TypeBlobChunkGet, now); !log {
+		t.Fatal("another type's first refusal is not logged")
+	}
+	log, skipped := c.add(wire.TypeRainstormOpen, now.Add(refusalLogEvery))
+	if !log || skipped != 100 {
+		t.Fatalf("a second on: logged %v, naming %d unlogged; want 100", log, skipped)
+	}
+	if n := c.snapshot()[wire.TypeRainstormOpen]; n != 102 {
+		t.Fatalf("counted %d, want 102", n)
+	}
+}

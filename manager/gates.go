@@ -57,14 +57,6 @@ func (t *gateTable) set(id, addr string) {
 	t.g[id] = addr
 }
 
-// has reports whether id is a gate SWIM says is alive.
-func (t *gateTable) has(id string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.g[id]
-	return ok
-}
-
 func (t *gateTable) remove(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -20,7 +20,7 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 	workers := prometheus.NewDesc("tempest_manager_workers", "Workers by state.", []string{"state"}, nil)
 	cores := prometheus.NewDesc("tempest_manager_available_cores", "Free cores on alive workers, as this manager counts them.", nil, nil)
 	refused := prometheus.NewDesc("tempest_manager_unauthorized_total",
-		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, output read by a non-gate.",
+		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, progress naming a fence token of this leader's term it never placed.",
 		[]string{"type"}, nil)
 	return obs.Role{
 		Name: "manager", Leads: "its datacenter",

@@ -76,13 +76,6 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 
 	gate := c.hub.Node("gate-1")
 	req := &wire.RainstormOutputRequest{Job: job, Workflow: "pipe", Rows: true}
-	// Output is read only by a gate the manager knows.
-	if _, err := gate.Call(context.Background(), lead.cfg.ID, req); wire.CodeOf(err) != wire.CodeRejected && wire.CodeOf(err) != wire.CodeUnavailable {
-		t.Fatalf("an unknown gate's output request: %v", err)
-	}
-	for _, m := range c.running() {
-		m.gates.set("gate-1", "gate-1")
-	}
 	for _, m := range c.running() {
 		if m == lead {
 			continue
