@@ -123,32 +123,24 @@ func rsVisibleRoutes(node string, routes []wire.RainstormRoute, infos []rsTaskIn
 
 // blobDispatchedTo reports whether sum is named by a workflow dispatched
 // (assigned or running) to node: the only blobs a worker has reason to
-// read. Only that worker's workflows are decoded, a handful.
-func (m *Manager) blobDispatchedTo(node string, sum blobstore.Sum) (job, workflow string, ok bool) {
+// read. Only that worker's workflows are decoded, a handful; the walk over
+// the table is a string comparison per workflow.
+func (m *Manager) blobDispatchedTo(node string, sum blobstore.Sum) bool {
+	var specs []wire.WorkflowSpec
 	m.mu.Lock()
-	var specs []*workflowState
 	for _, w := range m.wfs {
 		if w.rec.Worker == node && (w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
-			specs = append(specs, w)
+			specs = append(specs, w.rec.Spec)
 		}
-	}
-	type named struct {
-		job, wf string
-		spec    wire.WorkflowSpec
-	}
-	ns := make([]named, len(specs))
-	for i, w := range specs {
-		ns[i] = named{w.rec.JobID, w.rec.WorkflowID, w.rec.Spec}
 	}
 	m.mu.Unlock()
 	want := sum.String()
-	for _, n := range ns {
-		sums, err := m.reg.SpecBlobs(n.spec)
-		if err == nil && slices.Contains(sums, want) {
-			return n.job, n.wf, true
+	for _, spec := range specs {
+		if sums, err := m.reg.SpecBlobs(spec); err == nil && slices.Contains(sums, want) {
+			return true
 		}
 	}
-	return "", "", false
+	return false
 }
 
 // guardBlobGet serves BlobChunkGet to the configured peer managers (they
@@ -163,7 +155,7 @@ func (m *Manager) guardBlobGet(h func(context.Context, transport.Peer, *wire.Blo
 		if err != nil {
 			return nil, wire.Errorf(wire.CodeMalformed, "%v", err)
 		}
-		if _, _, ok := m.blobDispatchedTo(from.NodeID, sum); !ok {
+		if !m.blobDispatchedTo(from.NodeID, sum) {
 			m.unauthorized(wire.TypeBlobChunkGet, from, "", "", fmt.Sprintf("blob %s is not named by work dispatched to the sender", sum))
 			return nil, wire.Errorf(wire.CodeRejected, "blob %s is not named by work dispatched to %s", sum, from.NodeID)
 		}
