@@ -24,8 +24,15 @@ func TestAdvertisedURL(t *testing.T) {
 }
 
 func TestAddresses(t *testing.T) {
-	published := map[string]string{"m2": "http://m2:8080"}
-	a := NewAddresses("m1", "", func(id string) string { return published[id] })
+	a := NewAddresses("m1", "")
+	if err := a.Learn("m2", "http://m2:8080"); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"m2:8080", "ftp://m2", "http://", "http://user:pw@m2:8080", "://x"} {
+		if err := a.Learn("m2", bad); err == nil {
+			t.Errorf("Learn took %q", bad)
+		}
+	}
 	if ok, url := a.Leader(true, "m1"); !ok || url != "" {
 		t.Fatalf("leading before the server bound: %v %q", ok, url)
 	}

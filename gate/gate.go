@@ -154,14 +154,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.lead = leadership.NewTerms(g.life.Context(), g.life.Go, func() uint64 { return g.elector.FenceToken() })
 	g.ids = wire.NewSnowflakeGenerator(cfg.ID, g.now)
 	g.dcs = newDCTable(g.now)
-	g.apis = api.NewAddresses(cfg.ID, api.AdvertisedURL(cfg.APIAdvertise, cfg.APIListen), func(id string) string {
-		if g.members != nil {
-			if n, ok := g.members.Member(id); ok {
-				return n.Meta.Tags["api"]
-			}
-		}
-		return ""
-	})
+	g.apis = api.NewAddresses(cfg.ID, api.AdvertisedURL(cfg.APIAdvertise, cfg.APIListen))
 
 	ok := false
 	defer func() {
@@ -401,6 +394,7 @@ func handle[T wire.Message](g *Gate, t wire.MsgType, f func(ctx context.Context,
 func (g *Gate) registerHandlers() {
 	g.registerBlobHandlers()
 	handle(g, wire.TypeJobProgress, g.handleJobProgress)
+	handle(g, wire.TypeLeaderAPI, g.handleLeaderAPI)
 	// Operations only other gates send (wire/replicate.go).
 	handle(g, wire.TypeReplicateGateRecord, g.handleReplicateGateRecord)
 	handle(g, wire.TypeForwardJobProgress, g.handleForwardedJobProgress)

@@ -42,16 +42,18 @@ func (m *Manager) openBlobs() error {
 	return nil
 }
 
-// registerBlobHandlers: only peer managers may write blobs here; any node
-// of the cluster (a worker, a gate) may ask for one or read it, fetched
-// from a peer first when this manager lacks it (a new leader).
+// registerBlobHandlers: only peer managers may write blobs here; a peer
+// may read any blob, a worker only one named by work dispatched to it
+// (guardBlobGet), fetched from a peer first when this manager lacks it (a
+// new leader). Asking whether a blob is held (BlobStat) tells nothing of
+// its content.
 func (m *Manager) registerBlobHandlers() {
 	b := m.blobs
 	const members = "a manager of this datacenter"
 	handle(m, wire.TypeBlobChunkPut, blobstore.MembersOnly(m.isPeer, members, b.Rep.HandlePut))
 	handle(m, wire.TypeBlobCommit, blobstore.MembersOnly(m.isPeer, members, b.Rep.HandleCommit))
 	handle(m, wire.TypeBlobStat, b.Rep.HandleStat)
-	handle(m, wire.TypeBlobChunkGet, b.HandleGet(m.isPeer))
+	handle(m, wire.TypeBlobChunkGet, m.guardBlobGet(b.HandleGet(m.isPeer)))
 }
 
 // peerAddrs lists the other configured managers' addresses.

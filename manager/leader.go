@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"tempest/leadership"
+	"tempest/transport"
+	"tempest/wire"
 )
 
 // A manager's fence tokens (leadership.Token) stamp every dispatch, first
@@ -25,6 +27,7 @@ func (m *Manager) onBecomeLeader(term uint64) {
 	m.log.Info("leading", "term", term)
 	m.refreshHeartbeat()
 	lt.Go(func(ctx context.Context) { m.rsLead(ctx, lt) })
+	lt.Go(func(ctx context.Context) { m.apis.Announce(ctx, term, m.peerAddrs(), m.tr.Send) })
 	lt.Go(func(ctx context.Context) {
 		out := m.syncState(ctx, lt)
 		lt.MarkSynced()
@@ -48,4 +51,16 @@ func (m *Manager) onLoseLeadership(term uint64) {
 func (m *Manager) onLeaderChange(leader string, term uint64) {
 	m.log.Info("leader changed", "leader", leader, "term", term)
 	m.refreshHeartbeat()
+}
+
+// handleLeaderAPI learns a peer manager's API URL from the peer itself:
+// the only source followers forward clients' requests to (api.Addresses).
+func (m *Manager) handleLeaderAPI(_ context.Context, from transport.Peer, msg *wire.LeaderAPI) (wire.Message, error) {
+	if !m.isPeer(from.NodeID) {
+		return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
+	}
+	if err := m.apis.Learn(from.NodeID, msg.URL); err != nil {
+		return nil, wire.Errorf(wire.CodeMalformed, "%v", err)
+	}
+	return nil, nil
 }

@@ -134,6 +134,8 @@ type Manager struct {
 	hb    atomic.Pointer[[]byte]
 	hbVer atomic.Uint64
 	apis  *api.Addresses // this manager's API URL and its peers'
+	// refused counts requests refused for their sender (authz.go).
+	refused refusalCounter
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.
@@ -192,12 +194,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.ids = wire.NewSnowflakeGenerator(cfg.ID, m.clock.Now)
 	m.workers = newWorkerTable(rnd, cfg.QueueSoftLimit, m.clock.Now)
 	m.managers = newManagerTable(m.clock.Now)
-	m.apis = api.NewAddresses(cfg.ID, api.AdvertisedURL(cfg.APIAdvertise, cfg.APIListen), func(id string) string {
-		if n, ok := m.members.Member(id); ok {
-			return n.Meta.Tags["api"]
-		}
-		return ""
-	})
+	m.apis = api.NewAddresses(cfg.ID, api.AdvertisedURL(cfg.APIAdvertise, cfg.APIListen))
 
 	ok := false
 	defer func() {
@@ -370,6 +367,7 @@ func (m *Manager) registerHandlers() {
 	handle(m, wire.TypeRelayWorkerRegistration, m.handleRelayedRegistration)
 	m.registerBlobHandlers()
 	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
+	handle(m, wire.TypeLeaderAPI, m.handleLeaderAPI)
 	m.registerRainstorm()
 	m.registerRainstormOutput()
 }

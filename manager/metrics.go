@@ -21,9 +21,12 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 	cores := prometheus.NewDesc("tempest_manager_available_cores", "Free cores on alive workers, as this manager counts them.", nil, nil)
 	stale := prometheus.NewDesc("tempest_manager_rainstorm_stale_checkpoints_total",
 		"RainStorm checkpoints this manager refused, leading, because their task runs under a newer incarnation (a replaced task that went on running).", nil, nil)
+	refused := prometheus.NewDesc("tempest_manager_unauthorized_total",
+		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, progress naming a fence token of this leader's term it never placed.",
+		[]string{"type"}, nil)
 	return obs.Role{
 		Name: "manager", Leads: "its datacenter",
-		Own:       []*prometheus.Desc{wfs, workers, cores, stale},
+		Own:       []*prometheus.Desc{wfs, workers, cores, stale, refused},
 		Transport: func() transport.Transport { return m.tr },
 		Scrape: func(ch chan<- prometheus.Metric) obs.RoleState {
 			byJob := make(map[string]float64)
@@ -53,6 +56,9 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 			}
 			obs.Gauge(ch, cores, float64(free))
 			obs.Counter(ch, stale, float64(m.rs.staleRefused.Load()))
+			for t, n := range m.refused.snapshot() {
+				obs.Counter(ch, refused, float64(n), t.String())
+			}
 			return obs.RoleState{Leading: m.leading() != nil, Term: m.elector.Status().Term, Jobs: byJob}
 		},
 		Live: m.liveSeries,

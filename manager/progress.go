@@ -2,9 +2,11 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"tempest/internal/store"
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -74,6 +76,19 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 			tx.touchWorkflow(w, true)
 		}
 		return !final
+	}
+	if lt := tx.leading; lt != nil && p.FenceToken > w.rec.FenceToken && leadership.TokenTerm(p.FenceToken) >= lt.Number() {
+		// A newer attempt can only come from an older term's leader this
+		// one did not sync with: every placement of this term is recorded
+		// before its dispatch leaves. A token of this term or a later one
+		// that the record lacks is made up (any worker key can report),
+		// and adopting it would make its sender the workflow's worker, to
+		// whom a pipeline task's state is served (authz.go). Ignored, not
+		// cancelled: no such attempt runs, and a leader deposed by a later
+		// term is about to learn so.
+		m.unauthorized(wire.TypeWorkflowProgress, transport.Peer{NodeID: worker}, p.JobID, p.WorkflowID,
+			fmt.Sprintf("fence token %d of term %d is not one this leader of term %d placed", p.FenceToken, leadership.TokenTerm(p.FenceToken), lt.Number()))
+		return false
 	}
 	if p.FenceToken > w.rec.FenceToken || (w.rec.Worker == "" && p.FenceToken == w.rec.FenceToken) {
 		// A newer attempt than we know of (placed by a leader we have not

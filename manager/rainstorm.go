@@ -104,6 +104,7 @@ type rsStored struct {
 type rsReq struct {
 	ckpt  *wire.RainstormCheckpoint
 	open  *wire.RainstormOpen
+	from  transport.Peer // the proven sender
 	reply chan rsResult
 }
 
@@ -475,10 +476,27 @@ func (s *rsStore) storeReplicated(msg *wire.RainstormReplicate, stale func() str
 }
 
 func (m *Manager) registerRainstorm() {
-	handle(m, wire.TypeRainstormOpen, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormOpen) (wire.Message, error) {
-		return m.rsSubmit(ctx, &rsReq{open: msg})
+	// A task's open, checkpoints and route requests come only from the
+	// worker it is dispatched to (authz.go); the committer checks again,
+	// since a task may be re-placed while its request waits.
+	handle(m, wire.TypeRainstormOpen, func(ctx context.Context, from transport.Peer, msg *wire.RainstormOpen) (wire.Message, error) {
+		if _, err := m.rsReady(); err != nil {
+			return nil, err
+		}
+		if _, ok := m.rsSenderRunsTask(from.NodeID, msg.Task); !ok {
+			m.unauthorized(wire.TypeRainstormOpen, from, msg.Task.Job, msg.Task.Workflow, "task not dispatched to the sender")
+			return nil, rsNotDispatched(msg.Task)
+		}
+		return m.rsSubmit(ctx, &rsReq{open: msg, from: from})
 	})
-	handle(m, wire.TypeRainstormCheckpoint, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormCheckpoint) (wire.Message, error) {
+	handle(m, wire.TypeRainstormCheckpoint, func(ctx context.Context, from transport.Peer, msg *wire.RainstormCheckpoint) (wire.Message, error) {
+		if _, err := m.rsReady(); err != nil {
+			return nil, err
+		}
+		if _, ok := m.rsSenderRunsTask(from.NodeID, msg.Task); !ok {
+			m.unauthorized(wire.TypeRainstormCheckpoint, from, msg.Task.Job, msg.Task.Workflow, "task not dispatched to the sender")
+			return rsFencedAck(msg, "task not dispatched to this sender"), nil
+		}
 		if len(msg.Pending) > 0 { // decoded batches: keep them in the store's form
 			packed, err := rainstorm.PackPending(msg)
 			if err != nil {
@@ -486,7 +504,7 @@ func (m *Manager) registerRainstorm() {
 			}
 			msg = packed
 		}
-		return m.rsSubmit(ctx, &rsReq{ckpt: msg})
+		return m.rsSubmit(ctx, &rsReq{ckpt: msg, from: from})
 	})
 	handle(m, wire.TypeRainstormRoutesRequest, m.handleRSRoutes)
 	handle(m, wire.TypeRainstormReplicate, func(_ context.Context, from transport.Peer, msg *wire.RainstormReplicate) (wire.Message, error) {
@@ -795,6 +813,10 @@ func (m *Manager) rsTaskInfo(t wire.RainstormTask) rsTaskInfo {
 
 func (m *Manager) rsRoutes(job, wf string) []wire.RainstormRoute {
 	_, order, infos := m.rsTasks(job, wf)
+	return m.rsRoutesOf(order, infos)
+}
+
+func (m *Manager) rsRoutesOf(order []wire.RainstormTask, infos []rsTaskInfo) []wire.RainstormRoute {
 	out := make([]wire.RainstormRoute, len(order))
 	for i, t := range order {
 		out[i] = wire.RainstormRoute{Stage: t.Stage, Index: t.Index}
@@ -811,11 +833,38 @@ func (m *Manager) rsRoutes(job, wf string) []wire.RainstormRoute {
 	return out
 }
 
-func (m *Manager) handleRSRoutes(_ context.Context, _ transport.Peer, msg *wire.RainstormRoutesRequest) (wire.Message, error) {
+// handleRSRoutes answers a worker that runs a task of the pipeline with
+// the routes its tasks need (rsVisibleRoutes); anyone else is refused.
+func (m *Manager) handleRSRoutes(_ context.Context, from transport.Peer, msg *wire.RainstormRoutesRequest) (wire.Message, error) {
 	if _, err := m.rsReady(); err != nil {
 		return nil, err
 	}
-	return &wire.RainstormRoutes{Routes: m.rsRoutes(msg.Job, msg.Workflow)}, nil
+	routes, ok := m.rsRoutesFor(from.NodeID, msg.Job, msg.Workflow)
+	if !ok {
+		m.unauthorized(wire.TypeRainstormRoutesRequest, from, msg.Job, msg.Workflow, "no task of the pipeline dispatched to the sender")
+		return nil, wire.Errorf(wire.CodeRejected, "no task of pipeline %s is dispatched to %s", msg.Workflow, from.NodeID)
+	}
+	return &wire.RainstormRoutes{Routes: routes}, nil
+}
+
+// rsRoutesFor is what node may know of a pipeline's routes, and whether it
+// runs any of its tasks.
+func (m *Manager) rsRoutesFor(node, job, wf string) ([]wire.RainstormRoute, bool) {
+	_, order, infos := m.rsTasks(job, wf)
+	routes := m.rsRoutesOf(order, infos)
+	for _, in := range infos {
+		if in.found && in.worker == node && in.running() {
+			return rsVisibleRoutes(node, routes, infos), true
+		}
+	}
+	return nil, false
+}
+
+// rsFencedAck refuses checkpoint c as fenced: the task stops. Current is
+// one past c's incarnation, never the task's real token.
+func rsFencedAck(c *wire.RainstormCheckpoint, reason string) *wire.RainstormCheckpointAck {
+	return &wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Refused: true,
+		Current: c.Incarnation + 1, Reason: reason}
 }
 
 // current reports whether inc is the running incarnation of task.
@@ -846,9 +895,16 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 	for i, r := range group {
 		in := infos[i]
 		if o := r.open; o != nil {
+			if in.worker != r.from.NodeID {
+				// Re-placed since the handler checked.
+				answers[r] = rsResult{err: rsNotDispatched(o.Task)}
+				continue
+			}
 			if !in.current(o.Incarnation) {
-				answers[r] = rsResult{err: wire.Errorf(wire.CodeStaleFence, "task %d.%d of %s: incarnation %d is not a running dispatch (current %d, %s)",
-					o.Task.Stage, o.Task.Index, o.Task.Workflow, o.Incarnation, in.token, in.status)}
+				// The text names no token: it would let a sender
+				// forge the current incarnation.
+				answers[r] = rsResult{err: wire.Errorf(wire.CodeStaleFence, "task %d.%d of %s: incarnation %d is not its running dispatch (%s)",
+					o.Task.Stage, o.Task.Index, o.Task.Workflow, o.Incarnation, in.status)}
 				continue
 			}
 			if o.Task.Stage == 0 && o.HasHeader {
@@ -861,7 +917,13 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 			continue
 		}
 		c := r.ckpt
-		ack := &wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Current: in.token}
+		if in.worker != r.from.NodeID {
+			answers[r] = rsResult{msg: rsFencedAck(c, "task not dispatched to this sender")}
+			continue
+		}
+		// Current is the writer's own incarnation, or one past it when
+		// fenced: never another dispatch's token.
+		ack := &wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Current: c.Incarnation}
 		st := m.rs.tasks[c.Task]
 		var have uint64
 		var latest *wire.RainstormCheckpoint
@@ -873,12 +935,7 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 		}
 		switch {
 		case !in.current(c.Incarnation):
-			ack.Refused = true
-			ack.Reason = fmt.Sprintf("incarnation %d is not the task's current %d", c.Incarnation, in.token)
-			if in.token <= c.Incarnation {
-				ack.Current = c.Incarnation + 1 // not running: fenced all the same
-			}
-			answers[r] = rsResult{msg: ack}
+			answers[r] = rsResult{msg: rsFencedAck(c, fmt.Sprintf("incarnation %d is not the task's running dispatch", c.Incarnation))}
 			m.rs.staleRefused.Add(1)
 			m.log.Info("rainstorm: checkpoint of a replaced incarnation refused", "job_id", c.Task.Job, "workflow", c.Task.Workflow,
 				"stage", c.Task.Stage, "task", c.Task.Index, "incarnation", c.Incarnation, "current", in.token, "version", c.Version)
@@ -923,7 +980,7 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 			answers[r] = rsResult{err: failed}
 			continue
 		}
-		answers[r] = rsResult{msg: m.rsOpenReply(r.open)}
+		answers[r] = rsResult{msg: m.rsOpenReply(r)}
 	}
 	for r, res := range answers {
 		r.reply <- res
@@ -1049,8 +1106,10 @@ func (m *Manager) rsReplicateTo(ctx context.Context, lt *leadership.Term, id str
 	return true
 }
 
-func (m *Manager) rsOpenReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
-	reply := &wire.RainstormOpenReply{Routes: m.rsRoutes(o.Task.Job, o.Task.Workflow)}
+func (m *Manager) rsOpenReply(r *rsReq) *wire.RainstormOpenReply {
+	o := r.open
+	routes, _ := m.rsRoutesFor(r.from.NodeID, o.Task.Job, o.Task.Workflow)
+	reply := &wire.RainstormOpenReply{Routes: routes}
 	m.rs.mu.Lock()
 	defer m.rs.mu.Unlock()
 	if st := m.rs.tasks[o.Task]; st != nil && st.latest != nil {

@@ -16,7 +16,13 @@ import (
 // registerRainstormOutput serves a pipeline's output to the gates, one page
 // per request (wire.RainstormOutputRequest). Only the leader answers: it
 // holds every durable checkpoint's rows, where a follower may lag a group
-// behind. The gate follows not_leader like it does for submissions.
+// behind. The gate follows not_leader like it does for submissions. Only
+// gates read output this way: the transport refuses the request from a
+// worker's key (wire.MaySend). A node holding a manager's key can read it,
+// as it can every pipeline's state (RainstormSyncRequest): the manager key
+// is trusted with the datacenter. A check against the gates SWIM shows
+// alive would add nothing against it (SWIM metadata can be gossiped) and
+// would refuse a real gate while SWIM suspects it.
 func (m *Manager) registerRainstormOutput() {
 	handle(m, wire.TypeRainstormOutputRequest, func(ctx context.Context, _ transport.Peer, msg *wire.RainstormOutputRequest) (wire.Message, error) {
 		if _, err := m.rsReady(); err != nil {

@@ -106,7 +106,8 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 	inc := taskToken(t, lead, job, running, 0)
 	taskToken(t, lead, job, 1, 0)
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		_, err := gate.Call(context.Background(), lead.cfg.ID, &wire.RainstormOpen{Task: src, Incarnation: inc})
+		worker := lead.rsTaskInfo(src).worker
+		_, err := c.hub.Node(worker).Call(context.Background(), lead.cfg.ID, &wire.RainstormOpen{Task: src, Incarnation: inc})
 		return err
 	})
 	select {

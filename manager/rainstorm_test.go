@@ -15,6 +15,7 @@ import (
 	"tempest/internal/testutil"
 	"tempest/leadership"
 	"tempest/rainstorm"
+	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"
 )
@@ -107,7 +108,8 @@ func TestRainstormCheckpointStore(t *testing.T) {
 	job := ack.JobID
 	task := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
 	inc := taskToken(t, lead, job, 1, 0)
-	caller := c.hub.Node("w1-tasks")
+	// The task's requests come from the worker it runs on.
+	caller := c.hub.Node("w1")
 	call := func(m *Manager, msg wire.Message) (wire.Message, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -178,14 +180,16 @@ func TestRainstormCheckpointStore(t *testing.T) {
 	c.killWorker("w1")
 	c.addWorker("w2", 4)
 	inc2 := taskToken(t, lead, job, 1, inc)
-	if a := put(lead, ckpt(inc, 2, "zombie")); !a.Refused || a.Current <= inc {
-		t.Fatalf("the replaced incarnation's checkpoint: %+v", a)
+	caller = c.hub.Node("w1") // the dead worker's id, back
+	if a := put(lead, ckpt(inc, 2, "zombie")); !a.Refused || a.Current != inc+1 {
+		t.Fatalf("the replaced incarnation's checkpoint: %+v (fenced, naming no other token)", a)
 	}
 	// /metrics counts it: what a test of a frozen worker reads.
 	if n := lead.rs.staleRefused.Load(); n != 1 {
 		t.Fatalf("stale checkpoints counted %d, want 1", n)
 	}
 	obstest.Registered(t, "manager", 5*time.Second, lead.RegisterMetrics, "tempest_manager_rainstorm_stale_checkpoints_total 1\n")
+	caller = c.hub.Node("w2")
 	resp, err = call(lead, &wire.RainstormOpen{Task: task, Incarnation: inc2})
 	if err != nil {
 		t.Fatal(err)
@@ -352,8 +356,9 @@ func TestRainstormResendInFailedGroup(t *testing.T) {
 		}
 	}
 	ckpt := &wire.RainstormCheckpoint{Task: task, Incarnation: inc, Version: 1, Inputs: []wire.RainstormInput{{Next: 2}}}
-	first := &rsReq{ckpt: ckpt, reply: make(chan rsResult, 1)}
-	again := &rsReq{ckpt: ckpt, reply: make(chan rsResult, 1)}
+	from := transport.Peer{NodeID: "w1"}
+	first := &rsReq{ckpt: ckpt, from: from, reply: make(chan rsResult, 1)}
+	again := &rsReq{ckpt: ckpt, from: from, reply: make(chan rsResult, 1)}
 	lead.rsCommit(context.Background(), lt, []*rsReq{first, again})
 	for i, r := range []*rsReq{first, again} {
 		res := <-r.reply

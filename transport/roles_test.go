@@ -44,6 +44,18 @@ func TestKeyTiersLimitRequestTypes(t *testing.T) {
 		{worker, manager, &wire.ProvisionCommit{}, false},
 		{worker, manager, &wire.JobSubmission{}, false},
 		{worker, gate, &wire.GateJobRecord{}, false},
+		// What a worker never sends upwards is refused too: batches go
+		// worker to worker, blob stats manager to gate, and a worker
+		// speaks to managers only.
+		{worker, manager, &wire.RainstormBatch{}, false},
+		{worker, manager, &wire.BlobStat{}, false},
+		{worker, manager, &wire.RainstormCheckpoint{}, true},
+		{worker, manager, &wire.BlobChunkGet{}, true},
+		{worker, gate, &wire.WorkerRegistration{}, false},
+		{worker, gate, &wire.RainstormCheckpoint{}, false},
+		{worker, gate, &wire.Ping{}, true},
+		{manager, gate, &wire.ManagerHeartbeat{}, false},
+		{manager, gate, &wire.BlobChunkGet{}, true},
 		{manager, worker, &wire.WorkflowDispatch{}, true},
 		{manager, worker, &wire.CancelJob{}, true},
 		{manager, manager2, &wire.VoteRequest{}, true},

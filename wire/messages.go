@@ -552,8 +552,19 @@ type ManagerStatusRequest struct {
 	RequesterID string `cbor:"1,keyasint"`
 }
 
+// LeaderAPI is a leader telling a configured peer of its role (manager to
+// managers, gate to gates) the URL of its client API, one way, over the
+// sealed transport. A follower forwards clients' requests, bearer token
+// and all, only to a URL the leader's own node sent it this way: SWIM
+// metadata can be gossiped by any holder of a worker's key.
+type LeaderAPI struct {
+	Term uint64 `cbor:"1,keyasint"`
+	URL  string `cbor:"2,keyasint"`
+}
+
 func (*GateRecordRequest) Type() MsgType    { return TypeGateRecordRequest }
 func (*ManagerStatusRequest) Type() MsgType { return TypeManagerStatusRequest }
+func (*LeaderAPI) Type() MsgType            { return TypeLeaderAPI }
 
 // ---- Registration and heartbeats ---------------------------------------------------------
 

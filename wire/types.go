@@ -74,6 +74,8 @@ const (
 	// asking a manager for its heartbeat.
 	TypeGateRecordRequest    MsgType = 110
 	TypeManagerStatusRequest MsgType = 111
+	// A leader telling its peers its API URL (api.Addresses).
+	TypeLeaderAPI MsgType = 112
 
 	// RainStorm pipelines: tuples between tasks, checkpoints to the store.
 	TypeRainstormBatch         MsgType = 120
@@ -212,6 +214,7 @@ var catalogue = map[MsgType]typeInfo{
 
 	TypeGateRecordRequest:    {"GateRecordRequest", ClassControl, func() Message { return new(GateRecordRequest) }},
 	TypeManagerStatusRequest: {"ManagerStatusRequest", ClassControl, func() Message { return new(ManagerStatusRequest) }},
+	TypeLeaderAPI:            {"LeaderAPI", ClassControl, func() Message { return new(LeaderAPI) }},
 
 	TypeWorkerRegistration: {"WorkerRegistration", ClassControl, func() Message { return new(WorkerRegistration) }},
 	TypeRegistrationAck:    {"RegistrationAck", ClassControl, func() Message { return new(RegistrationAck) }},

@@ -373,6 +373,49 @@ func (s *Session) isRejected(env *wire.Envelope) bool {
 	return wire.Unmarshal(body, &e) == nil && e.Code == wire.CodeRejected
 }
 
+// Call sends msg as a request on a new stream and returns the node's
+// answer opened and decoded, as a node of this session's id would read it:
+// a typed error reply comes back as a *wire.Error. It is how an insider
+// reads what a node tells it (a fence token, a blob's bytes).
+func (s *Session) Call(ctx context.Context, wait time.Duration, msg wire.Message) (wire.Message, error) {
+	f, err := s.Seal(msg)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.Conn.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	if _, err := st.Write(f); err != nil {
+		return nil, err
+	}
+	st.SetReadDeadline(time.Now().Add(wait))
+	reply, err := readFrame(st, 16<<20)
+	if err != nil {
+		return nil, err
+	}
+	env, err := wire.DecodeEnvelope(reply)
+	if err != nil {
+		return nil, err
+	}
+	body := env.Body
+	if env.Flags&wire.FlagPlainError == 0 {
+		body, err = s.keys.NewStreamOpener(s.Tier).Open(env.KeyID, env.Salt, env.Nonce, env.BoundAAD(nil, s.NodeID, s.Channel), env.Body, nil)
+		if err != nil {
+			return nil, fmt.Errorf("open the reply: %w", err)
+		}
+	}
+	m, err := wire.Decode(env.Type, body)
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := m.(*wire.Error); ok {
+		return nil, e
+	}
+	return m, nil
+}
+
 // Close ends the session.
 func (s *Session) Close() { s.Conn.CloseWithError(0, "") }
 

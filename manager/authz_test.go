@@ -1,0 +1,288 @@
+package manager
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"tempest/internal/testutil"
+	"tempest/rainstorm"
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// rsTwoWorkers runs rsJob's two tasks on two one-core workers and returns
+// the leader, the job id, and each task's worker and token (source first).
+func rsTwoWorkers(t *testing.T, blob string) (c *testCluster, lead *Manager, job string, workers [2]string, tokens [2]uint64) {
+	t.Helper()
+	c = newRainstormCluster(t, nil)
+	c.addWorker("w1", 1)
+	c.addWorker("w2", 1)
+	lead = waitCores(t, c, 2)
+	sub := rsJob(t)
+	if blob != "" {
+		sub = rsFileJob(t, blob)
+	}
+	ack, err := lead.Submit(context.Background(), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job = ack.JobID
+	for k := range 2 {
+		tokens[k] = taskToken(t, lead, job, k, 0)
+		workers[k] = lead.rsTaskInfo(wire.RainstormTask{Job: job, Workflow: "pipe", Stage: k}).worker
+	}
+	if workers[0] == workers[1] {
+		t.Fatalf("both tasks on %s", workers[0])
+	}
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		_, err := lead.rsReady()
+		return err
+	})
+	return c, lead, job, workers, tokens
+}
+
+// rsFileJob is rsJob reading a `file:` source uploaded as blob sum.
+func rsFileJob(t *testing.T, sum string) *wire.JobSubmission {
+	t.Helper()
+	spec := &rainstorm.Spec{
+		Source: rainstorm.Source{File: "in.csv", Header: true},
+		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: 1, Key: "key"}},
+	}
+	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec, Blob: sum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := rainstorm.Type{}.Expand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &wire.JobSubmission{Name: "rs"}
+	for i, p := range parts {
+		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: "pipe", Type: rainstorm.TypeName, Cores: 1,
+			Params: p, Shard: i + 1, Shards: len(parts)})
+	}
+	return sub
+}
+
+func callFrom(t *testing.T, tr transport.Transport, to string, msg wire.Message) (wire.Message, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return tr.Call(ctx, to, msg)
+}
+
+// A pipeline task's open, checkpoint and route request are served only to
+// the worker the task is dispatched to: another node, even one holding the
+// task's token and running another task of the same pipeline, is refused
+// without learning a token, and each refusal is counted.
+func TestRainstormRequestsOnlyFromTheTaskWorker(t *testing.T) {
+	c, lead, job, workers, tokens := rsTwoWorkers(t, "")
+	sink := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
+	noToken := func(what, text string) {
+		t.Helper()
+		for _, tok := range tokens {
+			if strings.Contains(text, strconv.FormatUint(tok, 10)) {
+				t.Errorf("%s names a fence token: %q", what, text)
+			}
+		}
+	}
+	for _, sender := range []string{"evil-not-a-worker", workers[0]} {
+		tr := c.hub.Node(sender)
+		_, err := callFrom(t, tr, lead.cfg.ID, &wire.RainstormOpen{Task: sink, Incarnation: tokens[1]})
+		if !errors.Is(err, wire.ErrStaleFence) {
+			t.Fatalf("%s opened the sink task: %v", sender, err)
+		}
+		noToken("the open's refusal", err.Error())
+		forged := &wire.RainstormCheckpoint{Task: sink, Incarnation: tokens[1], Version: 1,
+			State: []wire.RainstormAggregate{{Key: "k", Count: 31337000}}}
+		resp, err := callFrom(t, tr, lead.cfg.ID, forged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := resp.(*wire.RainstormCheckpointAck)
+		if !a.Refused || a.Current != tokens[1]+1 {
+			t.Fatalf("%s's forged checkpoint: %+v, want refused as fenced, naming no token", sender, a)
+		}
+		noToken("the checkpoint's refusal", a.Reason)
+	}
+	if l := lead.rs.latest(sink); l != nil {
+		t.Fatalf("a forged checkpoint was stored: %+v", l)
+	}
+	_, err := callFrom(t, c.hub.Node("evil-not-a-worker"), lead.cfg.ID, &wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"})
+	if wire.CodeOf(err) != wire.CodeRejected {
+		t.Fatalf("routes to a node running no task: %v", err)
+	}
+	got := lead.refused.snapshot()
+	want := map[wire.MsgType]uint64{wire.TypeRainstormOpen: 2, wire.TypeRainstormCheckpoint: 2, wire.TypeRainstormRoutesRequest: 1}
+	for typ, n := range want {
+		if got[typ] != n {
+			t.Errorf("%s refusals counted %d, want %d (all: %v)", typ, got[typ], n, got)
+		}
+	}
+
+	// The sink's own worker with a stale incarnation is fenced, and told
+	// nothing of the current one.
+	sinkTr := c.hub.Node(workers[1])
+	_, err = callFrom(t, sinkTr, lead.cfg.ID, &wire.RainstormOpen{Task: sink, Incarnation: tokens[1] - 1})
+	if !errors.Is(err, wire.ErrStaleFence) {
+		t.Fatalf("a stale incarnation opened: %v", err)
+	}
+	if strings.Contains(err.Error(), strconv.FormatUint(tokens[1], 10)) {
+		t.Errorf("a stale open's refusal names the current token: %v", err)
+	}
+
+	// The sink's own worker opens and checkpoints as before.
+	if _, err := callFrom(t, sinkTr, lead.cfg.ID, &wire.RainstormOpen{Task: sink, Incarnation: tokens[1]}); err != nil {
+		t.Fatalf("the sink's worker cannot open it: %v", err)
+	}
+	resp, err := callFrom(t, sinkTr, lead.cfg.ID, &wire.RainstormCheckpoint{Task: sink, Incarnation: tokens[1], Version: 1})
+	if err != nil || resp.(*wire.RainstormCheckpointAck).Refused {
+		t.Fatalf("the sink's worker's checkpoint: %+v, %v", resp, err)
+	}
+}
+
+// The routes a task's worker gets hold what its tasks need: its own, its
+// downstream tasks' with their incarnations, its upstream tasks' addresses
+// without them.
+func TestRainstormRoutesShowOnlyNeighbours(t *testing.T) {
+	c, lead, job, workers, tokens := rsTwoWorkers(t, "")
+	routes := func(worker string) map[int]wire.RainstormRoute {
+		t.Helper()
+		var out map[int]wire.RainstormRoute
+		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+			resp, err := callFrom(t, c.hub.Node(worker), lead.cfg.ID, &wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"})
+			if err != nil {
+				return err
+			}
+			out = map[int]wire.RainstormRoute{}
+			for _, r := range resp.(*wire.RainstormRoutes).Routes {
+				out[r.Stage] = r
+			}
+			if len(out) != 2 || out[0].Addr == "" || out[1].Addr == "" {
+				return fmt.Errorf("routes %+v", out)
+			}
+			return nil
+		})
+		return out
+	}
+	src := routes(workers[0])
+	if src[0].Incarnation != tokens[0] || src[1].Incarnation != tokens[1] {
+		t.Errorf("the source's worker sees %+v: want its own and its downstream's incarnations", src)
+	}
+	sink := routes(workers[1])
+	if sink[1].Incarnation != tokens[1] || sink[0].Incarnation != 0 || sink[0].Addr == "" {
+		t.Errorf("the sink's worker sees %+v: want its own incarnation and its upstream's address alone", sink)
+	}
+}
+
+// A worker reads by BlobChunkGet only a blob named by work dispatched to
+// it; a peer manager reads any (replication and repair), and a node that
+// runs nothing is refused and counted.
+func TestBlobReadOnlyForDispatchedWork(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	lead := c.leader()
+	sum, err := putBlob(t, lead, []byte("key\na\nb\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 1)
+	c.addWorker("w2", 1)
+	lead = waitCores(t, c, 2)
+	ack, err := lead.Submit(context.Background(), rsFileJob(t, sum))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskToken(t, lead, ack.JobID, 0, 0)
+	taskToken(t, lead, ack.JobID, 1, 0)
+	src := lead.rsTaskInfo(wire.RainstormTask{Job: ack.JobID, Workflow: "pipe"}).worker
+	raw, err := hex.DecodeString(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := &wire.BlobChunkGet{Sum: raw, Length: 64}
+	if resp, err := callFrom(t, c.hub.Node(src), lead.cfg.ID, get); err != nil || string(resp.(*wire.BlobChunk).Data) != "key\na\nb\n" {
+		t.Fatalf("the source's worker reads its blob: %v, %v", resp, err)
+	}
+	for _, m := range c.running() {
+		if m != lead {
+			if _, err := callFrom(t, c.hub.Node(m.cfg.ID), lead.cfg.ID, get); err != nil {
+				t.Fatalf("peer %s cannot read a blob: %v", m.cfg.ID, err)
+			}
+			break
+		}
+	}
+	if _, err := callFrom(t, c.hub.Node("evil-not-a-worker"), lead.cfg.ID, get); wire.CodeOf(err) != wire.CodeRejected {
+		t.Fatalf("a node running nothing read the blob: %v", err)
+	}
+	if n := lead.refused.snapshot()[wire.TypeBlobChunkGet]; n != 1 {
+		t.Fatalf("blob read refusals counted %d, want 1", n)
+	}
+}
+
+// A worker-key holder cannot make itself a task's worker by reporting
+// progress for it under a made-up token of the leader's term: the leader
+// placed every attempt of its own term, so it ignores (and counts) such a
+// report, and the task's open stays refused to that node.
+func TestForgedProgressDoesNotMakeATaskWorker(t *testing.T) {
+	c, lead, job, _, tokens := rsTwoWorkers(t, "")
+	c.addWorker("evil", 1) // registered, runs nothing
+	sink := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
+	var wfID string
+	lead.mu.Lock()
+	for _, w := range lead.jobs[job].wfs {
+		if w.rec.FenceToken == tokens[1] {
+			wfID = w.rec.WorkflowID
+		}
+	}
+	lead.mu.Unlock()
+	lt := lead.leading()
+	if wfID == "" || lt == nil {
+		t.Fatalf("sink workflow %q, leading %v", wfID, lt)
+	}
+	forged := lt.Number()<<32 | 0xffff
+	evil := c.hub.Node("evil")
+	if _, err := callFrom(t, evil, lead.cfg.ID, &wire.WorkflowProgress{JobID: job, WorkflowID: wfID, WorkerID: "evil",
+		FenceToken: forged, Status: wire.WorkflowRunning}); err != nil {
+		t.Fatalf("progress: %v", err)
+	}
+	if in := lead.rsTaskInfo(sink); in.worker == "evil" || in.token != tokens[1] {
+		t.Fatalf("a forged progress report took the task over: worker %s, token %d", in.worker, in.token)
+	}
+	if _, err := callFrom(t, evil, lead.cfg.ID, &wire.RainstormOpen{Task: sink, Incarnation: forged}); !errors.Is(err, wire.ErrStaleFence) {
+		t.Fatalf("open under the forged token: %v", err)
+	}
+	if n := lead.refused.snapshot()[wire.TypeWorkflowProgress]; n != 1 {
+		t.Fatalf("forged progress reports counted %d, want 1", n)
+	}
+}
+
+// Every refusal is counted, but a flood of them logs one line per type a
+// second, naming how many went unlogged.
+func TestRefusalLogsArePaced(t *testing.T) {
+	var c refusalCounter
+	now := time.Unix(0, 0)
+	if log, _ := c.add(wire.TypeRainstormOpen, now); !log {
+		t.Fatal("the first refusal is not logged")
+	}
+	for i := range 100 {
+		if log, _ := c.add(wire.TypeRainstormOpen, now.Add(time.Duration(i)*time.Millisecond)); log {
+			t.Fatalf("refusal %d within a second of the last line logged", i)
+		}
+	}
+	if log, _ := c.add(wire.TypeBlobChunkGet, now); !log {
+		t.Fatal("another type's first refusal is not logged")
+	}
+	log, skipped := c.add(wire.TypeRainstormOpen, now.Add(refusalLogEvery))
+	if !log || skipped != 100 {
+		t.Fatalf("a second on: logged %v, naming %d unlogged; want 100", log, skipped)
+	}
+	if n := c.snapshot()[wire.TypeRainstormOpen]; n != 102 {
+		t.Fatalf("counted %d, want 102", n)
+	}
+}
