@@ -23,7 +23,7 @@ func FuzzReadResponse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte, head bool) {
 		var body bytes.Buffer
-		status, _, err := readResponse(bufio.NewReader(bytes.NewReader(data)), head, &body)
+		status, _, err := readResponse(bufio.NewReader(bytes.NewReader(data)), head, nil, &body)
 		if err == nil && (status < 100 || status > 999) {
 			t.Fatalf("status %d without an error", status)
 		}
