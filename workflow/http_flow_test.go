@@ -304,8 +304,12 @@ func TestFlowValidate(t *testing.T) {
 		{"valid", func(*HTTPParams) {}, ""},
 		{"empty path component", func(p *HTTPParams) { p.Steps[0].Captures[0].Expr = "data..token" }, "steps[0].captures[0].json: path \"data..token\": empty component"},
 		{"unbalanced query", func(p *HTTPParams) { p.Steps[0].Captures[0].Expr = `items.#(id=="x"` }, "unclosed"},
-		{"regex without group", func(p *HTTPParams) { p.Steps[0].Captures[0] = HTTPCapture{Name: "tok", Source: CaptureRegex, Expr: "abc"} }, "has no group"},
-		{"bad regex", func(p *HTTPParams) { p.Steps[0].Captures[0] = HTTPCapture{Name: "tok", Source: CaptureRegex, Expr: "(a"} }, "not a regular expression"},
+		{"regex without group", func(p *HTTPParams) {
+			p.Steps[0].Captures[0] = HTTPCapture{Name: "tok", Source: CaptureRegex, Expr: "abc"}
+		}, "has no group"},
+		{"bad regex", func(p *HTTPParams) {
+			p.Steps[0].Captures[0] = HTTPCapture{Name: "tok", Source: CaptureRegex, Expr: "(a"}
+		}, "not a regular expression"},
 		{"no source", func(p *HTTPParams) { p.Steps[0].Captures[0].Source = 0 }, "steps[0].captures[0]: has no known source"},
 		{"reserved name", func(p *HTTPParams) { p.Steps[0].Captures[0].Name = "vu" }, "steps[0].captures[0].name"},
 		{"used before captured", func(p *HTTPParams) { p.Steps[0], p.Steps[1] = p.Steps[1], p.Steps[0] }, "steps[0].url: {{tok}} is not a template function"},
@@ -322,7 +326,9 @@ func TestFlowValidate(t *testing.T) {
 		{"duplicate check", func(p *HTTPParams) {
 			p.Steps[0].Checks = []HTTPCheck{{Name: "c", Kind: CheckStatus, Statuses: []int{200}}, {Name: "c", Kind: CheckStatus, Statuses: []int{201}}}
 		}, "duplicate check name"},
-		{"bad status", func(p *HTTPParams) { p.Steps[0].Checks = []HTTPCheck{{Name: "c", Kind: CheckStatus, Statuses: []int{99}}} }, "between 100 and 599"},
+		{"bad status", func(p *HTTPParams) {
+			p.Steps[0].Checks = []HTTPCheck{{Name: "c", Kind: CheckStatus, Statuses: []int{99}}}
+		}, "between 100 and 599"},
 		{"redirects negative", func(p *HTTPParams) { p.Redirects = -1 }, "redirects: must be between 0"},
 	}
 	for _, tc := range cases {
