@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"tempest/wire"
 )
 
 // loginApp is a small application a flow logs in to: POST /login answers
@@ -343,5 +346,24 @@ func TestFlowValidate(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Checks merge by name, exactly, in first-seen order: across shards or
+// datacenters a check's counts add, and a check only one part has is kept.
+func TestMergeStepStatsChecks(t *testing.T) {
+	a := []wire.StepStats{{StepName: "s", Checks: []wire.CheckStats{{Name: "ok", Passed: 9, Failed: 1}, {Name: "fast", Passed: 3}}}}
+	b := []wire.StepStats{{StepName: "s", Checks: []wire.CheckStats{{Name: "fast", Passed: 1, Failed: 2}, {Name: "new", Failed: 4}}}}
+	m, err := MergeStepStats(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []wire.CheckStats{{Name: "ok", Passed: 9, Failed: 1}, {Name: "fast", Passed: 4, Failed: 2}, {Name: "new", Failed: 4}}
+	if !reflect.DeepEqual(m[0].Checks, want) {
+		t.Fatalf("merged checks %+v, want %+v", m[0].Checks, want)
+	}
+	bad := []wire.StepStats{{StepName: "s", Checks: []wire.CheckStats{{Name: "ok", Passed: -1}}}}
+	if _, err := MergeStepStats(a, bad); err == nil {
+		t.Fatal("a negative check count merged")
 	}
 }
