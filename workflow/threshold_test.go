@@ -264,8 +264,8 @@ func TestEvaluateChecks(t *testing.T) {
 		passed bool
 		actual string
 	}{
-		{wire.Threshold{Expr: "checks > 89%"}, true, "90%"},   // 27 of 30
-		{wire.Threshold{Expr: "checks > 90%"}, false, "90%"},  // not above
+		{wire.Threshold{Expr: "checks > 89%"}, true, "90%"},  // 27 of 30
+		{wire.Threshold{Expr: "checks > 90%"}, false, "90%"}, // not above
 		{wire.Threshold{Expr: "check: ok >= 90%"}, true, "90%"},
 		{wire.Threshold{Expr: "check: has-token > 99.9%"}, false, "90%"},
 		{wire.Threshold{Expr: "checks >= 100%", Step: "login"}, false, "95%"},

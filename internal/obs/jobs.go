@@ -69,7 +69,7 @@ func MaxP99Ms(steps []StepLatency) float64 {
 // with Collect for the jobs it leads (a follower's numbers would be stale).
 type JobMetrics struct {
 	completed, failed, rate, p99, latency, checks *prometheus.Desc
-	bounds                                []float64
+	bounds                                        []float64
 }
 
 // NewJobMetrics declares the series.
