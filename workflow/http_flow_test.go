@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -365,5 +366,66 @@ func TestMergeStepStatsChecks(t *testing.T) {
 	bad := []wire.StepStats{{StepName: "s", Checks: []wire.CheckStats{{Name: "ok", Passed: -1}}}}
 	if _, err := MergeStepStats(a, bad); err == nil {
 		t.Fatal("a negative check count merged")
+	}
+}
+
+// A redirect to another host does not carry the step's Authorization or
+// Cookie headers there, over either client; a redirect within the host
+// does.
+func TestHTTPRedirectDropsCredentialsAcrossHosts(t *testing.T) {
+	for _, proto := range []Protocol{ProtocolHTTP1, ProtocolH2C} {
+		t.Run(proto.String(), func(t *testing.T) {
+			var got atomic.Value
+			record := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got.Store(r.Header.Get("Authorization") + "|" + r.Header.Get("Cookie") + "|" + r.Header.Get("X-Keep"))
+			})
+			other := newH2CTarget(t, newProtoTarget())
+			other.Config.Handler = record
+			home := newH2CTarget(t, newProtoTarget())
+			if proto == ProtocolHTTP1 {
+				other = newTarget(t, record).Server
+				home = newTarget(t, nil).Server
+			}
+			home.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch r.URL.Path {
+				case "/away":
+					http.Redirect(w, r, other.URL+"/x", http.StatusFound)
+				case "/here":
+					http.Redirect(w, r, "/end", http.StatusFound)
+				default:
+					record(w, r)
+				}
+			})
+			hdr := map[string]string{"Authorization": "Bearer s", "Cookie": "c=1", "X-Keep": "k"}
+			for path, want := range map[string]string{"/away": "||k", "/here": "Bearer s|c=1|k"} {
+				p := HTTPParams{VUs: 1, Iterations: 1, Protocol: proto, Steps: []HTTPStep{{Name: "s", URL: home.URL + path, Headers: hdr}}}
+				if _, err := runHTTP(t, p, Env{}); err != nil {
+					t.Fatal(err)
+				}
+				if g := got.Load(); g != want {
+					t.Errorf("%s: the redirected request had %q, want %q", path, g, want)
+				}
+			}
+		})
+	}
+}
+
+// The jar sends a Secure cookie only over https to a host that is not
+// loopback, and forgets every cookie when the VU starts an iteration.
+func TestVUFlowJar(t *testing.T) {
+	var f vuFlow
+	u, _ := url.Parse("http://shop.example/")
+	s, _ := url.Parse("https://shop.example/")
+	f.storeCookies(u, []string{"plain=1", "sec=2; Secure", "bad"})
+	if got := cookieHeader(f.jar.Cookies(u)); got != "plain=1" {
+		t.Errorf("over http: %q, want plain=1", got)
+	}
+	f.storeCookies(s, []string{"sec=2; Secure"})
+	if got := cookieHeader(f.jar.Cookies(s)); got != "plain=1; sec=2" {
+		t.Errorf("over https: %q, want plain=1; sec=2", got)
+	}
+	f.startIteration(nil)
+	if f.jar != nil {
+		t.Error("the jar outlived the iteration")
 	}
 }
