@@ -461,7 +461,10 @@ func think(ctx context.Context, stopping <-chan struct{}, d time.Duration) bool 
 func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func() time.Time, hop *iterRecorder) (outcome, error) {
 	st := &r.steps[step]
 	fl := &r.flows[vu]
-	rq := hopRequest{method: st.method, url: st.url.render(v), body: st.body.render(v), first: true}
+	// The VU's own: passed to the sender (an interface), a local would
+	// escape to the heap, an allocation per request.
+	rq := &fl.rq
+	*rq = hopRequest{method: st.method, url: st.url.render(v), body: st.body.render(v), first: true}
 	cur := st.parsed // the URL of the request in flight, parsed when needed
 	if st.wantCookies {
 		fl.cookies = fl.cookies[:0]
@@ -498,7 +501,7 @@ func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func(
 			rq.head.reset(st.wantHead)
 		}
 		started := now()
-		status, sent, class, err := r.sender.send(ctx, vu, step, v, &rq, body)
+		status, sent, class, err := r.sender.send(ctx, vu, step, v, rq, body)
 		latency := now().Sub(started)
 		if err != nil {
 			return outcome{failed: true, class: class, status: status, sent: sent, received: body.n}, err
@@ -533,7 +536,7 @@ func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func(
 			cur = next
 			continue
 		}
-		return r.judge(st, fl, &rq, o, match, body.n)
+		return r.judge(st, fl, rq, o, match, body.n)
 	}
 }
 

@@ -27,6 +27,8 @@ type vuFlow struct {
 	// cookies are the Set-Cookie lines of the step in flight, for cookie
 	// captures.
 	cookies []string
+	// rq is the request in flight.
+	rq hopRequest
 }
 
 // startIteration forgets the iteration-scoped captured values and the
