@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -230,6 +231,20 @@ func (p *HTTPParams) StepNames() []string {
 	names := make([]string, len(p.Steps))
 	for i, st := range p.Steps {
 		names[i] = st.Name
+	}
+	return names
+}
+
+// CheckNames lists the steps' check names, each once, in order, for the
+// submit-time check of thresholds that name one.
+func (p *HTTPParams) CheckNames() []string {
+	var names []string
+	for _, st := range p.Steps {
+		for _, c := range st.Checks {
+			if !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
+		}
 	}
 	return names
 }

@@ -302,6 +302,43 @@ func CheckThresholdSteps(f *Fields, steps []string) {
 	}
 }
 
+// CheckThresholdChecks reports, at the line of each, a threshold of f's
+// thresholds key that reads a check ("check: NAME") no step of the
+// workflow has, for the same reason as CheckThresholdSteps; checks, with
+// no name, reads whatever checks there are.
+func CheckThresholdChecks(f *Fields, checks []string) {
+	n, ok := f.Node("thresholds")
+	if !ok || n.Kind != ListNode {
+		return
+	}
+	base := JoinPath(f.Path(), "thresholds")
+	for i, it := range n.Items {
+		if it == nil || it.Invalid {
+			continue
+		}
+		expr, path, line := "", IndexPath(base, i), it.Line
+		switch it.Kind {
+		case ScalarNode:
+			expr, _ = it.Value.(string)
+		case MapNode:
+			for _, fl := range it.Fields {
+				if s, isStr := fl.Value.Value.(string); fl.Key == "threshold" && isStr {
+					expr, path, line = s, JoinPath(path, "threshold"), fl.Line
+				}
+			}
+		}
+		c, err := ParseCondition(expr)
+		if err != nil || c.Check == "" || slices.Contains(checks, c.Check) {
+			continue
+		}
+		known := "none"
+		if len(checks) > 0 {
+			known = strings.Join(checks, ", ")
+		}
+		f.problemAt(line, path, fmt.Sprintf("no step has a check named %q (checks: %s)", c.Check, known))
+	}
+}
+
 // Evaluate judges thresholds on a workflow's results: steps as reported
 // (cumulative), the workflow's completed and failed counts and its elapsed
 // time. A threshold without a step reads all steps merged; one with a step

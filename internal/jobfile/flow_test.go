@@ -108,6 +108,10 @@ func TestParseFlowErrors(t *testing.T) {
 			[]string{`flow.yaml:7: workflows[0].cookies: must be true or false, got "off"`}},
 		{"capture scope", "capture_scope: vu", "capture_scope: forever",
 			[]string{`flow.yaml:18: workflows[0].steps[0].capture_scope: must be iteration or vu, got "forever"`}},
+		{"threshold on a check no step has", `"check: has-token > 99.9%"`, `"check: has-tokn > 99.9%"`,
+			[]string{`flow.yaml:32: workflows[0].thresholds[1]: no step has a check named "has-tokn" (checks: ok, has-token, admin, id, welcome, json, fast)`}},
+		{"threshold on a check, as a mapping", `"check: has-token > 99.9%"`, `{threshold: "check: nope >= 1%", step: api}`,
+			[]string{`flow.yaml:32: workflows[0].thresholds[1].threshold: no step has a check named "nope" (checks: ok, has-token, admin, id, welcome, json, fast)`}},
 		{"check threshold bound", `"checks > 99%"`, `"checks > 99"`,
 			[]string{`flow.yaml:31: workflows[0].thresholds[0]: bound of checks must be a percentage between 0% and 100% such as "1%", got "99"`}},
 	}
