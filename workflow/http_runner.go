@@ -369,8 +369,7 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 	// profile) act as the same user.
 	vu := r.params.VUOffset + it.vu
 	fl := &r.flows[it.vu]
-	fl.startIteration(r.slotVU)
-	vars := tmplVars{vu: vu + 1, iteration: it.n, row: r.data.row(vu), captured: fl.captured}
+	vars := tmplVars{vu: vu + 1, iteration: it.n, row: r.data.row(vu), captured: fl.startIteration(r.slotVU)}
 	rec := iterRecorder{shard: shard, lag: lag, secOf: secOf, now: now}
 	for i := range r.steps {
 		if ctx.Err() != nil {
@@ -466,8 +465,10 @@ func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func(
 	rq := &fl.rq
 	*rq = hopRequest{method: st.method, url: st.url.render(v), body: st.body.render(v), first: true}
 	cur := st.parsed // the URL of the request in flight, parsed when needed
-	if st.wantCookies {
-		fl.cookies = fl.cookies[:0]
+	var kept *keptResponse
+	if st.wantBody || st.wantCookies {
+		kept = fl.keep()
+		kept.cookies = kept.cookies[:0]
 	}
 	if r.redirects > 0 || r.cookies || st.wantHead || st.wantCookies {
 		rq.head = fl.respHead()
@@ -481,11 +482,11 @@ func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func(
 			body.w = match
 		}
 		if st.wantBody {
-			fl.body.b = fl.body.b[:0]
+			kept.body.b = kept.body.b[:0]
 			if match != nil {
-				body.w = io.MultiWriter(match, &fl.body)
+				body.w = io.MultiWriter(match, &kept.body)
 			} else {
-				body.w = &fl.body
+				body.w = &kept.body
 			}
 		}
 		rq.cookie = ""
@@ -515,7 +516,7 @@ func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func(
 				fl.storeCookies(cur, rq.head.setCookies)
 			}
 			if st.wantCookies {
-				fl.cookies = append(fl.cookies, rq.head.setCookies...)
+				kept.cookies = append(kept.cookies, rq.head.setCookies...)
 			}
 		}
 		if r.redirects > 0 && isRedirect(status) && rq.head.location != "" {
@@ -536,17 +537,20 @@ func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func(
 			cur = next
 			continue
 		}
-		return r.judge(st, fl, rq, o, match, body.n)
+		return r.judge(st, fl, kept, rq, o, match, body.n)
 	}
 }
 
 // judge gives the last response of a step its verdict: expected status and
 // body, then captures; checks are judged whatever the verdict, since they
 // measure the response rather than decide its outcome.
-func (r *httpRunner) judge(st *preparedStep, fl *vuFlow, rq *hopRequest, o outcome, match *bodyMatcher, received int64) (outcome, error) {
+func (r *httpRunner) judge(st *preparedStep, fl *vuFlow, kept *keptResponse, rq *hopRequest, o outcome, match *bodyMatcher, received int64) (outcome, error) {
 	var resp *flowResponse
 	if len(st.checks) > 0 || len(st.captures) > 0 {
-		resp = &flowResponse{status: o.status, latency: o.latency, head: rq.head, body: fl.body.b, cookies: fl.cookies}
+		resp = &flowResponse{status: o.status, latency: o.latency, head: rq.head}
+		if kept != nil {
+			resp.body, resp.cookies = kept.body.b, kept.cookies
+		}
 		if resp.head == nil {
 			resp.head = &respHead{}
 		}

@@ -15,44 +15,60 @@ import (
 // values, its cookie jar, and the parts of a response captures, checks,
 // cookies and redirects read. Only the VU's goroutine touches it.
 //
-// It costs an idle VU little: the jar is made on the first Set-Cookie of an
-// iteration, the response header on the first request that needs one, and
-// the body buffer only for steps whose captures or checks read a body.
+// It costs an idle VU little: the captured values are made on its first
+// iteration of a workflow that captures, the jar on the first Set-Cookie of
+// an iteration, the response header on the first request that needs one,
+// and the body buffer only for steps whose captures or checks read a body.
 type vuFlow struct {
-	captured []string // by slot; "" when not set
-	have     []bool   // by slot
-	jar      *cookiejar.Jar
-	head     *respHead
-	body     flowBody
+	vars *vuVars // nil until the VU runs a workflow that captures
+	jar  *cookiejar.Jar
+	head *respHead
+	kept *keptResponse // nil until a step reads a body or a cookie
+	// rq is the request in flight, kept here so that handing it to the
+	// sender (an interface) allocates nothing per request.
+	rq hopRequest
+}
+
+// vuVars are a VU's captured values, by slot.
+type vuVars struct {
+	values []string // "" when not set
+	have   []bool
+}
+
+// keptResponse is what a VU keeps of a step's responses for captures and
+// checks that read more than the header.
+type keptResponse struct {
+	body flowBody
 	// cookies are the Set-Cookie lines of the step in flight, for cookie
 	// captures.
 	cookies []string
-	// rq is the request in flight.
-	rq hopRequest
 }
 
 // startIteration forgets the iteration-scoped captured values and the
 // cookies: every iteration is a new visit, as in k6, which also empties a
 // VU's jar between iterations. Values captured with capture_scope: vu stay.
-func (f *vuFlow) startIteration(slotVU []bool) {
+// It returns the values for the iteration's templates (nil when the
+// workflow captures nothing).
+func (f *vuFlow) startIteration(slotVU []bool) []string {
 	f.jar = nil
 	if len(slotVU) == 0 {
-		return
+		return nil
 	}
-	if f.have == nil {
-		f.captured, f.have = make([]string, len(slotVU)), make([]bool, len(slotVU))
+	if f.vars == nil {
+		f.vars = &vuVars{values: make([]string, len(slotVU)), have: make([]bool, len(slotVU))}
 	}
 	for s, keep := range slotVU {
 		if !keep {
-			f.captured[s], f.have[s] = "", false
+			f.vars.values[s], f.vars.have[s] = "", false
 		}
 	}
+	return f.vars.values
 }
 
 // missing returns a slot of needs that holds no captured value, if any.
 func (f *vuFlow) missing(needs []int) (int, bool) {
 	for _, s := range needs {
-		if !f.have[s] {
+		if !f.vars.have[s] {
 			return s, false
 		}
 	}
@@ -60,7 +76,14 @@ func (f *vuFlow) missing(needs []int) (int, bool) {
 }
 
 func (f *vuFlow) set(slot int, v string) {
-	f.captured[slot], f.have[slot] = v, true
+	f.vars.values[slot], f.vars.have[slot] = v, true
+}
+
+func (f *vuFlow) keep() *keptResponse {
+	if f.kept == nil {
+		f.kept = &keptResponse{}
+	}
+	return f.kept
 }
 
 func (f *vuFlow) respHead() *respHead {
