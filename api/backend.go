@@ -97,6 +97,7 @@ type (
 	SeriesPoint     = jobs.SeriesPoint
 	PercentilePoint = jobs.PercentilePoint
 	StepSummary     = jobs.StepSummary
+	CheckSummary    = jobs.CheckSummary
 )
 
 // DistributionPercentiles are the points of StepSummary.Distribution.

@@ -60,17 +60,17 @@ func TestResultsCSV(t *testing.T) {
 		{Name: "=cmd()", CompletedCount: 3, FailedCount: 1},
 		{Name: "get", Steps: []StepSummary{
 			{Name: "a,b", Completed: 2, P50Ms: 0.1234, MaxMs: 9},
-			{Name: "@x", Failed: 1},
+			{Name: "@x", Failed: 1, Checks: []CheckSummary{{Name: "ok", Passed: 3, Failed: 1}, {Name: "fast", Passed: 4}}},
 		}},
 	}}
 	b, err := ResultsCSV(res)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms\n" +
-		"'=cmd(),,3,1,,,,\n" +
-		"get,\"a,b\",2,0,0.123,0.000,0.000,9.000\n" +
-		"get,'@x,0,1,0.000,0.000,0.000,0.000\n"
+	want := "workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms,checks_passed,checks_failed,checks\n" +
+		"'=cmd(),,3,1,,,,,,,\n" +
+		"get,\"a,b\",2,0,0.123,0.000,0.000,9.000,0,0,\n" +
+		"get,'@x,0,1,0.000,0.000,0.000,0.000,7,1,ok=3/1; fast=4/0\n"
 	if string(b) != want {
 		t.Errorf("csv:\n%s\nwant:\n%s", b, want)
 	}

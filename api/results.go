@@ -11,7 +11,8 @@ import (
 
 // csvHeader is the header row of GET /v1/jobs/{id}/results?format=csv.
 func csvHeader() []string {
-	return []string{"workflow", "step", "completed", "failed", "p50_ms", "p90_ms", "p99_ms", "max_ms"}
+	return []string{"workflow", "step", "completed", "failed", "p50_ms", "p90_ms", "p99_ms", "max_ms",
+		"checks_passed", "checks_failed", "checks"}
 }
 
 func (s *Server) jobResults(w http.ResponseWriter, r *http.Request) {
@@ -66,9 +67,10 @@ func (s *Server) jobResults(w http.ResponseWriter, r *http.Request) {
 }
 
 // ResultsCSV renders results as CSV, one row per workflow step, with the
-// header workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms. A
-// workflow without steps gets one row with an empty step and its own
-// counts, so every workflow appears.
+// header workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms,
+// checks_passed,checks_failed,checks; the last is every check of the step
+// as name=passed/failed, separated by "; ". A workflow without steps gets
+// one row with an empty step and its own counts, so every workflow appears.
 func ResultsCSV(res *Results) ([]byte, error) {
 	var buf bytes.Buffer
 	cw := csv.NewWriter(&buf)
@@ -77,15 +79,23 @@ func ResultsCSV(res *Results) ([]byte, error) {
 	}
 	for _, wf := range res.Workflows {
 		if len(wf.Steps) == 0 {
-			row := []string{csvText(wf.Name), "", itoa(wf.CompletedCount), itoa(wf.FailedCount), "", "", "", ""}
+			row := []string{csvText(wf.Name), "", itoa(wf.CompletedCount), itoa(wf.FailedCount), "", "", "", "", "", "", ""}
 			if err := cw.Write(row); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		for _, st := range wf.Steps {
+			var passed, failed int64
+			checks := make([]string, len(st.Checks))
+			for i, c := range st.Checks {
+				passed += c.Passed
+				failed += c.Failed
+				checks[i] = fmt.Sprintf("%s=%d/%d", c.Name, c.Passed, c.Failed)
+			}
 			row := []string{csvText(wf.Name), csvText(st.Name), itoa(st.Completed), itoa(st.Failed),
-				ms(st.P50Ms), ms(st.P90Ms), ms(st.P99Ms), ms(st.MaxMs)}
+				ms(st.P50Ms), ms(st.P90Ms), ms(st.P99Ms), ms(st.MaxMs),
+				itoa(passed), itoa(failed), csvText(strings.Join(checks, "; "))}
 			if err := cw.Write(row); err != nil {
 				return nil, err
 			}

@@ -26,6 +26,9 @@ func StepSummaries(steps []wire.StepStats) ([]StepSummary, []wire.StepStats, err
 	for _, s := range merged {
 		sum := StepSummary{Name: s.StepName, Completed: s.CompletedCount, Failed: s.FailedCount,
 			Errors: s.Errors, BytesReceived: s.BytesReceived, BytesSent: s.BytesSent}
+		for _, c := range s.Checks {
+			sum.Checks = append(sum.Checks, CheckSummary{Name: c.Name, Passed: c.Passed, Failed: c.Failed})
+		}
 		for code, n := range s.Statuses {
 			if sum.Statuses == nil {
 				sum.Statuses = make(map[string]int64, len(s.Statuses))

@@ -101,4 +101,15 @@ type StepSummary struct {
 	// Distribution is the latency at each of DistributionPercentiles()
 	// from the merged histogram; only results carry it.
 	Distribution []PercentilePoint `json:"distribution,omitempty"`
+	// Checks counts the step's checks (non-fatal assertions on its
+	// responses), merged over shards, workers and datacenters, in the
+	// step's order.
+	Checks []CheckSummary `json:"checks,omitempty"`
+}
+
+// CheckSummary counts one check of a step.
+type CheckSummary struct {
+	Name   string `json:"name"`
+	Passed int64  `json:"passed"`
+	Failed int64  `json:"failed"`
 }

@@ -236,6 +236,17 @@ type StepStats struct {
 	Statuses      map[int]int64    `cbor:"8,keyasint,omitempty"`
 	BytesReceived int64            `cbor:"9,keyasint,omitempty"`
 	BytesSent     int64            `cbor:"10,keyasint,omitempty"`
+	// Checks counts the step's checks (non-fatal assertions on its
+	// responses) by name, in the step's order; cumulative. Absent from
+	// peers that predate checks, which reads as none.
+	Checks []CheckStats `cbor:"11,keyasint,omitempty"`
+}
+
+// CheckStats counts one check of a step.
+type CheckStats struct {
+	Name   string `cbor:"1,keyasint"`
+	Passed int64  `cbor:"2,keyasint,omitempty"`
+	Failed int64  `cbor:"3,keyasint,omitempty"`
 }
 
 // WorkflowProgress reports a workflow's counters from its worker.

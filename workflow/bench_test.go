@@ -55,7 +55,7 @@ func realisticLatency(rng *rand.Rand) time.Duration {
 // the last one: fold the shards in, copy out, encode for the wire.
 func BenchmarkSnapshot(b *testing.B) {
 	names := []string{"a", "b", "c", "d", "e"}
-	rec := newRecorder(names, 2, false)
+	rec := newRecorder(names, nil, 2, false)
 	rng := rand.New(rand.NewPCG(1, 1))
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {

@@ -3,6 +3,8 @@ package workflow
 import (
 	"math"
 	"math/rand/v2"
+	"net/url"
+	"regexp"
 	"testing"
 
 	"tempest/wire"
@@ -76,6 +78,49 @@ func FuzzParseDataCSV(f *testing.F) {
 		for i, row := range table.rows {
 			if len(row) != len(table.columns) {
 				t.Fatalf("row %d has %d fields, header %d", i, len(row), len(table.columns))
+			}
+		}
+	})
+}
+
+// FuzzFlowResponse feeds what a target may answer to the captures, checks
+// and cookie jar: they must never panic, and a captured value must be one a
+// later request can carry in a header (no CR, LF or other control byte).
+func FuzzFlowResponse(f *testing.F) {
+	f.Add([]byte(`{"data":{"token":"abc"}}`), "X-Id", "1\r\nEvil: yes", "session=s; Path=/; Max-Age=60")
+	f.Add([]byte(`{"data":{"token":"a\nb"}}`), "Content-Type", "application/json", "=; Domain=co.uk")
+	f.Add([]byte("csrf=deadbeef;"), "", "", "")
+	f.Fuzz(func(t *testing.T, body []byte, hname, hvalue, setCookie string) {
+		head := newRespHead()
+		head.reset(true)
+		head.field([]byte(hname), []byte(hvalue))
+		resp := &flowResponse{status: 200, head: head, body: body, cookies: []string{setCookie}}
+		captures := []preparedCapture{
+			{HTTPCapture: HTTPCapture{Name: "j", Source: CaptureJSON, Expr: "data.token"}},
+			{HTTPCapture: HTTPCapture{Name: "r", Source: CaptureRegex, Expr: `csrf=([^;]*)`}, re: regexp.MustCompile(`csrf=([^;]*)`)},
+			{HTTPCapture: HTTPCapture{Name: "h", Source: CaptureHeader, Expr: hname}},
+			{HTTPCapture: HTTPCapture{Name: "c", Source: CaptureCookie, Expr: "session"}},
+		}
+		for _, c := range captures {
+			if v, ok := c.capture(resp); ok && !validHeaderValue(v) {
+				t.Fatalf("capture %s took %q, which no header can carry", c.Name, v)
+			}
+		}
+		for _, c := range []preparedCheck{
+			{HTTPCheck: HTTPCheck{Name: "a", Kind: CheckJSON, Path: "data.token", Op: OpExists}},
+			{HTTPCheck: HTTPCheck{Name: "b", Kind: CheckHeader, Path: hname, Op: OpMatches, Value: "json"}, re: regexp.MustCompile("json")},
+			{HTTPCheck: HTTPCheck{Name: "c", Kind: CheckBodyContains, Value: "abc"}},
+		} {
+			c.pass(resp)
+		}
+		var fl vuFlow
+		u, _ := url.Parse("https://shop.example/a/b")
+		fl.storeCookies(u, []string{setCookie})
+		if fl.jar != nil {
+			for _, ck := range fl.jar.Cookies(u) {
+				if !validHeaderValue(ck.Name + "=" + ck.Value) {
+					t.Fatalf("the jar would send %q", ck.Name+"="+ck.Value)
+				}
 			}
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -115,6 +116,30 @@ type HTTPParams struct {
 	// VUOffset numbers this run's VUs from VUOffset+1 ({{vu}}, per_vu data
 	// rows), so the shards of a split workflow never share a VU number.
 	VUOffset int `cbor:"14,keyasint,omitempty"`
+	// NoCookies turns off the VU's cookie jar (job file: cookies: false).
+	NoCookies bool `cbor:"15,keyasint,omitempty"`
+	// Redirects is how many redirects a step follows (job file: redirects:
+	// N); zero means DefaultRedirects and NoRedirects (redirects: 0) none.
+	Redirects   int  `cbor:"16,keyasint,omitempty"`
+	NoRedirects bool `cbor:"17,keyasint,omitempty"`
+}
+
+// DefaultRedirects is how many redirects a step follows unless the job file
+// says otherwise, as browsers and k6 do.
+const (
+	DefaultRedirects = 10
+	MaxRedirects     = 50
+)
+
+// redirectLimit is how many redirects a step follows.
+func (p *HTTPParams) redirectLimit() int {
+	switch {
+	case p.NoRedirects:
+		return 0
+	case p.Redirects == 0:
+		return DefaultRedirects
+	}
+	return p.Redirects
 }
 
 // HTTPStep is one request of an iteration. URL, header values and Body may
@@ -126,8 +151,9 @@ type HTTPStep struct {
 	URL     string            `cbor:"3,keyasint"`
 	Headers map[string]string `cbor:"4,keyasint,omitempty"`
 	Body    string            `cbor:"5,keyasint,omitempty"`
-	// ExpectStatus lists the statuses that count as completed; empty means
-	// any 2xx or 3xx (redirects are not followed: one step, one request).
+	// ExpectStatus lists the statuses the step's last response (after
+	// redirects) must have to count as completed; empty means any 2xx or
+	// 3xx.
 	ExpectStatus []int `cbor:"6,keyasint,omitempty"`
 	// ThinkTime is a pause after the step, part of the iteration (a VU is
 	// busy during it) but not of any latency.
@@ -135,6 +161,12 @@ type HTTPStep struct {
 	// ExpectBody, when set, must occur in the response body; a response
 	// without it counts as failed with class body.
 	ExpectBody string `cbor:"8,keyasint,omitempty"`
+	// Captures take values from the step's response into the VU's
+	// variables ({{name}} in later steps); CaptureScope says how long they
+	// last. Checks are counted assertions on it. See flow.go.
+	Captures     []HTTPCapture `cbor:"9,keyasint,omitempty"`
+	CaptureScope CaptureScope  `cbor:"10,keyasint,omitempty"`
+	Checks       []HTTPCheck   `cbor:"11,keyasint,omitempty"`
 }
 
 // openMaxVUs is the open model's pool bound.
@@ -166,6 +198,12 @@ func (p *HTTPParams) Validate() error {
 	if len(p.Steps) < 1 || len(p.Steps) > MaxHTTPSteps {
 		errs.add("steps", "must have between 1 and %d steps, got %d", MaxHTTPSteps, len(p.Steps))
 	}
+	switch {
+	case p.Redirects < 0 || p.Redirects > MaxRedirects:
+		errs.add("redirects", "must be between 0 (none followed) and %d, got %d", MaxRedirects, p.Redirects)
+	case p.NoRedirects && p.Redirects != 0:
+		errs.add("redirects", "cannot both follow %d redirects and none", p.Redirects)
+	}
 	table := p.Data.validate(&errs)
 	seen := map[string]int{}
 	for i, st := range p.Steps {
@@ -178,7 +216,9 @@ func (p *HTTPParams) Validate() error {
 			seen[st.Name] = i
 		}
 		st.validate(&errs, path, p.Data, table)
+		st.validateFlow(&errs, path)
 	}
+	p.validateVars(&errs)
 	return errs.err()
 }
 
@@ -191,6 +231,20 @@ func (p *HTTPParams) StepNames() []string {
 	names := make([]string, len(p.Steps))
 	for i, st := range p.Steps {
 		names[i] = st.Name
+	}
+	return names
+}
+
+// CheckNames lists the steps' check names, each once, in order, for the
+// submit-time check of thresholds that name one.
+func (p *HTTPParams) CheckNames() []string {
+	var names []string
+	for _, st := range p.Steps {
+		for _, c := range st.Checks {
+			if !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
+		}
 	}
 	return names
 }
@@ -343,7 +397,7 @@ func (st *HTTPStep) validate(errs *FieldErrors, path string, data *HTTPData, tab
 			errs.add(JoinPath(path, "url"), "%v", err)
 		} else if err := t.checkData(data, table); err != nil {
 			errs.add(JoinPath(path, "url"), "%v", err)
-		} else if err := checkURL(t.sample()); err != nil && (table != nil || !t.usesData()) {
+		} else if err := checkURL(t.sample()); err != nil && (table != nil || !t.usesData()) && !t.usesVars() {
 			errs.add(JoinPath(path, "url"), "%v", err)
 		}
 	} else if err := checkURL(st.URL); err != nil {
@@ -438,10 +492,10 @@ func (HTTPType) Name() string { return "http" }
 // duration or iterations; rate; stages of {duration, target}; max_vus),
 // request_timeout (default 10s), connection_reuse (default true), protocol
 // (http1, h2, h2c or h3; default http1), insecure_skip_verify (default
-// false), data ({file, mode}: a CSV data file, read through f.DataFile)
-// and steps
+// false), cookies (default true), redirects (default 10; 0: none followed),
+// data ({file, mode}: a CSV data file, read through f.DataFile) and steps
 // (name, method (default GET), url, headers, body, expect_status,
-// expect_body, think_time).
+// expect_body, think_time, captures, capture_scope, checks).
 func (HTTPType) ParseParams(f *Fields) []byte {
 	p := HTTPParams{VUs: 1}
 	if s, ok := f.String("model"); ok {
@@ -496,6 +550,19 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 		}
 	}
 	p.InsecureSkipVerify, _ = f.Bool("insecure_skip_verify")
+	if c, ok := f.Bool("cookies"); ok {
+		p.NoCookies = !c
+	}
+	if n, ok := f.Int("redirects"); ok {
+		switch {
+		case n == 0:
+			p.NoRedirects = true
+		case n < 0 || n > MaxRedirects:
+			f.Errorf("redirects", "must be between 0 (none followed) and %d, got %d", MaxRedirects, n)
+		default:
+			p.Redirects = int(n)
+		}
+	}
 	if d, ok := f.Duration("request_timeout"); ok {
 		if d <= 0 {
 			f.Errorf("request_timeout", "must be greater than 0, got %s", fmtDuration(d))
@@ -522,6 +589,8 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 		}
 		st.ExpectBody, _ = sf.String("expect_body")
 		st.ThinkTime, _ = sf.Duration("think_time")
+		parseCaptures(sf, &st)
+		parseChecks(sf, &st)
 		p.Steps = append(p.Steps, st)
 	}
 	return f.Encode(&p)

@@ -35,8 +35,10 @@ type h1Step struct {
 	// target is where a static URL goes; nil when the URL is templated and
 	// is parsed per request.
 	target *h1Target
-	// header is the static header lines, User-Agent included, encoded once.
-	header []byte
+	// header is the static header lines, User-Agent included, encoded once;
+	// crossHost the same without Authorization and Cookie, for a redirect
+	// to another host.
+	header, crossHost []byte
 	// dyn is the templated headers with their names canonical, as net/http
 	// would send them.
 	dyn []dynHeader
@@ -136,6 +138,9 @@ func newH1Sender(steps []preparedStep, vus int, p *HTTPParams) (*h1Sender, error
 			}
 			for _, v := range st.preparedStep.header[k] {
 				st.header = fmt.Appendf(st.header, "%s: %s\r\n", k, v)
+				if !private(k) {
+					st.crossHost = fmt.Appendf(st.crossHost, "%s: %s\r\n", k, v)
+				}
 			}
 		}
 		for _, d := range st.dynHeaders {
@@ -153,27 +158,44 @@ func newH1Sender(steps []preparedStep, vus int, p *HTTPParams) (*h1Sender, error
 	return s, nil
 }
 
-func (s *h1Sender) send(ctx context.Context, vu, step int, v tmplVars, body io.Writer) (int, int64, ErrorClass, error) {
+// private reports whether a step header (canonical name) stays with the
+// step's own host when a redirect leads elsewhere.
+func private(name string) bool { return name == "Authorization" || name == "Cookie" }
+
+func (s *h1Sender) send(ctx context.Context, vu, step int, v tmplVars, rq *hopRequest, body io.Writer) (int, int64, ErrorClass, error) {
 	st := &s.steps[step]
 	t := st.target
-	if t == nil {
+	if t == nil || !rq.first {
 		var err error
-		if t, err = parseH1Target(st.url.render(v)); err != nil {
+		if t, err = parseH1Target(rq.url); err != nil {
 			return 0, 0, ErrorTransport, err // Validate checked the sample rendering; count, don't hide
 		}
 	}
 	req := h1.Request{
-		Method: st.method, Addr: t.addr, TLS: t.tls, ServerName: t.serverName,
-		URI: t.uri, Host: t.host, Header: st.header, Body: st.body.render(v), Timeout: s.timeout,
+		Method: rq.method, Addr: t.addr, TLS: t.tls, ServerName: t.serverName,
+		URI: t.uri, Host: t.host, Header: st.header, Body: rq.body, Timeout: s.timeout,
 	}
-	if st.target == nil && t.auth != "" && !st.hasAuth {
+	if rq.head != nil {
+		req.OnHeader = rq.head.onHeader
+	}
+	if rq.crossHost {
+		req.Header = st.crossHost
+	}
+	// A static first request has its URL's user info in header already.
+	if (t != st.target) && t.auth != "" && (!st.hasAuth || rq.crossHost) {
 		req.Extra = append(req.Extra, h1.Field{Name: "Authorization", Value: t.auth})
 	}
-	if st.host != nil {
+	if st.host != nil && rq.first {
 		req.Host = st.host.render(v)
 	}
 	for _, d := range st.dyn {
+		if rq.crossHost && private(d.key) {
+			continue
+		}
 		req.Extra = append(req.Extra, h1.Field{Name: d.key, Value: d.value.render(v)})
+	}
+	if rq.cookie != "" {
+		req.Extra = append(req.Extra, h1.Field{Name: "Cookie", Value: rq.cookie})
 	}
 	c := s.clients[vu]
 	if c == nil {

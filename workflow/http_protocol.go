@@ -136,9 +136,12 @@ func (p *HTTPParams) validateProtocol(errs *FieldErrors) {
 // its error class. Calls for one VU never overlap: the executor runs at most
 // one goroutine per VU index at a time.
 type sender interface {
-	// send sends one request of step for VU vu, writing the response body
-	// to body; sent is the request body's length.
-	send(ctx context.Context, vu, step int, v tmplVars, body io.Writer) (status int, sent int64, class ErrorClass, err error)
+	// send sends rq, a request of step for VU vu (its method, URL and body
+	// rendered from v by the caller, or a redirect's), with the step's
+	// headers rendered from v; it writes the response body to body and
+	// hands rq.head (if set) the response's header fields. sent is the
+	// request body's length.
+	send(ctx context.Context, vu, step int, v tmplVars, rq *hopRequest, body io.Writer) (status int, sent int64, class ErrorClass, err error)
 	// close releases every connection; no send may be in flight.
 	close() error
 }
@@ -163,9 +166,9 @@ func newSender(steps []preparedStep, vus int, p *HTTPParams) (sender, error) {
 	}
 	return &netHTTPSender{steps: steps, timeout: timeout, client: &http.Client{
 		Transport: tr,
-		// One step is one request: a redirect is an outcome to count (3xx is
-		// a success by default), not something to chase, which would also
-		// make the target's request count differ from ours.
+		// The runner follows redirects itself, so that each hop is a
+		// request counted and timed under its step, the same for every
+		// protocol; the client's own would hide the hops.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}, nil
 }
@@ -178,29 +181,42 @@ type netHTTPSender struct {
 	client  *http.Client
 }
 
-func (s *netHTTPSender) send(ctx context.Context, _, step int, v tmplVars, sink io.Writer) (int, int64, ErrorClass, error) {
+func (s *netHTTPSender) send(ctx context.Context, _, step int, v tmplVars, rq *hopRequest, sink io.Writer) (int, int64, ErrorClass, error) {
 	st := &s.steps[step]
 	reqCtx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var body io.Reader
-	b := st.body.render(v)
-	if b != "" {
-		body = strings.NewReader(b)
+	if rq.body != "" {
+		body = strings.NewReader(rq.body)
 	}
-	sent := int64(len(b))
-	req, err := http.NewRequestWithContext(reqCtx, st.method, st.url.render(v), body)
+	sent := int64(len(rq.body))
+	req, err := http.NewRequestWithContext(reqCtx, rq.method, rq.url, body)
 	if err != nil {
 		// A static URL was built once already by prepareStep; a templated
-		// one renders digits only. Count, don't hide.
+		// one is checked by Validate's sample. Count, don't hide.
 		return 0, sent, ErrorTransport, err
 	}
 	req.Header = st.headerFor(v)
-	if st.host != nil {
+	if rq.crossHost || rq.cookie != "" {
+		// The step's set is shared by its requests: change a copy.
+		req.Header = req.Header.Clone()
+		if rq.crossHost {
+			req.Header.Del("Authorization")
+			req.Header.Del("Cookie")
+		}
+		if rq.cookie != "" {
+			req.Header.Set("Cookie", rq.cookie)
+		}
+	}
+	if st.host != nil && rq.first {
 		req.Host = st.host.render(v)
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, sent, classify(ctx, reqCtx, err), err
+	}
+	if rq.head != nil {
+		rq.head.fromHTTP(resp.Header)
 	}
 	if sink == nil {
 		sink = io.Discard

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -26,6 +28,15 @@ type httpRunner struct {
 	// net/http for h2, h2c and h3 (see newSender).
 	sender sender
 	data   *dataRows // nil without a data file
+	// slotOf numbers the captured variables; slotVU says which of them
+	// last the VU's life (capture_scope: vu) rather than an iteration.
+	slotOf map[string]int
+	slotVU []bool
+	// flows is each VU's flow state (captured values, cookie jar, what it
+	// keeps of a response), indexed like bodies.
+	flows     []vuFlow
+	redirects int  // how many redirects a step follows
+	cookies   bool // a cookie jar per VU
 	// bodies count each VU's response bodies; a VU's requests run one at a
 	// time on its goroutine, so it reuses its own and a request allocates
 	// none.
@@ -50,6 +61,20 @@ type preparedStep struct {
 	expect     []int  // nil: any 2xx or 3xx
 	expectBody []byte // nil: any body
 	thinkTime  time.Duration
+	// parsed is the static URL, parsed once for the cookie jar and for
+	// resolving redirects (nil when the URL is templated).
+	parsed *url.URL
+	// needs lists the slots of the captured values the step renders.
+	needs    []int
+	captures []preparedCapture
+	checks   []preparedCheck
+	// wantHead: a capture or check reads a header, so every field of the
+	// response is kept; wantBody: one reads the body, so it is kept (up to
+	// maxFlowBody); wantCookies: a capture reads Set-Cookie.
+	wantHead, wantBody, wantCookies bool
+	// ownCookie: the step sends a Cookie header of its own, and the jar's
+	// cookies are not added to it.
+	ownCookie bool
 }
 
 type dynHeader struct {
@@ -82,7 +107,16 @@ func (st *preparedStep) headerFor(v tmplVars) http.Header {
 // crosses the wire, comparable in tests), and parsing costs microseconds
 // per dispatch, never anything per request.
 func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
-	r := &httpRunner{name: name, params: p, timeout: p.Timeout, exec: newExecutor(p)}
+	r := &httpRunner{name: name, params: p, timeout: p.Timeout, exec: newExecutor(p),
+		redirects: p.redirectLimit(), cookies: !p.NoCookies, slotOf: map[string]int{}}
+	for _, s := range p.Steps {
+		for _, c := range s.Captures {
+			if _, ok := r.slotOf[c.Name]; !ok {
+				r.slotOf[c.Name] = len(r.slotVU)
+				r.slotVU = append(r.slotVU, s.CaptureScope == ScopeVU)
+			}
+		}
+	}
 	if r.timeout == 0 {
 		r.timeout = DefaultRequestTimeout
 	}
@@ -99,7 +133,7 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 		r.data = &dataRows{table: t, mode: p.Data.Mode}
 	}
 	for _, s := range p.Steps {
-		st, err := prepareStep(s, table)
+		st, err := prepareStep(s, table, r.slotOf)
 		if err != nil {
 			return nil, fmt.Errorf("step %q: %w", s.Name, err)
 		}
@@ -111,12 +145,13 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 	}
 	r.sender = sender
 	r.bodies = make([]countingWriter, r.exec.maxVUs())
+	r.flows = make([]vuFlow, r.exec.maxVUs())
 	return r, nil
 }
 
 // prepareStep parses a step's templates and binds their data references to
 // table (nil without a data file, when Validate has refused any).
-func prepareStep(s HTTPStep, table *dataTable) (preparedStep, error) {
+func prepareStep(s HTTPStep, table *dataTable, slotOf map[string]int) (preparedStep, error) {
 	st := preparedStep{name: s.Name, method: s.Method, header: http.Header{}, thinkTime: s.ThinkTime}
 	if st.method == "" {
 		st.method = http.MethodGet
@@ -134,6 +169,49 @@ func prepareStep(s HTTPStep, table *dataTable) (preparedStep, error) {
 	if st.body, err = parseBound(s.Body, table); err != nil {
 		return st, fmt.Errorf("body: %w", err)
 	}
+	if st.needs, err = st.url.bindVars(slotOf, st.needs); err != nil {
+		return st, fmt.Errorf("url: %w", err)
+	}
+	if st.needs, err = st.body.bindVars(slotOf, st.needs); err != nil {
+		return st, fmt.Errorf("body: %w", err)
+	}
+	if !st.url.dynamic {
+		if st.parsed, err = url.Parse(st.url.static); err != nil {
+			return st, fmt.Errorf("url: %w", err)
+		}
+	}
+	for _, c := range s.Captures {
+		pc := preparedCapture{HTTPCapture: c, slot: slotOf[c.Name]}
+		switch c.Source {
+		case CaptureRegex:
+			if pc.re, err = compileFlowRegex(c.Expr, true); err != nil {
+				return st, fmt.Errorf("capture %s: %w", c.Name, err)
+			}
+			st.wantBody = true
+		case CaptureJSON:
+			st.wantBody = true
+		case CaptureHeader:
+			st.wantHead = true
+		case CaptureCookie:
+			st.wantCookies = true
+		}
+		st.captures = append(st.captures, pc)
+	}
+	for _, c := range s.Checks {
+		pc := preparedCheck{HTTPCheck: c}
+		if c.Op == OpMatches {
+			if pc.re, err = compileFlowRegex(c.Value, false); err != nil {
+				return st, fmt.Errorf("check %s: %w", c.Name, err)
+			}
+		}
+		switch c.Kind {
+		case CheckJSON, CheckBodyContains:
+			st.wantBody = true
+		case CheckHeader:
+			st.wantHead = true
+		}
+		st.checks = append(st.checks, pc)
+	}
 	// Sorted so that two spellings of one header ("x-a" and "X-A") are
 	// sent in the same order every run.
 	keys := make([]string, 0, len(s.Headers))
@@ -145,6 +223,12 @@ func prepareStep(s HTTPStep, table *dataTable) (preparedStep, error) {
 		t, err := parseBound(s.Headers[k], table)
 		if err != nil {
 			return st, fmt.Errorf("header %s: %w", k, err)
+		}
+		if st.needs, err = t.bindVars(slotOf, st.needs); err != nil {
+			return st, fmt.Errorf("header %s: %w", k, err)
+		}
+		if http.CanonicalHeaderKey(k) == "Cookie" {
+			st.ownCookie = true
 		}
 		switch {
 		case http.CanonicalHeaderKey(k) == "Host":
@@ -205,7 +289,13 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 		names[i] = st.name
 	}
 	p := r.params
-	rec := newRecorder(names, env.parallelism(), p.Model == OpenModel)
+	checks := make([][]string, len(r.steps))
+	for i, st := range r.steps {
+		for _, c := range st.checks {
+			checks[i] = append(checks[i], c.Name)
+		}
+	}
+	rec := newRecorder(names, checks, env.parallelism(), p.Model == OpenModel)
 	start := env.Now()
 	secOf := func(t time.Time) int64 { return int64(max(t.Sub(start), 0) / time.Second) }
 	snap := func() Snapshot {
@@ -220,6 +310,7 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 	log.Info("http workflow starting", "model", p.Model, "vus", p.VUs, "duration", p.Duration,
 		"iterations", p.Iterations, "rate", p.Rate, "stages", len(p.Stages), "max_vus", p.MaxVUs,
 		"connection_reuse", !p.NoConnectionReuse, "protocol", p.Protocol, "steps", len(r.steps), "cores", len(env.Cores),
+		"cookies", r.cookies, "redirects", r.redirects, "captured_values", len(r.slotVU),
 		"shards", len(rec.shards))
 
 	xenv := execEnv{now: env.Now, dropped: func(intended time.Time) { rec.drop(secOf(intended)) }}
@@ -277,7 +368,9 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 	// One row per iteration, so the steps of a pass (log in, then fetch the
 	// profile) act as the same user.
 	vu := r.params.VUOffset + it.vu
-	vars := tmplVars{vu: vu + 1, iteration: it.n, row: r.data.row(vu)}
+	fl := &r.flows[it.vu]
+	vars := tmplVars{vu: vu + 1, iteration: it.n, row: r.data.row(vu), captured: fl.startIteration(r.slotVU)}
+	rec := iterRecorder{shard: shard, lag: lag, secOf: secOf, now: now}
 	for i := range r.steps {
 		if ctx.Err() != nil {
 			return
@@ -288,10 +381,16 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 		default:
 		}
 		st := &r.steps[i]
-		o, err := r.do(ctx, it.vu, i, vars, now)
-		o.corrected = o.latency + lag
-		o.sec = secOf(now())
-		shard.record(i, o)
+		if missing, ok := fl.missing(st.needs); !ok {
+			// Sent with an empty value it would load a different page
+			// (or log in as nobody): counted, not sent.
+			o := outcome{failed: true, class: ErrorSkipped, sec: secOf(now())}
+			shard.record(i, o)
+			failed(i, o, fmt.Errorf("step skipped: {{%s}} was not captured", r.slotName(missing)))
+			continue
+		}
+		o, err := r.do(ctx, it.vu, i, vars, now, &rec)
+		rec.record(i, o)
 		if o.failed {
 			failed(i, o, err)
 		}
@@ -299,6 +398,32 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 			return
 		}
 	}
+}
+
+// iterRecorder records a step's outcomes for one iteration: the corrected
+// latency adds how late the iteration started, and each outcome lands in
+// the second it was known in.
+type iterRecorder struct {
+	shard *recorderShard
+	lag   time.Duration
+	secOf func(time.Time) int64
+	now   func() time.Time
+}
+
+func (ir *iterRecorder) record(step int, o outcome) {
+	o.corrected = o.latency + ir.lag
+	o.sec = ir.secOf(ir.now())
+	ir.shard.record(step, o)
+}
+
+// slotName is the captured variable with slot s.
+func (r *httpRunner) slotName(s int) string {
+	for name, i := range r.slotOf {
+		if i == s {
+			return name
+		}
+	}
+	return "?"
 }
 
 // think pauses for d; false if the run ended or is ending meanwhile (no
@@ -316,40 +441,147 @@ func think(ctx context.Context, stopping <-chan struct{}, d time.Duration) bool 
 	}
 }
 
-// do sends one request and classifies it. Counting rule: every call counts
-// exactly once, as completed (expected status) or failed. A request aborted
-// because the run was cancelled counts as failed, class cancelled, whether
-// or not it reached the target; so after a cancel, the target's count is
-// between ours minus the VUs that were mid-request, and ours.
+// do sends one step's request, follows its redirects, and classifies the
+// outcome. Counting rule: every request sent counts exactly once, as
+// completed or failed. A redirect the step follows is a request of its own,
+// counted (completed, with its status) and timed under the step through
+// hop, as k6 counts each hop under the request's name; the step's
+// expectations, captures and checks apply to the last response, whose
+// outcome do returns. A request aborted because the run was cancelled
+// counts as failed, class cancelled, whether or not it reached the target;
+// so after a cancel, the target's count is between ours minus the VUs that
+// were mid-request, and ours.
 //
 // The latency runs from just before the request is sent (a dial included,
 // when one is needed) to its last body byte: the whole body is read, so the
 // connection can carry the VU's next request, and the step's timeout bounds
 // a slow or endless one. With expect_body the read also looks for it,
 // keeping only a needle's length of the body at a time.
-func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func() time.Time) (outcome, error) {
+func (r *httpRunner) do(ctx context.Context, vu, step int, v tmplVars, now func() time.Time, hop *iterRecorder) (outcome, error) {
 	st := &r.steps[step]
-	body := &r.bodies[vu] // counts the response body; w nil: discard
-	*body = countingWriter{}
-	var match *bodyMatcher
-	if st.expectBody != nil {
-		match = &bodyMatcher{needle: st.expectBody}
-		body.w = match
+	fl := &r.flows[vu]
+	// The VU's own: passed to the sender (an interface), a local would
+	// escape to the heap, an allocation per request.
+	rq := &fl.rq
+	*rq = hopRequest{method: st.method, url: st.url.render(v), body: st.body.render(v), first: true}
+	cur := st.parsed // the URL of the request in flight, parsed when needed
+	var kept *keptResponse
+	if st.wantBody || st.wantCookies {
+		kept = fl.keep()
+		kept.cookies = kept.cookies[:0]
 	}
-	started := now()
-	status, sent, class, err := r.sender.send(ctx, vu, step, v, body)
-	latency := now().Sub(started)
-	if err != nil {
-		return outcome{failed: true, class: class, status: status, sent: sent, received: body.n}, err
+	if r.redirects > 0 || r.cookies || st.wantHead || st.wantCookies {
+		rq.head = fl.respHead()
 	}
-	o := outcome{latency: latency, timed: true, status: status, sent: sent, received: body.n}
-	if !st.expects(status) {
+	for n := 0; ; n++ {
+		body := &r.bodies[vu] // counts the response body; w nil: discard
+		*body = countingWriter{}
+		var match *bodyMatcher
+		if st.expectBody != nil {
+			match = &bodyMatcher{needle: st.expectBody}
+			body.w = match
+		}
+		if st.wantBody {
+			kept.body.b = kept.body.b[:0]
+			if match != nil {
+				body.w = io.MultiWriter(match, &kept.body)
+			} else {
+				body.w = &kept.body
+			}
+		}
+		rq.cookie = ""
+		if fl.jar != nil && !st.ownCookie {
+			if cur == nil {
+				cur, _ = url.Parse(rq.url) // a bad URL fails in send, with its class
+			}
+			if cur != nil {
+				rq.cookie = cookieHeader(fl.jar.Cookies(cur))
+			}
+		}
+		if rq.head != nil {
+			rq.head.reset(st.wantHead)
+		}
+		started := now()
+		status, sent, class, err := r.sender.send(ctx, vu, step, v, rq, body)
+		latency := now().Sub(started)
+		if err != nil {
+			return outcome{failed: true, class: class, status: status, sent: sent, received: body.n}, err
+		}
+		o := outcome{latency: latency, timed: true, status: status, sent: sent, received: body.n}
+		if rq.head != nil && len(rq.head.setCookies) > 0 {
+			if cur == nil {
+				cur, _ = url.Parse(rq.url)
+			}
+			if r.cookies && cur != nil {
+				fl.storeCookies(cur, rq.head.setCookies)
+			}
+			if st.wantCookies {
+				kept.cookies = append(kept.cookies, rq.head.setCookies...)
+			}
+		}
+		if r.redirects > 0 && isRedirect(status) && rq.head.location != "" {
+			if n == r.redirects {
+				o.failed, o.class = true, ErrorRedirects
+				return o, fmt.Errorf("%s %s: still redirected after %d redirects", rq.method, truncate(rq.url, 80), n)
+			}
+			if cur == nil {
+				cur, _ = url.Parse(rq.url)
+			}
+			next, err := redirectTarget(cur, rq.head.location)
+			if err != nil {
+				o.failed, o.class = true, ErrorRedirects
+				return o, fmt.Errorf("%s %s: %w", rq.method, truncate(rq.url, 80), err)
+			}
+			hop.record(step, o)
+			rq.follow(status, next, st.parsed)
+			cur = next
+			continue
+		}
+		return r.judge(st, fl, kept, rq, o, match, body.n)
+	}
+}
+
+// judge gives the last response of a step its verdict: expected status and
+// body, then captures; checks are judged whatever the verdict, since they
+// measure the response rather than decide its outcome.
+func (r *httpRunner) judge(st *preparedStep, fl *vuFlow, kept *keptResponse, rq *hopRequest, o outcome, match *bodyMatcher, received int64) (outcome, error) {
+	var resp *flowResponse
+	if len(st.checks) > 0 || len(st.captures) > 0 {
+		resp = &flowResponse{status: o.status, latency: o.latency, head: rq.head}
+		if kept != nil {
+			resp.body, resp.cookies = kept.body.b, kept.cookies
+		}
+		if resp.head == nil {
+			resp.head = &respHead{}
+		}
+		for k := range st.checks {
+			o.checksRun |= 1 << k
+			if st.checks[k].pass(resp) {
+				o.checksPassed |= 1 << k
+			}
+		}
+	}
+	if !st.expects(o.status) {
 		o.failed, o.class = true, ErrorStatus
-		return o, fmt.Errorf("%s %s: unexpected status %d", st.method, st.url.render(v), status)
+		return o, fmt.Errorf("%s %s: unexpected status %d", rq.method, truncate(rq.url, 80), o.status)
 	}
 	if match != nil && !match.found {
 		o.failed, o.class = true, ErrorBody
-		return o, fmt.Errorf("%s %s: body does not contain %q", st.method, st.url.render(v), truncate(string(st.expectBody), 40))
+		return o, fmt.Errorf("%s %s: body does not contain %q", rq.method, truncate(rq.url, 80), truncate(string(st.expectBody), 40))
+	}
+	var missed []string
+	for k := range st.captures {
+		c := &st.captures[k]
+		if v, ok := c.capture(resp); ok {
+			fl.set(c.slot, v)
+		} else {
+			missed = append(missed, c.Name)
+		}
+	}
+	if len(missed) > 0 {
+		o.failed, o.class = true, ErrorCapture
+		return o, fmt.Errorf("%s %s: captured nothing for %s (status %d, %d body bytes)", rq.method,
+			truncate(rq.url, 80), strings.Join(missed, ", "), o.status, received)
 	}
 	return o, nil
 }

@@ -57,7 +57,7 @@ func TestHTTPLoadModelParamsValidate(t *testing.T) {
 		{"negative think time", func(p *HTTPParams) { p.Steps[0].ThinkTime = -1 }, "steps[0].think_time: must be between 0 and 1h"},
 		{"huge expect_body", func(p *HTTPParams) { p.Steps[0].ExpectBody = strings.Repeat("x", maxExpectBody+1) }, "steps[0].expect_body: must be at most"},
 		{"templated url", func(p *HTTPParams) { p.Steps[0].URL = "http://127.0.0.1/{{vu}}?r={{random_int 1 9}}" }, ""},
-		{"unknown template function in url", func(p *HTTPParams) { p.Steps[0].URL = "http://x/{{user}}" }, `steps[0].url: template at byte 9: unknown template function "user"`},
+		{"unknown template function in url", func(p *HTTPParams) { p.Steps[0].URL = "http://x/{{user}}" }, `steps[0].url: {{user}} is not a template function (vu, iteration, random_int, data.<column>) and no earlier step captures it`},
 		{"templated url that is no url", func(p *HTTPParams) { p.Steps[0].URL = "{{vu}}/x" }, "steps[0].url: must be an http:// or https:// URL"},
 		{"bad template in header", func(p *HTTPParams) { p.Steps[1].Headers["X-Id"] = "{{vu" }, "steps[1].headers.X-Id: template at byte 0: unclosed {{"},
 		{"bad template in body", func(p *HTTPParams) { p.Steps[1].Body = "{{random_int 3 1}}" }, "steps[1].body: template at byte 0: {{random_int 3 1}}: the lower bound"},
@@ -155,7 +155,7 @@ func TestHTTPParseLoadModelKeys(t *testing.T) {
 	want2 := []string{
 		`2 | workflows[0].model | must be closed or open, got "poisson"`,
 		`4 | workflows[0].connection_reuse | must be true or false, got "yes"`,
-		`6 | workflows[0].steps[0].body | template at byte 0: unknown template function "uuid" (known: vu, iteration, random_int, data.<column>)`,
+		`6 | workflows[0].steps[0].body | {{uuid}} is not a template function (vu, iteration, random_int, data.<column>) and no earlier step captures it (captured before this step: [])`,
 	}
 	if strings.Join(problems, "\n") != strings.Join(want2, "\n") {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(problems, "\n"), strings.Join(want2, "\n"))

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"maps"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,7 @@ const maxShards = 4
 // never held with another.
 type recorder struct {
 	names  []string
+	checks [][]string // per step, its checks' names
 	shards []*recorderShard
 	// corrected: the open model, which records a second latency per
 	// response, measured from the iteration's intended start.
@@ -51,6 +53,7 @@ type recorder struct {
 	statuses   []map[int]int64
 	sent       []int64
 	received   []int64
+	checkCount [][]checkCount
 	spares     []*hdrhistogram.Histogram
 	scratch    *hdrhistogram.PackedHistogram
 	series     seriesBuilder
@@ -71,9 +74,13 @@ type stepCounts struct {
 	statuses  map[int]int64
 	sent      int64
 	received  int64
+	checks    []checkCount // by the step's check index
 	latency   *hdrhistogram.Histogram
 	corrected *hdrhistogram.Histogram // nil under the closed model
 }
+
+// checkCount counts one check's verdicts.
+type checkCount struct{ passed, failed int64 }
 
 // outcome is one request's (or action's) result.
 type outcome struct {
@@ -90,11 +97,22 @@ type outcome struct {
 	// body bytes.
 	status         int
 	sent, received int64
+	// checksRun and checksPassed are bitmasks over the step's checks (at
+	// most maxChecks): which were judged on this response, and which of
+	// those passed.
+	checksRun, checksPassed uint32
 }
 
-func newRecorder(names []string, parallelism int, corrected bool) *recorder {
+// newRecorder records steps names; checks (nil: none) names each step's
+// checks.
+func newRecorder(names []string, checks [][]string, parallelism int, corrected bool) *recorder {
+	if checks == nil {
+		checks = make([][]string, len(names))
+	}
 	r := &recorder{
 		names:        names,
+		checks:       checks,
+		checkCount:   make([][]checkCount, len(names)),
 		corrected:    corrected,
 		shards:       make([]*recorderShard, min(max(parallelism, 1), maxShards)),
 		cumulative:   make([]*Histogram, len(names)),
@@ -110,6 +128,7 @@ func newRecorder(names []string, parallelism int, corrected bool) *recorder {
 	r.series = newSeriesBuilder(len(r.shards))
 	for i := range r.cumulative {
 		r.cumulative[i] = NewHistogram()
+		r.checkCount[i] = make([]checkCount, len(checks[i]))
 	}
 	// One spare per histogram a swap takes: each is folded and given back
 	// before the next swap, so shards never wait on an allocation.
@@ -124,6 +143,9 @@ func newRecorder(names []string, parallelism int, corrected bool) *recorder {
 	for i := range r.shards {
 		s := &recorderShard{steps: make([]stepCounts, len(names)), secs: newShardSeries()}
 		for j := range s.steps {
+			if n := len(checks[j]); n > 0 {
+				s.steps[j].checks = make([]checkCount, n)
+			}
 			s.steps[j].latency = newDenseHistogram()
 			if corrected {
 				s.steps[j].corrected = newDenseHistogram()
@@ -159,6 +181,14 @@ func (s *recorderShard) record(step int, o outcome) {
 	}
 	c.sent += o.sent
 	c.received += o.received
+	for run := o.checksRun; run != 0; run &= run - 1 {
+		k := bits.TrailingZeros32(run)
+		if o.checksPassed&(1<<k) != 0 {
+			c.checks[k].passed++
+		} else {
+			c.checks[k].failed++
+		}
+	}
 	if o.timed {
 		_ = c.latency.RecordValue(clampMicros(o.latency)) // in range by construction
 		if c.corrected != nil {
@@ -207,6 +237,11 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 			r.sent[i] += c.sent
 			r.received[i] += c.received
 			c.sent, c.received = 0, 0
+			for k := range c.checks {
+				r.checkCount[i][k].passed += c.checks[k].passed
+				r.checkCount[i][k].failed += c.checks[k].failed
+				c.checks[k] = checkCount{}
+			}
 			// Both histograms move together, so in every snapshot the
 			// corrected one holds exactly the samples the uncorrected does.
 			var taken, takenCorrected *hdrhistogram.Histogram
@@ -244,6 +279,10 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 		}
 		if r.corrected {
 			snap.Steps[i].CorrectedLatency = r.correctedH[i].Clone()
+		}
+		for k, name := range r.checks[i] {
+			cc := r.checkCount[i][k]
+			snap.Steps[i].Checks = append(snap.Steps[i].Checks, CheckResult{Name: name, Passed: cc.passed, Failed: cc.failed})
 		}
 		snap.Completed += r.completed[i]
 		snap.Failed += r.failed[i]

@@ -66,6 +66,27 @@ type StepNamer interface {
 	StepNames() []string
 }
 
+// CheckNamer is implemented by params whose steps have named checks, so
+// that a "check: NAME" threshold is checked at submit against them.
+type CheckNamer interface {
+	CheckNames() []string
+}
+
+// CheckNames decodes params of type t and returns the names of their
+// checks (each once), or ok=false when the type has no checks or the
+// params do not decode.
+func CheckNames(t Type, params []byte) (names []string, ok bool) {
+	p, err := t.DecodeParams(params)
+	if err != nil {
+		return nil, false
+	}
+	cn, ok := p.(CheckNamer)
+	if !ok {
+		return nil, false
+	}
+	return cn.CheckNames(), true
+}
+
 // StepNames decodes params of type t and returns their step names, or
 // ok=false when the type has no named steps or the params do not decode.
 func StepNames(t Type, params []byte) (names []string, ok bool) {

@@ -8,7 +8,7 @@ import (
 // The series keeps the newest MaxSeriesSeconds points however long the run,
 // and a slice handed out earlier is never changed by later publishing.
 func TestSeriesIsBounded(t *testing.T) {
-	rec := newRecorder([]string{"a"}, 2, false)
+	rec := newRecorder([]string{"a"}, nil, 2, false)
 	shard := rec.shard(0)
 	var early []SecondStats
 	const seconds = 2*MaxSeriesSeconds + 500

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"tempest/wire"
@@ -28,7 +29,22 @@ const (
 	ErrorBody ErrorClass = "body"
 	// ErrorTransport: any other request error.
 	ErrorTransport ErrorClass = "transport"
+	// ErrorCapture: a response arrived but a capture of the step found
+	// nothing in it (flow.go).
+	ErrorCapture ErrorClass = "capture"
+	// ErrorSkipped: the step was not sent, because a value it uses was
+	// never captured. Counted among the failed, never sent to the target.
+	ErrorSkipped ErrorClass = "skipped"
+	// ErrorRedirects: the response was a redirect past the workflow's
+	// redirect limit (a loop, most likely).
+	ErrorRedirects ErrorClass = "redirects"
 )
+
+// CheckResult counts one check of a step.
+type CheckResult struct {
+	Name           string
+	Passed, Failed int64
+}
 
 // Snapshot is a workflow's counters since its run started. Every count is
 // cumulative, so a later snapshot supersedes an earlier one and a lost
@@ -79,6 +95,8 @@ type StepSnapshot struct {
 	// against the schedule (coordinated-omission correction, as wrk2 does).
 	// It is what a user arriving on schedule would have waited.
 	CorrectedLatency *Histogram
+	// Checks counts the step's checks, in the step's order.
+	Checks []CheckResult
 }
 
 // Result is what a run counted when it ended.
@@ -104,6 +122,9 @@ func (s Snapshot) StepStats() ([]wire.StepStats, error) {
 			Statuses:       maps.Clone(st.Statuses),
 			BytesSent:      st.Sent,
 			BytesReceived:  st.Received,
+		}
+		for _, c := range st.Checks {
+			out[i].Checks = append(out[i].Checks, wire.CheckStats{Name: c.Name, Passed: c.Passed, Failed: c.Failed})
 		}
 		for class, n := range st.Errors {
 			if out[i].Errors == nil {
@@ -192,6 +213,9 @@ func mergeStep(name string, parts []wire.StepStats) (wire.StepStats, error) {
 		if m.Statuses, err = addCounts(m.Statuses, p.Statuses); err != nil {
 			return m, fmt.Errorf("statuses: %w", err)
 		}
+		if m.Checks, err = addChecks(m.Checks, p.Checks); err != nil {
+			return m, fmt.Errorf("checks: %w", err)
+		}
 		if hist, err = mergeEncoded(hist, p.Histogram); err != nil {
 			return m, err
 		}
@@ -235,6 +259,29 @@ func addCounts[K comparable](acc, b map[K]int64) (map[K]int64, error) {
 			return acc, err
 		}
 		acc[k] = v
+	}
+	return acc, nil
+}
+
+// addChecks adds b's check counts into acc by name, keeping acc's order
+// and then b's new names in b's order.
+func addChecks(acc, b []wire.CheckStats) ([]wire.CheckStats, error) {
+	for _, c := range b {
+		i := slices.IndexFunc(acc, func(a wire.CheckStats) bool { return a.Name == c.Name })
+		if i < 0 {
+			if len(acc) >= maxMergeKeys {
+				return acc, fmt.Errorf("more than %d distinct checks", maxMergeKeys)
+			}
+			acc = append(acc, wire.CheckStats{Name: c.Name})
+			i = len(acc) - 1
+		}
+		var err error
+		if acc[i].Passed, err = addCount(acc[i].Passed, c.Passed); err != nil {
+			return acc, fmt.Errorf("%q passed: %w", truncate(c.Name, 40), err)
+		}
+		if acc[i].Failed, err = addCount(acc[i].Failed, c.Failed); err != nil {
+			return acc, fmt.Errorf("%q failed: %w", truncate(c.Name, 40), err)
+		}
 	}
 	return acc, nil
 }

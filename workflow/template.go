@@ -17,6 +17,7 @@ import (
 //	{{random_int a b}}  a uniformly random integer in [a, b]
 //	{{data.column}}     the iteration's row of the workflow's data file
 //	                    (data.go), in the column its header row names
+//	{{name}}            a value an earlier step captured (flow.go)
 //
 // A template is parsed once, when params are validated and again when a
 // runner is built from them (both per dispatch, never per request); a
@@ -29,7 +30,10 @@ import (
 const maxTemplateActions = 64
 
 // templateFuncs lists the known functions, for error messages.
-const templateFuncs = "vu, iteration, random_int, data.<column>"
+const templateFuncs = "vu, iteration, random_int, data.<column>, <captured name>"
+
+// builtinFuncs lists the functions that are not captured values.
+const builtinFuncs = "vu, iteration, random_int, data.<column>"
 
 // dataPrefix starts a data-file reference.
 const dataPrefix = "data."
@@ -39,6 +43,10 @@ type tmplVars struct {
 	vu        int   // 1-based
 	iteration int64 // the VU's own, 0-based
 	row       []string
+	// captured holds the VU's captured values by slot (nil when the
+	// workflow captures nothing); a step runs only once every slot it
+	// renders is set.
+	captured []string
 }
 
 type tmplOp uint8
@@ -49,6 +57,7 @@ const (
 	opIteration
 	opRandomInt
 	opData
+	opVar
 )
 
 type tmplPart struct {
@@ -60,6 +69,9 @@ type tmplPart struct {
 	column  string
 	col     int
 	example string
+	// opVar: the captured variable's name and, once bound, its slot.
+	name string
+	slot int
 }
 
 // template is a parsed field. The zero value renders "".
@@ -153,6 +165,12 @@ func parseAction(src string) (tmplPart, error) {
 		}
 		return tmplPart{op: opRandomInt, a: a, b: b}, nil
 	default:
+		if isVarName(words[0]) {
+			if len(args) > 0 {
+				return tmplPart{}, fmt.Errorf("{{%s}} (a captured value) takes no arguments, got %d", words[0], len(args))
+			}
+			return tmplPart{op: opVar, name: words[0], slot: -1}, nil
+		}
 		return tmplPart{}, fmt.Errorf("unknown template function %q (known: %s)", truncate(words[0], 40), templateFuncs)
 	}
 }
@@ -180,6 +198,8 @@ func (t *template) render(v tmplVars) string {
 			b.WriteString(strconv.FormatInt(p.a+int64(rand.Uint64N(uint64(p.b)-uint64(p.a)+1)), 10))
 		case opData:
 			b.WriteString(v.row[p.col])
+		case opVar:
+			b.WriteString(v.captured[p.slot])
 		}
 	}
 	return b.String()
@@ -206,6 +226,8 @@ func (t *template) sample() string {
 			b.WriteString(strconv.FormatInt(p.a, 10))
 		case opData:
 			b.WriteString(p.example)
+		case opVar:
+			b.WriteString("captured")
 		}
 	}
 	return b.String()
@@ -214,6 +236,43 @@ func (t *template) sample() string {
 // usesData reports whether t has a {{data.x}} reference.
 func (t *template) usesData() bool {
 	return slices.ContainsFunc(t.parts, func(p tmplPart) bool { return p.op == opData })
+}
+
+// varNames lists the captured variables t renders, in order (repeats kept).
+func (t *template) varNames() []string {
+	var out []string
+	for _, p := range t.parts {
+		if p.op == opVar {
+			out = append(out, p.name)
+		}
+	}
+	return out
+}
+
+// usesVars reports whether t renders a captured variable.
+func (t *template) usesVars() bool {
+	return slices.ContainsFunc(t.parts, func(p tmplPart) bool { return p.op == opVar })
+}
+
+// bindVars resolves t's captured variables to slots, appending each slot
+// to needs; a name slotOf does not know is an error (Validate refuses it
+// first).
+func (t *template) bindVars(slotOf map[string]int, needs []int) ([]int, error) {
+	for i := range t.parts {
+		p := &t.parts[i]
+		if p.op != opVar {
+			continue
+		}
+		s, ok := slotOf[p.name]
+		if !ok {
+			return needs, fmt.Errorf("{{%s}}: no step captures it", truncate(p.name, 40))
+		}
+		p.slot = s
+		if !slices.Contains(needs, s) {
+			needs = append(needs, s)
+		}
+	}
+	return needs, nil
 }
 
 // bind resolves t's data references to table's columns. A template must be

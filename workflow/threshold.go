@@ -19,6 +19,8 @@ import (
 //	  - "error_rate < 1%"
 //	  - "rps > 1000"
 //	  - {threshold: "p(95) < 100ms", step: login, abort_on_fail: true}
+//	  - "checks > 99%"                                 # every check's passes
+//	  - "check: has-token > 99.9%"                     # one check (of every step that has it)
 //
 // They live here rather than in a type because every type reports the same
 // statistics (wire.StepStats), and next to the histograms because evaluating
@@ -49,6 +51,7 @@ const (
 	MetricMax                          // max: largest latency
 	MetricErrorRate                    // error_rate: failed / (completed + failed), in percent
 	MetricRPS                          // rps: (completed + failed) / elapsed
+	MetricChecks                       // checks, or check: NAME: passed / judged, in percent
 )
 
 func (m Metric) latency() bool { return m >= MetricPercentile && m <= MetricMax }
@@ -86,12 +89,17 @@ type Condition struct {
 	Op         Op
 	// Limit is a latency metric's bound.
 	Limit time.Duration
-	// Value is error_rate's bound in percent (1 for "1%") or rps's bound.
+	// Value is error_rate's and checks' bound in percent (1 for "1%") or
+	// rps's bound.
 	Value float64
+	// Check names the one check a "check: NAME" threshold reads; empty
+	// for "checks", which reads them all.
+	Check string
 }
 
 // ParseCondition parses a threshold expression: `p(N) OP DURATION`,
-// `avg|min|max OP DURATION`, `error_rate OP PERCENT` or `rps OP NUMBER`,
+// `avg|min|max OP DURATION`, `error_rate OP PERCENT`, `rps OP NUMBER`,
+// `checks OP PERCENT` or `check: NAME OP PERCENT` (the share of passes),
 // where OP is <, <=, > or >=. Durations take a unit ("250ms", "1.5s"), as
 // everywhere in a job file, and percentages a % sign: "error_rate < 1" could
 // mean 1% or 100%.
@@ -135,10 +143,20 @@ func (c *Condition) parseMetric(s string) error {
 		c.Metric = MetricErrorRate
 	case "rps":
 		c.Metric = MetricRPS
+	case "checks":
+		c.Metric = MetricChecks
 	default:
+		if name, ok := strings.CutPrefix(s, "check:"); ok {
+			name = strings.TrimSpace(name)
+			if err := CheckName(name); err != nil {
+				return fmt.Errorf("check name in %q %v", s, err)
+			}
+			c.Metric, c.Check = MetricChecks, name
+			return nil
+		}
 		inner, ok := strings.CutPrefix(s, "p(")
 		if inner, ok = strings.CutSuffix(inner, ")"); !ok {
-			return fmt.Errorf("unknown metric %q (known: p(N), avg, min, max, error_rate, rps)", s)
+			return fmt.Errorf("unknown metric %q (known: p(N), avg, min, max, error_rate, rps, checks, check: NAME)", s)
 		}
 		p, err := strconv.ParseFloat(strings.TrimSpace(inner), 64)
 		if err != nil || !(p > 0 && p <= 100) {
@@ -157,11 +175,15 @@ func (c *Condition) parseBound(s string) error {
 			return fmt.Errorf("bound of a latency must be a duration such as \"250ms\", got %q", s)
 		}
 		c.Limit = d
-	case c.Metric == MetricErrorRate:
+	case c.Metric == MetricErrorRate || c.Metric == MetricChecks:
 		num, ok := strings.CutSuffix(s, "%")
 		v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
 		if !ok || err != nil || !(v >= 0 && v <= 100) {
-			return fmt.Errorf("bound of error_rate must be a percentage between 0%% and 100%% such as \"1%%\", got %q", s)
+			name := "error_rate"
+			if c.Metric == MetricChecks {
+				name = "checks"
+			}
+			return fmt.Errorf("bound of %s must be a percentage between 0%% and 100%% such as \"1%%\", got %q", name, s)
 		}
 		c.Value = v
 	case c.Metric == MetricRPS:
@@ -280,6 +302,43 @@ func CheckThresholdSteps(f *Fields, steps []string) {
 	}
 }
 
+// CheckThresholdChecks reports, at the line of each, a threshold of f's
+// thresholds key that reads a check ("check: NAME") no step of the
+// workflow has, for the same reason as CheckThresholdSteps; checks, with
+// no name, reads whatever checks there are.
+func CheckThresholdChecks(f *Fields, checks []string) {
+	n, ok := f.Node("thresholds")
+	if !ok || n.Kind != ListNode {
+		return
+	}
+	base := JoinPath(f.Path(), "thresholds")
+	for i, it := range n.Items {
+		if it == nil || it.Invalid {
+			continue
+		}
+		expr, path, line := "", IndexPath(base, i), it.Line
+		switch it.Kind {
+		case ScalarNode:
+			expr, _ = it.Value.(string)
+		case MapNode:
+			for _, fl := range it.Fields {
+				if s, isStr := fl.Value.Value.(string); fl.Key == "threshold" && isStr {
+					expr, path, line = s, JoinPath(path, "threshold"), fl.Line
+				}
+			}
+		}
+		c, err := ParseCondition(expr)
+		if err != nil || c.Check == "" || slices.Contains(checks, c.Check) {
+			continue
+		}
+		known := "none"
+		if len(checks) > 0 {
+			known = strings.Join(checks, ", ")
+		}
+		f.problemAt(line, path, fmt.Sprintf("no step has a check named %q (checks: %s)", c.Check, known))
+	}
+}
+
 // Evaluate judges thresholds on a workflow's results: steps as reported
 // (cumulative), the workflow's completed and failed counts and its elapsed
 // time. A threshold without a step reads all steps merged; one with a step
@@ -361,6 +420,8 @@ type selection struct {
 	hist              *Histogram // nil when no step had samples
 	completed, failed int64
 	err               error
+	// checks sums the steps' checks by name.
+	checks map[string]checkCount
 }
 
 type evaluator struct {
@@ -385,6 +446,15 @@ func (e *evaluator) selection(step string) *selection {
 		if step != "" {
 			s.completed += st.CompletedCount
 			s.failed += st.FailedCount
+		}
+		for _, c := range st.Checks {
+			if s.checks == nil {
+				s.checks = map[string]checkCount{}
+			}
+			cc := s.checks[c.Name]
+			cc.passed += c.Passed
+			cc.failed += c.Failed
+			s.checks[c.Name] = cc
 		}
 		if len(st.Histogram) == 0 || s.err != nil {
 			continue
@@ -433,6 +503,19 @@ func (e *evaluator) judge(c Condition, step string) (bool, string) {
 		}
 		pct := 100 * float64(s.failed) / float64(total)
 		return c.Op.holds(pct, c.Value), strconv.FormatFloat(pct, 'g', 4, 64) + "%"
+	case c.Metric == MetricChecks:
+		var passed, judged int64
+		for name, cc := range s.checks {
+			if c.Check == "" || name == c.Check {
+				passed += cc.passed
+				judged += cc.passed + cc.failed
+			}
+		}
+		if judged == 0 {
+			return false, NoData
+		}
+		pct := 100 * float64(passed) / float64(judged)
+		return c.Op.holds(pct, c.Value), strconv.FormatFloat(pct, 'g', 6, 64) + "%"
 	case c.Metric == MetricRPS:
 		if e.elapsed <= 0 {
 			return false, NoData

@@ -25,6 +25,9 @@ func TestParseCondition(t *testing.T) {
 		{"error_rate <= 0.5 %", Condition{Metric: MetricErrorRate, Op: OpLessEq, Value: 0.5}},
 		{"rps > 1000", Condition{Metric: MetricRPS, Op: OpGreater, Value: 1000}},
 		{"rps >= 1e3/s", Condition{Metric: MetricRPS, Op: OpGreaterEq, Value: 1000}},
+		{"checks > 99%", Condition{Metric: MetricChecks, Op: OpGreater, Value: 99}},
+		{"check: has-token > 99.9%", Condition{Metric: MetricChecks, Op: OpGreater, Value: 99.9, Check: "has-token"}},
+		{"check:ok>=100%", Condition{Metric: MetricChecks, Op: OpGreaterEq, Value: 100, Check: "ok"}},
 	}
 	for _, tc := range good {
 		got, err := ParseCondition(tc.expr)
@@ -57,6 +60,8 @@ func TestParseCondition(t *testing.T) {
 		{"rps > +Inf", "must be a number of requests per second"},
 		{"rps > NaN", "must be a number of requests per second"},
 		{"rps > 10 < 20", "must be a number of requests per second"},
+		{"checks > 99", "bound of checks must be a percentage"},
+		{"check: > 99%", "check name in \"check:\" must not be empty"},
 		{strings.Repeat("p", 300) + " < 1s", "more than 256"},
 	}
 	for _, tc := range bad {
@@ -243,5 +248,35 @@ func TestCompiledThresholds(t *testing.T) {
 	}
 	if CompileThresholds(nil).Evaluate(steps, 1, 0, time.Second) != nil {
 		t.Fatal("no thresholds judged something")
+	}
+}
+
+// Check thresholds read the steps' check counts: all checks, one check
+// across the steps that have it, or one step's.
+func TestEvaluateChecks(t *testing.T) {
+	steps := []wire.StepStats{
+		{StepName: "login", CompletedCount: 10, Checks: []wire.CheckStats{{Name: "ok", Passed: 10}, {Name: "has-token", Passed: 9, Failed: 1}}},
+		{StepName: "api", CompletedCount: 10, Checks: []wire.CheckStats{{Name: "ok", Passed: 8, Failed: 2}}},
+		{StepName: "none", CompletedCount: 10},
+	}
+	cases := []struct {
+		th     wire.Threshold
+		passed bool
+		actual string
+	}{
+		{wire.Threshold{Expr: "checks > 89%"}, true, "90%"},  // 27 of 30
+		{wire.Threshold{Expr: "checks > 90%"}, false, "90%"}, // not above
+		{wire.Threshold{Expr: "check: ok >= 90%"}, true, "90%"},
+		{wire.Threshold{Expr: "check: has-token > 99.9%"}, false, "90%"},
+		{wire.Threshold{Expr: "checks >= 100%", Step: "login"}, false, "95%"},
+		{wire.Threshold{Expr: "check: ok >= 100%", Step: "login"}, true, "100%"},
+		{wire.Threshold{Expr: "checks > 1%", Step: "none"}, false, NoData},
+		{wire.Threshold{Expr: "check: nope > 1%"}, false, NoData},
+	}
+	for _, tc := range cases {
+		r := Evaluate([]wire.Threshold{tc.th}, steps, 30, 0, time.Second)[0]
+		if r.Passed != tc.passed || r.Actual != tc.actual {
+			t.Errorf("%q (step %q): passed %v actual %q, want %v %q", tc.th.Expr, tc.th.Step, r.Passed, r.Actual, tc.passed, tc.actual)
+		}
 	}
 }

@@ -113,6 +113,33 @@ func printSteps(w io.Writer, st api.JobStatus) {
 			}
 		}
 	}
+	printChecks(w, st)
+}
+
+// printChecks writes each step's checks, as k6 does: a mark, the name, the
+// share passed and the counts.
+func printChecks(w io.Writer, st api.JobStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, wf := range st.Workflows {
+		for _, s := range wf.Steps {
+			for _, c := range s.Checks {
+				if !header {
+					fmt.Fprintln(tw, "WORKFLOW\tSTEP\tCHECK\tPASSED\t✓\t✗")
+					header = true
+				}
+				mark, share := "✓", "-"
+				if c.Failed > 0 {
+					mark = "✗"
+				}
+				if n := c.Passed + c.Failed; n > 0 {
+					share = fmt.Sprintf("%.2f%%", 100*float64(c.Passed)/float64(n))
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\t%d\t%d\n", wf.Name, s.Name, mark, c.Name, share, c.Passed, c.Failed)
+			}
+		}
+	}
+	_ = tw.Flush()
 }
 
 // joinCounts writes counts by key, largest first: "status 40, timeout 3".

@@ -43,6 +43,28 @@ func TestPrintStepsBreaksDownErrors(t *testing.T) {
 	}
 }
 
+// Checks get a table of their own, one row per step and check, with the
+// share passed; a status without checks prints no such table.
+func TestPrintStepsChecks(t *testing.T) {
+	st := api.JobStatus{ElapsedSeconds: 2, Workflows: []api.WorkflowStatus{{Name: "w", ElapsedSeconds: 2, Steps: []api.StepSummary{
+		{Name: "login", Completed: 10, Checks: []api.CheckSummary{{Name: "ok", Passed: 10}, {Name: "has-token", Passed: 9, Failed: 1}}},
+	}}}}
+	var b bytes.Buffer
+	printSteps(&b, st)
+	out := b.String()
+	for _, want := range []string{"CHECK", "✓ ok", "100.00%", "✗ has-token", "90.00%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	st.Workflows[0].Steps[0].Checks = nil
+	b.Reset()
+	printSteps(&b, st)
+	if strings.Contains(b.String(), "CHECK") {
+		t.Errorf("a checks table without checks:\n%s", b.String())
+	}
+}
+
 // status exits as the README's codes say for a job that ended, and names a
 // reason the job's error gives once, not again under each workflow.
 func TestStatusExitCodeAndReasonOnce(t *testing.T) {

@@ -29,6 +29,8 @@ var modules = map[string]string{
 	"yaml":         "go.yaml.in/yaml/v3",
 	"goleak":       "go.uber.org/goleak",
 	"prometheus":   "github.com/prometheus/client_golang",
+	"gjson":        "github.com/tidwall/gjson",
+	"x/net":        "golang.org/x/net",
 }
 
 const module = "tempest"

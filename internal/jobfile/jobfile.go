@@ -265,6 +265,12 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 			return []wire.WorkflowSpec{spec}
 		}
 	}
+	if checks, ok := workflow.CheckNames(typ, spec.Params); ok && len(spec.Thresholds) > 0 {
+		workflow.CheckThresholdChecks(f, checks)
+		if f.HasProblems() {
+			return []wire.WorkflowSpec{spec}
+		}
+	}
 	spec.Planned = workflow.PlannedDuration(typ, spec.Params)
 	if ex, ok := typ.(workflow.Expander); ok {
 		return expand(f, spec, ex)

@@ -68,7 +68,7 @@ func TestParseThresholdErrors(t *testing.T) {
 		{
 			name: "unknown metric",
 			old:  `"rps > 1000"`, new: `"p99 > 1000"`,
-			want: []string{`smoke.yaml:13: workflows[0].thresholds[2]: unknown metric "p99" (known: p(N), avg, min, max, error_rate, rps)`},
+			want: []string{`smoke.yaml:13: workflows[0].thresholds[2]: unknown metric "p99" (known: p(N), avg, min, max, error_rate, rps, checks, check: NAME)`},
 		},
 		{
 			name: "duration without unit",

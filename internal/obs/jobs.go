@@ -28,10 +28,12 @@ type JobSeries struct {
 	Steps []StepLatency
 }
 
-// StepLatency is one step's merged latency histogram.
+// StepLatency is one step's merged latency histogram, and its checks'
+// counts.
 type StepLatency struct {
 	Workflow, Step string
 	Latency        *workflow.Histogram
+	Checks         []wire.CheckStats
 }
 
 // StepLatencies merges a workflow's step statistics (from every shard,
@@ -49,7 +51,7 @@ func StepLatencies(workflowName string, stats []wire.StepStats) []StepLatency {
 		if err != nil {
 			continue
 		}
-		out = append(out, StepLatency{Workflow: workflowName, Step: s.StepName, Latency: h})
+		out = append(out, StepLatency{Workflow: workflowName, Step: s.StepName, Latency: h, Checks: s.Checks})
 	}
 	return out
 }
@@ -66,8 +68,8 @@ func MaxP99Ms(steps []StepLatency) float64 {
 // JobMetrics declares the live job series. A role's collector sends them
 // with Collect for the jobs it leads (a follower's numbers would be stale).
 type JobMetrics struct {
-	completed, failed, rate, p99, latency *prometheus.Desc
-	bounds                                []float64
+	completed, failed, rate, p99, latency, checks *prometheus.Desc
+	bounds                                        []float64
 }
 
 // NewJobMetrics declares the series.
@@ -83,13 +85,16 @@ func NewJobMetrics() *JobMetrics {
 		latency: prometheus.NewDesc("tempest_job_step_latency_seconds",
 			"Response latency of a running job's steps (send to last body byte), merged over its shards, workers and datacenters.",
 			[]string{"job_id", "workflow", "step"}, nil),
+		checks: prometheus.NewDesc("tempest_job_checks_total",
+			"Checks of a running job's steps by outcome (result=\"pass\" or \"fail\"), merged over its shards, workers and datacenters.",
+			[]string{"job_id", "workflow", "step", "check", "result"}, nil),
 		bounds: LatencyBuckets(),
 	}
 }
 
 // Descs lists the declared series, for a Collector.
 func (m *JobMetrics) Descs() []*prometheus.Desc {
-	return []*prometheus.Desc{m.completed, m.failed, m.rate, m.p99, m.latency}
+	return []*prometheus.Desc{m.completed, m.failed, m.rate, m.p99, m.latency, m.checks}
 }
 
 // Collect sends jobs' series.
@@ -101,6 +106,10 @@ func (m *JobMetrics) Collect(ch chan<- prometheus.Metric, jobs []JobSeries) {
 		Gauge(ch, m.p99, j.P99Ms/1000, j.JobID)
 		for _, s := range j.Steps {
 			ch <- Histogram(m.latency, m.bounds, s.Latency, j.JobID, s.Workflow, s.Step)
+			for _, c := range s.Checks {
+				Counter(ch, m.checks, float64(c.Passed), j.JobID, s.Workflow, s.Step, c.Name, "pass")
+				Counter(ch, m.checks, float64(c.Failed), j.JobID, s.Workflow, s.Step, c.Name, "fail")
+			}
 		}
 	}
 }

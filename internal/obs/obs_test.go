@@ -102,6 +102,35 @@ tempest_job_step_latency_seconds_bucket{job_id="j1",step="root",workflow="get",l
 	}
 }
 
+// A step's checks merge over the reports (two shards here) and become a
+// counter per check and result.
+func TestJobCheckCounters(t *testing.T) {
+	steps := obs.StepLatencies("get", []wire.StepStats{
+		{StepName: "root", Checks: []wire.CheckStats{{Name: "ok", Passed: 9, Failed: 1}, {Name: "fast", Passed: 10}}},
+		{StepName: "root", Checks: []wire.CheckStats{{Name: "ok", Passed: 5}}},
+	})
+	jm := obs.NewJobMetrics()
+	c := obs.NewCollector(func(ch chan<- prometheus.Metric) {
+		jm.Collect(ch, []obs.JobSeries{{JobID: "j1", Steps: steps}})
+	}, jm.Descs()...)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	got := string(obstest.Text(t, reg))
+	for _, want := range []string{
+		`tempest_job_checks_total{check="ok",job_id="j1",result="pass",step="root",workflow="get"} 14`,
+		`tempest_job_checks_total{check="ok",job_id="j1",result="fail",step="root",workflow="get"} 1`,
+		`tempest_job_checks_total{check="fast",job_id="j1",result="pass",step="root",workflow="get"} 10`,
+		`tempest_job_checks_total{check="fast",job_id="j1",result="fail",step="root",workflow="get"} 0`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %s in:\n%s", want, got)
+		}
+	}
+	if problems, err := promtest.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
+
 type fakeStats struct {
 	transport.Transport
 	st transport.Stats

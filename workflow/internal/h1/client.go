@@ -14,7 +14,8 @@
 // The client speaks only what a load test needs: one request at a time per
 // connection (no pipelining), Content-Length and chunked bodies, responses
 // delimited by close, 1xx interim responses skipped, TLS for https, no
-// redirects, no compression, no proxies, no cookies.
+// redirects, no compression, no proxies, no cookies. Redirects and cookies are
+// the caller's: OnHeader hands it the response's header fields.
 package h1
 
 import (
@@ -126,6 +127,12 @@ type Request struct {
 	// Timeout bounds the request from dialling (if it must) to its last
 	// body byte. It must be positive.
 	Timeout time.Duration
+	// OnHeader, when set, is called with each header field of the final
+	// response (interim 1xx ones are skipped), in order, before the body is
+	// read. name and value alias the read buffer: they are valid only
+	// during the call. Callers that keep per-VU state pass a method value
+	// made once, so a request allocates nothing for it.
+	OnHeader func(name, value []byte)
 }
 
 // Field is a header field.
@@ -288,7 +295,7 @@ func (c *Client) exchange(ctx context.Context, req *Request, start time.Time, bo
 
 	br := c.t.readers.Get().(*bufio.Reader)
 	br.Reset(c.conn)
-	status, keep, err := readResponse(br, req.Method == "HEAD", body)
+	status, keep, err := readResponse(br, req.Method == "HEAD", req.OnHeader, body)
 	// Anything left over was not asked for: the connection's framing can
 	// no longer be trusted.
 	keep = keep && err == nil && br.Buffered() == 0 && !c.t.cfg.NoReuse

@@ -36,10 +36,10 @@ type responseHead struct {
 // final one, whose body it writes to body (nil discards it). keep reports
 // whether the connection can carry another request. A failure while reading
 // the body is a *phaseError with PhaseBody.
-func readResponse(br *bufio.Reader, head bool, body io.Writer) (status int, keep bool, err error) {
+func readResponse(br *bufio.Reader, head bool, onHeader func(name, value []byte), body io.Writer) (status int, keep bool, err error) {
 	var h responseHead
 	for first := true; ; first = false {
-		h, err = readHead(br, first)
+		h, err = readHead(br, first, onHeader)
 		if err != nil {
 			return 0, false, err
 		}
@@ -72,7 +72,10 @@ func readResponse(br *bufio.Reader, head bool, body io.Writer) (status int, keep
 // exchange, a connection that closes before sending anything gives the bare
 // io.EOF (or the read's own error), which the client may retry; once bytes
 // have arrived, a failure wraps errPartial.
-func readHead(br *bufio.Reader, first bool) (responseHead, error) {
+//
+// onHeader (nil: none) sees the fields of a final response only: whether a
+// response is interim is known from its status line, before its fields.
+func readHead(br *bufio.Reader, first bool, onHeader func(name, value []byte)) (responseHead, error) {
 	h := responseHead{length: -1}
 	line, total, err := readLine(br)
 	if err != nil {
@@ -97,6 +100,9 @@ func readHead(br *bufio.Reader, first bool) (responseHead, error) {
 	if h.status < 100 {
 		return h, malformed("status %d", h.status)
 	}
+	if h.status < 200 && h.status != 101 {
+		onHeader = nil
+	}
 	for {
 		line, n, err := readLine(br)
 		if err != nil {
@@ -111,19 +117,22 @@ func readHead(br *bufio.Reader, first bool) (responseHead, error) {
 		if len(line) == 0 {
 			return h, nil
 		}
-		if err := h.field(line); err != nil {
+		if err := h.field(line, onHeader); err != nil {
 			return h, err
 		}
 	}
 }
 
 // field takes in one header line.
-func (h *responseHead) field(line []byte) error {
+func (h *responseHead) field(line []byte, onHeader func(name, value []byte)) error {
 	colon := bytes.IndexByte(line, ':')
 	if colon <= 0 {
 		return malformed("header line %q", truncate(line))
 	}
 	name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
+	if onHeader != nil {
+		onHeader(name, value)
+	}
 	switch {
 	case bytes.EqualFold(name, []byte("Content-Length")):
 		n, ok := parseLength(value)

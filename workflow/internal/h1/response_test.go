@@ -70,7 +70,7 @@ func TestReadResponse(t *testing.T) {
 				if discard {
 					w = nil
 				}
-				status, keep, err := readResponse(br, tc.head, w)
+				status, keep, err := readResponse(br, tc.head, nil, w)
 				if tc.wantErr != nil {
 					if !errors.Is(err, tc.wantErr) {
 						t.Fatalf("error %v, want %v", err, tc.wantErr)
@@ -117,5 +117,24 @@ func TestHasToken(t *testing.T) {
 		if got := hasToken([]byte(tc.v), tc.token); got != tc.want {
 			t.Errorf("hasToken(%q, %q) = %v, want %v", tc.v, tc.token, got, tc.want)
 		}
+	}
+}
+
+// TestReadResponseOnHeader checks that the caller sees the final response's
+// fields, trimmed and in order, and none of an interim response's: a 103's
+// Link (or a Set-Cookie on a 100) is not the answer to the request.
+func TestReadResponseOnHeader(t *testing.T) {
+	in := "HTTP/1.1 103 Early Hints\r\nSet-Cookie: early=1\r\n\r\n" +
+		"HTTP/1.1 302 Found\r\nLocation:  /next \r\nSet-Cookie: a=1; Path=/\r\nset-cookie: b=2\r\nContent-Length: 0\r\n\r\n"
+	var got []string
+	status, _, err := readResponse(bufio.NewReader(strings.NewReader(in)), false, func(name, value []byte) {
+		got = append(got, string(name)+"="+string(value))
+	}, nil)
+	if err != nil || status != 302 {
+		t.Fatalf("status %d, err %v", status, err)
+	}
+	want := []string{"Location=/next", "Set-Cookie=a=1; Path=/", "set-cookie=b=2", "Content-Length=0"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("fields %q, want %q", got, want)
 	}
 }
