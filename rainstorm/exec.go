@@ -219,10 +219,15 @@ func (e *Exec) start() error {
 	if len(e.opts.Shim) > 0 {
 		argv = append(append(slices.Clone(e.opts.Shim), e.opts.Limits.shimArgs()...), argv...)
 	}
-	cmd := &exec.Cmd{Path: argv[0], Args: argv, Dir: e.opts.Dir, Env: e.environ()}
-	// Its own process group, killed as one; a cgroup, where there is one,
-	// also holds what leaves the group.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: e.opts.Credential}
+	e.stderr = &tailBuffer{}
+	newCmd := func(g *cgroup) *exec.Cmd {
+		cmd := &exec.Cmd{Path: argv[0], Args: argv, Dir: e.opts.Dir, Env: e.environ(), Stdin: ir, Stdout: pw, Stderr: e.stderr}
+		// Its own process group, killed as one; a cgroup, where there is
+		// one, also holds what leaves the group.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: e.opts.Credential}
+		g.attach(cmd.SysProcAttr)
+		return cmd
+	}
 	e.group = nil
 	if e.opts.CgroupParent != "" {
 		g, err := newCgroup(e.opts.CgroupParent, e.opts.Limits)
@@ -230,13 +235,19 @@ func (e *Exec) start() error {
 			e.opts.Logger.Warn("exec: no cgroup for the program; its process group and rlimits still apply", "stage", e.cs.Name, "err", err)
 		} else {
 			e.group = g
-			g.attach(cmd.SysProcAttr)
 		}
 	}
-	cmd.Stdin, cmd.Stdout = ir, pw
-	e.stderr = &tailBuffer{}
-	cmd.Stderr = e.stderr
+	cmd := newCmd(e.group)
 	err = cmd.Start()
+	if err != nil && e.group != nil {
+		// Starting inside the cgroup can fail where starting cannot (a
+		// kernel without clone3 into a cgroup, a parent that refuses it).
+		e.opts.Logger.Warn("exec: could not start the program in its cgroup; its process group and rlimits still apply", "stage", e.cs.Name, "err", err)
+		e.group.remove()
+		e.group = nil
+		cmd = newCmd(nil)
+		err = cmd.Start()
+	}
 	e.group.detach()
 	ir.Close()
 	pw.Close()
