@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"tempest/internal/jobfile"
 	"tempest/wire"
 )
 
@@ -196,5 +197,39 @@ func TestIdentifyFile(t *testing.T) {
 	}
 	if b := make([]byte, 5); func() bool { n, _ := f.Read(b); return string(b[:n]) != "hello" }() {
 		t.Fatal("the file was not put back at its start")
+	}
+}
+
+// TestPermitRefusesAtTheJobFilesLine: where the parser knows what the
+// workers allow (a manager's API), a pipeline none allows is refused at
+// the line of the key that asks.
+func TestPermitRefusesAtTheJobFilesLine(t *testing.T) {
+	job := `name: j
+workflows:
+  - name: p
+    type: rainstorm
+    source: {path: /etc/tempest/secret.env, format: lines}
+    stages:
+      - {name: a, op: filter, matches: "."}
+      - {name: b, op: exec, command: /usr/bin/perl}
+`
+	reg := Registry(ParseOptions{Permit: func(n Need) error {
+		return Permits(&wire.Confinement{Exec: true, ExecPrograms: []string{"/usr/bin/awk"}, SourceDirs: []string{"/srv/in"}}, n)
+	}})
+	_, err := jobfile.Parse([]byte(job), "job.yaml", reg)
+	var jfe *jobfile.Error
+	if !errors.As(err, &jfe) {
+		t.Fatalf("parse: %v, want problems", err)
+	}
+	lines := map[int]string{}
+	for _, p := range jfe.Problems {
+		lines[p.Line] = p.String()
+	}
+	if !strings.Contains(lines[5], "source_dirs") || !strings.Contains(lines[8], "not in exec.programs") {
+		t.Fatalf("problems %v, want line 5 (path) and line 8 (exec)", jfe.Problems)
+	}
+	allow := Registry(ParseOptions{Permit: func(Need) error { return nil }})
+	if _, err := jobfile.Parse([]byte(job), "job.yaml", allow); err != nil {
+		t.Fatalf("parse with everything allowed: %v", err)
 	}
 }
