@@ -95,7 +95,7 @@ func (m *Manager) checkConfinement(sub *wire.JobSubmission) error {
 			}
 			seen[key] = true
 			if err := m.workers.permits(n); err != nil {
-				return wire.Errorf(wire.CodeRejected, "invalid job: workflow %q: %s: no worker of datacenter %s may run %s: %v",
+				return wire.Errorf(wire.CodeRejected, "invalid job: workflow %q: %s: no worker of datacenter %s allows %s: %v",
 					spec.Name, n.Field, m.cfg.Datacenter, n, err)
 			}
 		}
@@ -109,7 +109,7 @@ func (m *Manager) checkConfinement(sub *wire.JobSubmission) error {
 func (m *Manager) RainstormParseOptions() rainstorm.ParseOptions {
 	return rainstorm.ParseOptions{Permit: func(n rainstorm.Need) error {
 		if err := m.workers.permits(n); err != nil {
-			return fmt.Errorf("no worker of datacenter %s may run %s: %w", m.cfg.Datacenter, n, err)
+			return fmt.Errorf("no worker of datacenter %s allows %s: %w", m.cfg.Datacenter, n, err)
 		}
 		return nil
 	}}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
+	"tempest/internal/testutil"
 	"tempest/rainstorm"
 	"tempest/wire"
 )
@@ -59,6 +61,7 @@ func TestExecPipelineRefusedWhereNoWorkerAllowsIt(t *testing.T) {
 	}
 
 	c.addConfinedWorker("w-exec", 3, &wire.Confinement{Exec: true, ExecPrograms: []string{"/usr/bin/awk"}})
+	knows(t, lead, rainstorm.Need{Program: "/usr/bin/awk"})
 	_, err = lead.Submit(context.Background(), execJob(t, "/usr/bin/other", 1))
 	if !errors.As(err, &we) || !strings.Contains(we.Message, "not in exec.programs") {
 		t.Fatalf("submit with an unlisted program: %v", err)
@@ -83,6 +86,7 @@ func TestPathSourceRefusedOutsideSourceDirs(t *testing.T) {
 	defer c.close()
 	lead := c.leader()
 	c.addConfinedWorker("w-data", 4, &wire.Confinement{SourceDirs: []string{"/data/in"}})
+	knows(t, lead, rainstorm.Need{Path: "/data/in/a.txt"})
 	job := func(path string) *wire.JobSubmission {
 		spec := rainstorm.Spec{Source: rainstorm.Source{Path: path, Format: rainstorm.FormatLines},
 			Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: 1, Key: "line"}}}
@@ -105,4 +109,11 @@ func TestPathSourceRefusedOutsideSourceDirs(t *testing.T) {
 	if ack, err := lead.Submit(context.Background(), job("/data/in/a.txt")); err != nil || !ack.Accepted {
 		t.Fatalf("submit of a path inside source_dirs: %v", err)
 	}
+}
+
+// knows waits until m has heard (directly or relayed) of a worker that
+// allows n: a worker may register with a follower first.
+func knows(t *testing.T, m *Manager, n rainstorm.Need) {
+	t.Helper()
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error { return m.workers.permits(n) })
 }

@@ -739,7 +739,7 @@ func (d *rsDriver) apply(ctx context.Context, r rainstorm.Ready) (done bool, err
 
 func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, input io.ReadCloser, header []string, ckpt *wire.RainstormCheckpoint) error {
 	spec := &d.p.Spec
-	if ckpt != nil && ckpt.Source != nil {
+	if ckpt != nil && ckpt.Source != nil && !ckpt.Done { // a finished source reads nothing more
 		if err := rainstorm.SameFile(d.sourceName(), ckpt.Source.File, d.file); err != nil {
 			return err
 		}
