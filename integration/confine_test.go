@@ -197,3 +197,65 @@ while read -r l; do echo forward; done
 		})
 	})
 }
+
+// A path: source's file that changes under a running pipeline: the source
+// recorded the file's size and SHA-256 before it sent a record, so the
+// replacement placed after its worker's SIGKILL finds another file and
+// fails the job, saying so, instead of producing other records under the
+// same input ids.
+func TestAttackPathSourceChangedUnderThePipeline(t *testing.T) {
+	data, progs := t.TempDir(), t.TempDir()
+	input := filepath.Join(data, "in.txt")
+	lines := func(tag string) []byte {
+		var b bytes.Buffer
+		for i := range 400 {
+			fmt.Fprintf(&b, "%s-%04d\n", tag, i)
+		}
+		return b.Bytes()
+	}
+	if err := os.WriteFile(input, lines("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	slow := writeProgram(t, progs, "slow.sh", "while read -r l; do sleep 0.05; echo forward; done\n")
+	wc := testWorkerConfig(t, slow)
+	wc["source_dirs"] = []string{data}
+	c := startWith(t, devcluster.Options{Managers: 1, Workers: 2, CoresPerWorker: 2, WorkerConfig: wc})
+	id := c.submit(fmt.Sprintf(`name: changed
+timeout: 120s
+workflows:
+  - name: changed
+    type: rainstorm
+    source: {path: %q, format: lines}
+    stages:
+      - {name: slow, op: exec, tasks: 1, command: %q}
+`, input, slow))
+	var victim string
+	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
+		out, err := c.output(id, "changed")
+		if err != nil {
+			return err
+		}
+		if len(out.Tasks) < 2 || out.Tasks[0].Status != wire.WorkflowRunning || out.Tasks[0].Records == 0 {
+			return fmt.Errorf("the source has not read yet: %+v", out.Tasks)
+		}
+		if out.Complete {
+			return fmt.Errorf("the pipeline finished before the test could change its input")
+		}
+		victim = out.Tasks[0].Worker
+		return nil
+	})
+	// Same size, other bytes: only the hash tells them apart.
+	if err := os.WriteFile(input, lines("after!"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	st := c.waitStatus(id, 90*time.Second, terminal)
+	if st.Status != wire.JobFailed {
+		t.Fatalf("job ended %s over a changed input", st.Status)
+	}
+	if msg := fmt.Sprint(st.Error, st.Workflows); !strings.Contains(msg, "is not the file the pipeline started on") {
+		t.Fatalf("the failure does not say the input changed: %s", msg)
+	}
+}

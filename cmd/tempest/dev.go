@@ -38,7 +38,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if *dir == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: tempest dev --dir DIR [--dcs 2] [--gates 3] [--managers 3] [--workers 2] [--cores 2]")
+		fmt.Fprintln(stderr, "usage: tempest dev --dir DIR [--dcs 2] [--gates 3] [--managers 3] [--workers 2] [--cores 2] [--allow-exec PATH|SHA256]... [--source-dir DIR]...")
 		return exitUsage
 	}
 	abs, err := filepath.Abs(*dir)
