@@ -50,6 +50,15 @@ func TestInstallProgramsChecksThePolicy(t *testing.T) {
 	if b, err := os.ReadFile(p.Spec.Stages[1].Command[0]); err != nil || string(b) != string(upload) {
 		t.Fatalf("uploaded program installed at %q: %v", p.Spec.Stages[1].Command[0], err)
 	}
+	// A task of another stage runs neither program: nothing is checked
+	// for it, and the upload it was not sent is no refusal.
+	other := params()
+	other.Stage, other.ProgramData = 3, nil
+	other.Spec.Stages = append(other.Spec.Stages, rainstorm.Stage{Name: "count", Op: rainstorm.OpCount, Key: "1"})
+	policy.Programs = nil
+	if _, err := installPrograms(other, &policy); err != nil {
+		t.Fatalf("a count task checked the exec stages' programs: %v", err)
+	}
 }
 
 // TestWorkerRefusesWorkItsConfigDoesNotAllow: a dispatched exec task or

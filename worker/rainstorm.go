@@ -229,7 +229,9 @@ func installPrograms(p *rainstorm.TaskParams, policy *rainstorm.ExecPolicy) (cle
 	cleanup = func() {}
 	for s := range p.Spec.Stages {
 		st := &p.Spec.Stages[s]
-		if st.Op != rainstorm.OpExec || len(st.Command) == 0 || p.ProgramData[st.Command[0]] != nil {
+		// Only this task's own stage runs here (its program alone came
+		// with the dispatch); the others' commands are never started.
+		if s != p.Stage-1 || st.Op != rainstorm.OpExec || len(st.Command) == 0 || p.ProgramData[st.Command[0]] != nil {
 			continue
 		}
 		prog, err := policy.Resolve(st.Command[0], "")
