@@ -5,6 +5,8 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
@@ -92,6 +94,9 @@ func startGated(t *testing.T, gates, dcs, managers, workers int) *cluster {
 func startWith(t *testing.T, opts devcluster.Options) *cluster {
 	t.Helper()
 	opts.Dir, opts.BinDir = t.TempDir(), binDir
+	if opts.WorkerConfig == nil {
+		opts.WorkerConfig = testWorkerConfig(t)
+	}
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	c, err := devcluster.Start(context.Background(), opts)
 	if err != nil {
@@ -256,4 +261,30 @@ func (c *cluster) leader() string {
 		return fmt.Errorf("no live leader in %d nodes", len(view.Nodes))
 	})
 	return name
+}
+
+// testWorkerConfig is what the workers of an integration cluster allow
+// unless a test says otherwise (exec and path: sources are off by
+// default): path: sources under the shared data directory and exec of the
+// example program, by its path and uploaded, plus programs.
+func testWorkerConfig(t *testing.T, programs ...string) map[string]any {
+	t.Helper()
+	example, err := filepath.Abs("../examples/rainstorm-upper.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(example)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	data, err := filepath.Abs(filepath.Dir(signsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]any{
+		"source_dirs": []string{data},
+		"exec": map[string]any{"enabled": true, "programs": append([]string{example}, programs...),
+			"program_sums": []string{hex.EncodeToString(sum[:])}},
+	}
 }

@@ -341,7 +341,7 @@ func TestRainstormExecCrashFailsJob(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'crash.sh: cannot go on' >&2\nexit 3\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := startCluster(t, 1, 2, 3)
+	c := startWith(t, devcluster.Options{Managers: 1, Workers: 2, CoresPerWorker: 3, WorkerConfig: testWorkerConfig(t, script)})
 	id := c.submit(fmt.Sprintf(`name: crash
 timeout: 120s
 workflows:

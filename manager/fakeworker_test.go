@@ -29,6 +29,8 @@ type fakeWorker struct {
 	cores    int
 	log      *slog.Logger
 	version  uint64
+	// confinement is what the worker registers as allowed (nil: nothing).
+	confinement *wire.Confinement
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -82,7 +84,8 @@ func newFakeWorker(hub *transport.Hub, id string, cores int, reg *workflow.Regis
 // workflows so a new leader adopts them.
 func (w *fakeWorker) register(ctx context.Context) error {
 	w.mu.Lock()
-	reg := &wire.WorkerRegistration{NodeID: w.id, Addr: w.id, Datacenter: "dc1", TotalCores: w.cores, Version: w.bumpLocked()}
+	reg := &wire.WorkerRegistration{NodeID: w.id, Addr: w.id, Datacenter: "dc1", TotalCores: w.cores, Version: w.bumpLocked(),
+		Confinement: w.confinement}
 	for _, r := range w.runs {
 		reg.ActiveWorkflows = append(reg.ActiveWorkflows, r.progressLocked(w.id))
 	}

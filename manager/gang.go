@@ -204,7 +204,7 @@ func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int,
 	for _, t := range tasks {
 		if pendingFree(t) {
 			pending = append(pending, t)
-			demands = append(demands, gangDemand{cores: max(t.rec.Spec.Cores, 1), excluded: slices.Clone(t.rec.Excluded)})
+			demands = append(demands, gangDemand{cores: max(t.rec.Spec.Cores, 1), excluded: slices.Clone(t.rec.Excluded), needs: taskNeeds(t)})
 		}
 	}
 	need := pipelineNeedsLocked(tasks)

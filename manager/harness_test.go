@@ -202,7 +202,14 @@ func (c *testCluster) leader() *Manager {
 
 func (c *testCluster) addWorker(id string, cores int) *fakeWorker {
 	c.t.Helper()
+	return c.addConfinedWorker(id, cores, nil)
+}
+
+// addConfinedWorker is addWorker registering what its config allows.
+func (c *testCluster) addConfinedWorker(id string, cores int, conf *wire.Confinement) *fakeWorker {
+	c.t.Helper()
 	w := newFakeWorker(c.hub, id, cores, c.reg, c.ids, c.log)
+	w.confinement = conf
 	testutil.Eventually(c.t, 5*time.Second, 10*time.Millisecond, func() error {
 		return w.register(context.Background())
 	})

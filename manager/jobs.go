@@ -12,6 +12,7 @@ import (
 	"tempest/internal/store"
 	"tempest/jobs"
 	"tempest/leadership"
+	"tempest/rainstorm"
 	"tempest/wire"
 )
 
@@ -78,6 +79,10 @@ type workflowState struct {
 	// counted is the status Manager.wfCounts counts this workflow under;
 	// empty when not counted.
 	counted wire.WorkflowStatus
+	// needs is what a pipeline task asks of its worker beyond cores
+	// (confine.go), decoded from its params once: needsKnown.
+	needs      []rainstorm.Need
+	needsKnown bool
 }
 
 // txn collects what one change to the job table touched, so that job
@@ -370,6 +375,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 		return nil, err
 	}
 	if err := jobs.Refusal(m.validateSubmission(sub)); err != nil {
+		return nil, err
+	}
+	if err := m.checkConfinement(sub); err != nil {
 		return nil, err
 	}
 	if err := m.checkSubmissionBlobs(ctx, sub); err != nil {

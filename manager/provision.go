@@ -111,9 +111,14 @@ func (m *Manager) pickFor(w *workflowState, cores int, skip map[string]bool) (wo
 // pickLocked is pickFor under Manager.mu.
 func (m *Manager) pickLocked(w *workflowState, cores int, skip map[string]bool) (workerView, bool) {
 	avoid := siblingWorkersLocked(w)
-	wv, ok := m.workers.pick(cores, func(id string) bool { return skip[id] || avoid[id] })
+	var allowed map[string]bool // nil: any worker
+	if needs := taskNeeds(w); len(needs) > 0 {
+		allowed = m.workers.allowing(needs)
+	}
+	barred := func(id string) bool { return skip[id] || (allowed != nil && !allowed[id]) }
+	wv, ok := m.workers.pick(cores, func(id string) bool { return barred(id) || avoid[id] })
 	if !ok && len(avoid) > 0 {
-		wv, ok = m.workers.pick(cores, func(id string) bool { return skip[id] })
+		wv, ok = m.workers.pick(cores, barred)
 	}
 	if ok {
 		w.target = wv.ID

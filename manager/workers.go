@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/rainstorm"
 	"tempest/swim"
 	"tempest/wire"
 )
@@ -64,6 +65,9 @@ type workerView struct {
 	// heartbeat (zero and nil until one arrives), for `tempest cluster`.
 	SendKeyID    uint32
 	AcceptKeyIDs []uint32
+	// Confinement is what the worker's config lets jobs make it do, from
+	// its registration (confine.go); nil allows nothing.
+	Confinement *wire.Confinement
 }
 
 func newWorkerTable(r io.Reader, softLimit int, now func() time.Time) *workerTable {
@@ -98,6 +102,7 @@ func (t *workerTable) register(reg *wire.WorkerRegistration) {
 		e.SwimAddr = reg.SwimAddr
 	}
 	e.Datacenter = reg.Datacenter
+	e.Confinement = reg.Confinement
 	e.TotalCores = reg.TotalCores
 	e.AvailableCores = max(reg.TotalCores-busy, 0)
 	e.Version = reg.Version
@@ -442,6 +447,8 @@ func (t *managerTable) get(id string) (wire.ManagerHeartbeat, bool, bool) {
 type gangDemand struct {
 	cores    int
 	excluded []string
+	// needs: only a worker whose confinement allows all of them.
+	needs []rainstorm.Need
 }
 
 // reserveAll reserves cores for every demand at once, or for none: a
@@ -473,7 +480,7 @@ func (t *workerTable) reserveAll(demands []gangDemand) ([]workerView, bool) {
 		d := demands[i]
 		var fresh, all []candidate
 		for _, id := range ids {
-			if spare[id] < d.cores || slices.Contains(d.excluded, id) {
+			if spare[id] < d.cores || slices.Contains(d.excluded, id) || !permitsAll(t.w[id].Confinement, d.needs) {
 				continue
 			}
 			c := candidate{id: id, spare: spare[id], degraded: t.w[id].State == wire.WorkerDegraded}

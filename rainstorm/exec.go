@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -20,18 +24,76 @@ const (
 	// DefaultExecTimeout bounds the wait for one answer; a program that
 	// stays silent longer is killed and counted as a crash.
 	DefaultExecTimeout = 30 * time.Second
-	stderrTail         = 2048
+	// DefaultExecMaxLine caps one answer line. A longer one is a protocol
+	// error that fails the task: the reader never holds more than this
+	// (plus its 64 KiB buffer) of a line, however long the program makes it.
+	DefaultExecMaxLine = 1 << 20
+	// DefaultExecPath is the program's PATH, and where a bare program name
+	// is looked up, when the worker's config names none.
+	DefaultExecPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	stderrTail      = 2048
+	execReadBuffer  = 64 << 10
+	// execReapWait bounds the wait for a killed program's processes to be
+	// gone before its cgroup is removed.
+	execReapWait = 5 * time.Second
 )
 
-// ExecOptions configures an exec operator.
+// ExecOptions configures an exec operator. The zero value runs the program
+// in its own process group with the minimal environment and the default
+// line cap, without resource limits; the worker sets the rest from its
+// config (docs/security.md, "Job confinement").
 type ExecOptions struct {
-	Dir        string   // working directory ("" = the caller's)
-	Env        []string // added to the process environment
+	Dir string // working directory ("" = the caller's)
+	// Env holds "NAME=value" entries for the program. Beside them it gets
+	// only PATH and RAINSTORM_*: never the caller's own environment, so a
+	// job cannot read what the node was started with.
+	Env []string
+	// Path is the program's PATH and where a bare program name is looked
+	// up; DefaultExecPath when empty.
+	Path       string
 	MaxCrashes int
 	Timeout    time.Duration
+	// MaxLine caps an answer line in bytes; DefaultExecMaxLine when 0.
+	MaxLine int
+	// Limits are applied to the program (rlimits, and the cgroup's
+	// memory.max and pids.max where the host lets them be set).
+	Limits ExecLimits
+	// Shim, when set, is the argv prefix of a program that applies Limits
+	// to itself and then executes the operator's program (ExecShimMain,
+	// which the worker binary runs when given ExecShimArg), so the limits
+	// hold from the program's first instruction. Without it the limits are
+	// set on the running program right after it starts.
+	Shim []string
+	// Credential runs the program as another user (the worker must be
+	// root to set it); nil keeps the caller's.
+	Credential *syscall.Credential
+	// CgroupParent is a cgroup v2 directory the caller may create
+	// cgroups under (DetectCgroupParent); each program start gets its own,
+	// killed as a whole when the program ends, so even a process that left
+	// the program's process group (setsid) dies with it. Empty: the
+	// process group alone.
+	CgroupParent string
 	// Columns are the input's column names, passed to the program in
 	// RAINSTORM_FIELDS (tab-separated); nil when unknown.
 	Columns []string
+	// Logger hears what could not be confined as configured (a cgroup
+	// that could not be made); nil discards it.
+	Logger *slog.Logger
+}
+
+// ExecLimits are the resource limits of one exec program; a zero field is
+// no limit.
+type ExecLimits struct {
+	// CPUSeconds is RLIMIT_CPU: the program is killed (SIGKILL after
+	// SIGXCPU) once it has used this much CPU time.
+	CPUSeconds uint64 `yaml:"cpu_seconds"`
+	// MemoryBytes is RLIMIT_AS (address space), and memory.max of the
+	// program's cgroup where the memory controller is available.
+	MemoryBytes uint64 `yaml:"memory_bytes"`
+	// Processes is RLIMIT_NPROC (counted per user id, so it bites as meant
+	// only for a dedicated Credential; root ignores it), and pids.max of
+	// the program's cgroup where the pids controller is available.
+	Processes uint64 `yaml:"processes"`
 }
 
 // Exec is an exec stage's operator for one task: one long-lived program
@@ -52,6 +114,7 @@ type Exec struct {
 	out    *bufio.Reader
 	stderr *tailBuffer
 	waited chan error
+	group  *cgroup // nil without one
 
 	restarts int
 	wbuf     []byte
@@ -68,6 +131,15 @@ func (cs *CompiledStage) NewExec(opts ExecOptions) (*Exec, error) {
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultExecTimeout
+	}
+	if opts.MaxLine <= 0 {
+		opts.MaxLine = DefaultExecMaxLine
+	}
+	if opts.Path == "" {
+		opts.Path = DefaultExecPath
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Exec{cs: cs, opts: opts}, nil
 }
@@ -97,7 +169,42 @@ func (e *ExecError) Error() string {
 
 func (e *ExecError) Unwrap() error { return e.Err }
 
+// LookProgram resolves an exec program's name as the program will be run:
+// a name with a slash as it is, a bare name in path (a PATH value, the
+// program's own, never the caller's).
+func LookProgram(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue // a relative PATH entry would depend on the working directory
+		}
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in PATH %s", name, path)
+}
+
+// environ is the program's whole environment.
+func (e *Exec) environ() []string {
+	env := make([]string, 0, len(e.opts.Env)+3)
+	env = append(env, "PATH="+e.opts.Path)
+	env = append(env, e.opts.Env...)
+	env = append(env, "RAINSTORM_STAGE="+e.cs.Name)
+	if e.opts.Columns != nil {
+		env = append(env, "RAINSTORM_FIELDS="+strings.Join(e.opts.Columns, "\t"))
+	}
+	return env
+}
+
 func (e *Exec) start() error {
+	prog, err := LookProgram(e.cs.Command[0], e.opts.Path)
+	if err != nil {
+		return err
+	}
 	pr, pw, err := os.Pipe() // os pipes so reads can have deadlines
 	if err != nil {
 		return err
@@ -108,33 +215,71 @@ func (e *Exec) start() error {
 		pw.Close()
 		return err
 	}
-	cmd := exec.Command(e.cs.Command[0], e.cs.Command[1:]...)
-	cmd.Dir = e.opts.Dir
-	cmd.Env = append(os.Environ(), e.opts.Env...)
-	cmd.Env = append(cmd.Env, "RAINSTORM_STAGE="+e.cs.Name)
-	if e.opts.Columns != nil {
-		cmd.Env = append(cmd.Env, "RAINSTORM_FIELDS="+strings.Join(e.opts.Columns, "\t"))
+	argv := append([]string{prog}, e.cs.Command[1:]...)
+	if len(e.opts.Shim) > 0 {
+		argv = append(append(slices.Clone(e.opts.Shim), e.opts.Limits.shimArgs()...), argv...)
 	}
-	cmd.Stdin, cmd.Stdout = ir, pw
 	e.stderr = &tailBuffer{}
-	cmd.Stderr = e.stderr
+	newCmd := func(g *cgroup) *exec.Cmd {
+		cmd := &exec.Cmd{Path: argv[0], Args: argv, Dir: e.opts.Dir, Env: e.environ(), Stdin: ir, Stdout: pw, Stderr: e.stderr}
+		// Its own process group, killed as one; a cgroup, where there is
+		// one, also holds what leaves the group.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: e.opts.Credential}
+		g.attach(cmd.SysProcAttr)
+		return cmd
+	}
+	e.group = nil
+	if e.opts.CgroupParent != "" {
+		g, err := newCgroup(e.opts.CgroupParent, e.opts.Limits)
+		if err != nil {
+			e.opts.Logger.Warn("exec: no cgroup for the program; its process group and rlimits still apply", "stage", e.cs.Name, "err", err)
+		} else {
+			e.group = g
+		}
+	}
+	cmd := newCmd(e.group)
 	err = cmd.Start()
+	if err != nil && e.group != nil {
+		// Starting inside the cgroup can fail where starting cannot (a
+		// kernel without clone3 into a cgroup, a parent that refuses it).
+		e.opts.Logger.Warn("exec: could not start the program in its cgroup; its process group and rlimits still apply", "stage", e.cs.Name, "err", err)
+		e.group.remove()
+		e.group = nil
+		cmd = newCmd(nil)
+		err = cmd.Start()
+	}
+	e.group.detach()
 	ir.Close()
 	pw.Close()
 	if err != nil {
 		pr.Close()
 		iw.Close()
+		e.group.remove()
+		e.group = nil
 		return err
 	}
+	if len(e.opts.Shim) == 0 {
+		if err := e.opts.Limits.apply(cmd.Process.Pid); err != nil {
+			e.opts.Logger.Warn("exec: could not limit the program", "stage", e.cs.Name, "err", err)
+		}
+	}
 	e.cmd, e.stdin, e.stdout = cmd, iw, pr
-	e.out = bufio.NewReaderSize(pr, 64<<10)
+	e.out = bufio.NewReaderSize(pr, execReadBuffer)
 	e.waited = make(chan error, 1)
 	go func() { e.waited <- cmd.Wait() }() // owned: stop() always receives it
 	return nil
 }
 
+// kill ends every process of the program: its cgroup when it has one
+// (which also holds processes that left the group), and its process group.
+func (e *Exec) kill() {
+	e.group.kill()
+	_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+}
+
 // stop kills the program (if kill) or lets it end on closed input, and
-// waits for it. It returns the program's exit error.
+// waits for it. Whatever it started is killed either way: nothing of a
+// program outlives it. It returns the program's exit error.
 func (e *Exec) stop(kill bool) error {
 	if e.cmd == nil {
 		return nil
@@ -142,16 +287,21 @@ func (e *Exec) stop(kill bool) error {
 	e.stdin.Close()
 	var err error
 	if kill {
-		_ = e.cmd.Process.Kill()
+		e.kill()
 		err = <-e.waited
 	} else {
 		select {
 		case err = <-e.waited:
 		case <-time.After(5 * time.Second):
-			_ = e.cmd.Process.Kill()
+			e.kill()
 			err = <-e.waited
 		}
 	}
+	// The program is gone; what it left behind in its group or cgroup
+	// (a daemon, a `setsid sleep`) goes now.
+	e.kill()
+	e.group.remove()
+	e.group = nil
 	e.stdout.Close()
 	e.cmd = nil
 	return err
@@ -187,7 +337,7 @@ func (e *Exec) Apply(in []Record, out []Record, bad func(error)) ([]Record, erro
 			crashes = 0
 		}
 		crashes++
-		if crashes >= e.opts.MaxCrashes {
+		if crashes >= e.opts.MaxCrashes || errors.Is(err, ErrExecLineTooLong) {
 			if exitErr != nil && !errors.Is(err, errProtocol) {
 				err = fmt.Errorf("%w (%v)", err, exitErr)
 			}
@@ -199,6 +349,10 @@ func (e *Exec) Apply(in []Record, out []Record, bad func(error)) ([]Record, erro
 }
 
 var errProtocol = errors.New("protocol error")
+
+// ErrExecLineTooLong is an answer line over the cap: a protocol error that
+// fails the task at once (a restart would only read the same line again).
+var ErrExecLineTooLong = fmt.Errorf("%w: answer line too long", errProtocol)
 
 // round sends in to the program and reads its answers, returning how many
 // records were answered; an error means the program must be restarted.
@@ -223,15 +377,7 @@ func (e *Exec) round(in []Record, out []Record) ([]Record, int, error) {
 			_ = e.stdout.SetReadDeadline(time.Now().Add(e.opts.Timeout))
 		}
 		var line []byte
-		line, err = e.out.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			long := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				line, err = e.out.ReadSlice('\n')
-				long = append(long, line...)
-			}
-			line = long
-		}
+		line, err = e.readLine()
 		if err != nil {
 			switch {
 			case errors.Is(err, os.ErrDeadlineExceeded):
@@ -258,10 +404,32 @@ func (e *Exec) round(in []Record, out []Record) ([]Record, int, error) {
 		n++
 	}
 	if err != nil {
-		_ = e.cmd.Process.Kill() // unblocks the writer
+		e.kill() // unblocks the writer
 	}
 	wg.Wait()
 	return out, n, err
+}
+
+// readLine reads one answer line, holding at most MaxLine bytes of it: a
+// longer line is ErrExecLineTooLong as soon as it passes the cap, never
+// read to its end.
+func (e *Exec) readLine() ([]byte, error) {
+	line, err := e.out.ReadSlice('\n')
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		return line, err
+	}
+	long := append([]byte(nil), line...)
+	for errors.Is(err, bufio.ErrBufferFull) {
+		if len(long) > e.opts.MaxLine {
+			return nil, fmt.Errorf("%w: more than %d bytes (exec.max_line_bytes); a record's answer must fit", ErrExecLineTooLong, e.opts.MaxLine)
+		}
+		line, err = e.out.ReadSlice('\n')
+		long = append(long, line...)
+	}
+	if err == nil && len(long) > e.opts.MaxLine+1 {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d (exec.max_line_bytes); a record's answer must fit", ErrExecLineTooLong, len(long)-1, e.opts.MaxLine)
+	}
+	return long, err
 }
 
 func trimEOL(b []byte) []byte {

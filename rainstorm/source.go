@@ -109,6 +109,11 @@ type SourceConfig struct {
 	Window          int
 	CheckpointTicks int
 	ResendTicks     int
+	// File identifies a `path:` source's input as opened now. A fresh
+	// source checkpoints it before it reads a record; a resumed one must
+	// have been handed a checkpoint recording the same file (the driver
+	// checks, SameFile).
+	File *wire.RainstormFileID
 }
 
 type sourceSeg struct {
@@ -144,6 +149,9 @@ type SourceMachine struct {
 	tick     int
 	lastCut  int
 	ready    Ready
+	// identifying: the checkpoint recording the input file is not durable
+	// yet, and nothing is read until it is.
+	identifying bool
 }
 
 // NewSourceMachine starts the source from its latest durable checkpoint
@@ -179,8 +187,32 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 		m.done = ckpt.Done
 	}
 	m.readPos = m.Resume()
+	if cfg.File != nil && m.resume.File == nil && !m.done {
+		// Recorded before the first batch leaves: a replacement that
+		// finds another file must know, whatever was sent already.
+		m.resume.File = cfg.File
+		m.identifying = true
+		m.cut(false)
+	}
 	return m, nil
 }
+
+// cut starts a checkpoint of the current position.
+func (m *SourceMachine) cut(done bool) {
+	pos := m.position()
+	c := &wire.RainstormCheckpoint{Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
+		Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: done}
+	for d, x := range m.acked {
+		c.Outputs[d] = wire.RainstormOutput{To: d, Next: x + 1, Acked: x}
+	}
+	m.inflight = c
+	m.lastCut = m.tick
+	m.ready.Checkpoint = c
+}
+
+// RecordedFile is the input file the source's checkpoints record (nil for
+// a source that records none).
+func (m *SourceMachine) RecordedFile() *wire.RainstormFileID { return m.resume.File }
 
 // Resume is where the driver opens the input: the first record of the
 // oldest segment not acknowledged on every channel.
@@ -191,7 +223,7 @@ func (m *SourceMachine) Resume() Position {
 // Want reports whether the source wants its next segment read (window not
 // full, input not ended), and which.
 func (m *SourceMachine) Want() (uint64, bool) {
-	return m.nextSeg, !m.stopped && !m.eof && !m.done && len(m.segs) < m.cfg.Window
+	return m.nextSeg, !m.stopped && !m.identifying && !m.eof && !m.done && len(m.segs) < m.cfg.Window
 }
 
 // Ready returns and clears what the machine wants done.
@@ -324,14 +356,7 @@ func (m *SourceMachine) Tick() {
 	}
 	pos := m.position()
 	if m.inflight == nil && !m.done && (allAcked || (pos.Segment > m.saved && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
-		c := &wire.RainstormCheckpoint{Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
-			Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: allAcked}
-		for d, x := range m.acked {
-			c.Outputs[d] = wire.RainstormOutput{To: d, Next: x + 1, Acked: x}
-		}
-		m.inflight = c
-		m.lastCut = m.tick
-		m.ready.Checkpoint = c
+		m.cut(allAcked)
 	}
 }
 
@@ -341,10 +366,10 @@ func (m *SourceMachine) position() wire.RainstormSourcePos {
 	if len(m.segs) > 0 {
 		s := m.segs[0]
 		return wire.RainstormSourcePos{Segment: s.index, Record: s.start.Record, Offset: s.start.Offset,
-			Fields: s.start.Fields, BadRecords: s.badBefore, BadFirst: m.firstBadBefore(s.badBefore)}
+			Fields: s.start.Fields, BadRecords: s.badBefore, BadFirst: m.firstBadBefore(s.badBefore), File: m.resume.File}
 	}
 	return wire.RainstormSourcePos{Segment: m.nextSeg, Record: m.readPos.Record, Offset: m.readPos.Offset,
-		Fields: m.readPos.Fields, BadRecords: m.bad, BadFirst: m.badFirst}
+		Fields: m.readPos.Fields, BadRecords: m.bad, BadFirst: m.badFirst, File: m.resume.File}
 }
 
 func (m *SourceMachine) firstBadBefore(n uint64) []uint64 {
@@ -370,6 +395,7 @@ func (m *SourceMachine) CheckpointResult(a *wire.RainstormCheckpointAck) {
 	}
 	m.version = c.Version
 	m.saved = c.Source.Segment
+	m.identifying = false
 	if c.Done {
 		m.done = true
 		m.ready.Done = true

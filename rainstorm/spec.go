@@ -116,6 +116,11 @@ type ParseOptions struct {
 	// LookCommand reports whether an exec program exists (exec.LookPath
 	// where the job file is read on a worker-like host). Nil: no check.
 	LookCommand func(name string) error
+	// Permit says whether some worker may meet a need of the pipeline
+	// (an exec program, a path: source): nil, or why none may. A
+	// manager's API sets it from its datacenter's workers, so a refusal
+	// names the job file's line. Nil: no check here.
+	Permit func(Need) error
 }
 
 // Parse reads a `type: rainstorm` workflow's keys (name, type, cores and

@@ -116,6 +116,18 @@ func (t Type) ParseParams(f *workflow.Fields) []byte {
 			return nil
 		}
 	}
+	if t.Options.Permit != nil {
+		var refused workflow.FieldErrors
+		for _, n := range PipelineNeeds(&p.Spec, p.Programs) {
+			if err := t.Options.Permit(n); err != nil {
+				refused = append(refused, workflow.FieldError{Path: n.Field, Message: err.Error()})
+			}
+		}
+		if len(refused) > 0 {
+			f.Report(refused)
+			return nil
+		}
+	}
 	return f.Encode(&p)
 }
 

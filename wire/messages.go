@@ -589,6 +589,25 @@ type WorkerRegistration struct {
 	Version    uint64 `cbor:"6,keyasint,omitempty"`
 	// ActiveWorkflows lets a worker re-home its running work after failover.
 	ActiveWorkflows []WorkflowProgress `cbor:"7,keyasint,omitempty"`
+	// Confinement is what the worker's config lets a job make it do
+	// beyond the built-in operators; nil allows nothing (exec off, no
+	// path: source), as on a worker that predates it.
+	Confinement *Confinement `cbor:"8,keyasint,omitempty"`
+}
+
+// Confinement is what a worker lets jobs make it do beyond built-in work
+// (docs/security.md, "Job confinement"): managers refuse at submit, and
+// place work only where it is allowed; the worker checks again itself.
+type Confinement struct {
+	// Exec: RainStorm exec stages may run here, but only the programs below.
+	Exec bool `cbor:"1,keyasint,omitempty"`
+	// ExecPrograms are absolute paths of programs on the worker; a bare
+	// name in a job matches the one of these it resolves to.
+	ExecPrograms []string `cbor:"2,keyasint,omitempty"`
+	// ExecSums are hex SHA-256 sums of programs uploaded with a job.
+	ExecSums []string `cbor:"3,keyasint,omitempty"`
+	// SourceDirs are the directories a `path:` source may read under.
+	SourceDirs []string `cbor:"4,keyasint,omitempty"`
 }
 
 // RegistrationAck answers a WorkerRegistration.

@@ -84,7 +84,20 @@ type RainstormSourcePos struct {
 	Offset     int64    `cbor:"3,keyasint,omitempty"`
 	BadRecords uint64   `cbor:"4,keyasint,omitempty"`
 	BadFirst   []uint64 `cbor:"5,keyasint,omitempty"` // first few bad record indexes
-	Fields     int      `cbor:"6,keyasint,omitempty"`
+	// Fields is the field count a headerless CSV's records have, learnt
+	// from the input's first record, so a resumed reader judges records by
+	// it rather than by the first record after the resume point.
+	Fields int `cbor:"6,keyasint,omitempty"`
+	// File identifies a `path:` source's file as the source first opened
+	// it, so a re-placed source that finds another file there fails
+	// instead of producing other records under the same ids.
+	File *RainstormFileID `cbor:"7,keyasint,omitempty"`
+}
+
+// RainstormFileID identifies a source's input file: its size and SHA-256.
+type RainstormFileID struct {
+	Size   int64  `cbor:"1,keyasint"`
+	SHA256 []byte `cbor:"2,keyasint"`
 }
 
 // RainstormCheckpoint is one task's durable state, written atomically with

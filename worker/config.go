@@ -2,10 +2,12 @@ package worker
 
 import (
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"time"
 
 	"tempest/internal/nodeconfig"
+	"tempest/rainstorm"
 	"tempest/workflow"
 )
 
@@ -86,6 +88,14 @@ type Config struct {
 	// heartbeat too, to every manager, but reach a given manager only when
 	// its probe picks this worker. 0 leaves SWIM acks the only channel.
 	HeartbeatPush time.Duration `yaml:"heartbeat_push"`
+
+	// Exec is what RainStorm exec stages may run here: off unless
+	// enabled, and then only the listed programs, confined (rainstorm.ExecPolicy,
+	// docs/security.md "Job confinement").
+	Exec rainstorm.ExecPolicy `yaml:"exec"`
+	// SourceDirs are the directories a RainStorm `path:` source may read
+	// under; none by default, so a job reads no file of the worker's.
+	SourceDirs []string `yaml:"source_dirs"`
 }
 
 // DefaultHeartbeatPush is the default Config.HeartbeatPush: half a second,
@@ -113,6 +123,7 @@ func DefaultConfig() Config {
 		FenceRetention:   10 * time.Minute,
 		FenceAfter:       DefaultFenceAfter,
 		HeartbeatPush:    DefaultHeartbeatPush,
+		Exec:             rainstorm.DefaultExecPolicy(),
 	}
 }
 
@@ -169,6 +180,14 @@ func (c Config) Validate() error {
 	p.Positive("CallTimeout", c.CallTimeout)
 	p.Positive("FenceRetention", c.FenceRetention)
 	p.Positive("FenceAfter", c.FenceAfter)
+	for _, msg := range c.Exec.Check() {
+		p.Add("Exec", "%s", msg)
+	}
+	for _, d := range c.SourceDirs {
+		if !filepath.IsAbs(d) {
+			p.Add("SourceDirs", "%q must be an absolute path", d)
+		}
+	}
 	if err := p.Err(); err != nil {
 		return fmt.Errorf("worker config: %w", err)
 	}

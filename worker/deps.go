@@ -46,4 +46,8 @@ type Deps struct {
 	// (on other systems the samples are missing and only the queue counts).
 	CPU    func() (CPUSample, error)
 	Memory func() (float64, error)
+	// ExecShim is the argv prefix that applies an exec program's limits
+	// before it runs (the worker binary itself with rainstorm.ExecShimArg);
+	// nil sets them on the program just after it starts.
+	ExecShim []string
 }

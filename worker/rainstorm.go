@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -167,6 +169,14 @@ func (w *Worker) newRunner(d *wire.WorkflowDispatch, spec wire.WorkflowSpec) (wo
 	if err != nil {
 		return nil, fmt.Errorf("workflow %q: %w", spec.Name, err)
 	}
+	// Managers place a task only where it is allowed; this worker's own
+	// config is what decides, whatever a manager believed.
+	conf := w.cfg.Exec.Confinement(w.cfg.SourceDirs)
+	for _, n := range p.Needs() {
+		if err := rainstorm.Permits(conf, n); err != nil {
+			return nil, fmt.Errorf("workflow %q: %s: %w", spec.Name, n, err)
+		}
+	}
 	return &rsRunner{w: w, p: p, inc: d.FenceToken,
 		task: wire.RainstormTask{Job: d.JobID, Workflow: spec.Name, Stage: p.Stage, Index: p.Index}}, nil
 }
@@ -181,7 +191,7 @@ type rsRunner struct {
 // Run implements workflow.Runner.
 func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, error) {
 	env = withDefaultEnv(env)
-	cleanup, err := installPrograms(r.p)
+	cleanup, err := installPrograms(r.p, &r.w.cfg.Exec)
 	if err != nil {
 		return workflow.Result{}, err
 	}
@@ -214,10 +224,27 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 
 // installPrograms writes the exec programs uploaded with the job (their
 // bytes came with the dispatch) to a private directory and points the
-// stages' commands at them; cleanup removes the directory.
-func installPrograms(p *rainstorm.TaskParams) (cleanup func(), err error) {
+// stages' commands at them, and points every other exec command at the
+// listed program it resolves to; a program the worker's exec policy does
+// not allow (an upload by the SHA-256 of the bytes received) stops the
+// task before anything runs. cleanup removes the directory.
+func installPrograms(p *rainstorm.TaskParams, policy *rainstorm.ExecPolicy) (cleanup func(), err error) {
+	cleanup = func() {}
+	for s := range p.Spec.Stages {
+		st := &p.Spec.Stages[s]
+		// Only this task's own stage runs here (its program alone came
+		// with the dispatch); the others' commands are never started.
+		if s != p.Stage-1 || st.Op != rainstorm.OpExec || len(st.Command) == 0 || p.ProgramData[st.Command[0]] != nil {
+			continue
+		}
+		prog, err := policy.Resolve(st.Command[0], "")
+		if err != nil {
+			return nil, fmt.Errorf("stage %s: %w", st.Name, err)
+		}
+		st.Command = append([]string{prog}, st.Command[1:]...)
+	}
 	if len(p.ProgramData) == 0 {
-		return func() {}, nil
+		return cleanup, nil
 	}
 	dir, err := os.MkdirTemp("", "tempest-rainstorm-")
 	if err != nil {
@@ -225,8 +252,13 @@ func installPrograms(p *rainstorm.TaskParams) (cleanup func(), err error) {
 	}
 	cleanup = func() { _ = os.RemoveAll(dir) }
 	for i, name := range slices.Sorted(maps.Keys(p.ProgramData)) {
+		sum := sha256.Sum256(p.ProgramData[name])
+		if _, err := policy.Resolve(name, hex.EncodeToString(sum[:])); err != nil {
+			cleanup()
+			return nil, err
+		}
 		file := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(name)))
-		if err := os.WriteFile(file, p.ProgramData[name], 0o700); err != nil {
+		if err := os.WriteFile(file, p.ProgramData[name], 0o755); err != nil {
 			cleanup()
 			return nil, fmt.Errorf("install exec program %s: %w", name, err)
 		}
@@ -237,7 +269,42 @@ func installPrograms(p *rainstorm.TaskParams) (cleanup func(), err error) {
 			}
 		}
 	}
+	if policy.User != "" {
+		// The programs run as another user, who must reach them.
+		_ = os.Chmod(dir, 0o755)
+	}
 	return cleanup, nil
+}
+
+// newExecOptions are what every exec stage on this worker starts from:
+// the policy's environment, PATH, line cap and limits, its user, and a
+// cgroup parent where the host has a writable cgroup v2.
+func newExecOptions(cfg *Config, deps *Deps, log *slog.Logger) (rainstorm.ExecOptions, error) {
+	p := &cfg.Exec
+	o := rainstorm.ExecOptions{Path: p.Path, MaxLine: p.MaxLineBytes, Limits: p.Limits, Shim: deps.ExecShim, Logger: log}
+	for _, name := range p.Env {
+		if v, ok := os.LookupEnv(name); ok {
+			o.Env = append(o.Env, name+"="+v)
+		}
+	}
+	cred, err := p.Credential()
+	if err != nil {
+		return o, fmt.Errorf("exec.user: %w", err)
+	}
+	if cred != nil && os.Geteuid() != 0 {
+		return o, fmt.Errorf("exec.user %s: the worker must run as root to run programs as another user", p.User)
+	}
+	o.Credential = cred
+	if p.Enabled && p.Cgroup != "off" {
+		dir, err := rainstorm.DetectCgroupParent()
+		if err != nil {
+			log.Warn("exec: no cgroup v2 to confine programs in; process groups and rlimits only", "err", err)
+		} else {
+			o.CgroupParent = dir
+			log.Info("exec: each program runs in a cgroup of its own", "parent", dir)
+		}
+	}
+	return o, nil
 }
 
 func withDefaultEnv(env workflow.Env) workflow.Env {
@@ -284,6 +351,8 @@ type rsDriver struct {
 
 	bad atomic.Int64
 	wg  sync.WaitGroup
+	// file identifies a path: source's input as opened (nil otherwise).
+	file *wire.RainstormFileID
 }
 
 // reportLoop reports progress every ReportInterval until the returned
@@ -346,6 +415,13 @@ func (d *rsDriver) run(ctx context.Context) error {
 		}
 		input = f
 		defer input.Close()
+		if file, ok := f.(*os.File); ok && spec.Source.Path != "" {
+			// A file on this worker's disk can change under the pipeline,
+			// or differ on the worker a replacement lands on: identify it.
+			if d.file, err = rainstorm.IdentifyFile(file); err != nil {
+				return fmt.Errorf("source %s: %w", d.sourceName(), err)
+			}
+		}
 		if needsHeader(spec) {
 			rd, err := rainstorm.NewReader(f, rainstorm.ReaderOptions{Format: rainstorm.FormatCSV, Header: true})
 			if err != nil {
@@ -390,7 +466,7 @@ func (d *rsDriver) openInput(ctx context.Context) (io.ReadCloser, error) {
 		}
 		return d.w.openBlob(ctx, d.p.Blob)
 	}
-	f, err := os.Open(src.Path)
+	f, err := rainstorm.OpenSource(src.Path, d.w.cfg.SourceDirs)
 	if err != nil {
 		return nil, fmt.Errorf("source: %w", err)
 	}
@@ -668,9 +744,14 @@ func (d *rsDriver) apply(ctx context.Context, r rainstorm.Ready) (done bool, err
 
 func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, input io.ReadCloser, header []string, ckpt *wire.RainstormCheckpoint) error {
 	spec := &d.p.Spec
+	if ckpt != nil && ckpt.Source != nil && !ckpt.Done { // a finished source reads nothing more
+		if err := rainstorm.SameFile(d.sourceName(), ckpt.Source.File, d.file); err != nil {
+			return err
+		}
+	}
 	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
 		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
-		FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks,
+		FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks, File: d.file,
 	}, ckpt)
 	if err != nil {
 		return err
@@ -682,11 +763,22 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	} else {
 		ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
 		if pos.Offset == 0 && pos.Record == 0 {
-			f, err := d.openInput(ctx)
-			if err != nil {
-				return err
+			var f io.Reader
+			if rs, ok := input.(io.ReadSeeker); ok && d.file != nil {
+				// The file just identified, read again from its start
+				// rather than opened anew (which could find another).
+				if _, err := rs.Seek(0, io.SeekStart); err != nil {
+					return fmt.Errorf("source: rewind: %w", err)
+				}
+				f = rs
+			} else {
+				in, err := d.openInput(ctx)
+				if err != nil {
+					return err
+				}
+				defer in.Close()
+				f = in
 			}
-			defer f.Close()
 			rd, err := rainstorm.NewReader(f, ropts)
 			if err != nil {
 				return fmt.Errorf("source %s: %w", d.sourceName(), err)
@@ -797,7 +889,10 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 		cfg.Next = pipe.Stages[d.task.Stage]
 	}
 	if !cs.Op.Aggregate() {
-		op, err := cs.Operator(rainstorm.ExecOptions{Columns: rainstorm.Columns(spec, header, d.task.Stage-1)})
+		opts := d.w.execOpts
+		opts.Columns = rainstorm.Columns(spec, header, d.task.Stage-1)
+		opts.Logger = d.log
+		op, err := cs.Operator(opts)
 		if err != nil {
 			return err
 		}

@@ -144,6 +144,9 @@ func (w *Worker) registration() *wire.WorkerRegistration {
 		Datacenter: w.cfg.Datacenter,
 		TotalCores: w.cores.Total(),
 		Version:    w.version,
+		// What the config lets jobs make this worker do: the managers
+		// place exec stages and path: sources only where it is allowed.
+		Confinement: w.cfg.Exec.Confinement(w.cfg.SourceDirs),
 	}
 	if w.members != nil {
 		reg.SwimAddr = w.members.Addr()

@@ -11,6 +11,7 @@ import (
 
 	"tempest/internal/lifecycle"
 	"tempest/internal/rounds"
+	"tempest/rainstorm"
 	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"
@@ -57,6 +58,8 @@ type Worker struct {
 	registry *workflow.Registry
 	now      func() time.Time
 	deps     Deps
+	// execOpts are what every exec stage here starts from (rainstorm.go).
+	execOpts rainstorm.ExecOptions
 
 	leader *leaderTracker
 	// progress groups progress reports by manager address (batch.go).
@@ -160,6 +163,10 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		// heartbeats are newer than its previous life's (swim.VersionedClock).
 		version: uint64(deps.Now().UnixNano()),
 		changed: make(chan struct{}),
+	}
+	var err error
+	if w.execOpts, err = newExecOptions(&cfg, &deps, w.log); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	w.progress = rounds.NewKeyed(progressInFlight, maxProgressBatch, w.progressRound)
 	// An ack must never carry an empty payload: a manager cannot tell that

@@ -257,6 +257,8 @@ func (b *bench) startCluster() error {
 		Dir: filepath.Join(b.dir, "cluster"), BinDir: b.bin, Managers: b.o.managers, Workers: b.o.workers,
 		CoresPerWorker: b.o.cores, SwimProfile: b.o.swimProfile, ElectionProfile: b.o.electProfile,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// path: sources read the bench's copy of the input, in its folder.
+		WorkerConfig: map[string]any{"source_dirs": []string{b.dir}},
 	})
 	if err != nil {
 		return err

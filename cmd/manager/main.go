@@ -29,7 +29,7 @@ import (
 const exitFailure = nodecmd.ExitFailure
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals(), nil))
+	os.Exit(run(os.Args[1:], nodecmd.TakeSecrets(), os.Stderr, nodecmd.Signals(), nil))
 }
 
 // binary is the manager as nodecmd runs it.

@@ -31,11 +31,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cores := fs.Int("cores", 2, "cores per worker")
 	dc := fs.String("dc", "dc1", "datacenter name when --dcs is 1")
 	bin := fs.String("bin", "", "directory holding tempest-gate, tempest-manager and tempest-worker (default: beside this binary)")
+	var allowExec, sourceDirs listFlag
+	fs.Var(&allowExec, "allow-exec", "let the workers run this exec `program`: an absolute path, or the SHA-256 of a program jobs upload (repeatable; examples/rainstorm-upper.sh is always allowed)")
+	fs.Var(&sourceDirs, "source-dir", "let path: sources read files under this `directory` (repeatable; default none)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
+	workerConfig, err := devWorkerConfig(allowExec, sourceDirs)
+	if err != nil {
+		fmt.Fprintf(stderr, "tempest dev: %v\n", err)
+		return exitUsage
+	}
 	if *dir == "" || fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: tempest dev --dir DIR [--dcs 2] [--gates 3] [--managers 3] [--workers 2] [--cores 2]")
+		fmt.Fprintln(stderr, "usage: tempest dev --dir DIR [--dcs 2] [--gates 3] [--managers 3] [--workers 2] [--cores 2] [--allow-exec PATH|SHA256]... [--source-dir DIR]...")
 		return exitUsage
 	}
 	abs, err := filepath.Abs(*dir)
@@ -51,7 +59,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c, err := devcluster.Start(ctx, devcluster.Options{
 		Dir: abs, BinDir: *bin, Datacenter: *dc, Datacenters: *dcs, Gates: *gates,
 		Managers: *managers, Workers: *workers, CoresPerWorker: *cores,
-		Logger: logger,
+		Logger: logger, WorkerConfig: workerConfig,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "tempest dev: %v\n", err)
@@ -111,4 +119,49 @@ func checkFreshDir(dir string) error {
 	}
 	return fmt.Errorf("%s holds another cluster (%d nodes, their jobs in its data); remove it (rm -r %s) or use another --dir",
 		dir, len(f.Nodes), dir)
+}
+
+// ExampleExecSum is the SHA-256 of examples/rainstorm-upper.sh, the exec
+// program of the README's example: a dev cluster's workers allow it, so
+// the example runs as written (a test keeps it equal to the file).
+const ExampleExecSum = "7e7910932d94bdf5e3305f046486adb73322ffbf520068d9d3a05d767a488729"
+
+// devWorkerConfig is the exec policy and source directories of a dev
+// cluster's workers: exec on for the example program and what --allow-exec
+// names, path: sources under the --source-dir directories.
+func devWorkerConfig(allow, dirs []string) (map[string]any, error) {
+	sums, programs := []string{ExampleExecSum}, []string{}
+	for _, a := range allow {
+		switch {
+		case filepath.IsAbs(a):
+			programs = append(programs, filepath.Clean(a))
+		case len(a) == 64 && strings.Trim(strings.ToLower(a), "0123456789abcdef") == "":
+			sums = append(sums, strings.ToLower(a))
+		default:
+			return nil, fmt.Errorf("--allow-exec %q: want an absolute path or a hex SHA-256", a)
+		}
+	}
+	var abs []string
+	for _, d := range dirs {
+		p, err := filepath.Abs(d)
+		if err != nil {
+			return nil, fmt.Errorf("--source-dir %q: %w", d, err)
+		}
+		abs = append(abs, p)
+	}
+	cfg := map[string]any{"exec": map[string]any{"enabled": true, "programs": programs, "program_sums": sums}}
+	if len(abs) > 0 {
+		cfg["source_dirs"] = abs
+	}
+	return cfg, nil
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }

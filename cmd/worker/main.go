@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"tempest/cmd/internal/nodecmd"
 	"tempest/internal/obs"
 	"tempest/rainstorm"
@@ -40,7 +42,12 @@ const (
 const drainGrace = 5 * time.Second
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr, nodecmd.Signals()))
+	// The worker binary is also its exec programs' shim: it sets their
+	// limits on itself and becomes the program (rainstorm.ExecShimMain).
+	if len(os.Args) > 1 && os.Args[1] == rainstorm.ExecShimArg {
+		os.Exit(rainstorm.ExecShimMain(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:], nodecmd.TakeSecrets(), os.Stderr, nodecmd.Signals()))
 }
 
 func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-chan os.Signal) int {
@@ -58,7 +65,19 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	}
 	cfg.Logger = node.Base // the worker and its layers add the node id themselves
 	logger := node.Log
-	w, err := worker.New(cfg, worker.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})})
+	deps := worker.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})}
+	if cfg.Exec.Enabled {
+		if exe, err := os.Executable(); err == nil {
+			deps.ExecShim = []string{exe, rainstorm.ExecShimArg}
+		}
+		// Programs of the worker's user must not read its memory or its
+		// start-up environment through /proc (the secrets are gone from
+		// the environment it passes on, not from the one the kernel kept).
+		if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+			logger.Warn("exec: could not make the worker undumpable", "err", err)
+		}
+	}
+	w, err := worker.New(cfg, deps)
 	if err != nil {
 		logger.Error("refusing to start", "err", err)
 		return exitFailure

@@ -14,6 +14,7 @@ import (
 	"tempest/cmd/internal/cmdtest"
 	"tempest/cmd/internal/nodecmd"
 	"tempest/internal/testutil"
+	"tempest/rainstorm"
 	"tempest/security"
 	"tempest/security/securitytest"
 	"tempest/worker"
@@ -45,6 +46,45 @@ swim_profile: local
 	// Keys the file did not set keep their defaults.
 	if cfg.DegradedCPU != 80 || cfg.QUICListen != "127.0.0.1:0" {
 		t.Fatalf("defaults lost: %+v", cfg)
+	}
+}
+
+// TestExecConfig: exec is off by default; an exec section the file gives
+// turns it on over the defaults (the limits it does not name keep theirs),
+// and a policy that names no program, or passes a secret on, is refused.
+func TestExecConfig(t *testing.T) {
+	cfg, _, err := loadConfig([]string{"--id", "w", "--managers", "a:1"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Exec.Enabled || len(cfg.SourceDirs) != 0 {
+		t.Fatalf("exec or path: sources on by default: %+v %v", cfg.Exec, cfg.SourceDirs)
+	}
+	path := testutil.WriteFile(t, "worker.yaml", `
+id: w
+managers: [a:1]
+source_dirs: [/srv/data]
+exec:
+  enabled: true
+  programs: [/usr/bin/awk]
+  env: [LANG]
+  cpu_seconds: 60
+`)
+	cfg, _, err = loadConfig([]string{"--config", path}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.Exec
+	if !e.Enabled || !slices.Equal(e.Programs, []string{"/usr/bin/awk"}) || e.Limits.CPUSeconds != 60 ||
+		e.Limits.MemoryBytes != rainstorm.DefaultExecMemoryBytes || e.MaxLineBytes != rainstorm.DefaultExecMaxLine ||
+		e.Path != rainstorm.DefaultExecPath || !slices.Equal(cfg.SourceDirs, []string{"/srv/data"}) {
+		t.Fatalf("exec config: %+v, source_dirs %v", e, cfg.SourceDirs)
+	}
+	for _, bad := range []string{"exec: {enabled: true}\n", "exec: {enabled: true, programs: [/bin/cat], env: [AUTH_SECRET]}\n", "source_dirs: [data]\n"} {
+		p := testutil.WriteFile(t, "bad.yaml", "id: w\nmanagers: [a:1]\n"+bad)
+		if _, _, err := loadConfig([]string{"--config", p}, &bytes.Buffer{}); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
 	}
 }
 

@@ -21,6 +21,7 @@ var modules = map[string]string{
 	"cbor":         "github.com/fxamacker/cbor/v2",
 	"x/crypto":     "golang.org/x/crypto",
 	"x/time":       "golang.org/x/time",
+	"x/sys":        "golang.org/x/sys",
 	"quic-go":      "github.com/quic-go/quic-go",
 	"gobreaker":    "github.com/sony/gobreaker/v2",
 	"memberlist":   "github.com/hashicorp/memberlist",

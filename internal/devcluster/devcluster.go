@@ -67,6 +67,10 @@ type Options struct {
 	// ManagerConfig holds config-file keys added to every manager's file
 	// (benchmarks raise api_rate_limit this way).
 	ManagerConfig map[string]any
+	// WorkerConfig holds config-file keys added to every worker's file:
+	// `exec` and `source_dirs`, which are off unless given (tempest dev
+	// allows the example exec program this way).
+	WorkerConfig map[string]any
 }
 
 // Placement is where one node runs.
@@ -370,6 +374,7 @@ func (c *Cluster) newWorker(dc string, cores int, edit func(cfg map[string]any))
 		"join": seeds, "managers": mgrQUIC, "cores": cores,
 		"swim_profile": c.opts.SwimProfile, "metrics_listen": n.Metrics,
 	}
+	maps.Copy(cfg, c.opts.WorkerConfig)
 	if edit != nil {
 		edit(cfg)
 	}

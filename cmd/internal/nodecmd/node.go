@@ -236,7 +236,14 @@ func ServeAPI(role APIRole, name string, node Node, opts Options, server nodecon
 	}
 	scfg.Token = node.Token
 	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
-	scfg.Registry = rainstorm.Registry(rainstorm.ParseOptions{})
+	// A role that knows what its workers allow (a manager) checks a
+	// pipeline against it while the job file is read, so a refusal names
+	// the line.
+	var parse rainstorm.ParseOptions
+	if r, ok := role.(interface{ RainstormParseOptions() rainstorm.ParseOptions }); ok {
+		parse = r.RainstormParseOptions()
+	}
+	scfg.Registry = rainstorm.Registry(parse)
 	scfg.Logger = node.Log
 	scfg.Role = name
 	// One registry per node, passed in: the runtime and process

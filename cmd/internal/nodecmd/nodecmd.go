@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -79,6 +80,30 @@ func KeyringFromEnv(getenv func(string) string) (*security.Keyring, error) {
 
 // secretKeys are the variables a --secret-file may hold.
 var secretKeys = []string{"AUTH_SECRET", "AUTH_SECRET_PREVIOUS", "TEMPEST_TOKEN"}
+
+// TakeSecrets reads the variables a node takes secrets from (secretKeys
+// and TEMPEST_METRICS_TOKEN) out of the process environment and removes
+// them from it, so that nothing the node starts — a RainStorm exec program
+// above all — inherits them, even through a forgotten os.Environ(). The
+// getenv it returns serves them as they were, and any other variable from
+// the environment as it is now; a SIGHUP without --secret-file re-reads
+// them through it, as it always re-read the unchanging start-up values.
+// The node binaries call it first thing in main.
+func TakeSecrets() func(string) string {
+	taken := map[string]string{}
+	for _, k := range append(slices.Clone(secretKeys), "TEMPEST_METRICS_TOKEN") {
+		if v, ok := os.LookupEnv(k); ok {
+			taken[k] = v
+			_ = os.Unsetenv(k)
+		}
+	}
+	return func(k string) string {
+		if v, ok := taken[k]; ok {
+			return v
+		}
+		return os.Getenv(k)
+	}
+}
 
 // StartupEnv is the environment a node starts from: with a secretFile, the
 // file's AUTH_SECRET, AUTH_SECRET_PREVIOUS and TEMPEST_TOKEN over getenv's
