@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,5 +156,53 @@ func TestExecLimits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSweepCgroupsEndsADeadWorkersPrograms: programs a worker left behind
+// when it was killed outright die when the next worker starts; a live
+// worker's cgroups are left alone.
+func TestSweepCgroupsEndsADeadWorkersPrograms(t *testing.T) {
+	parent, err := DetectCgroupParent()
+	if err != nil {
+		t.Skipf("no writable cgroup v2 on this host: %v", err)
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := newCgroupNamed(parent, cgroupPrefix+strconv.Itoa(gone.Process.Pid)+"-test", ExecLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := newCgroup(parent, ExecLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.remove()
+	marker := "tempest-orphan-" + randomSuffix()
+	orphan := exec.Command("sh", "-c", "sleep 600; echo "+marker)
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	dead.attach(orphan.SysProcAttr)
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dead.detach()
+	waited := make(chan error, 1)
+	go func() { waited <- orphan.Wait() }() // owned: received below
+	// Others may be there too (left by workers killed in other tests).
+	if n, err := SweepCgroups(parent); err != nil || n < 1 {
+		t.Fatalf("SweepCgroups = %d, %v; want the dead worker's cgroup among them", n, err)
+	}
+	if _, err := os.Stat(dead.dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the dead worker's cgroup is still there: %v", err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the dead worker's program still runs")
+	}
+	if _, err := os.Stat(mine.dir); err != nil {
+		t.Fatalf("this worker's own cgroup was swept: %v", err)
 	}
 }
