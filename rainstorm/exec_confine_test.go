@@ -206,3 +206,26 @@ func TestSweepCgroupsEndsADeadWorkersPrograms(t *testing.T) {
 		t.Fatalf("this worker's own cgroup was swept: %v", err)
 	}
 }
+
+// TestExecRunsAsTheConfiguredUser: a worker running as root runs the
+// program as exec.user.
+func TestExecRunsAsTheConfiguredUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a program as another user")
+	}
+	script := writeScript(t, `read -r l; printf 'forward\t%s\n' "$(id -u):$(id -g)"`)
+	for d := filepath.Dir(script); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil { // nobody must reach the script
+			t.Fatal(err)
+		}
+	}
+	ex, err := execStage(t, script).NewExec(ExecOptions{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	out, err := ex.Apply(recs([]string{"a"}), nil, nil)
+	if err != nil || len(out) != 1 || out[0].Fields[0] != "65534:65534" {
+		t.Fatalf("ran as %v (%v), want 65534:65534", out, err)
+	}
+}
