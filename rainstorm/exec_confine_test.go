@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,5 +156,76 @@ func TestExecLimits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSweepCgroupsEndsADeadWorkersPrograms: programs a worker left behind
+// when it was killed outright die when the next worker starts; a live
+// worker's cgroups are left alone.
+func TestSweepCgroupsEndsADeadWorkersPrograms(t *testing.T) {
+	parent, err := DetectCgroupParent()
+	if err != nil {
+		t.Skipf("no writable cgroup v2 on this host: %v", err)
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := newCgroupNamed(parent, cgroupPrefix+strconv.Itoa(gone.Process.Pid)+"-test", ExecLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := newCgroup(parent, ExecLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.remove()
+	marker := "tempest-orphan-" + randomSuffix()
+	orphan := exec.Command("sh", "-c", "sleep 600; echo "+marker)
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	dead.attach(orphan.SysProcAttr)
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dead.detach()
+	waited := make(chan error, 1)
+	go func() { waited <- orphan.Wait() }() // owned: received below
+	// Others may be there too (left by workers killed in other tests).
+	if n, err := SweepCgroups(parent); err != nil || n < 1 {
+		t.Fatalf("SweepCgroups = %d, %v; want the dead worker's cgroup among them", n, err)
+	}
+	if _, err := os.Stat(dead.dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the dead worker's cgroup is still there: %v", err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the dead worker's program still runs")
+	}
+	if _, err := os.Stat(mine.dir); err != nil {
+		t.Fatalf("this worker's own cgroup was swept: %v", err)
+	}
+}
+
+// TestExecRunsAsTheConfiguredUser: a worker running as root runs the
+// program as exec.user.
+func TestExecRunsAsTheConfiguredUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a program as another user")
+	}
+	script := writeScript(t, `read -r l; printf 'forward\t%s\n' "$(id -u):$(id -g)"`)
+	for d := filepath.Dir(script); d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil { // nobody must reach the script
+			t.Fatal(err)
+		}
+	}
+	ex, err := execStage(t, script).NewExec(ExecOptions{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close()
+	out, err := ex.Apply(recs([]string{"a"}), nil, nil)
+	if err != nil || len(out) != 1 || out[0].Fields[0] != "65534:65534" {
+		t.Fatalf("ran as %v (%v), want 65534:65534", out, err)
 	}
 }

@@ -116,8 +116,16 @@ type cgroup struct {
 	fd  *os.File // open while the program starts (clone3 CLONE_INTO_CGROUP)
 }
 
+// cgroupPrefix starts the name of every program cgroup; the worker's pid
+// follows, so a later worker can tell its dead predecessors' apart.
+const cgroupPrefix = "tempest-exec-"
+
 func newCgroup(parent string, l ExecLimits) (*cgroup, error) {
-	dir := filepath.Join(parent, "tempest-exec-"+strconv.Itoa(os.Getpid())+"-"+randomSuffix())
+	return newCgroupNamed(parent, cgroupPrefix+strconv.Itoa(os.Getpid())+"-"+randomSuffix(), l)
+}
+
+func newCgroupNamed(parent, name string, l ExecLimits) (*cgroup, error) {
+	dir := filepath.Join(parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
@@ -217,4 +225,30 @@ func (g *cgroup) remove() {
 		g.kill()
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// SweepCgroups kills what is left in the program cgroups of workers that
+// are gone (killed with SIGKILL, their programs outlived them) and removes
+// those cgroups; a live worker's, this one's included, are left alone. It
+// returns how many it removed.
+func SweepCgroups(parent string) (int, error) {
+	dirs, err := filepath.Glob(filepath.Join(parent, cgroupPrefix+"*"))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, dir := range dirs {
+		pidPart, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), cgroupPrefix), "-")
+		pid, err := strconv.Atoi(pidPart)
+		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // not ours to judge, ours, or its worker still runs
+		}
+		g := &cgroup{dir: dir}
+		g.kill()
+		g.remove()
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			n++
+		}
+	}
+	return n, nil
 }

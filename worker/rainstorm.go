@@ -302,6 +302,10 @@ func newExecOptions(cfg *Config, deps *Deps, log *slog.Logger) (rainstorm.ExecOp
 		} else {
 			o.CgroupParent = dir
 			log.Info("exec: each program runs in a cgroup of its own", "parent", dir)
+			// A worker killed outright left its programs running: end them.
+			if n, err := rainstorm.SweepCgroups(dir); err != nil || n > 0 {
+				log.Warn("exec: ended the programs of a worker that is gone", "cgroups", n, "err", err)
+			}
 		}
 	}
 	return o, nil
