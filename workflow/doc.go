@@ -69,6 +69,15 @@
 // (http_h1.go), which owns one connection per VU and runs no goroutines of
 // its own; h2, h2c and h3 go through net/http and http3 (newSender).
 //
+// A step is a user's action rather than a lone request (flow.go,
+// http_session.go, docs/load-tests.md): captures take values from its
+// response (gjson path, regex group, header, cookie) into the VU's
+// {{name}} variables for later steps; each VU has a cookie jar (RFC 6265,
+// the public-suffix list), emptied each iteration; redirects are followed
+// (default 10), each hop a request counted and timed under the step; and
+// checks are counted pass/fail without changing a request's outcome. The
+// runner, not the clients, does all four, so every protocol behaves alike.
+//
 // A run also keeps a per-second series (series.go: completed, failed,
 // dropped, live VUs, p50/p99) for the newest MaxSeriesSeconds seconds.
 //
@@ -76,7 +85,10 @@
 //
 // Every request the runner starts is counted exactly once: completed if the
 // response has an expected status, failed otherwise (unexpected status,
-// connection refused, timeout, unreadable body), by step and by error class.
+// connection refused, timeout, unreadable body, a capture that found
+// nothing, a redirect past the limit), by step and by error class. A step
+// skipped for want of a captured value is counted failed (class skipped)
+// but was never sent.
 // When the run's context is cancelled, requests in flight are aborted and
 // counted as failed with class "cancelled"; the target may or may not have
 // seen them. So after a natural end the target's request count equals

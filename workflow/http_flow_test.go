@@ -91,22 +91,29 @@ func checkCounts(st StepSnapshot) map[string][2]int64 {
 	return out
 }
 
-// The whole flow, over every protocol's client: the redirect is followed
+// The whole flow, over every protocol (http1's lean client, net/http's h2
+// and h2c, quic-go's h3): the redirect is followed
 // with the cookie the 302 set, the captured values reach the later step's
 // URL and headers, every hop is counted under its step, and the checks'
 // counts are exact (the target's n ends in 0 once in ten).
 func TestHTTPLoginFlow(t *testing.T) {
-	for _, proto := range []Protocol{ProtocolHTTP1, ProtocolH2C} {
+	for _, proto := range []Protocol{ProtocolHTTP1, ProtocolH2, ProtocolH2C, ProtocolH3} {
 		t.Run(proto.String(), func(t *testing.T) {
-			tg := loginApp(t)
+			tg := loginApp(t) // counts by path whichever server it is mounted on
 			url := tg.URL
-			if proto == ProtocolH2C {
+			switch proto {
+			case ProtocolH2:
+				url = newTLSTarget(t, tg.Config.Handler, true).URL
+			case ProtocolH2C:
 				h2c := newH2CTarget(t, newProtoTarget())
 				h2c.Config.Handler = tg.Config.Handler
 				url = h2c.URL
+			case ProtocolH3:
+				url = newH3TargetFor(t, tg.Config.Handler).URL
 			}
 			const iters = 100
-			p := HTTPParams{VUs: 4, Iterations: iters, Protocol: proto, Steps: loginFlow(url)}
+			p := HTTPParams{VUs: 4, Iterations: iters, Protocol: proto, InsecureSkipVerify: proto == ProtocolH2 || proto == ProtocolH3,
+				Steps: loginFlow(url)}
 			res, err := runHTTP(t, p, Env{})
 			if err != nil {
 				t.Fatal(err)

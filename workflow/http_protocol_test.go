@@ -224,6 +224,12 @@ func newH2CTarget(t *testing.T, pt *protoTarget) *httptest.Server {
 // cleanup; the TCP listener behind it is closed at once.
 func newH3Target(t *testing.T, pt *protoTarget) *httptest.Server {
 	t.Helper()
+	return newH3TargetFor(t, pt.handler("HTTP/3.0"))
+}
+
+// newH3TargetFor is newH3Target serving h.
+func newH3TargetFor(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
 	holder := httptest.NewUnstartedServer(http.NotFoundHandler())
 	holder.StartTLS()
 	cert := holder.TLS.Certificates
@@ -233,7 +239,7 @@ func newH3Target(t *testing.T, pt *protoTarget) *httptest.Server {
 		t.Fatal(err)
 	}
 	h3 := &http3.Server{
-		Handler:   pt.handler("HTTP/3.0"),
+		Handler:   h,
 		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: cert}),
 	}
 	done := make(chan struct{})
