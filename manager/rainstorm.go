@@ -890,7 +890,9 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 		in := infos[i]
 		if o := r.open; o != nil {
 			if in.worker != r.from.NodeID {
-				m.unauthorized(wire.TypeRainstormOpen, r.from, o.Task.Job, o.Task.Workflow, "task not dispatched to the sender")
+				if in.running() { // else a late word from a replaced attempt: stale, not forged
+					m.unauthorized(wire.TypeRainstormOpen, r.from, o.Task.Job, o.Task.Workflow, "task dispatched to another worker")
+				}
 				answers[r] = rsResult{err: rsNotDispatched(o.Task)}
 				continue
 			}
@@ -912,7 +914,9 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 		}
 		c := r.ckpt
 		if in.worker != r.from.NodeID {
-			m.unauthorized(wire.TypeRainstormCheckpoint, r.from, c.Task.Job, c.Task.Workflow, "task not dispatched to the sender")
+			if in.running() {
+				m.unauthorized(wire.TypeRainstormCheckpoint, r.from, c.Task.Job, c.Task.Workflow, "task dispatched to another worker")
+			}
 			answers[r] = rsResult{msg: rsFencedAck(c, "task not dispatched to this sender")}
 			continue
 		}
