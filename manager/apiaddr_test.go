@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -70,6 +71,19 @@ func TestFollowerForwardsOnlyToTheURLTheLeaderSent(t *testing.T) {
 		}
 		return nil
 	})
+	// Nor can a node that is not a configured manager announce a URL, even
+	// under the leader's name in the message: the sender is what counts.
+	evil := c.hub.Node("evil-not-a-manager")
+	if err := evil.Send(context.Background(), follower.cfg.ID, &wire.LeaderAPI{Term: 1 << 40, URL: forged.URL}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := evil.Call(context.Background(), follower.cfg.ID, &wire.LeaderAPI{Term: 1 << 40, URL: forged.URL})
+	if wire.CodeOf(err) != wire.CodeRejected {
+		t.Fatalf("a stranger's LeaderAPI: %v, want rejected", err)
+	}
+	if _, url := follower.Leader(); url != real.URL {
+		t.Fatalf("after a stranger's announcement the follower forwards to %q", url)
+	}
 	srv := httptest.NewServer(api.NewServer(api.ServerConfig{Token: "client-secret", LeaderWait: 5 * time.Second, RateLimit: 100, RateBurst: 100, RequestTimeout: 10 * time.Second}, follower).Handler())
 	defer srv.Close()
 	req, err := http.NewRequest(http.MethodGet, srv.URL+"/v1/jobs", nil)

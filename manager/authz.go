@@ -73,11 +73,25 @@ func (m *Manager) unauthorized(t wire.MsgType, from transport.Peer, job, workflo
 		"job_id", job, "workflow", workflow, "reason", why, "unlogged_before", skipped)
 }
 
-// rsSenderRunsTask reports whether task is dispatched (assigned or running)
-// to node by the job table now, and the table's view of the task.
-func (m *Manager) rsSenderRunsTask(node string, task wire.RainstormTask) (rsTaskInfo, bool) {
-	in := m.rsTaskInfo(task)
-	return in, in.found && in.worker == node && in.running()
+// rsSenderInPipeline reports whether node runs (is dispatched) any task of
+// the job's pipeline wf. It is the handlers' check before a request is
+// queued for the committer, so a stranger's request, however large, is
+// dropped at once; it decodes nothing. The committer then checks the exact
+// task against the same table (rsCommit).
+func (m *Manager) rsSenderInPipeline(node, job, wf string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	j := m.jobs[job]
+	if j == nil {
+		return false
+	}
+	for _, w := range j.wfs {
+		if w.rec.Spec.Name == wf && w.rec.Worker == node &&
+			(w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
+			return true
+		}
+	}
+	return false
 }
 
 // running reports whether the task is dispatched to a worker now.

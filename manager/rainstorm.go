@@ -477,14 +477,16 @@ func (s *rsStore) storeReplicated(msg *wire.RainstormReplicate, stale func() str
 
 func (m *Manager) registerRainstorm() {
 	// A task's open, checkpoints and route requests come only from the
-	// worker it is dispatched to (authz.go); the committer checks again,
-	// since a task may be re-placed while its request waits.
+	// worker it is dispatched to (authz.go): the handlers drop a request
+	// from a node running no task of the pipeline before it is queued, and
+	// the committer checks the exact task, in the same view of the job
+	// table it checks the incarnation in.
 	handle(m, wire.TypeRainstormOpen, func(ctx context.Context, from transport.Peer, msg *wire.RainstormOpen) (wire.Message, error) {
 		if _, err := m.rsReady(); err != nil {
 			return nil, err
 		}
-		if _, ok := m.rsSenderRunsTask(from.NodeID, msg.Task); !ok {
-			m.unauthorized(wire.TypeRainstormOpen, from, msg.Task.Job, msg.Task.Workflow, "task not dispatched to the sender")
+		if !m.rsSenderInPipeline(from.NodeID, msg.Task.Job, msg.Task.Workflow) {
+			m.unauthorized(wire.TypeRainstormOpen, from, msg.Task.Job, msg.Task.Workflow, "no task of the pipeline dispatched to the sender")
 			return nil, rsNotDispatched(msg.Task)
 		}
 		return m.rsSubmit(ctx, &rsReq{open: msg, from: from})
@@ -493,8 +495,8 @@ func (m *Manager) registerRainstorm() {
 		if _, err := m.rsReady(); err != nil {
 			return nil, err
 		}
-		if _, ok := m.rsSenderRunsTask(from.NodeID, msg.Task); !ok {
-			m.unauthorized(wire.TypeRainstormCheckpoint, from, msg.Task.Job, msg.Task.Workflow, "task not dispatched to the sender")
+		if !m.rsSenderInPipeline(from.NodeID, msg.Task.Job, msg.Task.Workflow) {
+			m.unauthorized(wire.TypeRainstormCheckpoint, from, msg.Task.Job, msg.Task.Workflow, "no task of the pipeline dispatched to the sender")
 			return rsFencedAck(msg, "task not dispatched to this sender"), nil
 		}
 		if len(msg.Pending) > 0 { // decoded batches: keep them in the store's form
@@ -896,7 +898,9 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 		in := infos[i]
 		if o := r.open; o != nil {
 			if in.worker != r.from.NodeID {
-				// Re-placed since the handler checked.
+				if in.running() { // else a late word from a replaced attempt: stale, not forged
+					m.unauthorized(wire.TypeRainstormOpen, r.from, o.Task.Job, o.Task.Workflow, "task dispatched to another worker")
+				}
 				answers[r] = rsResult{err: rsNotDispatched(o.Task)}
 				continue
 			}
@@ -918,6 +922,9 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 		}
 		c := r.ckpt
 		if in.worker != r.from.NodeID {
+			if in.running() {
+				m.unauthorized(wire.TypeRainstormCheckpoint, r.from, c.Task.Job, c.Task.Workflow, "task dispatched to another worker")
+			}
 			answers[r] = rsResult{msg: rsFencedAck(c, "task not dispatched to this sender")}
 			continue
 		}
