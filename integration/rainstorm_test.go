@@ -494,8 +494,11 @@ func TestRainstormLeaderKillExactlyOnce(t *testing.T) {
 // middle of that read costs the source a retry at another manager, not the
 // job: the output equals the sequential pass.
 func TestRainstormFileSourceLeaderKillExactlyOnce(t *testing.T) {
-	const records = 250000
-	want := generated(t, records, 17, keepLow)
+	const records = 200000
+	// The filter keeps 1 record in 200: the managers store small
+	// checkpoints, so the test loads the machine with the source's reads,
+	// not with the stages' state.
+	want := generated(t, records, 17, func(v int) bool { return v < 5 })
 	dir := t.TempDir()
 	var data bytes.Buffer
 	longest := 0
@@ -509,8 +512,8 @@ func TestRainstormFileSourceLeaderKillExactlyOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The padding (never read past the source) makes 20 chunks of
-		// the input: the source's window holds about 10 of them.
+		// The padding (never read past the source) makes 14 chunks of
+		// the input: the source's window holds about 9 of them.
 		n, _ := fmt.Fprintf(&data, "%s,%s,%s,%s\n", rec.Fields[0], rec.Fields[1], rec.Fields[2], strings.Repeat("pad-", 14))
 		longest = max(longest, n)
 	}
@@ -524,7 +527,7 @@ workflows:
     type: rainstorm
     source: {file: gen.csv, header: true}
     stages:
-      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]$'}
       - {name: count, op: count, tasks: 2, key: key}
 `
 	jf := filepath.Join(dir, "job.yaml")

@@ -643,5 +643,9 @@ func TestSourceResumedHeaderlessKnowsFieldCount(t *testing.T) {
 		if n, _ := r.BadRecords(); n != 1 {
 			t.Fatalf("resumed at segment %d: %d bad records in all, want 1", seg, n)
 		}
+		// What it read counts from the input's start, as a fresh read's.
+		if read, bad := r.Read(); read != 9 || bad != 1 {
+			t.Fatalf("resumed at segment %d: read %d records, %d bad; want 9 and 1", seg, read, bad)
+		}
 	}
 }

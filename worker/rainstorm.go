@@ -761,6 +761,10 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 		return err
 	}
 	pos := m.Resume()
+	read, bad := m.Read() // a restart counts on from its checkpoint
+	d.t.records.Store(int64(read))
+	d.t.emitted.Store(int64(read - bad))
+	d.bad.Store(int64(bad))
 	var src rainstorm.RecordSource
 	if g := spec.Source.Generate; g != nil {
 		src = rainstorm.NewGenerator(g, pos.Record)
@@ -826,7 +830,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 				return fmt.Errorf("source: read: %w", err)
 			}
 			m.Segment(seg)
-			read, bad := m.Read()
+			read, bad = m.Read()
 			d.t.records.Store(int64(read))
 			d.t.emitted.Store(int64(read - bad))
 			d.bad.Store(int64(bad))
