@@ -497,6 +497,9 @@ func (m *Manager) registerRainstorm() {
 		}
 		if !m.rsSenderInPipeline(from.NodeID, msg.Task.Job, msg.Task.Workflow) {
 			m.unauthorized(wire.TypeRainstormCheckpoint, from, msg.Task.Job, msg.Task.Workflow, "no task of the pipeline dispatched to the sender")
+			if in := m.rsTaskInfo(msg.Task); in.found && msg.Incarnation < in.token {
+				m.rsStaleRefused(msg, in) // a replaced worker's task, still running (thawed)
+			}
 			return rsFencedAck(msg, "task not dispatched to this sender"), nil
 		}
 		if len(msg.Pending) > 0 { // decoded batches: keep them in the store's form
@@ -869,6 +872,16 @@ func rsFencedAck(c *wire.RainstormCheckpoint, reason string) *wire.RainstormChec
 		Current: c.Incarnation + 1, Reason: reason}
 }
 
+// rsStaleRefused counts and logs a refused checkpoint of an incarnation
+// older than the task's current one: a replaced task that went on running
+// (a frozen worker that thawed). Its sender may also be counted as
+// unauthorized when the task now runs elsewhere; both are true.
+func (m *Manager) rsStaleRefused(c *wire.RainstormCheckpoint, in rsTaskInfo) {
+	m.rs.staleRefused.Add(1)
+	m.log.Info("rainstorm: checkpoint of a replaced incarnation refused", "job_id", c.Task.Job, "workflow", c.Task.Workflow,
+		"stage", c.Task.Stage, "task", c.Task.Index, "incarnation", c.Incarnation, "current", in.token, "version", c.Version)
+}
+
 // current reports whether inc is the running incarnation of task.
 func (in rsTaskInfo) current(inc uint64) bool {
 	return in.found && in.token == inc && (in.status == wire.WorkflowAssigned || in.status == wire.WorkflowRunning)
@@ -925,6 +938,9 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 			if in.running() {
 				m.unauthorized(wire.TypeRainstormCheckpoint, r.from, c.Task.Job, c.Task.Workflow, "task dispatched to another worker")
 			}
+			if c.Incarnation < in.token {
+				m.rsStaleRefused(c, in)
+			}
 			answers[r] = rsResult{msg: rsFencedAck(c, "task not dispatched to this sender")}
 			continue
 		}
@@ -943,9 +959,7 @@ func (m *Manager) rsCommit(ctx context.Context, lt *leadership.Term, group []*rs
 		switch {
 		case !in.current(c.Incarnation):
 			answers[r] = rsResult{msg: rsFencedAck(c, fmt.Sprintf("incarnation %d is not the task's running dispatch", c.Incarnation))}
-			m.rs.staleRefused.Add(1)
-			m.log.Info("rainstorm: checkpoint of a replaced incarnation refused", "job_id", c.Task.Job, "workflow", c.Task.Workflow,
-				"stage", c.Task.Stage, "task", c.Task.Index, "incarnation", c.Incarnation, "current", in.token, "version", c.Version)
+			m.rsStaleRefused(c, in)
 		case latest != nil && c.Version == latest.Version && latest.Incarnation == c.Incarnation:
 			if _, inGroup := staged[c.Task]; inGroup {
 				// A resend of a checkpoint of this very group: durable
