@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"tempest/internal/store"
@@ -453,6 +454,11 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 		m.mu.Lock()
 		m.forgetLocked(j)
 		m.mu.Unlock()
+		if isNoSpace(err) {
+			// The node knows this write failed: the job was stored
+			// nowhere, so the answer is a refusal, not "outcome unknown".
+			return nil, wire.Errorf(wire.CodeInsufficientStorage, "job %s not stored: this manager's disk is full (%v); it was not run and will not be", s.JobID, err)
+		}
 		return nil, wire.Errorf(wire.CodeUnavailable, "persist job %s: %v", s.JobID, err)
 	}
 	log := m.log.With("job_id", s.JobID)
@@ -608,4 +614,10 @@ func workflowProgressOf(rec *store.WorkflowRecord) wire.WorkflowProgress {
 		p.Error = rec.Error
 	}
 	return p
+}
+
+// isNoSpace reports whether a write failed because the disk (or the user's
+// quota on it) is full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }

@@ -29,6 +29,7 @@ var modules = map[string]string{
 	"yaml":         "go.yaml.in/yaml/v3",
 	"goleak":       "go.uber.org/goleak",
 	"prometheus":   "github.com/prometheus/client_golang",
+	"humanize":     "github.com/dustin/go-humanize",
 }
 
 const module = "tempest"
