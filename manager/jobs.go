@@ -380,6 +380,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	s.Workflows = m.splitOversized(slices.Clone(sub.Workflows))
 	now := m.clock.Now()
 	jobs.Of(&s).Canonicalize(now, m.ids.Next)
+	if err := jobs.Of(&s).CheckStoredSize(m.cfg.MaxJobBytesOr()); err != nil {
+		return nil, err
+	}
 
 	s.IntakeLeader, s.IntakeTerm = m.cfg.ID, lt.Number()
 

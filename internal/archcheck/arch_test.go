@@ -30,6 +30,8 @@ var modules = map[string]string{
 	"goleak":       "go.uber.org/goleak",
 	"prometheus":   "github.com/prometheus/client_golang",
 	"humanize":     "github.com/dustin/go-humanize",
+	"client_model": "github.com/prometheus/client_model",
+	"automemlimit": "github.com/KimMachineGun/automemlimit",
 }
 
 const module = "tempest"

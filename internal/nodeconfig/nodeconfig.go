@@ -51,6 +51,11 @@ type Node struct {
 	// memory.max, or of the machine's memory when no cgroup limits it. A
 	// GOMEMLIMIT environment variable wins over both.
 	MemoryLimit Bytes `yaml:"memory_limit"`
+	// MetricsJobSeries serves the series labelled with job ids and
+	// workflow names on /metrics without a metrics token
+	// (TEMPEST_METRICS_TOKEN). Off, a node without a token leaves them
+	// out; with a token they are served to whoever holds it.
+	MetricsJobSeries bool `yaml:"metrics_job_series"`
 
 	// Logger receives the node's logs; when nil, a gate or manager
 	// discards them and a worker writes to slog.Default().
@@ -92,11 +97,6 @@ type Server struct {
 	// its size in memory, so this, times the largest body, bounds what
 	// submissions can take. 0 keeps the default (DefaultAPIMaxParsing).
 	APIMaxParsing int `yaml:"api_max_parsing"`
-	// MetricsJobSeries serves the series labelled with job ids and
-	// workflow names on /metrics without a metrics token
-	// (TEMPEST_METRICS_TOKEN). Off, a node without a token leaves them
-	// out; with a token they are served to whoever holds it.
-	MetricsJobSeries bool `yaml:"metrics_job_series"`
 
 	// MaxJobBytes caps a job's stored size (its encoded submission);
 	// a larger one is refused at submit. 0 keeps DefaultMaxJobBytes.
@@ -190,6 +190,9 @@ func (n Node) Check(p *Problems, inj Injected) {
 		if err := checkHostPort(a); err != nil {
 			p.Add("Join", "entry %d: %v", i, err)
 		}
+	}
+	if n.MemoryLimit < 0 {
+		p.Add("MemoryLimit", "must be 0 (derived from the host) or more, got %d", n.MemoryLimit)
 	}
 }
 
