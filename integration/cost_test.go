@@ -78,13 +78,26 @@ func TestDiskFullUploadIsRefusedAndJobsStillRun(t *testing.T) {
 // Forty concurrent 1 MB JSON job bodies, each parsed and refused (400),
 // keep the manager's peak RSS (VmHWM) within parseRSSBound: parsing runs
 // under api_max_parsing (4), where before it took a manager to 2.46 GB.
+// And a scrape of /metrics without the metrics token names no running job.
 func TestConcurrentLargeJobBodiesKeepTheManagerSmall(t *testing.T) {
 	// Measured with the race detector these binaries are built with: about
 	// 110 MiB with parsing bounded at 4, 264 MiB with api_max_parsing 1000
 	// (the issue's heavier bodies took a manager to 2.46 GB unbounded).
 	const parseRSSBound = 200 << 20
-	c := startCluster(t, 1, 0, 1)
+	// The operator's default, not tempest dev's: /metrics without a token
+	// names no job.
+	c := startWith(t, devcluster.Options{Managers: 1, Workers: 1, CoresPerWorker: 1,
+		ManagerConfig: map[string]any{"metrics_job_series": false}})
 	n, _ := c.Node(c.leader())
+	running := c.submit(napJob("named-in-no-scrape", "60s", "30s"))
+	c.waitRunning(running)
+	if text, err := get("http://" + n.API + "/metrics"); err != nil {
+		t.Fatal(err)
+	} else if strings.Contains(string(text), running) || strings.Contains(string(text), `job_id="`) {
+		t.Errorf("/metrics without a token names a job:\n%s", text)
+	} else if !strings.Contains(string(text), "tempest_manager_is_leader") {
+		t.Errorf("/metrics without a token lost the node's own series:\n%s", text)
+	}
 	// A job file the parser must read whole before it can refuse it: a
 	// million small numbers under a key no workflow type has.
 	var body bytes.Buffer
