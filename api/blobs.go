@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"tempest/internal/blobstore"
 	"tempest/internal/jobfile"
 	"tempest/wire"
 )
@@ -108,6 +109,9 @@ func parseBlobRequest(sum string, query url.Values, wantOffset, wantSize bool) (
 		n, err := strconv.ParseInt(vs[0], 10, 64)
 		if err != nil || n < 0 {
 			return 0, fmt.Errorf("%s=%q: want a byte count, 0 or more", key, truncateName(vs[0]))
+		}
+		if n > blobstore.MaxSize {
+			return 0, fmt.Errorf("%s=%d: past the largest blob a node stores (%s)", key, n, formatBytes(blobstore.MaxSize))
 		}
 		return n, nil
 	}

@@ -5,7 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 
 	"tempest/api"
 	"tempest/api/apitest"
+	"tempest/internal/blobstore"
 	"tempest/wire"
 	"tempest/workflow"
 )
@@ -283,5 +287,47 @@ func TestUploadBlobWaitsOutRateLimit(t *testing.T) {
 	}
 	if !info.Durable || !bytes.Equal(be.stored[sum], data) {
 		t.Fatalf("%+v", info)
+	}
+}
+
+// The blob routes over a real store: a chunk that would cross the node's
+// free-space floor is 507 naming the setting, and offsets no blob can
+// have are client errors, never 500.
+func TestBlobRoutesOverAFullStore(t *testing.T) {
+	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: t.TempDir(), Quorum: 1,
+		Peers: func() []string { return nil }, Spawn: func(func(context.Context)) bool { return false },
+		// A floor no disk can keep: every write would cross it.
+		Limits: blobstore.Limits{MinFree: math.MaxInt64 / 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := struct {
+		*apitest.Backend
+		*api.BlobService
+	}{apitest.NewBackend(), api.NewBlobService(n.Cluster, func(context.Context) error { return nil }, t.Context(), slog.New(slog.DiscardHandler))}
+	srv := apitest.Serve(t, be, nil)
+	rc := newRawClient(t)
+	auth := map[string]string{"Authorization": "Bearer " + apitest.Token}
+	sum := sumOf([]byte("abc"))
+	for _, tc := range []struct {
+		name, path string
+		status     int
+		code, text string
+	}{
+		{"full disk", "/v1/blobs/" + sum + "?offset=0", http.StatusInsufficientStorage, api.CodeInsufficientStorage, "blob_min_free"},
+		{"offset of the issue", "/v1/blobs/" + sum + "?offset=17179869184", http.StatusBadRequest, api.CodeMalformed, "largest blob"},
+		{"chunk ending past the largest blob", "/v1/blobs/" + sum + "?offset=" + strconv.FormatInt(blobstore.MaxSize-1, 10), http.StatusBadRequest, api.CodeMalformed, "largest blob"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := rc.do("PUT", srv.URL()+tc.path, []byte("abc"), auth)
+			e := decodeErrorBody(t, body)
+			if resp.StatusCode != tc.status || e.Code != tc.code || !strings.Contains(e.Error, tc.text) {
+				t.Fatalf("PUT %s = %d %s, want %d %s mentioning %q", tc.path, resp.StatusCode, body, tc.status, tc.code, tc.text)
+			}
+		})
+	}
+	resp, body := rc.do("POST", srv.URL()+"/v1/blobs/"+sum+"/commit?size=17179869185", nil, auth)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("commit of a size past the largest blob = %d %s, want 400", resp.StatusCode, body)
 	}
 }

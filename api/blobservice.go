@@ -79,7 +79,19 @@ func (b *BlobService) PutBlobChunk(ctx context.Context, s string, offset int64, 
 	if errors.As(err, &gap) {
 		return gap.Have, nil
 	}
-	return have, err
+	return have, storeError(err)
+}
+
+// storeError types the store's refusals for the API: a full disk or a
+// quota is 507, an offset or size no blob can have a client error.
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, blobstore.ErrNoSpace):
+		return wire.Errorf(wire.CodeInsufficientStorage, "%v", err)
+	case errors.Is(err, blobstore.ErrOutOfRange):
+		return wire.Errorf(wire.CodeMalformed, "%v", err)
+	}
+	return err
 }
 
 // CommitBlob implements BlobBackend: verify, store, replicate to a
@@ -101,7 +113,7 @@ func (b *BlobService) CommitBlob(ctx context.Context, s string, size int64) (*Bl
 		case errors.Is(err, blobstore.ErrMismatch):
 			return nil, wire.Errorf(wire.CodeRejected, "%v; upload it again", err)
 		}
-		return nil, err
+		return nil, storeError(err)
 	}
 	rctx, cancel := context.WithTimeout(b.life, time.Hour)
 	defer cancel()

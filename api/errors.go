@@ -103,6 +103,8 @@ func answerFor(err error) (errorAnswer, bool) {
 		}
 	case wire.CodeNoQuorum, wire.CodeUnavailable:
 		a.status = http.StatusServiceUnavailable
+	case wire.CodeInsufficientStorage:
+		a.status = http.StatusInsufficientStorage
 	case wire.CodeOutcomeUnknown:
 		a.status = http.StatusServiceUnavailable
 		if a.retryAfter <= 0 {

@@ -15,6 +15,16 @@ import (
 )
 
 func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
+	release, ok := s.awaitParsing(w, r)
+	if !ok {
+		return
+	}
+	parsed := false
+	defer func() {
+		if !parsed {
+			release()
+		}
+	}()
 	body, partName, data, blobs, err := readSubmission(r)
 	if errors.Is(err, errBadBundle) {
 		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: err.Error()})
@@ -63,6 +73,10 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("parse %s: %w", filename, err))
 		return
 	}
+	// The body and its parse tree are garbage now; the job itself is
+	// bounded by the backend's cap on a job's size.
+	parsed = true
+	release()
 	if key := r.Header.Get(IdempotencyHeader); key != "" && job.JobID == "" {
 		id, ok := jobIDFromKey(key)
 		if !ok {
@@ -99,6 +113,25 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/v1/jobs/"+url.PathEscape(ack.JobID))
 	writeJSON(w, http.StatusCreated, SubmitResponse{JobID: ack.JobID, Datacenters: dcs,
 		QueuedPosition: ack.QueuedPosition})
+}
+
+// awaitParsing takes a parsing token (MaxParsing), waiting while every
+// token is held, until the request's time is up (503, to retry after a
+// second). It returns the token's release.
+func (s *Server) awaitParsing(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	ctx, cancel := s.callContext(r)
+	defer cancel()
+	select {
+	case s.parsing <- struct{}{}:
+		return func() { <-s.parsing }, true
+	case <-ctx.Done():
+		if r.Context().Err() == nil {
+			w.Header().Set("Retry-After", "1")
+			writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeUnavailable,
+				Error: fmt.Sprintf("%d job submissions are being parsed; try again", cap(s.parsing))})
+		}
+		return nil, false
+	}
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {

@@ -37,6 +37,9 @@ type Server struct {
 	metricsErr     error
 	fwd            *forwarder
 	handler        http.Handler
+	// parsing holds a token per job body being read and parsed
+	// (MaxParsing): what submissions may cost in memory at once.
+	parsing chan struct{}
 
 	// streams is cancelled when Shutdown starts: http.Server.Shutdown waits
 	// for handlers to return, and an event stream only returns at its job's
@@ -67,6 +70,7 @@ func NewServer(cfg ServerConfig, backend Backend) *Server {
 		log:       cfg.Logger.With("component", "api"),
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		limiter:   newIPLimiter(cfg.RateLimit, cfg.RateBurst, cfg.Now),
+		parsing:   make(chan struct{}, max(cfg.MaxParsing, 1)),
 	}
 	reg := cfg.Metrics
 	if reg == nil {
@@ -75,7 +79,8 @@ func NewServer(cfg ServerConfig, backend Backend) *Server {
 	var collectors []prometheus.Collector
 	s.metrics, collectors = newAPIMetrics(s.limiter.size)
 	s.metricsErr = obs.Register(reg, collectors...)
-	s.metricsHandler = obs.Handler(reg, "") // the token is checked before, with the API's error body
+	// The token is checked before, with the API's error body.
+	s.metricsHandler = obs.Handler(reg, "", obs.ServeJobSeries(cfg.MetricsToken, cfg.MetricsJobSeries))
 	s.fwd = newForwarder(cfg.ForwardTLS, cfg.RequestTimeout, s.log, s.metrics)
 	s.fwd.keys, s.fwd.now = cfg.Keyring, cfg.Now
 	s.streams, s.cancelStream = context.WithCancel(context.Background())

@@ -36,6 +36,9 @@ const (
 	CodeOutcomeUnknown = "outcome_unknown"
 	CodeUnavailable    = "unavailable" // 503: shutting down, overloaded, leader unreachable
 	CodeUnsupported    = "unsupported" // 501: this node does not serve that (blobs on a gate)
+	// CodeInsufficientStorage (507): the write would cross the node's
+	// free-space floor or a storage quota; nothing was stored.
+	CodeInsufficientStorage = "insufficient_storage"
 )
 
 // SubmitResponse answers POST /v1/jobs.

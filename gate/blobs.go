@@ -23,7 +23,7 @@ import (
 // gate, and the API's blob routes answer on the leader.
 func (g *Gate) openBlobs() error {
 	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: g.cfg.DataDir, Tr: g.tr, Log: g.log, Now: g.now,
-		Peers: g.peerAddrs, Quorum: g.quorumSize, Spawn: g.spawn})
+		Peers: g.peerAddrs, Quorum: g.quorumSize, Spawn: g.spawn, Limits: g.cfg.BlobLimits(g.referencedBlobs)})
 	if err != nil {
 		return err
 	}
@@ -57,21 +57,39 @@ func (g *Gate) registerBlobHandlers() {
 // blobGCLoop removes blobs no kept job record references once the job
 // retention has passed since their upload, and abandoned uploads.
 func (g *Gate) blobGCLoop(ctx context.Context) {
-	// The registry with every type a job may name: a pipeline's file:
-	// source is a blob too.
-	reg := rainstorm.Registry(rainstorm.ParseOptions{})
 	lifecycle.Every(ctx, blobstore.GCEvery, func() {
-		var live []string
-		g.view(func() {
-			for _, j := range g.jobs {
-				for _, spec := range j.rec.Submission.Workflows {
-					sums, _ := reg.SpecBlobs(spec)
-					live = append(live, sums...)
-				}
-			}
-		})
-		if _, err := g.blobs.Collect(live, g.cfg.Retention); err != nil {
+		if _, err := g.blobs.Collect(g.liveBlobs(), g.cfg.Retention); err != nil {
 			g.log.Warn("blob gc", "err", err)
 		}
 	})
+}
+
+// liveBlobs lists the blobs kept job records name (in hex, perhaps twice).
+func (g *Gate) liveBlobs() []string {
+	// The registry with every type a job may name: a pipeline's file:
+	// source is a blob too.
+	reg := rainstorm.Registry(rainstorm.ParseOptions{})
+	var live []string
+	g.view(func() {
+		for _, j := range g.jobs {
+			for _, spec := range j.rec.Submission.Workflows {
+				sums, _ := reg.SpecBlobs(spec)
+				live = append(live, sums...)
+			}
+		}
+	})
+	return live
+}
+
+// referencedBlobs is the set of blobs kept job records name, for the
+// store's quota on blobs no job names.
+func (g *Gate) referencedBlobs() map[blobstore.Sum]bool {
+	live := g.liveBlobs()
+	out := make(map[blobstore.Sum]bool, len(live))
+	for _, s := range live {
+		if sum, err := blobstore.ParseSum(s); err == nil {
+			out[sum] = true
+		}
+	}
+	return out
 }

@@ -31,6 +31,9 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	s := *sub
 	s.Workflows = slices.Clone(sub.Workflows)
 	jobs.Of(&s).Canonicalize(g.now(), g.ids.Next)
+	if err := jobs.Of(&s).CheckStoredSize(g.cfg.MaxJobBytesOr()); err != nil {
+		return nil, err
+	}
 	if ack, err := g.existing(ctx, s.JobID); ack != nil || err != nil {
 		return ack, err
 	}

@@ -30,7 +30,7 @@ import (
 // the API's blob routes answer on the leader.
 func (m *Manager) openBlobs() error {
 	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: m.cfg.DataDir, Tr: m.tr, Log: m.log, Now: m.clock.Now,
-		Peers: m.peerAddrs, Quorum: m.quorumSize, Spawn: m.spawn})
+		Peers: m.peerAddrs, Quorum: m.quorumSize, Spawn: m.spawn, Limits: m.cfg.BlobLimits(m.referencedBlobs)})
 	if err != nil {
 		return err
 	}
@@ -129,6 +129,19 @@ func (m *Manager) liveBlobs() []string {
 		}
 	}
 	return live
+}
+
+// referencedBlobs is the set of blobs kept jobs name, for the store's
+// quota on blobs no job names.
+func (m *Manager) referencedBlobs() map[blobstore.Sum]bool {
+	live := m.liveBlobs()
+	out := make(map[blobstore.Sum]bool, len(live))
+	for _, s := range live {
+		if sum, err := blobstore.ParseSum(s); err == nil {
+			out[sum] = true
+		}
+	}
+	return out
 }
 
 // blobGCLoop removes blobs no kept job references once their retention

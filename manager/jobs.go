@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"tempest/internal/store"
@@ -387,6 +388,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	s.Workflows = m.splitOversized(slices.Clone(sub.Workflows))
 	now := m.clock.Now()
 	jobs.Of(&s).Canonicalize(now, m.ids.Next)
+	if err := jobs.Of(&s).CheckStoredSize(m.cfg.MaxJobBytesOr()); err != nil {
+		return nil, err
+	}
 
 	s.IntakeLeader, s.IntakeTerm = m.cfg.ID, lt.Number()
 
@@ -461,6 +465,11 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 		m.mu.Lock()
 		m.forgetLocked(j)
 		m.mu.Unlock()
+		if isNoSpace(err) {
+			// The node knows this write failed: the job was stored
+			// nowhere, so the answer is a refusal, not "outcome unknown".
+			return nil, wire.Errorf(wire.CodeInsufficientStorage, "job %s not stored: this manager's disk is full (%v); it was not run and will not be", s.JobID, err)
+		}
 		return nil, wire.Errorf(wire.CodeUnavailable, "persist job %s: %v", s.JobID, err)
 	}
 	log := m.log.With("job_id", s.JobID)
@@ -616,4 +625,10 @@ func workflowProgressOf(rec *store.WorkflowRecord) wire.WorkflowProgress {
 		p.Error = rec.Error
 	}
 	return p
+}
+
+// isNoSpace reports whether a write failed because the disk (or the user's
+// quota on it) is full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }

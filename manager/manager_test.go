@@ -187,3 +187,22 @@ func TestSubmitNeedsQuorum(t *testing.T) {
 	})
 	waitJob(t, c.leader(), id, wire.JobCompleted, 10*time.Second)
 }
+
+// A job whose stored form passes max_job_bytes is refused at submit, too
+// large, naming the setting; nothing of it is kept.
+func TestSubmitRefusesAJobLargerThanMaxJobBytes(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.MaxJobBytes = 2 << 10 })
+	l := c.leader()
+	small := sleepJob(t, "small", 1, 1, time.Second)
+	if _, err := l.Submit(context.Background(), small); err != nil {
+		t.Fatalf("a small job: %v", err)
+	}
+	big := sleepJob(t, "big", 200, 1, time.Second)
+	_, err := l.Submit(context.Background(), big)
+	if wire.CodeOf(err) != wire.CodeTooLarge || !strings.Contains(err.Error(), "max_job_bytes") {
+		t.Fatalf("a job over the cap: %v, want too_large naming max_job_bytes", err)
+	}
+	if jobs, _ := l.Jobs(context.Background()); len(jobs) != 1 {
+		t.Fatalf("%d jobs kept, want only the small one", len(jobs))
+	}
+}

@@ -807,6 +807,7 @@ func (w *streamWriter) write(ctx context.Context, deadline time.Time, frame []by
 			// The write ahead of ours may be blocked with a later
 			// deadline (or none); ours has passed. Our frame stays in
 			// the batch and goes out whole with it: the stream is intact.
+			w.io.leftQueue.Add(1)
 			return fmt.Errorf("%w: %w", errLeftInQueue, ctx.Err())
 		}
 	}

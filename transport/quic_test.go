@@ -743,9 +743,12 @@ func TestStatsCountEveryMessageAcrossStreams(t *testing.T) {
 // Ping with Seq 1 only once unblock is called: that call holds b's only
 // handler slot, so b stops reading the stream and a's writes back up.
 // unblock runs before the transports close (they wait for handlers).
+// Calls without a deadline get a CallTimeout of minutes: on a machine busy
+// with builds these tests take most of a minute with -race, and a call the
+// test expects to succeed must not end at a tight guess of how long.
 func stallingPair(t *testing.T) (a, b *QUIC, unblock func()) {
 	t.Helper()
-	a = newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = time.Minute }})
+	a = newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = 3 * time.Minute }})
 	b = newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.MaxInflight = 1 }})
 	release := make(chan struct{})
 	var releaseOnce sync.Once
@@ -834,26 +837,32 @@ func TestCallerGivingUpInTheWriteQueueKeepsTheConnection(t *testing.T) {
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the call that gave up: %v, want context.Canceled", err)
 	}
+	if n := a.Stats().LeftWriteQueue; n != 1 {
+		t.Fatalf("LeftWriteQueue = %d after the queued call gave up, want 1", n)
+	}
 	// A queued caller whose deadline passes leaves the same way, and its
-	// deadline does not become the batch's: the batch still goes out.
-	before = queued()
-	if before < 8<<20 {
+	// deadline does not become the batch's: the batch still goes out. On a
+	// busy machine a short deadline may pass before the call even reaches
+	// the queue (it then fails without queueing, which proves nothing), so
+	// the deadline doubles until the transport counts a caller that left
+	// the queue: the test waits for that, not for a guess at the clock.
+	if before = queued(); before < 8<<20 {
 		t.Fatalf("%d bytes queued: the large calls should still wait behind the blocked write", before)
 	}
-	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	go func() {
+	for d := 250 * time.Millisecond; ; d *= 2 {
+		dctx, cancel := context.WithTimeout(ctx, d)
 		_, err := a.Call(dctx, b.Addr(), &wire.Ping{Seq: 7, Payload: make([]byte, 10)})
-		gaveUp <- err
-	}()
-	testutil.Eventually(t, 3*time.Second, 5*time.Millisecond, func() error {
-		if queued() <= before {
-			return errors.New("the call with a deadline is not queued yet")
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the call whose deadline passed: %v, want context.DeadlineExceeded", err)
 		}
-		return nil
-	})
-	if err := <-gaveUp; !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("the call whose deadline passed: %v, want context.DeadlineExceeded", err)
+		if a.Stats().LeftWriteQueue == 2 {
+			break
+		}
+		if d > time.Minute {
+			t.Fatalf("no call with a deadline of up to %s reached the write queue before it passed", d)
+		}
+		t.Logf("a call with a %s deadline timed out before it was queued; trying a longer one", d)
 	}
 	unblock()
 	for range 5 {

@@ -23,6 +23,10 @@ type Stats struct {
 	Malformed      uint64 // undecodable frames, envelopes or bodies
 	TooLarge       uint64 // frames over the size cap
 	CallErrors     uint64 // calls that ended in an error at this node
+	// LeftWriteQueue counts calls whose context ended while their frame
+	// waited behind another write on its stream: the caller got its error,
+	// and the frame still went out whole with its batch.
+	LeftWriteQueue uint64
 	BreakerChanges uint64 // circuit breaker state transitions
 	// Breakers lists every breaker that is not closed, by peer and class.
 	Breakers []BreakerState
@@ -63,7 +67,8 @@ const ioShards = 16
 type ioCounters struct {
 	messagesIn, messagesOut atomic.Uint64
 	bytesIn, bytesOut       atomic.Uint64
-	_                       [96]byte // a shard per pair of cache lines
+	leftQueue               atomic.Uint64
+	_                       [88]byte // a shard per pair of cache lines
 }
 
 // in counts one inbound frame of n payload bytes (plus its length prefix).
@@ -120,6 +125,7 @@ func (c *counters) snapshot() Stats {
 		s.MessagesOut += sh.messagesOut.Load()
 		s.BytesIn += sh.bytesIn.Load()
 		s.BytesOut += sh.bytesOut.Load()
+		s.LeftWriteQueue += sh.leftQueue.Load()
 	}
 	c.mu.Lock()
 	for k, st := range c.breakers {

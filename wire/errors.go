@@ -28,6 +28,9 @@ const (
 	// reached some peers, not a majority, and could not be withdrawn);
 	// re-sending it under the same idempotency key finds it or makes it.
 	CodeOutcomeUnknown Code = 20
+	// CodeInsufficientStorage: the write would cross the node's free-space
+	// floor or a storage quota (the API answers 507); nothing was written.
+	CodeInsufficientStorage Code = 21
 )
 
 func (c Code) String() string {
@@ -60,6 +63,8 @@ func (c Code) String() string {
 		return "rejected"
 	case CodeOutcomeUnknown:
 		return "outcome_unknown"
+	case CodeInsufficientStorage:
+		return "insufficient_storage"
 	}
 	return fmt.Sprintf("code(%d)", uint16(c))
 }

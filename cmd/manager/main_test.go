@@ -61,8 +61,10 @@ api_tls_key: /etc/tempest/api.key
 
 func TestLoadConfigRefusals(t *testing.T) {
 	typo := testutil.WriteFile(t, "typo.yaml", "quorum_timeuot: 3s\n")
+	plain := testutil.WriteFile(t, "plain.yaml", "api_listen: 0.0.0.0:7411\n")
 	cmdtest.RefusesToLoad(t, loadConfig, append(cmdtest.FlagRefusals("manager"),
 		cmdtest.LoadRefusal{Name: "unknown key", Args: []string{"--config", typo}, Want: "quorum_timeuot"},
+		cmdtest.LoadRefusal{Name: "plain HTTP API on every address", Args: []string{"--config", plain}, Want: "api_insecure_http"},
 		cmdtest.LoadRefusal{Name: "bad profile", Args: []string{"--election-profile", "warp"}, Want: "ElectionProfile"},
 	))
 }

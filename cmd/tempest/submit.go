@@ -16,12 +16,13 @@ import (
 // job to its end and exits as exitFor says (0 completed, 1 thresholds
 // failed, 2 failed otherwise).
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("submit", "submit FILE [--wait] [--json]", stderr)
+	fs := newFlagSet("submit", "submit FILE [--wait] [--json] [--allow-outside]", stderr)
 	var conn apiFlags
 	conn.register(fs)
 	wait := fs.Bool("wait", false, "follow the job to its end: live progress on stderr, summary on stdout")
 	asJSON := fs.Bool("json", false, "print JSON on stdout: {\"job_id\"}, or with --wait the final job status")
 	detach := fs.Bool("detach", false, "with --wait, on Ctrl-C stop following and leave the job running (default: cancel it, then print the summary)")
+	allowOutside := fs.Bool("allow-outside", false, "upload data files, file: sources and programs the job file names outside its own folder")
 	args, code, ok := parseCommand(fs, args, 1, stderr)
 	if !ok {
 		return code
@@ -32,7 +33,13 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "tempest: read job file: %v\n", err)
 		return exitUsage
 	}
-	dataFiles, err := readDataFiles(data, file)
+	if !*allowOutside {
+		err = checkJobFilesInside(data, file)
+	}
+	var dataFiles map[string][]byte
+	if err == nil {
+		dataFiles, err = readDataFiles(data, file)
+	}
 	if err != nil {
 		var jfe *jobfile.Error
 		if errors.As(err, &jfe) {

@@ -69,3 +69,87 @@ workflows:
 		t.Fatalf("%d submissions reached the backend, want only the good one", n)
 	}
 }
+
+// tempest submit refuses a job file naming a data file, a file: source or
+// an uploaded program outside its own folder (after cleaning and following
+// symlinks), at the job file's line and before anything is sent, unless
+// --allow-outside is given.
+func TestSubmitRefusesFilesOutsideTheJobFilesFolder(t *testing.T) {
+	c := newCLI(t)
+	root := t.TempDir()
+	dir := filepath.Join(root, "jobs")
+	for name, content := range map[string]string{
+		"secret.csv":      "user,token\nroot,hunter2\n",
+		"jobs/users.csv":  "user,token\nalice,a1\n",
+		"jobs/prog/x.sh":  "#!/bin/sh\ncat\n",
+		"outside-prog.sh": "#!/bin/sh\ncat\n",
+	} {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(root, "secret.csv"), filepath.Join(dir, "link.csv")); err != nil {
+		t.Fatal(err)
+	}
+	httpJob := func(file string) string {
+		return `name: j
+workflows:
+  - name: w
+    type: http
+    vus: 1
+    iterations: 1
+    data: {file: ` + file + `}
+    steps:
+      - {name: s, url: "http://127.0.0.1:1/{{data.user}}"}
+`
+	}
+	pipeline := func(file, prog string) string {
+		return `name: p
+workflows:
+  - name: w
+    type: rainstorm
+    source: {file: ` + file + `, format: csv}
+    stages:
+      - {name: e, op: exec, command: ` + prog + `, tasks: 1}
+`
+	}
+	for _, tc := range []struct{ name, job, want string }{
+		{"data file up a folder", httpJob("../secret.csv"), "secret.csv is outside the job file's folder"},
+		{"data file by absolute path", httpJob(filepath.Join(root, "secret.csv")), "secret.csv is outside the job file's folder"},
+		{"data file through a symlink", httpJob("link.csv"), "secret.csv is outside the job file's folder"},
+		{"file: source up a folder", pipeline("../secret.csv", "./prog/x.sh"), "secret.csv is outside the job file's folder"},
+		{"program up a folder", pipeline("users.csv", "../outside-prog.sh"), "outside-prog.sh is outside the job file's folder"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "job.yaml")
+			if err := os.WriteFile(path, []byte(tc.job), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			before := len(c.backend.Submissions())
+			code, _, stderr := c.run(runSubmit, path)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "job.yaml:") || !strings.Contains(stderr, "--allow-outside") {
+				t.Fatalf("exit %d, stderr %q; want a usage error at the job file's line saying %q and naming --allow-outside", code, stderr, tc.want)
+			}
+			if len(c.backend.Submissions()) != before {
+				t.Fatal("the job was sent")
+			}
+		})
+	}
+	// Inside the folder, and outside with --allow-outside, the job goes.
+	for _, args := range [][]string{{filepath.Join(dir, "in.yaml")}, {filepath.Join(dir, "out.yaml"), "--allow-outside"}} {
+		job := httpJob("users.csv")
+		if strings.HasSuffix(args[0], "out.yaml") {
+			job = httpJob("../secret.csv")
+		}
+		if err := os.WriteFile(args[0], []byte(job), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, _, stderr := c.run(runSubmit, args...); code != exitOK {
+			t.Fatalf("%v: exit %d, stderr %q", args, code, stderr)
+		}
+	}
+}

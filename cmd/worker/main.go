@@ -65,6 +65,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 	}
 	cfg.Logger = node.Base // the worker and its layers add the node id themselves
 	logger := node.Log
+	nodecmd.LimitMemory(cfg.MemoryLimit, getenv, logger)
 	deps := worker.Deps{Keyring: node.Keyring, Registry: rainstorm.Registry(rainstorm.ParseOptions{})}
 	if cfg.Exec.Enabled {
 		if exe, err := os.Executable(); err == nil {
@@ -91,7 +92,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 			logger.Error("refusing to start", "err", err)
 			return exitFailure
 		}
-		ms, err := obs.Listen(context.Background(), cfg.MetricsListen, reg, node.Getenv("TEMPEST_METRICS_TOKEN"), logger)
+		token := node.Getenv("TEMPEST_METRICS_TOKEN")
+		ms, err := obs.Listen(context.Background(), cfg.MetricsListen, reg, token, obs.ServeJobSeries(token, cfg.MetricsJobSeries), logger)
 		if err != nil {
 			logger.Error("refusing to start", "err", err)
 			return exitFailure

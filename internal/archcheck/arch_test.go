@@ -32,6 +32,9 @@ var modules = map[string]string{
 	"prometheus":   "github.com/prometheus/client_golang",
 	"gjson":        "github.com/tidwall/gjson",
 	"x/net":        "golang.org/x/net",
+	"humanize":     "github.com/dustin/go-humanize",
+	"client_model": "github.com/prometheus/client_model",
+	"automemlimit": "github.com/KimMachineGun/automemlimit",
 }
 
 const module = "tempest"

@@ -31,6 +31,8 @@ type NodeConfig struct {
 	Peers  func() []string
 	Quorum int
 	Spawn  func(func(context.Context)) bool
+	// Limits bound what uploads may take of the disk.
+	Limits Limits
 }
 
 // How long an upload nobody appends to is kept, and how often a role looks
@@ -46,6 +48,7 @@ func OpenNode(c NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.SetLimits(c.Limits)
 	rep := &Replicator{Store: st, Tr: c.Tr, Log: c.Log}
 	return &Node{Store: st, Rep: rep, Cluster: &Cluster{Rep: rep, Peers: c.Peers, Quorum: c.Quorum, Spawn: c.Spawn, Log: c.Log}}, nil
 }

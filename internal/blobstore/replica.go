@@ -63,6 +63,10 @@ func blobErr(sum Sum, err error) error {
 		return wire.Errorf(wire.CodeNotFound, "blob %s not held here", sum)
 	case errors.Is(err, ErrMismatch):
 		return wire.Errorf(wire.CodeRejected, "%v", err)
+	case errors.Is(err, ErrNoSpace):
+		return wire.Errorf(wire.CodeInsufficientStorage, "%v", err)
+	case errors.Is(err, ErrOutOfRange):
+		return wire.Errorf(wire.CodeMalformed, "%v", err)
 	}
 	return fmt.Errorf("blob %s: %w", sum, err)
 }

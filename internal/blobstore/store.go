@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -112,6 +113,12 @@ type Store struct {
 	partial string // uploads in progress
 	log     *slog.Logger
 	now     func() time.Time
+	limits  Limits
+	space   func(dir string) (space, error) // statfs; tests replace it
+
+	// unfinished is the bytes partial uploads hold, kept as they grow and
+	// go rather than listed per chunk.
+	unfinished atomic.Int64
 
 	mu    sync.Mutex
 	locks map[Sum]*sumLock
@@ -136,6 +143,7 @@ func Open(dir string, log *slog.Logger, now func() time.Time) (*Store, error) {
 		partial: filepath.Join(dir, "partial"),
 		log:     log.With("component", "blobstore"),
 		now:     now,
+		space:   statfs,
 		locks:   map[Sum]*sumLock{},
 	}
 	for _, d := range []string{s.blobs, s.partial} {
@@ -143,8 +151,19 @@ func Open(dir string, log *slog.Logger, now func() time.Time) (*Store, error) {
 			return nil, fmt.Errorf("blob store: %w", err)
 		}
 	}
+	partials, err := s.Partials()
+	if err != nil {
+		return nil, fmt.Errorf("blob store: %w", err)
+	}
+	for _, p := range partials {
+		s.unfinished.Add(p.Have)
+	}
 	return s, nil
 }
+
+// SetLimits sets what uploads may take of the disk; call it before the
+// store is used (OpenNode does).
+func (s *Store) SetLimits(l Limits) { s.limits = l }
 
 // lock serializes work on one sum and returns its unlock.
 func (s *Store) lock(sum Sum) func() {
@@ -217,10 +236,12 @@ func (s *Store) Have(sum Sum) (have int64, complete bool, err error) {
 // bytes now held. A chunk that ends at or before the held bytes is a repeat
 // (a retried call) and changes nothing; one that starts past them, or
 // overlaps them partly, is a *GapError naming where to resume. Writing to a
-// blob that is already complete is a no-op reporting its size.
+// blob that is already complete is a no-op reporting its size. A chunk that
+// would cross the free-space floor or a quota (Limits) writes nothing and
+// is ErrNoSpace; one past MaxSize is ErrOutOfRange.
 func (s *Store) WriteChunk(sum Sum, offset int64, data []byte) (int64, error) {
-	if offset < 0 || offset+int64(len(data)) > MaxSize {
-		return 0, fmt.Errorf("blob %s: chunk [%d, %d) outside 0..%d", sum, offset, offset+int64(len(data)), MaxSize)
+	if offset < 0 || offset > MaxSize-int64(len(data)) {
+		return 0, fmt.Errorf("blob %s: chunk of %d bytes at offset %d: %w (%d bytes)", sum, len(data), offset, ErrOutOfRange, MaxSize)
 	}
 	unlock := s.lock(sum)
 	defer unlock()
@@ -244,9 +265,30 @@ func (s *Store) WriteChunk(sum Sum, offset int64, data []byte) (int64, error) {
 	case offset != have:
 		return have, &GapError{Sum: sum, Have: have, Got: offset}
 	}
+	n := int64(len(data))
+	if err := s.checkUnfinished(n); err != nil {
+		return have, fmt.Errorf("blob %s: %w", sum, err)
+	}
+	if have == 0 {
+		// A new upload: refused while blobs no job names already fill
+		// their quota, before it takes any disk.
+		if err := s.checkUnreferenced(sum, n); err != nil {
+			return have, fmt.Errorf("blob %s: %w", sum, err)
+		}
+	}
+	if err := s.checkRoom(n); err != nil {
+		return have, fmt.Errorf("blob %s: %w", sum, err)
+	}
 	if _, err := f.WriteAt(data, offset); err != nil {
+		// Whatever part landed is cut off again, so the partial stays a
+		// prefix the upload resumes from.
+		_ = f.Truncate(have)
+		if isENOSPC(err) {
+			err = fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
 		return have, fmt.Errorf("blob %s: write partial: %w", sum, err)
 	}
+	s.unfinished.Add(n)
 	return end, nil
 }
 
@@ -256,6 +298,9 @@ func (s *Store) WriteChunk(sum Sum, offset int64, data []byte) (int64, error) {
 // *GapError says how much is held). Committing a complete blob of that size
 // is a no-op.
 func (s *Store) Commit(sum Sum, size int64) error {
+	if size < 0 || size > MaxSize {
+		return fmt.Errorf("blob %s: size %d: %w (%d bytes)", sum, size, ErrOutOfRange, MaxSize)
+	}
 	unlock := s.lock(sum)
 	defer unlock()
 	if info, err := s.Stat(sum); err == nil {
@@ -290,6 +335,11 @@ func (s *Store) Commit(sum Sum, size int64) error {
 		s.discard(sum, path)
 		return fmt.Errorf("blob %s: %d bytes received, %d announced: %w", sum, fi.Size(), size, ErrMismatch)
 	}
+	// Refused, the upload stays a partial: it may commit once jobs name
+	// the blobs that fill the quota, or GC removes it.
+	if err := s.checkUnreferenced(sum, size); err != nil {
+		return fmt.Errorf("blob %s: %w", sum, err)
+	}
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("blob %s: fsync: %w", sum, err)
 	}
@@ -304,6 +354,7 @@ func (s *Store) Commit(sum Sum, size int64) error {
 	if err := os.Rename(path, s.blobPath(sum)); err != nil {
 		return fmt.Errorf("blob %s: rename into place: %w", sum, err)
 	}
+	s.unfinished.Add(-size)
 	if err := syncDir(s.blobs); err != nil {
 		return fmt.Errorf("blob %s: %w", sum, err)
 	}
@@ -314,9 +365,15 @@ func (s *Store) Commit(sum Sum, size int64) error {
 }
 
 func (s *Store) discard(sum Sum, path string) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		s.log.Warn("cannot remove partial blob", "sum", sum.String(), "err", err)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return
 	}
+	if err := os.Remove(path); err != nil {
+		s.log.Warn("cannot remove partial blob", "sum", sum.String(), "err", err)
+		return
+	}
+	s.unfinished.Add(-fi.Size())
 }
 
 func syncDir(dir string) error {
@@ -427,7 +484,7 @@ func (s *Store) GC(p GCPolicy) (GCResult, error) {
 		if now.Sub(b.Touched) < p.Retention || (p.Live != nil && p.Live(b.Sum)) {
 			continue
 		}
-		if s.removeIf(b.Sum, s.blobPath(b.Sum), func(fi fs.FileInfo) bool { return now.Sub(fi.ModTime()) >= p.Retention }) {
+		if _, ok := s.removeIf(b.Sum, s.blobPath(b.Sum), func(fi fs.FileInfo) bool { return now.Sub(fi.ModTime()) >= p.Retention }); ok {
 			res.Blobs = append(res.Blobs, b.Sum)
 			res.Bytes += b.Size
 		}
@@ -440,9 +497,10 @@ func (s *Store) GC(p GCPolicy) (GCResult, error) {
 		if now.Sub(pt.Modified) < p.PartialTTL {
 			continue
 		}
-		if s.removeIf(pt.Sum, s.partialPath(pt.Sum), func(fi fs.FileInfo) bool { return now.Sub(fi.ModTime()) >= p.PartialTTL }) {
+		if size, ok := s.removeIf(pt.Sum, s.partialPath(pt.Sum), func(fi fs.FileInfo) bool { return now.Sub(fi.ModTime()) >= p.PartialTTL }); ok {
+			s.unfinished.Add(-size)
 			res.Partials = append(res.Partials, pt.Sum)
-			res.Bytes += pt.Have
+			res.Bytes += size
 		}
 	}
 	if len(res.Blobs)+len(res.Partials) > 0 {
@@ -452,17 +510,17 @@ func (s *Store) GC(p GCPolicy) (GCResult, error) {
 }
 
 // removeIf removes path under sum's lock if still stale: an upload or a
-// touch may have happened since the listing.
-func (s *Store) removeIf(sum Sum, path string, stale func(fs.FileInfo) bool) bool {
+// touch may have happened since the listing. It returns the size removed.
+func (s *Store) removeIf(sum Sum, path string, stale func(fs.FileInfo) bool) (int64, bool) {
 	unlock := s.lock(sum)
 	defer unlock()
 	fi, err := os.Stat(path)
 	if err != nil || !stale(fi) {
-		return false
+		return 0, false
 	}
 	if err := os.Remove(path); err != nil {
 		s.log.Warn("blob gc: cannot remove", "path", path, "err", err)
-		return false
+		return 0, false
 	}
-	return true
+	return fi.Size(), true
 }

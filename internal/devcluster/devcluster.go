@@ -387,8 +387,19 @@ func (c *Cluster) newWorker(dc string, cores int, edit func(cfg map[string]any))
 }
 
 // writeConfig writes a node's config file beside its data and log. Secrets
-// are not in it: they reach the process through its environment.
+// are not in it: they reach the process through its environment. A local
+// cluster's scrapers are its own user, so /metrics shows its jobs, and an
+// API placed on a private test network (Options.Place) serves plain HTTP
+// there; a key the caller set stays as set.
 func (c *Cluster) writeConfig(n *Node, cfg map[string]any) (string, error) {
+	if _, set := cfg["metrics_job_series"]; !set {
+		cfg["metrics_job_series"] = true
+	}
+	if api, ok := cfg["api_listen"].(string); ok && !isLoopback(api) {
+		if _, set := cfg["api_insecure_http"]; !set {
+			cfg["api_insecure_http"] = true
+		}
+	}
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
 		return "", fmt.Errorf("devcluster: config for %s: %w", n.Name, err)
@@ -398,6 +409,16 @@ func (c *Cluster) writeConfig(n *Node, cfg map[string]any) (string, error) {
 		return "", err
 	}
 	return path, nil
+}
+
+// isLoopback reports whether a host:port names a loopback address.
+func isLoopback(hostPort string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // AddWorker starts one more worker with the given cores in the first

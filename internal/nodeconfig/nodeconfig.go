@@ -20,6 +20,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
+	"tempest/internal/blobstore"
 	"tempest/leadership"
 	"tempest/security"
 	"tempest/swim"
@@ -42,6 +45,17 @@ type Node struct {
 	// Join lists SWIM addresses (host:port) of nodes already in the
 	// cluster.
 	Join []string `yaml:"join"`
+
+	// MemoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT) for
+	// the process; 0 derives it from the host: 80 % of the cgroup's
+	// memory.max, or of the machine's memory when no cgroup limits it. A
+	// GOMEMLIMIT environment variable wins over both.
+	MemoryLimit Bytes `yaml:"memory_limit"`
+	// MetricsJobSeries serves the series labelled with job ids and
+	// workflow names on /metrics without a metrics token
+	// (TEMPEST_METRICS_TOKEN). Off, a node without a token leaves them
+	// out; with a token they are served to whoever holds it.
+	MetricsJobSeries bool `yaml:"metrics_job_series"`
 
 	// Logger receives the node's logs; when nil, a gate or manager
 	// discards them and a worker writes to slog.Default().
@@ -73,6 +87,29 @@ type Server struct {
 	// benchmark, needs more.
 	APIRateLimit float64 `yaml:"api_rate_limit"`
 	APIRateBurst int     `yaml:"api_rate_burst"`
+	// APIInsecureHTTP lets the API serve plain HTTP on an address other
+	// than loopback. Without it such a node refuses to start unless the
+	// API has TLS (api_tls_cert, api_tls_key): bearer tokens would cross
+	// the network in clear.
+	APIInsecureHTTP bool `yaml:"api_insecure_http"`
+	// APIMaxParsing is how many job bodies the API reads and parses at
+	// once; more wait their turn. Parsing a job file costs tens of times
+	// its size in memory, so this, times the largest body, bounds what
+	// submissions can take. 0 keeps the default (DefaultAPIMaxParsing).
+	APIMaxParsing int `yaml:"api_max_parsing"`
+
+	// MaxJobBytes caps a job's stored size (its encoded submission);
+	// a larger one is refused at submit. 0 keeps DefaultMaxJobBytes.
+	MaxJobBytes Bytes `yaml:"max_job_bytes"`
+	// BlobMinFree is the free space blob uploads must leave on the data
+	// dir's filesystem, so the node's databases always have room; 0 keeps
+	// the smaller of 1 GiB and 5 % of the filesystem.
+	BlobMinFree Bytes `yaml:"blob_min_free"`
+	// BlobMaxUnfinished bounds the bytes of uploads not yet committed,
+	// BlobMaxUnreferenced the bytes of stored blobs no kept job names;
+	// 0 keeps 16 GiB and 64 GiB.
+	BlobMaxUnfinished   Bytes `yaml:"blob_max_unfinished"`
+	BlobMaxUnreferenced Bytes `yaml:"blob_max_unreferenced"`
 
 	// DataDir holds the node's election state and its stores.
 	DataDir string `yaml:"data_dir"`
@@ -85,6 +122,25 @@ type Server struct {
 	DispatchTimeout time.Duration `yaml:"dispatch_timeout"`
 	// Retention keeps finished jobs queryable this long.
 	Retention time.Duration `yaml:"retention"`
+}
+
+// DefaultAPIMaxParsing is how many job bodies the API parses at once when
+// the config does not say: a few, so submissions from many clients go
+// through in turn while one process's memory stays bounded.
+const DefaultAPIMaxParsing = 4
+
+// DefaultMaxJobBytes caps a job's stored size when the config does not say:
+// sixteen times the largest job file, room for data carried in the params,
+// while a submission that would be copied per task stays out.
+const DefaultMaxJobBytes = 16 << 20
+
+// MaxJobBytesOr is the configured cap on a job's stored size, or the
+// default.
+func (s Server) MaxJobBytesOr() int64 {
+	if s.MaxJobBytes > 0 {
+		return int64(s.MaxJobBytes)
+	}
+	return DefaultMaxJobBytes
 }
 
 // DefaultNode is a node on one machine at the given addresses, in a
@@ -135,6 +191,9 @@ func (n Node) Check(p *Problems, inj Injected) {
 			p.Add("Join", "entry %d: %v", i, err)
 		}
 	}
+	if n.MemoryLimit < 0 {
+		p.Add("MemoryLimit", "must be 0 (derived from the host) or more, got %d", n.MemoryLimit)
+	}
 }
 
 // Check adds the server's problems to p; role ("gate", "manager") names
@@ -162,6 +221,15 @@ func (s Server) Check(p *Problems, role string, inj Injected) {
 		p.Add("APIRateLimit", "must be a finite number, 0 or more (0 keeps the default), got %v", s.APIRateLimit)
 	}
 	p.AtLeast("APIRateBurst", s.APIRateBurst, 0)
+	p.AtLeast("APIMaxParsing", s.APIMaxParsing, 0)
+	for _, f := range []struct {
+		name string
+		v    Bytes
+	}{{"MaxJobBytes", s.MaxJobBytes}, {"BlobMinFree", s.BlobMinFree}, {"BlobMaxUnfinished", s.BlobMaxUnfinished}, {"BlobMaxUnreferenced", s.BlobMaxUnreferenced}} {
+		if f.v < 0 {
+			p.Add(f.name, "must be 0 or more, got %d", f.v)
+		}
+	}
 	p.Positive("QuorumTimeout", s.QuorumTimeout)
 	p.Positive("DispatchTimeout", s.DispatchTimeout)
 	p.Positive("Retention", s.Retention)
@@ -297,3 +365,38 @@ func (p *Problems) AtLeast(field string, n, least int) {
 
 // Err is every problem joined, nil when there are none.
 func (p *Problems) Err() error { return errors.Join(p.errs...) }
+
+// Bytes is a size in a config file: a plain number of bytes, or one with a
+// unit ("512MiB", "1 GiB", "10 GB"; binary and decimal units as written).
+type Bytes int64
+
+// UnmarshalText implements encoding.TextUnmarshaler, which the YAML decoder
+// uses for the config's scalars.
+func (b *Bytes) UnmarshalText(text []byte) error {
+	n, err := humanize.ParseBytes(strings.TrimSpace(string(text)))
+	if err != nil {
+		return fmt.Errorf("size %q: want bytes, or a number with a unit such as 512MiB or 2GiB", text)
+	}
+	if n > math.MaxInt64 {
+		return fmt.Errorf("size %q is too large", text)
+	}
+	*b = Bytes(n)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler: the exact byte count.
+func (b Bytes) MarshalText() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
+
+// String is the size in binary units.
+func (b Bytes) String() string { return humanize.IBytes(uint64(max(b, 0))) }
+
+// BlobLimits is what the server's blob store may take of its disk;
+// referenced names the blobs its kept jobs use.
+func (s Server) BlobLimits(referenced func() map[blobstore.Sum]bool) blobstore.Limits {
+	return blobstore.Limits{
+		MinFree:         int64(s.BlobMinFree),
+		MaxUnfinished:   int64(s.BlobMaxUnfinished),
+		MaxUnreferenced: int64(s.BlobMaxUnreferenced),
+		Referenced:      referenced,
+	}
+}

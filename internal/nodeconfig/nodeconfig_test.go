@@ -222,3 +222,29 @@ func TestElectionProfileOr(t *testing.T) {
 		t.Fatal("unknown profile accepted")
 	}
 }
+
+func TestBytesInAConfigFile(t *testing.T) {
+	for in, want := range map[string]Bytes{
+		"v: 1048576":  1 << 20,
+		"v: 512MiB":   512 << 20,
+		"v: 1 GiB":    1 << 30,
+		`v: "10 GB"`:  10_000_000_000,
+		"v: 0":        0,
+		"v: 64KiB   ": 64 << 10,
+	} {
+		var c struct {
+			V Bytes `yaml:"v"`
+		}
+		if err := yaml.Unmarshal([]byte(in), &c); err != nil || c.V != want {
+			t.Errorf("%q: got %d, %v; want %d", in, c.V, err, want)
+		}
+	}
+	for _, in := range []string{"v: lots", "v: -5", "v: 5 parsecs"} {
+		var c struct {
+			V Bytes `yaml:"v"`
+		}
+		if err := yaml.Unmarshal([]byte(in), &c); err == nil {
+			t.Errorf("%q: accepted as %d", in, c.V)
+		}
+	}
+}

@@ -11,11 +11,13 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Registry is a node's metrics, in two parts: the node's own series, whose
@@ -65,14 +67,62 @@ func jobsRegisterer(reg prometheus.Registerer) prometheus.Registerer {
 // scrape's name[] filter must name for the job series to be built.
 const JobFamilyPrefix = "tempest_job_"
 
+// JobLabels are the labels whose values name a job or a workflow: what a
+// client chose and may not want every scraper of a node to read.
+var JobLabels = []string{"job_id", "workflow", "workflow_id"}
+
+// ServeJobSeries says whether /metrics serves the series labelled with job ids
+// and workflow names: always when a token guards it (whoever holds the
+// token may read them), else only when the operator opted in
+// (metrics_job_series).
+func ServeJobSeries(token string, optIn bool) bool { return token != "" || optIn }
+
+// withoutJobs gathers g's series less every one labelled with a JobLabels
+// label; a family left with none is left out.
+type withoutJobs struct{ g prometheus.Gatherer }
+
+func (w withoutJobs) Gather() ([]*dto.MetricFamily, error) {
+	mfs, err := w.g.Gather()
+	out := mfs[:0]
+	for _, mf := range mfs {
+		kept := mf.Metric[:0]
+		for _, m := range mf.Metric {
+			if !namesJob(m) {
+				kept = append(kept, m)
+			}
+		}
+		if mf.Metric = kept; len(kept) > 0 {
+			out = append(out, mf)
+		}
+	}
+	return out, err
+}
+
+func namesJob(m *dto.Metric) bool {
+	for _, l := range m.GetLabel() {
+		if slices.Contains(JobLabels, l.GetName()) {
+			return true
+		}
+	}
+	return false
+}
+
 // Handler serves g's metrics in whatever exposition format the scraper
 // asks for (text 0.0.4 when it does not say; protobuf, which carries native
 // histograms, when Prometheus asks for it). A scrape may name the families
 // it wants with name[] parameters; from a Registry, a scrape naming no job
 // family (JobFamilyPrefix) gathers the node's part alone. A non-empty token
-// is the bearer token a scrape must carry: /metrics names running jobs.
-func Handler(g prometheus.Gatherer, token string) http.Handler {
+// is the bearer token a scrape must carry. jobs false leaves out every
+// series labelled with a job id or workflow name (JobLabels), the live job
+// part of a Registry whole (ServeJobSeries decides).
+func Handler(g prometheus.Gatherer, token string, jobs bool) http.Handler {
 	opts := promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}
+	if !jobs {
+		if r, ok := g.(*Registry); ok {
+			g = r.node
+		}
+		g = withoutJobs{g}
+	}
 	h := promhttp.HandlerFor(g, opts)
 	if r, ok := g.(*Registry); ok {
 		all, node := h, promhttp.HandlerFor(r.node, opts)

@@ -178,7 +178,7 @@ func TestTransportCollector(t *testing.T) {
 // runtime series pass promtool.
 func TestHandler(t *testing.T) {
 	reg := obs.NewRegistry()
-	srv := httptest.NewServer(obs.Handler(reg, "tok-123"))
+	srv := httptest.NewServer(obs.Handler(reg, "tok-123", true))
 	defer srv.Close()
 	for _, tc := range []struct {
 		auth string
@@ -232,7 +232,7 @@ func TestScrapeBuildsJobSeriesOnlyWhenAsked(t *testing.T) {
 	if err := role.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	h := obs.Handler(reg, "")
+	h := obs.Handler(reg, "", true)
 	for _, tc := range []struct {
 		query     string
 		built     bool
@@ -264,5 +264,49 @@ func TestScrapeBuildsJobSeriesOnlyWhenAsked(t *testing.T) {
 				t.Errorf("%q: %q in\n%s", tc.query, n, text)
 			}
 		}
+	}
+}
+
+// Without jobs, a scrape sees no series labelled with a job id or workflow
+// name: neither the live job part nor a node series that carries one (a
+// worker's per-workflow counters), and the live job series are not built.
+func TestHandlerWithoutJobsShowsNoJobOrWorkflowName(t *testing.T) {
+	reg := obs.NewRegistry()
+	var built atomic.Int32
+	role := obs.Role{Name: "manager", Leads: "its datacenter",
+		Transport: func() transport.Transport { return nil },
+		Scrape:    func(chan<- prometheus.Metric) obs.RoleState { return obs.RoleState{Leading: true, Term: 2} },
+		Live: func() []obs.JobSeries {
+			built.Add(1)
+			return []obs.JobSeries{{JobID: "secret-job-id", Completed: 3}}
+		}}
+	if err := role.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	perWorkflow := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tempest_worker_iterations_total", Help: "h"}, []string{"job_id", "workflow", "result"})
+	perWorkflow.WithLabelValues("secret-job-id", "secret-workflow", "ok").Add(4)
+	cores := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tempest_worker_cores", Help: "h"}, []string{"state"})
+	cores.WithLabelValues("free").Set(2)
+	reg.MustRegister(perWorkflow, cores)
+	for _, tc := range []struct {
+		jobs     bool
+		contains bool
+	}{{false, false}, {true, true}} {
+		built.Store(0)
+		rec := httptest.NewRecorder()
+		obs.Handler(reg, "", tc.jobs).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		text := rec.Body.String()
+		if got := strings.Contains(text, "secret-job-id") || strings.Contains(text, "secret-workflow"); got != tc.contains {
+			t.Errorf("jobs %v: a job id or workflow name shown: %v, want %v\n%s", tc.jobs, got, tc.contains, text)
+		}
+		if !strings.Contains(text, `tempest_worker_cores{state="free"} 2`) || !strings.Contains(text, "tempest_manager_term 2") {
+			t.Errorf("jobs %v: the node's own series are missing:\n%s", tc.jobs, text)
+		}
+		if (built.Load() > 0) != tc.jobs {
+			t.Errorf("jobs %v: live job series built %v", tc.jobs, built.Load() > 0)
+		}
+	}
+	if !obs.ServeJobSeries("tok", false) || obs.ServeJobSeries("", false) || !obs.ServeJobSeries("", true) {
+		t.Error("ServeJobSeries: job series go to token holders, or to anyone only when the operator opts in")
 	}
 }

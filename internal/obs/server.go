@@ -22,15 +22,16 @@ type Server struct {
 }
 
 // Listen binds addr at once (so Addr is known) and serves g at /metrics,
-// requiring token as a bearer token when it is not empty, until Shutdown.
-func Listen(ctx context.Context, addr string, g prometheus.Gatherer, token string, log *slog.Logger) (*Server, error) {
+// requiring token as a bearer token when it is not empty, until Shutdown;
+// jobs is Handler's.
+func Listen(ctx context.Context, addr string, g prometheus.Gatherer, token string, jobs bool, log *slog.Logger) (*Server, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", Handler(g, token))
+	mux.Handle("GET /metrics", Handler(g, token, jobs))
 	s := &Server{ln: ln, srv: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

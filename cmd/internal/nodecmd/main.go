@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -89,7 +90,30 @@ func (b Binary[C]) Load(args []string, stderr io.Writer) (C, Options, error) {
 	if err := cfg.Validate(); err != nil {
 		return zero, Options{}, err
 	}
-	return cfg, flags.Options(), nil
+	opts := flags.Options()
+	if err := CheckPlainAPI(*b.Server(&cfg), opts.TLSCert != ""); err != nil {
+		return zero, Options{}, err
+	}
+	return cfg, opts, nil
+}
+
+// CheckPlainAPI refuses an API that would serve plain HTTP on an address
+// other than loopback: every request carries the bearer token, which would
+// cross the network in clear. api_insecure_http says the operator knows
+// (a TLS proxy in front, a private network).
+func CheckPlainAPI(s nodeconfig.Server, tls bool) error {
+	if tls || s.APIInsecureHTTP || s.APIListen == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(s.APIListen)
+	if err != nil {
+		return nil // Validate named it
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("api_listen %q is not a loopback address and the API has no TLS (api_tls_cert, api_tls_key): "+
+		"bearer tokens would cross the network in clear; configure TLS, or set api_insecure_http: true to serve plain HTTP anyway", s.APIListen)
 }
 
 // Given reports whether the flag name was set on fs's command line.
@@ -115,6 +139,7 @@ func (b Binary[C]) Main(args []string, p Process) int {
 		return code
 	}
 	b.Server(&cfg).Logger = node.Base
+	LimitMemory(b.Server(&cfg).MemoryLimit, p.Getenv, node.Log)
 	s, err := b.Start(cfg, node)
 	if err != nil {
 		node.Log.Error("refusing to start", "err", err)

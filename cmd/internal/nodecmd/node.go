@@ -1,6 +1,7 @@
 package nodecmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -258,6 +259,8 @@ func ServeAPI(role APIRole, name string, node Node, opts Options, server nodecon
 	// cluster secret; /metrics takes its own token when one is set.
 	scfg.Keyring = node.Keyring
 	scfg.MetricsToken = getenv("TEMPEST_METRICS_TOKEN")
+	scfg.MetricsJobSeries = server.MetricsJobSeries
+	scfg.MaxParsing = cmp.Or(server.APIMaxParsing, api.DefaultMaxParsing)
 	srv := api.NewServer(scfg, role)
 	if err := srv.Start(context.Background()); err != nil {
 		node.Log.Error("refusing to start: API server", "err", err)

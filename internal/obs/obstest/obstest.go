@@ -44,7 +44,7 @@ func Promtool(t testing.TB, text []byte) {
 func Text(t testing.TB, g prometheus.Gatherer) []byte {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	obs.Handler(g, "").ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	obs.Handler(g, "", true).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != 200 {
 		t.Fatalf("metrics: %d %s", rec.Code, rec.Body)
 	}
