@@ -278,10 +278,12 @@ func testWorkerConfig(t *testing.T, programs ...string) map[string]any {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(b)
-	data, err := filepath.Abs(filepath.Dir(signsFile))
+	root, err := testutil.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// path: sources read the shared data beside the module (testutil.SharedData).
+	data := filepath.Join(filepath.Dir(root), "shared", "data")
 	return map[string]any{
 		"source_dirs": []string{data},
 		"exec": map[string]any{"enabled": true, "programs": append([]string{example}, programs...),
