@@ -140,4 +140,3 @@ func TestConcurrentLargeJobBodiesKeepTheManagerSmall(t *testing.T) {
 		t.Errorf("manager peak RSS %d MiB, bound %d MiB", hwm>>20, parseRSSBound>>20)
 	}
 }
-
