@@ -78,6 +78,9 @@ type workflowState struct {
 	// counted is the status Manager.wfCounts counts this workflow under;
 	// empty when not counted.
 	counted wire.WorkflowStatus
+	// slot is a pipeline task's slot (slots.go), once slotKnown.
+	slot      int
+	slotKnown bool
 }
 
 // txn collects what one change to the job table touched, so that job
@@ -545,7 +548,7 @@ func (m *Manager) endJobLocked(tx *txn, j *jobState, status wire.JobStatus, reas
 		}
 		if w.rec.Worker != "" && (w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
 			targets = append(targets, cancelTarget{worker: w.rec.Worker, jobID: w.rec.JobID, workflowID: w.rec.WorkflowID, fence: w.rec.FenceToken})
-			m.workers.freed(w.rec.Worker, w.rec.Spec.Cores)
+			m.workers.freed(w.rec.Worker, releasedCoresLocked(w, w.rec.Worker))
 		}
 		w.rec.Status = wire.WorkflowCancelled
 		if status == wire.JobFailed {

@@ -37,7 +37,9 @@ type placeResult struct {
 // did start is fenced out by the newer token).
 //
 // The plan (gang.go) has claimed w already, and for p.on reserved p.cores
-// cores on that worker, which is tried first.
+// cores on that worker, which is tried first: fewer than the workflow's
+// own when it joins a slot there another task of its pipeline takes or
+// holds (slots.go). Any other worker is asked for the workflow's own.
 func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (res placeResult) {
 	w := p.w
 	var valid bool
@@ -49,14 +51,14 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (
 		}
 		valid, cores, excluded = true, w.rec.Spec.Cores, slices.Clone(w.rec.Excluded)
 	})
-	if !valid || cores != p.cores {
+	if !valid || p.cores > cores {
 		m.release(p)
 		return placeResult{outcome: outcomeSkipped}
 	}
 	first := p.on // reserved by the plan, until used
 	defer func() {
 		if first.ID != "" {
-			m.workers.unreserve(first.ID, cores)
+			m.workers.unreserve(first.ID, p.cores)
 		}
 	}()
 	defer m.update(func(tx *txn) {
@@ -81,16 +83,17 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (
 		if err := ctx.Err(); err != nil {
 			return placeResult{outcome: outcomeSkipped, err: err}
 		}
-		wv, ok := first, true
+		wv, ok, reserved := first, true, p.cores
 		if first.ID != "" && !skip[first.ID] {
 			first = workerView{} // placeOn settles its reservation now
 		} else {
 			wv, ok = m.pickFor(w, cores, skip)
+			reserved = cores
 		}
 		if !ok {
 			return placeResult{outcome: outcomeNoCapacity}
 		}
-		res, another := m.placeOn(ctx, lt, w, wv, cores)
+		res, another := m.placeOn(ctx, lt, w, wv, reserved)
 		if !another {
 			return res
 		}
@@ -126,6 +129,7 @@ func (m *Manager) pickLocked(w *workflowState, cores int, skip map[string]bool) 
 func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowState, wv workerView, cores int) (res placeResult, another bool) {
 	m.mu.Lock()
 	rec := w.rec
+	slot := dispatchSlotLocked(w)
 	m.mu.Unlock()
 	log := m.log.With("job_id", rec.JobID, "workflow_id", rec.WorkflowID, "worker", wv.ID)
 
@@ -143,7 +147,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		m.workers.unreserve(wv.ID, cores)
 		return placeResult{outcome: outcomeFailed, err: err}, false
 	}
-	dispatch.Worker = wv.ID
+	dispatch.Worker, dispatch.Slot = wv.ID, slot
 
 	confirmed, answered, refusals := m.provision(ctx, &wire.ProvisionRequest{
 		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,

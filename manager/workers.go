@@ -89,10 +89,14 @@ func (t *workerTable) register(reg *wire.WorkerRegistration) {
 	e := t.entry(reg.NodeID)
 	t.clock.Forget(reg.NodeID)
 	t.clock.Update(reg.NodeID, reg.Version)
-	busy := 0
+	// Tasks of one pipeline slot report the same cores: count each once.
+	held := map[int]bool{}
 	for _, p := range reg.ActiveWorkflows {
-		busy += len(p.AssignedCores)
+		for _, c := range p.AssignedCores {
+			held[c] = true
+		}
 	}
+	busy := len(held)
 	e.Addr = reg.Addr
 	if reg.SwimAddr != "" {
 		e.SwimAddr = reg.SwimAddr
