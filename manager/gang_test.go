@@ -438,3 +438,38 @@ func TestRainstormTasksShareSlots(t *testing.T) {
 	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
 	waitJob(t, lead, b.job, wire.JobCompleted, 20*time.Second)
 }
+
+// A pipeline that needs more cores than all the datacenter's registered
+// workers have is refused at submit, naming the job file's field (its
+// widest stage's tasks) and the reason, instead of waiting for its
+// timeout. With no worker registered yet nothing can be judged: it is
+// accepted and waits. One that fits once cores free up is accepted.
+func TestRainstormRefusedAtSubmitWhenItCanNeverFit(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	lead := c.leader()
+	if _, err := lead.Submit(context.Background(), pipelineJob(t, "early", 3, 39)); err != nil {
+		t.Fatalf("a pipeline submitted before any worker registered was refused: %v", err)
+	}
+	for i := range 3 {
+		c.addWorker(fmt.Sprintf("w%d", i+1), 2)
+	}
+	lead = waitCores(t, c, 6)
+
+	_, err := lead.Submit(context.Background(), pipelineJob(t, "big", 3, 39))
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeRejected {
+		t.Fatalf("a pipeline of 43 tasks (39 slots) on 6 cores: %v, want rejected", err)
+	}
+	if we.Field != "workflows[0].stages[1].tasks" ||
+		!strings.Contains(we.Message, "needs 39 cores, one per slot (its widest stage, count, has 39 tasks)") ||
+		!strings.Contains(we.Message, "3 live workers have 6 cores in all") {
+		t.Fatalf("refusal %q for field %q", we.Message, we.Field)
+	}
+
+	// Six slots fit the six cores, even while another pipeline holds some.
+	busy := submitGang(t, lead, "busy", 2)
+	waitGang(t, lead, busy, 3, 3, "")
+	if _, err := lead.Submit(context.Background(), pipelineJob(t, "fits", 6)); err != nil {
+		t.Fatalf("a pipeline of 6 slots on 6 cores was refused: %v", err)
+	}
+}

@@ -375,6 +375,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	if err := jobs.Refusal(m.validateSubmission(sub)); err != nil {
 		return nil, err
 	}
+	if err := m.refuseUnfittable(sub); err != nil {
+		return nil, err
+	}
 	if err := m.checkSubmissionBlobs(ctx, sub); err != nil {
 		return nil, err
 	}

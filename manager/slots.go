@@ -1,9 +1,11 @@
 package manager
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 
+	"tempest/jobs"
 	"tempest/rainstorm"
 	"tempest/wire"
 )
@@ -114,4 +116,55 @@ func releasedCoresLocked(w *workflowState, worker string) int {
 		}
 	}
 	return w.rec.Spec.Cores
+}
+
+// refuseUnfittable refuses a new submission with a pipeline that no
+// placement in this datacenter could ever hold: one needing more cores
+// (a core per slot) than all the registered live workers have together,
+// counted whether or not they are busy, since cores in use come free. It
+// is judged against the workers there are: with none registered yet (a
+// cluster starting up) nothing is refused and the pipeline waits for
+// workers as before, and a datacenter that later loses workers leaves an
+// accepted pipeline waiting rather than refused. A job this manager
+// already holds (a client's or a gate's resubmission) is not judged again.
+//
+// The refusal names the job file's field (wire.Error.Field: the widest
+// stage's tasks), so the API can answer with its line.
+func (m *Manager) refuseUnfittable(sub *wire.JobSubmission) error {
+	m.mu.Lock()
+	_, known := m.jobs[sub.JobID]
+	m.mu.Unlock()
+	if known && sub.JobID != "" {
+		return nil
+	}
+	workers, total := m.workers.registeredCores()
+	if workers == 0 {
+		return nil
+	}
+	for g, grp := range jobs.Groups(sub.Workflows) {
+		spec := sub.Workflows[grp.Start]
+		if spec.Type != rainstorm.TypeName {
+			continue
+		}
+		p, err := rainstorm.DecodeTaskParams(spec.Params)
+		if err != nil {
+			continue // Validate has refused it already
+		}
+		widest, slots := 0, 1 // the source is one task
+		for i := range p.Spec.Stages {
+			if n := p.Spec.Stages[i].TaskCount(); n > slots {
+				widest, slots = i, n
+			}
+		}
+		need := slots * max(spec.Cores, 1)
+		if need <= total {
+			continue
+		}
+		stage := p.Spec.Stages[widest]
+		return &wire.Error{Code: wire.CodeRejected, Field: fmt.Sprintf("workflows[%d].stages[%d].tasks", g, widest),
+			Message: fmt.Sprintf("pipeline %q can never run in datacenter %s: it needs %d cores, one per slot "+
+				"(its widest stage, %s, has %d tasks), and the datacenter's %d live workers have %d cores in all",
+				spec.Name, m.cfg.Datacenter, need, stage.Name, slots, workers, total)}
+	}
+	return nil
 }

@@ -377,6 +377,21 @@ func (t *workerTable) totals() (alive, available int) {
 	return alive, available
 }
 
+// registeredCores counts the workers that registered and are alive (in
+// any state: a draining or degraded worker may take work again), and
+// their cores.
+func (t *workerTable) registeredCores() (workers, cores int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.w {
+		if e.Registered && e.Alive && !e.Gone {
+			workers++
+			cores += e.TotalCores
+		}
+	}
+	return workers, cores
+}
+
 // cleanup forgets heartbeat versions of workers not heard from for age.
 func (t *workerTable) cleanup(age time.Duration) { t.clock.CleanupOlderThan(age) }
 
