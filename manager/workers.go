@@ -377,14 +377,16 @@ func (t *workerTable) totals() (alive, available int) {
 	return alive, available
 }
 
-// registeredCores counts the workers that registered and are alive (in
-// any state: a draining or degraded worker may take work again), and
-// their cores.
+// registeredCores counts the live workers whose cores the table knows
+// (from their registration, a heartbeat or their state-sync answer: a new
+// leader knows a worker's cores before the worker registers with it
+// again), in any state, since a draining or degraded worker may take work
+// again; and their cores.
 func (t *workerTable) registeredCores() (workers, cores int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range t.w {
-		if e.Registered && e.Alive && !e.Gone {
+		if e.Alive && !e.Gone && e.TotalCores > 0 {
 			workers++
 			cores += e.TotalCores
 		}
