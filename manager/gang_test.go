@@ -462,7 +462,7 @@ func TestRainstormRefusedAtSubmitWhenItCanNeverFit(t *testing.T) {
 	}
 	if we.Field != "workflows[0].stages[1].tasks" ||
 		!strings.Contains(we.Message, "needs 39 cores, one per slot (its widest stage, count, has 39 tasks)") ||
-		!strings.Contains(we.Message, "3 live workers have 6 cores in all") {
+		!strings.Contains(we.Message, "live workers (3) have 6 cores in all") {
 		t.Fatalf("refusal %q for field %q", we.Message, we.Field)
 	}
 

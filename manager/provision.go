@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"tempest/leadership"
+	"tempest/rainstorm"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -130,8 +131,23 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 	m.mu.Lock()
 	rec := w.rec
 	slot := dispatchSlotLocked(w)
+	first := groupMembersLocked(w)[0].rec.Spec.Params
 	m.mu.Unlock()
 	log := m.log.With("job_id", rec.JobID, "workflow_id", rec.WorkflowID, "worker", wv.ID)
+	keep := true // the first dispatch's bytes, for retries to resend
+	if isPipeline(w) {
+		// A pipeline task's stored params name the pipeline's spec, kept
+		// once in its first task's (rainstorm.TaskParams); the worker gets
+		// them whole. Its dispatch bytes are not kept: they would hold the
+		// spec once more per task, and the stored params rebuild them
+		// exactly.
+		params, err := rainstorm.Resolve(first, rec.Spec.Params)
+		if err != nil {
+			m.workers.unreserve(wv.ID, cores)
+			return placeResult{outcome: outcomeFailed, err: fmt.Errorf("pipeline task %s: %w", rec.WorkflowID, err)}, false
+		}
+		rec.Spec.Params, rec.DispatchBytes, keep = params, nil, false
+	}
 
 	token, err := lt.NextToken()
 	if err != nil {
@@ -180,7 +196,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		if !w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() || m.leading() != lt {
 			return
 		}
-		if len(w.rec.DispatchBytes) == 0 {
+		if len(w.rec.DispatchBytes) == 0 && keep {
 			w.rec.DispatchBytes = original
 		}
 		w.rec.Worker = wv.ID

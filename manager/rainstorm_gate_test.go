@@ -34,13 +34,20 @@ func TestWaitingSummary(t *testing.T) {
 	}
 }
 
-// A pipeline with more slots than free cores: it waits whole, holding no
-// core, and its tasks say why, in the pipeline's tasks and in the job's
-// status. The leader answers a gate's output request (a follower points at
-// the leader), and, once a second core lets the pipeline run, tells the
-// worker when a task opens, for upstream tasks to resend at once.
+// A pipeline with more slots than the datacenter's cores: it waits whole,
+// holding no core, and its tasks say why, in the pipeline's tasks and in
+// the job's status. (Submitted before any worker registered, so it is not
+// refused at submit.) The leader answers a gate's output request (a
+// follower points at the leader), and, once a second core lets the
+// pipeline run, tells the worker when a task opens, for upstream tasks to
+// resend at once.
 func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 	c := newRainstormCluster(t, nil)
+	ack, err := c.leader().Submit(context.Background(), pipelineJob(t, "pipe", 2)) // source, count/1 | count/2
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := ack.JobID
 	w := c.addWorker("w1", 1) // one core for two slots: none goes
 	hints := make(chan *wire.RainstormRoutesChanged, 8)
 	w.tr.Handle(wire.TypeRainstormRoutesChanged, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
@@ -48,11 +55,6 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		return nil, nil
 	})
 	lead := waitCores(t, c, 1)
-	ack, err := lead.Submit(context.Background(), pipelineJob(t, "pipe", 2)) // source, count/1 | count/2
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := ack.JobID
 	const why = "no free cores for the whole pipeline (needs 2; the datacenter has 1)"
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		out, err := lead.PipelineOutput(context.Background(), job, "pipe", false)

@@ -163,7 +163,7 @@ func (m *Manager) refuseUnfittable(sub *wire.JobSubmission) error {
 		stage := p.Spec.Stages[widest]
 		return &wire.Error{Code: wire.CodeRejected, Field: fmt.Sprintf("workflows[%d].stages[%d].tasks", g, widest),
 			Message: fmt.Sprintf("pipeline %q can never run in datacenter %s: it needs %d cores, one per slot "+
-				"(its widest stage, %s, has %d tasks), and the datacenter's %d live workers have %d cores in all",
+				"(its widest stage, %s, has %d tasks), and the datacenter's live workers (%d) have %d cores in all",
 				spec.Name, m.cfg.Datacenter, need, stage.Name, slots, workers, total)}
 	}
 	return nil
