@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"tempest/leadership"
 	"tempest/rainstorm"
@@ -258,8 +257,17 @@ func claimSlot(sl taskSlot, on workerView, claim func(*workflowState, workerView
 // pipeline: on the worker where a task of the slot still runs (sharing its
 // cores, so it costs none), else on any worker with room for the slot. It
 // reports false when no worker has room.
+//
+// The slot's worker is taken even when a task excludes it: an exclusion
+// records a dispatch there whose outcome was unknown (a copy it may have
+// started is fenced out by the new token), and the slot's running task
+// shows the worker takes this pipeline's work. Kept away, the task could
+// only wait for a core elsewhere while its slot's core sits on that worker
+// (a pipeline of 4 slots on 3 workers of 2 cores, whose replacement's
+// dispatch timed out on a loaded host, waited until its timeout). Its
+// attempts still count against its retries.
 func (m *Manager) planReplacementLocked(tx *txn, tasks []*workflowState, sl taskSlot, claim func(*workflowState, workerView, int)) bool {
-	if id := slotWorkerLocked(tasks, sl.index); id != "" && !slices.Contains(sl.excluded, id) {
+	if id := slotWorkerLocked(tasks, sl.index); id != "" {
 		if wv, ok := m.workers.get(id); ok && wv.Alive && !wv.Gone {
 			for _, t := range sl.tasks {
 				claim(t, wv, 0)

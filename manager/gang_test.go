@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -472,4 +473,52 @@ func TestRainstormRefusedAtSubmitWhenItCanNeverFit(t *testing.T) {
 	if _, err := lead.Submit(context.Background(), pipelineJob(t, "fits", 6)); err != nil {
 		t.Fatalf("a pipeline of 6 slots on 6 cores was refused: %v", err)
 	}
+}
+
+// A replacement whose dispatch to its slot's worker failed (outcome
+// unknown: that worker is excluded for it) still goes back to that worker
+// while a task of its slot runs there, instead of waiting for a core
+// elsewhere while its slot's core sits there. On 3 workers of 1 core, a
+// pipeline of 2 slots (source and count/1; count/2) loses the worker of its
+// first slot; the slot goes to the free worker, and count/1's dispatch
+// there is lost once. Before, count/1 waited for a free core, which no
+// worker had, until the job's timeout.
+func TestRainstormReplacementRejoinsItsSlotAfterAFailedDispatch(t *testing.T) {
+	c, lead := gangCluster(t, 1, 1, 1)
+	a := submitGang(t, lead, "a", 2)
+	on := waitGang(t, lead, a, 3, 3, "")
+	first := ""
+	for id, wfs := range on {
+		if slices.Contains(wfs, workflowID(a.job, 0)) {
+			first = id
+		}
+	}
+	count1 := workflowID(a.job, 1)
+	var dropped atomic.Bool
+	c.hub.SetHook(func(_, _ string, msg wire.Message) bool {
+		d, ok := msg.(*wire.WorkflowDispatch)
+		return !ok || d.WorkflowID != count1 || !dropped.CompareAndSwap(false, true)
+	})
+	c.killWorker(first)
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		running, waiting, reasons, ws := a.state(lead)
+		if running != 3 {
+			return fmt.Errorf("%d of 3 tasks run, %d wait (%q); dispatch of count/1 lost: %v", running, waiting, reasons, dropped.Load())
+		}
+		on = ws
+		return nil
+	})
+	if !dropped.Load() {
+		t.Fatal("count/1's dispatch was never lost: the test tested nothing")
+	}
+	lead.mu.Lock()
+	w := lead.wfs[count1]
+	worker, excluded := w.rec.Worker, slices.Clone(w.rec.Excluded)
+	source := lead.wfs[workflowID(a.job, 0)].rec.Worker
+	lead.mu.Unlock()
+	if worker != source || !slices.Contains(excluded, worker) {
+		t.Fatalf("count/1 runs on %s (excluded %v), the source on %s: want count/1 back in its slot on the worker it was excluded from", worker, excluded, source)
+	}
+	completeGang(t, c, on)
+	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
 }

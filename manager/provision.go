@@ -85,7 +85,9 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (
 			return placeResult{outcome: outcomeSkipped, err: err}
 		}
 		wv, ok, reserved := first, true, p.cores
-		if first.ID != "" && !skip[first.ID] {
+		if first.ID != "" {
+			// The plan's worker, which it chose knowing the exclusions
+			// (a replacement may rejoin its slot's worker, gang.go).
 			first = workerView{} // placeOn settles its reservation now
 		} else {
 			wv, ok = m.pickFor(w, cores, skip)
