@@ -120,13 +120,14 @@ func releasedCoresLocked(w *workflowState, worker string) int {
 
 // refuseUnfittable refuses a new submission with a pipeline that no
 // placement in this datacenter could ever hold: one needing more cores
-// (a core per slot) than all the registered live workers have together,
-// counted whether or not they are busy, since cores in use come free. It
-// is judged against the workers there are: with none registered yet (a
-// cluster starting up) nothing is refused and the pipeline waits for
-// workers as before, and a datacenter that later loses workers leaves an
-// accepted pipeline waiting rather than refused. A job this manager
-// already holds (a client's or a gate's resubmission) is not judged again.
+// (a core per slot) than all the live workers whose cores the leader
+// knows have together, counted whether or not they are busy, since cores
+// in use come free. It is judged against the workers there are: with none
+// known yet (a cluster starting up, a leader just elected) nothing is
+// refused and the pipeline waits for workers as before, and a datacenter
+// that later loses workers leaves an accepted pipeline waiting rather than
+// refused. A job this manager already holds (a client's or a gate's
+// resubmission) is not judged again.
 //
 // The refusal names the job file's field (wire.Error.Field: the widest
 // stage's tasks), so the API can answer with its line.
