@@ -99,8 +99,8 @@ func TestRainstormPipelinesPlacedWholeAcrossKill(t *testing.T) {
 // The README's example on the README's cluster's workers (`tempest dev
 // --dcs 1 --workers 3` has 3 workers of 2 cores; here behind one gate and
 // one manager, which placement does not depend on, so that a loaded machine
-// does not also churn manager leaders: a source that starts during a
-// leader change fails its job, issue 23's H6, fixed apart): both pipelines
+// does not also churn manager leaders, which a `file:` source's chunk reads
+// do not yet ride out: issue 23's H6): both pipelines
 // of examples/rainstorm-telespar.yaml (7 tasks each, in 3 and 2 slots)
 // complete with the sequential pass's output. Each task took a core
 // before, so neither could ever start ("needs 7; the datacenter has 6").

@@ -53,9 +53,9 @@ func (r *rsBlobReader) Read(p []byte) (int, error) {
 // fetch reads the chunk at r.off from the leader (any manager holding the
 // blob would do; a manager that lacks it fetches it from a peer first).
 func (r *rsBlobReader) fetch() error {
-	_, addr := r.w.leader.current()
-	if addr == "" {
-		return errors.New("read source blob: no manager known")
+	addr, err := r.leaderAddr()
+	if err != nil {
+		return err
 	}
 	rep := &blobstore.Replicator{Tr: r.w.tr}
 	c, err := rep.GetChunk(r.ctx, addr, r.sum, r.off, blobstore.ChunkSize)
@@ -65,6 +65,25 @@ func (r *rsBlobReader) fetch() error {
 	r.size = c.Size
 	r.buf, r.bufAt = c.Data, r.off
 	return nil
+}
+
+// leaderAddr is the leader's address, waiting while the worker knows none
+// (it lost its leader and is registering again; on a loaded host SWIM
+// takes a slow manager for dead and back within seconds) for as long as
+// the task runs. Failing at once failed the source, and with it the job,
+// whenever it opened during such a gap.
+func (r *rsBlobReader) leaderAddr() (string, error) {
+	for {
+		changed := r.w.leader.changedCh() // before the check, so no change is missed
+		if _, addr := r.w.leader.current(); addr != "" {
+			return addr, nil
+		}
+		select {
+		case <-changed:
+		case <-r.ctx.Done():
+			return "", fmt.Errorf("read source blob: no manager known: %w", context.Cause(r.ctx))
+		}
+	}
 }
 
 func (r *rsBlobReader) Seek(offset int64, whence int) (int64, error) {
