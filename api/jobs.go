@@ -87,6 +87,15 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 		job.JobID = id
 	}
 	ack, err := s.backend.Submit(ctx, job)
+	if we := (*wire.Error)(nil); errors.As(err, &we) && we.Code == wire.CodeRejected && we.Field != "" {
+		// Refused for a field of the job file by a node that never saw the
+		// file (a manager judging it against its datacenter): answered as
+		// the file's own problems are, with the field's line.
+		s.log.Info("job refused", "name", job.Name, "field", we.Field, "reason", we.Message)
+		writeErrorBody(w, http.StatusConflict, ErrorBody{Code: CodeRejected, Error: filename + " was refused",
+			Problems: []Problem{{Line: jobfile.LineOf(body, we.Field), Path: we.Field, Message: we.Message}}})
+		return
+	}
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("submit job %q: %w", job.Name, err))
 		return

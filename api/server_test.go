@@ -447,3 +447,27 @@ func TestMetricsPassPromtool(t *testing.T) {
 	_, body := c.do("GET", srv.URL()+"/metrics", nil, map[string]string{"Authorization": ""})
 	obstest.Promtool(t, body)
 }
+
+// A backend that refuses a submission for one of its fields (a manager
+// that finds a pipeline can never fit its datacenter) is answered like a
+// bad job file: 409 with the problem at the field's line, which the CLI
+// prints as file:line. Without the field, the line is lost.
+func TestSubmitRefusedForAFieldGivesItsLine(t *testing.T) {
+	b := apitest.NewBackend()
+	srv := apitest.Serve(t, b, nil)
+	c := newRawClient(t)
+	b.SetError("Submit", &wire.Error{Code: wire.CodeRejected, Field: "workflows[1].duration",
+		Message: `workflow "long" can never run in datacenter dc1: it needs 40 cores`})
+	file := "name: big\nworkflows:\n  - {name: nap, type: sleep, duration: 1s}\n  - name: long\n    type: sleep\n\n    duration: 2s\n"
+	resp, body := c.do("POST", srv.URL()+"/v1/jobs", []byte(file), map[string]string{api.FilenameHeader: "big.yaml"})
+	if resp.StatusCode != http.StatusConflict {
+		t.Fatalf("status %d, body %s", resp.StatusCode, body)
+	}
+	e := decodeErrorBody(t, body)
+	if e.Code != api.CodeRejected || len(e.Problems) != 1 {
+		t.Fatalf("error %+v, want one rejected problem", e)
+	}
+	if p := e.Problems[0]; p.Line != 7 || p.Path != "workflows[1].duration" || !strings.Contains(p.Message, "needs 40 cores") {
+		t.Fatalf("problem %+v, want line 7 and the reason", p)
+	}
+}

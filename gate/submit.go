@@ -130,14 +130,20 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 		return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
 	}
 	var rejected []string
+	field := "" // the job-file field every datacenter refused it for, if one
 	for i, err := range errs {
 		var we *wire.Error
 		if errors.As(err, &we) && we.Code == wire.CodeRejected {
 			rejected = append(rejected, fmt.Sprintf("%s: %s", dcs[i], we.Message))
+			if i == 0 || we.Field == field {
+				field = we.Field
+			} else {
+				field = ""
+			}
 		}
 	}
 	if len(rejected) == len(dcs) {
-		return nil, wire.Errorf(wire.CodeRejected, "%s", strings.Join(rejected, "; "))
+		return nil, &wire.Error{Code: wire.CodeRejected, Message: strings.Join(rejected, "; "), Field: field}
 	}
 	return &wire.JobAck{JobID: s.JobID, Accepted: true, Datacenters: dcs}, nil
 }

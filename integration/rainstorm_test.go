@@ -973,20 +973,30 @@ workflows:
 	}
 }
 
-// A pipeline with more tasks than the datacenter has cores: it waits whole,
-// holding none of them, and not in silence; the status and each of the
-// pipeline's tasks say why it waits.
+// A pipeline that fits the datacenter but not its free cores: it waits
+// whole, holding none of them, and not in silence; the status and each of
+// the pipeline's tasks say why it waits.
 func TestRainstormUnplacedTaskSaysWhy(t *testing.T) {
 	c := startCluster(t, 1, 1, 2)
-	id := c.submit(`name: too-big
+	busy := c.submit(`name: busy
+timeout: 600s
+workflows:
+  - name: busy
+    type: rainstorm
+    source: {generate: {records: 1000000, rate: 1000, keys: 3}}
+    stages:
+      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: count, op: count, tasks: 1, key: key}
+`)
+	c.taskWorker(busy, "busy", 0) // it holds both cores
+	id := c.submit(`name: waits
 timeout: 120s
 workflows:
   - name: big
     type: rainstorm
-    source: {generate: {records: 1000000, rate: 1000, keys: 3}}
+    source: {generate: {records: 1000, keys: 3}}
     stages:
-      - {name: low, op: filter, tasks: 1, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
-      - {name: count, op: count, tasks: 1, key: key}
+      - {name: count, op: count, tasks: 2, key: key}
 `)
 	testutil.Eventually(t, 60*time.Second, 200*time.Millisecond, func() error {
 		st, err := c.client.Job(context.Background(), id)
@@ -1003,7 +1013,7 @@ workflows:
 		waiting := 0
 		for _, task := range out.Tasks {
 			if task.Status == wire.WorkflowPending && task.Worker == "" &&
-				strings.Contains(task.Waiting, "no free cores for the whole pipeline (needs 3; the datacenter has 2)") {
+				strings.Contains(task.Waiting, "no free cores for the whole pipeline (needs 2, 0 free)") {
 				waiting++
 			}
 		}
@@ -1012,7 +1022,9 @@ workflows:
 		}
 		return nil
 	})
-	if _, err := c.client.Cancel(context.Background(), id, "test over"); err != nil {
-		t.Fatal(err)
+	for _, j := range []string{id, busy} {
+		if _, err := c.client.Cancel(context.Background(), j, "test over"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -94,8 +94,33 @@ func (j *Job) validate(reg *workflow.Registry) error {
 			errs = append(errs, fmt.Errorf("workflows[%d]: %w", i, err))
 		}
 	}
-	errs = append(errs, checkShape(j.Workflows)...)
+	shape := checkShape(j.Workflows)
+	errs = append(errs, shape...)
+	if reg != nil && len(shape) == 0 {
+		errs = append(errs, checkParts(reg, j.Workflows)...)
+	}
 	return errors.Join(errs...)
+}
+
+// checkParts checks together the parts of each workflow whose type wants
+// them checked so (workflow.PartsChecker).
+func checkParts(reg *workflow.Registry, specs []wire.WorkflowSpec) []error {
+	var errs []error
+	for _, g := range Groups(specs) {
+		typ, ok := reg.Lookup(specs[g.Start].Type)
+		pc, checks := typ.(workflow.PartsChecker)
+		if !ok || !checks {
+			continue
+		}
+		parts := make([][]byte, 0, g.Len())
+		for _, spec := range specs[g.Start:g.End] {
+			parts = append(parts, spec.Params)
+		}
+		if err := pc.CheckParts(parts); err != nil {
+			errs = append(errs, fmt.Errorf("workflows[%d]: %w", g.Start, err))
+		}
+	}
+	return errs
 }
 
 // checkShape checks what Groups relies on: names are unique but for the

@@ -60,14 +60,21 @@ func permitsAll(c *wire.Confinement, needs []rainstorm.Need) bool {
 }
 
 // taskNeeds is what a pipeline task needs of its worker beyond cores,
-// decoded once per workflow (the params do not change).
+// decoded once per workflow (the params do not change). Under Manager.mu:
+// it reads the task's group.
 func taskNeeds(w *workflowState) []rainstorm.Need {
 	if !isPipeline(w) {
 		return nil
 	}
 	if !w.needsKnown {
-		if p, err := rainstorm.DecodeTaskParams(w.rec.Spec.Params); err == nil {
-			w.needs = p.Needs()
+		// A task's params may name the spec its pipeline's first task
+		// holds (stored once per workflow): what it needs is read from
+		// the whole.
+		params, err := rainstorm.Resolve(groupMembersLocked(w)[0].rec.Spec.Params, w.rec.Spec.Params)
+		if err == nil {
+			if p, err := rainstorm.DecodeTaskParams(params); err == nil {
+				w.needs = p.Needs()
+			}
 		}
 		w.needsKnown = true
 	}
@@ -85,10 +92,10 @@ func (m *Manager) checkConfinement(sub *wire.JobSubmission) error {
 			continue
 		}
 		p, err := rainstorm.DecodeTaskParams(spec.Params)
-		if err != nil {
-			continue // Validate has refused it already
+		if err != nil || p.Ref {
+			continue // Validate has refused it already, or the first task holds the spec
 		}
-		for _, n := range p.Needs() {
+		for _, n := range rainstorm.PipelineNeeds(&p.Spec, p.Programs) {
 			key := spec.Name + "\x00" + n.Field
 			if seen[key] {
 				continue

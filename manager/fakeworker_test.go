@@ -13,6 +13,7 @@ import (
 	"tempest/internal/lifecycle"
 	"tempest/transport"
 	"tempest/wire"
+	"tempest/worker"
 	"tempest/workflow"
 )
 
@@ -36,10 +37,13 @@ type fakeWorker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu         sync.Mutex
-	leader     string
-	next       int               // index in managers to try next when the leader is gone
-	used       map[int]string    // core -> workflow id
+	mu     sync.Mutex
+	leader string
+	next   int // index in managers to try next when the leader is gone
+	// used holds each run's cores, under the run's workflow id and token
+	// (a newer run of a workflow may start before the old one ends), and
+	// shares a slot's as the real worker does.
+	used       *worker.CoreSet
 	fences     map[string]uint64 // highest token seen per workflow
 	runs       map[string]*fakeRun
 	dispatches map[string][]uint64 // accepted dispatch tokens per workflow
@@ -71,7 +75,7 @@ func newFakeWorker(hub *transport.Hub, id string, cores int, reg *workflow.Regis
 		id: id, tr: hub.Node(id), reg: reg, managers: managers, cores: cores,
 		log: log.With("fake_worker", id), version: uint64(time.Now().UnixNano()),
 		ctx: ctx, cancel: cancel,
-		used: make(map[int]string), fences: make(map[string]uint64),
+		used: worker.NewCoreSet(cores), fences: make(map[string]uint64),
 		runs: make(map[string]*fakeRun), dispatches: make(map[string][]uint64),
 	}
 	w.tr.Handle(wire.TypeWorkflowDispatch, w.handleDispatch)
@@ -122,12 +126,15 @@ func (w *fakeWorker) bumpLocked() uint64 { w.version++; return w.version }
 func (w *fakeWorker) freeLocked() []int {
 	var free []int
 	for c := range w.cores {
-		if _, ok := w.used[c]; !ok {
+		if w.used.Owner(c) == "" {
 			free = append(free, c)
 		}
 	}
 	return free
 }
+
+// runKey names a run among the fake's cores.
+func runKey(wfID string, token uint64) string { return fmt.Sprintf("%s#%d", wfID, token) }
 
 func (w *fakeWorker) freeCores() int {
 	w.mu.Lock()
@@ -193,16 +200,13 @@ func (w *fakeWorker) accept(d *wire.WorkflowDispatch) (wire.Message, error) {
 		w.refused[d.WorkflowID] = true
 		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: "cores taken meanwhile", AvailableCores: len(free)}, nil
 	}
-	if len(free) < d.Cores {
-		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: fmt.Sprintf("needs %d cores, %d free", d.Cores, len(free)), AvailableCores: len(free)}, nil
-	}
 	runner, err := w.reg.New(d.Workflow)
 	if err != nil {
 		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: err.Error(), AvailableCores: len(free)}, nil
 	}
-	cores := free[:d.Cores]
-	for _, c := range cores {
-		w.used[c] = d.WorkflowID
+	cores, err := w.used.AllocateIn(runKey(d.WorkflowID, d.FenceToken), d.Slot, d.Cores)
+	if err != nil {
+		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: err.Error(), AvailableCores: len(free)}, nil
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
 	r := &fakeRun{jobID: d.JobID, wfID: d.WorkflowID, name: d.Workflow.Name, token: d.FenceToken, cores: cores, cancel: cancel}
@@ -211,7 +215,7 @@ func (w *fakeWorker) accept(d *wire.WorkflowDispatch) (wire.Message, error) {
 	w.dispatches[d.WorkflowID] = append(w.dispatches[d.WorkflowID], d.FenceToken)
 	w.bumpLocked()
 	w.wg.Go(func() { w.run(ctx, r, runner) })
-	return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: cores, AvailableCores: len(free) - d.Cores}, nil
+	return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: cores, AvailableCores: w.used.Available()}, nil
 }
 
 func (r *fakeRun) progressLocked(worker string) wire.WorkflowProgress {
@@ -248,11 +252,7 @@ func (w *fakeWorker) run(ctx context.Context, r *fakeRun, runner workflow.Runner
 	}
 	steps, _ := res.StepStats()
 	w.mu.Lock()
-	for c, id := range w.used {
-		if id == r.wfID && slices.Contains(r.cores, c) {
-			delete(w.used, c)
-		}
-	}
+	w.used.Free(runKey(r.wfID, r.token))
 	if w.runs[r.wfID] == r {
 		delete(w.runs, r.wfID)
 	}

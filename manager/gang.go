@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"tempest/leadership"
 	"tempest/rainstorm"
@@ -14,16 +13,19 @@ import (
 // tasks wait on one another: a source with no downstream task, or a stage
 // missing a task, makes no progress, and keeps its cores. Placed task by
 // task, two pipelines that together need more cores than the datacenter
-// has could each hold part of the cores and wait for the rest forever. So
-// a scheduling round plans before it places:
+// has could each hold part of the cores and wait for the rest forever. A
+// pipeline's unit of placement is the slot (slots.go): one core on one
+// worker, shared by task k of every stage. So a scheduling round plans
+// before it places:
 //
 //  1. Replacements first. A pipeline that holds cores (a task is assigned,
 //     running or being placed) and has tasks pending lost them to a dead
-//     worker or a failed dispatch: each such task gets a core on its own,
-//     ahead of everything else, since the pipeline already holds the rest
-//     and only these stand between it and its end.
+//     worker or a failed dispatch: each such slot goes back to the worker
+//     where a task of it still runs, or gets a core on its own, ahead of
+//     everything else, since the pipeline already holds the rest and only
+//     these stand between it and its end.
 //  2. Then in job order (oldest first), a pipeline that holds nothing is
-//     placed whole: cores for all its pending tasks are reserved in one
+//     placed whole: cores for all its pending slots are reserved in one
 //     step (workerTable.reserveAll), or none are. One that does not fit
 //     waits holding nothing, and everything submitted after it (pipelines
 //     and other workflows) waits behind it, so a big pipeline is not
@@ -103,44 +105,44 @@ func noFreeCore(cores int) string { return fmt.Sprintf("no free core (needs %d)"
 func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []placement {
 	var out []placement
 	var whole *gang // set while claiming a pipeline's tasks
-	claim := func(w *workflowState, on workerView) {
+	claim := func(w *workflowState, on workerView, cores int) {
 		w.placing = true
 		if on.ID != "" {
 			w.target = on.ID
 		}
-		out = append(out, placement{w: w, on: on, cores: w.rec.Spec.Cores, gang: whole})
+		out = append(out, placement{w: w, on: on, cores: cores, gang: whole})
 	}
 
-	// 1. Replacements of running pipelines.
+	// 1. Replacements of running pipelines, a slot at a time.
 	starved := false
 	for _, j := range queue {
+		done := map[*workflowState]bool{}
 		for _, w := range j.wfs {
-			if !pendingFree(w) || !isPipeline(w) || !holdingLocked(groupMembersLocked(w)) {
+			if !pendingFree(w) || !isPipeline(w) {
 				continue
 			}
+			tasks := groupMembersLocked(w)
+			if done[tasks[0]] || !holdingLocked(tasks) {
+				continue
+			}
+			done[tasks[0]] = true
 			if only != nil && j != only {
 				starved = true // the scheduler's to place, and first
 				continue
 			}
-			skip := map[string]bool{}
-			for _, id := range w.rec.Excluded {
-				skip[id] = true
+			for _, slot := range pendingSlotsLocked(tasks) {
+				if !m.planReplacementLocked(tx, tasks, slot, claim) {
+					starved = true
+				}
 			}
-			wv, ok := m.pickLocked(w, w.rec.Spec.Cores, skip)
-			if !ok {
-				starved = true
-				setWaitingLocked(tx, w, noFreeCore(w.rec.Spec.Cores))
-				continue
-			}
-			claim(w, wv)
 		}
 	}
 
 	// 2 and 3, oldest job first.
 	total, _, largest := m.workers.capacity()
 	fits := func(tasks []*workflowState) bool {
-		for _, t := range tasks {
-			if pendingFree(t) && t.rec.Spec.Cores > largest {
+		for _, sl := range pendingSlotsLocked(tasks) {
+			if sl.cores > largest {
 				return false
 			}
 		}
@@ -172,7 +174,7 @@ func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []place
 					setWaitingLocked(tx, w, "queued behind "+blocker+", which waits for cores first")
 					continue
 				}
-				claim(w, workerView{})
+				claim(w, workerView{}, w.rec.Spec.Cores)
 				continue
 			}
 			whole = &gang{name: pipelineName(w)}
@@ -183,13 +185,12 @@ func (m *Manager) planLocked(tx *txn, queue []*jobState, only *jobState) []place
 	return out
 }
 
-// pipelineNeedsLocked is the cores a pipeline's pending tasks need.
+// pipelineNeedsLocked is the cores a pipeline's pending tasks need: one
+// allocation per slot.
 func pipelineNeedsLocked(tasks []*workflowState) int {
 	need := 0
-	for _, t := range tasks {
-		if pendingFree(t) {
-			need += max(t.rec.Spec.Cores, 1)
-		}
+	for _, sl := range pendingSlotsLocked(tasks) {
+		need += sl.cores
 	}
 	return need
 }
@@ -198,14 +199,17 @@ func pipelineNeedsLocked(tasks []*workflowState) int {
 // records why it waits; *blocker becomes its name when it waits first in
 // line.
 func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int, fits, starved bool, blocker *string,
-	claim func(*workflowState, workerView)) {
+	claim func(*workflowState, workerView, int)) {
+	slots := pendingSlotsLocked(tasks)
 	var pending []*workflowState
-	var demands []gangDemand
-	for _, t := range tasks {
-		if pendingFree(t) {
-			pending = append(pending, t)
-			demands = append(demands, gangDemand{cores: max(t.rec.Spec.Cores, 1), excluded: slices.Clone(t.rec.Excluded), needs: taskNeeds(t)})
+	demands := make([]gangDemand, len(slots))
+	for i, sl := range slots {
+		pending = append(pending, sl.tasks...)
+		var needs []rainstorm.Need
+		for _, t := range sl.tasks {
+			needs = append(needs, taskNeeds(t)...)
 		}
+		demands[i] = gangDemand{cores: sl.cores, excluded: sl.excluded, needs: needs}
 	}
 	need := pipelineNeedsLocked(tasks)
 	var why string
@@ -225,8 +229,8 @@ func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int,
 	default:
 		views, ok := m.workers.reserveAll(demands)
 		if ok {
-			for i, t := range pending {
-				claim(t, views[i])
+			for i, sl := range slots {
+				claimSlot(sl, views[i], claim)
 			}
 			return
 		}
@@ -237,6 +241,57 @@ func (m *Manager) planPipelineLocked(tx *txn, tasks []*workflowState, total int,
 	for _, t := range pending {
 		setWaitingLocked(tx, t, why)
 	}
+}
+
+// claimSlot claims a slot's pending tasks on one worker: the first with
+// the slot's cores, which the plan reserved there, the others sharing them
+// (the worker allocates a slot's cores once, for whichever of its
+// dispatches arrives first).
+func claimSlot(sl taskSlot, on workerView, claim func(*workflowState, workerView, int)) {
+	for i, t := range sl.tasks {
+		cores := 0
+		if i == 0 {
+			cores = sl.cores
+		}
+		claim(t, on, cores)
+	}
+}
+
+// planReplacementLocked places the pending tasks of one slot of a running
+// pipeline: on the worker where a task of the slot still runs (sharing its
+// cores, so it costs none), else on any worker with room for the slot. It
+// reports false when no worker has room.
+//
+// The slot's worker is taken even when a task excludes it: an exclusion
+// records a dispatch there whose outcome was unknown (a copy it may have
+// started is fenced out by the new token), and the slot's running task
+// shows the worker takes this pipeline's work. Kept away, the task could
+// only wait for a core elsewhere while its slot's core sits on that worker
+// (a pipeline of 4 slots on 3 workers of 2 cores, whose replacement's
+// dispatch timed out on a loaded host, waited until its timeout). Its
+// attempts still count against its retries.
+func (m *Manager) planReplacementLocked(tx *txn, tasks []*workflowState, sl taskSlot, claim func(*workflowState, workerView, int)) bool {
+	if id := slotWorkerLocked(tasks, sl.index); id != "" {
+		if wv, ok := m.workers.get(id); ok && wv.Alive && !wv.Gone {
+			for _, t := range sl.tasks {
+				claim(t, wv, 0)
+			}
+			return true
+		}
+	}
+	skip := map[string]bool{}
+	for _, id := range sl.excluded {
+		skip[id] = true
+	}
+	wv, ok := m.pickLocked(sl.tasks[0], sl.cores, skip)
+	if !ok {
+		for _, t := range sl.tasks {
+			setWaitingLocked(tx, t, noFreeCore(sl.cores))
+		}
+		return false
+	}
+	claimSlot(sl, wv, claim)
+	return true
 }
 
 func maxTaskCores(tasks []*workflowState) int {
@@ -289,7 +344,7 @@ func (m *Manager) unplacePartial(ctx context.Context, lt *leadership.Term, plan 
 				continue
 			}
 			targets = append(targets, cancelTarget{worker: w.rec.Worker, jobID: w.rec.JobID, workflowID: w.rec.WorkflowID, fence: w.rec.FenceToken})
-			m.workers.freed(w.rec.Worker, w.rec.Spec.Cores)
+			m.workers.freed(w.rec.Worker, releasedCoresLocked(w, w.rec.Worker))
 			m.log.Info("pipeline not placed whole; giving back a task's core", "job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID,
 				"worker", w.rec.Worker, "fence_token", w.rec.FenceToken)
 			w.rec.Status = wire.WorkflowPending

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,13 +15,18 @@ import (
 	"tempest/wire"
 )
 
-// pipelineJob is a job of one pipeline named name with tasks tasks: a
-// generate source and a count stage of tasks-1 tasks.
-func pipelineJob(t *testing.T, name string, tasks int) *wire.JobSubmission {
+// pipelineJob is a job of one pipeline named name: a generate source and
+// a stage per width with that many tasks (projects, then a count). It has
+// 1+sum(widths) tasks and needs max(widths) slots, one core each.
+func pipelineJob(t *testing.T, name string, widths ...int) *wire.JobSubmission {
 	t.Helper()
-	spec := &rainstorm.Spec{
-		Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}},
-		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: tasks - 1, Key: "key"}},
+	spec := &rainstorm.Spec{Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}}}
+	for i, n := range widths {
+		st := rainstorm.Stage{Name: fmt.Sprintf("keep%d", i), Op: rainstorm.OpProject, Tasks: n, Fields: []string{"key"}}
+		if i == len(widths)-1 {
+			st = rainstorm.Stage{Name: "count", Op: rainstorm.OpCount, Tasks: n, Key: "key"}
+		}
+		spec.Stages = append(spec.Stages, st)
 	}
 	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec})
 	if err != nil {
@@ -47,9 +53,9 @@ type gangPipe struct {
 // API's Idempotency-Key), resubmitted while the outcome is unknown (a
 // loaded machine can let a replication round outlast the quorum timeout),
 // so the job is stored once whatever the first answer was.
-func submitGang(t *testing.T, m *Manager, name string, tasks int) gangPipe {
+func submitGang(t *testing.T, m *Manager, name string, widths ...int) gangPipe {
 	t.Helper()
-	sub := pipelineJob(t, name, tasks)
+	sub := pipelineJob(t, name, widths...)
 	sub.JobID = "j-gang-" + name
 	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		ack, err := m.Submit(context.Background(), sub)
@@ -160,16 +166,17 @@ func TestRainstormPipelinesPlacedWhole(t *testing.T) {
 	b := submitGang(t, lead, "b", 3)
 	small := submitGang(t, lead, "small", 2)
 
-	// Five cores: a (3) runs, b (3) does not fit in the 2 left and waits
-	// whole, small (2) would fit but waits behind b.
-	onA := waitGang(t, lead, a, 3, 3, "")
-	waitGang(t, lead, b, 3, 0, "no free cores for the whole pipeline (needs 3, 2 free)")
-	waitGang(t, lead, small, 2, 0, "behind pipeline b")
+	// Five cores: a (3 slots, 4 tasks) runs, b (3 slots) does not fit in
+	// the 2 left and waits whole, small (2 slots) would fit but waits
+	// behind b.
+	onA := waitGang(t, lead, a, 4, 4, "")
+	waitGang(t, lead, b, 4, 0, "no free cores for the whole pipeline (needs 3, 2 free)")
+	waitGang(t, lead, small, 3, 0, "behind pipeline b")
 
 	completeGang(t, c, onA)
 	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
-	onB := waitGang(t, lead, b, 3, 3, "")
-	onSmall := waitGang(t, lead, small, 2, 2, "")
+	onB := waitGang(t, lead, b, 4, 4, "")
+	onSmall := waitGang(t, lead, small, 3, 3, "")
 	completeGang(t, c, onB)
 	completeGang(t, c, onSmall)
 	waitJob(t, lead, b.job, wire.JobCompleted, 20*time.Second)
@@ -182,9 +189,9 @@ func TestRainstormPipelinesPlacedWhole(t *testing.T) {
 func TestRainstormReplacementBeforeWaitingPipeline(t *testing.T) {
 	c, lead := gangCluster(t, 2, 2)
 	a := submitGang(t, lead, "a", 3)
-	onA := waitGang(t, lead, a, 3, 3, "")
+	onA := waitGang(t, lead, a, 4, 4, "")
 	b := submitGang(t, lead, "b", 2)
-	waitGang(t, lead, b, 2, 0, "no free cores for the whole pipeline (needs 2, 1 free)")
+	waitGang(t, lead, b, 3, 0, "no free cores for the whole pipeline (needs 2, 1 free)")
 
 	// Kill a worker of a's: its tasks go back to pending, a replacement
 	// worker comes, and a's tasks take its cores first.
@@ -195,14 +202,14 @@ func TestRainstormReplacementBeforeWaitingPipeline(t *testing.T) {
 	}
 	c.killWorker(dead)
 	c.addWorker("w3", 2)
-	onA = waitGang(t, lead, a, 3, 3, "")
+	onA = waitGang(t, lead, a, 4, 4, "")
 	if _, ok := onA[dead]; ok {
 		t.Fatalf("a task of a is still on dead worker %s", dead)
 	}
-	waitGang(t, lead, b, 2, 0, "no free cores for the whole pipeline")
+	waitGang(t, lead, b, 3, 0, "no free cores for the whole pipeline")
 
 	completeGang(t, c, onA)
-	onB := waitGang(t, lead, b, 2, 2, "")
+	onB := waitGang(t, lead, b, 3, 3, "")
 	completeGang(t, c, onB)
 	waitJob(t, lead, b.job, wire.JobCompleted, 20*time.Second)
 }
@@ -236,11 +243,11 @@ func runToEnd(t *testing.T, c *testCluster, m *Manager, pipes []gangPipe, sizes 
 	}
 }
 
-// The deadlock: two pipelines of 4 tasks on 3 workers of 2 cores. The
-// first runs; placed task by task, the second took the 2 cores left and
-// waited for 2 more. A worker running 2 of the first's tasks dies: each
-// pipeline then held 2 of the 4 cores left and waited for the other's,
-// forever. Placed whole, the second holds nothing, the first's
+// The deadlock: two pipelines of 4 slots on 3 workers of 2 cores. The
+// first runs; placed a core at a time, the second took the 2 cores left
+// and waited for 2 more. A worker holding 2 of the first's slots dies:
+// each pipeline then held 2 of the 4 cores left and waited for the
+// other's, forever. Placed whole, the second holds nothing, the first's
 // replacements take the free cores, it ends, and then the second runs.
 func TestRainstormPipelinesNoDeadlockAfterWorkerDeath(t *testing.T) {
 	c, lead := gangCluster(t, 2, 2, 2)
@@ -248,14 +255,14 @@ func TestRainstormPipelinesNoDeadlockAfterWorkerDeath(t *testing.T) {
 	var onA map[string][]string
 	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		running, _, _, ws := a.state(lead)
-		if running != 4 {
-			return fmt.Errorf("a: %d of 4 tasks run", running)
+		if running != 5 {
+			return fmt.Errorf("a: %d of 5 tasks run", running)
 		}
 		onA = ws
 		return nil
 	})
 	b := submitGang(t, lead, "b", 4)
-	// Four tasks on three workers: some worker runs two of a's, and none
+	// Four slots on three workers: some worker holds two of a's, and none
 	// of b's (b has the 2 cores left, if any).
 	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		_, _, reasons, _ := b.state(lead)
@@ -267,15 +274,15 @@ func TestRainstormPipelinesNoDeadlockAfterWorkerDeath(t *testing.T) {
 	_, _, _, onB := b.state(lead)
 	dead := ""
 	for id, wfs := range onA {
-		if len(wfs) == 2 && len(onB[id]) == 0 {
+		if slotsOf(lead, wfs) == 2 && len(onB[id]) == 0 {
 			dead = id
 		}
 	}
 	if dead == "" {
-		t.Fatalf("no worker runs two of a's tasks and none of b's: a %v, b %v", onA, onB)
+		t.Fatalf("no worker holds two of a's slots and none of b's: a %v, b %v", onA, onB)
 	}
 	c.killWorker(dead)
-	runToEnd(t, c, lead, []gangPipe{a, b}, []int{4, 4})
+	runToEnd(t, c, lead, []gangPipe{a, b}, []int{5, 5})
 }
 
 // reserveAll reserves cores for every task of a pipeline or for none,
@@ -336,26 +343,31 @@ func TestRainstormPipelineNotPlacedWholeIsUndone(t *testing.T) {
 	})
 	lead := waitCores(t, c, 3)
 	a := submitGang(t, lead, "a", 3)
-	// Every dispatch that lands on w3 fails and keeps that task off w3 from
-	// then on; once all three are kept off it, two cores are left for
-	// three tasks, and the pipeline waits whole, holding nothing.
+	// Every dispatch that lands on w3 fails and keeps that task (and so its
+	// slot) off w3 from then on; once all three slots are kept off it, two
+	// cores are left for three slots, and the pipeline waits whole,
+	// holding nothing.
 	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
 		running, waiting, reasons, _ := a.state(lead)
-		if running != 0 || waiting != 3 {
+		if running != 0 || waiting != 4 {
 			return fmt.Errorf("a: %d running, %d waiting holding nothing (%q)", running, waiting, reasons)
 		}
 		lead.mu.Lock()
 		defer lead.mu.Unlock()
-		for i := range 3 {
-			if w := lead.wfs[workflowID(a.job, i)]; !slices.Contains(w.rec.Excluded, "w3") {
-				return fmt.Errorf("task %d not kept off w3 yet (excluded %v)", i, w.rec.Excluded)
+		off := map[int]bool{}
+		for i := range 4 {
+			if w := lead.wfs[workflowID(a.job, i)]; slices.Contains(w.rec.Excluded, "w3") {
+				off[slotLocked(w)] = true
 			}
+		}
+		if len(off) != 3 {
+			return fmt.Errorf("slots %v kept off w3, want all 3", off)
 		}
 		return nil
 	})
 	// The runs it gave back are stopped (the cancel is on its way).
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		for i := range 3 {
+		for i := range 4 {
 			for id, w := range workers {
 				if w.running(workflowID(a.job, i)) {
 					return fmt.Errorf("task %d still runs on %s", i, id)
@@ -365,10 +377,148 @@ func TestRainstormPipelineNotPlacedWholeIsUndone(t *testing.T) {
 		return nil
 	})
 	c.addWorker("w4", 1)
-	onA := waitGang(t, lead, a, 3, 3, "")
+	onA := waitGang(t, lead, a, 4, 4, "")
 	if _, ok := onA["w3"]; ok {
 		t.Fatalf("a task runs on w3: %v", onA)
 	}
 	completeGang(t, c, onA)
+	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
+}
+
+// slotsOf counts the slots the pipeline tasks wfs hold between them.
+func slotsOf(m *Manager, wfs []string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	slots := map[int]bool{}
+	for _, id := range wfs {
+		slots[slotLocked(m.wfs[id])] = true
+	}
+	return len(slots)
+}
+
+// The README's example on the README's cluster: two pipelines of a source,
+// 3 filter tasks and 3 count tasks (7 tasks each) on 3 workers of 2 cores.
+// Each needs 3 slots, so both run at once on the 6 cores; each slot's
+// tasks share one core on one worker, and no worker runs more slots than
+// it has cores. Before, each task took a core: neither pipeline (7 cores)
+// could ever start.
+func TestRainstormTasksShareSlots(t *testing.T) {
+	c, lead := gangCluster(t, 2, 2, 2)
+	a := submitGang(t, lead, "a", 3, 3)
+	b := submitGang(t, lead, "b", 3, 3)
+	onA := waitGang(t, lead, a, 7, 7, "")
+	onB := waitGang(t, lead, b, 7, 7, "")
+
+	for _, on := range []map[string][]string{onA, onB} {
+		seen := map[int]string{} // slot → its worker
+		for id, wfs := range on {
+			lead.mu.Lock()
+			for _, wf := range wfs {
+				k := slotLocked(lead.wfs[wf])
+				if other, ok := seen[k]; ok && other != id {
+					t.Errorf("slot %d has tasks on %s and %s", k, other, id)
+				}
+				seen[k] = id
+			}
+			lead.mu.Unlock()
+		}
+		if len(seen) != 3 {
+			t.Errorf("tasks in %d slots, want 3: %v", len(seen), on)
+		}
+	}
+	c.mu.Lock()
+	for id, w := range c.workers {
+		if n := w.freeCores(); n != 0 {
+			t.Errorf("worker %s has %d cores free with 6 slots on 6 cores", id, n)
+		}
+	}
+	c.mu.Unlock()
+
+	completeGang(t, c, onA)
+	completeGang(t, c, onB)
+	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
+	waitJob(t, lead, b.job, wire.JobCompleted, 20*time.Second)
+}
+
+// A pipeline that needs more cores than all the datacenter's registered
+// workers have is refused at submit, naming the job file's field (its
+// widest stage's tasks) and the reason, instead of waiting for its
+// timeout. With no worker registered yet nothing can be judged: it is
+// accepted and waits. One that fits once cores free up is accepted.
+func TestRainstormRefusedAtSubmitWhenItCanNeverFit(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	lead := c.leader()
+	if _, err := lead.Submit(context.Background(), pipelineJob(t, "early", 3, 39)); err != nil {
+		t.Fatalf("a pipeline submitted before any worker registered was refused: %v", err)
+	}
+	for i := range 3 {
+		c.addWorker(fmt.Sprintf("w%d", i+1), 2)
+	}
+	lead = waitCores(t, c, 6)
+
+	_, err := lead.Submit(context.Background(), pipelineJob(t, "big", 3, 39))
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeRejected {
+		t.Fatalf("a pipeline of 43 tasks (39 slots) on 6 cores: %v, want rejected", err)
+	}
+	if we.Field != "workflows[0].stages[1].tasks" ||
+		!strings.Contains(we.Message, "needs 39 cores, one per slot (its widest stage, count, has 39 tasks)") ||
+		!strings.Contains(we.Message, "live workers (3) have 6 cores in all") {
+		t.Fatalf("refusal %q for field %q", we.Message, we.Field)
+	}
+
+	// Six slots fit the six cores, even while another pipeline holds some.
+	busy := submitGang(t, lead, "busy", 2)
+	waitGang(t, lead, busy, 3, 3, "")
+	if _, err := lead.Submit(context.Background(), pipelineJob(t, "fits", 6)); err != nil {
+		t.Fatalf("a pipeline of 6 slots on 6 cores was refused: %v", err)
+	}
+}
+
+// A replacement whose dispatch to its slot's worker failed (outcome
+// unknown: that worker is excluded for it) still goes back to that worker
+// while a task of its slot runs there, instead of waiting for a core
+// elsewhere while its slot's core sits there. On 3 workers of 1 core, a
+// pipeline of 2 slots (source and count/1; count/2) loses the worker of its
+// first slot; the slot goes to the free worker, and count/1's dispatch
+// there is lost once. Before, count/1 waited for a free core, which no
+// worker had, until the job's timeout.
+func TestRainstormReplacementRejoinsItsSlotAfterAFailedDispatch(t *testing.T) {
+	c, lead := gangCluster(t, 1, 1, 1)
+	a := submitGang(t, lead, "a", 2)
+	on := waitGang(t, lead, a, 3, 3, "")
+	first := ""
+	for id, wfs := range on {
+		if slices.Contains(wfs, workflowID(a.job, 0)) {
+			first = id
+		}
+	}
+	count1 := workflowID(a.job, 1)
+	var dropped atomic.Bool
+	c.hub.SetHook(func(_, _ string, msg wire.Message) bool {
+		d, ok := msg.(*wire.WorkflowDispatch)
+		return !ok || d.WorkflowID != count1 || !dropped.CompareAndSwap(false, true)
+	})
+	c.killWorker(first)
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		running, waiting, reasons, ws := a.state(lead)
+		if running != 3 {
+			return fmt.Errorf("%d of 3 tasks run, %d wait (%q); dispatch of count/1 lost: %v", running, waiting, reasons, dropped.Load())
+		}
+		on = ws
+		return nil
+	})
+	if !dropped.Load() {
+		t.Fatal("count/1's dispatch was never lost: the test tested nothing")
+	}
+	lead.mu.Lock()
+	w := lead.wfs[count1]
+	worker, excluded := w.rec.Worker, slices.Clone(w.rec.Excluded)
+	source := lead.wfs[workflowID(a.job, 0)].rec.Worker
+	lead.mu.Unlock()
+	if worker != source || !slices.Contains(excluded, worker) {
+		t.Fatalf("count/1 runs on %s (excluded %v), the source on %s: want count/1 back in its slot on the worker it was excluded from", worker, excluded, source)
+	}
+	completeGang(t, c, on)
 	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
 }

@@ -84,6 +84,9 @@ type workflowState struct {
 	// (confine.go), decoded from its params once: needsKnown.
 	needs      []rainstorm.Need
 	needsKnown bool
+	// slot is a pipeline task's slot (slots.go), once slotKnown.
+	slot      int
+	slotKnown bool
 }
 
 // txn collects what one change to the job table touched, so that job
@@ -381,6 +384,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	if err := m.checkConfinement(sub); err != nil {
 		return nil, err
 	}
+	if err := m.refuseUnfittable(sub); err != nil {
+		return nil, err
+	}
 	if err := m.checkSubmissionBlobs(ctx, sub); err != nil {
 		return nil, err
 	}
@@ -562,7 +568,7 @@ func (m *Manager) endJobLocked(tx *txn, j *jobState, status wire.JobStatus, reas
 		}
 		if w.rec.Worker != "" && (w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
 			targets = append(targets, cancelTarget{worker: w.rec.Worker, jobID: w.rec.JobID, workflowID: w.rec.WorkflowID, fence: w.rec.FenceToken})
-			m.workers.freed(w.rec.Worker, w.rec.Spec.Cores)
+			m.workers.freed(w.rec.Worker, releasedCoresLocked(w, w.rec.Worker))
 		}
 		w.rec.Status = wire.WorkflowCancelled
 		if status == wire.JobFailed {

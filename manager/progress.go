@@ -110,13 +110,13 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 	case wire.WorkflowCompleted:
 		w.rec.Status = wire.WorkflowCompleted
 		w.rec.Error = ""
-		m.workers.freed(worker, w.rec.Spec.Cores)
+		m.workers.freed(worker, releasedCoresLocked(w, worker))
 		tx.touchWorkflow(w, true)
 		log.Info("workflow completed", "completed", p.CompletedCount, "failed", p.FailedCount)
 	case wire.WorkflowFailed, wire.WorkflowCancelled:
 		// The worker gave up on it (the run failed, or the worker is
 		// draining and handed it back): another worker gets a try.
-		m.workers.freed(worker, w.rec.Spec.Cores)
+		m.workers.freed(worker, releasedCoresLocked(w, worker))
 		reason := p.Error
 		if reason == "" {
 			reason = "worker reported " + string(p.Status)

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"tempest/leadership"
+	"tempest/rainstorm"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -37,7 +38,9 @@ type placeResult struct {
 // did start is fenced out by the newer token).
 //
 // The plan (gang.go) has claimed w already, and for p.on reserved p.cores
-// cores on that worker, which is tried first.
+// cores on that worker, which is tried first: fewer than the workflow's
+// own when it joins a slot there another task of its pipeline takes or
+// holds (slots.go). Any other worker is asked for the workflow's own.
 func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (res placeResult) {
 	w := p.w
 	var valid bool
@@ -49,14 +52,14 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (
 		}
 		valid, cores, excluded = true, w.rec.Spec.Cores, slices.Clone(w.rec.Excluded)
 	})
-	if !valid || cores != p.cores {
+	if !valid || p.cores > cores {
 		m.release(p)
 		return placeResult{outcome: outcomeSkipped}
 	}
 	first := p.on // reserved by the plan, until used
 	defer func() {
 		if first.ID != "" {
-			m.workers.unreserve(first.ID, cores)
+			m.workers.unreserve(first.ID, p.cores)
 		}
 	}()
 	defer m.update(func(tx *txn) {
@@ -81,16 +84,19 @@ func (m *Manager) place(ctx context.Context, lt *leadership.Term, p placement) (
 		if err := ctx.Err(); err != nil {
 			return placeResult{outcome: outcomeSkipped, err: err}
 		}
-		wv, ok := first, true
-		if first.ID != "" && !skip[first.ID] {
+		wv, ok, reserved := first, true, p.cores
+		if first.ID != "" {
+			// The plan's worker, which it chose knowing the exclusions
+			// (a replacement may rejoin its slot's worker, gang.go).
 			first = workerView{} // placeOn settles its reservation now
 		} else {
 			wv, ok = m.pickFor(w, cores, skip)
+			reserved = cores
 		}
 		if !ok {
 			return placeResult{outcome: outcomeNoCapacity}
 		}
-		res, another := m.placeOn(ctx, lt, w, wv, cores)
+		res, another := m.placeOn(ctx, lt, w, wv, reserved)
 		if !another {
 			return res
 		}
@@ -131,8 +137,24 @@ func (m *Manager) pickLocked(w *workflowState, cores int, skip map[string]bool) 
 func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowState, wv workerView, cores int) (res placeResult, another bool) {
 	m.mu.Lock()
 	rec := w.rec
+	slot := dispatchSlotLocked(w)
+	first := groupMembersLocked(w)[0].rec.Spec.Params
 	m.mu.Unlock()
 	log := m.log.With("job_id", rec.JobID, "workflow_id", rec.WorkflowID, "worker", wv.ID)
+	keep := true // the first dispatch's bytes, for retries to resend
+	if isPipeline(w) {
+		// A pipeline task's stored params name the pipeline's spec, kept
+		// once in its first task's (rainstorm.TaskParams); the worker gets
+		// them whole. Its dispatch bytes are not kept: they would hold the
+		// spec once more per task, and the stored params rebuild them
+		// exactly.
+		params, err := rainstorm.Resolve(first, rec.Spec.Params)
+		if err != nil {
+			m.workers.unreserve(wv.ID, cores)
+			return placeResult{outcome: outcomeFailed, err: fmt.Errorf("pipeline task %s: %w", rec.WorkflowID, err)}, false
+		}
+		rec.Spec.Params, rec.DispatchBytes, keep = params, nil, false
+	}
 
 	token, err := lt.NextToken()
 	if err != nil {
@@ -148,7 +170,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		m.workers.unreserve(wv.ID, cores)
 		return placeResult{outcome: outcomeFailed, err: err}, false
 	}
-	dispatch.Worker = wv.ID
+	dispatch.Worker, dispatch.Slot = wv.ID, slot
 
 	confirmed, answered, refusals := m.provision(ctx, &wire.ProvisionRequest{
 		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,
@@ -181,7 +203,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		if !w.placing || w.rec.Status != wire.WorkflowPending || w.job.rec.Status.Terminal() || m.leading() != lt {
 			return
 		}
-		if len(w.rec.DispatchBytes) == 0 {
+		if len(w.rec.DispatchBytes) == 0 && keep {
 			w.rec.DispatchBytes = original
 		}
 		w.rec.Worker = wv.ID

@@ -34,29 +34,34 @@ func TestWaitingSummary(t *testing.T) {
 	}
 }
 
-// A pipeline with more tasks than free cores: it waits whole, holding no
-// core, and its tasks say why, in the pipeline's tasks and in the job's
-// status. The leader answers a gate's output request (a follower points at
-// the leader), and, once a second core lets the pipeline run, tells the
-// worker when a task opens, for upstream tasks to resend at once.
+// A pipeline with more slots than the datacenter's cores: it waits whole,
+// holding no core, and its tasks say why, in the pipeline's tasks and in
+// the job's status. (Submitted before any worker registered, so it is not
+// refused at submit.) The leader answers a gate's output request (a
+// follower points at the leader), and, once a second core lets the
+// pipeline run, tells the worker when a task opens, for upstream tasks to
+// resend at once.
 func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 	c := newRainstormCluster(t, nil)
-	w := c.addWorker("w1", 1) // one core for two tasks: neither goes
+	ack, err := c.leader().Submit(context.Background(), pipelineJob(t, "pipe", 2)) // source, count/1 | count/2
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := ack.JobID
+	w := c.addWorker("w1", 1) // one core for two slots: none goes
 	hints := make(chan *wire.RainstormRoutesChanged, 8)
 	w.tr.Handle(wire.TypeRainstormRoutesChanged, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
 		hints <- msg.(*wire.RainstormRoutesChanged)
 		return nil, nil
 	})
 	lead := waitCores(t, c, 1)
-	ack := submitPipeline(t, lead)
-	job := ack.JobID
 	const why = "no free cores for the whole pipeline (needs 2; the datacenter has 1)"
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		out, err := lead.PipelineOutput(context.Background(), job, "pipe", false)
 		if err != nil {
 			return err
 		}
-		if len(out.Tasks) != 2 {
+		if len(out.Tasks) != 3 {
 			return fmt.Errorf("tasks %+v", out.Tasks)
 		}
 		for i, task := range out.Tasks {
@@ -68,7 +73,7 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got, want := st.Workflows[0].Waiting, "tasks source, count/1 waiting: "+why; got != want {
+		if got, want := st.Workflows[0].Waiting, "tasks source, count/1, count/2 waiting: "+why; got != want {
 			return fmt.Errorf("status says %q, want %q", got, want)
 		}
 		return nil
@@ -94,7 +99,7 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 		page = resp.(*wire.RainstormOutputPage)
 		return nil
 	})
-	if len(page.Tasks) != 2 || page.Tasks[0].Waiting != why || page.Tasks[1].Waiting != why || page.Complete || page.Total != 0 {
+	if len(page.Tasks) != 3 || page.Tasks[0].Waiting != why || page.Tasks[2].Waiting != why || page.Complete || page.Total != 0 {
 		t.Fatalf("page %+v", page)
 	}
 
@@ -126,25 +131,28 @@ func TestRainstormWaitingOutputAndRouteHint(t *testing.T) {
 // other tasks to wait for it until the job's timeout.
 func TestPipelineTaskOutOfRetriesFailsJob(t *testing.T) {
 	c := newRainstormCluster(t, func(cfg *Config) { cfg.MaxWorkflowRetries = 0 })
-	c.addWorker("w1", 1) // one task each
+	c.addWorker("w1", 1) // one slot each: the source and count/1, count/2
 	c.addWorker("w2", 1)
 	lead := c.leader()
-	ack := submitPipeline(t, lead)
+	ack, err := lead.Submit(context.Background(), pipelineJob(t, "pipe", 2))
+	if err != nil {
+		t.Fatal(err)
+	}
 	taskToken(t, lead, ack.JobID, 0, 0)
-	taskToken(t, lead, ack.JobID, 1, 0)
+	taskToken(t, lead, ack.JobID, 2, 0)
 	_, _, infos := lead.rsTasks(ack.JobID, "pipe")
 	c.hub.SetHook(func(_, to string, msg wire.Message) bool {
 		_, dispatch := msg.(*wire.WorkflowDispatch)
 		return !dispatch || to != "w3"
 	})
 	c.addWorker("w3", 1)
-	c.killWorker(infos[1].worker) // the count task's; the source runs on
+	c.killWorker(infos[2].worker) // count/2's slot; the source's runs on
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		st, err := lead.Job(context.Background(), ack.JobID)
 		if err != nil {
 			return err
 		}
-		if st.Status != wire.JobFailed || !strings.Contains(st.Error, "task 2 of 2 failed: failed after") {
+		if st.Status != wire.JobFailed || !strings.Contains(st.Error, "task 3 of 3 failed: failed after") {
 			return fmt.Errorf("job %s: %q", st.Status, st.Error)
 		}
 		return nil

@@ -502,3 +502,79 @@ func TestRainstormOutputWaitsForLeaderSync(t *testing.T) {
 		t.Fatalf("the synced new leader: %v", err)
 	}
 }
+
+// A pipeline's spec is stored once per workflow, not once per task: of a
+// 61-task pipeline's records in a manager's bbolt store (its leader's and
+// a follower's, placed and running, so dispatches were made), the spec's
+// bytes are there about once. Before, every task's params held the whole
+// spec and so did every task's kept dispatch: 122 copies.
+func TestRainstormSpecStoredOncePerPipeline(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 30)
+	lead := waitCores(t, c, 30)
+	keys := make([]string, 400)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	spec := &rainstorm.Spec{
+		Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}},
+		Stages: []rainstorm.Stage{
+			{Name: "some", Op: rainstorm.OpFilter, Tasks: 30, Field: "key", Matches: "^(" + strings.Join(keys, "|") + ")$"},
+			{Name: "count", Op: rainstorm.OpCount, Tasks: 30, Key: "key"},
+		},
+	}
+	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := rainstorm.Type{}.Expand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := &wire.JobSubmission{Name: "wide", JobID: "j-wide"} // its workflow is "pipe", as taskToken reads
+	for i, p := range parts {
+		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: "pipe", Type: rainstorm.TypeName, Cores: 1,
+			Params: p, Shard: i + 1, Shards: len(parts)})
+	}
+	specBytes := len(b)
+	testutil.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		_, err := lead.Submit(context.Background(), sub)
+		return err
+	})
+	for k := range parts {
+		taskToken(t, lead, sub.JobID, k, 0)
+	}
+	// Every manager holds the job; the RUNNING status is written lazily,
+	// so wait for every placement to be on disk with its dispatch.
+	for _, m := range c.running() {
+		var stored int
+		testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+			job, err := m.store.Job(sub.JobID)
+			if err != nil {
+				return err
+			}
+			wfs, err := m.store.Workflows(sub.JobID)
+			if err != nil {
+				return err
+			}
+			if len(wfs) != 61 {
+				return fmt.Errorf("%s stores %d workflows of 61", m.ID(), len(wfs))
+			}
+			jb, _ := wire.Marshal(job)
+			stored = len(jb)
+			for _, w := range wfs {
+				if w.Worker == "" {
+					return fmt.Errorf("%s: workflow %s not placed on disk yet", m.ID(), w.WorkflowID)
+				}
+				wb, _ := wire.Marshal(w)
+				stored += len(wb)
+			}
+			return nil
+		})
+		t.Logf("%s stores %d bytes for a 61-task pipeline whose spec is %d bytes (%.1f spec copies' worth)",
+			m.ID(), stored, specBytes, float64(stored)/float64(specBytes))
+		if limit := 2*specBytes + 61*512; stored > limit {
+			t.Errorf("%s stores %d bytes for the pipeline, more than %d: the %d-byte spec is stored per task", m.ID(), stored, limit, specBytes)
+		}
+	}
+}

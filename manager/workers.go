@@ -93,10 +93,14 @@ func (t *workerTable) register(reg *wire.WorkerRegistration) {
 	e := t.entry(reg.NodeID)
 	t.clock.Forget(reg.NodeID)
 	t.clock.Update(reg.NodeID, reg.Version)
-	busy := 0
+	// Tasks of one pipeline slot report the same cores: count each once.
+	held := map[int]bool{}
 	for _, p := range reg.ActiveWorkflows {
-		busy += len(p.AssignedCores)
+		for _, c := range p.AssignedCores {
+			held[c] = true
+		}
 	}
+	busy := len(held)
 	e.Addr = reg.Addr
 	if reg.SwimAddr != "" {
 		e.SwimAddr = reg.SwimAddr
@@ -376,6 +380,23 @@ func (t *workerTable) totals() (alive, available int) {
 		}
 	}
 	return alive, available
+}
+
+// registeredCores counts the live workers whose cores the table knows
+// (from their registration, a heartbeat or their state-sync answer: a new
+// leader knows a worker's cores before the worker registers with it
+// again), in any state, since a draining or degraded worker may take work
+// again; and their cores.
+func (t *workerTable) registeredCores() (workers, cores int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.w {
+		if e.Alive && !e.Gone && e.TotalCores > 0 {
+			workers++
+			cores += e.TotalCores
+		}
+	}
+	return workers, cores
 }
 
 // cleanup forgets heartbeat versions of workers not heard from for age.

@@ -21,9 +21,11 @@ workflows:
 `
 
 // An exec program named by a path relative to the job file travels with
-// the job as a blob: the server's parse records it, the managers wait for
-// it like a file source, and only the exec tasks get its bytes. Without the
-// upload the server refuses the job at the command's line.
+// the job as a blob: the server's parse records it (in the pipeline's
+// first task, which holds the spec), the managers wait for it like a file
+// source, and of the tasks' params as dispatched (Resolve) only the exec
+// tasks get its bytes. Without the upload the server refuses the job at
+// the command's line.
 func TestRelativeProgramTravelsAsBlob(t *testing.T) {
 	const sum = "aa11aa11aa11aa11aa11aa11aa11aa11aa11aa11aa11aa11aa11aa11aa11aa11"
 	reg := rainstorm.Registry(rainstorm.ParseOptions{})
@@ -35,11 +37,18 @@ func TestRelativeProgramTravelsAsBlob(t *testing.T) {
 	rt := typ.(rainstorm.Type)
 	for i, spec := range sub.Workflows {
 		blobs, err := rt.Blobs(spec.Params)
-		if err != nil || !slices.Equal(blobs, []string{sum}) {
-			t.Fatalf("task %d names blobs %v (%v), want the program's", i, blobs, err)
+		if want := []string{sum}; err != nil || (i == 0) != slices.Equal(blobs, want) {
+			t.Fatalf("task %d names blobs %v (%v); the first task names the program's, the others refer to it", i, blobs, err)
+		}
+		dispatched, err := rainstorm.Resolve(sub.Workflows[0].Params, spec.Params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if blobs, err := rt.Blobs(dispatched); err != nil || !slices.Equal(blobs, []string{sum}) {
+			t.Fatalf("task %d as dispatched names blobs %v (%v), want the program's", i, blobs, err)
 		}
 		var asked []string
-		b, err := rt.AttachBlobs(spec.Params, func(s string) ([]byte, error) {
+		b, err := rt.AttachBlobs(dispatched, func(s string) ([]byte, error) {
 			asked = append(asked, s)
 			return []byte("#!/bin/sh\n"), nil
 		})
@@ -58,7 +67,11 @@ func TestRelativeProgramTravelsAsBlob(t *testing.T) {
 			t.Fatalf("command %v", p.Spec.Stages[0].Command)
 		}
 	}
-	if _, err := rt.AttachBlobs(sub.Workflows[1].Params, func(string) ([]byte, error) { return nil, errors.New("gone") }); err == nil ||
+	exec, err := rainstorm.Resolve(sub.Workflows[0].Params, sub.Workflows[1].Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.AttachBlobs(exec, func(string) ([]byte, error) { return nil, errors.New("gone") }); err == nil ||
 		!strings.Contains(err.Error(), "./ops/upper.sh") {
 		t.Fatalf("a program that cannot be read: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -25,6 +26,13 @@ type Type struct {
 }
 
 // TaskParams are one task's params: the whole pipeline and which task.
+// Expand puts the pipeline (Spec, Blob, Programs) only in the first
+// task's params (the source's, shard 1 of the workflow); every other task
+// carries its (Stage, Index) and Ref, so a submission, and every store of
+// it, holds the spec once rather than once per task. The managers fill a
+// task's params in from the first task's before they dispatch it
+// (Resolve): a worker always gets whole params. Params stored by a
+// version that copied the spec into every task decode as they are.
 type TaskParams struct {
 	Spec  Spec `cbor:"1,keyasint"`
 	Stage int  `cbor:"2,keyasint,omitempty"` // 0 is the source
@@ -38,6 +46,9 @@ type TaskParams struct {
 	// ProgramData holds those programs' bytes, filled in on the worker
 	// (AttachBlobs) and never stored or sent by the managers.
 	ProgramData map[string][]byte `cbor:"6,keyasint,omitempty"`
+	// Ref: the pipeline is the first task's; Spec, Blob and Programs are
+	// empty here.
+	Ref bool `cbor:"7,keyasint,omitempty"`
 }
 
 // PipelineParams are a pipeline's params as the job file gives them,
@@ -56,8 +67,18 @@ func LocalProgram(name string) bool {
 	return strings.Contains(name, "/") && !path.IsAbs(name) && !filepath.IsAbs(name)
 }
 
-// Validate implements workflow.Params.
+// Validate implements workflow.Params. A task that refers to the first
+// task's spec is checked against it by CheckParts and Resolve.
 func (p *TaskParams) Validate() error {
+	if p.Ref {
+		switch {
+		case !reflect.ValueOf(p.Spec).IsZero() || p.Blob != "" || len(p.Programs) > 0 || len(p.ProgramData) > 0:
+			return errors.New("a task that refers to its pipeline's spec carries none of its own")
+		case p.Stage < 1 || p.Index < 0:
+			return fmt.Errorf("task %d of stage %d cannot refer to the source's spec", p.Index, p.Stage)
+		}
+		return nil
+	}
 	if err := p.Spec.Validate(); err != nil {
 		return err
 	}
@@ -146,14 +167,74 @@ func (Type) Expand(params []byte) ([][]byte, error) {
 	}
 	s := &p.Spec
 	var out [][]byte
-	for _, t := range TaskOrder(s) {
-		b, err := wire.Marshal(&TaskParams{Spec: *s, Stage: t.Stage, Index: t.Index, Blob: p.Blob, Programs: p.Programs})
+	for i, t := range TaskOrder(s) {
+		tp := &TaskParams{Stage: t.Stage, Index: t.Index, Ref: true}
+		if i == 0 {
+			tp = &TaskParams{Spec: *s, Blob: p.Blob, Programs: p.Programs}
+		}
+		b, err := wire.Marshal(tp)
 		if err != nil {
 			return nil, fmt.Errorf("encode task params: %w", err)
 		}
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// CheckParts implements workflow.PartsChecker: the first part holds the
+// pipeline, and every part is the task TaskOrder puts in its place, in
+// either form (referring to the first part's spec, or, as an earlier
+// version wrote them, with a copy of it).
+func (Type) CheckParts(parts [][]byte) error {
+	if len(parts) == 0 {
+		return errors.New("a pipeline has no tasks")
+	}
+	first, err := DecodeTaskParams(parts[0])
+	if err != nil {
+		return fmt.Errorf("task 1: %w", err)
+	}
+	if first.Ref || first.Stage != 0 {
+		return errors.New("task 1 is not the source with the pipeline's spec")
+	}
+	order := TaskOrder(&first.Spec)
+	if len(parts) != len(order) {
+		return fmt.Errorf("the pipeline has %d tasks, and %d parts were given", len(order), len(parts))
+	}
+	for k := 1; k < len(parts); k++ {
+		p, err := DecodeTaskParams(parts[k])
+		if err != nil {
+			return fmt.Errorf("task %d: %w", k+1, err)
+		}
+		if p.Stage != order[k].Stage || p.Index != order[k].Index {
+			return fmt.Errorf("task %d is task %d of stage %d, where task %d of stage %d belongs", k+1, p.Index, p.Stage, order[k].Index, order[k].Stage)
+		}
+	}
+	return nil
+}
+
+// Resolve gives a task's whole params: task as it is when it carries its
+// own spec, else with first's (the pipeline's first task's params) filled
+// in.
+func Resolve(first, task []byte) ([]byte, error) {
+	t, err := DecodeTaskParams(task)
+	if err != nil {
+		return nil, err
+	}
+	if !t.Ref {
+		return task, nil
+	}
+	f, err := DecodeTaskParams(first)
+	if err != nil {
+		return nil, fmt.Errorf("the pipeline's first task: %w", err)
+	}
+	if f.Ref {
+		return nil, errors.New("the pipeline's first task refers to another for its spec")
+	}
+	whole := &TaskParams{Spec: f.Spec, Stage: t.Stage, Index: t.Index, Blob: f.Blob, Programs: f.Programs}
+	if err := whole.Validate(); err != nil {
+		return nil, err
+	}
+	return wire.Marshal(whole)
 }
 
 // TaskOrder lists a pipeline's tasks (Job and Workflow empty) in the order

@@ -80,6 +80,11 @@ type Error struct {
 	// Leader is the node id (and Addr its address) to redirect to with CodeNotLeader.
 	Leader     string `cbor:"4,keyasint,omitempty"`
 	LeaderAddr string `cbor:"5,keyasint,omitempty"`
+	// Field names the job-file field a rejected submission is refused for,
+	// as the job file's problems name paths
+	// ("workflows[0].stages[1].tasks"), so the API can answer with its
+	// line.
+	Field string `cbor:"6,keyasint,omitempty"`
 }
 
 func (*Error) Type() MsgType { return TypeError }

@@ -200,6 +200,11 @@ type WorkflowDispatch struct {
 	// Worker names the worker this dispatch is for; a worker refuses one
 	// addressed to another (an insider replaying it elsewhere).
 	Worker string `cbor:"18,keyasint,omitempty"`
+	// Slot, when set, names the slot the workflow shares its cores in
+	// (a RainStorm pipeline's tasks, docs/rainstorm.md "Placement"): the
+	// first dispatch of a slot on a worker allocates Cores for it, later
+	// ones join that allocation, and it is freed when the last one ends.
+	Slot string `cbor:"19,keyasint,omitempty"`
 }
 
 // WorkflowDispatchAck answers a WorkflowDispatch.

@@ -112,3 +112,52 @@ func TestCoreSetRefusalSaysWhy(t *testing.T) {
 		t.Fatal("out-of-range cores must have no owner")
 	}
 }
+
+// The tasks of one pipeline slot share one allocation: the first takes the
+// slot's cores, later ones join without taking more, and the cores come
+// back only when the last of them ends.
+func TestCoreSetSlotShares(t *testing.T) {
+	s := NewCoreSet(2)
+	a, err := s.AllocateIn("j-1", "j/p/0", 1)
+	if err != nil || !slices.Equal(a, []int{0}) {
+		t.Fatalf("first of slot: %v, %v", a, err)
+	}
+	for _, wf := range []string{"j-2", "j-3"} {
+		got, err := s.AllocateIn(wf, "j/p/0", 1)
+		if err != nil || !slices.Equal(got, []int{0}) {
+			t.Fatalf("%s joins slot: %v, %v", wf, got, err)
+		}
+	}
+	if s.Available() != 1 || s.Owner(0) != "slot j/p/0" {
+		t.Fatalf("three tasks of one slot: %d free, core 0 held by %q", s.Available(), s.Owner(0))
+	}
+	if _, err := s.AllocateIn("j-2", "j/p/0", 1); err == nil {
+		t.Fatal("a workflow joined its slot twice")
+	}
+	// Another slot takes the other core; a third finds none.
+	if got, err := s.AllocateIn("j-4", "j/p/1", 1); err != nil || !slices.Equal(got, []int{1}) {
+		t.Fatalf("second slot: %v, %v", got, err)
+	}
+	var ic *InsufficientCoresError
+	if _, err := s.AllocateIn("j-5", "j/p/2", 1); !errors.As(err, &ic) {
+		t.Fatalf("third slot on a full worker: %v", err)
+	}
+	for _, wf := range []string{"j-1", "j-3"} {
+		if n := s.Free(wf); n != 0 {
+			t.Fatalf("free %s while its slot still runs = %d, want 0", wf, n)
+		}
+		if s.Available() != 0 {
+			t.Fatalf("a slot's core came free with a task still in it")
+		}
+	}
+	if !slices.Equal(s.Cores("j-2"), []int{0}) || s.Cores("j-1") != nil {
+		t.Fatalf("Cores after partial free: j-2 %v, j-1 %v", s.Cores("j-2"), s.Cores("j-1"))
+	}
+	if n := s.Free("j-2"); n != 1 || s.Available() != 1 || s.Owner(0) != "" {
+		t.Fatalf("the slot's last task freed %d; %d available, core 0 held by %q", n, s.Available(), s.Owner(0))
+	}
+	// The slot can start again on this worker (a replacement).
+	if got, err := s.AllocateIn("j-1", "j/p/0", 1); err != nil || !slices.Equal(got, []int{0}) {
+		t.Fatalf("slot again: %v, %v", got, err)
+	}
+}

@@ -92,14 +92,14 @@ func (w *Worker) handleDispatch(ctx context.Context, from transport.Peer, d *wir
 	if reply, decided, err := w.admitLocked(d, true); decided {
 		return reply, err
 	}
-	cores, err := w.cores.Allocate(d.WorkflowID, spec.Cores)
+	cores, err := w.cores.AllocateIn(d.WorkflowID, d.Slot, spec.Cores)
 	if err != nil {
 		return w.refuseLocked(d, "%v", err), nil
 	}
 	w.contact.touch(w.now()) // a dispatch comes from a leader
 	e := w.startLocked(d, spec, runner, cores)
 	e.blobs = blobs
-	e.log.Info("workflow started", "type", spec.Type, "cores", cores, "fence", d.FenceToken, "attempt", d.Attempt)
+	e.log.Info("workflow started", "type", spec.Type, "cores", cores, "slot", d.Slot, "fence", d.FenceToken, "attempt", d.Attempt)
 	return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: cores, AvailableCores: w.cores.Available()}, nil
 }
 

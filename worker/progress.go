@@ -215,7 +215,11 @@ func (w *Worker) sendProgress(ctx context.Context, e *execution, p *wire.Workflo
 	w.contact.touch(ackedContact(sent, w.now(), ack.QuorumAge))
 	if ack.Cancel {
 		w.mu.Lock()
-		stopped := w.stopLocked(e, wire.WorkflowCancelled, "cancelled by manager")
+		// The cancel answers the attempt p reported. A newer dispatch may
+		// have adopted the run since (e.fence moved on): the manager wants
+		// that attempt, and stopping it here would fail it in the old
+		// one's place.
+		stopped := e.fence == p.FenceToken && w.stopLocked(e, wire.WorkflowCancelled, "cancelled by manager")
 		w.mu.Unlock()
 		if stopped {
 			e.log.Info("manager asked to cancel workflow", "manager", addr)

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,5 +164,32 @@ func TestLeaderSwitchOnProgressAck(t *testing.T) {
 	regs := m2.registrations()
 	if len(regs) == 0 || len(regs[0].ActiveWorkflows) != 1 || regs[0].ActiveWorkflows[0].WorkflowID != "wf" {
 		t.Fatalf("m2 registrations: %+v", regs)
+	}
+}
+
+// A manager's answer to an old attempt's progress asks to cancel that
+// attempt; when a newer dispatch adopted the run while the report was on
+// its way, the run goes on under the newer token. Before, the answer
+// stopped the adopted run, and the manager counted the newer attempt as
+// failed ("cancelled by manager"): a pipeline task whose worker SWIM took
+// for dead and back used up its retries so.
+func TestCancelOfAnAdoptedRunsOldAttemptIsIgnored(t *testing.T) {
+	h := startHarness(t, harnessOption{})
+	h.waitRegistered(t, h.m)
+	var once sync.Once
+	h.m.setProgress(func(p *wire.WorkflowProgress) (wire.Message, error) {
+		cancel := false
+		if p.FenceToken == 1 {
+			once.Do(func() {
+				h.m.mustStart(t, "w1", dispatchOf("j", "wf", sleepSpec(t, 2*time.Second, 1), 2)) // adopted
+				cancel = true
+			})
+		}
+		return &wire.ProgressAck{WorkflowID: p.WorkflowID, Leader: "m1", Cancel: cancel}, nil
+	})
+	h.m.mustStart(t, "w1", dispatchOf("j", "wf", sleepSpec(t, 2*time.Second, 1), 1))
+	final := h.m.waitFinal(t, "wf")
+	if final.Status != wire.WorkflowCompleted || final.FenceToken != 2 {
+		t.Fatalf("final %s under token %d (%s), want COMPLETED under the adopting token 2", final.Status, final.FenceToken, final.Error)
 	}
 }

@@ -8,3 +8,11 @@ package workflow
 type Expander interface {
 	Expand(params []byte) ([][]byte, error)
 }
+
+// PartsChecker is implemented by an Expander whose parts are only valid
+// together (a pipeline's tasks refer to the first task's spec rather than
+// each carrying a copy): the job model checks every group of its parts
+// with it.
+type PartsChecker interface {
+	CheckParts(parts [][]byte) error
+}
