@@ -16,15 +16,18 @@ import (
 	"tempest/wire"
 )
 
-// rsTwoWorkers runs rsJob's two tasks on two one-core workers and returns
-// the leader, the job id, and each task's worker and token (source first).
+// rsTwoWorkers runs a pipeline whose count stage has two tasks on two
+// one-core workers: slot 0 (the source and count/0) on one, slot 1
+// (count/1) on the other. It returns the leader, the job id, and the
+// worker and token of the source and of count/1, the "sink" the tests
+// address (sinkTask).
 func rsTwoWorkers(t *testing.T, blob string) (c *testCluster, lead *Manager, job string, workers [2]string, tokens [2]uint64) {
 	t.Helper()
 	c = newRainstormCluster(t, nil)
 	c.addWorker("w1", 1)
 	c.addWorker("w2", 1)
 	lead = waitCores(t, c, 2)
-	sub := rsJob(t)
+	sub := rsSpecJob(t, rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}}, "")
 	if blob != "" {
 		sub = rsFileJob(t, blob)
 	}
@@ -33,10 +36,11 @@ func rsTwoWorkers(t *testing.T, blob string) (c *testCluster, lead *Manager, job
 		t.Fatal(err)
 	}
 	job = ack.JobID
-	for k := range 2 {
-		tokens[k] = taskToken(t, lead, job, k, 0)
-		workers[k] = lead.rsTaskInfo(wire.RainstormTask{Job: job, Workflow: "pipe", Stage: k}).worker
+	for k, order := range [2]int{0, 2} { // task order: source, count/0, count/1
+		tokens[k] = taskToken(t, lead, job, order, 0)
 	}
+	workers[0] = lead.rsTaskInfo(wire.RainstormTask{Job: job, Workflow: "pipe"}).worker
+	workers[1] = lead.rsTaskInfo(sinkTask(job)).worker
 	if workers[0] == workers[1] {
 		t.Fatalf("both tasks on %s", workers[0])
 	}
@@ -47,14 +51,20 @@ func rsTwoWorkers(t *testing.T, blob string) (c *testCluster, lead *Manager, job
 	return c, lead, job, workers, tokens
 }
 
-// rsFileJob is rsJob reading a `file:` source uploaded as blob sum.
-func rsFileJob(t *testing.T, sum string) *wire.JobSubmission {
+// sinkTask is the task of rsTwoWorkers's pipeline alone in its slot.
+func sinkTask(job string) wire.RainstormTask {
+	return wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1, Index: 1}
+}
+
+// rsSpecJob is a pipeline reading source, counted by two tasks (two
+// slots), with blob the file source's blob ("" for none).
+func rsSpecJob(t *testing.T, source rainstorm.Source, blob string) *wire.JobSubmission {
 	t.Helper()
 	spec := &rainstorm.Spec{
-		Source: rainstorm.Source{File: "in.csv", Header: true},
-		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: 1, Key: "key"}},
+		Source: source,
+		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: 2, Key: "key"}},
 	}
-	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec, Blob: sum})
+	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec, Blob: blob})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +80,13 @@ func rsFileJob(t *testing.T, sum string) *wire.JobSubmission {
 	return sub
 }
 
+// rsFileJob is rsTwoWorkers's pipeline reading a `file:` source uploaded
+// as blob sum.
+func rsFileJob(t *testing.T, sum string) *wire.JobSubmission {
+	t.Helper()
+	return rsSpecJob(t, rainstorm.Source{File: "in.csv", Header: true}, sum)
+}
+
 func callFrom(t *testing.T, tr transport.Transport, to string, msg wire.Message) (wire.Message, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -83,7 +100,7 @@ func callFrom(t *testing.T, tr transport.Transport, to string, msg wire.Message)
 // without learning a token, and each refusal is counted.
 func TestRainstormRequestsOnlyFromTheTaskWorker(t *testing.T) {
 	c, lead, job, workers, tokens := rsTwoWorkers(t, "")
-	sink := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
+	sink := sinkTask(job)
 	noToken := func(what, text string) {
 		t.Helper()
 		for _, tok := range tokens {
@@ -162,21 +179,23 @@ func TestRainstormRoutesShowOnlyNeighbours(t *testing.T) {
 			}
 			out = map[int]wire.RainstormRoute{}
 			for _, r := range resp.(*wire.RainstormRoutes).Routes {
-				out[r.Stage] = r
+				out[r.Stage*10+r.Index] = r
 			}
-			if len(out) != 2 || out[0].Addr == "" || out[1].Addr == "" {
+			if out[0].Addr == "" || out[11].Addr == "" {
 				return fmt.Errorf("routes %+v", out)
 			}
 			return nil
 		})
 		return out
 	}
+	// Routes are keyed stage*10+index: 0 the source, 10 and 11 count/0 and
+	// count/1.
 	src := routes(workers[0])
-	if src[0].Incarnation != tokens[0] || src[1].Incarnation != tokens[1] {
+	if src[0].Incarnation != tokens[0] || src[11].Incarnation != tokens[1] {
 		t.Errorf("the source's worker sees %+v: want its own and its downstream's incarnations", src)
 	}
 	sink := routes(workers[1])
-	if sink[1].Incarnation != tokens[1] || sink[0].Incarnation != 0 || sink[0].Addr == "" {
+	if sink[11].Incarnation != tokens[1] || sink[0].Incarnation != 0 || sink[0].Addr == "" {
 		t.Errorf("the sink's worker sees %+v: want its own incarnation and its upstream's address alone", sink)
 	}
 }
@@ -232,7 +251,7 @@ func TestBlobReadOnlyForDispatchedWork(t *testing.T) {
 func TestForgedProgressDoesNotMakeATaskWorker(t *testing.T) {
 	c, lead, job, _, tokens := rsTwoWorkers(t, "")
 	c.addWorker("evil", 1) // registered, runs nothing
-	sink := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
+	sink := sinkTask(job)
 	var wfID string
 	lead.mu.Lock()
 	for _, w := range lead.jobs[job].wfs {
