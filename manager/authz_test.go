@@ -60,24 +60,10 @@ func sinkTask(job string) wire.RainstormTask {
 // slots), with blob the file source's blob ("" for none).
 func rsSpecJob(t *testing.T, source rainstorm.Source, blob string) *wire.JobSubmission {
 	t.Helper()
-	spec := &rainstorm.Spec{
+	return expandJob(t, "rs", "pipe", &rainstorm.PipelineParams{Blob: blob, Spec: rainstorm.Spec{
 		Source: source,
 		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: 2, Key: "key"}},
-	}
-	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec, Blob: blob})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts, err := rainstorm.Type{}.Expand(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := &wire.JobSubmission{Name: "rs"}
-	for i, p := range parts {
-		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: "pipe", Type: rainstorm.TypeName, Cores: 1,
-			Params: p, Shard: i + 1, Shards: len(parts)})
-	}
-	return sub
+	}})
 }
 
 // rsFileJob is rsTwoWorkers's pipeline reading a `file:` source uploaded

@@ -18,9 +18,17 @@ import (
 func (t *workerTable) permits(n rainstorm.Need) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var why error
+	// The reason given is the closest worker's: one that has the kind of
+	// thing n asks for turned on ("not in exec.programs") says more than
+	// one that has it off; ties go to the lowest id, so the answer does
+	// not depend on map order.
+	var (
+		why     error
+		whyRank = 2
+		whyID   string
+	)
 	registered := 0
-	for _, e := range t.w {
+	for id, e := range t.w {
 		if !e.Registered || e.Gone {
 			continue
 		}
@@ -29,7 +37,13 @@ func (t *workerTable) permits(n rainstorm.Need) error {
 		if err == nil {
 			return nil
 		}
-		why = err
+		rank := 1
+		if c := e.Confinement; c != nil && ((n.Path != "" && len(c.SourceDirs) > 0) || (n.Path == "" && c.Exec)) {
+			rank = 0
+		}
+		if rank < whyRank || (rank == whyRank && id < whyID) {
+			why, whyRank, whyID = err, rank, id
+		}
 	}
 	if registered == 0 {
 		return fmt.Errorf("%w (no worker has registered yet)", rainstorm.Permits(nil, n))

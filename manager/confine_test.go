@@ -16,27 +16,13 @@ import (
 // program over tasks tasks, and a count.
 func execJob(t *testing.T, program string, tasks int) *wire.JobSubmission {
 	t.Helper()
-	spec := &rainstorm.Spec{
+	return expandJob(t, "rs-exec", "pipe", &rainstorm.PipelineParams{Spec: rainstorm.Spec{
 		Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}},
 		Stages: []rainstorm.Stage{
 			{Name: "op", Op: rainstorm.OpExec, Tasks: tasks, Command: []string{program}},
 			{Name: "count", Op: rainstorm.OpCount, Tasks: 1, Key: "1"},
 		},
-	}
-	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts, err := rainstorm.Type{}.Expand(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := &wire.JobSubmission{Name: "rs-exec"}
-	for i, p := range parts {
-		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: "pipe", Type: rainstorm.TypeName, Cores: 1,
-			Params: p, Shard: i + 1, Shards: len(parts)})
-	}
-	return sub
+	}})
 }
 
 // TestExecPipelineRefusedWhereNoWorkerAllowsIt: with exec off on every

@@ -28,20 +28,7 @@ func pipelineJob(t *testing.T, name string, widths ...int) *wire.JobSubmission {
 		}
 		spec.Stages = append(spec.Stages, st)
 	}
-	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts, err := rainstorm.Type{}.Expand(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := &wire.JobSubmission{Name: name}
-	for i, p := range parts {
-		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: name, Type: rainstorm.TypeName, Cores: 1,
-			Params: p, Shard: i + 1, Shards: len(parts)})
-	}
-	return sub
+	return expandJob(t, name, name, &rainstorm.PipelineParams{Spec: *spec})
 }
 
 // gangPipe is a submitted pipelineJob.

@@ -36,11 +36,17 @@ func (idleRunner) Run(ctx context.Context, _ workflow.Env) (workflow.Result, err
 // rsJob is a two-task pipeline: a generate source and one count task.
 func rsJob(t *testing.T) *wire.JobSubmission {
 	t.Helper()
-	spec := &rainstorm.Spec{
+	return expandJob(t, "rs", "pipe", &rainstorm.PipelineParams{Spec: rainstorm.Spec{
 		Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}},
 		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Tasks: 1, Key: "key"}},
-	}
-	b, err := wire.Marshal(&rainstorm.PipelineParams{Spec: *spec})
+	}})
+}
+
+// expandJob is a job named name of one pipeline, wf, expanded into its
+// tasks as the job file parser does.
+func expandJob(t *testing.T, name, wf string, pp *rainstorm.PipelineParams) *wire.JobSubmission {
+	t.Helper()
+	b, err := wire.Marshal(pp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,15 +54,14 @@ func rsJob(t *testing.T) *wire.JobSubmission {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub := &wire.JobSubmission{Name: "rs"}
+	sub := &wire.JobSubmission{Name: name}
 	for i, p := range parts {
-		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: "pipe", Type: rainstorm.TypeName, Cores: 1,
+		sub.Workflows = append(sub.Workflows, wire.WorkflowSpec{Name: wf, Type: rainstorm.TypeName, Cores: 1,
 			Params: p, Shard: i + 1, Shards: len(parts)})
 	}
 	return sub
 }
 
-// taskToken waits until task k of the job runs and returns its fence token.
 func taskToken(t *testing.T, m *Manager, job string, k int, not uint64) uint64 {
 	t.Helper()
 	var tok uint64
