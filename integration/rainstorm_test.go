@@ -624,7 +624,11 @@ func TestRainstormBadRecords(t *testing.T) {
 	}
 	want := countRows(counts)
 
-	c := startCluster(t, 1, 2, 3)
+	// The input is under the test's own directory, which the workers list
+	// beside the shared data (path: sources read only where they may).
+	wc := testWorkerConfig(t)
+	wc["source_dirs"] = append(wc["source_dirs"].([]string), dir)
+	c := startWith(t, devcluster.Options{Managers: 1, Workers: 2, CoresPerWorker: 3, WorkerConfig: wc})
 	job := func(onBad string) string {
 		return fmt.Sprintf(`name: bad
 timeout: 150s
