@@ -175,11 +175,7 @@ workflows:
 		return nil
 	})
 
-	code, stdout, stderr := runCLI(t, c, "submit", jf)
-	if code != 0 {
-		t.Fatalf("submit the example: exit %d: %s", code, stderr)
-	}
-	job := strings.TrimSpace(stdout)
+	job := submitCLI(t, c, jf)
 	diffRows(t, "by-category", c.finish(job, "by-category").Rows, countRows(telesparCounts(t, path)))
 	diffRows(t, "school-signs", c.finish(job, "school-signs").Rows, wantSchool)
 }

@@ -283,16 +283,12 @@ workflows:
 		t.Fatal(err)
 	}
 	c := startCluster(t, 3, 3, 3)
-	code, stdout, stderr := runCLI(t, c, "submit", jf)
-	if code != 0 {
-		t.Fatalf("submit: exit %d: %s", code, stderr)
-	}
-	id := strings.TrimSpace(stdout)
+	id := submitCLI(t, c, jf)
 	out := c.finish(id, "by-category")
 	diffRows(t, "file source", out.Rows, countRows(counts))
 
 	// watch shows each stage: tasks, tuples/s, records, restarts, bad records.
-	code, _, stderr = runCLI(t, c, "watch", id)
+	code, _, stderr := runCLI(t, c, "watch", id)
 	if code != 0 {
 		t.Fatalf("watch: exit %d: %s", code, stderr)
 	}
@@ -337,10 +333,7 @@ workflows:
 func TestRainstormExecCrashFailsJob(t *testing.T) {
 	path := signsPath(t)
 	dir := t.TempDir()
-	script := filepath.Join(dir, "crash.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 'crash.sh: cannot go on' >&2\nexit 3\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	script := writeProgram(t, dir, "crash.sh", "echo 'crash.sh: cannot go on' >&2\nexit 3\n")
 	c := startWith(t, devcluster.Options{Managers: 1, Workers: 2, CoresPerWorker: 3, WorkerConfig: testWorkerConfig(t, script)})
 	id := c.submit(fmt.Sprintf(`name: crash
 timeout: 120s
@@ -535,11 +528,7 @@ workflows:
 		t.Fatal(err)
 	}
 	c := startCluster(t, 3, 3, 3)
-	code, stdout, stderr := runCLI(t, c, "submit", jf)
-	if code != 0 {
-		t.Fatalf("submit: exit %d: %s", code, stderr)
-	}
-	id := strings.TrimSpace(stdout)
+	id := submitCLI(t, c, jf)
 	c.taskWorker(id, "low", 0)
 	leader := c.leader()
 	before, err := c.output(id, "low")
@@ -862,14 +851,10 @@ workflows:
 
 	// The file source goes up to the gate, which hands it to the
 	// datacenter with the job.
-	code, stdout, stderr := runCLI(t, c, "submit", jf)
-	if code != 0 {
-		t.Fatalf("submit: exit %d: %s", code, stderr)
-	}
-	id := strings.TrimSpace(stdout)
+	id := submitCLI(t, c, jf)
 	out := c.finish(id, "by-category")
 	diffRows(t, "filter→count through a gate", out.Rows, countRows(counts))
-	code, stdout, stderr = runCLI(t, c, "results", id, "--workflow", "by-category", "--format", "csv")
+	code, stdout, stderr := runCLI(t, c, "results", id, "--workflow", "by-category", "--format", "csv")
 	if code != 0 {
 		t.Fatalf("tempest results through a gate: exit %d: %s", code, stderr)
 	}

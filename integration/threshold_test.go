@@ -18,6 +18,17 @@ import (
 
 // runCLI runs the built tempest binary against the cluster, configured the
 // way a CI job would be: through TEMPEST_API and TEMPEST_TOKEN.
+// submitCLI submits jobFile with the real CLI, failing the test unless it
+// is accepted, and returns the job id.
+func submitCLI(t *testing.T, c *cluster, jobFile string) string {
+	t.Helper()
+	code, stdout, stderr := runCLI(t, c, "submit", jobFile)
+	if code != 0 {
+		t.Fatalf("submit %s: exit %d: %s", jobFile, code, stderr)
+	}
+	return strings.TrimSpace(stdout)
+}
+
 func runCLI(t *testing.T, c *cluster, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

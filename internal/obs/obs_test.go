@@ -217,21 +217,30 @@ func TestHandler(t *testing.T) {
 	obstest.Promtool(t, text)
 }
 
-// A scrape that names only node families (name[]) does not build the live
-// job series at all; one that names a job family, or none, does.
-func TestScrapeBuildsJobSeriesOnlyWhenAsked(t *testing.T) {
+// leadingManager is a registry with a leading manager's series (term 2)
+// whose live job series, one job jobID with 3 completed, count in built
+// each time they are built.
+func leadingManager(t *testing.T, jobID string) (*obs.Registry, *atomic.Int32) {
+	t.Helper()
 	reg := obs.NewRegistry()
-	var built atomic.Int32
+	built := new(atomic.Int32)
 	role := obs.Role{Name: "manager", Leads: "its datacenter",
 		Transport: func() transport.Transport { return nil },
 		Scrape:    func(chan<- prometheus.Metric) obs.RoleState { return obs.RoleState{Leading: true, Term: 2} },
 		Live: func() []obs.JobSeries {
 			built.Add(1)
-			return []obs.JobSeries{{JobID: "j1", Completed: 3}}
+			return []obs.JobSeries{{JobID: jobID, Completed: 3}}
 		}}
 	if err := role.Register(reg); err != nil {
 		t.Fatal(err)
 	}
+	return reg, built
+}
+
+// A scrape that names only node families (name[]) does not build the live
+// job series at all; one that names a job family, or none, does.
+func TestScrapeBuildsJobSeriesOnlyWhenAsked(t *testing.T) {
+	reg, built := leadingManager(t, "j1")
 	h := obs.Handler(reg, "", true)
 	for _, tc := range []struct {
 		query     string
@@ -271,18 +280,7 @@ func TestScrapeBuildsJobSeriesOnlyWhenAsked(t *testing.T) {
 // name: neither the live job part nor a node series that carries one (a
 // worker's per-workflow counters), and the live job series are not built.
 func TestHandlerWithoutJobsShowsNoJobOrWorkflowName(t *testing.T) {
-	reg := obs.NewRegistry()
-	var built atomic.Int32
-	role := obs.Role{Name: "manager", Leads: "its datacenter",
-		Transport: func() transport.Transport { return nil },
-		Scrape:    func(chan<- prometheus.Metric) obs.RoleState { return obs.RoleState{Leading: true, Term: 2} },
-		Live: func() []obs.JobSeries {
-			built.Add(1)
-			return []obs.JobSeries{{JobID: "secret-job-id", Completed: 3}}
-		}}
-	if err := role.Register(reg); err != nil {
-		t.Fatal(err)
-	}
+	reg, built := leadingManager(t, "secret-job-id")
 	perWorkflow := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tempest_worker_iterations_total", Help: "h"}, []string{"job_id", "workflow", "result"})
 	perWorkflow.WithLabelValues("secret-job-id", "secret-workflow", "ok").Add(4)
 	cores := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tempest_worker_cores", Help: "h"}, []string{"state"})
