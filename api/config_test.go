@@ -2,10 +2,12 @@ package api
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"tempest/internal/report"
 	"tempest/workflow"
 )
 
@@ -58,8 +60,9 @@ func TestServerConfigValidate(t *testing.T) {
 func TestResultsCSV(t *testing.T) {
 	res := &Results{JobID: "j", Workflows: []WorkflowStatus{
 		{Name: "=cmd()", CompletedCount: 3, FailedCount: 1},
-		{Name: "get", Steps: []StepSummary{
-			{Name: "a,b", Completed: 2, P50Ms: 0.1234, MaxMs: 9},
+		{Name: "get", ElapsedSeconds: 4, Steps: []StepSummary{
+			{Name: "a,b", Completed: 2, P50Ms: 0.1234, P95Ms: 1.5, P999Ms: 7.25, MaxMs: 9,
+				Statuses: map[string]int64{"200": 2, "302": 2, "500": 5}, Errors: map[string]int64{"status": 5, "=x": 1}},
 			{Name: "@x", Failed: 1, Checks: []CheckSummary{{Name: "ok", Passed: 3, Failed: 1}, {Name: "fast", Passed: 4}}},
 		}},
 	}}
@@ -67,10 +70,11 @@ func TestResultsCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms,checks_passed,checks_failed,checks\n" +
-		"'=cmd(),,3,1,,,,,,,\n" +
-		"get,\"a,b\",2,0,0.123,0.000,0.000,9.000,0,0,\n" +
-		"get,'@x,0,1,0.000,0.000,0.000,0.000,7,1,ok=3/1; fast=4/0\n"
+	want := "workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms,checks_passed,checks_failed,checks," +
+		"rps,p95_ms,p999_ms,statuses,errors\n" +
+		"'=cmd(),,3,1,,,,,,,,,,,,\n" +
+		"get,\"a,b\",2,0,0.123,0.000,0.000,9.000,0,0,,0.5,1.500,7.250,500=5; 200=2; 302=2,status=5; =x=1\n" +
+		"get,'@x,0,1,0.000,0.000,0.000,0.000,7,1,ok=3/1; fast=4/0,0.2,0.000,0.000,,\n"
 	if string(b) != want {
 		t.Errorf("csv:\n%s\nwant:\n%s", b, want)
 	}
@@ -109,5 +113,27 @@ func TestRequestHelpers(t *testing.T) {
 		if got := retryAfterHeader(d); got != want {
 			t.Errorf("retryAfterHeader(%s) = %s, want %s", d, got, want)
 		}
+	}
+}
+
+// TestReportPipeline: the report sums a pipeline's tasks by stage (a
+// restart is an attempt past the first) and shows the head of its output
+// while saying how many rows there are.
+func TestReportPipeline(t *testing.T) {
+	out := &PipelineOutput{Header: []string{"key", "value"}, Complete: true,
+		Rows: [][]string{{"a", "1"}, {"b", "2"}, {"c", "3"}},
+		Tasks: []PipelineTask{
+			{Stage: 0, Name: "source", Attempts: 1, Records: 10, RecordsOut: 9, Bad: 1},
+			{Stage: 1, Index: 0, Name: "count", Attempts: 2, Records: 4, RecordsOut: 2},
+			{Stage: 1, Index: 1, Name: "count", Attempts: 1, Records: 5, RecordsOut: 1},
+		}}
+	stages, o := reportPipeline(out, 2)
+	want := []report.Stage{{Name: "source", Tasks: 1, Records: 10, RecordsOut: 9, Bad: 1},
+		{Name: "count", Tasks: 2, Records: 9, RecordsOut: 3, Restarts: 1}}
+	if !reflect.DeepEqual(stages, want) {
+		t.Errorf("stages = %+v, want %+v", stages, want)
+	}
+	if o.Total != 3 || len(o.Rows) != 2 || !o.Complete || o.Header[0] != "key" {
+		t.Errorf("output = %+v", o)
 	}
 }

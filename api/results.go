@@ -2,9 +2,12 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/csv"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -12,7 +15,7 @@ import (
 // csvHeader is the header row of GET /v1/jobs/{id}/results?format=csv.
 func csvHeader() []string {
 	return []string{"workflow", "step", "completed", "failed", "p50_ms", "p90_ms", "p99_ms", "max_ms",
-		"checks_passed", "checks_failed", "checks"}
+		"checks_passed", "checks_failed", "checks", "rps", "p95_ms", "p999_ms", "statuses", "errors"}
 }
 
 func (s *Server) jobResults(w http.ResponseWriter, r *http.Request) {
@@ -66,11 +69,17 @@ func (s *Server) jobResults(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// ResultsCSV renders results as CSV, one row per workflow step, with the
-// header workflow,step,completed,failed,p50_ms,p90_ms,p99_ms,max_ms,
-// checks_passed,checks_failed,checks; the last is every check of the step
-// as name=passed/failed, separated by "; ". A workflow without steps gets
-// one row with an empty step and its own counts, so every workflow appears.
+// ResultsCSV renders results as CSV, one row per workflow step, holding what
+// the terminal summary shows. The header is workflow,step,completed,failed,
+// p50_ms,p90_ms,p99_ms,max_ms,checks_passed,checks_failed,checks,rps,p95_ms,
+// p999_ms,statuses,errors: the columns since "rps" were added after the
+// first eleven and follow them, so a reader that takes columns by position
+// keeps working. checks is every check of the step as name=passed/failed,
+// statuses and errors are counts by HTTP status and by failure class as
+// key=count, largest first, all separated by "; ". rps is requests (completed
+// and failed) over the workflow's run time, empty when the run time is not
+// known. A workflow without steps gets one row with an empty step and its
+// own counts, so every workflow appears.
 func ResultsCSV(res *Results) ([]byte, error) {
 	var buf bytes.Buffer
 	cw := csv.NewWriter(&buf)
@@ -79,7 +88,8 @@ func ResultsCSV(res *Results) ([]byte, error) {
 	}
 	for _, wf := range res.Workflows {
 		if len(wf.Steps) == 0 {
-			row := []string{csvText(wf.Name), "", itoa(wf.CompletedCount), itoa(wf.FailedCount), "", "", "", "", "", "", ""}
+			row := make([]string, len(csvHeader()))
+			row[0], row[2], row[3] = csvText(wf.Name), itoa(wf.CompletedCount), itoa(wf.FailedCount)
 			if err := cw.Write(row); err != nil {
 				return nil, err
 			}
@@ -95,7 +105,9 @@ func ResultsCSV(res *Results) ([]byte, error) {
 			}
 			row := []string{csvText(wf.Name), csvText(st.Name), itoa(st.Completed), itoa(st.Failed),
 				ms(st.P50Ms), ms(st.P90Ms), ms(st.P99Ms), ms(st.MaxMs),
-				itoa(passed), itoa(failed), csvText(strings.Join(checks, "; "))}
+				itoa(passed), itoa(failed), csvText(strings.Join(checks, "; ")),
+				perSecond(st.Completed+st.Failed, wf.ElapsedSeconds), ms(st.P95Ms), ms(st.P999Ms),
+				csvText(countsText(st.Statuses)), csvText(countsText(st.Errors))}
 			if err := cw.Write(row); err != nil {
 				return nil, err
 			}
@@ -113,6 +125,26 @@ func csvText(s string) string {
 		return "'" + s
 	}
 	return s
+}
+
+// perSecond is n per second over secs, or empty when the run time is unknown.
+func perSecond(n int64, secs float64) string {
+	if secs <= 0 {
+		return ""
+	}
+	return strconv.FormatFloat(float64(n)/secs, 'f', 1, 64)
+}
+
+// countsText writes counts as key=count, largest first (then by key), so
+// the same counts always give the same cell.
+func countsText(m map[string]int64) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(cmp.Compare(m[b], m[a]), cmp.Compare(a, b)) })
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + itoa(m[k])
+	}
+	return strings.Join(parts, "; ")
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -23,8 +23,10 @@ func (s *Server) jobResultsHTML(ctx context.Context, w http.ResponseWriter, r *h
 	} else if !errors.Is(err, context.Canceled) {
 		s.log.Debug("job status for the HTML report", "job_id", res.JobID, "err", err)
 	}
+	j := ReportJob(res, st, s.cfg.Now())
+	s.addPipelines(ctx, j, res)
 	var buf bytes.Buffer
-	if err := report.Render(&buf, ReportJob(res, st, s.cfg.Now())); err != nil {
+	if err := report.Render(&buf, j); err != nil {
 		s.fail(w, r, fmt.Errorf("results of job %s as HTML: %w", res.JobID, err))
 		return
 	}
@@ -37,6 +39,51 @@ func (s *Server) jobResultsHTML(ctx context.Context, w http.ResponseWriter, r *h
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf.Bytes())
+}
+
+// reportRows is how many of a pipeline's output rows the report shows: a
+// glance at the output, not the output (`tempest results --workflow` is).
+const reportRows = 50
+
+// addPipelines fills in each RainStorm workflow's stages and the head of
+// its output, where this node serves pipelines' output. A failure leaves
+// that workflow without them (the rest of the report stands) and is logged.
+func (s *Server) addPipelines(ctx context.Context, j *report.Job, res *Results) {
+	ob, ok := s.backend.(OutputBackend)
+	if !ok {
+		return
+	}
+	for i, ws := range res.Workflows {
+		if ws.Type != "rainstorm" {
+			continue
+		}
+		out, err := ob.PipelineOutput(ctx, res.JobID, ws.Name, true)
+		if err != nil {
+			s.log.Debug("pipeline output for the HTML report", "job_id", res.JobID, "workflow", ws.Name, "err", err)
+			continue
+		}
+		j.Workflows[i].Stages, j.Workflows[i].Output = reportPipeline(out, reportRows)
+	}
+}
+
+// reportPipeline sums a pipeline's tasks by stage and keeps the first rows
+// of its output.
+func reportPipeline(out *PipelineOutput, rows int) ([]report.Stage, *report.Output) {
+	var stages []report.Stage
+	for _, t := range out.Tasks {
+		for len(stages) <= t.Stage {
+			stages = append(stages, report.Stage{})
+		}
+		st := &stages[t.Stage]
+		st.Name = t.Name
+		st.Tasks++
+		st.Records += t.Records
+		st.RecordsOut += t.RecordsOut
+		st.Bad += t.Bad
+		st.Restarts += max(t.Attempts-1, 0)
+	}
+	return stages, &report.Output{Header: out.Header, Rows: out.Rows[:min(rows, len(out.Rows))],
+		Total: len(out.Rows), Complete: out.Complete}
 }
 
 // ReportJob converts results (and the job's status, if known; st may be
@@ -62,7 +109,8 @@ func ReportJob(res *Results, st *JobStatus, now time.Time) *report.Job {
 
 func reportWorkflow(ws *WorkflowStatus) report.Workflow {
 	wf := report.Workflow{Name: ws.Name, Type: ws.Type, Status: string(ws.Status),
-		Completed: ws.CompletedCount, Failed: ws.FailedCount, Dropped: ws.DroppedIterations, Error: ws.Error}
+		Completed: ws.CompletedCount, Failed: ws.FailedCount, Dropped: ws.DroppedIterations, Error: ws.Error,
+		ElapsedSeconds: ws.ElapsedSeconds}
 	for _, t := range ws.Thresholds {
 		wf.Thresholds = append(wf.Thresholds, report.Threshold{Expr: t.Expr, Step: t.Step, Passed: t.Passed, Actual: t.Actual})
 	}

@@ -274,8 +274,9 @@ func TestEndpoints(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := [][]string{
-				{"workflow", "step", "completed", "failed", "p50_ms", "p90_ms", "p99_ms", "max_ms", "checks_passed", "checks_failed", "checks"},
-				{"get", "root", "10", "1", "1.500", "2.000", "3.250", "4.000", "0", "0", ""},
+				{"workflow", "step", "completed", "failed", "p50_ms", "p90_ms", "p99_ms", "max_ms", "checks_passed", "checks_failed", "checks",
+					"rps", "p95_ms", "p999_ms", "statuses", "errors"},
+				{"get", "root", "10", "1", "1.500", "2.000", "3.250", "4.000", "0", "0", "", "", "0.000", "0.000", "", ""},
 			}
 			if fmt.Sprint(rows) != fmt.Sprint(want) {
 				t.Errorf("csv %q, want %q", rows, want)

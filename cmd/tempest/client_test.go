@@ -330,7 +330,7 @@ func TestCancelResultsJobsCluster(t *testing.T) {
 	t.Run("results", func(t *testing.T) {
 		code, stdout, _ := c.run(runResults, "j1", "--format", "csv")
 		rows, err := csv.NewReader(strings.NewReader(stdout)).ReadAll()
-		if code != exitOK || err != nil || len(rows) != 2 || strings.Join(rows[1], ",") != "get,root,3,0,1.000,2.000,3.000,4.000,0,0," {
+		if code != exitOK || err != nil || len(rows) != 2 || strings.Join(rows[1], ",") != "get,root,3,0,1.000,2.000,3.000,4.000,0,0,,,0.000,0.000,," {
 			t.Errorf("csv: exit %d, %v, %q", code, err, stdout)
 		}
 		code, stdout, _ = c.run(runResults, "j1")

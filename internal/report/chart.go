@@ -30,22 +30,36 @@ type chart struct {
 	XTicks, YTicks []tick
 	Lines          []line
 	legendNext     float64 // x of the next legend entry
+	legendRow      int     // row of the next legend entry
 }
 
 type tick struct {
-	Pos   float64
-	Label string
+	Pos    float64
+	Label  string
+	Anchor string // text-anchor of an x tick's label: "middle", or "end" at the right edge
 }
 
 type line struct {
 	Name    string
 	Color   string
 	Points  string  // SVG polyline points: "x,y x,y ..."
-	LegendX float64 // where its legend entry starts, in the title row
+	LegendX float64 // where its legend entry starts
+	LegendY float64 // the top of its legend row
 }
 
-// legendStart leaves room for the title before the first legend entry.
-const legendStart = 240
+// The legend sits in rows under the x axis's label, as many as its
+// entries need: a row above the plot had room for two short names, and
+// one entry per step pushed the rest off the drawing.
+const (
+	legendTop    = 44 // below the plot's bottom
+	legendRowH   = 16
+	legendGap    = 16  // between entries
+	charW        = 6.5 // about one character at the labels' 11px font
+	legendMarker = 14  // the swatch and its gap
+)
+
+// textWidth estimates a label's width at the charts' 11px font.
+func textWidth(s string) float64 { return charW * float64(len([]rune(s))) }
 
 // axis maps data values onto a pixel range.
 type axis struct {
@@ -79,13 +93,36 @@ func (c *chart) addLine(name string, xs, ys []float64, x, y axis) {
 		b.WriteByte(',')
 		b.WriteString(num(y.px(ys[i])))
 	}
+	w := legendMarker + textWidth(name)
 	if c.legendNext == 0 {
-		c.legendNext = legendStart
+		c.legendNext = c.Left
+	} else if c.legendNext+w > float64(c.W) {
+		c.legendNext = c.Left
+		c.legendRow++
 	}
 	c.Lines = append(c.Lines, line{Name: name, Color: palette[len(c.Lines)%len(palette)],
-		Points: b.String(), LegendX: c.legendNext})
-	// About 6.5 units a character at the legend's 11px font.
-	c.legendNext += 14 + 6.5*float64(len([]rune(name))) + 16
+		Points: b.String(), LegendX: c.legendNext, LegendY: c.Bottom + legendTop + float64(c.legendRow*legendRowH)})
+	c.legendNext += w + legendGap
+	c.H = int(c.Bottom) + legendTop + (c.legendRow+1)*legendRowH
+}
+
+// fitLeft widens the left margin to the longest value label, so a label
+// such as "123.5 s" is not cut off at the drawing's edge. Call it after
+// valueTicks and before the x axis is made.
+func (c *chart) fitLeft() {
+	for _, t := range c.YTicks {
+		c.Left = max(c.Left, textWidth(t.Label)+12)
+	}
+}
+
+// addXTick labels x position pos; a label that would reach past the
+// drawing's right edge ends at its tick instead of centring on it.
+func (c *chart) addXTick(pos float64, label string) {
+	anchor := "middle"
+	if pos+textWidth(label)/2 > float64(c.W)-2 {
+		anchor = "end"
+	}
+	c.XTicks = append(c.XTicks, tick{Pos: pos, Label: label, Anchor: anchor})
 }
 
 // valueTicks labels a linear axis from 0 to max at round steps.
@@ -131,6 +168,10 @@ func fmtMs(v float64) string {
 	switch {
 	case v == 0:
 		return "0"
+	case v >= 100_000:
+		return strconv.FormatFloat(v/1000, 'f', 0, 64) + " s"
+	case v >= 10_000:
+		return strconv.FormatFloat(v/1000, 'f', 1, 64) + " s"
 	case v >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64) + " ms"
 	case v >= 1:
@@ -169,26 +210,37 @@ func bucket(series []Second) []Second {
 	return out
 }
 
+// timeSteps are the offsets between time labels a reader finds round.
+var timeSteps = [...]float64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400}
+
 // timeTicks labels the time axis at about six round offsets.
 func (c *chart) timeTicks(x axis) {
 	span := x.max - x.min
-	step := niceMax(span / 6)
-	if step < 1 {
-		step = 1
+	step := timeSteps[len(timeSteps)-1]
+	for _, s := range timeSteps {
+		if s >= span/6 {
+			step = s
+			break
+		}
 	}
 	long := x.max >= 120 // one style of label along the whole axis
 	for v := math.Ceil(x.min/step) * step; v <= x.max+1e-9; v += step {
-		c.XTicks = append(c.XTicks, tick{Pos: x.px(v), Label: fmtSeconds(v, long)})
+		c.addXTick(x.px(v), fmtSeconds(v, long))
 	}
 }
 
-// fmtSeconds labels an offset as "90s", or with long as "1m30s".
+// fmtSeconds labels an offset as "90s", or with long as "1m30s" or "2h5m"
+// (an hours-long run's labels need no seconds).
 func fmtSeconds(v float64, long bool) string {
 	s := int64(v)
-	if !long {
+	switch {
+	case !long:
 		return strconv.FormatInt(s, 10) + "s"
-	}
-	if s%60 == 0 {
+	case s >= 3600 && s%3600 == 0:
+		return strconv.FormatInt(s/3600, 10) + "h"
+	case s >= 3600:
+		return strconv.FormatInt(s/3600, 10) + "h" + strconv.FormatInt(s%3600/60, 10) + "m"
+	case s%60 == 0:
 		return strconv.FormatInt(s/60, 10) + "m"
 	}
 	return strconv.FormatInt(s/60, 10) + "m" + strconv.FormatInt(s%60, 10) + "s"
@@ -222,12 +274,13 @@ func timeChart(title, yLabel string, series []Second, a, b string, format func(f
 		as[i], bs[i] = value(p)
 		top = max(top, as[i], bs[i])
 	}
-	x := c.xAxis(xs[0], max(xs[len(xs)-1], xs[0]+1))
 	y := c.yAxis(niceMax(top))
+	c.valueTicks(y, format)
+	c.fitLeft()
+	x := c.xAxis(xs[0], max(xs[len(xs)-1], xs[0]+1))
 	c.addLine(a, xs, as, x, y)
 	c.addLine(b, xs, bs, x, y)
 	c.timeTicks(x)
-	c.valueTicks(y, format)
 	return c
 }
 
@@ -242,8 +295,10 @@ func distributionChart(steps []Step) *chart {
 			top = max(top, d.Ms)
 		}
 	}
-	x := c.xAxis(tailPos(50), tailPos(99.99))
 	y := c.yAxis(niceMax(top))
+	c.valueTicks(y, fmtMs)
+	c.fitLeft()
+	x := c.xAxis(tailPos(50), tailPos(99.99))
 	for _, s := range steps {
 		var xs, ys []float64
 		for _, d := range s.Distribution {
@@ -258,9 +313,8 @@ func distributionChart(steps []Step) *chart {
 		}
 	}
 	for _, p := range []float64{50, 90, 99, 99.9, 99.99} {
-		c.XTicks = append(c.XTicks, tick{Pos: x.px(tailPos(p)), Label: "p" + strconv.FormatFloat(p, 'f', -1, 64)})
+		c.addXTick(x.px(tailPos(p)), "p"+strconv.FormatFloat(p, 'f', -1, 64))
 	}
-	c.valueTicks(y, fmtMs)
 	return c
 }
 

@@ -38,6 +38,32 @@ type Workflow struct {
 	// (the run has not ended, or its worker predates series).
 	Series []Second
 	Steps  []Step
+	// ElapsedSeconds is the run's time on its worker (zero if unknown); a
+	// last second of Series that it does not cover whole is partial.
+	ElapsedSeconds float64
+	// Stages and Output are a RainStorm pipeline's: its stages' counters
+	// and the first rows of its output (nil when not a pipeline).
+	Stages []Stage
+	Output *Output
+}
+
+// Stage is one stage of a pipeline, its tasks' counters summed; stage 0
+// is the source.
+type Stage struct {
+	Name       string
+	Tasks      int
+	Records    int64 // taken in
+	RecordsOut int64 // passed on, or output
+	Bad        int64
+	Restarts   int
+}
+
+// Output is the head of a pipeline's output.
+type Output struct {
+	Header   []string
+	Rows     [][]string // the first rows only
+	Total    int        // rows in the whole output
+	Complete bool       // every last-stage task finished: the rows are final
 }
 
 // Threshold is one threshold's verdict.

@@ -67,6 +67,28 @@ func TestRender(t *testing.T) {
 			notWant: []string{"<svg", "<h3>Steps"},
 		},
 		{
+			name: "no thresholds",
+			job: func() *Job {
+				j := sampleJob(5, "a")
+				j.Workflows[0].Thresholds, j.ThresholdsFailed = nil, false
+				return j
+			}(),
+			want:    []string{"Throughput"},
+			notWant: []string{"thresholds<b", "<h3>Thresholds"},
+		},
+		{
+			name: "pipeline",
+			job: &Job{ID: "j-3", Status: "COMPLETED", Workflows: []Workflow{{Name: "signs", Type: "rainstorm",
+				Stages: []Stage{{Name: "source", Tasks: 1, Records: 15564, RecordsOut: 15564},
+					{Name: "count <by>", Tasks: 3, Records: 15564, RecordsOut: 412, Bad: 2, Restarts: 1}},
+				Output: &Output{Header: []string{"key", "value"}, Total: 412, Complete: true,
+					Rows: [][]string{{"Punched Telespar", "2040"}, {"<i>x</i>", "1"}}}}}},
+			want: []string{"<h3>Stages", "<td>count &lt;by&gt;</td><td>3</td><td>15564</td><td>412</td><td>2</td><td>1</td>",
+				"<h3>Output", "412 rows, the first 2 shown", "<th>key</th><th>value</th>", "<td>Punched Telespar</td><td>2040</td>",
+				"&lt;i&gt;x&lt;/i&gt;"},
+			notWant: []string{"not final", "No per-second series", "thresholds<b", "<i>x</i>"},
+		},
+		{
 			name: "single second",
 			job:  sampleJob(1, "a"),
 			want: []string{"Throughput", "<polyline"},
@@ -111,6 +133,30 @@ func TestRenderSizeBounded(t *testing.T) {
 	}
 	if big > small*11/10 {
 		t.Fatalf("report of an hour is %d bytes, of %d s %d: bucketing is not bounding it", big, maxPoints, small)
+	}
+}
+
+// TestPartialLastSecondLeftOut: a run of 9.2 s has a tenth second with a
+// fifth of a second's requests; drawn, it would plunge the throughput line.
+func TestPartialLastSecondLeftOut(t *testing.T) {
+	j := sampleJob(10, "a")
+	j.Workflows[0].Series[9].Completed = 20
+	for _, tc := range []struct {
+		elapsed float64
+		points  int
+	}{{9.2, 9}, {10, 10}, {0, 10}, {10.4, 10}} {
+		j.Workflows[0].ElapsedSeconds = tc.elapsed
+		out := render(t, j)
+		i := strings.Index(out, `<polyline`)
+		if i < 0 {
+			t.Fatal("no line drawn")
+		}
+		pts := out[i:]
+		pts = pts[strings.Index(pts, `points="`)+len(`points="`):]
+		pts = pts[:strings.IndexByte(pts, '"')]
+		if got := len(strings.Fields(pts)); got != tc.points {
+			t.Errorf("elapsed %.1f s: throughput has %d points, want %d", tc.elapsed, got, tc.points)
+		}
 	}
 }
 

@@ -11,6 +11,9 @@ type view struct {
 	Duration  string
 	Generated string
 	Workflows []workflowView
+	// HasThresholds: some workflow has a verdict; without one the header
+	// has no thresholds card (it would say "passed" about nothing).
+	HasThresholds bool
 }
 
 type workflowView struct {
@@ -31,9 +34,10 @@ func newView(j *Job) view {
 	for i := range j.Workflows {
 		wf := &j.Workflows[i]
 		wv := workflowView{Workflow: wf}
-		if len(wf.Series) > 0 {
-			wv.Throughput = throughputChart(wf.Series)
-			wv.Latency = latencyChart(wf.Series)
+		v.HasThresholds = v.HasThresholds || len(wf.Thresholds) > 0
+		if series := wholeSeconds(wf.Series, wf.ElapsedSeconds); len(series) > 0 {
+			wv.Throughput = throughputChart(series)
+			wv.Latency = latencyChart(series)
 		}
 		for _, s := range wf.Steps {
 			if len(s.Distribution) > 0 {
@@ -44,6 +48,16 @@ func newView(j *Job) view {
 		v.Workflows = append(v.Workflows, wv)
 	}
 	return v
+}
+
+// wholeSeconds drops a last second the run did not cover whole: its few
+// requests drawn as a full second's rate would plunge the throughput line
+// at the end of every run. elapsed zero (unknown) keeps every second.
+func wholeSeconds(series []Second, elapsed float64) []Second {
+	if n := len(series); n > 0 && elapsed > 0 && float64(series[n-1].At+1) > elapsed+0.001 {
+		return series[:n-1]
+	}
+	return series
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
