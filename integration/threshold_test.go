@@ -131,6 +131,16 @@ func TestThresholdsSetTheExitCode(t *testing.T) {
 	failed := map[string]bool{}
 	for _, j := range jobs {
 		failed[j.Name] = j.ThresholdsFailed
+		if j.Name != "thresholds-aborts" {
+			continue
+		}
+		// Once the abort ended the job, it stays FAILED for every later
+		// reader, with its verdicts (`status` once said RUNNING after it).
+		code, stdout, stderr := runCLI(t, c, "status", j.JobID)
+		if code != 1 || !strings.Contains(stdout, "(thresholds-aborts): "+string(wire.JobFailed)) ||
+			!hasLine(stdout, "✗", "get-root", "p(99) < 5ms", "(abort_on_fail)") {
+			t.Errorf("status of the aborted job: exit %d, want 1 (a threshold failed, as submit exits), FAILED and its verdicts\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
 	}
 	if want := map[string]bool{"thresholds-fails": true, "thresholds-passes": false, "thresholds-aborts": true}; fmt.Sprint(failed) != fmt.Sprint(want) {
 		t.Errorf("thresholds_failed by job = %v, want %v", failed, want)
