@@ -375,10 +375,16 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 		if ctx.Err() != nil {
 			return
 		}
-		select {
-		case <-stopping:
-			return
-		default:
+		// An open-model iteration was due before the schedule ended (the
+		// executor hands over nothing after it), so it sends its first
+		// step even if the machine stalled until past the end: stopping
+		// here would leave it neither completed nor dropped.
+		if i > 0 || it.intended.IsZero() {
+			select {
+			case <-stopping:
+				return
+			default:
+			}
 		}
 		st := &r.steps[i]
 		if missing, ok := fl.missing(st.needs); !ok {

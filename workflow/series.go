@@ -114,11 +114,16 @@ type seriesBuilder struct {
 	// free list at the next collect.
 	giveBack [][]*hdrhistogram.Histogram
 	free     []*hdrhistogram.Histogram // for pending seconds
+	// lastVUs is the newest second's sampled VUs: a second the sampler
+	// never ran in (a starved machine) shows it rather than zero VUs, which
+	// would draw the load as stopped.
+	lastVUs int
 }
 
 type pendingSecond struct {
 	completed, failed, dropped int64
 	vus                        int
+	sampled                    bool // vus was sampled in this second
 	latency                    *hdrhistogram.Histogram
 }
 
@@ -176,7 +181,7 @@ func (r *recorder) collectSeries(elapsed time.Duration, vus int, final bool) {
 	r.dropMu.Unlock()
 	if nowSec >= b.next {
 		p := b.pend(nowSec)
-		p.vus = max(p.vus, vus)
+		p.vus, p.sampled = max(p.vus, vus), true
 	}
 
 	upTo := int64((elapsed-seriesGrace)/time.Second) - 1
@@ -192,9 +197,12 @@ func (r *recorder) collectSeries(elapsed time.Duration, vus int, final bool) {
 // publish appends a point for every second from next through upTo.
 func (b *seriesBuilder) publish(upTo int64) {
 	for ; b.next <= upTo; b.next++ {
-		pt := SecondStats{Second: b.next}
+		pt := SecondStats{Second: b.next, VUs: b.lastVUs}
 		if p := b.pending[b.next]; p != nil {
-			pt.Completed, pt.Failed, pt.Dropped, pt.VUs = p.completed, p.failed, p.dropped, p.vus
+			pt.Completed, pt.Failed, pt.Dropped = p.completed, p.failed, p.dropped
+			if p.sampled {
+				pt.VUs, b.lastVUs = p.vus, p.vus
+			}
 			if p.latency.TotalCount() > 0 {
 				pt.P50 = micros(p.latency.ValueAtPercentile(50))
 				pt.P99 = micros(p.latency.ValueAtPercentile(99))

@@ -51,3 +51,26 @@ func TestSeriesIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A second the VU sampler never ran in (the machine starved it) shows the
+// last sampled VUs, not zero: a chart would otherwise draw the load as
+// stopped in the seconds it was busiest.
+func TestSeriesCarriesVUsOverUnsampledSeconds(t *testing.T) {
+	rec := newRecorder([]string{"a"}, nil, 1, false)
+	shard := rec.shard(0)
+	for sec := range int64(4) {
+		shard.record(0, outcome{sec: sec, latency: time.Millisecond, timed: true})
+	}
+	rec.collectSeries(500*time.Millisecond, 4, false) // second 0
+	rec.collectSeries(3500*time.Millisecond, 6, true) // second 3; 1 and 2 unsampled
+	got := rec.snapshot(0).Series
+	want := []int{4, 4, 4, 6}
+	if len(got) != len(want) {
+		t.Fatalf("series %+v, want %d points", got, len(want))
+	}
+	for i, pt := range got {
+		if pt.VUs != want[i] || pt.Completed != 1 {
+			t.Errorf("second %d: %+v, want %d VUs and 1 completed", i, pt, want[i])
+		}
+	}
+}
