@@ -314,7 +314,7 @@ func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, t
 	for _, p := range rec.Datacenters {
 		for _, w := range p.Workflows {
 			if w.WorkflowName == spec.Name {
-				parts = append(parts, jobs.WorkflowPart{Label: p.Datacenter + "/", Progress: w, Attempts: 1})
+				parts = append(parts, jobs.WorkflowPart{Label: p.Datacenter + "/", Progress: w, Attempts: max(w.Attempts, 1)})
 			}
 		}
 	}

@@ -499,6 +499,26 @@ func TestAbortReason(t *testing.T) {
 	}
 }
 
+// A workflow retried in a datacenter shows that datacenter's attempts
+// through the gate (it read 1 through gates and 2 through the managers).
+func TestGateShowsTheDatacentersAttempts(t *testing.T) {
+	_, g, east, west := oneGate(t, time.Minute)
+	id := twoDCJob(t, g, wire.Threshold{Expr: "error_rate < 50%"})
+	if _, err := west.report(g, id, wire.JobRunning, wire.WorkflowProgress{WorkflowName: "nap", CompletedCount: 5, Elapsed: time.Second, Attempts: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := east.report(g, id, wire.JobRunning, wire.WorkflowProgress{WorkflowName: "nap", CompletedCount: 5, Elapsed: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := g.Job(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Workflows) != 1 || st.Workflows[0].Attempts != 2 {
+		t.Fatalf("workflows %+v, want one with 2 attempts", st.Workflows)
+	}
+}
+
 // An abort_on_fail threshold failing on the merged results mid-run ends the
 // job everywhere: every datacenter still running is told to stop under its
 // token, and the job ends FAILED with the threshold as its reason.

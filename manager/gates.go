@@ -291,6 +291,9 @@ func (m *Manager) gateReports() []gateReport {
 		jp.Workflows = make([]wire.WorkflowProgress, 0, len(j.wfs))
 		for _, w := range j.wfs {
 			p := workflowProgressOf(&w.rec)
+			// The gate shows the datacenter's count of attempts, so a
+			// retried workflow reads the same through a gate as here.
+			p.Attempts = w.rec.Attempts
 			if w.rec.Status.Terminal() {
 				p.Series = w.rec.Series
 			}

@@ -280,8 +280,9 @@ type WorkflowProgress struct {
 	// whole series, at most MaxSeriesEntries. Receivers clip with
 	// ClipSeries.
 	Series []SecondStats `cbor:"17,keyasint,omitempty"`
-	// Attempts, set only in a leader's status replication to its peers,
-	// is the leader's count of the workflow's attempts, which they take.
+	// Attempts, set only in a leader's status replication to its peers
+	// (which take it) and in its reports to gates (which show it), is the
+	// leader's count of the workflow's attempts.
 	Attempts int `cbor:"30,keyasint,omitempty"`
 	// Waiting, set only in a manager's reports to gates, says why a PENDING
 	// workflow is not placed (e.g. "no free core (needs 2)"), so a job
