@@ -239,6 +239,7 @@ error: workflow get failed
 WORKFLOW  STATUS  COMPLETED  FAILED  ATTEMPTS  WORKER
 get       FAILED  90         10      3         w2
 get: too many errors
+get: ran 3 attempts; the counts are the last attempt's (earlier attempts' requests are not in them)
 
 WORKFLOW  STEP  COUNT  RPS  P50     P90     P95     P99    P99.9  MAX    ERRORS
 get       root  100    2.0  3.50ms  20.0ms  40.0ms  1.50s  2.50s  3.00s  10 (10.00%)

@@ -67,6 +67,17 @@ type dcView struct {
 	// parts are the rates of the datacenters a gate's merged status
 	// lists, by name.
 	parts map[string]*rateMeter
+	// placed is where each workflow last ran, by workflow id and name, so
+	// a retry is told as it happens: which worker was lost, where the
+	// workflow went.
+	placed map[string]*placement
+}
+
+// placement is a workflow's newest attempt as the display last saw it.
+type placement struct {
+	attempts int
+	worker   string // the last worker it was seen on; kept while it waits
+	lossTold bool   // the end of this attempt has been told
 }
 
 // rateMeter derives a rate from cumulative counts, over the server's
@@ -94,12 +105,15 @@ func newDisplay(w io.Writer, tty bool, width int, now func() time.Time) *display
 func (d *display) update(st api.JobStatus) {
 	v, ok := d.dcs[st.Datacenter]
 	if !ok {
-		v = &dcView{wfs: map[string]*rateMeter{}, parts: map[string]*rateMeter{}}
+		v = &dcView{wfs: map[string]*rateMeter{}, parts: map[string]*rateMeter{}, placed: map[string]*placement{}}
 		d.dcs[st.Datacenter] = v
 		d.order = append(d.order, st.Datacenter)
 	}
 	v.st = st
 	v.job.observe(st.TotalCompleted+st.TotalFailed, st.ElapsedSeconds)
+	for _, msg := range v.retries(st.Workflows) {
+		d.note(msg)
+	}
 	for _, wf := range st.Workflows {
 		m, ok := v.wfs[wf.WorkflowID+"/"+wf.Name]
 		if !ok {
@@ -129,6 +143,38 @@ func (d *display) update(st api.JobStatus) {
 		fmt.Fprintln(d.w, strings.Join(lines, "\n"))
 		d.printed, d.lastPrint, d.lastStatus, d.lastLines = true, now, status, len(lines)
 	}
+}
+
+// retries tells, once each, that a workflow's attempt ended on a worker and
+// it waits to run again (with the reason the server gives), and where its
+// next attempt runs. Statuses may skip the waiting one: the move is then
+// told in one line.
+func (v *dcView) retries(wfs []api.WorkflowStatus) []string {
+	var out []string
+	for _, wf := range wfs {
+		key := wf.WorkflowID + "/" + wf.Name
+		p, seen := v.placed[key]
+		if !seen {
+			v.placed[key] = &placement{attempts: wf.Attempts, worker: wf.Worker}
+			continue
+		}
+		switch {
+		case wf.Status == wire.WorkflowPending && p.worker != "" && !p.lossTold && wf.Error != "":
+			out = append(out, fmt.Sprintf("%s: attempt %d on %s ended: %s; it will run again", wf.Name, p.attempts, p.worker, oneLine(wf.Error)))
+			p.lossTold = true
+		case wf.Worker != "" && wf.Attempts > p.attempts && p.worker != "" && wf.Worker != p.worker:
+			if p.lossTold {
+				out = append(out, fmt.Sprintf("%s: attempt %d runs on %s", wf.Name, wf.Attempts, wf.Worker))
+			} else {
+				out = append(out, fmt.Sprintf("%s: attempt %d on %s ended; attempt %d runs on %s", wf.Name, p.attempts, p.worker, wf.Attempts, wf.Worker))
+			}
+		}
+		if wf.Worker != "" && (wf.Worker != p.worker || wf.Attempts > p.attempts) {
+			p.worker, p.lossTold = wf.Worker, false
+		}
+		p.attempts = max(p.attempts, wf.Attempts)
+	}
+	return out
 }
 
 // note prints msg on a line of its own above the live block, which is drawn

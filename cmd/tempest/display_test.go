@@ -175,3 +175,44 @@ func TestDisplayRemaining(t *testing.T) {
 		})
 	}
 }
+
+// A workflow that loses its worker: the display says which worker its
+// attempt ended on and why, then where the next attempt runs; a status
+// stream that skips the waiting state gets the move in one line.
+func TestDisplayTellsRetries(t *testing.T) {
+	at := func(st wire.WorkflowStatus, attempts int, worker, err string) api.JobStatus {
+		j := runningJob("dc1", 10, 0, 1)
+		wf := &j.Workflows[0]
+		wf.Status, wf.Attempts, wf.Worker, wf.Error = st, attempts, worker, err
+		return j
+	}
+	notes := func(sts ...api.JobStatus) []string {
+		var out bytes.Buffer
+		d := newDisplay(&out, false, 0, func() time.Time { return time.Unix(0, 0) })
+		for _, st := range sts {
+			d.update(st)
+		}
+		var got []string
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.HasPrefix(l, "get-root: ") {
+				got = append(got, l)
+			}
+		}
+		return got
+	}
+	lost := "worker dc1-worker-1 lost: declared dead"
+	got := notes(at(wire.WorkflowRunning, 1, "dc1-worker-1", ""), at(wire.WorkflowPending, 1, "", lost),
+		at(wire.WorkflowPending, 1, "", lost), at(wire.WorkflowRunning, 2, "dc1-worker-2", ""), at(wire.WorkflowRunning, 2, "dc1-worker-2", ""))
+	want := []string{"get-root: attempt 1 on dc1-worker-1 ended: " + lost + "; it will run again", "get-root: attempt 2 runs on dc1-worker-2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("notes %q, want %q", got, want)
+	}
+	got = notes(at(wire.WorkflowRunning, 1, "dc1-worker-1", ""), at(wire.WorkflowRunning, 2, "dc1-worker-3", ""))
+	want = []string{"get-root: attempt 1 on dc1-worker-1 ended; attempt 2 runs on dc1-worker-3"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("skipped waiting: notes %q, want %q", got, want)
+	}
+	if got := notes(at(wire.WorkflowRunning, 1, "dc1-worker-1", ""), at(wire.WorkflowRunning, 1, "dc1-worker-1", "")); len(got) != 0 {
+		t.Errorf("no retry, notes %q", got)
+	}
+}

@@ -75,6 +75,16 @@ func printSummary(w io.Writer, st api.JobStatus) {
 			fmt.Fprintf(w, "%s: %s\n", wf.Name, e)
 		}
 	}
+	// A load workflow retried after losing its worker starts over: what the
+	// lost attempt sent is not in the counts above. Say so rather than let
+	// the table pass for the whole run. (A pipeline's counts are exact
+	// across restarts.)
+	for _, wf := range st.Workflows {
+		if wf.Attempts > 1 && wf.Type != "rainstorm" {
+			fmt.Fprintf(w, "%s: ran %d attempts; the counts are the last attempt's (earlier attempts' requests are not in them)\n",
+				wf.Name, wf.Attempts)
+		}
+	}
 	if steps > 0 {
 		fmt.Fprintln(w)
 		printSteps(w, st)
