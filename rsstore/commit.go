@@ -146,6 +146,13 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 		answers = make([]Result, len(group))
 		admit   = make([]*Result, len(group))
 	)
+	if !s.Synced(term) {
+		// Deposed (see deposed), or never synced in term.
+		for i := range answers {
+			answers[i] = Result{Err: wire.Errorf(wire.CodeUnavailable, "this manager does not lead term %d, or has not read its peers' checkpoints in it", term)}
+		}
+		return answers
+	}
 	for i, r := range group {
 		admit[i] = s.host.Admit(r)
 	}
@@ -156,6 +163,23 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 			continue
 		}
 		if o := r.Open; o != nil {
+			latest := s.latestLocked(o.Task, staged)
+			switch {
+			case latest != nil && latest.Incarnation > o.Incarnation:
+				answers[i] = Result{Err: wire.Errorf(wire.CodeStaleFence, "task %d.%d of %s: incarnation %d was replaced",
+					o.Task.Stage, o.Task.Index, o.Task.Workflow, o.Incarnation)}
+				continue
+			case latest == nil || latest.Incarnation < o.Incarnation:
+				// The open is a write: the task's state, now the new
+				// incarnation's, stored on a majority before the task
+				// hears of it. Whatever an older incarnation wrote past
+				// it in a group that missed its majority then loses to
+				// it everywhere (newer), rows and all (Rows).
+				next := reopen(latest, o)
+				staged[o.Task] = next
+				cs = append(cs, change{prev: latest, next: next})
+				deltas = append(deltas, nil)
+			}
 			if o.Task.Stage == 0 && o.HasHeader {
 				k := [2]string{o.Task.Job, o.Task.Workflow}
 				if h, ok := s.headers[k]; !ok || !slices.Equal(h.Header, o.Header) {
@@ -169,16 +193,19 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 		// Current is the writer's own incarnation, or one past it when
 		// fenced: never another dispatch's token.
 		ack := &wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Current: c.Incarnation}
-		st := s.tasks[c.Task]
+		latest := s.latestLocked(c.Task, staged)
 		var have uint64
-		var latest *wire.RainstormCheckpoint
-		if st != nil && st.latest != nil {
-			latest, have = st.latest, st.latest.Version
-		}
-		if sc, ok := staged[c.Task]; ok {
-			latest, have = sc, sc.Version
+		if latest != nil {
+			have = latest.Version
 		}
 		switch {
+		case latest == nil || latest.Incarnation != c.Incarnation:
+			// Admitted, so the task runs under c's incarnation, but its
+			// open is not what this store holds: the leader changed since
+			// and the new one has not read it yet, or the open's group
+			// failed. Not a refusal (that would fail the task): it
+			// resends, or opens again.
+			answers[i] = Result{Err: wire.Errorf(wire.CodeUnavailable, "task %d.%d: incarnation %d has not opened here", c.Task.Stage, c.Task.Index, c.Incarnation)}
 		case latest != nil && c.Version == latest.Version && latest.Incarnation == c.Incarnation:
 			if _, inGroup := staged[c.Task]; inGroup {
 				// A resend of a checkpoint of this very group: durable
@@ -187,6 +214,13 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 				break
 			}
 			answers[i] = Result{Msg: ack} // a resend of what is stored
+		case c.Version > have+1:
+			// The version it follows is not here, yet its incarnation
+			// opened here: this manager led in an older term and has not
+			// heard of the newer one, whose groups it missed. Refused,
+			// the task would fail; it resends to the leader it finds.
+			answers[i] = Result{Err: wire.Errorf(wire.CodeUnavailable, "task %d.%d: version %d does not follow the stored %d: this manager is behind",
+				c.Task.Stage, c.Task.Index, c.Version, have)}
 		case c.Version != have+1:
 			ack.Refused = true
 			ack.Reason = fmt.Sprintf("version %d does not follow the stored %d", c.Version, have)
@@ -230,14 +264,40 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 	return answers
 }
 
+// latestLocked is task's state as a group sees it: staged by an earlier
+// request of the group, else stored. Under mu.
+func (s *Store) latestLocked(t wire.RainstormTask, staged map[wire.RainstormTask]*wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
+	if c, ok := staged[t]; ok {
+		return c
+	}
+	if st := s.tasks[t]; st != nil {
+		return st.latest
+	}
+	return nil
+}
+
+// reopen is latest (nil: no state yet) made the state of o's incarnation,
+// which opens at its version.
+func reopen(latest *wire.RainstormCheckpoint, o *wire.RainstormOpen) *wire.RainstormCheckpoint {
+	next := &wire.RainstormCheckpoint{Task: o.Task}
+	if latest != nil {
+		*next = *latest
+		next.Rows = nil
+	}
+	next.Incarnation = o.Incarnation
+	next.Opened = append(slices.Clip(next.Opened), wire.RainstormOpened{Incarnation: o.Incarnation, Version: next.Version})
+	return next
+}
+
 // openReply is what an open is answered with: the task's latest
-// checkpoint and its pipeline's header.
+// checkpoint (none before its first) and its pipeline's header.
 func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	reply := &wire.RainstormOpenReply{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.tasks[o.Task]; st != nil && st.latest != nil {
+	if st := s.tasks[o.Task]; st != nil && st.latest != nil && st.latest.Version > 0 {
 		c := *st.latest
+		c.Opened = nil // the store's
 		reply.Checkpoint = &c
 	}
 	if h, ok := s.headers[[2]string{o.Task.Job, o.Task.Workflow}]; ok {
@@ -321,9 +381,10 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 // all.
 func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have map[wire.RainstormTask]ver,
 	cs []change, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) bool {
+	// deltas[i] is nil where cs[i] has no delta form (an open): sent whole.
 	msg := &wire.RainstormReplicate{Term: term, Headers: hs}
 	for i, c := range cs {
-		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) {
+		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) && deltas[i] != nil {
 			base := verOf(c.prev)
 			msg.Deltas = append(msg.Deltas, wire.RainstormDelta{BaseVersion: base.version, BaseIncarnation: base.inc, Checkpoint: *deltas[i]})
 			have[c.next.Task] = verOf(c.next) // a later change of the same task in this group follows it

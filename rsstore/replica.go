@@ -33,6 +33,7 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 	if reason := stale(); reason != "" {
 		return 0, nil, &wire.Error{Code: wire.CodeStaleFence, Message: reason}
 	}
+	s.deposed(msg.Term)
 	changes := make([]change, 0, len(msg.Checkpoints)+len(msg.Deltas))
 	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
 	prevOf := func(t wire.RainstormTask) *wire.RainstormCheckpoint {
@@ -86,7 +87,20 @@ func (s *Store) promise(term uint64, jobs []string, after []byte) *wire.Rainstor
 	if term > s.promised {
 		s.promised = term
 	}
+	s.deposed(term)
 	return s.snapshot(jobs, after)
+}
+
+// deposed records that a leader of term wrote to or read this store: if
+// this manager synced in an older term, it answers no task from now on,
+// though its elector may not know yet that it no longer leads. What it
+// holds now may come from the new leader's groups, which it cannot know
+// reached a majority, so "already stored" would not mean durable. Under
+// wmu.
+func (s *Store) deposed(term uint64) {
+	if synced := s.syncedTerm.Load(); synced != 0 && synced < term {
+		s.syncedTerm.Store(0)
+	}
 }
 
 // syncPage is about how many bytes of records one sync page carries: the
@@ -118,8 +132,9 @@ func (s *Store) snapshot(jobs []string, after []byte) *wire.RainstormSyncRespons
 			es = append(es, entry{append(slices.Clone(k), 0), *st.latest})
 		}
 		for v, rows := range st.rows {
-			ek := binary.BigEndian.AppendUint64(append(slices.Clone(k), 1), v)
-			es = append(es, entry{ek, wire.RainstormCheckpoint{Task: t, Version: v, Rows: rows}})
+			ek := binary.BigEndian.AppendUint64(append(slices.Clone(k), 1), v.version)
+			ek = binary.BigEndian.AppendUint64(ek, v.inc)
+			es = append(es, entry{ek, wire.RainstormCheckpoint{Task: t, Version: v.version, RowsOf: v.inc, Rows: rows}})
 		}
 	}
 	slices.SortFunc(es, func(a, b entry) int { return bytes.Compare(a.key, b.key) })

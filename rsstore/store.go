@@ -1,6 +1,7 @@
 package rsstore
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -83,6 +84,10 @@ func (c Config) withDefaults() Config {
 // ver names one stored checkpoint of a task.
 type ver struct{ version, inc uint64 }
 
+func compareVer(a, b ver) int {
+	return cmp.Or(cmp.Compare(a.version, b.version), cmp.Compare(a.inc, b.inc))
+}
+
 func verOf(c *wire.RainstormCheckpoint) ver {
 	if c == nil {
 		return ver{}
@@ -98,17 +103,39 @@ type change struct {
 }
 
 // stored is one task's records: its latest checkpoint (rows stripped)
-// and the output rows of every checkpoint that published some, by version.
+// and the output rows of every checkpoint that published some, by
+// (version, incarnation): a version an incarnation wrote in a group that
+// missed its majority may be held here beside the same version of the
+// incarnation that replaced it, and only the task's lineage (Opened)
+// says which one the output holds.
 type stored struct {
 	latest *wire.RainstormCheckpoint
-	rows   map[uint64][]wire.RainstormRecord
+	rows   map[ver][]wire.RainstormRecord
 }
 
-// rowsRecord is how a checkpoint's rows are kept.
+// rowsRecord is how a checkpoint's rows are kept. Inc is 0 in records
+// written before rows were kept by incarnation.
 type rowsRecord struct {
 	Task    wire.RainstormTask     `cbor:"1,keyasint"`
 	Version uint64                 `cbor:"2,keyasint"`
 	Rows    []wire.RainstormRecord `cbor:"3,keyasint,omitempty"`
+	Inc     uint64                 `cbor:"4,keyasint,omitempty"`
+}
+
+// rowsInc is the incarnation whose checkpoint published c's rows.
+func rowsInc(c *wire.RainstormCheckpoint) uint64 {
+	if c.Incarnation != 0 {
+		return c.Incarnation
+	}
+	return c.RowsOf
+}
+
+func rowsKey(task []byte, version, inc uint64) []byte {
+	k := binary.BigEndian.AppendUint64(slices.Clone(task), version)
+	if inc == 0 {
+		return k // as written before rows were kept by incarnation
+	}
+	return binary.BigEndian.AppendUint64(k, inc)
 }
 
 // Open opens (or creates) the store in dir and loads it. host is the
@@ -153,7 +180,7 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 			if err := wire.Unmarshal(v, &r); err != nil {
 				return err
 			}
-			s.applyLocked(&wire.RainstormCheckpoint{Task: r.Task, Version: r.Version, Rows: r.Rows})
+			s.applyLocked(&wire.RainstormCheckpoint{Task: r.Task, Version: r.Version, RowsOf: r.Inc, Rows: r.Rows})
 			return nil
 		}); err != nil {
 			return err
@@ -183,14 +210,13 @@ func (s *Store) Close() error { return s.db.Close() }
 func (s *Store) applyLocked(c *wire.RainstormCheckpoint) {
 	st := s.tasks[c.Task]
 	if st == nil {
-		st = &stored{rows: map[uint64][]wire.RainstormRecord{}}
+		st = &stored{rows: map[ver][]wire.RainstormRecord{}}
 		s.tasks[c.Task] = st
 	}
 	if len(c.Rows) > 0 {
-		st.rows[c.Version] = c.Rows
+		st.rows[ver{c.Version, rowsInc(c)}] = c.Rows
 	}
-	if c.Incarnation != 0 && (st.latest == nil || c.Version > st.latest.Version ||
-		(c.Version == st.latest.Version && c.Incarnation > st.latest.Incarnation)) {
+	if newer(st.latest, c) {
 		l := *c
 		l.Rows = nil
 		st.latest = &l
@@ -207,10 +233,15 @@ func taskKey(t wire.RainstormTask) []byte {
 	return binary.BigEndian.AppendUint32(b, uint32(t.Index))
 }
 
-// newer reports whether c would replace the stored latest checkpoint.
+// newer reports whether c would replace the stored latest checkpoint: a
+// newer incarnation's state always does, whatever its version, since an
+// incarnation opens (Commit) at the newest state a majority holds, and
+// any later version an older one wrote was never acknowledged (it went on
+// only in a group that missed its majority). Within an incarnation the
+// higher version does.
 func newer(latest, c *wire.RainstormCheckpoint) bool {
-	return c.Incarnation != 0 && (latest == nil || c.Version > latest.Version ||
-		(c.Version == latest.Version && c.Incarnation > latest.Incarnation))
+	return c.Incarnation != 0 && (latest == nil || c.Incarnation > latest.Incarnation ||
+		(c.Incarnation == latest.Incarnation && c.Version > latest.Version))
 }
 
 // compose folds checkpoint c, whose PendingBlobs are the batches cut
@@ -220,6 +251,9 @@ func newer(latest, c *wire.RainstormCheckpoint) bool {
 // with it); c and prev are not changed.
 func compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
 	out := *c
+	if prev != nil {
+		out.Opened = prev.Opened // the store's, never the task's
+	}
 	if prev == nil || len(prev.PendingBlobs) == 0 {
 		return &out
 	}
@@ -281,7 +315,7 @@ func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
 					}
 				}
 				if len(ch.prev.Rows) > 0 {
-					if err := rows.Delete(binary.BigEndian.AppendUint64(slices.Clone(k), ch.prev.Version)); err != nil {
+					if err := rows.Delete(rowsKey(k, ch.prev.Version, rowsInc(ch.prev))); err != nil {
 						return err
 					}
 				}
@@ -290,16 +324,17 @@ func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
 			c := ch.next
 			k := taskKey(c.Task)
 			if undo && len(ch.prev.Rows) > 0 {
-				if err := rows.Delete(binary.BigEndian.AppendUint64(slices.Clone(k), ch.prev.Version)); err != nil {
+				if err := rows.Delete(rowsKey(k, ch.prev.Version, rowsInc(ch.prev))); err != nil {
 					return err
 				}
 			}
 			if len(c.Rows) > 0 && !undo {
-				v, err := wire.Marshal(&rowsRecord{Task: c.Task, Version: c.Version, Rows: c.Rows})
+				inc := rowsInc(c)
+				v, err := wire.Marshal(&rowsRecord{Task: c.Task, Version: c.Version, Inc: inc, Rows: c.Rows})
 				if err != nil {
 					return err
 				}
-				if err := rows.Put(binary.BigEndian.AppendUint64(slices.Clone(k), c.Version), v); err != nil {
+				if err := rows.Put(rowsKey(k, c.Version, inc), v); err != nil {
 					return err
 				}
 			}
@@ -371,20 +406,37 @@ func (s *Store) Latest(t wire.RainstormTask) *wire.RainstormCheckpoint {
 	return nil
 }
 
-// Rows returns every output row task's stored checkpoints published, in
-// version order.
+// Rows returns the output rows of task's checkpoints up to its latest, in
+// version order: of each version, the rows of the incarnation that wrote
+// it in the task's lineage, never those of one it replaced.
 func (s *Store) Rows(t wire.RainstormTask) []wire.RainstormRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.tasks[t]
-	if st == nil {
+	if st == nil || st.latest == nil {
 		return nil
 	}
+	keys := slices.SortedFunc(maps.Keys(st.rows), compareVer)
 	var rows []wire.RainstormRecord
-	for _, v := range slices.Sorted(maps.Keys(st.rows)) {
-		rows = append(rows, st.rows[v]...)
+	for _, k := range keys {
+		if w := writer(st.latest, k.version); k.version <= st.latest.Version && (k.inc == 0 || w == 0 || k.inc == w) {
+			rows = append(rows, st.rows[k]...)
+		}
 	}
 	return rows
+}
+
+// writer is the incarnation that wrote version v in latest's lineage: the
+// last to open before v; 0 (any) where the lineage does not reach, as in
+// a task opened before the store kept one.
+func writer(latest *wire.RainstormCheckpoint, v uint64) uint64 {
+	var w uint64
+	for _, o := range latest.Opened {
+		if o.Version < v {
+			w = o.Incarnation
+		}
+	}
+	return w
 }
 
 // Header returns the input header a pipeline's source recorded.
