@@ -69,7 +69,7 @@ type simRun struct {
 	data    []byte
 	ropts   ReaderOptions
 	header  []string
-	store   *MemStore
+	store   simStore
 	exec    ExecOptions
 	cfgTune func(*TaskConfig)
 
@@ -222,6 +222,9 @@ func (s *simRun) handle(in *simInst, rd Ready) {
 func (s *simRun) deliver(m simMsg) {
 	if m.ckpt != nil {
 		a := s.store.Put(m.ckpt)
+		if a == nil {
+			return // the store could not commit it: the task resends
+		}
 		if a.Refused && a.Current > m.ckpt.Incarnation {
 			s.staleRefuse++
 		}
@@ -431,7 +434,24 @@ func (s *simRun) countsAgree(rows int) error {
 	return nil
 }
 
+// simStore is the checkpoint store a simulation runs against: MemStore,
+// or the model of the managers' replicated store (simstore_test.go). Put
+// answers nil when the store could not commit the checkpoint (no
+// majority): the task hears nothing and resends.
+type simStore interface {
+	CheckpointStore
+	Done(t wire.RainstormTask) bool
+	Output(t wire.RainstormTask) []Record
+	Latest(t wire.RainstormTask) *wire.RainstormCheckpoint
+}
+
 func runSim(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune func(*TaskConfig), ex ExecOptions) (*simRun, []Record) {
+	t.Helper()
+	return runSimOn(t, seed, f, spec, data, tune, ex, NewMemStore())
+}
+
+// runSimOn runs one seed of a simulation against store.
+func runSimOn(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune func(*TaskConfig), ex ExecOptions, store simStore) (*simRun, []Record) {
 	t.Helper()
 	ropts := ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
 	var header []string
@@ -447,7 +467,7 @@ func runSim(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune f
 		t.Fatal(err)
 	}
 	s := &simRun{t: t, r: rand.New(rand.NewPCG(seed, 0x5eed)), f: f, p: p, data: data, ropts: ropts, header: header,
-		store: NewMemStore(), incs: map[wire.RainstormTask]uint64{}, cfgTune: tune, exec: ex}
+		store: store, incs: map[wire.RainstormTask]uint64{}, cfgTune: tune, exec: ex}
 	for st := 0; st <= len(spec.Stages); st++ {
 		for i := range s.tasksOf(st) {
 			s.start(wire.RainstormTask{Stage: st, Index: i})

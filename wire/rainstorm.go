@@ -133,6 +133,21 @@ type RainstormCheckpoint struct {
 	// the managers: each batch encoded once by the task, so the managers
 	// store, compose and replicate it without decoding its records.
 	PendingBlobs []RainstormBatchBlob `cbor:"21,keyasint,omitempty"`
+	// Opened is the managers' record of the task's incarnations, oldest
+	// first: each one's token and the version it opened at. The store
+	// keeps it with the task's state (a task never sets it), so it knows
+	// which incarnation wrote each version, and joins only those rows.
+	Opened []RainstormOpened `cbor:"40,keyasint,omitempty"`
+	// RowsOf names, on a rows-only record (Incarnation 0) of a sync page,
+	// the incarnation whose checkpoint published the rows.
+	RowsOf uint64 `cbor:"41,keyasint,omitempty"`
+}
+
+// RainstormOpened is one incarnation of a task and the version it opened
+// at: it wrote the versions after that one, up to where the next opened.
+type RainstormOpened struct {
+	Incarnation uint64 `cbor:"1,keyasint"`
+	Version     uint64 `cbor:"2,keyasint,omitempty"`
 }
 
 // RainstormBatchBlob is one unacknowledged batch, encoded: its channel and
