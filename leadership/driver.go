@@ -68,6 +68,9 @@ type ElectorConfig struct {
 	Now func() time.Time
 	// Rand randomizes election timeouts; nil means a randomly seeded one.
 	Rand *rand.Rand
+	// Priority ranks this node among equally healthy candidates (higher is
+	// preferred); see Config.Priority.
+	Priority int
 
 	// Callbacks, all optional. See Elector for the ordering guarantees.
 	OnBecomeLeader   func(term uint64)
@@ -155,11 +158,13 @@ type Elector struct {
 	m       *Machine // owned by the loop once Run starts
 	quorum  int
 
-	inbox chan inbound
-	lhm   chan int // capacity 1, newest value wins
+	inbox    chan inbound
+	lhm      chan int // capacity 1, newest value wins
+	handoffs chan chan handoffResult
 
 	mu      sync.Mutex
 	status  Status
+	changed chan struct{} // closed and replaced on every published change
 	running bool
 	stopped bool
 	cancel  context.CancelFunc
@@ -226,6 +231,7 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		FlapMaxChanges:    p.FlapMaxChanges,
 		FlapWindowTicks:   p.FlapWindowTicks,
 		FlapCooldownTicks: p.FlapCooldownTicks,
+		Priority:          cfg.Priority,
 	}, cfg.Storage)
 	if err != nil {
 		return nil, fmt.Errorf("leadership elector %s/%s: %w", cfg.Cluster, id, err)
@@ -242,23 +248,25 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		cfg.Now = time.Now
 	}
 	e := &Elector{
-		cfg:     cfg,
-		id:      id,
-		profile: p,
-		log:     logger.With("component", "leadership", "cluster", cfg.Cluster, "node", id),
-		clock:   clock,
-		m:       m,
-		quorum:  m.Quorum(),
-		inbox:   make(chan inbound, inboxSize),
-		lhm:     make(chan int, 1),
-		status:  m.Status(),
-		done:    make(chan struct{}),
-		hbSent:  make(map[uint64]time.Time),
+		cfg:      cfg,
+		id:       id,
+		profile:  p,
+		log:      logger.With("component", "leadership", "cluster", cfg.Cluster, "node", id),
+		clock:    clock,
+		m:        m,
+		quorum:   m.Quorum(),
+		inbox:    make(chan inbound, inboxSize),
+		lhm:      make(chan int, 1),
+		handoffs: make(chan chan handoffResult),
+		changed:  make(chan struct{}),
+		status:   m.Status(),
+		done:     make(chan struct{}),
+		hbSent:   make(map[uint64]time.Time),
 	}
 	for _, t := range []wire.MsgType{
 		wire.TypePreVoteRequest, wire.TypePreVoteResponse,
 		wire.TypeVoteRequest, wire.TypeVoteResponse,
-		wire.TypeLeaderHeartbeat, wire.TypeLeaderHeartbeatAck,
+		wire.TypeLeaderHeartbeat, wire.TypeLeaderHeartbeatAck, wire.TypeTimeoutNow,
 	} {
 		cfg.Transport.Handle(t, e.handle)
 	}
@@ -355,6 +363,9 @@ func (e *Elector) loop(ctx context.Context) {
 			e.m.Step(in.from, in.msg)
 		case v := <-e.lhm:
 			e.m.SetLHM(v)
+		case reply := <-e.handoffs:
+			to, err := e.m.TransferLeadership("")
+			reply <- handoffResult{to: to, term: e.m.Status().Term, err: err}
 		}
 		e.process()
 	}
@@ -443,6 +454,8 @@ func (e *Elector) publish(st Status) {
 	e.mu.Lock()
 	prev := e.status
 	e.status = st
+	close(e.changed)
+	e.changed = make(chan struct{})
 	e.mu.Unlock()
 
 	if prev.State != st.State || prev.Term != st.Term {
@@ -544,6 +557,57 @@ func (e *Elector) QuorumAge() (age time.Duration, ok bool) {
 	// stood behind this node.
 	slices.SortFunc(times, func(a, b time.Time) int { return b.Compare(a) })
 	return max(now.Sub(times[q-1]), 0), true
+}
+
+type handoffResult struct {
+	to   string
+	term uint64
+	err  error
+}
+
+// Handoff is a planned leader stop: it hands this node's leadership to the
+// best follower (Machine.TransferLeadership: a TimeoutNow, then this node
+// steps down) and waits until this node follows a successor of a newer
+// term, or ctx ends. It returns the successor. A role calls it before
+// stopping its elector, so the group is leaderless for about a round trip
+// rather than an election timeout; on an error the caller just stops, and
+// the group elects a leader the ordinary way.
+func (e *Elector) Handoff(ctx context.Context) (string, error) {
+	reply := make(chan handoffResult, 1)
+	e.mu.Lock()
+	done := e.done
+	running := e.running && !e.stopped
+	e.mu.Unlock()
+	if !running {
+		return "", ErrStopped
+	}
+	select {
+	case e.handoffs <- reply:
+	case <-done:
+		return "", ErrStopped
+	case <-ctx.Done():
+		return "", fmt.Errorf("hand over leadership: %w", ctx.Err())
+	}
+	r := <-reply // the loop answers at once
+	if r.err != nil {
+		return "", fmt.Errorf("hand over leadership of term %d: %w", r.term, r.err)
+	}
+	e.log.Info("handing over leadership", "term", r.term, "to", r.to)
+	for {
+		e.mu.Lock()
+		st, changed := e.status, e.changed
+		e.mu.Unlock()
+		if st.Leader != "" && st.Leader != e.id && st.Term > r.term {
+			return st.Leader, nil
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return "", ErrStopped
+		case <-ctx.Done():
+			return "", fmt.Errorf("hand over leadership of term %d to %s: no successor seen: %w", r.term, r.to, ctx.Err())
+		}
+	}
 }
 
 // IsLeader reports whether this node currently leads its group.

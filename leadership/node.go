@@ -106,6 +106,12 @@ type Config struct {
 	FlapMaxChanges    int
 	FlapWindowTicks   int
 	FlapCooldownTicks int
+	// Priority ranks this node among healthy candidates: between two of
+	// equal health score, the higher priority is preferred. Voters refuse a
+	// pre-vote to a candidate they outrank (and stand themselves), and a
+	// settled leader hands over to a follower of higher priority that is at
+	// least as healthy. Equal priorities (the default) change nothing.
+	Priority int
 }
 
 // Validate reports every problem with c at once.
@@ -192,10 +198,33 @@ type Machine struct {
 	lastLeaderTerm uint64
 	cooldownUntil  int
 
+	// Who answered this term's heartbeats, and how they describe
+	// themselves: a leader handing over picks from these.
+	followers map[string]followerSeen
+	ledSince  int  // tick this node became leader
+	transfer  bool // the current candidacy was asked for by the old leader
+	// yield: this node's own campaign failed since it last saw a leader, so
+	// it stops refusing pre-votes to candidates it outranks (a better node
+	// that cannot win must not keep the group leaderless).
+	yield bool
+
 	msgs     []Outbound
 	confirms []Confirmation
 	reported Status
 }
+
+// followerSeen is what a leader last heard from one follower.
+type followerSeen struct {
+	at       int // tick of the newest successful ack
+	priority int
+	lhm      int
+}
+
+// Sentinel errors of a leadership transfer; callers branch on them.
+var (
+	ErrNotLeader        = errors.New("not the leader")
+	ErrNoTransferTarget = errors.New("no follower has answered recently enough to take over")
+)
 
 // NewMachine loads the durable term and vote from st and returns a follower.
 func NewMachine(cfg Config, st Storage) (*Machine, error) {
@@ -322,6 +351,9 @@ func (m *Machine) tickElection() {
 	}
 	m.electionElapsed = 0
 	m.resetElectionTimeout()
+	if m.state != Follower {
+		m.yield = true // a round that did not finish in time failed
+	}
 	if m.healthy() && !m.CoolingDown() {
 		m.startPreVote()
 	}
@@ -345,6 +377,7 @@ func (m *Machine) tickLeader() {
 		m.heartbeatElapsed = 0
 		m.broadcastHeartbeat()
 	}
+	m.maybeRebalance()
 }
 
 // Step feeds one message received from peer from. Messages from non-members,
@@ -379,6 +412,10 @@ func (m *Machine) Step(from string, msg wire.Message) {
 		if msg.Cluster == m.cfg.Cluster && msg.Follower == from {
 			m.onHeartbeatAck(from, msg)
 		}
+	case *wire.TimeoutNow:
+		if msg.Cluster == m.cfg.Cluster && msg.Leader == from {
+			m.onTimeoutNow(from, msg)
+		}
 	}
 }
 
@@ -406,6 +443,17 @@ func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
 		resp.Reason = "leader alive"
 	case req.LHM > m.cfg.MaxLeaderLHM:
 		resp.Reason = "candidate unhealthy"
+	case m.outranks(req.LHM, req.Priority):
+		// Stand instead: this node would make the better leader. The
+		// candidate may still win on the others' grants; the refusal only
+		// decides close races, and a settled leader that is outranked
+		// hands over (maybeRebalance).
+		resp.Reason = "better candidate"
+		m.send(from, resp)
+		if m.state == Follower {
+			m.startPreVote()
+		}
+		return
 	default:
 		// A grant echoes the proposed term (as etcd-raft does) so the
 		// candidate can tell it from a grant for an earlier round.
@@ -429,15 +477,16 @@ func (m *Machine) onPreVoteResponse(from string, resp *wire.PreVoteResponse) {
 	m.votes[from] = resp.Granted
 	switch m.tally() {
 	case won:
-		m.becomeCandidate()
+		m.becomeCandidate(false)
 	case lost:
+		m.yield = true
 		m.becomeFollower(m.term, "")
 	}
 }
 
 func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
 	if req.Term > m.term {
-		if m.inLease() {
+		if m.inLease() && !req.Transfer {
 			// With pre-vote a candidate only gets here if a majority saw no
 			// leader; this node still does, so it neither bumps its term nor
 			// answers (as etcd-raft does with check-quorum).
@@ -480,6 +529,7 @@ func (m *Machine) onVoteResponse(from string, resp *wire.VoteResponse) {
 	case won:
 		m.becomeLeader()
 	case lost:
+		m.yield = true
 		m.becomeFollower(m.term, "")
 	}
 }
@@ -500,7 +550,8 @@ func (m *Machine) onHeartbeat(from string, hb *wire.LeaderHeartbeat) {
 		m.becomeFollower(hb.Term, from)
 	}
 	m.electionElapsed = 0
-	m.send(from, &wire.LeaderHeartbeatAck{Cluster: m.cfg.Cluster, Term: m.term, Follower: m.cfg.ID, Success: true, Seq: hb.Seq})
+	m.send(from, &wire.LeaderHeartbeatAck{Cluster: m.cfg.Cluster, Term: m.term, Follower: m.cfg.ID, Success: true, Seq: hb.Seq,
+		Priority: m.cfg.Priority, LHM: m.lhm})
 }
 
 func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
@@ -510,7 +561,90 @@ func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
 	}
 	if m.state == Leader && ack.Term == m.term && ack.Success {
 		m.acks[from] = true
+		m.followers[from] = followerSeen{at: m.now, priority: ack.Priority, lhm: ack.LHM}
 		m.confirms = append(m.confirms, Confirmation{From: from, Seq: ack.Seq})
+	}
+}
+
+// onTimeoutNow starts, at once, the election the current leader asked this
+// node to win. Only the leader this node follows in its own term may ask:
+// anyone else could use it to unseat a healthy leader.
+func (m *Machine) onTimeoutNow(from string, msg *wire.TimeoutNow) {
+	if msg.Term != m.term || m.state != Follower || m.lead != from || !m.healthy() {
+		return
+	}
+	m.becomeCandidate(true)
+}
+
+// TransferLeadership hands this node's leadership to peer to, or, when to
+// is empty, to the follower it would pick (TransferTarget): it sends that
+// peer a TimeoutNow and steps down at once, so the two never lead side by
+// side and the roles stop leader work before the successor starts. The
+// successor campaigns without pre-vote and voters grant it despite the
+// lease, so the group is leaderless for about one round trip instead of an
+// election timeout. If the target never campaigns (it crashed), the group
+// elects someone the ordinary way. It returns the target.
+func (m *Machine) TransferLeadership(to string) (string, error) {
+	if m.state != Leader {
+		return "", ErrNotLeader
+	}
+	if to == "" {
+		var ok bool
+		if to, ok = m.TransferTarget(); !ok {
+			return "", ErrNoTransferTarget
+		}
+	} else if to == m.cfg.ID || !slices.Contains(m.peers, to) {
+		return "", fmt.Errorf("transfer leadership to %q: not another member of %s", to, m.cfg.Cluster)
+	}
+	m.send(to, &wire.TimeoutNow{Cluster: m.cfg.Cluster, Term: m.term, Leader: m.cfg.ID})
+	m.becomeFollower(m.term, "")
+	return to, nil
+}
+
+// TransferTarget is the follower a handover would pick: among those that
+// answered within the last election timeout and are healthy enough to
+// lead, the highest priority, then the freshest answer, then the lowest id.
+func (m *Machine) TransferTarget() (string, bool) {
+	best, found := "", false
+	var bf followerSeen
+	for _, id := range m.peers { // sorted: ties go to the lowest id
+		f, ok := m.followers[id]
+		if !ok || m.now-f.at > m.cfg.ElectionTicks || f.lhm > m.cfg.MaxLeaderLHM {
+			continue
+		}
+		if !found || f.priority > bf.priority || (f.priority == bf.priority && f.at > bf.at) {
+			best, bf, found = id, f, true
+		}
+	}
+	return best, found
+}
+
+// outranks reports whether this node would make a better leader than a
+// candidate of health score lhm and priority prio: healthier, or as
+// healthy and of higher priority. A node that cannot stand itself (unwell,
+// cooling down, or whose own campaign just failed) outranks nobody.
+func (m *Machine) outranks(lhm, prio int) bool {
+	if !m.healthy() || m.CoolingDown() || m.yield {
+		return false
+	}
+	return m.lhm < lhm || (m.lhm == lhm && m.cfg.Priority > prio)
+}
+
+// maybeRebalance hands a settled leader's term to a follower that
+// outranks it on priority and is at least as healthy, so the group ends up
+// led by the member operators prefer even when a lesser one won the race.
+// Health alone never triggers it: scores move with load, and handing over
+// on every blip would be churn.
+func (m *Machine) maybeRebalance() {
+	if m.now-m.ledSince < 2*m.cfg.ElectionTicks {
+		return
+	}
+	to, ok := m.TransferTarget()
+	if !ok {
+		return
+	}
+	if f := m.followers[to]; f.priority > m.cfg.Priority && f.lhm <= m.lhm {
+		m.TransferLeadership(to) //nolint:errcheck // we lead and to is a member
 	}
 }
 
@@ -555,7 +689,9 @@ func (m *Machine) becomeFollower(term uint64, lead string) {
 	m.electionElapsed = 0
 	m.heartbeatElapsed = 0
 	m.resetElectionTimeout()
+	m.transfer = false
 	if lead != "" {
+		m.yield = false
 		m.observeLeader(lead, m.term)
 	}
 }
@@ -568,19 +704,22 @@ func (m *Machine) startPreVote() {
 	m.lead = ""
 	m.votes = map[string]bool{m.cfg.ID: true}
 	if m.tally() == won {
-		m.becomeCandidate()
+		m.becomeCandidate(false)
 		return
 	}
 	m.broadcast(func() wire.Message {
-		return &wire.PreVoteRequest{Cluster: m.cfg.Cluster, Term: m.term + 1, Candidate: m.cfg.ID, LHM: m.lhm}
+		return &wire.PreVoteRequest{Cluster: m.cfg.Cluster, Term: m.term + 1, Candidate: m.cfg.ID, LHM: m.lhm, Priority: m.cfg.Priority}
 	})
 }
 
-func (m *Machine) becomeCandidate() {
+// becomeCandidate starts an election for term+1; transfer marks one the
+// old leader asked for, which voters grant despite its lease.
+func (m *Machine) becomeCandidate(transfer bool) {
 	m.term++
 	m.votedFor = m.cfg.ID
 	m.state = Candidate
 	m.lead = ""
+	m.transfer = transfer
 	m.electionElapsed = 0
 	m.confirms = nil
 	m.votes = map[string]bool{m.cfg.ID: true}
@@ -589,7 +728,7 @@ func (m *Machine) becomeCandidate() {
 		return
 	}
 	m.broadcast(func() wire.Message {
-		return &wire.VoteRequest{Cluster: m.cfg.Cluster, Term: m.term, Candidate: m.cfg.ID, LHM: m.lhm}
+		return &wire.VoteRequest{Cluster: m.cfg.Cluster, Term: m.term, Candidate: m.cfg.ID, LHM: m.lhm, Transfer: m.transfer}
 	})
 }
 
@@ -598,6 +737,10 @@ func (m *Machine) becomeLeader() {
 	m.lead = m.cfg.ID
 	m.votes = nil
 	m.acks = make(map[string]bool, len(m.peers))
+	m.followers = make(map[string]followerSeen, len(m.peers))
+	m.ledSince = m.now
+	m.transfer = false
+	m.yield = false
 	m.electionElapsed = 0
 	m.heartbeatElapsed = 0
 	m.observeLeader(m.cfg.ID, m.term)

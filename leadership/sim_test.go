@@ -118,6 +118,7 @@ type simOptions struct {
 	slowRate float64 // fraction of messages delayed by up to 4 election timeouts
 	// flap detection; zero leaves it off
 	flapMax, flapWindow, flapCooldown int
+	priority                          map[string]int // election priority by node id; absent is 0
 }
 
 type sim struct {
@@ -218,6 +219,7 @@ func (s *sim) logf(format string, args ...any) {
 func (s *sim) start(n *simNode) {
 	cfg := s.cfg
 	cfg.ID = n.id
+	cfg.Priority = s.opts.priority[n.id]
 	// Each incarnation of each node gets its own stream, derived from the seed.
 	cfg.Rand = rand.New(rand.NewPCG(s.seed, uint64(n.restarts)<<32|uint64(n.index)))
 	m, err := NewMachine(cfg, n.store)

@@ -679,6 +679,9 @@ type PreVoteRequest struct {
 	Candidate string  `cbor:"3,keyasint"`
 	LHM       int     `cbor:"4,keyasint,omitempty"`
 	Health    float64 `cbor:"5,keyasint,omitempty"`
+	// Priority is the candidate's configured election priority: between
+	// candidates of equal health, voters prefer the higher one.
+	Priority int `cbor:"6,keyasint,omitempty"`
 }
 
 // PreVoteResponse answers a PreVoteRequest.
@@ -698,6 +701,9 @@ type VoteRequest struct {
 	Term      uint64 `cbor:"2,keyasint"`
 	Candidate string `cbor:"3,keyasint"`
 	LHM       int    `cbor:"4,keyasint,omitempty"`
+	// Transfer marks an election the previous leader asked for (TimeoutNow):
+	// voters grant it even while they still hear that leader.
+	Transfer bool `cbor:"5,keyasint,omitempty"`
 }
 
 // VoteResponse answers a VoteRequest.
@@ -725,6 +731,21 @@ type LeaderHeartbeatAck struct {
 	Follower string `cbor:"3,keyasint"`
 	Success  bool   `cbor:"4,keyasint"`
 	Seq      uint64 `cbor:"5,keyasint,omitempty"`
+	// Priority is the follower's configured election priority, so a leader
+	// handing over picks the follower operators prefer.
+	Priority int `cbor:"6,keyasint,omitempty"`
+	// LHM is the follower's Lifeguard health score: a leader hands over only
+	// to a follower healthy enough to lead.
+	LHM int `cbor:"7,keyasint,omitempty"`
+}
+
+// TimeoutNow is a leader handing over (a planned stop): it tells the chosen
+// follower to stand for election at once, as Raft's leadership transfer
+// does, instead of letting the group wait out an election timeout.
+type TimeoutNow struct {
+	Cluster string `cbor:"1,keyasint"`
+	Term    uint64 `cbor:"2,keyasint"` // the leader's term; the target campaigns for Term+1
+	Leader  string `cbor:"3,keyasint"`
 }
 
 func (*PreVoteRequest) Type() MsgType     { return TypePreVoteRequest }
@@ -733,6 +754,7 @@ func (*VoteRequest) Type() MsgType        { return TypeVoteRequest }
 func (*VoteResponse) Type() MsgType       { return TypeVoteResponse }
 func (*LeaderHeartbeat) Type() MsgType    { return TypeLeaderHeartbeat }
 func (*LeaderHeartbeatAck) Type() MsgType { return TypeLeaderHeartbeatAck }
+func (*TimeoutNow) Type() MsgType         { return TypeTimeoutNow }
 
 // ---- Connection hello ------------------------------------------------------------
 
