@@ -78,6 +78,9 @@ type ElectorConfig struct {
 	// OnLeaderChange reports a new leader (possibly this node), or "" when
 	// the node no longer knows of a live leader.
 	OnLeaderChange func(leader string, term uint64)
+	// OnMembersChange reports a new configuration in effect on this node
+	// (a membership change it stored, or, on the leader, committed).
+	OnMembersChange func(c *Configuration)
 }
 
 // Validate reports every problem with c at once.
@@ -120,8 +123,8 @@ const (
 )
 
 type inbound struct {
-	from string
-	msg  wire.Message
+	from, addr string
+	msg        wire.Message
 }
 
 type eventKind uint8
@@ -130,12 +133,14 @@ const (
 	evLoseLeadership eventKind = iota
 	evLeaderChange
 	evBecomeLeader
+	evMembersChange
 )
 
 type event struct {
 	kind   eventKind
 	term   uint64
 	leader string
+	conf   *Configuration
 }
 
 // Elector runs a Machine on a clock over a Transport.
@@ -161,10 +166,12 @@ type Elector struct {
 	inbox    chan inbound
 	lhm      chan int // capacity 1, newest value wins
 	handoffs chan chan handoffResult
+	changes  chan changeReq
 
 	mu      sync.Mutex
 	status  Status
-	changed chan struct{} // closed and replaced on every published change
+	conf    *Configuration // the configuration in effect, as the loop last saw it
+	changed chan struct{}  // closed and replaced on every published change
 	running bool
 	stopped bool
 	cancel  context.CancelFunc
@@ -175,6 +182,10 @@ type Elector struct {
 	lease lease
 
 	// Owned by the loop.
+	runCtx      context.Context
+	runWG       *sync.WaitGroup
+	addrs       map[string]string // every address learnt: configured, in configurations, of strangers that wrote
+	notice      string            // the last Ready.Notice logged
 	senders     map[string]chan wire.Message
 	saveFailing bool
 	events      *eventQueue
@@ -224,6 +235,7 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		ID:                id,
 		Cluster:           cfg.Cluster,
 		Peers:             slices.Sorted(maps.Keys(cfg.Peers)),
+		Addrs:             cfg.Peers,
 		ElectionTicks:     p.ElectionTicks,
 		HeartbeatTicks:    p.HeartbeatTicks,
 		Rand:              r,
@@ -258,7 +270,10 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		inbox:    make(chan inbound, inboxSize),
 		lhm:      make(chan int, 1),
 		handoffs: make(chan chan handoffResult),
+		changes:  make(chan changeReq),
 		changed:  make(chan struct{}),
+		conf:     m.Members(),
+		addrs:    maps.Clone(cfg.Peers),
 		status:   m.Status(),
 		done:     make(chan struct{}),
 		hbSent:   make(map[uint64]time.Time),
@@ -277,7 +292,7 @@ func New(cfg ElectorConfig) (*Elector, error) {
 // loop. Election messages are one-way: answers travel as their own Sends.
 func (e *Elector) handle(_ context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
 	select {
-	case e.inbox <- inbound{from: from.NodeID, msg: msg}:
+	case e.inbox <- inbound{from: from.NodeID, addr: from.Addr, msg: msg}:
 	default:
 		e.log.Debug("election inbox full, dropping message", "from", from.NodeID, "type", msg.Type())
 	}
@@ -307,18 +322,14 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.events = newEventQueue()
 	wg.Go(func() { e.deliverCallbacks() })
 	e.senders = make(map[string]chan wire.Message, len(e.cfg.Peers))
-	for id, addr := range e.cfg.Peers {
-		if id == e.id {
-			continue
-		}
-		ch := make(chan wire.Message, outboxSize)
-		e.senders[id] = ch
-		wg.Go(func() { e.sendLoop(ctx, id, addr, ch) })
+	e.runCtx, e.runWG = ctx, &wg
+	for _, mem := range e.m.Members().Members {
+		e.addrs[mem.ID] = mem.QUIC
 	}
 
 	st := e.Status()
 	e.log.Info("election started", "term", st.Term, "profile", e.profile.Name,
-		"members", len(e.cfg.Peers), "quorum", e.m.Quorum())
+		"members", e.m.Members().String(), "quorum", e.m.Quorum())
 	e.loop(ctx)
 
 	// Shutting down is losing leadership as far as callers are concerned:
@@ -360,12 +371,18 @@ func (e *Elector) loop(ctx context.Context) {
 		case <-ticks:
 			e.m.Tick()
 		case in := <-e.inbox:
+			if _, ok := e.addrs[in.from]; !ok && in.addr != "" {
+				e.addrs[in.from] = in.addr // a stranger: answered where it wrote from
+			}
 			e.m.Step(in.from, in.msg)
 		case v := <-e.lhm:
 			e.m.SetLHM(v)
 		case reply := <-e.handoffs:
 			to, err := e.m.TransferLeadership("")
 			reply <- handoffResult{to: to, term: e.m.Status().Term, err: err}
+		case req := <-e.changes:
+			next, err := e.m.ProposeMembers(req.members)
+			req.reply <- changeResult{next: next, term: e.m.Status().Term, err: err}
 		}
 		e.process()
 	}
@@ -412,11 +429,33 @@ func (e *Elector) process() {
 		case *wire.VoteRequest:
 			e.voteSent.term, e.voteSent.at = msg.Term, now
 		}
+		ch := e.sender(o.To)
+		if ch == nil {
+			e.log.Debug("no address for election peer, dropping message", "to", o.To, "type", o.Msg.Type())
+			continue
+		}
 		select {
-		case e.senders[o.To] <- o.Msg:
+		case ch <- o.Msg:
 		default:
 			e.log.Debug("outbox full, dropping message", "to", o.To, "type", o.Msg.Type())
 		}
+	}
+	if rd.Notice != "" && rd.Notice != e.notice {
+		e.notice = rd.Notice
+		e.log.Warn("refused by the election group; this node's membership is stale", "why", rd.Notice)
+	}
+	if conf := e.m.Members(); conf != e.published() {
+		for _, mem := range conf.Members {
+			e.addrs[mem.ID] = mem.QUIC
+		}
+		e.mu.Lock()
+		e.conf, e.quorum = conf, conf.Quorum()
+		close(e.changed)
+		e.changed = make(chan struct{})
+		e.mu.Unlock()
+		e.log.Info("group configuration in effect", "members", conf.String(), "quorum", conf.Quorum(),
+			"member", conf.Has(e.id))
+		e.events.push(event{kind: evMembersChange, conf: conf})
 	}
 	e.confirm(rd.Confirmations)
 	if rd.StateChange != nil {
@@ -478,6 +517,30 @@ func (e *Elector) publish(st Status) {
 	}
 }
 
+func (e *Elector) published() *Configuration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.conf
+}
+
+// sender is the queue to peer id, its goroutine started on first use (a
+// member added at runtime, a stranger answered); nil if no address is
+// known.
+func (e *Elector) sender(id string) chan wire.Message {
+	if ch, ok := e.senders[id]; ok {
+		return ch
+	}
+	addr := e.addrs[id]
+	if addr == "" || e.runWG == nil {
+		return nil
+	}
+	ch := make(chan wire.Message, outboxSize)
+	e.senders[id] = ch
+	ctx := e.runCtx
+	e.runWG.Go(func() { e.sendLoop(ctx, id, addr, ch) })
+	return ch
+}
+
 func (e *Elector) sendLoop(ctx context.Context, id, addr string, ch <-chan wire.Message) {
 	// A message older than a heartbeat interval has been superseded; giving
 	// up then keeps an unreachable peer from backing up its queue.
@@ -515,6 +578,10 @@ func (e *Elector) deliverCallbacks() {
 		case evBecomeLeader:
 			if f := e.cfg.OnBecomeLeader; f != nil {
 				f(ev.term)
+			}
+		case evMembersChange:
+			if f := e.cfg.OnMembersChange; f != nil {
+				f(ev.conf)
 			}
 		}
 	}
@@ -620,7 +687,67 @@ func (e *Elector) Leader() (id, addr string) {
 	if st.Leader == "" {
 		return "", ""
 	}
-	return st.Leader, e.cfg.Peers[st.Leader]
+	return st.Leader, e.Members().Addr(st.Leader)
+}
+
+// Members is the group configuration in effect on this node.
+func (e *Elector) Members() *Configuration { return e.published() }
+
+type changeReq struct {
+	members []Member
+	reply   chan changeResult
+}
+
+type changeResult struct {
+	next *Configuration
+	term uint64
+	err  error
+}
+
+// ChangeMembers changes the group to members (one added or removed; see
+// Machine.ProposeMembers) and waits until the change is in effect on this
+// leader — stored on a majority of the old configuration — or ctx ends.
+// If leadership changes first, it returns ErrChangeUnstable: the change may
+// or may not survive (a member that stored it keeps it), so the caller
+// looks at the new leader's Members before trying again.
+func (e *Elector) ChangeMembers(ctx context.Context, members []Member) (*Configuration, error) {
+	e.mu.Lock()
+	done, running := e.done, e.running && !e.stopped
+	e.mu.Unlock()
+	if !running {
+		return nil, ErrStopped
+	}
+	req := changeReq{members: members, reply: make(chan changeResult, 1)}
+	select {
+	case e.changes <- req:
+	case <-done:
+		return nil, ErrStopped
+	case <-ctx.Done():
+		return nil, fmt.Errorf("change members: %w", ctx.Err())
+	}
+	r := <-req.reply
+	if r.err != nil {
+		return nil, fmt.Errorf("change members in term %d: %w", r.term, r.err)
+	}
+	e.log.Info("membership change proposed", "to", r.next.String(), "term", r.term)
+	for {
+		e.mu.Lock()
+		st, conf, changed := e.status, e.conf, e.changed
+		e.mu.Unlock()
+		if conf.Epoch >= r.next.Epoch {
+			return conf, nil
+		}
+		if st.State != Leader || st.Term != r.term {
+			return nil, fmt.Errorf("change to %s: %w", r.next, ErrChangeUnstable)
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return nil, ErrStopped
+		case <-ctx.Done():
+			return nil, fmt.Errorf("change to %s not committed: %w", r.next, ctx.Err())
+		}
+	}
 }
 
 // FenceToken is the token to stamp on commands while this node leads, zero

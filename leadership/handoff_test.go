@@ -235,7 +235,7 @@ func TestElectorHandoffWithoutTicks(t *testing.T) {
 		clocks[id] = manualClock{c: make(chan time.Time)}
 		e, err := New(ElectorConfig{
 			Cluster: "managers/handoff", Transport: hub.Node(id), Peers: peers, Profile: p,
-			Storage: NewMemoryStorage(), Clock: clocks[id], Priority: map[string]int{"n3": 1}[id],
+			Storage: NewMemoryStorage(), Clock: clocks[id], Priority: map[string]int{"n1": 2, "n3": 1}[id],
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
 		if err != nil {
@@ -256,7 +256,8 @@ func TestElectorHandoffWithoutTicks(t *testing.T) {
 		}
 	})
 	lead := electors["n1"]
-	// Only n1 is ticked: it campaigns, leads, and collects acks (n3's
+	// Only n1 is ticked (and it outranks both, so neither stands against
+	// it): it campaigns, leads, and collects acks (n3's
 	// priority among them) from its heartbeats.
 	for range 2 * p.ElectionTicks {
 		clocks["n1"].c <- time.Time{}

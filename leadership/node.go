@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	"tempest/wire"
 )
@@ -64,6 +65,10 @@ type Ready struct {
 	// acknowledged this node as leader (or candidate) of its current term.
 	// The driver turns them into a wall-clock lease (Elector.QuorumAge).
 	Confirmations []Confirmation
+	// Notice says why a peer refused this node in a way its operator must
+	// act on: its configuration is stale (it was removed, or missed a
+	// change). Empty when there is nothing new to say.
+	Notice string
 }
 
 // Confirmation is a peer's acknowledgement of this node's current term,
@@ -84,8 +89,13 @@ type Config struct {
 	// message carries it, and messages for another group are ignored.
 	Cluster string
 	// Peers lists every configured member including ID. Quorum is a
-	// majority of len(Peers), never of the members currently alive.
+	// majority of len(Peers), never of the members currently alive. It is
+	// the initial configuration (epoch 0) only: a configuration stored by
+	// an accepted membership change (HardState.Config) replaces it.
 	Peers []string
+	// Addrs holds the Peers' transport addresses, carried in
+	// configurations the leader hands to new members; optional.
+	Addrs map[string]string
 	// ElectionTicks is the base election timeout: a follower that hears no
 	// leader for a random time in [ElectionTicks, 2*ElectionTicks) starts a
 	// pre-vote, and a leader that has not heard from a majority within
@@ -171,7 +181,11 @@ func (c Config) Validate() error {
 // A Machine is not safe for concurrent use.
 type Machine struct {
 	cfg     Config
-	peers   []string // sorted, includes self: iteration order must be deterministic
+	conf    *Configuration // the configuration in effect; replaced, never mutated
+	pending *Configuration // a leader's proposed change, until a majority of conf stored it
+	member  bool           // this node is in conf: only members campaign
+	notice  string         // why a peer refused this node (stale configuration), for Ready
+	peers   []string       // conf's ids, sorted (includes self if a member): iteration order must be deterministic
 	quorum  int
 	storage Storage
 	rand    *rand.Rand
@@ -218,6 +232,7 @@ type followerSeen struct {
 	at       int // tick of the newest successful ack
 	priority int
 	lhm      int
+	epoch    uint64 // configuration epoch it has stored
 }
 
 // Sentinel errors of a leadership transfer; callers branch on them.
@@ -244,18 +259,23 @@ func NewMachine(cfg Config, st Storage) (*Machine, error) {
 		h.Write([]byte(cfg.ID))
 		r = rand.New(rand.NewPCG(h.Sum64(), 0x5851f42d4c957f2d))
 	}
-	peers := slices.Clone(cfg.Peers)
-	slices.Sort(peers)
+	conf := hs.Config
+	if conf == nil {
+		conf = &Configuration{}
+		for _, p := range cfg.Peers {
+			conf.Members = append(conf.Members, Member{ID: p, QUIC: cfg.Addrs[p]})
+		}
+		slices.SortFunc(conf.Members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	}
 	m := &Machine{
 		cfg:      cfg,
-		peers:    peers,
-		quorum:   len(peers)/2 + 1,
 		storage:  st,
 		rand:     r,
 		term:     hs.Term,
 		votedFor: hs.VotedFor,
 		saved:    hs,
 	}
+	m.setConf(conf)
 	m.becomeFollower(hs.Term, "")
 	m.reported = m.Status()
 	return m, nil
@@ -291,7 +311,10 @@ func (m *Machine) CoolingDown() bool { return m.now < m.cooldownUntil }
 // the cluster has moved past. And a node whose term is not durable never
 // leads: its fencing token is that term.
 func (m *Machine) Ready() (Ready, error) {
-	hs := HardState{Term: m.term, VotedFor: m.votedFor}
+	hs := HardState{Term: m.term, VotedFor: m.votedFor, Config: m.saved.Config}
+	if latest := m.latestConf(); latest.Epoch > 0 {
+		hs.Config = latest
+	}
 	if hs != m.saved {
 		if err := m.storage.Save(hs); err != nil {
 			m.msgs = nil
@@ -312,6 +335,7 @@ func (m *Machine) Ready() (Ready, error) {
 	var rd Ready
 	rd.Messages, m.msgs = m.msgs, nil
 	rd.Confirmations, m.confirms = m.confirms, nil
+	rd.Notice, m.notice = m.notice, ""
 	if st := m.Status(); st != m.reported {
 		m.reported = st
 		rd.StateChange = &st
@@ -354,7 +378,7 @@ func (m *Machine) tickElection() {
 	if m.state != Follower {
 		m.yield = true // a round that did not finish in time failed
 	}
-	if m.healthy() && !m.CoolingDown() {
+	if m.healthy() && !m.CoolingDown() && m.member {
 		m.startPreVote()
 	}
 }
@@ -384,7 +408,11 @@ func (m *Machine) tickLeader() {
 // for another election group, or whose sender field disagrees with the
 // authenticated sender are ignored.
 func (m *Machine) Step(from string, msg wire.Message) {
-	if from == m.cfg.ID || !slices.Contains(m.peers, from) {
+	if from == m.cfg.ID {
+		return
+	}
+	if !slices.Contains(m.peers, from) && !(m.pending != nil && m.pending.Has(from)) {
+		m.stepStranger(from, msg)
 		return
 	}
 	switch msg := msg.(type) {
@@ -434,8 +462,10 @@ func (m *Machine) healthy() bool { return m.lhm <= m.cfg.MaxLeaderLHM }
 // term the candidate would use, so Term > m.term means the candidate's
 // current term is at least ours.
 func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
-	resp := &wire.PreVoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID}
+	resp := &wire.PreVoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID, ConfigEpoch: m.conf.Epoch}
 	switch {
+	case req.ConfigEpoch < m.conf.Epoch:
+		resp.Reason = m.staleReason(req.ConfigEpoch)
 	case req.Term <= m.term:
 		// Our term tells a stale candidate to catch up.
 		resp.Reason = "stale term"
@@ -464,6 +494,7 @@ func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
 }
 
 func (m *Machine) onPreVoteResponse(from string, resp *wire.PreVoteResponse) {
+	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason)
 	if !resp.Granted && resp.Term > m.term {
 		m.becomeFollower(resp.Term, "")
 		return
@@ -485,6 +516,13 @@ func (m *Machine) onPreVoteResponse(from string, resp *wire.PreVoteResponse) {
 }
 
 func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
+	if req.ConfigEpoch < m.conf.Epoch {
+		// Refused before the term is looked at: a candidate that missed a
+		// committed change must not even bump this node's term.
+		m.send(from, &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID,
+			Reason: m.staleReason(req.ConfigEpoch), ConfigEpoch: m.conf.Epoch})
+		return
+	}
 	if req.Term > m.term {
 		if m.inLease() && !req.Transfer {
 			// With pre-vote a candidate only gets here if a majority saw no
@@ -494,7 +532,7 @@ func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
 		}
 		m.becomeFollower(req.Term, "")
 	}
-	resp := &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID}
+	resp := &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID, ConfigEpoch: m.conf.Epoch}
 	switch {
 	case req.Term < m.term:
 		resp.Reason = "stale term"
@@ -514,6 +552,7 @@ func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
 }
 
 func (m *Machine) onVoteResponse(from string, resp *wire.VoteResponse) {
+	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason)
 	if resp.Term > m.term {
 		m.becomeFollower(resp.Term, "")
 		return
@@ -550,8 +589,17 @@ func (m *Machine) onHeartbeat(from string, hb *wire.LeaderHeartbeat) {
 		m.becomeFollower(hb.Term, from)
 	}
 	m.electionElapsed = 0
+	if hb.Config != nil && hb.Config.Epoch > m.conf.Epoch {
+		// Adopted on receipt, as Raft does with a configuration entry; Ready
+		// stores it (with term and vote) before the ack below leaves.
+		// The leader may be removing itself: it is in this node's
+		// configuration (Step checked), which is what makes it trusted.
+		if c, err := configFromWire(hb.Config); err == nil {
+			m.setConf(c)
+		}
+	}
 	m.send(from, &wire.LeaderHeartbeatAck{Cluster: m.cfg.Cluster, Term: m.term, Follower: m.cfg.ID, Success: true, Seq: hb.Seq,
-		Priority: m.cfg.Priority, LHM: m.lhm})
+		Priority: m.cfg.Priority, LHM: m.lhm, ConfigEpoch: m.conf.Epoch})
 }
 
 func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
@@ -559,10 +607,18 @@ func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
 		m.becomeFollower(ack.Term, "")
 		return
 	}
+	if m.state == Leader && ack.Term == m.term && ack.Success && ack.ConfigEpoch > m.latestConf().Epoch {
+		// A follower stored a configuration this leader has never seen (its
+		// predecessor's uncommitted change): a member that knows it must
+		// lead, or this node could propose a second, conflicting change.
+		m.becomeFollower(m.term, "")
+		return
+	}
 	if m.state == Leader && ack.Term == m.term && ack.Success {
 		m.acks[from] = true
-		m.followers[from] = followerSeen{at: m.now, priority: ack.Priority, lhm: ack.LHM}
+		m.followers[from] = followerSeen{at: m.now, priority: ack.Priority, lhm: ack.LHM, epoch: ack.ConfigEpoch}
 		m.confirms = append(m.confirms, Confirmation{From: from, Seq: ack.Seq})
+		m.maybeCommitConf()
 	}
 }
 
@@ -681,6 +737,12 @@ func (m *Machine) becomeFollower(term uint64, lead string) {
 		m.term = term
 		m.votedFor = ""
 	}
+	if m.pending != nil {
+		// Stored, maybe by some followers too: keep it, as every node that
+		// received it does (its epoch outranks the old one in elections).
+		m.setConf(m.pending)
+		m.pending = nil
+	}
 	m.state = Follower
 	m.lead = lead
 	m.votes = nil
@@ -708,7 +770,8 @@ func (m *Machine) startPreVote() {
 		return
 	}
 	m.broadcast(func() wire.Message {
-		return &wire.PreVoteRequest{Cluster: m.cfg.Cluster, Term: m.term + 1, Candidate: m.cfg.ID, LHM: m.lhm, Priority: m.cfg.Priority}
+		return &wire.PreVoteRequest{Cluster: m.cfg.Cluster, Term: m.term + 1, Candidate: m.cfg.ID, LHM: m.lhm, Priority: m.cfg.Priority,
+			ConfigEpoch: m.conf.Epoch}
 	})
 }
 
@@ -728,7 +791,8 @@ func (m *Machine) becomeCandidate(transfer bool) {
 		return
 	}
 	m.broadcast(func() wire.Message {
-		return &wire.VoteRequest{Cluster: m.cfg.Cluster, Term: m.term, Candidate: m.cfg.ID, LHM: m.lhm, Transfer: m.transfer}
+		return &wire.VoteRequest{Cluster: m.cfg.Cluster, Term: m.term, Candidate: m.cfg.ID, LHM: m.lhm, Transfer: m.transfer,
+			ConfigEpoch: m.conf.Epoch}
 	})
 }
 
@@ -751,9 +815,26 @@ func (m *Machine) becomeLeader() {
 
 func (m *Machine) broadcastHeartbeat() {
 	m.hbSeq++
-	m.broadcast(func() wire.Message {
-		return &wire.LeaderHeartbeat{Cluster: m.cfg.Cluster, Term: m.term, Leader: m.cfg.ID, Seq: m.hbSeq}
-	})
+	latest := m.latestConf()
+	to := m.peers
+	if m.pending != nil {
+		to = m.pending.IDs() // a member being added hears the change too
+		for _, p := range m.peers {
+			if !slices.Contains(to, p) {
+				to = append(to, p) // and one being removed, so it stores it
+			}
+		}
+	}
+	for _, p := range to {
+		if p == m.cfg.ID {
+			continue
+		}
+		hb := &wire.LeaderHeartbeat{Cluster: m.cfg.Cluster, Term: m.term, Leader: m.cfg.ID, Seq: m.hbSeq, ConfigEpoch: latest.Epoch}
+		if f, ok := m.followers[p]; latest.Epoch > 0 && (!ok || f.epoch < latest.Epoch) {
+			hb.Config = latest.toWire()
+		}
+		m.send(p, hb)
+	}
 }
 
 // observeLeader feeds flap detection with each new (leader, term) this node
