@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"tempest/api"
 	"tempest/internal/devcluster"
 	"tempest/internal/target"
 	"tempest/internal/testutil"
@@ -237,4 +238,47 @@ func (c *cluster) termOf(name string) uint64 {
 		c.t.Fatal(err)
 	}
 	return view.Nodes[0].Term
+}
+
+// SIGTERM of the gate leader mid-job: it hands its leadership over (its log
+// says to whom), the successor holds every datacenter's lease under a newer
+// token, and the job completes with the target's exact count.
+func TestGateLeaderSIGTERMHandsOver(t *testing.T) {
+	c := startGated(t, 3, 2, 1, 1)
+	tgt := startTarget(t, target.DefaultConfig())
+	id := c.submit(gatedJob("gate-handoff", "http://"+tgt.Addr(), 2, "6s", 2))
+	before := c.waitRunning(id)
+	oldTokens := map[string]uint64{}
+	for _, d := range before.Datacenters {
+		oldTokens[d.Name] = d.FenceToken
+	}
+	leader := c.gateLeader()
+	stopped := time.Now()
+	if err := c.Signal(leader, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	after := c.waitStatus(id, 30*time.Second, func(st *api.JobStatus) error {
+		for _, d := range st.Datacenters {
+			if d.LeaseHolder == leader || d.FenceToken <= oldTokens[d.Name] {
+				return fmt.Errorf("%s lease still %s/%d", d.Name, d.LeaseHolder, d.FenceToken)
+			}
+		}
+		return nil
+	})
+	moved := time.Since(stopped)
+	next := after.Datacenters[0].LeaseHolder
+	if err := c.Wait(leader, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	handed := c.logTime(leader, "leadership handed over", "to="+next)
+	t.Logf("gate leader %s handed over to %s %s after SIGTERM; leases seen moved after %s",
+		leader, next, handed.Sub(stopped).Round(time.Millisecond), moved.Round(time.Millisecond))
+
+	st := c.waitStatus(id, 60*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s: %s", st.Status, st.Error)
+	}
+	if got, want := uint64(st.TotalCompleted+st.TotalFailed), tgt.Stats().Requests; got != want || want == 0 {
+		t.Errorf("gate total %d, target answered %d", got, want)
+	}
 }
