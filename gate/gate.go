@@ -180,6 +180,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		Elector: leadership.ElectorConfig{
 			Cluster:          "gates",
 			Profile:          profile,
+			Priority:         cfg.ElectionPriority,
 			Logger:           baseLog,
 			OnBecomeLeader:   g.onBecomeLeader,
 			OnLoseLeadership: g.onLoseLeadership,
@@ -251,6 +252,10 @@ func (g *Gate) Run(ctx context.Context) error {
 // Shutdown stops the gate: it leaves the election, waits for handlers and
 // background work, leaves SWIM and closes what it opened.
 func (g *Gate) Shutdown(ctx context.Context) error {
+	// A leading gate hands over first: its successor takes every lease over
+	// (takeOver) as it starts its term, a round trip from now instead of an
+	// election timeout.
+	g.HandOff(ctx)
 	first, finish := g.life.Stop(func() {
 		g.log.Info("gate shutting down")
 		g.elector.Stop()
@@ -266,6 +271,12 @@ func (g *Gate) Shutdown(ctx context.Context) error {
 	}
 	return g.life.Release()
 }
+
+// HandOff is a planned stop's first step: a leading gate hands its
+// leadership, and with it every lease (its successor's takeOver), to a peer
+// and waits for it to lead (at most an election timeout). Shutdown does it
+// too; the binary calls it before it ends Run, which stops the election.
+func (g *Gate) HandOff(ctx context.Context) { g.seat.HandOff(ctx) }
 
 // ID is this gate's node id.
 func (g *Gate) ID() string { return g.cfg.ID }

@@ -37,7 +37,8 @@
 //
 // # Why quorum counts configured members
 //
-// Quorum is a majority of the configured membership (Config.Peers), never of
+// Quorum is a majority of the configured membership (the Configuration in
+// effect; Config.Peers until a change is stored), never of
 // the members currently alive. In a partition each side sees the other as
 // dead; if each counted only its living members, both sides would reach a
 // "majority" and elect a leader: split brain. Two majorities of the same
@@ -72,6 +73,14 @@
 // the limit steps down. More than FlapMaxChanges leadership changes within
 // FlapWindowTicks start a cooldown of FlapCooldownTicks during which the node
 // starts no elections, so an unstable group settles instead of oscillating.
+//
+// # Planned handover, priority, membership changes
+//
+// A leader asked to stop hands over with TimeoutNow (TransferLeadership);
+// Config.Priority ranks equally healthy candidates; and the member set is a
+// Configuration changed one member at a time, in effect once a majority of
+// the old set stored it. docs/leadership.md describes all three and why
+// single-server changes rather than joint consensus.
 //
 // # Structure
 //

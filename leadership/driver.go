@@ -68,6 +68,9 @@ type ElectorConfig struct {
 	Now func() time.Time
 	// Rand randomizes election timeouts; nil means a randomly seeded one.
 	Rand *rand.Rand
+	// Priority ranks this node among equally healthy candidates (higher is
+	// preferred); see Config.Priority.
+	Priority int
 
 	// Callbacks, all optional. See Elector for the ordering guarantees.
 	OnBecomeLeader   func(term uint64)
@@ -75,6 +78,9 @@ type ElectorConfig struct {
 	// OnLeaderChange reports a new leader (possibly this node), or "" when
 	// the node no longer knows of a live leader.
 	OnLeaderChange func(leader string, term uint64)
+	// OnMembersChange reports a new configuration in effect on this node
+	// (a membership change it stored, or, on the leader, committed).
+	OnMembersChange func(c *Configuration)
 }
 
 // Validate reports every problem with c at once.
@@ -117,8 +123,8 @@ const (
 )
 
 type inbound struct {
-	from string
-	msg  wire.Message
+	from, addr string
+	msg        wire.Message
 }
 
 type eventKind uint8
@@ -127,12 +133,14 @@ const (
 	evLoseLeadership eventKind = iota
 	evLeaderChange
 	evBecomeLeader
+	evMembersChange
 )
 
 type event struct {
 	kind   eventKind
 	term   uint64
 	leader string
+	conf   *Configuration
 }
 
 // Elector runs a Machine on a clock over a Transport.
@@ -155,11 +163,15 @@ type Elector struct {
 	m       *Machine // owned by the loop once Run starts
 	quorum  int
 
-	inbox chan inbound
-	lhm   chan int // capacity 1, newest value wins
+	inbox    chan inbound
+	lhm      chan int // capacity 1, newest value wins
+	handoffs chan chan handoffResult
+	changes  chan changeReq
 
 	mu      sync.Mutex
 	status  Status
+	conf    *Configuration // the configuration in effect, as the loop last saw it
+	changed chan struct{}  // closed and replaced on every published change
 	running bool
 	stopped bool
 	cancel  context.CancelFunc
@@ -170,6 +182,10 @@ type Elector struct {
 	lease lease
 
 	// Owned by the loop.
+	runCtx      context.Context
+	runWG       *sync.WaitGroup
+	addrs       map[string]string // every address learnt: configured, in configurations, of strangers that wrote
+	notice      string            // the last Ready.Notice logged
 	senders     map[string]chan wire.Message
 	saveFailing bool
 	events      *eventQueue
@@ -219,6 +235,7 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		ID:                id,
 		Cluster:           cfg.Cluster,
 		Peers:             slices.Sorted(maps.Keys(cfg.Peers)),
+		Addrs:             cfg.Peers,
 		ElectionTicks:     p.ElectionTicks,
 		HeartbeatTicks:    p.HeartbeatTicks,
 		Rand:              r,
@@ -226,6 +243,7 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		FlapMaxChanges:    p.FlapMaxChanges,
 		FlapWindowTicks:   p.FlapWindowTicks,
 		FlapCooldownTicks: p.FlapCooldownTicks,
+		Priority:          cfg.Priority,
 	}, cfg.Storage)
 	if err != nil {
 		return nil, fmt.Errorf("leadership elector %s/%s: %w", cfg.Cluster, id, err)
@@ -242,23 +260,28 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		cfg.Now = time.Now
 	}
 	e := &Elector{
-		cfg:     cfg,
-		id:      id,
-		profile: p,
-		log:     logger.With("component", "leadership", "cluster", cfg.Cluster, "node", id),
-		clock:   clock,
-		m:       m,
-		quorum:  m.Quorum(),
-		inbox:   make(chan inbound, inboxSize),
-		lhm:     make(chan int, 1),
-		status:  m.Status(),
-		done:    make(chan struct{}),
-		hbSent:  make(map[uint64]time.Time),
+		cfg:      cfg,
+		id:       id,
+		profile:  p,
+		log:      logger.With("component", "leadership", "cluster", cfg.Cluster, "node", id),
+		clock:    clock,
+		m:        m,
+		quorum:   m.Quorum(),
+		inbox:    make(chan inbound, inboxSize),
+		lhm:      make(chan int, 1),
+		handoffs: make(chan chan handoffResult),
+		changes:  make(chan changeReq),
+		changed:  make(chan struct{}),
+		conf:     m.Members(),
+		addrs:    maps.Clone(cfg.Peers),
+		status:   m.Status(),
+		done:     make(chan struct{}),
+		hbSent:   make(map[uint64]time.Time),
 	}
 	for _, t := range []wire.MsgType{
 		wire.TypePreVoteRequest, wire.TypePreVoteResponse,
 		wire.TypeVoteRequest, wire.TypeVoteResponse,
-		wire.TypeLeaderHeartbeat, wire.TypeLeaderHeartbeatAck,
+		wire.TypeLeaderHeartbeat, wire.TypeLeaderHeartbeatAck, wire.TypeTimeoutNow,
 	} {
 		cfg.Transport.Handle(t, e.handle)
 	}
@@ -269,7 +292,7 @@ func New(cfg ElectorConfig) (*Elector, error) {
 // loop. Election messages are one-way: answers travel as their own Sends.
 func (e *Elector) handle(_ context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
 	select {
-	case e.inbox <- inbound{from: from.NodeID, msg: msg}:
+	case e.inbox <- inbound{from: from.NodeID, addr: from.Addr, msg: msg}:
 	default:
 		e.log.Debug("election inbox full, dropping message", "from", from.NodeID, "type", msg.Type())
 	}
@@ -299,18 +322,14 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.events = newEventQueue()
 	wg.Go(func() { e.deliverCallbacks() })
 	e.senders = make(map[string]chan wire.Message, len(e.cfg.Peers))
-	for id, addr := range e.cfg.Peers {
-		if id == e.id {
-			continue
-		}
-		ch := make(chan wire.Message, outboxSize)
-		e.senders[id] = ch
-		wg.Go(func() { e.sendLoop(ctx, id, addr, ch) })
+	e.runCtx, e.runWG = ctx, &wg
+	for _, mem := range e.m.Members().Members {
+		e.addrs[mem.ID] = mem.QUIC
 	}
 
 	st := e.Status()
 	e.log.Info("election started", "term", st.Term, "profile", e.profile.Name,
-		"members", len(e.cfg.Peers), "quorum", e.m.Quorum())
+		"members", e.m.Members().String(), "quorum", e.m.Quorum())
 	e.loop(ctx)
 
 	// Shutting down is losing leadership as far as callers are concerned:
@@ -352,9 +371,18 @@ func (e *Elector) loop(ctx context.Context) {
 		case <-ticks:
 			e.m.Tick()
 		case in := <-e.inbox:
+			if _, ok := e.addrs[in.from]; !ok && in.addr != "" {
+				e.addrs[in.from] = in.addr // a stranger: answered where it wrote from
+			}
 			e.m.Step(in.from, in.msg)
 		case v := <-e.lhm:
 			e.m.SetLHM(v)
+		case reply := <-e.handoffs:
+			to, err := e.m.TransferLeadership("")
+			reply <- handoffResult{to: to, term: e.m.Status().Term, err: err}
+		case req := <-e.changes:
+			next, err := e.m.ProposeMembers(req.members)
+			req.reply <- changeResult{next: next, term: e.m.Status().Term, err: err}
 		}
 		e.process()
 	}
@@ -401,11 +429,33 @@ func (e *Elector) process() {
 		case *wire.VoteRequest:
 			e.voteSent.term, e.voteSent.at = msg.Term, now
 		}
+		ch := e.sender(o.To)
+		if ch == nil {
+			e.log.Debug("no address for election peer, dropping message", "to", o.To, "type", o.Msg.Type())
+			continue
+		}
 		select {
-		case e.senders[o.To] <- o.Msg:
+		case ch <- o.Msg:
 		default:
 			e.log.Debug("outbox full, dropping message", "to", o.To, "type", o.Msg.Type())
 		}
+	}
+	if rd.Notice != "" && rd.Notice != e.notice {
+		e.notice = rd.Notice
+		e.log.Warn("refused by the election group; this node's membership is stale", "why", rd.Notice)
+	}
+	if conf := e.m.Members(); conf != e.published() {
+		for _, mem := range conf.Members {
+			e.addrs[mem.ID] = mem.QUIC
+		}
+		e.mu.Lock()
+		e.conf, e.quorum = conf, conf.Quorum()
+		close(e.changed)
+		e.changed = make(chan struct{})
+		e.mu.Unlock()
+		e.log.Info("group configuration in effect", "members", conf.String(), "quorum", conf.Quorum(),
+			"member", conf.Has(e.id))
+		e.events.push(event{kind: evMembersChange, conf: conf})
 	}
 	e.confirm(rd.Confirmations)
 	if rd.StateChange != nil {
@@ -443,6 +493,8 @@ func (e *Elector) publish(st Status) {
 	e.mu.Lock()
 	prev := e.status
 	e.status = st
+	close(e.changed)
+	e.changed = make(chan struct{})
 	e.mu.Unlock()
 
 	if prev.State != st.State || prev.Term != st.Term {
@@ -463,6 +515,30 @@ func (e *Elector) publish(st Status) {
 		e.log.Info("became leader", "term", st.Term, "fence_token", st.FenceToken)
 		e.events.push(event{kind: evBecomeLeader, term: st.Term})
 	}
+}
+
+func (e *Elector) published() *Configuration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.conf
+}
+
+// sender is the queue to peer id, its goroutine started on first use (a
+// member added at runtime, a stranger answered); nil if no address is
+// known.
+func (e *Elector) sender(id string) chan wire.Message {
+	if ch, ok := e.senders[id]; ok {
+		return ch
+	}
+	addr := e.addrs[id]
+	if addr == "" || e.runWG == nil {
+		return nil
+	}
+	ch := make(chan wire.Message, outboxSize)
+	e.senders[id] = ch
+	ctx := e.runCtx
+	e.runWG.Go(func() { e.sendLoop(ctx, id, addr, ch) })
+	return ch
 }
 
 func (e *Elector) sendLoop(ctx context.Context, id, addr string, ch <-chan wire.Message) {
@@ -502,6 +578,10 @@ func (e *Elector) deliverCallbacks() {
 		case evBecomeLeader:
 			if f := e.cfg.OnBecomeLeader; f != nil {
 				f(ev.term)
+			}
+		case evMembersChange:
+			if f := e.cfg.OnMembersChange; f != nil {
+				f(ev.conf)
 			}
 		}
 	}
@@ -546,6 +626,57 @@ func (e *Elector) QuorumAge() (age time.Duration, ok bool) {
 	return max(now.Sub(times[q-1]), 0), true
 }
 
+type handoffResult struct {
+	to   string
+	term uint64
+	err  error
+}
+
+// Handoff is a planned leader stop: it hands this node's leadership to the
+// best follower (Machine.TransferLeadership: a TimeoutNow, then this node
+// steps down) and waits until this node follows a successor of a newer
+// term, or ctx ends. It returns the successor. A role calls it before
+// stopping its elector, so the group is leaderless for about a round trip
+// rather than an election timeout; on an error the caller just stops, and
+// the group elects a leader the ordinary way.
+func (e *Elector) Handoff(ctx context.Context) (string, error) {
+	reply := make(chan handoffResult, 1)
+	e.mu.Lock()
+	done := e.done
+	running := e.running && !e.stopped
+	e.mu.Unlock()
+	if !running {
+		return "", ErrStopped
+	}
+	select {
+	case e.handoffs <- reply:
+	case <-done:
+		return "", ErrStopped
+	case <-ctx.Done():
+		return "", fmt.Errorf("hand over leadership: %w", ctx.Err())
+	}
+	r := <-reply // the loop answers at once
+	if r.err != nil {
+		return "", fmt.Errorf("hand over leadership of term %d: %w", r.term, r.err)
+	}
+	e.log.Info("handing over leadership", "term", r.term, "to", r.to)
+	for {
+		e.mu.Lock()
+		st, changed := e.status, e.changed
+		e.mu.Unlock()
+		if st.Leader != "" && st.Leader != e.id && st.Term > r.term {
+			return st.Leader, nil
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return "", ErrStopped
+		case <-ctx.Done():
+			return "", fmt.Errorf("hand over leadership of term %d to %s: no successor seen: %w", r.term, r.to, ctx.Err())
+		}
+	}
+}
+
 // IsLeader reports whether this node currently leads its group.
 func (e *Elector) IsLeader() bool { return e.Status().State == Leader }
 
@@ -556,7 +687,67 @@ func (e *Elector) Leader() (id, addr string) {
 	if st.Leader == "" {
 		return "", ""
 	}
-	return st.Leader, e.cfg.Peers[st.Leader]
+	return st.Leader, e.Members().Addr(st.Leader)
+}
+
+// Members is the group configuration in effect on this node.
+func (e *Elector) Members() *Configuration { return e.published() }
+
+type changeReq struct {
+	members []Member
+	reply   chan changeResult
+}
+
+type changeResult struct {
+	next *Configuration
+	term uint64
+	err  error
+}
+
+// ChangeMembers changes the group to members (one added or removed; see
+// Machine.ProposeMembers) and waits until the change is in effect on this
+// leader — stored on a majority of the old configuration — or ctx ends.
+// If leadership changes first, it returns ErrChangeUnstable: the change may
+// or may not survive (a member that stored it keeps it), so the caller
+// looks at the new leader's Members before trying again.
+func (e *Elector) ChangeMembers(ctx context.Context, members []Member) (*Configuration, error) {
+	e.mu.Lock()
+	done, running := e.done, e.running && !e.stopped
+	e.mu.Unlock()
+	if !running {
+		return nil, ErrStopped
+	}
+	req := changeReq{members: members, reply: make(chan changeResult, 1)}
+	select {
+	case e.changes <- req:
+	case <-done:
+		return nil, ErrStopped
+	case <-ctx.Done():
+		return nil, fmt.Errorf("change members: %w", ctx.Err())
+	}
+	r := <-req.reply
+	if r.err != nil {
+		return nil, fmt.Errorf("change members in term %d: %w", r.term, r.err)
+	}
+	e.log.Info("membership change proposed", "to", r.next.String(), "term", r.term)
+	for {
+		e.mu.Lock()
+		st, conf, changed := e.status, e.conf, e.changed
+		e.mu.Unlock()
+		if conf.Epoch >= r.next.Epoch {
+			return conf, nil
+		}
+		if st.State != Leader || st.Term != r.term {
+			return nil, fmt.Errorf("change to %s: %w", r.next, ErrChangeUnstable)
+		}
+		select {
+		case <-changed:
+		case <-done:
+			return nil, ErrStopped
+		case <-ctx.Done():
+			return nil, fmt.Errorf("change to %s not committed: %w", r.next, ctx.Err())
+		}
+	}
 }
 
 // FenceToken is the token to stamp on commands while this node leads, zero

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	"tempest/wire"
 )
@@ -64,6 +65,10 @@ type Ready struct {
 	// acknowledged this node as leader (or candidate) of its current term.
 	// The driver turns them into a wall-clock lease (Elector.QuorumAge).
 	Confirmations []Confirmation
+	// Notice says why a peer refused this node in a way its operator must
+	// act on: its configuration is stale (it was removed, or missed a
+	// change). Empty when there is nothing new to say.
+	Notice string
 }
 
 // Confirmation is a peer's acknowledgement of this node's current term,
@@ -84,8 +89,13 @@ type Config struct {
 	// message carries it, and messages for another group are ignored.
 	Cluster string
 	// Peers lists every configured member including ID. Quorum is a
-	// majority of len(Peers), never of the members currently alive.
+	// majority of len(Peers), never of the members currently alive. It is
+	// the initial configuration (epoch 0) only: a configuration stored by
+	// an accepted membership change (HardState.Config) replaces it.
 	Peers []string
+	// Addrs holds the Peers' transport addresses, carried in
+	// configurations the leader hands to new members; optional.
+	Addrs map[string]string
 	// ElectionTicks is the base election timeout: a follower that hears no
 	// leader for a random time in [ElectionTicks, 2*ElectionTicks) starts a
 	// pre-vote, and a leader that has not heard from a majority within
@@ -106,6 +116,12 @@ type Config struct {
 	FlapMaxChanges    int
 	FlapWindowTicks   int
 	FlapCooldownTicks int
+	// Priority ranks this node among healthy candidates: between two of
+	// equal health score, the higher priority is preferred. Voters refuse a
+	// pre-vote to a candidate they outrank (and stand themselves), and a
+	// settled leader hands over to a follower of higher priority that is at
+	// least as healthy. Equal priorities (the default) change nothing.
+	Priority int
 }
 
 // Validate reports every problem with c at once.
@@ -165,7 +181,11 @@ func (c Config) Validate() error {
 // A Machine is not safe for concurrent use.
 type Machine struct {
 	cfg     Config
-	peers   []string // sorted, includes self: iteration order must be deterministic
+	conf    *Configuration // the configuration in effect; replaced, never mutated
+	pending *Configuration // a leader's proposed change, until a majority of conf stored it
+	member  bool           // this node is in conf: only members campaign
+	notice  string         // why a peer refused this node (stale configuration), for Ready
+	peers   []string       // conf's ids, sorted (includes self if a member): iteration order must be deterministic
 	quorum  int
 	storage Storage
 	rand    *rand.Rand
@@ -192,10 +212,34 @@ type Machine struct {
 	lastLeaderTerm uint64
 	cooldownUntil  int
 
+	// Who answered this term's heartbeats, and how they describe
+	// themselves: a leader handing over picks from these.
+	followers map[string]followerSeen
+	ledSince  int  // tick this node became leader
+	transfer  bool // the current candidacy was asked for by the old leader
+	// yield: this node's own campaign failed since it last saw a leader, so
+	// it stops refusing pre-votes to candidates it outranks (a better node
+	// that cannot win must not keep the group leaderless).
+	yield bool
+
 	msgs     []Outbound
 	confirms []Confirmation
 	reported Status
 }
+
+// followerSeen is what a leader last heard from one follower.
+type followerSeen struct {
+	at       int // tick of the newest successful ack
+	priority int
+	lhm      int
+	epoch    uint64 // configuration epoch it has stored
+}
+
+// Sentinel errors of a leadership transfer; callers branch on them.
+var (
+	ErrNotLeader        = errors.New("not the leader")
+	ErrNoTransferTarget = errors.New("no follower has answered recently enough to take over")
+)
 
 // NewMachine loads the durable term and vote from st and returns a follower.
 func NewMachine(cfg Config, st Storage) (*Machine, error) {
@@ -215,18 +259,23 @@ func NewMachine(cfg Config, st Storage) (*Machine, error) {
 		h.Write([]byte(cfg.ID))
 		r = rand.New(rand.NewPCG(h.Sum64(), 0x5851f42d4c957f2d))
 	}
-	peers := slices.Clone(cfg.Peers)
-	slices.Sort(peers)
+	conf := hs.Config
+	if conf == nil {
+		conf = &Configuration{}
+		for _, p := range cfg.Peers {
+			conf.Members = append(conf.Members, Member{ID: p, QUIC: cfg.Addrs[p]})
+		}
+		slices.SortFunc(conf.Members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	}
 	m := &Machine{
 		cfg:      cfg,
-		peers:    peers,
-		quorum:   len(peers)/2 + 1,
 		storage:  st,
 		rand:     r,
 		term:     hs.Term,
 		votedFor: hs.VotedFor,
 		saved:    hs,
 	}
+	m.setConf(conf)
 	m.becomeFollower(hs.Term, "")
 	m.reported = m.Status()
 	return m, nil
@@ -262,7 +311,10 @@ func (m *Machine) CoolingDown() bool { return m.now < m.cooldownUntil }
 // the cluster has moved past. And a node whose term is not durable never
 // leads: its fencing token is that term.
 func (m *Machine) Ready() (Ready, error) {
-	hs := HardState{Term: m.term, VotedFor: m.votedFor}
+	hs := HardState{Term: m.term, VotedFor: m.votedFor, Config: m.saved.Config}
+	if latest := m.latestConf(); latest.Epoch > 0 {
+		hs.Config = latest
+	}
 	if hs != m.saved {
 		if err := m.storage.Save(hs); err != nil {
 			m.msgs = nil
@@ -283,6 +335,7 @@ func (m *Machine) Ready() (Ready, error) {
 	var rd Ready
 	rd.Messages, m.msgs = m.msgs, nil
 	rd.Confirmations, m.confirms = m.confirms, nil
+	rd.Notice, m.notice = m.notice, ""
 	if st := m.Status(); st != m.reported {
 		m.reported = st
 		rd.StateChange = &st
@@ -322,7 +375,10 @@ func (m *Machine) tickElection() {
 	}
 	m.electionElapsed = 0
 	m.resetElectionTimeout()
-	if m.healthy() && !m.CoolingDown() {
+	if m.state != Follower {
+		m.yield = true // a round that did not finish in time failed
+	}
+	if m.healthy() && !m.CoolingDown() && m.member {
 		m.startPreVote()
 	}
 }
@@ -345,13 +401,18 @@ func (m *Machine) tickLeader() {
 		m.heartbeatElapsed = 0
 		m.broadcastHeartbeat()
 	}
+	m.maybeRebalance()
 }
 
 // Step feeds one message received from peer from. Messages from non-members,
 // for another election group, or whose sender field disagrees with the
 // authenticated sender are ignored.
 func (m *Machine) Step(from string, msg wire.Message) {
-	if from == m.cfg.ID || !slices.Contains(m.peers, from) {
+	if from == m.cfg.ID {
+		return
+	}
+	if !slices.Contains(m.peers, from) && !(m.pending != nil && m.pending.Has(from)) {
+		m.stepStranger(from, msg)
 		return
 	}
 	switch msg := msg.(type) {
@@ -379,6 +440,10 @@ func (m *Machine) Step(from string, msg wire.Message) {
 		if msg.Cluster == m.cfg.Cluster && msg.Follower == from {
 			m.onHeartbeatAck(from, msg)
 		}
+	case *wire.TimeoutNow:
+		if msg.Cluster == m.cfg.Cluster && msg.Leader == from {
+			m.onTimeoutNow(from, msg)
+		}
 	}
 }
 
@@ -397,8 +462,10 @@ func (m *Machine) healthy() bool { return m.lhm <= m.cfg.MaxLeaderLHM }
 // term the candidate would use, so Term > m.term means the candidate's
 // current term is at least ours.
 func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
-	resp := &wire.PreVoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID}
+	resp := &wire.PreVoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID, ConfigEpoch: m.conf.Epoch}
 	switch {
+	case req.ConfigEpoch < m.conf.Epoch:
+		resp.Reason = m.staleReason(req.ConfigEpoch)
 	case req.Term <= m.term:
 		// Our term tells a stale candidate to catch up.
 		resp.Reason = "stale term"
@@ -406,6 +473,17 @@ func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
 		resp.Reason = "leader alive"
 	case req.LHM > m.cfg.MaxLeaderLHM:
 		resp.Reason = "candidate unhealthy"
+	case m.outranks(req.LHM, req.Priority):
+		// Stand instead: this node would make the better leader. The
+		// candidate may still win on the others' grants; the refusal only
+		// decides close races, and a settled leader that is outranked
+		// hands over (maybeRebalance).
+		resp.Reason = "better candidate"
+		m.send(from, resp)
+		if m.state == Follower {
+			m.startPreVote()
+		}
+		return
 	default:
 		// A grant echoes the proposed term (as etcd-raft does) so the
 		// candidate can tell it from a grant for an earlier round.
@@ -416,6 +494,7 @@ func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
 }
 
 func (m *Machine) onPreVoteResponse(from string, resp *wire.PreVoteResponse) {
+	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason)
 	if !resp.Granted && resp.Term > m.term {
 		m.becomeFollower(resp.Term, "")
 		return
@@ -429,15 +508,23 @@ func (m *Machine) onPreVoteResponse(from string, resp *wire.PreVoteResponse) {
 	m.votes[from] = resp.Granted
 	switch m.tally() {
 	case won:
-		m.becomeCandidate()
+		m.becomeCandidate(false)
 	case lost:
+		m.yield = true
 		m.becomeFollower(m.term, "")
 	}
 }
 
 func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
+	if req.ConfigEpoch < m.conf.Epoch {
+		// Refused before the term is looked at: a candidate that missed a
+		// committed change must not even bump this node's term.
+		m.send(from, &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID,
+			Reason: m.staleReason(req.ConfigEpoch), ConfigEpoch: m.conf.Epoch})
+		return
+	}
 	if req.Term > m.term {
-		if m.inLease() {
+		if m.inLease() && !req.Transfer {
 			// With pre-vote a candidate only gets here if a majority saw no
 			// leader; this node still does, so it neither bumps its term nor
 			// answers (as etcd-raft does with check-quorum).
@@ -445,7 +532,7 @@ func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
 		}
 		m.becomeFollower(req.Term, "")
 	}
-	resp := &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID}
+	resp := &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID, ConfigEpoch: m.conf.Epoch}
 	switch {
 	case req.Term < m.term:
 		resp.Reason = "stale term"
@@ -465,6 +552,7 @@ func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
 }
 
 func (m *Machine) onVoteResponse(from string, resp *wire.VoteResponse) {
+	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason)
 	if resp.Term > m.term {
 		m.becomeFollower(resp.Term, "")
 		return
@@ -480,6 +568,7 @@ func (m *Machine) onVoteResponse(from string, resp *wire.VoteResponse) {
 	case won:
 		m.becomeLeader()
 	case lost:
+		m.yield = true
 		m.becomeFollower(m.term, "")
 	}
 }
@@ -500,7 +589,17 @@ func (m *Machine) onHeartbeat(from string, hb *wire.LeaderHeartbeat) {
 		m.becomeFollower(hb.Term, from)
 	}
 	m.electionElapsed = 0
-	m.send(from, &wire.LeaderHeartbeatAck{Cluster: m.cfg.Cluster, Term: m.term, Follower: m.cfg.ID, Success: true, Seq: hb.Seq})
+	if hb.Config != nil && hb.Config.Epoch > m.conf.Epoch {
+		// Adopted on receipt, as Raft does with a configuration entry; Ready
+		// stores it (with term and vote) before the ack below leaves.
+		// The leader may be removing itself: it is in this node's
+		// configuration (Step checked), which is what makes it trusted.
+		if c, err := configFromWire(hb.Config); err == nil {
+			m.setConf(c)
+		}
+	}
+	m.send(from, &wire.LeaderHeartbeatAck{Cluster: m.cfg.Cluster, Term: m.term, Follower: m.cfg.ID, Success: true, Seq: hb.Seq,
+		Priority: m.cfg.Priority, LHM: m.lhm, ConfigEpoch: m.conf.Epoch})
 }
 
 func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
@@ -508,9 +607,100 @@ func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
 		m.becomeFollower(ack.Term, "")
 		return
 	}
+	if m.state == Leader && ack.Term == m.term && ack.Success && ack.ConfigEpoch > m.latestConf().Epoch {
+		// A follower stored a configuration this leader has never seen (its
+		// predecessor's uncommitted change): a member that knows it must
+		// lead, or this node could propose a second, conflicting change.
+		m.becomeFollower(m.term, "")
+		return
+	}
 	if m.state == Leader && ack.Term == m.term && ack.Success {
 		m.acks[from] = true
+		m.followers[from] = followerSeen{at: m.now, priority: ack.Priority, lhm: ack.LHM, epoch: ack.ConfigEpoch}
 		m.confirms = append(m.confirms, Confirmation{From: from, Seq: ack.Seq})
+		m.maybeCommitConf()
+	}
+}
+
+// onTimeoutNow starts, at once, the election the current leader asked this
+// node to win. Only the leader this node follows in its own term may ask:
+// anyone else could use it to unseat a healthy leader.
+func (m *Machine) onTimeoutNow(from string, msg *wire.TimeoutNow) {
+	if msg.Term != m.term || m.state != Follower || m.lead != from || !m.healthy() {
+		return
+	}
+	m.becomeCandidate(true)
+}
+
+// TransferLeadership hands this node's leadership to peer to, or, when to
+// is empty, to the follower it would pick (TransferTarget): it sends that
+// peer a TimeoutNow and steps down at once, so the two never lead side by
+// side and the roles stop leader work before the successor starts. The
+// successor campaigns without pre-vote and voters grant it despite the
+// lease, so the group is leaderless for about one round trip instead of an
+// election timeout. If the target never campaigns (it crashed), the group
+// elects someone the ordinary way. It returns the target.
+func (m *Machine) TransferLeadership(to string) (string, error) {
+	if m.state != Leader {
+		return "", ErrNotLeader
+	}
+	if to == "" {
+		var ok bool
+		if to, ok = m.TransferTarget(); !ok {
+			return "", ErrNoTransferTarget
+		}
+	} else if to == m.cfg.ID || !slices.Contains(m.peers, to) {
+		return "", fmt.Errorf("transfer leadership to %q: not another member of %s", to, m.cfg.Cluster)
+	}
+	m.send(to, &wire.TimeoutNow{Cluster: m.cfg.Cluster, Term: m.term, Leader: m.cfg.ID})
+	m.becomeFollower(m.term, "")
+	return to, nil
+}
+
+// TransferTarget is the follower a handover would pick: among those that
+// answered within the last election timeout and are healthy enough to
+// lead, the highest priority, then the freshest answer, then the lowest id.
+func (m *Machine) TransferTarget() (string, bool) {
+	best, found := "", false
+	var bf followerSeen
+	for _, id := range m.peers { // sorted: ties go to the lowest id
+		f, ok := m.followers[id]
+		if !ok || m.now-f.at > m.cfg.ElectionTicks || f.lhm > m.cfg.MaxLeaderLHM {
+			continue
+		}
+		if !found || f.priority > bf.priority || (f.priority == bf.priority && f.at > bf.at) {
+			best, bf, found = id, f, true
+		}
+	}
+	return best, found
+}
+
+// outranks reports whether this node would make a better leader than a
+// candidate of health score lhm and priority prio: healthier, or as
+// healthy and of higher priority. A node that cannot stand itself (unwell,
+// cooling down, or whose own campaign just failed) outranks nobody.
+func (m *Machine) outranks(lhm, prio int) bool {
+	if !m.healthy() || m.CoolingDown() || m.yield {
+		return false
+	}
+	return m.lhm < lhm || (m.lhm == lhm && m.cfg.Priority > prio)
+}
+
+// maybeRebalance hands a settled leader's term to a follower that
+// outranks it on priority and is at least as healthy, so the group ends up
+// led by the member operators prefer even when a lesser one won the race.
+// Health alone never triggers it: scores move with load, and handing over
+// on every blip would be churn.
+func (m *Machine) maybeRebalance() {
+	if m.now-m.ledSince < 2*m.cfg.ElectionTicks {
+		return
+	}
+	to, ok := m.TransferTarget()
+	if !ok {
+		return
+	}
+	if f := m.followers[to]; f.priority > m.cfg.Priority && f.lhm <= m.lhm {
+		m.TransferLeadership(to) //nolint:errcheck // we lead and to is a member
 	}
 }
 
@@ -547,6 +737,12 @@ func (m *Machine) becomeFollower(term uint64, lead string) {
 		m.term = term
 		m.votedFor = ""
 	}
+	if m.pending != nil {
+		// Stored, maybe by some followers too: keep it, as every node that
+		// received it does (its epoch outranks the old one in elections).
+		m.setConf(m.pending)
+		m.pending = nil
+	}
 	m.state = Follower
 	m.lead = lead
 	m.votes = nil
@@ -555,7 +751,9 @@ func (m *Machine) becomeFollower(term uint64, lead string) {
 	m.electionElapsed = 0
 	m.heartbeatElapsed = 0
 	m.resetElectionTimeout()
+	m.transfer = false
 	if lead != "" {
+		m.yield = false
 		m.observeLeader(lead, m.term)
 	}
 }
@@ -568,19 +766,23 @@ func (m *Machine) startPreVote() {
 	m.lead = ""
 	m.votes = map[string]bool{m.cfg.ID: true}
 	if m.tally() == won {
-		m.becomeCandidate()
+		m.becomeCandidate(false)
 		return
 	}
 	m.broadcast(func() wire.Message {
-		return &wire.PreVoteRequest{Cluster: m.cfg.Cluster, Term: m.term + 1, Candidate: m.cfg.ID, LHM: m.lhm}
+		return &wire.PreVoteRequest{Cluster: m.cfg.Cluster, Term: m.term + 1, Candidate: m.cfg.ID, LHM: m.lhm, Priority: m.cfg.Priority,
+			ConfigEpoch: m.conf.Epoch}
 	})
 }
 
-func (m *Machine) becomeCandidate() {
+// becomeCandidate starts an election for term+1; transfer marks one the
+// old leader asked for, which voters grant despite its lease.
+func (m *Machine) becomeCandidate(transfer bool) {
 	m.term++
 	m.votedFor = m.cfg.ID
 	m.state = Candidate
 	m.lead = ""
+	m.transfer = transfer
 	m.electionElapsed = 0
 	m.confirms = nil
 	m.votes = map[string]bool{m.cfg.ID: true}
@@ -589,7 +791,8 @@ func (m *Machine) becomeCandidate() {
 		return
 	}
 	m.broadcast(func() wire.Message {
-		return &wire.VoteRequest{Cluster: m.cfg.Cluster, Term: m.term, Candidate: m.cfg.ID, LHM: m.lhm}
+		return &wire.VoteRequest{Cluster: m.cfg.Cluster, Term: m.term, Candidate: m.cfg.ID, LHM: m.lhm, Transfer: m.transfer,
+			ConfigEpoch: m.conf.Epoch}
 	})
 }
 
@@ -598,6 +801,10 @@ func (m *Machine) becomeLeader() {
 	m.lead = m.cfg.ID
 	m.votes = nil
 	m.acks = make(map[string]bool, len(m.peers))
+	m.followers = make(map[string]followerSeen, len(m.peers))
+	m.ledSince = m.now
+	m.transfer = false
+	m.yield = false
 	m.electionElapsed = 0
 	m.heartbeatElapsed = 0
 	m.observeLeader(m.cfg.ID, m.term)
@@ -608,9 +815,26 @@ func (m *Machine) becomeLeader() {
 
 func (m *Machine) broadcastHeartbeat() {
 	m.hbSeq++
-	m.broadcast(func() wire.Message {
-		return &wire.LeaderHeartbeat{Cluster: m.cfg.Cluster, Term: m.term, Leader: m.cfg.ID, Seq: m.hbSeq}
-	})
+	latest := m.latestConf()
+	to := m.peers
+	if m.pending != nil {
+		to = m.pending.IDs() // a member being added hears the change too
+		for _, p := range m.peers {
+			if !slices.Contains(to, p) {
+				to = append(to, p) // and one being removed, so it stores it
+			}
+		}
+	}
+	for _, p := range to {
+		if p == m.cfg.ID {
+			continue
+		}
+		hb := &wire.LeaderHeartbeat{Cluster: m.cfg.Cluster, Term: m.term, Leader: m.cfg.ID, Seq: m.hbSeq, ConfigEpoch: latest.Epoch}
+		if f, ok := m.followers[p]; latest.Epoch > 0 && (!ok || f.epoch < latest.Epoch) {
+			hb.Config = latest.toWire()
+		}
+		m.send(p, hb)
+	}
 }
 
 // observeLeader feeds flap detection with each new (leader, term) this node

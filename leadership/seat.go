@@ -91,6 +91,26 @@ func (s *Seat) Run(ctx context.Context) {
 	}
 }
 
+// HandOff is a planned stop's first step: a seat that leads hands its
+// leadership to the best follower (Elector.Handoff) and waits, at most an
+// election timeout or until ctx ends, for the successor to lead, so the
+// group is leaderless for a round trip instead of the election timeout a
+// crash costs. A seat that does not lead, or finds no successor, does
+// nothing more: the group then elects one the ordinary way.
+func (s *Seat) HandOff(ctx context.Context) {
+	if !s.Elector.IsLeader() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.Elector.profile.ElectionTimeout())
+	defer cancel()
+	to, err := s.Elector.Handoff(ctx)
+	if err != nil {
+		s.log.Warn("planned stop: leadership not handed over; the group will elect a leader after an election timeout", "err", err)
+		return
+	}
+	s.log.Info("planned stop: leadership handed over", "to", to)
+}
+
 // Close closes the transport and the storage the seat opened (not the ones
 // it was given), transport first: no message then reaches an elector whose
 // storage is gone. The elector itself stops with its Run's context.

@@ -70,6 +70,7 @@ type simNode struct {
 	store    *simStorage
 	m        *Machine // nil while crashed
 	lhm      int
+	notice   string // the last Ready.Notice
 	restarts int
 	prev     Status // last status the checker saw, for edge detection
 	since    int    // tick the current leadership stint began
@@ -118,6 +119,8 @@ type simOptions struct {
 	slowRate float64 // fraction of messages delayed by up to 4 election timeouts
 	// flap detection; zero leaves it off
 	flapMax, flapWindow, flapCooldown int
+	priority                          map[string]int      // election priority by node id; absent is 0
+	peers                             map[string][]string // a node's static peers, when not every node's
 }
 
 type sim struct {
@@ -218,6 +221,10 @@ func (s *sim) logf(format string, args ...any) {
 func (s *sim) start(n *simNode) {
 	cfg := s.cfg
 	cfg.ID = n.id
+	cfg.Priority = s.opts.priority[n.id]
+	if p, ok := s.opts.peers[n.id]; ok {
+		cfg.Peers = p
+	}
 	// Each incarnation of each node gets its own stream, derived from the seed.
 	cfg.Rand = rand.New(rand.NewPCG(s.seed, uint64(n.restarts)<<32|uint64(n.index)))
 	m, err := NewMachine(cfg, n.store)
@@ -328,6 +335,10 @@ func (s *sim) flush(n *simNode) {
 		s.logf("%s ready: %v", n.id, err)
 		return
 	}
+	if rd.Notice != "" {
+		n.notice = rd.Notice
+		s.logf("%s notice: %s", n.id, rd.Notice)
+	}
 	if rd.StateChange != nil {
 		st := rd.StateChange
 		s.logf("%s -> %s term=%d leader=%q fence=%d", n.id, st.State, st.Term, st.Leader, st.FenceToken)
@@ -337,7 +348,7 @@ func (s *sim) flush(n *simNode) {
 	}
 	for _, o := range rd.Messages {
 		if v, ok := o.Msg.(*wire.VoteResponse); ok && v.Granted {
-			if n.store.mem.hs != (HardState{Term: v.Term, VotedFor: o.To}) {
+			if hs := n.store.mem.hs; hs.Term != v.Term || hs.VotedFor != o.To {
 				s.fail("%s sent a vote for %s in term %d before persisting it (stored %+v)", n.id, o.To, v.Term, n.store.mem.hs)
 			}
 			k := nodeTerm{n.id, v.Term}

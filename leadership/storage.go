@@ -11,6 +11,11 @@ import (
 type HardState struct {
 	Term     uint64 `cbor:"1,keyasint"`
 	VotedFor string `cbor:"2,keyasint,omitempty"`
+	// Config is the newest group configuration this node has stored
+	// (nil: the static one from its config file). It is saved with the
+	// term and vote, in one fsync, before the node acknowledges it. The
+	// pointer is replaced, never mutated, so HardState stays comparable.
+	Config *Configuration `cbor:"3,keyasint,omitempty"`
 }
 
 // Storage keeps a HardState durably. Save must not return until the state

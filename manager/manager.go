@@ -228,6 +228,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		Elector: leadership.ElectorConfig{
 			Cluster:          "managers/" + cfg.Datacenter,
 			Profile:          profile,
+			Priority:         cfg.ElectionPriority,
 			Logger:           baseLog,
 			OnBecomeLeader:   m.onBecomeLeader,
 			OnLoseLeadership: m.onLoseLeadership,
@@ -304,10 +305,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	return nil
 }
 
-// Shutdown stops the manager: it leaves the election (a leader gives up its
-// term), waits for in-flight handlers and background work, leaves SWIM and
-// closes what it opened. ctx bounds the graceful SWIM leave.
+// Shutdown stops the manager: a leader first hands its leadership to an
+// up-to-date peer (a planned stop costs the datacenter a round trip without
+// a leader, not an election timeout), then it leaves the election, waits
+// for in-flight handlers and background work, leaves SWIM and closes what
+// it opened. ctx bounds the handover and the graceful SWIM leave.
 func (m *Manager) Shutdown(ctx context.Context) error {
+	m.HandOff(ctx)
 	first, finish := m.life.Stop(func() {
 		m.log.Info("manager shutting down")
 		m.elector.Stop()
@@ -329,6 +333,12 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	}
 	return m.life.Release()
 }
+
+// HandOff is a planned stop's first step: a leading manager hands its
+// leadership to an up-to-date peer and waits for it to lead (at most an
+// election timeout). Shutdown does it too; the binary calls it before it
+// ends Run, which stops the election.
+func (m *Manager) HandOff(ctx context.Context) { m.seat.HandOff(ctx) }
 
 // ID is this manager's node id.
 func (m *Manager) ID() string { return m.cfg.ID }

@@ -680,6 +680,12 @@ type PreVoteRequest struct {
 	Candidate string  `cbor:"3,keyasint"`
 	LHM       int     `cbor:"4,keyasint,omitempty"`
 	Health    float64 `cbor:"5,keyasint,omitempty"`
+	// Priority is the candidate's configured election priority: between
+	// candidates of equal health, voters prefer the higher one.
+	Priority int `cbor:"6,keyasint,omitempty"`
+	// ConfigEpoch is the candidate's group configuration epoch; a voter
+	// that knows a newer one refuses (GroupConfig).
+	ConfigEpoch uint64 `cbor:"7,keyasint,omitempty"`
 }
 
 // PreVoteResponse answers a PreVoteRequest.
@@ -691,6 +697,9 @@ type PreVoteResponse struct {
 	Voter   string `cbor:"3,keyasint"`
 	Granted bool   `cbor:"4,keyasint"`
 	Reason  string `cbor:"5,keyasint,omitempty"`
+	// ConfigEpoch is the voter's configuration epoch, so a candidate left
+	// behind (a removed member restarted with stale config) learns why.
+	ConfigEpoch uint64 `cbor:"6,keyasint,omitempty"`
 }
 
 // VoteRequest asks for a vote in Term.
@@ -699,15 +708,20 @@ type VoteRequest struct {
 	Term      uint64 `cbor:"2,keyasint"`
 	Candidate string `cbor:"3,keyasint"`
 	LHM       int    `cbor:"4,keyasint,omitempty"`
+	// Transfer marks an election the previous leader asked for (TimeoutNow):
+	// voters grant it even while they still hear that leader.
+	Transfer    bool   `cbor:"5,keyasint,omitempty"`
+	ConfigEpoch uint64 `cbor:"6,keyasint,omitempty"`
 }
 
 // VoteResponse answers a VoteRequest.
 type VoteResponse struct {
-	Cluster string `cbor:"1,keyasint"`
-	Term    uint64 `cbor:"2,keyasint"`
-	Voter   string `cbor:"3,keyasint"`
-	Granted bool   `cbor:"4,keyasint"`
-	Reason  string `cbor:"5,keyasint,omitempty"`
+	Cluster     string `cbor:"1,keyasint"`
+	Term        uint64 `cbor:"2,keyasint"`
+	Voter       string `cbor:"3,keyasint"`
+	Granted     bool   `cbor:"4,keyasint"`
+	Reason      string `cbor:"5,keyasint,omitempty"`
+	ConfigEpoch uint64 `cbor:"6,keyasint,omitempty"`
 }
 
 // LeaderHeartbeat asserts leadership for Term.
@@ -717,6 +731,23 @@ type LeaderHeartbeat struct {
 	Leader     string `cbor:"3,keyasint"`
 	LeaderAddr string `cbor:"4,keyasint,omitempty"`
 	Seq        uint64 `cbor:"5,keyasint,omitempty"`
+	// ConfigEpoch is the newest group configuration the leader knows; Config
+	// carries it whole to a follower that has not acknowledged it yet.
+	ConfigEpoch uint64       `cbor:"6,keyasint,omitempty"`
+	Config      *GroupConfig `cbor:"7,keyasint,omitempty"`
+}
+
+// GroupConfig is an election group's member set at an epoch: the epoch
+// grows by one per change, and a change adds or removes one member.
+type GroupConfig struct {
+	Epoch   uint64        `cbor:"1,keyasint"`
+	Members []GroupMember `cbor:"2,keyasint"`
+}
+
+// GroupMember is one member of a GroupConfig.
+type GroupMember struct {
+	ID   string `cbor:"1,keyasint"`
+	Addr string `cbor:"2,keyasint"`
 }
 
 // LeaderHeartbeatAck lets a leader count who still follows it (check-quorum).
@@ -726,6 +757,23 @@ type LeaderHeartbeatAck struct {
 	Follower string `cbor:"3,keyasint"`
 	Success  bool   `cbor:"4,keyasint"`
 	Seq      uint64 `cbor:"5,keyasint,omitempty"`
+	// Priority is the follower's configured election priority, so a leader
+	// handing over picks the follower operators prefer.
+	Priority int `cbor:"6,keyasint,omitempty"`
+	// LHM is the follower's Lifeguard health score: a leader hands over only
+	// to a follower healthy enough to lead.
+	LHM int `cbor:"7,keyasint,omitempty"`
+	// ConfigEpoch is the configuration the follower has stored durably.
+	ConfigEpoch uint64 `cbor:"8,keyasint,omitempty"`
+}
+
+// TimeoutNow is a leader handing over (a planned stop): it tells the chosen
+// follower to stand for election at once, as Raft's leadership transfer
+// does, instead of letting the group wait out an election timeout.
+type TimeoutNow struct {
+	Cluster string `cbor:"1,keyasint"`
+	Term    uint64 `cbor:"2,keyasint"` // the leader's term; the target campaigns for Term+1
+	Leader  string `cbor:"3,keyasint"`
 }
 
 func (*PreVoteRequest) Type() MsgType     { return TypePreVoteRequest }
@@ -734,6 +782,7 @@ func (*VoteRequest) Type() MsgType        { return TypeVoteRequest }
 func (*VoteResponse) Type() MsgType       { return TypeVoteResponse }
 func (*LeaderHeartbeat) Type() MsgType    { return TypeLeaderHeartbeat }
 func (*LeaderHeartbeatAck) Type() MsgType { return TypeLeaderHeartbeatAck }
+func (*TimeoutNow) Type() MsgType         { return TypeTimeoutNow }
 
 // ---- Connection hello ------------------------------------------------------------
 

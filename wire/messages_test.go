@@ -350,6 +350,7 @@ func TestClasses(t *testing.T) {
 		TypeWorkerHeartbeat: ClassProgress, TypeManagerHeartbeat: ClassProgress,
 		TypePreVoteRequest: ClassElection, TypePreVoteResponse: ClassElection, TypeVoteRequest: ClassElection,
 		TypeVoteResponse: ClassElection, TypeLeaderHeartbeat: ClassElection, TypeLeaderHeartbeatAck: ClassElection,
+		TypeTimeoutNow: ClassElection,
 	}
 	for typ, c := range want {
 		if got := typ.Class(); got != c {

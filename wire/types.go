@@ -64,6 +64,7 @@ const (
 	TypeVoteResponse       MsgType = 83
 	TypeLeaderHeartbeat    MsgType = 84
 	TypeLeaderHeartbeatAck MsgType = 85
+	TypeTimeoutNow         MsgType = 86
 
 	// Connection hello: the first frame each way on a new connection, before
 	// any envelope (transport/handshake.go). Never sent inside an envelope.
@@ -227,6 +228,7 @@ var catalogue = map[MsgType]typeInfo{
 	TypeVoteResponse:       {"VoteResponse", ClassElection, func() Message { return new(VoteResponse) }},
 	TypeLeaderHeartbeat:    {"LeaderHeartbeat", ClassElection, func() Message { return new(LeaderHeartbeat) }},
 	TypeLeaderHeartbeatAck: {"LeaderHeartbeatAck", ClassElection, func() Message { return new(LeaderHeartbeatAck) }},
+	TypeTimeoutNow:         {"TimeoutNow", ClassElection, func() Message { return new(TimeoutNow) }},
 
 	TypeHello:    {"Hello", ClassControl, func() Message { return new(Hello) }},
 	TypeHelloAck: {"HelloAck", ClassControl, func() Message { return new(HelloAck) }},

@@ -69,6 +69,10 @@ type Server struct {
 
 	// ElectionProfile is the election timing profile: lan, local or test.
 	ElectionProfile string `yaml:"election_profile"`
+	// ElectionPriority ranks this node among equally healthy members of
+	// its group: the higher is preferred as leader (0 by default; equal
+	// priorities leave the choice to the race). See docs/leadership.md.
+	ElectionPriority int `yaml:"election_priority"`
 	// Peers lists every configured member of the election group, this node
 	// included: the configured list, not the live one, fixes the quorum
 	// (len/2+1) and who receives replicated state. Empty means a group of

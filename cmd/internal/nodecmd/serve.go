@@ -22,14 +22,21 @@ type Role interface {
 	ReloadSecrets(current, previous string) error
 }
 
+// HandingOver is a role that, asked to stop while it leads its group, can
+// first hand its leadership to a peer (the gate and the manager). Serve
+// calls it before it ends the role's Run: the election stops with Run.
+type HandingOver interface {
+	HandOff(ctx context.Context)
+}
+
 // Front is what stands in front of a role and stops first: its API server.
 type Front interface {
 	Shutdown(ctx context.Context) error
 }
 
-// Serve runs role until a signal stops it: SIGTERM or SIGINT shut the front
-// down (so no new request reaches a node going away), then the role, within
-// timeout; a second one exits at once. SIGHUP reloads the secrets from
+// Serve runs role until a signal stops it: SIGTERM or SIGINT hand a
+// leading role's leadership over (HandingOver), shut the front down (so no
+// new request reaches a node going away), then the role, within timeout; a second one exits at once. SIGHUP reloads the secrets from
 // secretFile (or the environment) and keeps the current ones on error.
 // ready, if not nil, runs once the role is running. It returns the exit
 // code.
@@ -84,6 +91,11 @@ func Serve(role Role, front Front, name string, logger *slog.Logger, sigs <-chan
 				stopping = true
 				logger.Info("signal received: shutting down", "signal", sig.String())
 				go func() {
+					if h, ok := role.(HandingOver); ok {
+						hctx, hcancel := context.WithTimeout(context.Background(), timeout)
+						h.HandOff(hctx)
+						hcancel()
+					}
 					cancel()
 					stopped <- shutdown()
 				}()

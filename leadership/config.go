@@ -1,0 +1,256 @@
+package leadership
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"tempest/wire"
+)
+
+// Configuration is an election group's member set at an epoch. Epoch 0 is
+// the static one a node starts from (its config file's peers); every change
+// adds or removes exactly one member and raises the epoch by one.
+//
+// A change is Raft's single-server membership change, not joint consensus:
+// when two configurations differ by one member, every majority of one
+// overlaps every majority of the other, so a node counting votes in either
+// cannot help elect a second leader in a term; one change at a time keeps
+// no more than two configurations in play. Joint consensus allows
+// arbitrary changes in one step at the cost of a third, combined
+// configuration and two-majority counting everywhere; adding or removing
+// one manager or gate is what operators do, so the simpler rule is enough.
+//
+// The leader proposes a change, sends it with its heartbeats, and puts it
+// into effect only once a majority of the *old* configuration has stored it
+// (acknowledged its epoch). Every node stores a configuration (fsync, with
+// its term and vote) before acknowledging it, and voters refuse candidates
+// of an older epoch, so once a change is in effect no node that missed it
+// can be elected: any majority that could elect it overlaps the majority
+// that stored the change.
+type Configuration struct {
+	Epoch   uint64   `cbor:"1,keyasint"`
+	Members []Member `cbor:"2,keyasint"`
+}
+
+// Errors of a configuration change; callers branch on them.
+var (
+	ErrChangePending  = errors.New("a membership change is still being committed")
+	ErrNotSettled     = errors.New("the current configuration is not yet stored on a majority")
+	ErrOneAtATime     = errors.New("a membership change adds or removes exactly one member")
+	ErrNotAMember     = errors.New("not a member of the group's configuration")
+	ErrChangeUnstable = errors.New("leadership changed before the membership change was committed")
+)
+
+// IDs lists the members' ids, sorted.
+func (c *Configuration) IDs() []string {
+	ids := make([]string, 0, len(c.Members))
+	for _, m := range c.Members {
+		ids = append(ids, m.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Has reports whether id is a member.
+func (c *Configuration) Has(id string) bool {
+	return slices.ContainsFunc(c.Members, func(m Member) bool { return m.ID == id })
+}
+
+// Addr is a member's address, "" if it is none.
+func (c *Configuration) Addr(id string) string {
+	for _, m := range c.Members {
+		if m.ID == id {
+			return m.QUIC
+		}
+	}
+	return ""
+}
+
+// Quorum is a majority of the members.
+func (c *Configuration) Quorum() int { return len(c.Members)/2 + 1 }
+
+func (c *Configuration) String() string {
+	return fmt.Sprintf("epoch %d [%s]", c.Epoch, strings.Join(c.IDs(), " "))
+}
+
+func (c *Configuration) toWire() *wire.GroupConfig {
+	w := &wire.GroupConfig{Epoch: c.Epoch, Members: make([]wire.GroupMember, 0, len(c.Members))}
+	for _, m := range c.Members {
+		w.Members = append(w.Members, wire.GroupMember{ID: m.ID, Addr: m.QUIC})
+	}
+	return w
+}
+
+func configFromWire(w *wire.GroupConfig) (*Configuration, error) {
+	c := &Configuration{Epoch: w.Epoch}
+	seen := map[string]bool{}
+	for _, m := range w.Members {
+		if m.ID == "" || seen[m.ID] {
+			return nil, fmt.Errorf("configuration epoch %d: empty or duplicate member %q", w.Epoch, m.ID)
+		}
+		seen[m.ID] = true
+		c.Members = append(c.Members, Member{ID: m.ID, QUIC: m.Addr})
+	}
+	if len(c.Members) == 0 {
+		return nil, fmt.Errorf("configuration epoch %d has no members", w.Epoch)
+	}
+	slices.SortFunc(c.Members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return c, nil
+}
+
+// oneChange reports whether next differs from cur by exactly one member
+// added or removed (an address change of a kept member is not allowed in
+// the same step).
+func oneChange(cur, next []Member) error {
+	byID := func(ms []Member) map[string]string {
+		out := make(map[string]string, len(ms))
+		for _, m := range ms {
+			out[m.ID] = m.QUIC
+		}
+		return out
+	}
+	a, b := byID(cur), byID(next)
+	diff := 0
+	for id, addr := range a {
+		if baddr, ok := b[id]; !ok {
+			diff++
+		} else if baddr != addr {
+			return fmt.Errorf("%w: %s's address changes from %s to %s", ErrOneAtATime, id, addr, baddr)
+		}
+	}
+	for id := range b {
+		if _, ok := a[id]; !ok {
+			diff++
+		}
+	}
+	if diff != 1 || len(b) != len(next) || len(next) == 0 {
+		return fmt.Errorf("%w (%d differ)", ErrOneAtATime, diff)
+	}
+	return nil
+}
+
+// Members is the configuration in effect (a leader's proposed change is
+// not, until a majority of this one stored it).
+func (m *Machine) Members() *Configuration { return m.conf }
+
+// latestConf is the newest configuration this node has: a leader's
+// pending change, else the one in effect.
+func (m *Machine) latestConf() *Configuration {
+	if m.pending != nil {
+		return m.pending
+	}
+	return m.conf
+}
+
+func (m *Machine) setConf(c *Configuration) {
+	m.conf = c
+	m.peers = c.IDs()
+	m.quorum = c.Quorum()
+	m.member = c.Has(m.cfg.ID)
+}
+
+// ProposeMembers starts a change of the group to members: only the leader
+// may, one member added or removed at a time, once the configuration in
+// effect is stored on a majority of itself (so no member holds a newer one
+// this leader has not seen) and no other change is under way. The change
+// takes effect once a majority of the current members has stored it (see
+// Configuration); a leader that removes itself then hands over.
+func (m *Machine) ProposeMembers(members []Member) (*Configuration, error) {
+	if m.state != Leader {
+		return nil, ErrNotLeader
+	}
+	if m.pending != nil {
+		return nil, fmt.Errorf("%w (%s)", ErrChangePending, m.pending)
+	}
+	if got := m.storedBy(m.conf.Epoch); got < m.quorum {
+		return nil, fmt.Errorf("%w: %d of %d members acknowledged %s", ErrNotSettled, got, len(m.peers), m.conf)
+	}
+	if err := oneChange(m.conf.Members, members); err != nil {
+		return nil, err
+	}
+	next := &Configuration{Epoch: m.conf.Epoch + 1, Members: slices.Clone(members)}
+	slices.SortFunc(next.Members, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	m.pending = next
+	m.heartbeatElapsed = 0
+	m.broadcastHeartbeat() // Ready stores it before this leaves
+	return next, nil
+}
+
+// storedBy counts the members of the configuration in effect that have
+// acknowledged epoch (or newer) in this term, this node included.
+func (m *Machine) storedBy(epoch uint64) int {
+	n := 0
+	for _, p := range m.peers {
+		if p == m.cfg.ID {
+			n++
+		} else if f, ok := m.followers[p]; ok && f.epoch >= epoch {
+			n++
+		}
+	}
+	return n
+}
+
+// maybeCommitConf puts a pending change into effect once a majority of the
+// configuration it replaces has stored it.
+func (m *Machine) maybeCommitConf() {
+	if m.pending == nil || m.storedBy(m.pending.Epoch) < m.quorum {
+		return
+	}
+	m.setConf(m.pending)
+	m.pending = nil
+	if !m.member {
+		// Removed itself: hand over to the best remaining member, or just
+		// step down; either way it no longer campaigns.
+		if _, err := m.TransferLeadership(""); err != nil {
+			m.becomeFollower(m.term, "")
+		}
+	}
+}
+
+// stepStranger handles a message from a node outside the configuration.
+// A candidate is answered with a refusal that says why (a removed member
+// restarted with its old config learns it was removed, and cannot disturb
+// the group); a leader whose heartbeat hands this node a newer
+// configuration naming both is followed (how a new member joins).
+func (m *Machine) stepStranger(from string, msg wire.Message) {
+	switch msg := msg.(type) {
+	case *wire.PreVoteRequest:
+		if msg.Cluster == m.cfg.Cluster && msg.Candidate == from {
+			m.send(from, &wire.PreVoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID,
+				Reason: m.strangerReason(from), ConfigEpoch: m.conf.Epoch})
+		}
+	case *wire.VoteRequest:
+		if msg.Cluster == m.cfg.Cluster && msg.Candidate == from {
+			m.send(from, &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID,
+				Reason: m.strangerReason(from), ConfigEpoch: m.conf.Epoch})
+		}
+	case *wire.LeaderHeartbeat:
+		if msg.Cluster != m.cfg.Cluster || msg.Leader != from || msg.Config == nil || msg.Config.Epoch <= m.conf.Epoch {
+			return
+		}
+		c, err := configFromWire(msg.Config)
+		if err != nil || !c.Has(from) {
+			return
+		}
+		m.setConf(c)
+		m.onHeartbeat(from, msg)
+	}
+}
+
+func (m *Machine) strangerReason(from string) string {
+	return fmt.Sprintf("%s is not a member of %s at configuration epoch %d (%s)", from, m.cfg.Cluster, m.conf.Epoch, m.conf)
+}
+
+func (m *Machine) staleReason(epoch uint64) string {
+	return fmt.Sprintf("stale configuration epoch %d: %s is at %s", epoch, m.cfg.Cluster, m.conf)
+}
+
+// noteRefusal keeps, for Ready, the reason a peer with a newer
+// configuration refused this node.
+func (m *Machine) noteRefusal(from string, granted bool, epoch uint64, reason string) {
+	if !granted && epoch > m.conf.Epoch && reason != "" {
+		m.notice = fmt.Sprintf("%s refused this node: %s", from, reason)
+	}
+}
