@@ -662,6 +662,9 @@ type ManagerHeartbeat struct {
 	// SendKeyID and AcceptKeyIDs: as in WorkerHeartbeat.
 	SendKeyID    uint32   `cbor:"12,keyasint,omitempty"`
 	AcceptKeyIDs []uint32 `cbor:"13,keyasint,omitempty"`
+	// TotalCores: the cores of the live workers this manager knows, of
+	// which AvailableCores are free.
+	TotalCores int `cbor:"14,keyasint,omitempty"`
 }
 
 func (*WorkerRegistration) Type() MsgType { return TypeWorkerRegistration }

@@ -312,7 +312,7 @@ func TestCancelResultsJobsCluster(t *testing.T) {
 		{Name: "m1", Role: "manager", DC: "dc1", State: "alive", IsLeader: true, Term: 4, SendKey: "ab12", AcceptKeys: []string{"ab12", "cd34"}},
 		{Name: "w1", Role: "worker", DC: "dc1", State: "HEALTHY", AvailableCores: 3, TotalCores: 4, SendKey: "ab12",
 			AcceptKeys: []string{"ab12"}, OpenBreakers: []string{"m2/progress"}},
-	}})
+	}, Unreachable: []string{"workers of dc2: no live manager known in dc2"}})
 
 	t.Run("cancel", func(t *testing.T) {
 		code, stdout, _ := c.run(runCancel, "j2", "--reason", "enough")
@@ -359,13 +359,16 @@ func TestCancelResultsJobsCluster(t *testing.T) {
 		}
 	})
 	t.Run("cluster", func(t *testing.T) {
-		code, stdout, _ := c.run(runCluster)
+		code, stdout, stderr := c.run(runCluster)
 		want := `NAME  ROLE     DC   STATE    LEADER      CORES  KEYS        OPEN BREAKERS
 m1    manager  dc1  alive    * (term 4)  -      ab12 +cd34  -
 w1    worker   dc1  HEALTHY              3/4    ab12        m2/progress
 `
 		if code != exitOK || stdout != want {
 			t.Errorf("exit %d, stdout:\n%s\nwant:\n%s", code, stdout, want)
+		}
+		if stderr != "not shown: workers of dc2: no live manager known in dc2\n" {
+			t.Errorf("stderr %q, want the datacenter whose workers are not shown", stderr)
 		}
 		code, stdout, _ = c.run(runCluster, "--json")
 		var view api.ClusterView
