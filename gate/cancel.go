@@ -13,7 +13,7 @@ func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAc
 	}
 	var found bool
 	var ended wire.JobStatus
-	g.update(func(*txn) {
+	g.update(func(tx *txn) {
 		j, ok := g.jobs[id]
 		if found = ok; !ok {
 			return
@@ -23,6 +23,11 @@ func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAc
 			return
 		}
 		j.cancelled = reason
+		// CANCELLING until every datacenter has answered (or its lease
+		// is over): watchers see the cancel at once.
+		if g.refreshLocked(j) {
+			tx.commit(j)
+		}
 	})
 	switch {
 	case !found:

@@ -163,6 +163,7 @@ func viewLocked(j *jobState) jobView {
 		j.statuses = new(jobs.Memo[uint64, []jobs.WorkflowStatus])
 	}
 	v := jobView{rec: j.rec, seq: j.seq, statuses: j.statuses, model: modelLocked(j), wfs: make([]store.WorkflowRecord, len(j.wfs))}
+	v.rec.Status = shownStatusLocked(j)
 	for i, w := range j.wfs {
 		v.wfs[i] = w.rec
 		if w.waiting != "" && w.rec.Status == wire.WorkflowPending {

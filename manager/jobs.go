@@ -56,6 +56,10 @@ type jobState struct {
 	statuses *jobs.Memo[uint64, []jobs.WorkflowStatus]
 	// model is the job's groups and parsed thresholds (modelLocked).
 	model *jobs.Model
+	// stopping and finalizing: what the leader waits for before the job's
+	// end shows settled (settle.go). stopping maps workflow id to worker.
+	stopping   map[string]string
+	finalizing bool
 }
 
 // workflowState is one workflow in memory, guarded by Manager.mu.
@@ -199,6 +203,9 @@ func (m *Manager) finishLocked(tx *txn) []jobWrite {
 		}
 		if finished {
 			tx.durable = true // an end is never relearned from workers
+			if j.rec.Status == wire.JobCompleted || j.rec.Status == wire.JobFailed {
+				m.finalizeLocked(tx, j)
+			}
 			if j.timer != nil {
 				j.timer.Stop()
 				j.timer = nil

@@ -22,7 +22,8 @@ const (
 	JobQueued      JobStatus = "QUEUED"
 	JobDispatching JobStatus = "DISPATCHING"
 	JobRunning     JobStatus = "RUNNING"
-	JobCompleting  JobStatus = "COMPLETING"
+	JobCompleting  JobStatus = "COMPLETING" // workflows done, the end being stored
+	JobCancelling  JobStatus = "CANCELLING" // cancelled, workers not yet confirmed stopped
 	JobCompleted   JobStatus = "COMPLETED"
 	JobFailed      JobStatus = "FAILED"
 	JobCancelled   JobStatus = "CANCELLED"
