@@ -400,3 +400,36 @@ func TestParseArgs(t *testing.T) {
 		}
 	}
 }
+
+// --ca, --cert and --key (or TEMPEST_CA, TEMPEST_CERT, TEMPEST_KEY) reach
+// an API that requires client certificates; without a certificate the
+// CLI is refused and says so.
+func TestMutualTLSFlags(t *testing.T) {
+	ca := apitest.NewCA(t, "tempest-ca")
+	serverCert, serverKey := ca.Issue(t, "api")
+	clientCert, clientKey := ca.Issue(t, "operator")
+	srv := apitest.Serve(t, apitest.NewBackend(), func(c *api.ServerConfig) {
+		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = serverCert, serverKey, ca.File
+	})
+	conn := []string{"--api", srv.URL(), "--token", apitest.Token}
+
+	if code, _, stderr := runCLI(t, runJobs, append(conn, "--ca", ca.File, "--cert", clientCert, "--key", clientKey)...); code != exitOK {
+		t.Fatalf("with a client certificate: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, runJobs, append(conn, "--ca", ca.File)...); code != exitUsage || !strings.Contains(stderr, "certificate") {
+		t.Errorf("without a client certificate: exit %d, stderr %q; want refused, naming the certificate", code, stderr)
+	}
+	t.Setenv(envCA, ca.File)
+	t.Setenv(envCert, clientCert)
+	t.Setenv(envKey, clientKey)
+	if code, _, stderr := runCLI(t, runJobs, conn...); code != exitOK {
+		t.Errorf("with the environment's files: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, runJobs, append(conn, "--key", "")...); code != exitOK {
+		t.Errorf("an empty flag keeps the environment's: exit %d, stderr %q", code, stderr)
+	}
+	t.Setenv(envKey, "")
+	if code, _, stderr := runCLI(t, runJobs, conn...); code != exitUsage || !strings.Contains(stderr, "key") {
+		t.Errorf("a certificate without its key: exit %d, stderr %q", code, stderr)
+	}
+}
