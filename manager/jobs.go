@@ -411,7 +411,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	var existing *wire.JobAck
 	var retryIntake *jobState
 	var busy bool
-	var stale *wire.Error
+	var stale, full *wire.Error
 	err = m.update(func(tx *txn) {
 		if old, ok := m.jobs[s.JobID]; ok {
 			// A gate retrying a submission it already made, or a new gate
@@ -436,6 +436,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 			}
 			return
 		}
+		if full = m.queueFullLocked(); full != nil {
+			return
+		}
 		j = m.newJobLocked(s, now)
 		j.intaking, j.submitting = true, true
 		m.armTimeoutLocked(j)
@@ -446,6 +449,10 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	})
 	if stale != nil {
 		return nil, stale
+	}
+	if full != nil {
+		m.log.Warn("job refused: capacity exceeded", "job_id", s.JobID, "max_queued_jobs", m.cfg.MaxQueuedJobs)
+		return nil, full
 	}
 	if j != nil {
 		defer func() {
