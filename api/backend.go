@@ -6,6 +6,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	"tempest/jobs"
 	"tempest/wire"
@@ -113,6 +114,10 @@ type Results struct {
 // ClusterView is the answer to GET /v1/cluster.
 type ClusterView struct {
 	Nodes []NodeView `json:"nodes"`
+	// Unreachable names what the answering node could not describe (a
+	// gate that could not ask a datacenter's leader for its workers), so a
+	// partial view never passes for a whole one.
+	Unreachable []string `json:"unreachable,omitempty"`
 }
 
 // NodeView is one node as a role sees it.
@@ -134,4 +139,26 @@ type NodeView struct {
 	// HeartbeatAgeMs (workers, on a manager) is how long ago the manager
 	// last had the worker's heartbeat, new or repeated: the age of its view.
 	HeartbeatAgeMs int64 `json:"heartbeat_age_ms,omitempty"`
+}
+
+// WorkerNode is a worker as its datacenter's manager leader describes it.
+func WorkerNode(dc string, n wire.DatacenterNode) NodeView {
+	v := NodeView{Name: n.ID, Role: string(wire.RoleWorker), DC: dc, State: n.State, AvailableCores: n.AvailableCores,
+		TotalCores: n.TotalCores, Addr: n.Addr, HeartbeatAgeMs: n.HeartbeatAgeMs}
+	v.SendKey, v.AcceptKeys = KeyIDs(n.SendKeyID, n.AcceptKeyIDs)
+	return v
+}
+
+// KeyIDs formats key ids as `tempest cluster` shows them, in hex. A zero
+// send id means no heartbeat has said yet (or the node predates key ids),
+// shown as unknown rather than as a key.
+func KeyIDs(send uint32, accept []uint32) (string, []string) {
+	if send == 0 {
+		return "", nil
+	}
+	out := make([]string, 0, len(accept))
+	for _, id := range accept {
+		out = append(out, fmt.Sprintf("%08x", id))
+	}
+	return fmt.Sprintf("%08x", send), out
 }

@@ -30,6 +30,12 @@ type ServerConfig struct {
 	// TLSCertFile and TLSKeyFile switch on TLS when both are set.
 	TLSCertFile string
 	TLSKeyFile  string
+	// TLSClientCAFile, with TLS, asks every client for a certificate
+	// chaining to one of the CAs in this PEM file (mutual TLS), before any
+	// request is read. The bearer token is still required. A follower
+	// forwarding to the leader presents its own API certificate, which
+	// must then also allow client authentication.
+	TLSClientCAFile string
 	// MaxBodyBytes caps a request body; more is answered 413.
 	MaxBodyBytes int64
 	// MaxParsing is how many job bodies are read and parsed at once; more
@@ -121,6 +127,9 @@ func (c *ServerConfig) Validate() error {
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		add("TLSCertFile, TLSKeyFile: set both for TLS, or neither")
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		add("TLSClientCAFile: client certificates need TLS (TLSCertFile, TLSKeyFile)")
 	}
 	if strings.ContainsAny(c.MetricsToken, " \t\r\n") {
 		add("MetricsToken: must not contain whitespace")

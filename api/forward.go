@@ -54,6 +54,15 @@ func newForwarder(tlsCfg *tls.Config, requestTimeout time.Duration, log *slog.Lo
 	}
 }
 
+// presentCertificate makes forwarded requests present cert, for a leader
+// that requires client certificates. Called before serving.
+func (f *forwarder) presentCertificate(cert tls.Certificate) {
+	if f.transport.TLSClientConfig == nil {
+		f.transport.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	f.transport.TLSClientConfig.Certificates = []tls.Certificate{cert}
+}
+
 // dialFailure, when in a request's context, asks proxyError to record a
 // failed dial there instead of answering, so the caller can try a new
 // leader: nothing of the request reached anyone.

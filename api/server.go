@@ -118,6 +118,15 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("api: load TLS certificate %s: %w", s.cfg.TLSCertFile, err)
 		}
 		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if s.cfg.TLSClientCAFile != "" {
+			pool, err := LoadCertPool(s.cfg.TLSClientCAFile)
+			if err != nil {
+				return fmt.Errorf("api: client CA: %w", err)
+			}
+			tlsCfg.ClientCAs, tlsCfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+			// The leader asks followers for a certificate too.
+			s.fwd.presentCertificate(cert)
+		}
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.Listen)

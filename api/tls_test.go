@@ -96,3 +96,59 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("Start with a missing key: %v", err)
 	}
 }
+
+// With a client CA the API requires a client certificate from it (mutual
+// TLS): a client with none, or with one from another CA, is refused before
+// any request; one whose certificate the CA signed is served.
+func TestMutualTLS(t *testing.T) {
+	certFile, keyFile, _ := selfSigned(t)
+	serverCA := certFile // the server's certificate is its own CA
+	ca := apitest.NewCA(t, "clients-ca")
+	caFile := ca.File
+	clientCert, clientKey := ca.Issue(t, "ci-runner")
+	strangerCert, strangerKey := apitest.NewCA(t, "other-ca").Issue(t, "stranger")
+	srv := apitest.Serve(t, apitest.NewBackend(), func(c *api.ServerConfig) {
+		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = certFile, keyFile, caFile
+	})
+
+	for _, tc := range []struct {
+		name           string
+		cert, key      string
+		served         bool
+		refusedBecause string
+	}{
+		{"no certificate", "", "", false, "certificate"},
+		{"another CA's", strangerCert, strangerKey, false, "certificate"},
+		{"the CA's", clientCert, clientKey, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := api.ClientTLS(serverCA, tc.cert, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := api.NewClient([]string{srv.URL()}, apitest.Token, api.WithTLSConfig(cfg), api.WithRequestTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, err = c.Jobs(context.Background())
+			switch {
+			case tc.served && err != nil:
+				t.Fatalf("refused: %v", err)
+			case !tc.served && err == nil:
+				t.Fatal("served without a certificate the CA signed")
+			case !tc.served && !strings.Contains(err.Error(), tc.refusedBecause):
+				t.Fatalf("refused with %v, want the certificate named", err)
+			}
+		})
+	}
+
+	if _, err := api.ClientTLS("", clientCert, ""); err == nil {
+		t.Error("a certificate without its key was accepted")
+	}
+	cfg := api.DefaultServerConfig()
+	cfg.Listen, cfg.Token, cfg.Registry, cfg.TLSClientCAFile = "127.0.0.1:0", apitest.Token, workflow.DefaultRegistry(), caFile
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "TLSClientCAFile") {
+		t.Errorf("a client CA without TLS: %v", err)
+	}
+}

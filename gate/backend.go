@@ -3,8 +3,10 @@ package gate
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"tempest/api"
@@ -171,7 +173,7 @@ func (g *Gate) notLeaderAPI() *wire.Error { return g.apis.NotLeader(g.elector.No
 
 // Cluster implements api.Backend: the gates, and every datacenter's
 // managers as their heartbeats describe them.
-func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
+func (g *Gate) Cluster(ctx context.Context) (*api.ClusterView, error) {
 	st := g.elector.Status()
 	view := &api.ClusterView{}
 	self := api.NodeView{Name: g.cfg.ID, Role: string(wire.RoleGate), State: "alive", IsLeader: g.lead.Leading() != nil,
@@ -180,7 +182,7 @@ func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 		self.State = "syncing"
 	}
 	if g.keyring != nil {
-		self.SendKey, self.AcceptKeys = keyIDs(g.keyring.SendKeyID(), g.keyring.AcceptedKeyIDs())
+		self.SendKey, self.AcceptKeys = api.KeyIDs(g.keyring.SendKeyID(), g.keyring.AcceptedKeyIDs())
 	}
 	view.Nodes = append(view.Nodes, self)
 	leader, _ := g.elector.Leader()
@@ -197,19 +199,65 @@ func (g *Gate) Cluster(context.Context) (*api.ClusterView, error) {
 			view.Nodes = append(view.Nodes, nv)
 		}
 	}
+	var dcs []string
 	for _, e := range g.dcs.all() {
 		state := "alive"
 		if !e.alive {
 			state = "dead"
 		}
+		if !slices.Contains(dcs, e.dc) {
+			dcs = append(dcs, e.dc)
+		}
 		nv := api.NodeView{Name: e.id, Role: string(wire.RoleManager), DC: e.dc, State: state, IsLeader: e.hb.IsLeader,
-			AvailableCores: e.hb.AvailableCores, Addr: e.addr, Term: e.hb.Term}
+			AvailableCores: e.hb.AvailableCores, TotalCores: e.hb.TotalCores, Addr: e.addr, Term: e.hb.Term}
 		if e.hb.SendKeyID != 0 {
-			nv.SendKey, nv.AcceptKeys = keyIDs(e.hb.SendKeyID, e.hb.AcceptKeyIDs)
+			nv.SendKey, nv.AcceptKeys = api.KeyIDs(e.hb.SendKeyID, e.hb.AcceptKeyIDs)
 		}
 		view.Nodes = append(view.Nodes, nv)
 	}
+	workers, unreachable := g.datacenterWorkers(ctx, dcs)
+	view.Nodes = append(view.Nodes, workers...)
+	view.Unreachable = unreachable
 	return view, nil
+}
+
+// datacenterWorkers asks each datacenter's manager leader for its workers,
+// all at once, so one slow datacenter costs the view one dispatch timeout.
+// A datacenter that does not answer is named in unreachable, with why.
+func (g *Gate) datacenterWorkers(ctx context.Context, dcs []string) (workers []api.NodeView, unreachable []string) {
+	type answer struct {
+		nodes []api.NodeView
+		err   error
+	}
+	answers := make([]answer, len(dcs))
+	var wg sync.WaitGroup
+	for i, dc := range dcs {
+		wg.Go(func() {
+			reply, err := g.callDCReply(ctx, dc, &wire.DatacenterNodesRequest{Datacenter: dc})
+			if err != nil {
+				answers[i].err = err
+				return
+			}
+			r, ok := reply.(*wire.DatacenterNodes)
+			if !ok {
+				answers[i].err = fmt.Errorf("answered with %T", reply)
+				return
+			}
+			for _, n := range r.Workers {
+				answers[i].nodes = append(answers[i].nodes, api.WorkerNode(dc, n))
+			}
+		})
+	}
+	wg.Wait()
+	for i, a := range answers {
+		if a.err != nil {
+			g.log.Warn("cluster view: datacenter's workers unknown", "dc", dcs[i], "err", a.err)
+			unreachable = append(unreachable, fmt.Sprintf("workers of %s: %v", dcs[i], a.err))
+			continue
+		}
+		workers = append(workers, a.nodes...)
+	}
+	return workers, unreachable
 }
 
 // jobStatus is a job's API shape: a line per datacenter, and each workflow

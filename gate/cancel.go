@@ -13,7 +13,7 @@ func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAc
 	}
 	var found bool
 	var ended wire.JobStatus
-	g.update(func(*txn) {
+	g.update(func(tx *txn) {
 		j, ok := g.jobs[id]
 		if found = ok; !ok {
 			return
@@ -23,6 +23,11 @@ func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAc
 			return
 		}
 		j.cancelled = reason
+		// CANCELLING until every datacenter has answered (or its lease
+		// is over): watchers see the cancel at once.
+		if g.refreshLocked(j) {
+			tx.commit(j)
+		}
 	})
 	switch {
 	case !found:
@@ -36,6 +41,8 @@ func (g *Gate) cancelJob(ctx context.Context, id, reason string) (*wire.CancelAc
 // stopEverywhere tells every datacenter still running job id to stop, under
 // its lease's token, and ends the job's part there. A datacenter that cannot
 // be told now stops at its next report, which is answered with a cancel.
+// The answer counts the workflows the datacenters said they stopped (one
+// that could not be told adds none).
 func (g *Gate) stopEverywhere(ctx context.Context, id, reason string) (*wire.CancelAck, error) {
 	type target struct {
 		dc    string
@@ -60,7 +67,10 @@ func (g *Gate) stopEverywhere(ctx context.Context, id, reason string) (*wire.Can
 
 	ack := &wire.CancelAck{JobID: id, Cancelled: true}
 	for _, t := range targets {
-		err := g.callDC(ctx, t.dc, &wire.CancelJob{JobID: id, Reason: reason, FenceToken: t.token})
+		reply, err := g.callDCReply(ctx, t.dc, &wire.CancelJob{JobID: id, Reason: reason, FenceToken: t.token})
+		if dack, ok := reply.(*wire.CancelAck); ok && err == nil {
+			ack.WorkflowsCancelled += dack.WorkflowsCancelled
+		}
 		if err != nil {
 			// The datacenter cannot be told now; its lease is over, so its
 			// next report is answered with a cancel.
@@ -74,7 +84,6 @@ func (g *Gate) stopEverywhere(ctx context.Context, id, reason string) (*wire.Can
 				})
 			}
 		})
-		ack.WorkflowsCancelled++
 	}
 	g.update(func(tx *txn) {
 		g.refreshLocked(j)

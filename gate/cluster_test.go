@@ -318,3 +318,47 @@ func TestRecordsOnlyFromTheLeader(t *testing.T) {
 		t.Fatalf("the leader's record: %v, %v", reply, err)
 	}
 }
+
+// Through a gate, `tempest cluster` lists every datacenter's workers with
+// their cores, as each datacenter's leader knows them, and the managers'
+// rows carry their datacenter's core totals. A datacenter whose leader does
+// not answer is named as unreachable rather than shown without workers.
+func TestClusterListsEveryDatacentersWorkers(t *testing.T) {
+	_, g, east, _ := oneGate(t, time.Minute)
+	g.observeManager(&wire.ManagerHeartbeat{NodeID: "east-1", Datacenter: "east", IsLeader: true, Term: 1, Version: 2,
+		Addr: "east-1", AvailableCores: 3, TotalCores: 5, WorkerCount: 1})
+	east.tr.Handle(wire.TypeDatacenterNodesRequest, func(context.Context, transport.Peer, wire.Message) (wire.Message, error) {
+		return &wire.DatacenterNodes{Datacenter: "east", Workers: []wire.DatacenterNode{
+			{ID: "e-w1", State: "HEALTHY", AvailableCores: 3, TotalCores: 3, SendKeyID: 0xab},
+			{ID: "e-w2", State: "dead", TotalCores: 2},
+		}}, nil
+	})
+	// west's fake has no handler: its leader does not answer.
+
+	view, err := g.Cluster(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]api.NodeView{}
+	for _, n := range view.Nodes {
+		got[n.Name] = n
+	}
+	for name, want := range map[string]api.NodeView{
+		"east-1": {Role: "manager", DC: "east", AvailableCores: 3, TotalCores: 5},
+		"e-w1":   {Role: "worker", DC: "east", State: "HEALTHY", AvailableCores: 3, TotalCores: 3, SendKey: "000000ab"},
+		"e-w2":   {Role: "worker", DC: "east", State: "dead", AvailableCores: 0, TotalCores: 2},
+	} {
+		n, ok := got[name]
+		if !ok {
+			t.Errorf("%s missing from the view: %+v", name, view.Nodes)
+			continue
+		}
+		if n.Role != want.Role || n.DC != want.DC || n.AvailableCores != want.AvailableCores || n.TotalCores != want.TotalCores ||
+			(want.State != "" && n.State != want.State) || n.SendKey != want.SendKey {
+			t.Errorf("%s: %+v, want %+v", name, n, want)
+		}
+	}
+	if len(view.Unreachable) != 1 || !strings.Contains(view.Unreachable[0], "west") {
+		t.Errorf("unreachable %q, want west named", view.Unreachable)
+	}
+}

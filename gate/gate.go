@@ -345,18 +345,10 @@ func (g *Gate) nodeMeta() swim.NodeMeta {
 		meta.Tags["api"] = u
 	}
 	if g.keyring != nil {
-		send, accept := keyIDs(g.keyring.SendKeyID(), g.keyring.AcceptedKeyIDs())
+		send, accept := api.KeyIDs(g.keyring.SendKeyID(), g.keyring.AcceptedKeyIDs())
 		meta.Tags["send_key"], meta.Tags["accept_keys"] = send, strings.Join(accept, ",")
 	}
 	return meta
-}
-
-func keyIDs(send uint32, accept []uint32) (string, []string) {
-	out := make([]string, len(accept))
-	for i, id := range accept {
-		out[i] = fmt.Sprintf("%08x", id)
-	}
-	return fmt.Sprintf("%08x", send), out
 }
 
 // LocalState implements swim.StateEmbedder: gates send no payload.

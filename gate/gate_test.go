@@ -25,6 +25,10 @@ type fakeDC struct {
 	refuse atomic.Pointer[string] // set: submissions are refused with it
 	// dropSubs: this many submissions fail as if unreachable first.
 	dropSubs atomic.Int32
+	// stops is how many workflows a cancel says it stopped; holdCancel,
+	// if set, is received from before a cancel is answered.
+	stops      atomic.Int32
+	holdCancel chan struct{}
 
 	mu        sync.Mutex
 	subs      map[string][]wire.JobSubmission
@@ -61,7 +65,10 @@ func newFakeDC(t *testing.T, hub *transport.Hub, dc string) *fakeDC {
 		f.mu.Lock()
 		f.cancels[c.JobID] = append(f.cancels[c.JobID], *c)
 		f.mu.Unlock()
-		return &wire.CancelAck{JobID: c.JobID, Cancelled: true}, nil
+		if f.holdCancel != nil {
+			<-f.holdCancel
+		}
+		return &wire.CancelAck{JobID: c.JobID, Cancelled: true, WorkflowsCancelled: int(f.stops.Load())}, nil
 	})
 	return f
 }
@@ -151,9 +158,11 @@ func oneGate(t *testing.T, ttl time.Duration) (*hubGates, *Gate, *fakeDC, *fakeD
 // A client's cancel reaches every datacenter still running the job, each
 // under its own lease's token, and none that already finished; the job
 // ends CANCELLED, durably, and a datacenter reporting afterwards is told to
-// stop.
+// stop. The answer counts the workflows the datacenters stopped, not the
+// datacenters.
 func TestCancelStopsEveryRunningDatacenterUnderItsToken(t *testing.T) {
 	hg, g, east, west := oneGate(t, time.Minute)
+	west.stops.Store(3)
 	id := twoDCJob(t, g)
 	if _, err := east.report(g, id, wire.JobCompleted); err != nil {
 		t.Fatal(err)
@@ -163,8 +172,8 @@ func TestCancelStopsEveryRunningDatacenterUnderItsToken(t *testing.T) {
 	}
 	westToken := lease(g, id, "west").FenceToken
 	ack, err := g.Cancel(context.Background(), id, "changed my mind")
-	if err != nil || !ack.Cancelled || ack.WorkflowsCancelled != 1 {
-		t.Fatalf("cancel: %+v, %v; want one datacenter stopped", ack, err)
+	if err != nil || !ack.Cancelled || ack.WorkflowsCancelled != 3 {
+		t.Fatalf("cancel: %+v, %v; want west's three workflows stopped", ack, err)
 	}
 	if c := west.cancelled(id); len(c) != 1 || c[0].FenceToken != westToken || c[0].Reason != "changed my mind" {
 		t.Fatalf("west got %+v; want one CancelJob under token %#x", c, westToken)
@@ -693,5 +702,42 @@ func TestOneDatacenterRefusingFailsOnlyItsPart(t *testing.T) {
 	st, _ := g.Job(context.Background(), id)
 	if st.Status != wire.JobFailed || !strings.Contains(st.Error, "partial failure: 1 of 2") {
 		t.Fatalf("job %s (%q), want a partial failure", st.Status, st.Error)
+	}
+}
+
+// A cancel shows CANCELLING while a datacenter has not yet answered that
+// its workers stopped, then CANCELLED.
+func TestCancelShowsCancellingUntilDatacentersAnswer(t *testing.T) {
+	_, g, east, west := oneGate(t, time.Minute)
+	west.holdCancel = make(chan struct{})
+	release := sync.OnceFunc(func() { close(west.holdCancel) })
+	t.Cleanup(release)
+	id := twoDCJob(t, g)
+	for _, f := range []*fakeDC{east, west} {
+		if _, err := f.report(g, id, wire.JobRunning); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.Cancel(context.Background(), id, "enough")
+		done <- err
+	}()
+	testutil.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		st, err := g.Job(context.Background(), id)
+		if err != nil {
+			return err
+		}
+		if st.Status != wire.JobCancelling {
+			return fmt.Errorf("status %s, want CANCELLING while west has not answered", st.Status)
+		}
+		return nil
+	})
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := g.Job(context.Background(), id); st.Status != wire.JobCancelled {
+		t.Fatalf("status %s after every datacenter answered, want CANCELLED", st.Status)
 	}
 }

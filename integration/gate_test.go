@@ -71,6 +71,35 @@ func TestGateJobOverTwoDatacenters(t *testing.T) {
 	if wf.CompletedCount+wf.FailedCount != total || len(wf.Steps) != 1 || wf.Steps[0].Completed != wf.CompletedCount {
 		t.Errorf("merged workflow %+v does not add up to %d", wf, total)
 	}
+
+	// Through a gate, `tempest cluster` lists every datacenter's workers
+	// with their cores, and the managers' rows their datacenter's totals.
+	testutil.Eventually(t, 20*time.Second, 200*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		view, err := c.client.Cluster(ctx)
+		if err != nil {
+			return err
+		}
+		if len(view.Unreachable) > 0 {
+			return fmt.Errorf("unreachable: %v", view.Unreachable)
+		}
+		workers := map[string]int{}
+		for _, n := range view.Nodes {
+			switch {
+			case n.Role == "worker" && (n.TotalCores == 0 || n.AvailableCores != n.TotalCores):
+				return fmt.Errorf("worker %s of %s shows %d/%d cores with nothing running", n.Name, n.DC, n.AvailableCores, n.TotalCores)
+			case n.Role == "worker":
+				workers[n.DC]++
+			case n.Role == "manager" && n.IsLeader && n.TotalCores == 0:
+				return fmt.Errorf("manager leader %s of %s shows no cores", n.Name, n.DC)
+			}
+		}
+		if len(workers) != 2 {
+			return fmt.Errorf("workers by datacenter %v, want both datacenters' workers", workers)
+		}
+		return nil
+	})
 }
 
 // SIGKILL of the gate leader mid-job: another gate takes the leases over

@@ -31,7 +31,8 @@ type WorkflowPart struct {
 // for undecodable statistics; the status is still usable without them.
 func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, parts []WorkflowPart, expected int, detail bool) (WorkflowStatus, error) {
 	ws := WorkflowStatus{Name: spec.Name, Type: spec.Type, PlannedSeconds: spec.Planned.Seconds()}
-	var ids, workers, errs []string
+	var ids, workers []string
+	var errs reasons
 	var steps []wire.StepStats
 	var elapsed time.Duration
 	statuses := make([]wire.WorkflowStatus, 0, len(parts))
@@ -48,7 +49,7 @@ func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, part
 			workers = append(workers, part.Label+p.WorkerID)
 		}
 		if p.Error != "" {
-			errs = append(errs, strings.TrimSuffix(part.Label, "/")+": "+p.Error)
+			errs.add(part.Label, p.Error)
 		}
 		ws.CompletedCount += p.CompletedCount
 		ws.FailedCount += p.FailedCount
@@ -67,7 +68,7 @@ func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, part
 	}
 	ws.WorkflowID = strings.Join(ids, ",")
 	ws.Worker = strings.Join(workers, ",")
-	ws.Error = strings.Join(errs, "; ")
+	ws.Error = errs.String(len(parts))
 	ws.ElapsedSeconds = elapsed.Seconds()
 	ws.Status = MergedWorkflowStatus(statuses, expected)
 	if !ws.Status.Terminal() {
@@ -103,6 +104,51 @@ func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, part
 
 // waiting counts, per label (datacenter), the parts that wait for a
 // placement, with the first reason given.
+// reasons are the parts' errors, each named once with the parts it ended
+// (a cancel stops every shard for one reason; it is said once).
+type reasons []reason
+
+type reason struct {
+	why    string
+	labels []string
+	n      int
+}
+
+func (r *reasons) add(label, why string) {
+	name := strings.TrimSuffix(label, "/")
+	for i := range *r {
+		if (*r)[i].why == why {
+			(*r)[i].n++
+			if name != "" && !slices.Contains((*r)[i].labels, name) {
+				(*r)[i].labels = append((*r)[i].labels, name)
+			}
+			return
+		}
+	}
+	e := reason{why: why, n: 1}
+	if name != "" {
+		e.labels = []string{name}
+	}
+	*r = append(*r, e)
+}
+
+// String reads "east, west: worker lost; south: cancelled", or the reason
+// alone when every one of the parts gave it (or none is labelled).
+func (r reasons) String(parts int) string {
+	if len(r) == 1 && r[0].n == parts {
+		return r[0].why
+	}
+	out := make([]string, 0, len(r))
+	for _, e := range r {
+		if len(e.labels) == 0 {
+			out = append(out, e.why)
+			continue
+		}
+		out = append(out, strings.Join(e.labels, ", ")+": "+e.why)
+	}
+	return strings.Join(out, "; ")
+}
+
 type waiting []waitCount
 
 type waitCount struct {

@@ -121,3 +121,46 @@ func TestMergeWorkflowWaiting(t *testing.T) {
 		t.Fatalf("an ended workflow waits: %q", ws.Waiting)
 	}
 }
+
+// A reason several parts share is named once: the shards of a cancelled
+// workflow do not each repeat "cancelled", and datacenters that failed for
+// one reason are listed before it together.
+func TestMergeWorkflowNamesEachReasonOnce(t *testing.T) {
+	spec := wire.WorkflowSpec{Name: "w", Type: "sleep"}
+	withErr := func(label string, st wire.WorkflowStatus, why string) jobs.WorkflowPart {
+		p := part(t, label, st, 1, time.Millisecond, 0)
+		p.Progress.Error = why
+		return p
+	}
+	for _, tc := range []struct {
+		name  string
+		parts []jobs.WorkflowPart
+		want  string
+	}{
+		{"shards of one cancel", []jobs.WorkflowPart{
+			withErr("", wire.WorkflowCancelled, "cancelled: enough"),
+			withErr("", wire.WorkflowCancelled, "cancelled: enough"),
+			withErr("", wire.WorkflowCancelled, "cancelled: enough")}, "cancelled: enough"},
+		{"every datacenter alike", []jobs.WorkflowPart{
+			withErr("east/", wire.WorkflowFailed, "worker lost"),
+			withErr("west/", wire.WorkflowFailed, "worker lost")}, "worker lost"},
+		{"one datacenter of two", []jobs.WorkflowPart{
+			withErr("east/", wire.WorkflowFailed, "worker lost"),
+			withErr("east/", wire.WorkflowFailed, "worker lost"),
+			withErr("west/", wire.WorkflowCompleted, "")}, "east: worker lost"},
+		{"two reasons", []jobs.WorkflowPart{
+			withErr("east/", wire.WorkflowFailed, "worker lost"),
+			withErr("west/", wire.WorkflowCancelled, "lease expired"),
+			withErr("south/", wire.WorkflowFailed, "worker lost")}, "east, south: worker lost; west: lease expired"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ws, err := jobs.MergeWorkflow(spec, workflow.CompileThresholds(nil), tc.parts, len(tc.parts), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ws.Error != tc.want {
+				t.Errorf("error %q, want %q", ws.Error, tc.want)
+			}
+		})
+	}
+}

@@ -116,14 +116,16 @@ func JobStatusOf(in StatusInput) wire.JobStatus {
 // partial failure is a failure the client must see, never a silent retry
 // elsewhere), or CANCELLED when a client cancelled it (cancelled is the
 // reason), or FAILED with aborted when an abort_on_fail threshold ended it.
-// While running, the most advanced datacenter's state shows.
+// While running, the most advanced datacenter's state shows; once a client
+// cancelled, CANCELLING until every datacenter's part has ended.
 func GlobalStatusOf(dcs []wire.JobProgress, cancelled, aborted string) (wire.JobStatus, string) {
 	if len(dcs) == 0 {
 		return wire.JobSubmitted, ""
 	}
 	allDone, allCompleted, allTimeout := true, true, true
 	var failed []string
-	rank := map[wire.JobStatus]int{wire.JobSubmitted: 0, wire.JobQueued: 1, wire.JobDispatching: 2, wire.JobRunning: 3, wire.JobCompleting: 4}
+	rank := map[wire.JobStatus]int{wire.JobSubmitted: 0, wire.JobQueued: 1, wire.JobDispatching: 2, wire.JobRunning: 3,
+		wire.JobCompleting: 4, wire.JobCancelling: 5}
 	best := wire.JobSubmitted
 	for _, p := range dcs {
 		if !p.Status.Terminal() {
@@ -144,6 +146,8 @@ func GlobalStatusOf(dcs []wire.JobProgress, cancelled, aborted string) (wire.Job
 		allTimeout = allTimeout && p.Status == wire.JobTimeout
 	}
 	switch {
+	case !allDone && cancelled != "":
+		return wire.JobCancelling, cancelled
 	case !allDone:
 		return best, ""
 	case aborted != "":

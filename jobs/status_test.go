@@ -69,7 +69,9 @@ func TestGlobalStatusOf(t *testing.T) {
 		{"all timed out", []wire.JobProgress{dc("a", wire.JobTimeout, "t"), dc("b", wire.JobTimeout, "t")}, "", "", wire.JobTimeout, "a TIMEOUT"},
 		{"cancelled by a client", []wire.JobProgress{dc("a", wire.JobCancelled, "by me"), dc("b", wire.JobCompleted, "")}, "by me", "", wire.JobCancelled, "by me"},
 		{"abort on merged thresholds", []wire.JobProgress{dc("a", wire.JobCancelled, "x"), dc("b", wire.JobCancelled, "x")}, "", "threshold failed: rps > 10", wire.JobFailed, "threshold failed: rps > 10"},
-		{"cancel waits for every datacenter", []wire.JobProgress{dc("a", wire.JobCancelled, "by me"), dc("b", wire.JobRunning, "")}, "by me", "", wire.JobRunning, ""},
+		{"cancel waits for every datacenter", []wire.JobProgress{dc("a", wire.JobCancelled, "by me"), dc("b", wire.JobRunning, "")}, "by me", "", wire.JobCancelling, "by me"},
+		{"a datacenter finishing", []wire.JobProgress{dc("a", wire.JobCompleted, ""), dc("b", wire.JobCompleting, "")}, "", "", wire.JobCompleting, ""},
+		{"a datacenter's workers stopping", []wire.JobProgress{dc("a", wire.JobCancelling, "x"), dc("b", wire.JobRunning, "")}, "", "", wire.JobCancelling, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -104,7 +104,7 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		IsLeader: m.leading() != nil, Addr: m.tr.Addr(), API: m.apis.Self(), Term: st.Term,
 	}
 	if m.keyring != nil {
-		self.SendKey, self.AcceptKeys = keyIDs(m.keyring.SendKeyID(), m.keyring.AcceptedKeyIDs())
+		self.SendKey, self.AcceptKeys = api.KeyIDs(m.keyring.SendKeyID(), m.keyring.AcceptedKeyIDs())
 	}
 	if q, ok := m.tr.(transport.StatsSource); ok {
 		for _, b := range q.Stats().Breakers {
@@ -124,7 +124,7 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		}
 		if hb, alive, ok := m.managers.get(id); ok {
 			n.Term = hb.Term
-			n.SendKey, n.AcceptKeys = keyIDs(hb.SendKeyID, hb.AcceptKeyIDs)
+			n.SendKey, n.AcceptKeys = api.KeyIDs(hb.SendKeyID, hb.AcceptKeyIDs)
 			if !alive {
 				n.State = "dead"
 			}
@@ -133,41 +133,15 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		delete(members, id)
 	}
 	delete(members, m.cfg.ID)
-	for _, wv := range m.workers.list() {
-		state := string(wv.State)
-		if !wv.Alive {
-			state = "dead"
-		}
-		n := api.NodeView{
-			Name: wv.ID, Role: string(wire.RoleWorker), DC: cmp.Or(wv.Datacenter, m.cfg.Datacenter), State: state,
-			AvailableCores: wv.AvailableCores, TotalCores: wv.TotalCores, Addr: wv.Addr,
-		}
-		n.SendKey, n.AcceptKeys = keyIDs(wv.SendKeyID, wv.AcceptKeyIDs)
-		if !wv.HeartbeatAt.IsZero() {
-			n.HeartbeatAgeMs = max(m.clock.Now().Sub(wv.HeartbeatAt).Milliseconds(), 0)
-		}
-		view.Nodes = append(view.Nodes, n)
-		delete(members, wv.ID)
+	for _, w := range m.workerNodes() {
+		view.Nodes = append(view.Nodes, api.WorkerNode(m.cfg.Datacenter, w))
+		delete(members, w.ID)
 	}
 	for _, n := range members {
 		view.Nodes = append(view.Nodes, api.NodeView{Name: n.Name, Role: string(n.Meta.Role), DC: n.Meta.Datacenter,
 			State: n.State.String(), Addr: n.Meta.QUICAddr, API: n.Meta.Tags["api"]})
 	}
 	return view, nil
-}
-
-// keyIDs formats key ids as `tempest cluster` shows them, in hex. A zero
-// send id means no heartbeat has said yet (or the node predates key ids),
-// shown as unknown rather than as a key.
-func keyIDs(send uint32, accept []uint32) (string, []string) {
-	if send == 0 {
-		return "", nil
-	}
-	out := make([]string, 0, len(accept))
-	for _, id := range accept {
-		out = append(out, fmt.Sprintf("%08x", id))
-	}
-	return fmt.Sprintf("%08x", send), out
 }
 
 // jobView is a copy of a job taken under the lock, so that turning it into
@@ -189,6 +163,7 @@ func viewLocked(j *jobState) jobView {
 		j.statuses = new(jobs.Memo[uint64, []jobs.WorkflowStatus])
 	}
 	v := jobView{rec: j.rec, seq: j.seq, statuses: j.statuses, model: modelLocked(j), wfs: make([]store.WorkflowRecord, len(j.wfs))}
+	v.rec.Status = shownStatusLocked(j)
 	for i, w := range j.wfs {
 		v.wfs[i] = w.rec
 		if w.waiting != "" && w.rec.Status == wire.WorkflowPending {

@@ -45,6 +45,9 @@ func (m *Manager) cancelJob(ctx context.Context, id string, status wire.JobStatu
 			}
 		}
 		targets = m.endJobLocked(tx, j, status, reason)
+		if status == wire.JobCancelled {
+			m.awaitStopsLocked(j, targets)
+		}
 		ack.Cancelled = true
 		jp = m.jobProgressLocked(j, true)
 	})
@@ -87,6 +90,9 @@ func (m *Manager) cancelOnWorkers(ctx context.Context, targets []cancelTarget, r
 	for _, t := range targets {
 		wv, ok := m.workers.get(t.worker)
 		if !ok || wv.Addr == "" {
+			// A worker this leader cannot name an address for has nothing
+			// to wait on: it is not in the table that places work.
+			m.stopConfirmed(t.jobID, t.workflowID)
 			continue
 		}
 		wg.Go(func() {
@@ -94,7 +100,11 @@ func (m *Manager) cancelOnWorkers(ctx context.Context, targets []cancelTarget, r
 			if err != nil {
 				m.log.Warn("cancel not delivered; the worker's next progress report will be told",
 					"job_id", t.jobID, "workflow_id", t.workflowID, "worker", t.worker, "err", err)
+				return
 			}
+			// The worker answers once the workflow stopped (or it gave up
+			// waiting, and its final report follows).
+			m.stopConfirmed(t.jobID, t.workflowID)
 		})
 	}
 	wg.Wait()

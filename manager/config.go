@@ -60,6 +60,11 @@ type Config struct {
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// MaxParallelPlacements bounds placements of one job running at once.
 	MaxParallelPlacements int `yaml:"max_parallel_placements"`
+	// MaxQueuedJobs bounds the jobs waiting for capacity (SUBMITTED or
+	// QUEUED: none of their workflows placed yet); a submission beyond it
+	// is refused, "capacity exceeded", with a retry-after, before anything
+	// is stored. 0 leaves the queue unbounded.
+	MaxQueuedJobs int `yaml:"max_queued_jobs"`
 }
 
 // DefaultConfig returns settings that work for a single manager on one
@@ -80,6 +85,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval:     500 * time.Millisecond,
 		MaxParallelPlacements: 16,
 		GateReportInterval:    500 * time.Millisecond,
+		MaxQueuedJobs:         1000,
 	}
 }
 
@@ -112,6 +118,7 @@ func (c Config) validate(haveTransport, haveMembership bool) error {
 	p.AtLeast("QueueSoftLimit", c.QueueSoftLimit, 1)
 	p.AtLeast("StateSyncRetries", c.StateSyncRetries, 0)
 	p.AtLeast("MaxParallelPlacements", c.MaxParallelPlacements, 1)
+	p.AtLeast("MaxQueuedJobs", c.MaxQueuedJobs, 0)
 	return p.Err()
 }
 

@@ -288,6 +288,9 @@ func (m *Manager) gateReports() []gateReport {
 			continue
 		}
 		jp := m.jobProgressLocked(j, false)
+		// The gate sees the end settle as clients here do (settle.go):
+		// its final report is the settled one.
+		jp.Status = shownStatusLocked(j)
 		jp.Workflows = make([]wire.WorkflowProgress, 0, len(j.wfs))
 		for _, w := range j.wfs {
 			p := workflowProgressOf(&w.rec)

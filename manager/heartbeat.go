@@ -85,6 +85,7 @@ func (m *Manager) refreshHeartbeat() {
 	defer m.hbMu.Unlock()
 	st := m.elector.Status()
 	workers, cores := m.workers.totals()
+	_, total := m.workers.registeredCores()
 	hb := &wire.ManagerHeartbeat{
 		NodeID:         m.cfg.ID,
 		Datacenter:     m.cfg.Datacenter,
@@ -92,6 +93,7 @@ func (m *Manager) refreshHeartbeat() {
 		Term:           st.Term,
 		WorkerCount:    workers,
 		AvailableCores: cores,
+		TotalCores:     total,
 		Addr:           m.tr.Addr(),
 		LeaderID:       st.Leader,
 	}

@@ -56,6 +56,10 @@ type jobState struct {
 	statuses *jobs.Memo[uint64, []jobs.WorkflowStatus]
 	// model is the job's groups and parsed thresholds (modelLocked).
 	model *jobs.Model
+	// stopping and finalizing: what the leader waits for before the job's
+	// end shows settled (settle.go). stopping maps workflow id to worker.
+	stopping   map[string]string
+	finalizing bool
 }
 
 // workflowState is one workflow in memory, guarded by Manager.mu.
@@ -199,6 +203,9 @@ func (m *Manager) finishLocked(tx *txn) []jobWrite {
 		}
 		if finished {
 			tx.durable = true // an end is never relearned from workers
+			if j.rec.Status == wire.JobCompleted || j.rec.Status == wire.JobFailed {
+				m.finalizeLocked(tx, j)
+			}
 			if j.timer != nil {
 				j.timer.Stop()
 				j.timer = nil
@@ -404,7 +411,7 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	var existing *wire.JobAck
 	var retryIntake *jobState
 	var busy bool
-	var stale *wire.Error
+	var stale, full *wire.Error
 	err = m.update(func(tx *txn) {
 		if old, ok := m.jobs[s.JobID]; ok {
 			// A gate retrying a submission it already made, or a new gate
@@ -429,6 +436,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 			}
 			return
 		}
+		if full = m.queueFullLocked(); full != nil {
+			return
+		}
 		j = m.newJobLocked(s, now)
 		j.intaking, j.submitting = true, true
 		m.armTimeoutLocked(j)
@@ -439,6 +449,10 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	})
 	if stale != nil {
 		return nil, stale
+	}
+	if full != nil {
+		m.log.Warn("job refused: capacity exceeded", "job_id", s.JobID, "max_queued_jobs", m.cfg.MaxQueuedJobs)
+		return nil, full
 	}
 	if j != nil {
 		defer func() {

@@ -45,6 +45,7 @@ func (m *Manager) onLoseLeadership(term uint64) {
 		return
 	}
 	m.log.Info("no longer leading", "term", term)
+	m.update(m.forgetSettlingLocked)
 	m.refreshHeartbeat()
 }
 

@@ -383,6 +383,7 @@ func (m *Manager) registerHandlers() {
 	m.registerBlobHandlers()
 	handle(m, wire.TypeManagerStatusRequest, m.handleStatusRequest)
 	handle(m, wire.TypeLeaderAPI, m.handleLeaderAPI)
+	handle(m, wire.TypeDatacenterNodesRequest, m.handleDatacenterNodes)
 	m.registerRainstorm()
 	m.registerRainstormOutput()
 }

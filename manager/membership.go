@@ -78,6 +78,7 @@ func (m *Manager) onNodeDead(n swim.NodeInfo) {
 			return
 		}
 		m.log.Warn("worker gone", "worker", n.Name, "left", n.Left())
+		m.update(func(tx *txn) { m.stopsEndedWithLocked(tx, n.Name) })
 		m.workerLost(n.Name, "worker "+n.Name+" is "+n.State.String())
 	}
 }

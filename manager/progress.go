@@ -71,9 +71,11 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 	if w.rec.Status.Terminal() {
 		if final && p.FenceToken == w.rec.FenceToken && w.rec.Worker == worker {
 			// The last word on an attempt that ended here first (the job
-			// was cancelled): keep its counts for the results.
+			// was cancelled): keep its counts for the results. It has
+			// stopped.
 			keepProgress(&w.rec, p, true)
 			tx.touchWorkflow(w, true)
+			stopConfirmedLocked(tx, w.job, w.rec.WorkflowID)
 		}
 		return !final
 	}

@@ -277,7 +277,13 @@ func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) err
 	if len(m.peerIDs) == 0 {
 		return nil
 	}
-	return m.batch.ends.Do(ctx, jp)
+	if err := m.batch.ends.Do(ctx, jp); err != nil {
+		return err
+	}
+	if jp.Status.Terminal() {
+		m.finalized(jp.JobID)
+	}
+	return nil
 }
 
 // endsRound stores jps on the peers and returns, for each, nil once a

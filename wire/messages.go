@@ -22,7 +22,8 @@ const (
 	JobQueued      JobStatus = "QUEUED"
 	JobDispatching JobStatus = "DISPATCHING"
 	JobRunning     JobStatus = "RUNNING"
-	JobCompleting  JobStatus = "COMPLETING"
+	JobCompleting  JobStatus = "COMPLETING" // workflows done, the end being stored
+	JobCancelling  JobStatus = "CANCELLING" // cancelled, workers not yet confirmed stopped
 	JobCompleted   JobStatus = "COMPLETED"
 	JobFailed      JobStatus = "FAILED"
 	JobCancelled   JobStatus = "CANCELLED"
@@ -663,6 +664,9 @@ type ManagerHeartbeat struct {
 	// SendKeyID and AcceptKeyIDs: as in WorkerHeartbeat.
 	SendKeyID    uint32   `cbor:"12,keyasint,omitempty"`
 	AcceptKeyIDs []uint32 `cbor:"13,keyasint,omitempty"`
+	// TotalCores: the cores of the live workers this manager knows, of
+	// which AvailableCores are free.
+	TotalCores int `cbor:"14,keyasint,omitempty"`
 }
 
 func (*WorkerRegistration) Type() MsgType { return TypeWorkerRegistration }

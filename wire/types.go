@@ -115,6 +115,9 @@ const (
 	TypeRainstormOutputRequest MsgType = 170
 	TypeRainstormOutputPage    MsgType = 171
 	TypeRainstormRoutesChanged MsgType = 172
+	// A datacenter's workers for a gate's cluster view (datacenter_nodes.go).
+	TypeDatacenterNodesRequest MsgType = 176
+	TypeDatacenterNodes        MsgType = 177
 
 	// Batched provisioning and status replication (provision_batch.go).
 	// Manager to manager:
@@ -269,6 +272,8 @@ var catalogue = map[MsgType]typeInfo{
 	TypeRainstormOutputRequest:  {"RainstormOutputRequest", ClassBulk, func() Message { return new(RainstormOutputRequest) }},
 	TypeRainstormOutputPage:     {"RainstormOutputPage", ClassBulk, func() Message { return new(RainstormOutputPage) }},
 	TypeRainstormRoutesChanged:  {"RainstormRoutesChanged", ClassControl, func() Message { return new(RainstormRoutesChanged) }},
+	TypeDatacenterNodesRequest:  {"DatacenterNodesRequest", ClassControl, func() Message { return new(DatacenterNodesRequest) }},
+	TypeDatacenterNodes:         {"DatacenterNodes", ClassControl, func() Message { return new(DatacenterNodes) }},
 }
 
 func (t MsgType) String() string {

@@ -313,7 +313,7 @@ func (b *Backend) Cluster(ctx context.Context) (*api.ClusterView, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	v := api.ClusterView{Nodes: slices.Clone(b.cluster.Nodes)}
+	v := api.ClusterView{Nodes: slices.Clone(b.cluster.Nodes), Unreachable: slices.Clone(b.cluster.Unreachable)}
 	return &v, nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -25,17 +26,25 @@ const (
 const (
 	envAPI   = "TEMPEST_API"   // comma-separated base URLs
 	envToken = "TEMPEST_TOKEN" // bearer token
+	envCA    = "TEMPEST_CA"    // PEM CA file to verify the API's certificate
+	envCert  = "TEMPEST_CERT"  // PEM client certificate, for an API that requires one
+	envKey   = "TEMPEST_KEY"   // its key
 )
 
 // apiFlags are the connection flags every client command takes.
 type apiFlags struct {
 	endpoints string
 	token     string
+	// ca, cert, key: TLS files (api.ClientTLS).
+	ca, cert, key string
 }
 
 func (f *apiFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.endpoints, "api", "", "API base URL(s), comma-separated, tried in order (env "+envAPI+", default "+api.DefaultURL+")")
 	fs.StringVar(&f.token, "token", "", "API bearer token (env "+envToken+"; prefer the env var: flags show in ps)")
+	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA(s) that signed the API's certificate, instead of the system roots (env "+envCA+")")
+	fs.StringVar(&f.cert, "cert", "", "PEM client certificate, for an API that requires one (mutual TLS; env "+envCert+")")
+	fs.StringVar(&f.key, "key", "", "PEM key of --cert (env "+envKey+")")
 }
 
 // client builds the API client; flags win over the environment.
@@ -54,7 +63,15 @@ func (f *apiFlags) client() (*api.Client, error) {
 	if token == "" {
 		return nil, fmt.Errorf("%w: no API token: set %s or pass --token", errUsage, envToken)
 	}
-	c, err := api.NewClient(strings.Split(endpoints, ","), token)
+	tlsCfg, err := api.ClientTLS(cmp.Or(f.ca, os.Getenv(envCA)), cmp.Or(f.cert, os.Getenv(envCert)), cmp.Or(f.key, os.Getenv(envKey)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	var opts []api.ClientOption
+	if tlsCfg != nil {
+		opts = append(opts, api.WithTLSConfig(tlsCfg))
+	}
+	c, err := api.NewClient(strings.Split(endpoints, ","), token, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}

@@ -313,7 +313,7 @@ func TestCancelResultsJobsCluster(t *testing.T) {
 		{Name: "m1", Role: "manager", DC: "dc1", State: "alive", IsLeader: true, Term: 4, SendKey: "ab12", AcceptKeys: []string{"ab12", "cd34"}},
 		{Name: "w1", Role: "worker", DC: "dc1", State: "HEALTHY", AvailableCores: 3, TotalCores: 4, SendKey: "ab12",
 			AcceptKeys: []string{"ab12"}, OpenBreakers: []string{"m2/progress"}},
-	}})
+	}, Unreachable: []string{"workers of dc2: no live manager known in dc2"}})
 
 	t.Run("cancel", func(t *testing.T) {
 		code, stdout, _ := c.run(runCancel, "j2", "--reason", "enough")
@@ -360,13 +360,16 @@ func TestCancelResultsJobsCluster(t *testing.T) {
 		}
 	})
 	t.Run("cluster", func(t *testing.T) {
-		code, stdout, _ := c.run(runCluster)
+		code, stdout, stderr := c.run(runCluster)
 		want := `NAME  ROLE     DC   STATE    LEADER      CORES  KEYS        OPEN BREAKERS
 m1    manager  dc1  alive    * (term 4)  -      ab12 +cd34  -
 w1    worker   dc1  HEALTHY              3/4    ab12        m2/progress
 `
 		if code != exitOK || stdout != want {
 			t.Errorf("exit %d, stdout:\n%s\nwant:\n%s", code, stdout, want)
+		}
+		if stderr != "not shown: workers of dc2: no live manager known in dc2\n" {
+			t.Errorf("stderr %q, want the datacenter whose workers are not shown", stderr)
 		}
 		code, stdout, _ = c.run(runCluster, "--json")
 		var view api.ClusterView
@@ -396,5 +399,38 @@ func TestParseArgs(t *testing.T) {
 		if err != nil || fmt.Sprint(pos) != fmt.Sprint(tt.wantPos) || *wait != tt.wantWait {
 			t.Errorf("parseArgs(%q) = %q, wait %v, %v", tt.args, pos, *wait, err)
 		}
+	}
+}
+
+// --ca, --cert and --key (or TEMPEST_CA, TEMPEST_CERT, TEMPEST_KEY) reach
+// an API that requires client certificates; without a certificate the
+// CLI is refused and says so.
+func TestMutualTLSFlags(t *testing.T) {
+	ca := apitest.NewCA(t, "tempest-ca")
+	serverCert, serverKey := ca.Issue(t, "api")
+	clientCert, clientKey := ca.Issue(t, "operator")
+	srv := apitest.Serve(t, apitest.NewBackend(), func(c *api.ServerConfig) {
+		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = serverCert, serverKey, ca.File
+	})
+	conn := []string{"--api", srv.URL(), "--token", apitest.Token}
+
+	if code, _, stderr := runCLI(t, runJobs, append(conn, "--ca", ca.File, "--cert", clientCert, "--key", clientKey)...); code != exitOK {
+		t.Fatalf("with a client certificate: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, runJobs, append(conn, "--ca", ca.File)...); code != exitUsage || !strings.Contains(stderr, "certificate") {
+		t.Errorf("without a client certificate: exit %d, stderr %q; want refused, naming the certificate", code, stderr)
+	}
+	t.Setenv(envCA, ca.File)
+	t.Setenv(envCert, clientCert)
+	t.Setenv(envKey, clientKey)
+	if code, _, stderr := runCLI(t, runJobs, conn...); code != exitOK {
+		t.Errorf("with the environment's files: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, runJobs, append(conn, "--key", "")...); code != exitOK {
+		t.Errorf("an empty flag keeps the environment's: exit %d, stderr %q", code, stderr)
+	}
+	t.Setenv(envKey, "")
+	if code, _, stderr := runCLI(t, runJobs, conn...); code != exitUsage || !strings.Contains(stderr, "key") {
+		t.Errorf("a certificate without its key: exit %d, stderr %q", code, stderr)
 	}
 }

@@ -48,6 +48,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			cores, formatKeys(n.SendKey, n.AcceptKeys), dash(strings.Join(n.OpenBreakers, ",")))
 	}
 	_ = tw.Flush()
+	// A partial view says so: a gate that could not ask a datacenter for
+	// its workers lists none there, which is not the same as having none.
+	for _, u := range view.Unreachable {
+		fmt.Fprintf(stderr, "not shown: %s\n", u)
+	}
 	return exitOK
 }
 

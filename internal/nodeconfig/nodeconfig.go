@@ -57,6 +57,20 @@ type Node struct {
 	// out; with a token they are served to whoever holds it.
 	MetricsJobSeries bool `yaml:"metrics_job_series"`
 
+	// TransportReplayWindow is how far a message's timestamp may be from
+	// this node's clock, and how long its id is remembered so a copy is
+	// refused; 0 means 60s. Shorter refuses peers whose clocks drift more;
+	// longer remembers more ids (bounded in number either way).
+	TransportReplayWindow time.Duration `yaml:"transport_replay_window"`
+	// TransportRateLimit and TransportRateBurst bound what each peer may
+	// send this node, per message class: a token bucket refilled at
+	// TransportRateLimit messages a second holding TransportRateBurst; a
+	// message beyond it is refused with a retry-after. 0 keeps the
+	// defaults, 20000 a second and a burst of 4000: far above what a
+	// healthy peer sends, so they bite only on a runaway or hostile one.
+	TransportRateLimit float64 `yaml:"transport_rate_limit"`
+	TransportRateBurst int     `yaml:"transport_rate_burst"`
+
 	// Logger receives the node's logs; when nil, a gate or manager
 	// discards them and a worker writes to slog.Default().
 	Logger *slog.Logger `yaml:"-"`
@@ -198,6 +212,15 @@ func (n Node) Check(p *Problems, inj Injected) {
 	if n.MemoryLimit < 0 {
 		p.Add("MemoryLimit", "must be 0 (derived from the host) or more, got %d", n.MemoryLimit)
 	}
+	if w := n.TransportReplayWindow; w != 0 && w < time.Second {
+		// Below a second, ordinary clock skew between hosts refuses
+		// honest messages as stale.
+		p.Add("TransportReplayWindow", "must be 0 (60s) or at least 1s, got %s", w)
+	}
+	if r := n.TransportRateLimit; r < 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		p.Add("TransportRateLimit", "must be a finite number, 0 or more (0 keeps the default), got %v", r)
+	}
+	p.AtLeast("TransportRateBurst", n.TransportRateBurst, 0)
 }
 
 // Check adds the server's problems to p; role ("gate", "manager") names
@@ -270,6 +293,20 @@ func (s Server) ElectionProfileOr(override *leadership.Profile) (leadership.Prof
 func (n Node) TransportConfig(keyring *security.Keyring, logger *slog.Logger) transport.Config {
 	c := transport.DefaultConfig()
 	c.NodeID, c.ListenAddr, c.Keyring, c.Logger = n.ID, n.QUICListen, keyring, logger
+	if n.TransportReplayWindow > 0 {
+		c.Replay.Window = n.TransportReplayWindow
+	}
+	if n.TransportRateLimit > 0 || n.TransportRateBurst > 0 {
+		for i := range c.RateLimit.Limits {
+			l := &c.RateLimit.Limits[i]
+			if n.TransportRateLimit > 0 {
+				l.PerSecond = n.TransportRateLimit
+			}
+			if n.TransportRateBurst > 0 {
+				l.Burst = n.TransportRateBurst
+			}
+		}
+	}
 	return c
 }
 

@@ -248,3 +248,39 @@ func TestBytesInAConfigFile(t *testing.T) {
 		}
 	}
 }
+
+// The transport's security knobs are config keys: the replay window and
+// each class's token bucket; left out, the transport's defaults stand.
+func TestTransportSecurityKnobs(t *testing.T) {
+	var n Node
+	src := "id: n1\ntransport_replay_window: 30s\ntransport_rate_limit: 50\ntransport_rate_burst: 10\n"
+	if err := yaml.Unmarshal([]byte(src), &n); err != nil {
+		t.Fatal(err)
+	}
+	tc := n.TransportConfig(nil, nil)
+	if tc.Replay.Window != 30*time.Second {
+		t.Errorf("replay window %s, want 30s", tc.Replay.Window)
+	}
+	if len(tc.RateLimit.Limits) == 0 {
+		t.Fatal("no rate limits")
+	}
+	for i, l := range tc.RateLimit.Limits {
+		if l.PerSecond != 50 || l.Burst != 10 {
+			t.Errorf("class %d limit %+v, want 50/s burst 10", i, l)
+		}
+	}
+
+	d, def := Node{ID: "n1"}.TransportConfig(nil, nil), transport.DefaultConfig()
+	if d.Replay.Window != def.Replay.Window || d.RateLimit.Limits[0] != def.RateLimit.Limits[0] {
+		t.Errorf("unset knobs changed the defaults: replay %s, limit %+v", d.Replay.Window, d.RateLimit.Limits[0])
+	}
+
+	bad := Node{ID: "n1", TransportReplayWindow: 500 * time.Millisecond, TransportRateLimit: -1, TransportRateBurst: -1}
+	var p Problems
+	bad.Check(&p, Injected{Transport: true, Membership: true})
+	for _, want := range []string{"TransportReplayWindow:", "TransportRateLimit:", "TransportRateBurst:"} {
+		if err := p.Err(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("no %q in %v", want, err)
+		}
+	}
+}

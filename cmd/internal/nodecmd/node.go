@@ -25,7 +25,7 @@ import (
 // config, and the API server's TLS files from its config file.
 type Options struct {
 	ConfigFile, SecretFile, Token, LogFormat, LogLevel string
-	TLSCert, TLSKey                                    string
+	TLSCert, TLSKey, TLSClientCA                       string
 }
 
 // Flags are the flags every node binary has (NewNodeFlags), and those of a
@@ -193,6 +193,9 @@ func Prepare(name, id string, opts Options, getenv func(string) string, stderr i
 type TLSFiles struct {
 	APITLSCert string `yaml:"api_tls_cert"`
 	APITLSKey  string `yaml:"api_tls_key"`
+	// APITLSClientCA, with TLS, requires every API client to present a
+	// certificate this PEM file's CAs signed (mutual TLS).
+	APITLSClientCA string `yaml:"api_tls_client_ca"`
 }
 
 // ReadConfig reads the --config file, if one was given, over file (the
@@ -205,7 +208,7 @@ func (f *Flags) ReadConfig(file any, tls *TLSFiles) error {
 		}
 	}
 	if tls != nil {
-		f.opts.TLSCert, f.opts.TLSKey = tls.APITLSCert, tls.APITLSKey
+		f.opts.TLSCert, f.opts.TLSKey, f.opts.TLSClientCA = tls.APITLSCert, tls.APITLSKey, tls.APITLSClientCA
 	}
 	return nil
 }
@@ -236,7 +239,7 @@ func ServeAPI(role APIRole, name string, node Node, opts Options, server nodecon
 		scfg.RateBurst = server.APIRateBurst
 	}
 	scfg.Token = node.Token
-	scfg.TLSCertFile, scfg.TLSKeyFile = opts.TLSCert, opts.TLSKey
+	scfg.TLSCertFile, scfg.TLSKeyFile, scfg.TLSClientCAFile = opts.TLSCert, opts.TLSKey, opts.TLSClientCA
 	// A role that knows what its workers allow (a manager) checks a
 	// pipeline against it while the job file is read, so a refusal names
 	// the line.
