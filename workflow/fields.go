@@ -152,7 +152,14 @@ type problemSink struct {
 	// blobOf names the blob (hex SHA-256) a data file was uploaded as; nil
 	// or false: the file travels inside the params.
 	blobOf func(name string) (string, bool)
+	// secret looks up {{secret.NAME}} values (nil: none are known).
+	secret SecretLookup
 }
+
+// SecretLookup returns the value of a secret a job file names as
+// {{secret.NAME}}, which `tempest submit` takes from its --secret flags or
+// its environment and sends apart from the job file.
+type SecretLookup func(name string) (string, bool)
 
 // DataReader returns the content of a data file named in a job file, by the
 // name as written there. jobfile provides one that reads relative to the
@@ -193,6 +200,21 @@ func newFields(path string, n *Node, line int, sink *problemSink) *Fields {
 // belongs to. Without it every data file is a problem.
 func (f *Fields) ReadDataWith(read DataReader) {
 	f.sink.readData = read
+}
+
+// SecretsWith sets where Secret finds values, for the whole tree f
+// belongs to.
+func (f *Fields) SecretsWith(lookup SecretLookup) {
+	f.sink.secret = lookup
+}
+
+// Secret is the value of the secret name; false when the submitter gave
+// none.
+func (f *Fields) Secret(name string) (string, bool) {
+	if f.sink.secret == nil {
+		return "", false
+	}
+	return f.sink.secret(name)
 }
 
 // DataBlobsWith sets which data files travel as blobs, for the whole tree

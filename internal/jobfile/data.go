@@ -17,6 +17,16 @@ type Option func(*options)
 type options struct {
 	readData workflow.DataReader
 	blobs    map[string]string
+	env      EnvLookup
+	secrets  workflow.SecretLookup
+}
+
+// WithSecrets gives workflow types the values of the {{secret.NAME}}
+// references they find. Secrets are not substituted into the file: a type
+// carries the values apart from the text (the http type in its params,
+// rendered only on the worker), so no message about the file can show one.
+func WithSecrets(lookup workflow.SecretLookup) Option {
+	return func(o *options) { o.secrets = lookup }
 }
 
 // WithDataBlobs names the data files that were uploaded as blobs (the job

@@ -74,8 +74,10 @@ func Parse(data []byte, filename string, reg *workflow.Registry, opts ...Option)
 	for _, opt := range opts {
 		opt(&o)
 	}
+	problems = append(problems, substituteEnv(root, "", o.env)...)
 	p := parser{reg: reg, root: workflow.NewFields("", root)}
 	p.root.ReadDataWith(o.readData)
+	p.root.SecretsWith(o.secrets)
 	if o.blobs != nil {
 		p.root.DataBlobsWith(func(name string) (string, bool) {
 			sum, ok := o.blobs[name]
