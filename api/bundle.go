@@ -36,6 +36,10 @@ const (
 	FormDataFile = "data"
 	FormEnv      = "env"
 	FormSecret   = "secret"
+	// FormTLSFile carries a file a workflow's tls: names (a CA bundle, a
+	// client certificate, its key): filename the name as written, body the
+	// bytes. Like a secret, it goes into the params and nowhere else.
+	FormTLSFile = "tls_file"
 )
 
 // maxVarParts bounds the env and secret parts of one submission.
@@ -47,14 +51,18 @@ type submission struct {
 	partName string
 	data     map[string][]byte
 	blobs    map[string]string
-	// env and secrets are the values of {{env.NAME}} and {{secret.NAME}}.
+	// env and secrets are the values of {{env.NAME}} and {{secret.NAME}};
+	// tlsFiles the files tls: names.
 	env, secrets map[string]string
+	tlsFiles     map[string][]byte
 }
 
-// SubmitVars are the values of a job file's {{env.NAME}} and
-// {{secret.NAME}} references, which SubmitWithBlobs sends beside it.
+// SubmitVars are what SubmitWithBlobs sends beside a job file besides its
+// data files: the values of its {{env.NAME}} and {{secret.NAME}}
+// references, and the files its workflows' tls: names.
 type SubmitVars struct {
 	Env, Secrets map[string]string
+	TLSFiles     map[string][]byte
 }
 
 // DefaultMaxBodyBytes fits the largest job file with the most data files
@@ -125,6 +133,11 @@ func encodeBundleBlobs(jobFile []byte, filename string, data map[string][]byte, 
 			}
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(vars.TLSFiles)) {
+		if err := part(FormTLSFile, name, vars.TLSFiles[name]); err != nil {
+			return nil, "", fmt.Errorf("encode tls file %s: %w", name, err)
+		}
+	}
 	if err := mw.Close(); err != nil {
 		return nil, "", fmt.Errorf("encode submission: %w", err)
 	}
@@ -166,6 +179,7 @@ func readSubmissionParts(r *http.Request) (submission, error) {
 		blobs    map[string]string
 		env      map[string]string
 		secrets  map[string]string
+		tlsFiles map[string][]byte
 	)
 	mt, params, perr := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if perr != nil || mt != "multipart/form-data" {
@@ -249,6 +263,20 @@ func readSubmissionParts(r *http.Request) (submission, error) {
 				*set = map[string]string{}
 			}
 			(*set)[name] = string(content)
+		case FormTLSFile:
+			switch {
+			case name == "":
+				return submission{}, fmt.Errorf("%w: a %q part without a filename", errBadBundle, field)
+			case len(tlsFiles) == maxVarParts:
+				return submission{}, fmt.Errorf("%w: more than %d tls files", errBadBundle, maxVarParts)
+			}
+			if _, dup := tlsFiles[name]; dup {
+				return submission{}, fmt.Errorf("%w: tls file %q sent twice", errBadBundle, truncateName(name))
+			}
+			if tlsFiles == nil {
+				tlsFiles = map[string][]byte{}
+			}
+			tlsFiles[name] = content
 		default:
 			return submission{}, fmt.Errorf("%w: unknown part %q (want %q and %q)", errBadBundle, truncateName(field), FormJobFile, FormDataFile)
 		}
@@ -256,7 +284,7 @@ func readSubmissionParts(r *http.Request) (submission, error) {
 	if !seenJob {
 		return submission{}, fmt.Errorf("%w: no %q part holding the job file", errBadBundle, FormJobFile)
 	}
-	return submission{jobFile: jobFile, partName: partName, data: data, blobs: blobs, env: env, secrets: secrets}, nil
+	return submission{jobFile: jobFile, partName: partName, data: data, blobs: blobs, env: env, secrets: secrets, tlsFiles: tlsFiles}, nil
 }
 
 // bundleErr keeps a body-size error as it is (the handler answers 413 for

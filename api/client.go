@@ -405,7 +405,7 @@ func (c *Client) SubmitWithBlobs(ctx context.Context, jobFile []byte, filename s
 	if jobFile == nil {
 		jobFile = []byte{}
 	}
-	if len(data) > 0 || len(uploaded) > 0 || len(vars.Env) > 0 || len(vars.Secrets) > 0 {
+	if len(data) > 0 || len(uploaded) > 0 || len(vars.Env) > 0 || len(vars.Secrets) > 0 || len(vars.TLSFiles) > 0 {
 		// Data files go first, as blobs the cluster stores once for every
 		// shard; a node that stores no blobs (a gate) gets the bytes inline.
 		blobs, err := c.uploadDataFiles(ctx, data)

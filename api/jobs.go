@@ -63,7 +63,13 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	if len(blobs) > 0 {
 		opts = append(opts, jobfile.WithDataBlobs(blobs))
 	}
-	opts = append(opts, jobfile.WithEnv(mapLookup(sub.env)), jobfile.WithSecrets(mapLookup(sub.secrets)))
+	opts = append(opts, jobfile.WithEnv(mapLookup(sub.env)), jobfile.WithSecrets(mapLookup(sub.secrets)),
+		jobfile.WithTLSFiles(func(name string) ([]byte, error) {
+			if b, ok := sub.tlsFiles[name]; ok {
+				return b, nil
+			}
+			return nil, fmt.Errorf("%s was not sent with the job file", name)
+		}))
 	job, err := jobfile.Parse(body, filename, s.cfg.Registry, opts...)
 	if err != nil {
 		var jfe *jobfile.Error

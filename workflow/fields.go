@@ -154,6 +154,9 @@ type problemSink struct {
 	blobOf func(name string) (string, bool)
 	// secret looks up {{secret.NAME}} values (nil: none are known).
 	secret SecretLookup
+	// readTLS fetches the CA, certificate and key files a workflow's tls:
+	// names (nil: none can be read).
+	readTLS DataReader
 }
 
 // SecretLookup returns the value of a secret a job file names as
@@ -215,6 +218,45 @@ func (f *Fields) Secret(name string) (string, bool) {
 		return "", false
 	}
 	return f.sink.secret(name)
+}
+
+// ReadTLSWith sets how TLSFile reads files, for the whole tree f belongs
+// to.
+func (f *Fields) ReadTLSWith(read DataReader) {
+	f.sink.readTLS = read
+}
+
+// MaxTLSFile bounds a CA bundle, certificate or key file.
+const MaxTLSFile = 256 << 10
+
+// TLSFile reads key as the name of a PEM file (a CA bundle, a client
+// certificate or its key) and returns its bytes, read through the tree's
+// TLS reader. They travel inside the params, never as a blob anyone could
+// fetch: a key is a secret. Problems are recorded at key's line, and never
+// quote the file.
+func (f *Fields) TLSFile(key string) ([]byte, bool) {
+	name, ok := f.String(key)
+	if !ok {
+		return nil, false
+	}
+	switch {
+	case name == "":
+		f.Errorf(key, "must name a PEM file")
+		return nil, false
+	case f.sink.readTLS == nil:
+		f.Errorf(key, "file %q cannot be read here: TLS files are read where the job file is parsed", truncate(name, 80))
+		return nil, false
+	}
+	b, err := f.sink.readTLS(name)
+	switch {
+	case err != nil:
+		f.Errorf(key, "cannot read %s file: %v", key, err)
+		return nil, false
+	case len(b) > MaxTLSFile:
+		f.Errorf(key, "file %q is more than %d bytes", truncate(name, 80), MaxTLSFile)
+		return nil, false
+	}
+	return b, true
 }
 
 // DataBlobsWith sets which data files travel as blobs, for the whole tree

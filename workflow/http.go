@@ -131,6 +131,9 @@ type HTTPParams struct {
 	// once). A setup step that fails fails the run before any load is
 	// sent. See http_setup.go.
 	Setup []HTTPStep `cbor:"19,keyasint,omitempty"`
+	// TLS is the CA to trust and the client certificate to present (job
+	// file: tls:); nil: the system roots and no client certificate.
+	TLS *HTTPTLS `cbor:"20,keyasint,omitempty"`
 }
 
 // DefaultRedirects is how many redirects a step follows unless the job file
@@ -200,6 +203,7 @@ func (p *HTTPParams) Validate() error {
 		p.validateClosed(&errs)
 	}
 	p.validateProtocol(&errs)
+	p.TLS.validate(&errs, p.InsecureSkipVerify)
 	if p.Timeout < 0 || p.Timeout > MaxRequestTimeout {
 		errs.add("request_timeout", "must be between 0 (default %s) and %s, got %s",
 			fmtDuration(DefaultRequestTimeout), fmtDuration(MaxRequestTimeout), fmtDuration(p.Timeout))
@@ -559,6 +563,7 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 		}
 	}
 	p.InsecureSkipVerify, _ = f.Bool("insecure_skip_verify")
+	p.TLS = parseTLS(f)
 	if c, ok := f.Bool("cookies"); ok {
 		p.NoCookies = !c
 	}

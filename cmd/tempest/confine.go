@@ -43,7 +43,9 @@ func checkJobFilesInside(jobFile []byte, path string, opts ...jobfile.Option) er
 		}
 		return fromDisk(name)
 	}
-	sub, err := jobfile.Parse(jobFile, path, reg, append(opts, jobfile.WithDataFiles(read))...)
+	// TLS files are confined like data files; the reader replaces the
+	// caller's (options apply in order).
+	sub, err := jobfile.Parse(jobFile, path, reg, append(opts, jobfile.WithDataFiles(read), jobfile.WithTLSFiles(read))...)
 	if err != nil {
 		return err
 	}

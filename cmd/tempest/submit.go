@@ -29,6 +29,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	file := args[0]
+	vars.dir = filepath.Dir(file)
 	data, err := os.ReadFile(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "tempest: read job file: %v\n", err)

@@ -16,12 +16,17 @@ import (
 // references: from --env and --secret, then from this process's
 // environment. It records the names the job file used, so only their values
 // leave this machine (not the whole environment).
+//
+// It also reads the files a workflow's tls: names, relative to dir (the job
+// file's folder), and keeps them to send: they never become blobs.
 type submitVars struct {
 	env, secrets assignFlag
 	getenv       func(string) (string, bool)
+	dir          string
 
 	mu                   sync.Mutex
 	usedEnv, usedSecrets map[string]string
+	tlsFiles             map[string][]byte
 }
 
 func newSubmitVars(fs *flag.FlagSet) *submitVars {
@@ -36,7 +41,23 @@ func (v *submitVars) options() []jobfile.Option {
 	return []jobfile.Option{
 		jobfile.WithEnv(func(name string) (string, bool) { return v.lookup(name, v.env, &v.usedEnv) }),
 		jobfile.WithSecrets(func(name string) (string, bool) { return v.lookup(name, v.secrets, &v.usedSecrets) }),
+		jobfile.WithTLSFiles(v.readTLS),
 	}
+}
+
+// readTLS reads a tls: file beside the job file and keeps it to send.
+func (v *submitVars) readTLS(name string) ([]byte, error) {
+	b, err := jobfile.DirDataFiles(v.dir)(name)
+	if err != nil {
+		return nil, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.tlsFiles == nil {
+		v.tlsFiles = map[string][]byte{}
+	}
+	v.tlsFiles[name] = b
+	return b, nil
 }
 
 func (v *submitVars) lookup(name string, flags assignFlag, used *map[string]string) (string, bool) {
@@ -60,7 +81,7 @@ func (v *submitVars) lookup(name string, flags assignFlag, used *map[string]stri
 func (v *submitVars) sent() api.SubmitVars {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return api.SubmitVars{Env: v.usedEnv, Secrets: v.usedSecrets}
+	return api.SubmitVars{Env: v.usedEnv, Secrets: v.usedSecrets, TLSFiles: v.tlsFiles}
 }
 
 // assignFlag collects NAME=VALUE flags; a later one for a name wins.

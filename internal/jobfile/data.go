@@ -19,6 +19,15 @@ type options struct {
 	blobs    map[string]string
 	env      EnvLookup
 	secrets  workflow.SecretLookup
+	readTLS  workflow.DataReader
+}
+
+// WithTLSFiles makes Parse read the CA, certificate and key files a
+// workflow's tls: names through read (from disk beside the job file on the
+// client; from the submission's parts on a server). Without it naming one
+// is a problem at its line.
+func WithTLSFiles(read workflow.DataReader) Option {
+	return func(o *options) { o.readTLS = read }
 }
 
 // WithSecrets gives workflow types the values of the {{secret.NAME}}

@@ -78,6 +78,7 @@ func Parse(data []byte, filename string, reg *workflow.Registry, opts ...Option)
 	p := parser{reg: reg, root: workflow.NewFields("", root)}
 	p.root.ReadDataWith(o.readData)
 	p.root.SecretsWith(o.secrets)
+	p.root.ReadTLSWith(o.readTLS)
 	if o.blobs != nil {
 		p.root.DataBlobsWith(func(name string) (string, bool) {
 			sum, ok := o.blobs[name]
