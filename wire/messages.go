@@ -280,6 +280,11 @@ type WorkflowProgress struct {
 	// whole series, at most MaxSeriesEntries. Receivers clip with
 	// ClipSeries.
 	Series []SecondStats `cbor:"17,keyasint,omitempty"`
+	// Permanent, on a final FAILED progress, says another attempt would
+	// fail the same way (an http workflow's setup step the target
+	// refused): the manager fails the workflow instead of retrying it on
+	// another worker. Absent from older workers: every failure retried.
+	Permanent bool `cbor:"18,keyasint,omitempty"`
 	// Attempts, set only in a leader's status replication to its peers,
 	// is the leader's count of the workflow's attempts, which they take.
 	Attempts int `cbor:"30,keyasint,omitempty"`

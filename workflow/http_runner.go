@@ -331,6 +331,10 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 		if err := r.setup(ctx, rec.shard(0), env.Now, secOf); err != nil {
 			log.Warn("http workflow: setup failed; no load was sent", "err", err)
 			stopErr = err
+			if ctx.Err() == nil {
+				// The target refused it; another worker would be refused too.
+				stopErr = &PermanentError{Err: err}
+			}
 		}
 	}
 	xenv := execEnv{now: env.Now, dropped: func(intended time.Time) { rec.drop(secOf(intended)) }}
