@@ -149,8 +149,8 @@ workflows:
 		t.Fatalf("target saw /api %d after the failed setup, want still 40: no load after a failed setup", lt.count("/api"))
 	}
 	code, stdout, stderr := runCLI(t, c, "status", failed.JobID, "--json")
-	if code != 0 {
-		t.Fatalf("status: exit %d: %s", code, stderr)
+	if code != 2 || !strings.Contains(stdout, `"FAILED"`) { // status exits 2 for a failed job
+		t.Fatalf("status of the failed job: exit %d: %s%s", code, stdout, stderr)
 	}
 	shown = append(shown, stdout, stderr)
 
