@@ -387,13 +387,13 @@ func (c *Client) Submit(ctx context.Context, jobFile []byte, filename string) (s
 // jobfile.Parse read through WithDataFiles), and travels with the job file
 // in one multipart request (FormJobFile).
 func (c *Client) SubmitWithData(ctx context.Context, jobFile []byte, filename string, data map[string][]byte) (string, error) {
-	return c.SubmitWithBlobs(ctx, jobFile, filename, data, nil)
+	return c.SubmitWithBlobs(ctx, jobFile, filename, data, nil, SubmitVars{})
 }
 
 // SubmitWithBlobs is SubmitWithData where some files the job names are
 // already uploaded as blobs (UploadBlob, streamed): uploaded maps their
 // names to the blobs' hex SHA-256.
-func (c *Client) SubmitWithBlobs(ctx context.Context, jobFile []byte, filename string, data map[string][]byte, uploaded map[string]string) (string, error) {
+func (c *Client) SubmitWithBlobs(ctx context.Context, jobFile []byte, filename string, data map[string][]byte, uploaded map[string]string, vars SubmitVars) (string, error) {
 	h := http.Header{}
 	h.Set("Content-Type", "application/yaml")
 	if strings.HasSuffix(strings.ToLower(filename), ".json") {
@@ -405,7 +405,7 @@ func (c *Client) SubmitWithBlobs(ctx context.Context, jobFile []byte, filename s
 	if jobFile == nil {
 		jobFile = []byte{}
 	}
-	if len(data) > 0 || len(uploaded) > 0 {
+	if len(data) > 0 || len(uploaded) > 0 || len(vars.Env) > 0 || len(vars.Secrets) > 0 || len(vars.TLSFiles) > 0 {
 		// Data files go first, as blobs the cluster stores once for every
 		// shard; a node that stores no blobs (a gate) gets the bytes inline.
 		blobs, err := c.uploadDataFiles(ctx, data)
@@ -423,7 +423,7 @@ func (c *Client) SubmitWithBlobs(ctx context.Context, jobFile []byte, filename s
 			}
 			blobs[name] = sum
 		}
-		body, contentType, err := encodeBundleBlobs(jobFile, filepath.Base(filename), data, blobs)
+		body, contentType, err := encodeBundleBlobs(jobFile, filepath.Base(filename), data, blobs, vars)
 		if err != nil {
 			return "", fmt.Errorf("submit: %w", err)
 		}

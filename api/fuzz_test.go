@@ -83,7 +83,11 @@ func FuzzReadSubmission(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(body, ctype)
-	if body, ctype, err := encodeBundleBlobs([]byte("name: x\n"), "x.yaml", nil, map[string]string{"users.csv": strings.Repeat("ab", 32)}); err == nil {
+	if body, ctype, err := encodeBundleBlobs([]byte("name: x\n"), "x.yaml", nil, map[string]string{"users.csv": strings.Repeat("ab", 32)}, SubmitVars{}); err == nil {
+		f.Add(body, ctype)
+	}
+	if body, ctype, err := encodeBundleBlobs([]byte("name: x\n"), "x.yaml", nil, nil,
+		SubmitVars{Env: map[string]string{"HOST": "a"}, Secrets: map[string]string{"TOKEN": "b"}}); err == nil {
 		f.Add(body, ctype)
 	}
 	f.Add([]byte("name: x\n"), "application/yaml")
@@ -94,7 +98,8 @@ func FuzzReadSubmission(f *testing.F) {
 			return
 		}
 		r.Header.Set("Content-Type", contentType)
-		job, _, data, _, err := readSubmission(r)
+		sub, err := readSubmission(r)
+		job, data := sub.jobFile, sub.data
 		if err != nil {
 			return
 		}

@@ -25,7 +25,8 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 			release()
 		}
 	}()
-	body, partName, data, blobs, err := readSubmission(r)
+	sub, err := readSubmission(r)
+	body, partName, data, blobs := sub.jobFile, sub.partName, sub.data, sub.blobs
 	if errors.Is(err, errBadBundle) {
 		writeErrorBody(w, http.StatusBadRequest, ErrorBody{Code: CodeMalformed, Error: err.Error()})
 		return
@@ -62,6 +63,13 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) {
 	if len(blobs) > 0 {
 		opts = append(opts, jobfile.WithDataBlobs(blobs))
 	}
+	opts = append(opts, jobfile.WithEnv(mapLookup(sub.env)), jobfile.WithSecrets(mapLookup(sub.secrets)),
+		jobfile.WithTLSFiles(func(name string) ([]byte, error) {
+			if b, ok := sub.tlsFiles[name]; ok {
+				return b, nil
+			}
+			return nil, fmt.Errorf("%s was not sent with the job file", name)
+		}))
 	job, err := jobfile.Parse(body, filename, s.cfg.Registry, opts...)
 	if err != nil {
 		var jfe *jobfile.Error
@@ -352,4 +360,12 @@ func jobIDFromKey(key string) (string, bool) {
 		}
 	}
 	return "j-" + key, true
+}
+
+// mapLookup looks names up in m (nil: none are set).
+func mapLookup(m map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := m[name]
+		return v, ok
+	}
 }

@@ -3,12 +3,17 @@ package manager
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"tempest/internal/testutil"
 	"tempest/wire"
+	"tempest/workflow"
 )
 
 // workflowOn waits until job id's only workflow runs on a worker other than
@@ -322,5 +327,42 @@ func TestSlowDispatchAnswerIsNotRunTwice(t *testing.T) {
 	slow.mu.Unlock()
 	if len(tokens) != 1 {
 		t.Fatalf("w1 started %d runs (tokens %v), want 1", len(tokens), tokens)
+	}
+}
+
+// A workflow whose run failed permanently (an http setup step the target
+// refused) fails at once: another worker would send the same refused login,
+// so it is not retried.
+func TestPermanentFailureIsNotRetried(t *testing.T) {
+	var logins atomic.Int64
+	tgt := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/login" {
+			logins.Add(1)
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(tgt.Close)
+	params, err := wire.Marshal(&workflow.HTTPParams{VUs: 1, Iterations: 5,
+		Setup: []workflow.HTTPStep{{Name: "login", Method: "POST", URL: tgt.URL + "/login"}},
+		Steps: []workflow.HTTPStep{{Name: "api", Method: "GET", URL: tgt.URL + "/api"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCluster(t, 1, nil)
+	for _, id := range []string{"w1", "w2", "w3"} {
+		c.addWorker(id, 1)
+	}
+	l := c.leader()
+	ack, err := l.Submit(context.Background(), &wire.JobSubmission{Name: "refused",
+		Workflows: []wire.WorkflowSpec{{Name: "api", Type: "http", Cores: 1, Params: params}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := waitJob(t, l, ack.JobID, wire.JobFailed, 10*time.Second)
+	if w := st.Workflows[0]; w.Status != wire.WorkflowFailed || w.Attempts != 1 || !strings.Contains(w.Error, `setup step "login" failed (status)`) {
+		t.Fatalf("workflow = %+v, want FAILED after one attempt with the setup step's reason", w)
+	}
+	if n := logins.Load(); n != 1 {
+		t.Fatalf("the target saw %d logins, want 1: a permanent failure is not retried", n)
 	}
 }

@@ -265,6 +265,9 @@ func (w *fakeWorker) run(ctx context.Context, r *fakeRun, runner workflow.Runner
 	if err != nil {
 		r.last.Error = err.Error()
 	}
+	// As the real worker does: a failure another attempt would repeat.
+	var perm *workflow.PermanentError
+	r.last.Permanent = status == wire.WorkflowFailed && errors.As(err, &perm)
 	final := r.progressLocked(w.id)
 	w.mu.Unlock()
 	// The final report must not be lost: retry until a manager takes it

@@ -123,7 +123,16 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		if reason == "" {
 			reason = "worker reported " + string(p.Status)
 		}
-		if !m.rsTaskFailedLocked(tx, w, p.Status, reason) {
+		switch {
+		case m.rsTaskFailedLocked(tx, w, p.Status, reason):
+		case p.Status == wire.WorkflowFailed && p.Permanent:
+			// Another worker would fail the same way (a setup step the
+			// target refused): failed now, not after every retry.
+			w.rec.Status, w.rec.Error = wire.WorkflowFailed, reason
+			w.rec.Worker, w.rec.Cores = "", nil
+			tx.touchWorkflow(w, true)
+			log.Warn("workflow failed; not retried, another attempt would fail the same way", "reason", reason)
+		default:
 			m.retryLocked(tx, w, worker, reason)
 		}
 	default:

@@ -281,6 +281,11 @@ type WorkflowProgress struct {
 	// whole series, at most MaxSeriesEntries. Receivers clip with
 	// ClipSeries.
 	Series []SecondStats `cbor:"17,keyasint,omitempty"`
+	// Permanent, on a final FAILED progress, says another attempt would
+	// fail the same way (an http workflow's setup step the target
+	// refused): the manager fails the workflow instead of retrying it on
+	// another worker. Absent from older workers: every failure retried.
+	Permanent bool `cbor:"18,keyasint,omitempty"`
 	// Attempts, set only in a leader's status replication to its peers
 	// (which take it) and in its reports to gates (which show it), is the
 	// leader's count of the workflow's attempts.

@@ -228,7 +228,8 @@ func (w *Worker) execute(ctx context.Context, e *execution, runner workflow.Runn
 	}
 	res, err := runSafely(ctx, runner, env)
 	status, reason := outcome(ctx, err)
-	w.finish(e, res.Snapshot, status, reason)
+	var perm *workflow.PermanentError
+	w.finish(e, res.Snapshot, status, reason, status == wire.WorkflowFailed && errors.As(err, &perm))
 }
 
 // runSafely turns a panicking workflow type into a failed workflow instead
@@ -261,13 +262,16 @@ func outcome(ctx context.Context, err error) (wire.WorkflowStatus, string) {
 
 // finish frees the workflow's cores and turns its latest progress into the
 // final one, which the progress sender delivers.
-func (w *Worker) finish(e *execution, snap workflow.Snapshot, status wire.WorkflowStatus, reason string) {
+//
+// permanent says another attempt would fail the same way
+// (workflow.PermanentError), so the manager does not retry it.
+func (w *Worker) finish(e *execution, snap workflow.Snapshot, status wire.WorkflowStatus, reason string, permanent bool) {
 	steps := stepStats(e, snap)
 	w.mu.Lock()
 	w.cores.Free(e.workflowID)
 	w.fences.Finish(e.workflowID, w.now())
 	p := w.progressLocked(e, snap, status)
-	p.StepStats, p.Final, p.Error = steps, true, reason
+	p.StepStats, p.Final, p.Error, p.Permanent = steps, true, reason, permanent
 	e.latest, e.finished = p, true
 	e.seq++
 	w.bumpLocked()

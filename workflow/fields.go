@@ -152,7 +152,17 @@ type problemSink struct {
 	// blobOf names the blob (hex SHA-256) a data file was uploaded as; nil
 	// or false: the file travels inside the params.
 	blobOf func(name string) (string, bool)
+	// secret looks up {{secret.NAME}} values (nil: none are known).
+	secret SecretLookup
+	// readTLS fetches the CA, certificate and key files a workflow's tls:
+	// names (nil: none can be read).
+	readTLS DataReader
 }
+
+// SecretLookup returns the value of a secret a job file names as
+// {{secret.NAME}}, which `tempest submit` takes from its --secret flags or
+// its environment and sends apart from the job file.
+type SecretLookup func(name string) (string, bool)
 
 // DataReader returns the content of a data file named in a job file, by the
 // name as written there. jobfile provides one that reads relative to the
@@ -193,6 +203,60 @@ func newFields(path string, n *Node, line int, sink *problemSink) *Fields {
 // belongs to. Without it every data file is a problem.
 func (f *Fields) ReadDataWith(read DataReader) {
 	f.sink.readData = read
+}
+
+// SecretsWith sets where Secret finds values, for the whole tree f
+// belongs to.
+func (f *Fields) SecretsWith(lookup SecretLookup) {
+	f.sink.secret = lookup
+}
+
+// Secret is the value of the secret name; false when the submitter gave
+// none.
+func (f *Fields) Secret(name string) (string, bool) {
+	if f.sink.secret == nil {
+		return "", false
+	}
+	return f.sink.secret(name)
+}
+
+// ReadTLSWith sets how TLSFile reads files, for the whole tree f belongs
+// to.
+func (f *Fields) ReadTLSWith(read DataReader) {
+	f.sink.readTLS = read
+}
+
+// MaxTLSFile bounds a CA bundle, certificate or key file.
+const MaxTLSFile = 256 << 10
+
+// TLSFile reads key as the name of a PEM file (a CA bundle, a client
+// certificate or its key) and returns its bytes, read through the tree's
+// TLS reader. They travel inside the params, never as a blob anyone could
+// fetch: a key is a secret. Problems are recorded at key's line, and never
+// quote the file.
+func (f *Fields) TLSFile(key string) ([]byte, bool) {
+	name, ok := f.String(key)
+	if !ok {
+		return nil, false
+	}
+	switch {
+	case name == "":
+		f.Errorf(key, "must name a PEM file")
+		return nil, false
+	case f.sink.readTLS == nil:
+		f.Errorf(key, "file %q cannot be read here: TLS files are read where the job file is parsed", truncate(name, 80))
+		return nil, false
+	}
+	b, err := f.sink.readTLS(name)
+	switch {
+	case err != nil:
+		f.Errorf(key, "cannot read %s file: %v", key, err)
+		return nil, false
+	case len(b) > MaxTLSFile:
+		f.Errorf(key, "file %q is more than %d bytes", truncate(name, 80), MaxTLSFile)
+		return nil, false
+	}
+	return b, true
 }
 
 // DataBlobsWith sets which data files travel as blobs, for the whole tree

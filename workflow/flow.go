@@ -141,8 +141,8 @@ type HTTPCheck struct {
 	Below time.Duration `cbor:"7,keyasint,omitempty"`
 }
 
-// parseCaptures reads a step's captures and capture_scope.
-func parseCaptures(sf *Fields, st *HTTPStep) {
+// parseCaptures reads a step's captures and, with scoped, capture_scope.
+func parseCaptures(sf *Fields, st *HTTPStep, scoped bool) {
 	items, _ := sf.Objects("captures")
 	for _, cf := range items {
 		cf.Required("name")
@@ -163,6 +163,9 @@ func parseCaptures(sf *Fields, st *HTTPStep) {
 			cf.Problemf("a capture has one source, got %s", strings.Join(given, " and "))
 		}
 		st.Captures = append(st.Captures, c)
+	}
+	if !scoped {
+		return // capture_scope is then an unknown key, refused by Finish
 	}
 	if s, ok := sf.String("capture_scope"); ok {
 		switch s {
@@ -429,6 +432,14 @@ func (c *HTTPCheck) validate(errs *FieldErrors, cp string) {
 // Also that no name is captured under both scopes, which would leave its
 // lifetime to whichever step ran last.
 func (p *HTTPParams) validateVars(errs *FieldErrors) {
+	earlier := map[string]bool{}
+	fromSetup := map[string]bool{}
+	for i, st := range p.Setup {
+		p.checkVarsKnown(errs, IndexPath("setup", i), &st, earlier, nil)
+		for _, c := range st.Captures {
+			earlier[c.Name], fromSetup[c.Name] = true, true
+		}
+	}
 	scope := map[string]CaptureScope{}
 	for i, st := range p.Steps {
 		for j, c := range st.Captures {
@@ -436,43 +447,51 @@ func (p *HTTPParams) validateVars(errs *FieldErrors) {
 				errs.add(JoinPath(IndexPath(JoinPath(IndexPath("steps", i), "captures"), j), "name"),
 					"%q is captured by another step with a different capture_scope", c.Name)
 			}
+			if fromSetup[c.Name] {
+				errs.add(JoinPath(IndexPath(JoinPath(IndexPath("steps", i), "captures"), j), "name"),
+					"%q is captured by a setup step, whose values every VU shares; capture it under another name", c.Name)
+			}
 			scope[c.Name] = st.CaptureScope
 		}
 	}
-	earlier := map[string]bool{}
 	for i, st := range p.Steps {
-		path := IndexPath("steps", i)
-		check := func(field, src string) {
-			t, err := parseTemplate(src)
-			if err != nil {
-				return // the step's own check reports it
-			}
-			for _, name := range t.varNames() {
-				if !earlier[name] && scope[name] != ScopeVU {
-					known := slices.Sorted(func(yield func(string) bool) {
-						for k := range earlier {
-							if !yield(k) {
-								return
-							}
-						}
-					})
-					where := "no earlier step captures it"
-					if _, later := scope[name]; later {
-						where = "it is only captured by this or a later step (capture_scope: vu keeps a value across iterations)"
-					}
-					errs.add(JoinPath(path, field), "{{%s}} is not a template function (%s) and %s (captured before this step: [%s])",
-						truncate(name, 40), builtinFuncs, where, strings.Join(known, ", "))
-				}
-			}
-		}
-		check("url", st.URL)
-		check("body", st.Body)
-		for k, v := range st.Headers {
-			check(JoinPath("headers", k), v)
-		}
+		p.checkVarsKnown(errs, IndexPath("steps", i), &st, earlier, scope)
 		for _, c := range st.Captures {
 			earlier[c.Name] = true
 		}
+	}
+}
+
+// checkVarsKnown checks that every {{name}} st renders is captured by an
+// earlier step (earlier) or by a VU-scoped capture of any step (scope).
+func (p *HTTPParams) checkVarsKnown(errs *FieldErrors, path string, st *HTTPStep, earlier map[string]bool, scope map[string]CaptureScope) {
+	check := func(field, src string) {
+		t, err := parseTemplate(src)
+		if err != nil {
+			return // the step's own check reports it
+		}
+		for _, name := range t.varNames() {
+			if !earlier[name] && scope[name] != ScopeVU {
+				known := slices.Sorted(func(yield func(string) bool) {
+					for k := range earlier {
+						if !yield(k) {
+							return
+						}
+					}
+				})
+				where := "no earlier step captures it"
+				if _, later := scope[name]; later {
+					where = "it is only captured by this or a later step (capture_scope: vu keeps a value across iterations)"
+				}
+				errs.add(JoinPath(path, field), "{{%s}} is not a template function (%s) and %s (captured before this step: [%s])",
+					truncate(name, 40), builtinFuncs, where, strings.Join(known, ", "))
+			}
+		}
+	}
+	check("url", st.URL)
+	check("body", st.Body)
+	for k, v := range st.Headers {
+		check(JoinPath("headers", k), v)
 	}
 }
 

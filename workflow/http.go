@@ -122,6 +122,18 @@ type HTTPParams struct {
 	// N); zero means DefaultRedirects and NoRedirects (redirects: 0) none.
 	Redirects   int  `cbor:"16,keyasint,omitempty"`
 	NoRedirects bool `cbor:"17,keyasint,omitempty"`
+	// Secrets are the values of the {{secret.NAME}} references in the
+	// steps' header values and bodies, by name (http_secrets.go). Params
+	// are never shown back by status, results or logs.
+	Secrets map[string]string `cbor:"18,keyasint,omitempty"`
+	// Setup steps run once per run (so once per shard) before the first
+	// iteration; what they capture every VU reads (a login token fetched
+	// once). A setup step that fails fails the run before any load is
+	// sent. See http_setup.go.
+	Setup []HTTPStep `cbor:"19,keyasint,omitempty"`
+	// TLS is the CA to trust and the client certificate to present (job
+	// file: tls:); nil: the system roots and no client certificate.
+	TLS *HTTPTLS `cbor:"20,keyasint,omitempty"`
 }
 
 // DefaultRedirects is how many redirects a step follows unless the job file
@@ -191,6 +203,7 @@ func (p *HTTPParams) Validate() error {
 		p.validateClosed(&errs)
 	}
 	p.validateProtocol(&errs)
+	p.TLS.validate(&errs, p.InsecureSkipVerify)
 	if p.Timeout < 0 || p.Timeout > MaxRequestTimeout {
 		errs.add("request_timeout", "must be between 0 (default %s) and %s, got %s",
 			fmtDuration(DefaultRequestTimeout), fmtDuration(MaxRequestTimeout), fmtDuration(p.Timeout))
@@ -205,20 +218,21 @@ func (p *HTTPParams) Validate() error {
 		errs.add("redirects", "cannot both follow %d redirects and none", p.Redirects)
 	}
 	table := p.Data.validate(&errs)
-	seen := map[string]int{}
-	for i, st := range p.Steps {
-		path := IndexPath("steps", i)
+	p.validateSetup(&errs)
+	seen := map[string]string{}
+	p.eachStep(func(path string, st *HTTPStep) {
 		if err := CheckName(st.Name); err != nil {
 			errs.add(JoinPath(path, "name"), "%v", err)
-		} else if j, dup := seen[st.Name]; dup {
-			errs.add(JoinPath(path, "name"), "duplicate step name %q (also steps[%d])", st.Name, j)
+		} else if other, dup := seen[st.Name]; dup {
+			errs.add(JoinPath(path, "name"), "duplicate step name %q (also %s)", st.Name, other)
 		} else {
-			seen[st.Name] = i
+			seen[st.Name] = path
 		}
 		st.validate(&errs, path, p.Data, table)
 		st.validateFlow(&errs, path)
-	}
+	})
 	p.validateVars(&errs)
+	p.validateSecrets(&errs)
 	return errs.err()
 }
 
@@ -228,10 +242,8 @@ func (p *HTTPParams) Validate() error {
 // StepNames lists the steps in their order, for the submit-time check of
 // thresholds that name one.
 func (p *HTTPParams) StepNames() []string {
-	names := make([]string, len(p.Steps))
-	for i, st := range p.Steps {
-		names[i] = st.Name
-	}
+	names := make([]string, 0, len(p.Setup)+len(p.Steps))
+	p.eachStep(func(_ string, st *HTTPStep) { names = append(names, st.Name) })
 	return names
 }
 
@@ -239,13 +251,13 @@ func (p *HTTPParams) StepNames() []string {
 // submit-time check of thresholds that name one.
 func (p *HTTPParams) CheckNames() []string {
 	var names []string
-	for _, st := range p.Steps {
+	p.eachStep(func(_ string, st *HTTPStep) {
 		for _, c := range st.Checks {
 			if !slices.Contains(names, c.Name) {
 				names = append(names, c.Name)
 			}
 		}
-	}
+	})
 	return names
 }
 
@@ -495,7 +507,8 @@ func (HTTPType) Name() string { return "http" }
 // false), cookies (default true), redirects (default 10; 0: none followed),
 // data ({file, mode}: a CSV data file, read through f.DataFile) and steps
 // (name, method (default GET), url, headers, body, expect_status,
-// expect_body, think_time, captures, capture_scope, checks).
+// expect_body, think_time, captures, capture_scope, checks) and setup
+// (steps as those, without capture_scope).
 func (HTTPType) ParseParams(f *Fields) []byte {
 	p := HTTPParams{VUs: 1}
 	if s, ok := f.String("model"); ok {
@@ -550,6 +563,7 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 		}
 	}
 	p.InsecureSkipVerify, _ = f.Bool("insecure_skip_verify")
+	p.TLS = parseTLS(f)
 	if c, ok := f.Bool("cookies"); ok {
 		p.NoCookies = !c
 	}
@@ -571,8 +585,26 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 	}
 	p.Data = parseData(f)
 	f.Required("steps")
-	steps, _ := f.Objects("steps")
-	for _, sf := range steps {
+	p.Setup = parseSteps(f, "setup", &p)
+	p.Steps = parseSteps(f, "steps", &p)
+	return f.Encode(&p)
+}
+
+// DecodeParams implements Type; the result is a *HTTPParams.
+func (HTTPType) DecodeParams(data []byte) (Params, error) {
+	p, err := decodeParams[HTTPParams](data)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return p, nil
+}
+
+// parseSteps reads the steps under key (steps, or setup, whose steps have
+// no capture_scope: what they capture lasts the run).
+func parseSteps(f *Fields, key string, p *HTTPParams) []HTTPStep {
+	items, _ := f.Objects(key)
+	var out []HTTPStep
+	for _, sf := range items {
 		sf.Required("name", "url")
 		st := HTTPStep{Method: "GET"}
 		st.Name, _ = sf.String("name")
@@ -589,20 +621,12 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 		}
 		st.ExpectBody, _ = sf.String("expect_body")
 		st.ThinkTime, _ = sf.Duration("think_time")
-		parseCaptures(sf, &st)
+		parseCaptures(sf, &st, key == "steps")
 		parseChecks(sf, &st)
-		p.Steps = append(p.Steps, st)
+		p.Secrets = readSecrets(sf, &st, p.Secrets)
+		out = append(out, st)
 	}
-	return f.Encode(&p)
-}
-
-// DecodeParams implements Type; the result is a *HTTPParams.
-func (HTTPType) DecodeParams(data []byte) (Params, error) {
-	p, err := decodeParams[HTTPParams](data)
-	if err != nil {
-		return nil, err // not a typed nil inside the interface
-	}
-	return p, nil
+	return out
 }
 
 // parseData reads `data: {file: users.csv, mode: sequential}`; mode is

@@ -431,7 +431,7 @@ func TestVUFlowJar(t *testing.T) {
 	if got := cookieHeader(f.jar.Cookies(s)); got != "plain=1; sec=2" {
 		t.Errorf("over https: %q, want plain=1; sec=2", got)
 	}
-	f.startIteration(nil)
+	f.startIteration(nil, nil)
 	if f.jar != nil {
 		t.Error("the jar outlived the iteration")
 	}

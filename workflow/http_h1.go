@@ -2,7 +2,6 @@ package workflow
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -108,11 +107,11 @@ func h1Skips(name string, noReuse bool) bool {
 }
 
 func newH1Sender(steps []preparedStep, vus int, p *HTTPParams) (*h1Sender, error) {
-	cfg := h1.Config{NoReuse: p.NoConnectionReuse}
-	if p.InsecureSkipVerify {
-		// For self-signed targets, on the job file's explicit say-so.
-		cfg.TLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // see above
+	tlsCfg, err := p.tlsConfig()
+	if err != nil {
+		return nil, err
 	}
+	cfg := h1.Config{NoReuse: p.NoConnectionReuse, TLS: tlsCfg}
 	s := &h1Sender{tr: h1.NewTransport(cfg), timeout: p.Timeout, clients: make([]*h1.Client, vus)}
 	if s.timeout == 0 {
 		s.timeout = DefaultRequestTimeout

@@ -156,7 +156,11 @@ func newSender(steps []preparedStep, vus int, p *HTTPParams) (sender, error) {
 	if p.Protocol == ProtocolHTTP1 {
 		return newH1Sender(steps, vus, p)
 	}
-	tr, err := newLoadTransport(vus, !p.NoConnectionReuse, p.Protocol, p.InsecureSkipVerify)
+	tlsCfg, err := p.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	tr, err := newLoadTransport(vus, !p.NoConnectionReuse, p.Protocol, tlsCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -272,18 +276,18 @@ func classify(ctx, reqCtx context.Context, err error) ErrorClass {
 // Timeouts live in each request's context (dial, TLS, headers and body all
 // under the step's timeout). http1 does not come here: it has its own client
 // (newSender).
-func newLoadTransport(vus int, reuse bool, proto Protocol, insecureSkipVerify bool) (http.RoundTripper, error) {
+func newLoadTransport(vus int, reuse bool, proto Protocol, tlsCfg *tls.Config) (http.RoundTripper, error) {
 	if proto == ProtocolH3 {
-		return &http3.Transport{
-			TLSClientConfig:    &tls.Config{InsecureSkipVerify: insecureSkipVerify}, //nolint:gosec // the job file's explicit say-so
-			DisableCompression: true,
-		}, nil
+		if tlsCfg == nil {
+			tlsCfg = &tls.Config{}
+		}
+		return &http3.Transport{TLSClientConfig: tlsCfg, DisableCompression: true}, nil
 	}
-	return newTCPTransport(vus, reuse, proto, insecureSkipVerify)
+	return newTCPTransport(vus, reuse, proto, tlsCfg)
 }
 
 // newTCPTransport is the net/http transport for h2 and h2c.
-func newTCPTransport(vus int, reuse bool, proto Protocol, insecureSkipVerify bool) (*http.Transport, error) {
+func newTCPTransport(vus int, reuse bool, proto Protocol, tlsCfg *tls.Config) (*http.Transport, error) {
 	protocols := new(http.Protocols)
 	switch proto {
 	case ProtocolH2:
@@ -306,10 +310,9 @@ func newTCPTransport(vus int, reuse bool, proto Protocol, insecureSkipVerify boo
 		ForceAttemptHTTP2: proto == ProtocolH2,
 		Protocols:         protocols,
 	}
-	if insecureSkipVerify {
-		// For self-signed targets, on the job file's explicit say-so.
-		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true}
-	}
+	// The job file's CA, client certificate, or insecure_skip_verify (for
+	// self-signed targets, on its explicit say-so); nil: the defaults.
+	t.TLSClientConfig = tlsCfg
 	return t, nil
 }
 

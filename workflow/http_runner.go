@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -34,7 +35,11 @@ type httpRunner struct {
 	slotVU []bool
 	// flows is each VU's flow state (captured values, cookie jar, what it
 	// keeps of a response), indexed like bodies.
-	flows     []vuFlow
+	flows []vuFlow
+	// nSetup is how many of steps, at the front, are setup steps
+	// (http_setup.go); seed holds what they captured.
+	nSetup    int
+	seed      *vuVars
 	redirects int  // how many redirects a step follows
 	cookies   bool // a cookie jar per VU
 	// bodies count each VU's response bodies; a VU's requests run one at a
@@ -109,11 +114,13 @@ func (st *preparedStep) headerFor(v tmplVars) http.Header {
 func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 	r := &httpRunner{name: name, params: p, timeout: p.Timeout, exec: newExecutor(p),
 		redirects: p.redirectLimit(), cookies: !p.NoCookies, slotOf: map[string]int{}}
-	for _, s := range p.Steps {
+	all := append(slices.Clip(p.Setup), p.Steps...)
+	r.nSetup = len(p.Setup)
+	for i, s := range all {
 		for _, c := range s.Captures {
 			if _, ok := r.slotOf[c.Name]; !ok {
 				r.slotOf[c.Name] = len(r.slotVU)
-				r.slotVU = append(r.slotVU, s.CaptureScope == ScopeVU)
+				r.slotVU = append(r.slotVU, i < r.nSetup || s.CaptureScope == ScopeVU)
 			}
 		}
 	}
@@ -132,8 +139,8 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 		table = t
 		r.data = &dataRows{table: t, mode: p.Data.Mode}
 	}
-	for _, s := range p.Steps {
-		st, err := prepareStep(s, table, r.slotOf)
+	for _, s := range all {
+		st, err := prepareStep(s, table, r.slotOf, p.Secrets)
 		if err != nil {
 			return nil, fmt.Errorf("step %q: %w", s.Name, err)
 		}
@@ -151,7 +158,7 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 
 // prepareStep parses a step's templates and binds their data references to
 // table (nil without a data file, when Validate has refused any).
-func prepareStep(s HTTPStep, table *dataTable, slotOf map[string]int) (preparedStep, error) {
+func prepareStep(s HTTPStep, table *dataTable, slotOf map[string]int, secrets map[string]string) (preparedStep, error) {
 	st := preparedStep{name: s.Name, method: s.Method, header: http.Header{}, thinkTime: s.ThinkTime}
 	if st.method == "" {
 		st.method = http.MethodGet
@@ -167,6 +174,9 @@ func prepareStep(s HTTPStep, table *dataTable, slotOf map[string]int) (preparedS
 		return st, fmt.Errorf("url: %w", err)
 	}
 	if st.body, err = parseBound(s.Body, table); err != nil {
+		return st, fmt.Errorf("body: %w", err)
+	}
+	if err := st.body.bindSecrets(secrets); err != nil {
 		return st, fmt.Errorf("body: %w", err)
 	}
 	if st.needs, err = st.url.bindVars(slotOf, st.needs); err != nil {
@@ -222,6 +232,9 @@ func prepareStep(s HTTPStep, table *dataTable, slotOf map[string]int) (preparedS
 	for _, k := range keys {
 		t, err := parseBound(s.Headers[k], table)
 		if err != nil {
+			return st, fmt.Errorf("header %s: %w", k, err)
+		}
+		if err := t.bindSecrets(secrets); err != nil {
 			return st, fmt.Errorf("header %s: %w", k, err)
 		}
 		if st.needs, err = t.bindVars(slotOf, st.needs); err != nil {
@@ -313,23 +326,23 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 		"cookies", r.cookies, "redirects", r.redirects, "captured_values", len(r.slotVU),
 		"shards", len(rec.shards))
 
-	xenv := execEnv{now: env.Now, dropped: func(intended time.Time) { rec.drop(secOf(intended)) }}
-	var logged sync.Map // (step, class) -> true: log each kind of failure once
-	r.exec.run(ctx, xenv, func(ctx context.Context, it iterInfo, stopping <-chan struct{}) {
-		r.iterate(ctx, it, stopping, rec.shard(it.vu), env.Now, secOf, func(step int, o outcome, err error) {
-			type key struct {
-				step  int
-				class ErrorClass
-			}
-			if _, seen := logged.LoadOrStore(key{step, o.class}, true); !seen {
-				log.Warn("http step failed; further failures of this class are counted, not logged",
-					"step", r.steps[step].name, "class", o.class, "err", err)
-			}
-		})
-	})
 	var stopErr error
-	if ctx.Err() != nil {
-		stopErr = stopCause(ctx)
+	if r.nSetup > 0 {
+		if err := r.setup(ctx, rec.shard(0), env.Now, secOf); err != nil {
+			log.Warn("http workflow: setup failed; no load was sent", "err", err)
+			stopErr = err
+			if ctx.Err() == nil {
+				// The target refused it; another worker would be refused too.
+				stopErr = &PermanentError{Err: err}
+			}
+		}
+	}
+	xenv := execEnv{now: env.Now, dropped: func(intended time.Time) { rec.drop(secOf(intended)) }}
+	if stopErr == nil {
+		r.runLoad(ctx, xenv, rec, env, secOf, log)
+	}
+	if stopErr == nil && ctx.Err() != nil {
+		stopErr = fmt.Errorf("http workflow stopped early: %w", stopCause(ctx))
 	}
 	sampler.stop()
 	rep.stop()
@@ -346,9 +359,26 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 	log.Info("http workflow finished", "completed", final.Completed, "failed", final.Failed,
 		"dropped_iterations", final.DroppedIterations, "elapsed", final.Elapsed, "stopped_early", stopErr != nil)
 	if stopErr != nil {
-		return Result{final}, fmt.Errorf("http workflow stopped early: %w", stopErr)
+		return Result{final}, stopErr
 	}
 	return Result{final}, nil
+}
+
+// runLoad runs the iterations, logging the first failure of each kind.
+func (r *httpRunner) runLoad(ctx context.Context, xenv execEnv, rec *recorder, env Env, secOf func(time.Time) int64, log *slog.Logger) {
+	var logged sync.Map // (step, class) -> true: log each kind of failure once
+	r.exec.run(ctx, xenv, func(ctx context.Context, it iterInfo, stopping <-chan struct{}) {
+		r.iterate(ctx, it, stopping, rec.shard(it.vu), env.Now, secOf, func(step int, o outcome, err error) {
+			type key struct {
+				step  int
+				class ErrorClass
+			}
+			if _, seen := logged.LoadOrStore(key{step, o.class}, true); !seen {
+				log.Warn("http step failed; further failures of this class are counted, not logged",
+					"step", r.steps[step].name, "class", o.class, "err", err)
+			}
+		})
+	})
 }
 
 // iterate runs one pass over the steps for it, recording each outcome.
@@ -369,9 +399,9 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 	// profile) act as the same user.
 	vu := r.params.VUOffset + it.vu
 	fl := &r.flows[it.vu]
-	vars := tmplVars{vu: vu + 1, iteration: it.n, row: r.data.row(vu), captured: fl.startIteration(r.slotVU)}
+	vars := tmplVars{vu: vu + 1, iteration: it.n, row: r.data.row(vu), captured: fl.startIteration(r.slotVU, r.seed)}
 	rec := iterRecorder{shard: shard, lag: lag, secOf: secOf, now: now}
-	for i := range r.steps {
+	for i := r.nSetup; i < len(r.steps); i++ {
 		if ctx.Err() != nil {
 			return
 		}

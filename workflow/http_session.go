@@ -46,16 +46,22 @@ type keptResponse struct {
 
 // startIteration forgets the iteration-scoped captured values and the
 // cookies: every iteration is a new visit, as in k6, which also empties a
-// VU's jar between iterations. Values captured with capture_scope: vu stay.
+// VU's jar between iterations. Values captured with capture_scope: vu stay,
+// and so do setup's, which seed holds (nil: none) and which the VU's first
+// iteration starts with.
 // It returns the values for the iteration's templates (nil when the
 // workflow captures nothing).
-func (f *vuFlow) startIteration(slotVU []bool) []string {
+func (f *vuFlow) startIteration(slotVU []bool, seed *vuVars) []string {
 	f.jar = nil
 	if len(slotVU) == 0 {
 		return nil
 	}
 	if f.vars == nil {
 		f.vars = &vuVars{values: make([]string, len(slotVU)), have: make([]bool, len(slotVU))}
+		if seed != nil { // the values setup steps captured, which last the run
+			copy(f.vars.values, seed.values)
+			copy(f.vars.have, seed.have)
+		}
 	}
 	for s, keep := range slotVU {
 		if !keep {

@@ -317,7 +317,7 @@ func TestLoadTransportIgnoresProxyEnvironment(t *testing.T) {
 	// http1 has its own client (h1), which dials the URL's host and knows
 	// nothing of proxies.
 	for _, proto := range []Protocol{ProtocolH2, ProtocolH2C} {
-		tr, err := newTCPTransport(8, true, proto, false)
+		tr, err := newTCPTransport(8, true, proto, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", proto, err)
 		}

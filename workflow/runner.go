@@ -113,3 +113,12 @@ func stopCause(ctx context.Context) error {
 	}
 	return fmt.Errorf("%w: %w", err, cause)
 }
+
+// PermanentError marks a run's failure that another attempt would repeat,
+// such as a setup step the target refused: the worker reports it as
+// permanent, and the manager fails the workflow rather than retry it on
+// another worker (which would send the same refused request again).
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }

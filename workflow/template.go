@@ -18,6 +18,8 @@ import (
 //	{{data.column}}     the iteration's row of the workflow's data file
 //	                    (data.go), in the column its header row names
 //	{{name}}            a value an earlier step captured (flow.go)
+//	{{secret.NAME}}     a secret the submitter gave (header values and
+//	                    bodies only), bound once per run by bindSecrets
 //
 // A template is parsed once, when params are validated and again when a
 // runner is built from them (both per dispatch, never per request); a
@@ -30,13 +32,16 @@ import (
 const maxTemplateActions = 64
 
 // templateFuncs lists the known functions, for error messages.
-const templateFuncs = "vu, iteration, random_int, data.<column>, <captured name>"
+const templateFuncs = "vu, iteration, random_int, data.<column>, secret.<NAME>, <captured name>"
 
 // builtinFuncs lists the functions that are not captured values.
 const builtinFuncs = "vu, iteration, random_int, data.<column>"
 
-// dataPrefix starts a data-file reference.
-const dataPrefix = "data."
+// dataPrefix starts a data-file reference, secretPrefix a secret's.
+const (
+	dataPrefix   = "data."
+	secretPrefix = "secret."
+)
 
 // tmplVars is what a request's templates render from.
 type tmplVars struct {
@@ -58,6 +63,7 @@ const (
 	opRandomInt
 	opData
 	opVar
+	opSecret
 )
 
 type tmplPart struct {
@@ -69,7 +75,8 @@ type tmplPart struct {
 	column  string
 	col     int
 	example string
-	// opVar: the captured variable's name and, once bound, its slot.
+	// opVar: the captured variable's name and, once bound, its slot;
+	// opSecret: the secret's name.
 	name string
 	slot int
 }
@@ -141,6 +148,15 @@ func parseAction(src string) (tmplPart, error) {
 		}
 		return tmplPart{op: opData, column: col, col: -1}, nil
 	}
+	if name, ok := strings.CutPrefix(words[0], secretPrefix); ok {
+		if !isVarName(name) && !isSecretName(name) {
+			return tmplPart{}, fmt.Errorf("{{secret.%s}}: a secret's name is letters, digits and _", truncate(name, 40))
+		}
+		if len(args) > 0 {
+			return tmplPart{}, fmt.Errorf("{{secret.%s}} takes no arguments, got %d", name, len(args))
+		}
+		return tmplPart{op: opSecret, name: name}, nil
+	}
 	switch words[0] {
 	case "vu":
 		return noArgs(opVU)
@@ -200,6 +216,9 @@ func (t *template) render(v tmplVars) string {
 			b.WriteString(v.row[p.col])
 		case opVar:
 			b.WriteString(v.captured[p.slot])
+		case opSecret:
+			// bindSecrets turned every secret into a literal; an unbound
+			// one renders nothing rather than its name.
 		}
 	}
 	return b.String()
@@ -228,6 +247,8 @@ func (t *template) sample() string {
 			b.WriteString(p.example)
 		case opVar:
 			b.WriteString("captured")
+		case opSecret:
+			b.WriteString("secret")
 		}
 	}
 	return b.String()
@@ -247,6 +268,58 @@ func (t *template) varNames() []string {
 		}
 	}
 	return out
+}
+
+// secretNames lists the secrets t renders, in order (repeats kept).
+func (t *template) secretNames() []string {
+	var out []string
+	for _, p := range t.parts {
+		if p.op == opSecret {
+			out = append(out, p.name)
+		}
+	}
+	return out
+}
+
+// bindSecrets replaces t's secret references by their values, once per
+// run, so a request renders them as literals; a template left with only
+// literals renders as a static one again. A name secrets lacks is an error
+// (Validate refuses it first).
+func (t *template) bindSecrets(secrets map[string]string) error {
+	literal := true
+	for i := range t.parts {
+		p := &t.parts[i]
+		if p.op == opSecret {
+			v, ok := secrets[p.name]
+			if !ok {
+				return fmt.Errorf("{{secret.%s}}: no value was given", truncate(p.name, 40))
+			}
+			*p = tmplPart{op: opLiteral, lit: v}
+		}
+		literal = literal && p.op == opLiteral
+	}
+	if literal && t.dynamic {
+		var b strings.Builder
+		for _, p := range t.parts {
+			b.WriteString(p.lit)
+		}
+		t.static, t.dynamic = b.String(), false
+	}
+	return nil
+}
+
+// isSecretName accepts environment-variable style names (API_TOKEN).
+func isSecretName(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // usesVars reports whether t renders a captured variable.

@@ -21,7 +21,7 @@ func TestParseTemplate(t *testing.T) {
 		{src: "id={{random_int 7 7}}", want: "id=7"},
 		{src: "{{random_int -5 -5}}", want: "-5"},
 		{src: `{"a":{"b":1}}`, want: `{"a":{"b":1}}`}, // "}}" alone is literal
-		{src: "{{no.pe}}", wantErr: `template at byte 0: unknown template function "no.pe" (known: vu, iteration, random_int, data.<column>, <captured name>)`},
+		{src: "{{no.pe}}", wantErr: `template at byte 0: unknown template function "no.pe" (known: vu, iteration, random_int, data.<column>, secret.<NAME>, <captured name>)`},
 		{src: "x{{vu", wantErr: "template at byte 1: unclosed {{"},
 		{src: "{{}}", wantErr: "empty {{}}"},
 		{src: "{{vu 1}}", wantErr: "{{vu}} takes no arguments, got 1"},

@@ -19,7 +19,7 @@ import (
 // are resolved after cleaning and following symlinks, so a link beside the
 // job file that points out of its folder is refused too. --allow-outside
 // skips the check. The refusal is the job file's problem at its line.
-func checkJobFilesInside(jobFile []byte, path string) error {
+func checkJobFilesInside(jobFile []byte, path string, opts ...jobfile.Option) error {
 	dir := filepath.Dir(path)
 	inside := func(name string) error { return insideDir(dir, name) }
 	reg := rainstorm.Registry(rainstorm.ParseOptions{
@@ -43,7 +43,9 @@ func checkJobFilesInside(jobFile []byte, path string) error {
 		}
 		return fromDisk(name)
 	}
-	sub, err := jobfile.Parse(jobFile, path, reg, jobfile.WithDataFiles(read))
+	// TLS files are confined like data files; the reader replaces the
+	// caller's (options apply in order).
+	sub, err := jobfile.Parse(jobFile, path, reg, append(opts, jobfile.WithDataFiles(read), jobfile.WithTLSFiles(read))...)
 	if err != nil {
 		return err
 	}

@@ -52,9 +52,9 @@ func cliRegistry(dir string) *workflow.Registry {
 // read whole), and returns their names mapped to the blobs' sums for the
 // submission. The cluster acknowledges the job only once each blob is on a
 // majority of managers.
-func uploadPipelineFiles(ctx context.Context, c *api.Client, jobFile []byte, path string, stderr io.Writer) (map[string]string, error) {
+func uploadPipelineFiles(ctx context.Context, c *api.Client, jobFile []byte, path string, stderr io.Writer, opts ...jobfile.Option) (map[string]string, error) {
 	dir := filepath.Dir(path)
-	sub, err := jobfile.Parse(jobFile, path, cliRegistry(dir), jobfile.WithDataFiles(jobfile.DirDataFiles(dir)))
+	sub, err := jobfile.Parse(jobFile, path, cliRegistry(dir), append(opts, jobfile.WithDataFiles(jobfile.DirDataFiles(dir)))...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,29 +16,31 @@ import (
 // job to its end and exits as exitFor says (0 completed, 1 thresholds
 // failed, 2 failed otherwise).
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("submit", "submit FILE [--wait] [--json] [--allow-outside]", stderr)
+	fs := newFlagSet("submit", "submit FILE [--wait] [--json] [--allow-outside] [--env NAME=VALUE] [--secret NAME=VALUE]", stderr)
 	var conn apiFlags
 	conn.register(fs)
 	wait := fs.Bool("wait", false, "follow the job to its end: live progress on stderr, summary on stdout")
 	asJSON := fs.Bool("json", false, "print JSON on stdout: {\"job_id\"}, or with --wait the final job status")
 	detach := fs.Bool("detach", false, "with --wait, on Ctrl-C stop following and leave the job running (default: cancel it, then print the summary)")
 	allowOutside := fs.Bool("allow-outside", false, "upload data files, file: sources and programs the job file names outside its own folder")
+	vars := newSubmitVars(fs)
 	args, code, ok := parseCommand(fs, args, 1, stderr)
 	if !ok {
 		return code
 	}
 	file := args[0]
+	vars.dir = filepath.Dir(file)
 	data, err := os.ReadFile(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "tempest: read job file: %v\n", err)
 		return exitUsage
 	}
 	if !*allowOutside {
-		err = checkJobFilesInside(data, file)
+		err = checkJobFilesInside(data, file, vars.options()...)
 	}
 	var dataFiles map[string][]byte
 	if err == nil {
-		dataFiles, err = readDataFiles(data, file)
+		dataFiles, err = readDataFiles(data, file, vars.options()...)
 	}
 	if err != nil {
 		var jfe *jobfile.Error
@@ -54,11 +56,11 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer c.Close()
 
-	uploaded, err := uploadPipelineFiles(ctx, c, data, file, stderr)
+	uploaded, err := uploadPipelineFiles(ctx, c, data, file, stderr, vars.options()...)
 	if err != nil {
 		return reportError(stderr, err)
 	}
-	id, err := c.SubmitWithBlobs(ctx, data, file, dataFiles, uploaded)
+	id, err := c.SubmitWithBlobs(ctx, data, file, dataFiles, uploaded, vars.sent())
 	if err != nil {
 		if reportProblems(stderr, file, err) {
 			return exitUsage
@@ -88,7 +90,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // job file uses, for the server, which parses the job file again against
 // these alone. Parsing here also reports a bad job file, a missing data
 // file or a column a step names but the file lacks without a round trip.
-func readDataFiles(jobFile []byte, path string) (map[string][]byte, error) {
+func readDataFiles(jobFile []byte, path string, opts ...jobfile.Option) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	fromDisk := jobfile.DirDataFiles(filepath.Dir(path))
 	read := func(name string) ([]byte, error) {
@@ -98,7 +100,7 @@ func readDataFiles(jobFile []byte, path string) (map[string][]byte, error) {
 		}
 		return b, err
 	}
-	if _, err := jobfile.Parse(jobFile, path, cliRegistry(filepath.Dir(path)), jobfile.WithDataFiles(read)); err != nil {
+	if _, err := jobfile.Parse(jobFile, path, cliRegistry(filepath.Dir(path)), append(opts, jobfile.WithDataFiles(read))...); err != nil {
 		return nil, err
 	}
 	return files, nil

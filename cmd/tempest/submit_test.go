@@ -153,3 +153,64 @@ workflows:
 		}
 	}
 }
+
+// tempest submit fills {{env.NAME}} from --env and from its environment,
+// sends {{secret.NAME}} values and the tls: files beside the job file, and
+// the server puts them in the params; a tls: file outside the job file's
+// folder is refused like a data file.
+func TestSubmitSendsEnvSecretsAndTLSFiles(t *testing.T) {
+	c := newCLI(t)
+	dir := t.TempDir()
+	t.Setenv("TEMPEST_TEST_PATH", "/from-env")
+	ca, err := os.ReadFile("../../internal/jobfile/testdata/tls/ca.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := os.ReadFile("../../internal/jobfile/testdata/tls/client.pem")
+	key, _ := os.ReadFile("../../internal/jobfile/testdata/tls/client.key")
+	job := `name: vars
+workflows:
+  - name: w
+    type: http
+    vus: "{{env.VUS}}"
+    iterations: 4
+    tls: {ca: certs/ca.pem, cert: certs/client.pem, key: certs/client.key}
+    steps:
+      - name: s
+        url: "https://127.0.0.1:1{{env.TEMPEST_TEST_PATH}}"
+        headers: {X-Key: "{{secret.KEY}}"}
+`
+	if err := os.MkdirAll(filepath.Join(dir, "certs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string][]byte{"job.yaml": []byte(job), "certs/ca.pem": ca, "certs/client.pem": cert, "certs/client.key": key} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, stdout, stderr := c.run(runSubmit, filepath.Join(dir, "job.yaml"), "--env", "VUS=3", "--secret", "KEY=k-77")
+	if code != exitOK {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	subs := c.backend.Submissions()
+	params, err := workflow.HTTPType{}.DecodeParams(subs[0].Workflows[0].Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := params.(*workflow.HTTPParams)
+	if p.VUs != 3 || p.Steps[0].URL != "https://127.0.0.1:1/from-env" || p.Secrets["KEY"] != "k-77" || len(p.Secrets) != 1 {
+		t.Fatalf("vus %d url %q secrets %d", p.VUs, p.Steps[0].URL, len(p.Secrets))
+	}
+	if p.TLS == nil || string(p.TLS.CA) != string(ca) || string(p.TLS.Cert) != string(cert) || string(p.TLS.Key) != string(key) {
+		t.Fatalf("tls files did not arrive: %+v", p.TLS)
+	}
+
+	outside := strings.Replace(job, "certs/ca.pem", "../ca.pem", 1)
+	if err := os.WriteFile(filepath.Join(dir, "outside.yaml"), []byte(outside), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = c.run(runSubmit, filepath.Join(dir, "outside.yaml"), "--env", "VUS=3", "--secret", "KEY=k-77")
+	if code != exitUsage || !strings.Contains(stderr, "outside.yaml:7: workflows[0].tls.ca: cannot read ca file:") {
+		t.Fatalf("a tls file outside the folder: exit %d, stderr %q", code, stderr)
+	}
+}

@@ -17,6 +17,25 @@ type Option func(*options)
 type options struct {
 	readData workflow.DataReader
 	blobs    map[string]string
+	env      EnvLookup
+	secrets  workflow.SecretLookup
+	readTLS  workflow.DataReader
+}
+
+// WithTLSFiles makes Parse read the CA, certificate and key files a
+// workflow's tls: names through read (from disk beside the job file on the
+// client; from the submission's parts on a server). Without it naming one
+// is a problem at its line.
+func WithTLSFiles(read workflow.DataReader) Option {
+	return func(o *options) { o.readTLS = read }
+}
+
+// WithSecrets gives workflow types the values of the {{secret.NAME}}
+// references they find. Secrets are not substituted into the file: a type
+// carries the values apart from the text (the http type in its params,
+// rendered only on the worker), so no message about the file can show one.
+func WithSecrets(lookup workflow.SecretLookup) Option {
+	return func(o *options) { o.secrets = lookup }
 }
 
 // WithDataBlobs names the data files that were uploaded as blobs (the job

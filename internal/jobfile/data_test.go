@@ -201,7 +201,11 @@ func TestExamplesParse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Parse(src, f, workflow.DefaultRegistry(), WithDataFiles(DirDataFiles(filepath.Dir(f)))); err != nil {
+		// Every {{env.NAME}} an example names is a base URL, and every
+		// secret anything.
+		env := WithEnv(func(string) (string, bool) { return "http://127.0.0.1:8080", true })
+		secrets := WithSecrets(func(string) (string, bool) { return "example", true })
+		if _, err := Parse(src, f, workflow.DefaultRegistry(), WithDataFiles(DirDataFiles(filepath.Dir(f))), env, secrets); err != nil {
 			t.Errorf("%v", err)
 		}
 	}

@@ -27,9 +27,18 @@ func FuzzParse(f *testing.F) {
 	f.Add(strings.Repeat("[", 100))
 	f.Add("name: a\nworkflows: [{name: w, type: http, vus: 1e3, duration: 1s, steps: [{name: s, url: 'http://x/', headers: {'a b': [1]}}]}]\n")
 
+	f.Add("name: a\nworkflows: [{name: w, type: http, vus: '{{env.VUS}}', duration: 1s, tls: {ca: ca.pem}, " +
+		"setup: [{name: l, url: 'http://{{env.HOST}}/', body: '{{secret.PW}}', captures: [{name: t, json: t}]}], " +
+		"steps: [{name: s, url: 'http://x/', headers: {A: '{{t}} {{secret.PW}}'}}]}]\n")
+
 	reg := workflow.DefaultRegistry()
+	// Every variable and secret has a value, so the fuzzer reaches what
+	// the values flow into; a TLS file is any name's bytes.
+	env := WithEnv(func(name string) (string, bool) { return name, len(name)%3 != 0 })
+	secrets := WithSecrets(func(name string) (string, bool) { return "s-" + name, true })
+	tlsFiles := WithTLSFiles(func(name string) ([]byte, error) { return []byte(name), nil })
 	f.Fuzz(func(t *testing.T, src string) {
-		sub, err := Parse([]byte(src), "fuzz.yaml", reg)
+		sub, err := Parse([]byte(src), "fuzz.yaml", reg, env, secrets, tlsFiles)
 		if err == nil {
 			if sub == nil || sub.Name == "" || len(sub.Workflows) == 0 {
 				t.Fatalf("accepted an incomplete submission: %+v", sub)
