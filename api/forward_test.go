@@ -83,8 +83,8 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 	}
 }
 
-// A follower that knows no leader holds a request until one is elected,
-// rather than sending the client away to back off.
+// A client whose endpoints know no leader goes round them again (for its
+// leader wait) until an election names one, rather than failing the call.
 func TestFollowerWaitsForALeader(t *testing.T) {
 	leaderB := apitest.NewBackend()
 	leader := apitest.Serve(t, leaderB, nil)
@@ -104,6 +104,38 @@ func TestFollowerWaitsForALeader(t *testing.T) {
 	}
 	if len(leaderB.Submissions()) != 1 {
 		t.Fatalf("the new leader got %d submissions of %s, want 1", len(leaderB.Submissions()), id)
+	}
+}
+
+// Nodes that know no leader answer no_leader at once, with a Retry-After,
+// and the client asks each once per round: before, each held the request
+// for LeaderWait (3 s) polling for an election, so a client of three gates
+// during a long election waited 9 s for its refusal. The backends count how
+// often the API asked them for a leader: once each, never a poll.
+func TestNoLeaderIsAnsweredAtOnce(t *testing.T) {
+	var urls []string
+	var asked []*atomic.Int32
+	for range 3 {
+		n := new(atomic.Int32)
+		b := apitest.NewBackend()
+		b.SetLeaderFunc(func() (bool, string) { n.Add(1); return false, "" })
+		urls = append(urls, apitest.Serve(t, b, nil).URL())
+		asked = append(asked, n)
+	}
+	c, err := api.NewClient(urls, apitest.Token, api.WithLeaderWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	_, err = c.Submit(context.Background(), []byte(goodJob), "smoke.yaml")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeNoLeader || ae.RetryAfter != api.NoLeaderRetryAfter {
+		t.Fatalf("submit with no leader anywhere: %v, want no_leader with retry after %s", err, api.NoLeaderRetryAfter)
+	}
+	for i, n := range asked {
+		if got := n.Load(); got != 1 {
+			t.Errorf("endpoint %d was asked for its leader %d times, want once (answered at once, not polled)", i, got)
+		}
 	}
 }
 

@@ -172,9 +172,6 @@ func bearerToken(h string) (string, bool) {
 func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isLeader, leaderAPI := s.backend.Leader()
-		if !isLeader && leaderAPI == "" && r.Header.Get(forwardedHeader) == "" {
-			isLeader, leaderAPI = s.awaitLeader(r.Context())
-		}
 		if isLeader {
 			next.ServeHTTP(w, r)
 			return
@@ -185,6 +182,11 @@ func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 			return
 		}
 		if leaderAPI == "" {
+			// Answered at once: holding the request for an election that
+			// may take minutes under a partition cost every client this
+			// node's share of its deadline. The client goes on to its next
+			// endpoint, and waits for an election itself (Client.exchange).
+			w.Header().Set("Retry-After", retryAfterHeader(NoLeaderRetryAfter))
 			writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeNoLeader,
 				Error: "this node is not the leader and knows no leader; retry"})
 			return
@@ -269,31 +271,6 @@ func (s *Server) awaitNewLeader(ctx context.Context, dead string, deadline time.
 		case <-s.streams.Done():
 			return false, ""
 		case <-t.C:
-		}
-	}
-}
-
-// awaitLeader polls the backend for a leader for up to LeaderWait. Nothing
-// of the request has been acted on yet, so holding it is safe for any
-// method.
-func (s *Server) awaitLeader(ctx context.Context) (bool, string) {
-	if s.cfg.LeaderWait <= 0 {
-		return false, ""
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
-	defer cancel()
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return false, ""
-		case <-s.streams.Done():
-			return false, ""
-		case <-t.C:
-		}
-		if isLeader, leaderAPI := s.backend.Leader(); isLeader || leaderAPI != "" {
-			return isLeader, leaderAPI
 		}
 	}
 }
