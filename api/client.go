@@ -76,8 +76,10 @@ func WithRequestTimeout(d time.Duration) ClientOption {
 
 // WithLeaderWait is how long a call keeps going round the endpoints while
 // every one answers that it knows no leader (an election is under way),
-// before it returns that answer (default 2 s; zero returns it after one
-// round). Nodes answer no_leader at once, so the wait is the client's.
+// before it returns that answer (default 1 s, about an election with the
+// faster profiles; zero returns it after one round). Nodes answer no_leader
+// at once, so the wait is the client's, and a caller that counts a prompt
+// answer (a refusal within a couple of seconds) still gets one.
 func WithLeaderWait(d time.Duration) ClientOption {
 	return func(c *Client) { c.leaderWait = d }
 }
@@ -136,7 +138,7 @@ func NewClient(baseURLs []string, token string, opts ...ClientOption) (*Client, 
 		token:          token,
 		hc:             &http.Client{Transport: tr},
 		requestTimeout: 30 * time.Second,
-		leaderWait:     2 * time.Second,
+		leaderWait:     time.Second,
 		streamIdle:     45 * time.Second,
 		watchGiveUp:    time.Minute,
 		backoffMin:     200 * time.Millisecond,
