@@ -50,11 +50,12 @@ type ServerConfig struct {
 	RateBurst int
 	// RequestTimeout bounds each backend call (not event streams).
 	RequestTimeout time.Duration
-	// LeaderWait is how long a follower whose leader turned out
-	// unreachable (its forward could not be dialled) waits for the election
-	// to name another and forwards again, rather than sending the client
-	// away. A follower that knows no leader at all answers no_leader at
-	// once. Zero answers at once in both cases.
+	// LeaderWait is how long a follower waits, rather than send the client
+	// away, for the API address of a leader its election named (Elected),
+	// and, when its leader turned out unreachable (the forward could not
+	// be dialled), for the election to name another. A follower that
+	// knows of no leader at all answers no_leader at once. Zero answers at
+	// once in every case.
 	LeaderWait time.Duration
 	// StreamHeartbeat is how often an idle event stream sends a comment, so
 	// proxies keep it open and clients can tell a dead stream from a quiet one.

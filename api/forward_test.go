@@ -139,6 +139,41 @@ func TestNoLeaderIsAnsweredAtOnce(t *testing.T) {
 	}
 }
 
+// electedBackend is a follower whose election named a leader whose API
+// address it has not learnt yet.
+type electedBackend struct{ *apitest.Backend }
+
+func (electedBackend) LeaderElected() bool { return true }
+
+// A follower whose election named a leader holds a request until the
+// leader's address arrives (announced every second) and forwards it, rather
+// than answer no_leader: the client gets its answer, not a retry.
+func TestFollowerWaitsForTheElectedLeadersAddress(t *testing.T) {
+	leaderB := apitest.NewBackend()
+	leader := apitest.Serve(t, leaderB, nil)
+	var announced atomic.Bool
+	followerB := apitest.NewBackend()
+	followerB.SetLeaderFunc(func() (bool, string) {
+		if announced.Load() {
+			return false, leader.URL()
+		}
+		return false, ""
+	})
+	follower := apitest.Serve(t, electedBackend{followerB}, nil)
+	time.AfterFunc(200*time.Millisecond, func() { announced.Store(true) })
+	c, err := api.NewClient([]string{follower.URL()}, apitest.Token, api.WithLeaderWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.Submit(context.Background(), []byte(goodJob), "smoke.yaml"); err != nil || !announced.Load() {
+		t.Fatalf("submit through a follower that knows of a leader: %v (announced %v)", err, announced.Load())
+	}
+	if n := len(leaderB.Submissions()); n != 1 {
+		t.Fatalf("the leader holds %d submissions, want 1", n)
+	}
+}
+
 // A read forwarded to a leader that died (the dial fails, so nothing reached
 // it) is forwarded again to the leader elected next.
 func TestFollowerForwardsReadsToTheNextLeader(t *testing.T) {

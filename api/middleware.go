@@ -172,6 +172,11 @@ func bearerToken(h string) (string, bool) {
 func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isLeader, leaderAPI := s.backend.Leader()
+		if !isLeader && leaderAPI == "" && r.Header.Get(forwardedHeader) == "" {
+			if e, ok := s.backend.(Elected); ok && e.LeaderElected() {
+				isLeader, leaderAPI = s.awaitLeader(r.Context())
+			}
+		}
 		if isLeader {
 			next.ServeHTTP(w, r)
 			return
@@ -182,10 +187,11 @@ func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 			return
 		}
 		if leaderAPI == "" {
-			// Answered at once: holding the request for an election that
-			// may take minutes under a partition cost every client this
-			// node's share of its deadline. The client goes on to its next
-			// endpoint, and waits for an election itself (Client.exchange).
+			// Answered at once when no leader is elected: holding the
+			// request for an election that may take minutes under a
+			// partition cost every client this node's share of its
+			// deadline. The client goes on to its next endpoint, and
+			// waits for an election itself (Client.exchange).
 			w.Header().Set("Retry-After", retryAfterHeader(NoLeaderRetryAfter))
 			writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeNoLeader,
 				Error: "this node is not the leader and knows no leader; retry"})
@@ -271,6 +277,31 @@ func (s *Server) awaitNewLeader(ctx context.Context, dead string, deadline time.
 		case <-s.streams.Done():
 			return false, ""
 		case <-t.C:
+		}
+	}
+}
+
+// awaitLeader polls the backend, for up to LeaderWait, until it leads or
+// knows its leader's API address. Nothing of the request has been acted on
+// yet, so holding it is safe for any method.
+func (s *Server) awaitLeader(ctx context.Context) (bool, string) {
+	if s.cfg.LeaderWait <= 0 {
+		return false, ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderWait)
+	defer cancel()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ""
+		case <-s.streams.Done():
+			return false, ""
+		case <-t.C:
+		}
+		if isLeader, leaderAPI := s.backend.Leader(); isLeader || leaderAPI != "" {
+			return isLeader, leaderAPI
 		}
 	}
 }

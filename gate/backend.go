@@ -361,3 +361,9 @@ func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, t
 	}
 	return ws
 }
+
+// LeaderElected implements api.Elected: the gates' election names a leader.
+func (g *Gate) LeaderElected() bool {
+	id, _ := g.elector.Leader()
+	return id != ""
+}
