@@ -38,7 +38,7 @@ func (g *Gate) save(ctx context.Context, recs ...*wire.GateJobRecord) error {
 		}
 		wg.Go(func() {
 			if err := g.replicateQuorum(ctx, fit); err != nil {
-				g.log.Info("job record not on a majority of gates yet", "job_id", r.Submission.JobID, "version", r.Version, "err", err)
+				g.log.Debug("job record not on a majority of gates yet", "job_id", r.Submission.JobID, "version", r.Version, "err", err)
 				errs[i] = err
 			}
 		})
