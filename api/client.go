@@ -243,8 +243,9 @@ type answer struct {
 func (c *Client) exchange(ctx context.Context, req request) (*answer, error) {
 	var giveUp time.Time
 	wait := 50 * time.Millisecond
+	var unsure error
 	for {
-		a, err := c.exchangeRound(ctx, req)
+		a, err := c.exchangeRound(ctx, req, &unsure)
 		var apiErr *Error
 		if !errors.As(err, &apiErr) || apiErr.Code != CodeNoLeader {
 			return a, err
@@ -272,7 +273,13 @@ func (c *Client) exchange(ctx context.Context, req request) (*answer, error) {
 }
 
 // exchangeRound is one round of exchange: each endpoint once at most.
-func (c *Client) exchangeRound(ctx context.Context, req request) (*answer, error) {
+// unsure keeps, across rounds, the first attempt of a request with effects
+// whose outcome is unknown (an answer lost in flight, a 502, an
+// outcome_unknown); when the other endpoints then only say "not here",
+// the call ends with that attempt's error rather than their refusal: a
+// submission a leader may still store must not be reported refused.
+func (c *Client) exchangeRound(ctx context.Context, req request, unsure *error) (*answer, error) {
+	effects := req.method != http.MethodGet && req.method != http.MethodHead
 	n := len(c.endpoints)
 	start := int(c.first.Load())
 	var lastErr error
@@ -286,6 +293,9 @@ func (c *Client) exchangeRound(ctx context.Context, req request) (*answer, error
 				return nil, ctx.Err()
 			}
 			lastErr = err
+			if effects && !isDialError(err) && *unsure == nil {
+				*unsure = fmt.Errorf("%s %s at %s (it may or may not have run): %w", req.method, req.path, ep, err)
+			}
 			if req.idempotent || isDialError(err) {
 				continue
 			}
@@ -297,10 +307,16 @@ func (c *Client) exchangeRound(ctx context.Context, req request) (*answer, error
 		}
 		apiErr := decodeError(a)
 		if failoverAnswer(apiErr, req.idempotent) {
+			if effects && *unsure == nil && (apiErr.Status == http.StatusBadGateway || apiErr.Code == CodeOutcomeUnknown) {
+				*unsure = apiErr
+			}
 			lastAnswer = apiErr
 			continue
 		}
 		return nil, apiErr
+	}
+	if *unsure != nil {
+		return nil, *unsure
 	}
 	if lastAnswer != nil {
 		return nil, lastAnswer

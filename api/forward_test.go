@@ -139,6 +139,27 @@ func TestNoLeaderIsAnsweredAtOnce(t *testing.T) {
 	}
 }
 
+// A submission one endpoint may have stored (it answered outcome_unknown)
+// is never reported refused because the other endpoints then knew no
+// leader: the call ends saying the outcome is unknown. The chaos checker
+// caught the client doing otherwise (refused, yet the job ran).
+func TestNoLeaderElsewhereDoesNotHideAnUnknownOutcome(t *testing.T) {
+	maybe := apitest.NewBackend()
+	maybe.SetError("Submit", &wire.Error{Code: wire.CodeOutcomeUnknown, Message: "no quorum: outcome unknown"})
+	none := apitest.NewBackend()
+	none.SetLeader(false, "")
+	c, err := api.NewClient([]string{apitest.Serve(t, maybe, nil).URL(), apitest.Serve(t, none, nil).URL()}, apitest.Token, api.WithLeaderWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	_, err = c.Submit(context.Background(), []byte(goodJob), "smoke.yaml")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeOutcomeUnknown {
+		t.Fatalf("submit stored maybe at one endpoint, no leader at the other: %v, want outcome_unknown (not a refusal)", err)
+	}
+}
+
 // electedBackend is a follower whose election named a leader whose API
 // address it has not learnt yet.
 type electedBackend struct{ *apitest.Backend }
