@@ -37,6 +37,16 @@ type Backend interface {
 	Leader() (isLeader bool, leaderAPI string)
 }
 
+// Elected is what a Backend may also tell the API: whether an election has
+// named a leader, though Leader knows no API address for it yet (a leader
+// announces its address when its term begins and every second after). A
+// follower that knows of a leader holds a request up to LeaderWait for its
+// address; one that knows of none answers no_leader at once, since an
+// election under a partition can take minutes.
+type Elected interface {
+	LeaderElected() bool
+}
+
 // JobStatus is the JSON shape of a job, shared by `tempest status --json`,
 // `submit --wait --json` and the event stream.
 type JobStatus struct {

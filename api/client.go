@@ -37,6 +37,7 @@ type Client struct {
 	first atomic.Int64
 
 	requestTimeout time.Duration
+	leaderWait     time.Duration
 	streamIdle     time.Duration
 	watchGiveUp    time.Duration
 	backoffMin     time.Duration
@@ -71,6 +72,16 @@ func WithTLSConfig(cfg *tls.Config) ClientOption {
 // (default 30 s).
 func WithRequestTimeout(d time.Duration) ClientOption {
 	return func(c *Client) { c.requestTimeout = d }
+}
+
+// WithLeaderWait is how long a call keeps going round the endpoints while
+// every one answers that it knows no leader (an election is under way),
+// before it returns that answer (default 1 s, about an election with the
+// faster profiles; zero returns it after one round). Nodes answer no_leader
+// at once, so the wait is the client's, and a caller that counts a prompt
+// answer (a refusal within a couple of seconds) still gets one.
+func WithLeaderWait(d time.Duration) ClientOption {
+	return func(c *Client) { c.leaderWait = d }
 }
 
 // WithStreamIdleTimeout is how long Watch waits for any byte, heartbeats
@@ -127,6 +138,7 @@ func NewClient(baseURLs []string, token string, opts ...ClientOption) (*Client, 
 		token:          token,
 		hc:             &http.Client{Transport: tr},
 		requestTimeout: 30 * time.Second,
+		leaderWait:     time.Second,
 		streamIdle:     45 * time.Second,
 		watchGiveUp:    time.Minute,
 		backoffMin:     200 * time.Millisecond,
@@ -225,8 +237,49 @@ type answer struct {
 }
 
 // exchange sends req to the endpoints in turn, starting with the last that
-// answered, until one gives an answer that is not a reason to try the next.
+// answered, until one gives an answer that is not a reason to try the next;
+// while every endpoint answers that it knows no leader, it goes round them
+// again for up to leaderWait.
 func (c *Client) exchange(ctx context.Context, req request) (*answer, error) {
+	var giveUp time.Time
+	wait := 50 * time.Millisecond
+	var unsure error
+	for {
+		a, err := c.exchangeRound(ctx, req, &unsure)
+		var apiErr *Error
+		if !errors.As(err, &apiErr) || apiErr.Code != CodeNoLeader {
+			return a, err
+		}
+		// Every endpoint knows no leader. An election usually names one
+		// within a second; a partition may keep it from doing so for
+		// minutes, so the wait is bounded and the answer then returned.
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(c.leaderWait)
+		}
+		// The node's Retry-After is in whole seconds; the client polls
+		// more finely, since asking a node that knows no leader is cheap.
+		if time.Now().Add(wait).After(giveUp) {
+			return nil, apiErr
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, apiErr
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// exchangeRound is one round of exchange: each endpoint once at most.
+// unsure keeps, across rounds, the first attempt of a request with effects
+// whose outcome is unknown (an answer lost in flight, a 502, an
+// outcome_unknown); when the other endpoints then only say "not here",
+// the call ends with that attempt's error rather than their refusal: a
+// submission a leader may still store must not be reported refused.
+func (c *Client) exchangeRound(ctx context.Context, req request, unsure *error) (*answer, error) {
+	effects := req.method != http.MethodGet && req.method != http.MethodHead
 	n := len(c.endpoints)
 	start := int(c.first.Load())
 	var lastErr error
@@ -240,6 +293,9 @@ func (c *Client) exchange(ctx context.Context, req request) (*answer, error) {
 				return nil, ctx.Err()
 			}
 			lastErr = err
+			if effects && !isDialError(err) && *unsure == nil {
+				*unsure = fmt.Errorf("%s %s at %s (it may or may not have run): %w", req.method, req.path, ep, err)
+			}
 			if req.idempotent || isDialError(err) {
 				continue
 			}
@@ -251,10 +307,16 @@ func (c *Client) exchange(ctx context.Context, req request) (*answer, error) {
 		}
 		apiErr := decodeError(a)
 		if failoverAnswer(apiErr, req.idempotent) {
+			if effects && *unsure == nil && (apiErr.Status == http.StatusBadGateway || apiErr.Code == CodeOutcomeUnknown) {
+				*unsure = apiErr
+			}
 			lastAnswer = apiErr
 			continue
 		}
 		return nil, apiErr
+	}
+	if *unsure != nil {
+		return nil, *unsure
 	}
 	if lastAnswer != nil {
 		return nil, lastAnswer

@@ -21,6 +21,10 @@ const DefaultListen = "127.0.0.1:7411"
 // DefaultURL is the base URL of DefaultListen.
 const DefaultURL = "http://" + DefaultListen
 
+// NoLeaderRetryAfter is the Retry-After of a no_leader answer: about an
+// election with the slower profiles (the header counts whole seconds).
+const NoLeaderRetryAfter = time.Second
+
 // ServerConfig configures the API server.
 type ServerConfig struct {
 	// Listen is the TCP address to serve on ("host:port"; port 0 picks one).
@@ -52,10 +56,12 @@ type ServerConfig struct {
 	RateBurst int
 	// RequestTimeout bounds each backend call (not event streams).
 	RequestTimeout time.Duration
-	// LeaderWait is how long a follower that knows no leader (an election
-	// is running) holds a request for one to appear before answering
-	// no_leader: a client reconnecting after its leader died then lands on
-	// the new one at once instead of backing off. Zero answers at once.
+	// LeaderWait is how long a follower waits, rather than send the client
+	// away, for the API address of a leader its election named (Elected),
+	// and, when its leader turned out unreachable (the forward could not
+	// be dialled), for the election to name another. A follower that
+	// knows of no leader at all answers no_leader at once. Zero answers at
+	// once in every case.
 	LeaderWait time.Duration
 	// StreamHeartbeat is how often an idle event stream sends a comment, so
 	// proxies keep it open and clients can tell a dead stream from a quiet one.

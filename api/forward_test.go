@@ -83,8 +83,8 @@ func TestFollowerForwardsToLeader(t *testing.T) {
 	}
 }
 
-// A follower that knows no leader holds a request until one is elected,
-// rather than sending the client away to back off.
+// A client whose endpoints know no leader goes round them again (for its
+// leader wait) until an election names one, rather than failing the call.
 func TestFollowerWaitsForALeader(t *testing.T) {
 	leaderB := apitest.NewBackend()
 	leader := apitest.Serve(t, leaderB, nil)
@@ -104,6 +104,94 @@ func TestFollowerWaitsForALeader(t *testing.T) {
 	}
 	if len(leaderB.Submissions()) != 1 {
 		t.Fatalf("the new leader got %d submissions of %s, want 1", len(leaderB.Submissions()), id)
+	}
+}
+
+// Nodes that know no leader answer no_leader at once, with a Retry-After,
+// and the client asks each once per round: before, each held the request
+// for LeaderWait (3 s) polling for an election, so a client of three gates
+// during a long election waited 9 s for its refusal. The backends count how
+// often the API asked them for a leader: once each, never a poll.
+func TestNoLeaderIsAnsweredAtOnce(t *testing.T) {
+	var urls []string
+	var asked []*atomic.Int32
+	for range 3 {
+		n := new(atomic.Int32)
+		b := apitest.NewBackend()
+		b.SetLeaderFunc(func() (bool, string) { n.Add(1); return false, "" })
+		urls = append(urls, apitest.Serve(t, b, nil).URL())
+		asked = append(asked, n)
+	}
+	c, err := api.NewClient(urls, apitest.Token, api.WithLeaderWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	_, err = c.Submit(context.Background(), []byte(goodJob), "smoke.yaml")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeNoLeader || ae.RetryAfter != api.NoLeaderRetryAfter {
+		t.Fatalf("submit with no leader anywhere: %v, want no_leader with retry after %s", err, api.NoLeaderRetryAfter)
+	}
+	for i, n := range asked {
+		if got := n.Load(); got != 1 {
+			t.Errorf("endpoint %d was asked for its leader %d times, want once (answered at once, not polled)", i, got)
+		}
+	}
+}
+
+// A submission one endpoint may have stored (it answered outcome_unknown)
+// is never reported refused because the other endpoints then knew no
+// leader: the call ends saying the outcome is unknown. The chaos checker
+// caught the client doing otherwise (refused, yet the job ran).
+func TestNoLeaderElsewhereDoesNotHideAnUnknownOutcome(t *testing.T) {
+	maybe := apitest.NewBackend()
+	maybe.SetError("Submit", &wire.Error{Code: wire.CodeOutcomeUnknown, Message: "no quorum: outcome unknown"})
+	none := apitest.NewBackend()
+	none.SetLeader(false, "")
+	c, err := api.NewClient([]string{apitest.Serve(t, maybe, nil).URL(), apitest.Serve(t, none, nil).URL()}, apitest.Token, api.WithLeaderWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	_, err = c.Submit(context.Background(), []byte(goodJob), "smoke.yaml")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeOutcomeUnknown {
+		t.Fatalf("submit stored maybe at one endpoint, no leader at the other: %v, want outcome_unknown (not a refusal)", err)
+	}
+}
+
+// electedBackend is a follower whose election named a leader whose API
+// address it has not learnt yet.
+type electedBackend struct{ *apitest.Backend }
+
+func (electedBackend) LeaderElected() bool { return true }
+
+// A follower whose election named a leader holds a request until the
+// leader's address arrives (announced every second) and forwards it, rather
+// than answer no_leader: the client gets its answer, not a retry.
+func TestFollowerWaitsForTheElectedLeadersAddress(t *testing.T) {
+	leaderB := apitest.NewBackend()
+	leader := apitest.Serve(t, leaderB, nil)
+	var announced atomic.Bool
+	followerB := apitest.NewBackend()
+	followerB.SetLeaderFunc(func() (bool, string) {
+		if announced.Load() {
+			return false, leader.URL()
+		}
+		return false, ""
+	})
+	follower := apitest.Serve(t, electedBackend{followerB}, nil)
+	time.AfterFunc(200*time.Millisecond, func() { announced.Store(true) })
+	c, err := api.NewClient([]string{follower.URL()}, apitest.Token, api.WithLeaderWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.Submit(context.Background(), []byte(goodJob), "smoke.yaml"); err != nil || !announced.Load() {
+		t.Fatalf("submit through a follower that knows of a leader: %v (announced %v)", err, announced.Load())
+	}
+	if n := len(leaderB.Submissions()); n != 1 {
+		t.Fatalf("the leader holds %d submissions, want 1", n)
 	}
 }
 

@@ -173,7 +173,9 @@ func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		isLeader, leaderAPI := s.backend.Leader()
 		if !isLeader && leaderAPI == "" && r.Header.Get(forwardedHeader) == "" {
-			isLeader, leaderAPI = s.awaitLeader(r.Context())
+			if e, ok := s.backend.(Elected); ok && e.LeaderElected() {
+				isLeader, leaderAPI = s.awaitLeader(r.Context())
+			}
 		}
 		if isLeader {
 			next.ServeHTTP(w, r)
@@ -185,6 +187,12 @@ func (s *Server) leaderOnly(next http.Handler, stream bool) http.Handler {
 			return
 		}
 		if leaderAPI == "" {
+			// Answered at once when no leader is elected: holding the
+			// request for an election that may take minutes under a
+			// partition cost every client this node's share of its
+			// deadline. The client goes on to its next endpoint, and
+			// waits for an election itself (Client.exchange).
+			w.Header().Set("Retry-After", retryAfterHeader(NoLeaderRetryAfter))
 			writeErrorBody(w, http.StatusServiceUnavailable, ErrorBody{Code: CodeNoLeader,
 				Error: "this node is not the leader and knows no leader; retry"})
 			return
@@ -273,9 +281,9 @@ func (s *Server) awaitNewLeader(ctx context.Context, dead string, deadline time.
 	}
 }
 
-// awaitLeader polls the backend for a leader for up to LeaderWait. Nothing
-// of the request has been acted on yet, so holding it is safe for any
-// method.
+// awaitLeader polls the backend, for up to LeaderWait, until it leads or
+// knows its leader's API address. Nothing of the request has been acted on
+// yet, so holding it is safe for any method.
 func (s *Server) awaitLeader(ctx context.Context) (bool, string) {
 	if s.cfg.LeaderWait <= 0 {
 		return false, ""

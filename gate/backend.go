@@ -3,6 +3,7 @@ package gate
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"tempest/api"
 	"tempest/internal/lifecycle"
 	"tempest/jobs"
+	"tempest/leadership"
 	"tempest/wire"
 	"tempest/workflow"
 )
@@ -26,8 +28,30 @@ func (g *Gate) Submit(ctx context.Context, job *wire.JobSubmission) (*wire.JobAc
 	return g.submit(ctx, job)
 }
 
+// readable waits until a read of job id (of every job, for "") shows only
+// what a successor would also show: on a leader, once its takeover read a
+// majority of gates and stored the leases it moved, and once no change of
+// the job is still being stored on the other gates. A follower (only tests
+// read one directly; the API forwards) reads its own copy.
+func (g *Gate) readable(ctx context.Context, id string) error {
+	if lt := g.lead.Leading(); lt != nil {
+		if err := lt.AwaitSynced(ctx); errors.Is(err, leadership.ErrTermEnded) {
+			return g.notLeaderAPI()
+		} else if err != nil {
+			return err
+		}
+	}
+	if id == "" {
+		return nil
+	}
+	return g.awaitStored(ctx, id)
+}
+
 // Jobs implements api.Backend: every job, newest first.
-func (g *Gate) Jobs(context.Context) ([]api.JobStatus, error) {
+func (g *Gate) Jobs(ctx context.Context) ([]api.JobStatus, error) {
+	if err := g.readable(ctx, ""); err != nil {
+		return nil, err
+	}
 	var recs []wire.GateJobRecord
 	g.view(func() {
 		recs = make([]wire.GateJobRecord, 0, len(g.jobs))
@@ -70,7 +94,10 @@ func (g *Gate) watchRecord(id string) (wire.GateJobRecord, <-chan struct{}, *job
 }
 
 // Job implements api.Backend.
-func (g *Gate) Job(_ context.Context, id string) (*api.JobStatus, error) {
+func (g *Gate) Job(ctx context.Context, id string) (*api.JobStatus, error) {
+	if err := g.readable(ctx, id); err != nil {
+		return nil, err
+	}
 	rec, _, ok := g.record(id)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
@@ -82,6 +109,9 @@ func (g *Gate) Job(_ context.Context, id string) (*api.JobStatus, error) {
 // Watch implements api.Backend: the status now, then one per change (at
 // most one per watchPacing), closing after the terminal one.
 func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, error) {
+	if err := g.readable(ctx, id); err != nil {
+		return nil, err
+	}
 	if _, _, ok := g.record(id); !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
 	}
@@ -97,7 +127,11 @@ func (g *Gate) Watch(ctx context.Context, id string) (<-chan api.JobStatus, erro
 		burst := 1
 		for {
 			// changed is taken with the record, so a change made while
-			// this status is sent or paced is not missed.
+			// this status is sent or paced is not missed. A change still
+			// being stored on the other gates is not shown yet.
+			if g.awaitStored(ctx, id) != nil {
+				return
+			}
 			rec, changed, statuses, ok := g.watchRecord(id)
 			if !ok {
 				return
@@ -152,7 +186,10 @@ func (g *Gate) Cancel(ctx context.Context, id, reason string) (*wire.CancelAck, 
 
 // Results implements api.Backend: the job's workflows merged across
 // datacenters, with series and latency distributions.
-func (g *Gate) Results(_ context.Context, id string) (*api.Results, error) {
+func (g *Gate) Results(ctx context.Context, id string) (*api.Results, error) {
+	if err := g.readable(ctx, id); err != nil {
+		return nil, err
+	}
 	rec, _, ok := g.record(id)
 	if !ok {
 		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", id)
@@ -371,4 +408,10 @@ func (g *Gate) mergedWorkflow(rec *wire.GateJobRecord, spec wire.WorkflowSpec, t
 		g.log.Warn("undecodable step statistics", "job_id", rec.Submission.JobID, "workflow", spec.Name, "err", err)
 	}
 	return ws
+}
+
+// LeaderElected implements api.Elected: the gates' election names a leader.
+func (g *Gate) LeaderElected() bool {
+	id, _ := g.elector.Leader()
+	return id != ""
 }

@@ -202,7 +202,9 @@ func TestTakeoverRaisesFenceTokensAndExpiryFailsTheDatacenter(t *testing.T) {
 // A gate that has not synced state from another gate may not lead: with
 // its state sync blocked it stays out of elections even when it is one of
 // the only two gates left, and once the sync goes through it holds every
-// job.
+// job. The gate left beside it is elected but does not serve meanwhile: the
+// leases it took over cannot reach a majority of gates while the late one
+// takes no records.
 func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
 	hub := transport.NewHub()
 	var block atomic.Bool
@@ -247,13 +249,23 @@ func TestLateGateMayNotLeadUntilSynced(t *testing.T) {
 	if first.ID() == "g1" {
 		other = "g2"
 	}
-	hg.leader(10*time.Second, other)
+	elected := hg.gates[other]
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if elected.lead.Held() == nil {
+			return fmt.Errorf("%s not elected", other)
+		}
+		return nil
+	})
 	stopWatch()
 	<-watched
 	if led.Load() || late.Ready() {
 		t.Fatalf("the unsynced gate led=%v ready=%v", led.Load(), late.Ready())
 	}
+	if elected.IsLeader() {
+		t.Fatalf("%s serves though its takeover reached no majority", other)
+	}
 	block.Store(false)
+	hg.leader(15*time.Second, other)
 	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
 		if !late.Ready() {
 			return errors.New("late gate not ready")

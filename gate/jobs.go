@@ -33,6 +33,13 @@ type jobEntry struct {
 	// majority of gates, and closed once that is decided: a submission of
 	// the same id meanwhile waits for it rather than answer too early.
 	placing chan struct{}
+	// storedVersion is the newest version of rec known to be on a
+	// majority of gates (0 when this gate does not know: a record read
+	// from its disk or another gate). storing is closed when the change
+	// being stored on the other gates has its answer (update); reads wait
+	// for it (awaitStored).
+	storedVersion uint64
+	storing       chan struct{}
 	// statuses is the job's workflows merged as of a change (keyed by
 	// changed), built once for all its watchers; set by watchRecord.
 	statuses *jobs.Memo[<-chan struct{}, []jobs.WorkflowStatus]

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/internal/lifecycle"
 	"tempest/leadership"
 	"tempest/wire"
 )
@@ -13,13 +14,18 @@ import (
 // takeOver moves every unfinished job's leases (or, with ids, those jobs'
 // only) to this leader: new fence tokens from this term, fresh expiry (the
 // datacenters have had no gate to report to), and a LeaseTransfer to each
-// datacenter, which from then on refuses the old leader's commands.
+// datacenter, which from then on refuses the old leader's commands. The
+// moved leases are on a majority of gates before any datacenter hears of
+// them (and, at the start of a term, before the term serves): a successor
+// reads a majority, so it never shows or hands out an older token than one
+// a datacenter holds. Storing is retried for as long as the term lasts.
 func (g *Gate) takeOver(lt *leadership.Term, ids ...string) {
 	now := g.now()
 	var sends [][2]string
+	var movedIDs []string
 	var exhausted error
 	moved := 0
-	g.update(func(tx *txn) {
+	err := g.update(func(tx *txn) {
 		jobs := g.jobs
 		if len(ids) > 0 {
 			jobs = make(map[string]*jobEntry, len(ids))
@@ -62,6 +68,7 @@ func (g *Gate) takeOver(lt *leadership.Term, ids ...string) {
 			})
 			if took {
 				tx.commit(j)
+				movedIDs = append(movedIDs, id)
 				moved++
 			}
 		}
@@ -74,6 +81,19 @@ func (g *Gate) takeOver(lt *leadership.Term, ids ...string) {
 	}
 	if moved == 0 {
 		return
+	}
+	for backoff := 100 * time.Millisecond; err != nil; backoff = min(2*backoff, syncRetryMax) {
+		g.log.Info("taken-over leases not on a majority of gates yet; datacenters not told", "term", lt.Number(), "retry_in", backoff, "err", err)
+		if !lifecycle.Sleep(lt.Context(), backoff) {
+			return
+		}
+		err = g.update(func(tx *txn) {
+			for _, id := range movedIDs {
+				if j, ok := g.jobs[id]; ok && j.rec.Version > j.storedVersion {
+					tx.commit(j)
+				}
+			}
+		})
 	}
 	var wg sync.WaitGroup
 	for _, s := range sends {

@@ -10,45 +10,49 @@ import (
 	"tempest/wire"
 )
 
-// save persists records and replicates them to the other gates (one way:
-// the leader's next change or a successor's sync covers a lost message).
-func (g *Gate) save(recs ...*wire.GateJobRecord) {
+// save persists the records a leader's change committed and stores them
+// on a majority of gates before it returns: until then a successor that
+// read a majority could miss a lease this leader took over (and show an
+// older fence token) or a job's end (and run it again). It returns an
+// error with code no_quorum when some record did not reach a majority;
+// the record stays unstored (jobEntry.storedVersion), so the next report
+// or takeover round commits it again.
+func (g *Gate) save(ctx context.Context, recs ...*wire.GateJobRecord) error {
 	if len(recs) == 0 {
-		return
+		return nil
 	}
 	if err := g.store.put(recs...); err != nil {
 		g.log.Error("persist job records", "err", err)
 	}
-	out := make([]*wire.GateJobRecord, 0, len(recs))
-	for _, r := range recs {
+	var wg sync.WaitGroup
+	errs := make([]error, len(recs))
+	for i, r := range recs {
 		fit, _, shed, err := fitRecord(r)
 		if err != nil {
 			g.log.Warn("replicate job record: too large to send", "job_id", r.Submission.JobID, "err", err)
+			errs[i] = err
 			continue
 		}
 		if shed != "" {
 			g.log.Warn("replicate job record: too large for a message; sent without "+shed, "job_id", r.Submission.JobID)
 		}
-		out = append(out, fit)
-	}
-	g.spawn(func(ctx context.Context) {
-		ctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
-		defer cancel()
-		for _, id := range g.peerIDs {
-			for _, r := range out {
-				if err := g.tr.Send(ctx, g.peers[id], &wire.ReplicateGateRecord{Record: *r}); err != nil {
-					g.log.Debug("replicate job record", "peer", id, "job_id", r.Submission.JobID, "err", err)
-				}
+		wg.Go(func() {
+			if err := g.replicateQuorum(ctx, fit); err != nil {
+				g.log.Debug("job record not on a majority of gates yet", "job_id", r.Submission.JobID, "version", r.Version, "err", err)
+				errs[i] = err
 			}
-		}
-	})
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
-// replicateQuorum hands a new job's record to the other gates and waits
-// until a majority (this gate included) stored it, so a successor knows
-// the job before the client hears of it.
+// replicateQuorum hands a job's record to the other gates and waits until
+// a majority (this gate included) stored it, so a successor knows the job
+// (and this version of it) before the client or a datacenter hears of it.
 func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) error {
 	if g.quorumSize <= 1 {
+		g.markStored(rec)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
@@ -73,6 +77,7 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 		if err == nil {
 			have++
 			if have >= g.quorumSize {
+				g.markStored(rec)
 				return nil
 			}
 		} else {
@@ -81,6 +86,16 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 	}
 	return wire.Errorf(wire.CodeNoQuorum, "job %s reached %d of %d gates (need %d): %v",
 		rec.Submission.JobID, have, len(g.cfg.Peers), g.quorumSize, errors.Join(errs...))
+}
+
+// markStored notes that rec's version of its job is on a majority of
+// gates.
+func (g *Gate) markStored(rec *wire.GateJobRecord) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if j, ok := g.jobs[rec.Submission.JobID]; ok {
+		j.storedVersion = max(j.storedVersion, rec.Version)
+	}
 }
 
 func ackError(a *wire.JobAck) string {

@@ -62,11 +62,16 @@ func (g *Gate) takeReport(ctx context.Context, lt *leadership.Term, jp *wire.Job
 	ack := &wire.ProgressAck{Leader: g.cfg.ID}
 	var check *wire.GateJobRecord
 	var rejected error
-	// Only commits: nothing here is written as it is, so update has no
-	// error of its own to return.
-	g.update(func(tx *txn) { check, rejected = g.reportLocked(tx, jp, ack) })
+	// The answer waits for the change to be on a majority of gates: a
+	// datacenter whose end was acknowledged stops reporting it, so a
+	// successor must have it. Without a majority the datacenter is told to
+	// retry, and its next report stores the change again.
+	err := g.update(func(tx *txn) { check, rejected = g.reportLocked(tx, jp, ack) })
 	if rejected != nil {
 		return nil, rejected
+	}
+	if err != nil {
+		return nil, err
 	}
 	if check != nil {
 		if reason := g.abortReason(check); reason != "" {
@@ -91,6 +96,12 @@ func (g *Gate) reportLocked(tx *txn, jp *wire.JobProgress, ack *wire.ProgressAck
 	li, pi := j.leaseIndex(jp.Datacenter), j.progressIndex(jp.Datacenter)
 	if li < 0 || pi < 0 {
 		return nil, wire.Errorf(wire.CodeRejected, "job %s does not run in %s", jp.JobID, jp.Datacenter)
+	}
+	if j.rec.Version > j.storedVersion {
+		// A change of this job did not reach a majority, is being stored
+		// now, or came from another gate's copy: store it (again) before
+		// answering.
+		tx.commit(j)
 	}
 	cur := j.rec.Datacenters[pi]
 	if cur.Status.Terminal() {

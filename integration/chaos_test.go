@@ -54,6 +54,21 @@ var chaosRegressions = []struct {
 	// a paused gate held submissions for the client's whole deadline
 	// (api TestSubmitFailsOverFromAnEndpointThatHoldsIt).
 	{"issue-28-restarted-manager-stays-dead", 1795875372485754971, 4 * time.Minute, true},
+	// Issue 28, left open by its first round (90 s each, gated): dc1 had no
+	// manager leader for minutes while election-class breakers opened on
+	// sends that only outlived a dial (transport
+	// TestBreakerIgnoresCallsThatGiveUpDuringADial); a later gate leader
+	// showed an older fence token than one a datacenter held, and gates
+	// changed leader dozens of times while the probe's end reached its
+	// gate late (gate TestTakenOverLeasesReachAMajorityBeforeADatacenter,
+	// TestJobEndIsOnAMajorityBeforeItIsAcknowledged).
+	{"issue-28-election-breakers-flap", 1795879324720797571, 90 * time.Second, true},
+	{"issue-28-gate-fence-regressed", 1795880156324601547, 90 * time.Second, true},
+	{"issue-28-gate-probe-late", 1795880744277755329, 90 * time.Second, true},
+	// A leader answered outcome_unknown and the client's next endpoint
+	// no_leader, which the client reported: two jobs "refused" ran (api
+	// TestNoLeaderElsewhereDoesNotHideAnUnknownOutcome).
+	{"issue-28-refused-ran-after-unknown", 1795890311212927583, 90 * time.Second, false},
 }
 
 // TestChaosRegressions replays chaosRegressions (skipped without

@@ -291,3 +291,10 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) jobs.WorkflowStatus 
 	ws.Steps = steps
 	return ws
 }
+
+// LeaderElected implements api.Elected: the datacenter's election names a
+// leader.
+func (m *Manager) LeaderElected() bool {
+	id, _ := m.elector.Leader()
+	return id != ""
+}

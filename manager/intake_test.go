@@ -28,6 +28,14 @@ const (
 type lossControl struct {
 	mu    sync.Mutex
 	rules map[string]lossMode // "type/to"
+	calls map[wire.MsgType]int
+}
+
+// sent counts the calls of type typ made so far.
+func (l *lossControl) sent(typ wire.MsgType) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.calls[typ]
 }
 
 func (l *lossControl) set(typ wire.MsgType, to string, mode lossMode) {
@@ -48,6 +56,10 @@ func (l *lossControl) clear() {
 func (l *lossControl) mode(typ wire.MsgType, to string) lossMode {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.calls == nil {
+		l.calls = make(map[wire.MsgType]int)
+	}
+	l.calls[typ]++
 	return l.rules[fmt.Sprintf("%d/%s", typ, to)]
 }
 

@@ -407,6 +407,26 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 
 	s.IntakeLeader, s.IntakeTerm = m.cfg.ID, lt.Number()
 
+	// While intakes find no majority a new job is refused at once, before
+	// it is stored (intakebreaker.go); a job this leader already holds goes
+	// to its own intake.
+	var intakeDone func(error)
+	m.mu.Lock()
+	_, known := m.jobs[s.JobID]
+	m.mu.Unlock()
+	if !known {
+		done, err := m.intakeCB.allow(s.JobID)
+		if err != nil {
+			return nil, err
+		}
+		intakeDone = done
+		defer func() {
+			if intakeDone != nil {
+				intakeDone(errNotJudged)
+			}
+		}()
+	}
+
 	var j *jobState
 	var existing *wire.JobAck
 	var retryIntake *jobState
@@ -502,6 +522,10 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	defer context.AfterFunc(lt.Context(), cancel)()
 
 	err = m.intake(ctx, lt, j, true)
+	if intakeDone != nil {
+		intakeDone(intakeOutcome(err))
+		intakeDone = nil
+	}
 	m.mu.Lock()
 	j.intaking = false
 	m.mu.Unlock()

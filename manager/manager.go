@@ -141,6 +141,9 @@ type Manager struct {
 	apis  *api.Addresses // this manager's API URL and its peers'
 	// refused counts requests refused for their sender (authz.go).
 	refused refusalCounter
+	// intakeCB refuses new submissions at once while intakes find no
+	// majority (intakebreaker.go).
+	intakeCB *intakeBreaker
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.
@@ -187,6 +190,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	// node attributes to the base logger.
 	baseLog := m.log
 	m.log = m.log.With("component", "manager", "node", cfg.ID, "dc", cfg.Datacenter)
+	m.intakeCB = newIntakeBreaker(cfg.QuorumTimeout, m.log)
 	if m.clock == nil {
 		m.clock = realClock{}
 	}

@@ -24,9 +24,13 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 	refused := prometheus.NewDesc("tempest_manager_unauthorized_total",
 		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, progress naming a fence token of this leader's term it never placed.",
 		[]string{"type"}, nil)
+	intakeCB := prometheus.NewDesc("tempest_manager_intake_breaker_state",
+		"The intake breaker: 0 closed, 1 half-open (one submission probes for a majority), 2 open (new submissions refused at once with no_quorum after repeated intakes found no majority of managers).", nil, nil)
+	fast := prometheus.NewDesc("tempest_manager_intake_fast_refusals_total",
+		"Submissions refused at once with no_quorum because the intake breaker was open (or probing), instead of waiting out the quorum timeout.", nil, nil)
 	return obs.Role{
 		Name: "manager", Leads: "its datacenter",
-		Own:       []*prometheus.Desc{wfs, workers, cores, stale, refused},
+		Own:       []*prometheus.Desc{wfs, workers, cores, stale, refused, intakeCB, fast},
 		Transport: func() transport.Transport { return m.tr },
 		Scrape: func(ch chan<- prometheus.Metric) obs.RoleState {
 			byJob := make(map[string]float64)
@@ -56,6 +60,8 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 			}
 			obs.Gauge(ch, cores, float64(free))
 			obs.Counter(ch, stale, float64(m.rsStale.Load()))
+			obs.Gauge(ch, intakeCB, m.intakeCB.state())
+			obs.Counter(ch, fast, float64(m.intakeCB.fastRefusals.Load()))
 			for t, n := range m.refused.snapshot() {
 				obs.Counter(ch, refused, float64(n), t.String())
 			}

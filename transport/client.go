@@ -219,6 +219,14 @@ func (t *QUIC) roundTrip(ctx context.Context, deadline time.Time, p *peer, req w
 	return nil, fmt.Errorf("call %s to %s: %w", req.Type(), addr, err)
 }
 
+// errDialPending marks a call whose own time ran out while the peer's
+// dial was still under way. The dial goes on without it and reports its
+// own outcome to the callers waiting when it ends, so a caller with a short
+// deadline (an election message lives two ticks) giving up first says
+// nothing about the peer: on a starved host a dial to a live peer can take
+// longer than such a message lives.
+var errDialPending = errors.New("dial still under way")
+
 // errExpired is what the expiry sweep answers a call past its deadline
 // with; roundTrip turns it into context.DeadlineExceeded.
 var errExpired = errors.New("call deadline passed")
@@ -286,8 +294,13 @@ func (t *QUIC) breaker(p *peer, class wire.Class) *breaker {
 			var we *wire.Error
 			return err == nil || errors.As(err, &we)
 		},
-		// The caller giving up says nothing about the peer.
-		IsExcluded: func(err error) bool { return errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) },
+		// The caller giving up says nothing about the peer, and neither
+		// does a caller whose deadline passed while the dial was still
+		// under way: the dial's own failure is counted by the callers it
+		// fails.
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed) || errors.Is(err, errDialPending)
+		},
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			t.stats.breaker.Add(1)
 			t.stats.setBreaker(k, to.String())
@@ -536,9 +549,9 @@ func (t *QUIC) stream(ctx context.Context, deadline time.Time, p *peer) (*client
 				return nil, err
 			}
 		case <-ctx.Done():
-			return nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, ctx.Err())
+			return nil, fmt.Errorf("dial %s: %w: %w: %v", addr, ErrNotDelivered, errDialPending, ctx.Err())
 		case <-expired:
-			return nil, fmt.Errorf("dial %s: %w: %v", addr, ErrNotDelivered, context.DeadlineExceeded)
+			return nil, fmt.Errorf("dial %s: %w: %w: %v", addr, ErrNotDelivered, errDialPending, context.DeadlineExceeded)
 		}
 	}
 }

@@ -540,6 +540,36 @@ func TestBreakerOpensOnDeadPeerAndClosesOnReturn(t *testing.T) {
 	}
 }
 
+// TestBreakerIgnoresCallsThatGiveUpDuringADial: calls whose deadline is shorter
+// than a dial (an election message lives two ticks; a handshake on a
+// starved host takes longer) give up while the dial is still under way.
+// That is not evidence against the peer, so however many there are, the
+// breaker stays closed and the next call still tries. The peer here is a
+// UDP socket that swallows every packet, so the dial never ends within the
+// test.
+func TestBreakerIgnoresCallsThatGiveUpDuringADial(t *testing.T) {
+	hole, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hole.Close() })
+	a := newNode(t, "a", nodeOpts{tweak: func(c *Config) {
+		c.Breaker = BreakerConfig{ConsecutiveFailures: 2, OpenFor: time.Minute}
+		c.DialTimeout = time.Minute
+	}})
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := a.Send(ctx, hole.LocalAddr().String(), &wire.Ping{Seq: uint64(i)})
+		cancel()
+		if !errors.Is(err, ErrNotDelivered) || errors.Is(err, ErrCircuitOpen) {
+			t.Fatalf("send %d while the dial is under way: want not delivered (breaker closed), got %v", i, err)
+		}
+	}
+	if b := a.Stats().Breakers; len(b) != 0 {
+		t.Fatalf("breaker left its closed state for calls that only outlived a dial: %+v", b)
+	}
+}
+
 func TestConcurrentCallsShareStreams(t *testing.T) {
 	a := newNode(t, "a", nodeOpts{})
 	b := newNode(t, "b", nodeOpts{})

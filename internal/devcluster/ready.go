@@ -107,7 +107,7 @@ func (c *Cluster) readyOnce(ctx context.Context, checks []*readyCheck, gates *ap
 	if gates == nil {
 		return view, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second) // longer than the API's LeaderWait, so a missing leader shows as no_leader
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second) // longer than the client's leader wait, so a missing leader shows as no_leader
 	defer cancel()
 	v, err := gates.Cluster(cctx)
 	if err != nil {
@@ -135,7 +135,7 @@ func (c *Cluster) readyOnce(ctx context.Context, checks []*readyCheck, gates *ap
 }
 
 func readyView(ctx context.Context, client *api.Client, wantWorkers int) (*api.ClusterView, error) {
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second) // longer than the API's LeaderWait, so a missing leader shows as no_leader
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second) // longer than the client's leader wait, so a missing leader shows as no_leader
 	defer cancel()
 	view, err := client.Cluster(cctx)
 	if err != nil {
