@@ -222,3 +222,29 @@ func TestAdoptedCheckpointOnMajorityBeforeAnswer(t *testing.T) {
 		t.Fatalf("a deposed leader answered %+v", res[0].Msg)
 	}
 }
+
+// H4: a peer that missed a group is caught up by a whole state, which
+// carries the rows of its own version only. Once a new leader has synced
+// from it, it holds every version's rows: a later leader that reads it
+// and a manager it does not share them with still shows them all.
+func TestFollowerGetsRowsItMissed(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	lead.cut = map[string]bool{"m2": true}
+	if !g.put(lead, rowsCkpt(task, 1, 1, "a")) || !g.put(lead, rowsCkpt(task, 1, 2, "b")) {
+		t.Fatal("versions on m0 and m1 not acknowledged")
+	}
+	lead.cut = nil
+	if !g.put(lead, rowsCkpt(task, 1, 3, "c")) {
+		t.Fatal("version 3 not acknowledged")
+	}
+	if got := fields(g.nodes[2].st.Rows(task)); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("m2, caught up by a whole state, holds rows %v; want [c] (the test's premise)", got)
+	}
+	g.elect(1, 2) // m1 leads, synced from m2
+	if got := fields(g.nodes[2].st.Rows(task)); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("m2 after the sync holds rows %v, want [a b c]", got)
+	}
+}
