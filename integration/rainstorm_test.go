@@ -463,6 +463,57 @@ func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
 	killTaskWorker(t, 3, "a stage worker") // the first count task: holds state
 }
 
+// A record-output sink: filter → project, each kept record a row. The
+// worker of a project task (the last stage, whose checkpoints publish the
+// rows) is SIGKILLed mid-run; its replacement resumes from the durable
+// checkpoint, and the output is the sequential pass's rows, each once, in
+// input order — no row of the killed incarnation twice, none lost.
+func TestRainstormRecordOutputWorkerKillExactlyOnce(t *testing.T) {
+	const records = 40000
+	var want [][]string
+	g := rainstorm.NewGenerator(&rainstorm.Generate{Records: records, Keys: 17}, 0)
+	for {
+		rec, err := g.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.Atoi(rec.Fields[2])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keepLow(v) {
+			want = append(want, []string{rec.Fields[0], rec.Fields[2]})
+		}
+	}
+	c := startCluster(t, 1, 4, 3)
+	id := c.submit(fmt.Sprintf(`name: picked
+timeout: 300s
+workflows:
+  - name: picked
+    type: rainstorm
+    exactly_once: true
+    source: {generate: {records: %d, rate: 4000, keys: 17}}
+    stages:
+      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: pick, op: project, tasks: 2, fields: [id, value]}
+`, records))
+	victim := c.taskWorker(id, "picked", 3) // the first project task
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "picked")
+	if out.Restarts == 0 {
+		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
+	}
+	if !slices.Equal(out.Header, []string{"id", "value"}) {
+		t.Errorf("header %v", out.Header)
+	}
+	diffRows(t, "filter→project after a sink worker's SIGKILL", out.Rows, want)
+}
+
 func TestRainstormSourceWorkerKillExactlyOnce(t *testing.T) {
 	killTaskWorker(t, 0, "the source worker")
 }

@@ -54,6 +54,12 @@ func (s *Store) Sync(ctx context.Context, term uint64) error {
 		})
 	}
 	wg.Wait()
+	var answered []string
+	for i, r := range resps {
+		if r != nil {
+			answered = append(answered, peers[i])
+		}
+	}
 	resps = slices.DeleteFunc(resps, func(r *wire.RainstormSyncResponse) bool { return r == nil })
 	if 1+len(resps) < quorum {
 		return fmt.Errorf("%d of %d managers answered, %d needed", 1+len(resps), len(peers)+1, quorum)
@@ -70,7 +76,7 @@ func (s *Store) Sync(ctx context.Context, term uint64) error {
 		}
 	}
 	s.peerHave = nil // this term knows nothing of the peers' stores yet
-	if err := s.spread(ctx, term, s.lacking(holders)); err != nil {
+	if err := s.spread(ctx, term, answered, quorum, s.lacking(holders)); err != nil {
 		return err
 	}
 	s.setSynced(term)
@@ -141,9 +147,11 @@ func (s *Store) lacking(holders []holding) []wire.RainstormCheckpoint {
 	return out
 }
 
-// spread stores cs on a majority: here (they are) and on peers, in
+// spread stores cs on a majority: here (they are) and on the peers that
+// answered the sync (with this store, a majority; a peer that did not is
+// likely down, and waiting for it would hold the term's first answer), in
 // messages of about syncPage bytes.
-func (s *Store) spread(ctx context.Context, term uint64, cs []wire.RainstormCheckpoint) error {
+func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum int, cs []wire.RainstormCheckpoint) error {
 	if len(cs) == 0 {
 		return nil
 	}
@@ -157,7 +165,6 @@ func (s *Store) spread(ctx context.Context, term uint64, cs []wire.RainstormChec
 		pages[len(pages)-1] = append(pages[len(pages)-1], cs[i])
 		size += n
 	}
-	peers, quorum := s.host.Peers()
 	stored := make([]bool, len(peers))
 	var wg sync.WaitGroup
 	for i, id := range peers {

@@ -1,0 +1,250 @@
+package rsstore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// testGroup is three stores over a transport.Hub, with the job table (each
+// task's running incarnation) and the cuts a test sets per commit.
+type testGroup struct {
+	t     *testing.T
+	hub   *transport.Hub
+	nodes []*testNode
+	incs  map[wire.RainstormTask]uint64
+	term  uint64
+}
+
+type testNode struct {
+	g    *testGroup
+	id   string
+	tr   transport.Transport
+	st   *Store
+	term uint64
+	cut  map[string]bool // peers this node cannot reach
+	lose map[string]bool // peers whose answers to this node are lost
+}
+
+func newTestGroup(t *testing.T) *testGroup {
+	g := &testGroup{t: t, hub: transport.NewHub(), incs: map[wire.RainstormTask]uint64{}}
+	for i := range 3 {
+		n := &testNode{g: g, id: fmt.Sprintf("m%d", i)}
+		dir := filepath.Join(t.TempDir(), n.id)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		st, err := Open(dir, n, Config{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.st, n.tr = st, g.hub.Node(n.id)
+		n.tr.Handle(wire.TypeRainstormReplicate, func(_ context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
+			ack, err := n.st.HandleReplicate(from.NodeID, msg.(*wire.RainstormReplicate))
+			if err != nil {
+				return nil, err
+			}
+			return ack, nil
+		})
+		n.tr.Handle(wire.TypeRainstormSyncRequest, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
+			return n.st.HandleSync(msg.(*wire.RainstormSyncRequest)), nil
+		})
+		g.nodes = append(g.nodes, n)
+	}
+	t.Cleanup(func() {
+		for _, n := range g.nodes {
+			_ = n.tr.Close()
+			_ = n.st.Close()
+		}
+	})
+	return g
+}
+
+// elect makes node i the leader of a new term, synced from the peers from.
+func (g *testGroup) elect(i int, from ...int) *testNode {
+	g.t.Helper()
+	g.term++
+	n := g.nodes[i]
+	n.term = g.term
+	for j, p := range g.nodes {
+		if j != i && !slices.Contains(from, j) {
+			n.cut = map[string]bool{p.id: true}
+		}
+	}
+	for _, j := range from {
+		g.nodes[j].term = g.term
+	}
+	err := n.st.Sync(context.Background(), g.term)
+	n.cut = nil
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return n
+}
+
+func (g *testGroup) open(n *testNode, task wire.RainstormTask, inc uint64) {
+	g.t.Helper()
+	g.incs[task] = inc
+	if res := n.st.Commit(context.Background(), n.term, []*Request{{Open: &wire.RainstormOpen{Task: task, Incarnation: inc}}}); res[0].Err != nil {
+		g.t.Fatalf("open %d: %v", inc, res[0].Err)
+	}
+}
+
+// put commits c at n and reports whether it was acknowledged.
+func (g *testGroup) put(n *testNode, c *wire.RainstormCheckpoint) bool {
+	res := n.st.Commit(context.Background(), n.term, []*Request{{Ckpt: c}})
+	a, ok := res[0].Msg.(*wire.RainstormCheckpointAck)
+	return res[0].Err == nil && ok && !a.Refused
+}
+
+func (n *testNode) Peers() ([]string, int) {
+	var ids []string
+	for _, p := range n.g.nodes {
+		if p != n {
+			ids = append(ids, p.id)
+		}
+	}
+	return ids, 2
+}
+
+func (n *testNode) Call(ctx context.Context, id string, msg wire.Message) (wire.Message, error) {
+	if n.cut[id] {
+		return nil, transport.ErrUnreachable
+	}
+	resp, err := n.tr.Call(ctx, id, msg)
+	if n.lose[id] {
+		return nil, fmt.Errorf("answer from %s lost", id)
+	}
+	return resp, err
+}
+
+func (n *testNode) Admit(r *Request) *Result {
+	inc := n.g.incs[r.Task()]
+	if r.Open != nil && r.Open.Incarnation != inc {
+		return &Result{Err: wire.Errorf(wire.CodeStaleFence, "not the running incarnation")}
+	}
+	if r.Ckpt != nil && r.Ckpt.Incarnation != inc {
+		return &Result{Msg: FencedAck(r.Ckpt, "not the running incarnation")}
+	}
+	return nil
+}
+
+func (n *testNode) Opened(uint64, []*wire.RainstormOpen) {}
+
+func (n *testNode) StaleReason(_ string, term uint64) string {
+	if term < n.term {
+		return "stale term"
+	}
+	return ""
+}
+
+func (n *testNode) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func rowsCkpt(task wire.RainstormTask, inc, version uint64, rows ...string) *wire.RainstormCheckpoint {
+	c := &wire.RainstormCheckpoint{Task: task, Incarnation: inc, Version: version}
+	for _, r := range rows {
+		c.Rows = append(c.Rows, wire.RainstormRecord{ID: version, Fields: []string{r}})
+	}
+	return c
+}
+
+func fields(rows []wire.RainstormRecord) []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Fields[0])
+	}
+	return out
+}
+
+// H1: a group that missed its majority is undone on the leader only; the
+// peer it reached keeps its rows. The task is replaced, and its successor
+// writes that version without rows. A manager elected later must not join
+// the replaced incarnation's rows (keyed by version alone, it did).
+func TestReplacedIncarnationRowsNotJoined(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 2}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	if !g.put(lead, rowsCkpt(task, 1, 1, "a")) {
+		t.Fatal("version 1 not acknowledged")
+	}
+	lead.cut, lead.lose = map[string]bool{"m2": true}, map[string]bool{"m1": true}
+	if g.put(lead, rowsCkpt(task, 1, 2, "b")) {
+		t.Fatal("a group on one peer whose answer was lost was acknowledged")
+	}
+	lead.cut, lead.lose = nil, nil
+	g.open(lead, task, 2) // the replacement opens at version 1
+	if !g.put(lead, rowsCkpt(task, 2, 2)) {
+		t.Fatal("the replacement's version 2 not acknowledged")
+	}
+	for i := range 3 {
+		n := g.elect(i, (i+1)%3)
+		if got := fields(n.st.Rows(task)); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("m%d elected shows rows %v, want [a]: a replaced incarnation's rows joined", i, got)
+		}
+	}
+}
+
+// H2: a new leader's merge adopts a version only the peer an undone group
+// reached holds. Before it answers anyone, a majority must hold it: else
+// a resend is told "already stored" and the next leader may never see it.
+func TestAdoptedCheckpointOnMajorityBeforeAnswer(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	if !g.put(lead, rowsCkpt(task, 1, 1)) {
+		t.Fatal("version 1 not acknowledged")
+	}
+	lead.cut, lead.lose = map[string]bool{"m2": true}, map[string]bool{"m1": true}
+	if g.put(lead, rowsCkpt(task, 1, 2, "b")) {
+		t.Fatal("a group on one peer whose answer was lost was acknowledged")
+	}
+	lead = g.elect(1, 2) // m1 holds version 2; m2 does not
+	if !g.put(lead, rowsCkpt(task, 1, 2, "b")) {
+		t.Fatal("the resend of the adopted version was not acknowledged")
+	}
+	if l := g.nodes[2].st.Latest(task); l == nil || l.Version != 2 {
+		t.Fatalf("version 2 acknowledged while m2 holds %+v: on m1 alone", l)
+	}
+	if got := fields(g.nodes[2].st.Rows(task)); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("m2's rows %v, want [b]", got)
+	}
+	// A deposed leader (m0 still believes it leads term 1) answers no task.
+	if res := g.nodes[0].st.Commit(context.Background(), 1, []*Request{{Ckpt: rowsCkpt(task, 1, 2, "b")}}); res[0].Err == nil {
+		t.Fatalf("a deposed leader answered %+v", res[0].Msg)
+	}
+}
+
+// H4: a peer that missed a group is caught up by a whole state, which
+// carries the rows of its own version only. Once a new leader has synced
+// from it, it holds every version's rows: a later leader that reads it
+// and a manager it does not share them with still shows them all.
+func TestFollowerGetsRowsItMissed(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	lead.cut = map[string]bool{"m2": true}
+	if !g.put(lead, rowsCkpt(task, 1, 1, "a")) || !g.put(lead, rowsCkpt(task, 1, 2, "b")) {
+		t.Fatal("versions on m0 and m1 not acknowledged")
+	}
+	lead.cut = nil
+	if !g.put(lead, rowsCkpt(task, 1, 3, "c")) {
+		t.Fatal("version 3 not acknowledged")
+	}
+	if got := fields(g.nodes[2].st.Rows(task)); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("m2, caught up by a whole state, holds rows %v; want [c] (the test's premise)", got)
+	}
+	g.elect(1, 2) // m1 leads, synced from m2
+	if got := fields(g.nodes[2].st.Rows(task)); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("m2 after the sync holds rows %v, want [a b c]", got)
+	}
+}
