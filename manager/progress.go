@@ -121,7 +121,7 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		if reason == "" {
 			reason = "worker reported " + string(p.Status)
 		}
-		if !m.rsTaskFailedLocked(tx, w, p.Status, reason) {
+		if !m.rsTaskStoppedLocked(tx, w, p.Status, reason) && !m.rsTaskFailedLocked(tx, w, p.Status, reason) {
 			m.retryLocked(tx, w, worker, reason)
 		}
 	default:

@@ -459,6 +459,40 @@ func TestRainstormTaskRetriedWithoutFenceWait(t *testing.T) {
 	}
 }
 
+// A pipeline task its worker stopped without the task failing — the
+// worker fenced itself when no leader answered in time, which a loaded
+// host does again and again — goes again like one on a worker SWIM
+// declared dead: not counted against the task's retries (a pipeline fails
+// with its task) and not excluding the worker (a small cluster would have
+// nowhere left to place it). Issue 23's chaos scenario failed a job after
+// four self-fences of one task's workers.
+func TestRainstormTaskStoppedByItsWorkerGoesAgain(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	for range lead.cfg.MaxWorkflowRetries + 2 {
+		p := &wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: workflowID(ack.JobID, 1), FenceToken: inc,
+			Status: wire.WorkflowCancelled, Final: true, Error: "fenced: no manager leader answered for 10s"}
+		if cancel := lead.applyProgress(p, "w1"); cancel {
+			t.Fatal("the current attempt's own stop was answered with a cancel")
+		}
+		next := taskToken(t, lead, ack.JobID, 1, inc) // w1 is the only worker
+		if next <= inc {
+			t.Fatalf("replacement token %d, want newer than %d", next, inc)
+		}
+		inc = next
+	}
+	st, err := lead.Job(context.Background(), ack.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status.Terminal() {
+		t.Fatalf("job ended %s after its task's worker stopped it: %+v", st.Status, st.Workflows)
+	}
+}
+
 // A new leader serves a pipeline's output (the API's `results`) only once
 // it has read a majority's checkpoints, as it answers gates and tasks:
 // before, its own store may lack groups a majority holds, and it would
