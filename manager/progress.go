@@ -121,7 +121,13 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		if reason == "" {
 			reason = "worker reported " + string(p.Status)
 		}
-		if !m.rsTaskStoppedLocked(tx, w, p.Status, reason) && !m.rsTaskFailedLocked(tx, w, p.Status, reason) {
+		switch {
+		case m.rsTaskFailedLocked(tx, w, p.Status, reason):
+		case p.Status == wire.WorkflowCancelled:
+			// The worker stopped it (it fenced itself when no leader
+			// answered): nothing the workflow did.
+			m.notItsFaultLocked(tx, w, worker, reason)
+		default:
 			m.retryLocked(tx, w, worker, reason)
 		}
 	default:

@@ -1160,20 +1160,6 @@ func (m *Manager) rsRetryLost(worker, reason string) {
 	})
 }
 
-// rsTaskStoppedLocked requeues a pipeline task whose worker stopped the
-// current attempt without its run failing (CANCELLED: the worker fenced
-// itself when no leader answered, as a loaded host does), as requeueLocked
-// does for one SWIM declared dead: the stop says nothing about the task, and
-// counting it would fail the pipeline after a few. A run that failed is
-// rsTaskFailedLocked's.
-func (m *Manager) rsTaskStoppedLocked(tx *txn, w *workflowState, status wire.WorkflowStatus, reason string) bool {
-	if w.rec.Spec.Type != rainstorm.TypeName || status != wire.WorkflowCancelled {
-		return false
-	}
-	m.requeueLocked(tx, w, reason)
-	return true
-}
-
 // rsTaskFailedLocked handles a pipeline task whose run failed (a malformed
 // record under on_bad_record: fail, an exec program that keeps crashing, a
 // refused checkpoint): the failure is the pipeline's, the same on any

@@ -448,9 +448,9 @@ func (m *Manager) resume(ctx context.Context, lt *leadership.Term, out *syncOutc
 				case out.answered[worker]:
 					// The worker is fine; it just does not have it (the
 					// dispatch never arrived). Retry without blaming it.
-					m.retryLocked(tx, w, "", fmt.Sprintf("not running on %s after the leader change", worker))
+					m.notItsFaultLocked(tx, w, "", fmt.Sprintf("not running on %s after the leader change", worker))
 				case known && wv.Gone && m.fenceWait(worker) <= 0:
-					m.retryLocked(tx, w, worker, fmt.Sprintf("worker %s is dead", worker))
+					m.notItsFaultLocked(tx, w, worker, fmt.Sprintf("worker %s is dead", worker))
 				default:
 					waiting = append(waiting, w.rec.WorkflowID)
 				}
@@ -494,7 +494,7 @@ func (m *Manager) retryStranded(ids []string, since time.Time) {
 			if wv, known := m.workers.get(w.rec.Worker); known && wv.Alive && !wv.LastSeen.Before(since) {
 				continue
 			}
-			m.retryLocked(tx, w, w.rec.Worker, fmt.Sprintf("worker %s not heard from since the leader change", w.rec.Worker))
+			m.notItsFaultLocked(tx, w, w.rec.Worker, fmt.Sprintf("worker %s not heard from since the leader change", w.rec.Worker))
 		}
 	})
 }
