@@ -493,6 +493,36 @@ func TestRainstormTaskStoppedByItsWorkerGoesAgain(t *testing.T) {
 	}
 }
 
+// A new leader's state sync that finds a pipeline task not running on the
+// worker its table names (the worker answered without it) places the task
+// again without counting an attempt: leader changes follow one another on
+// a loaded host, and the chaos scenario's job failed "after 7 attempts" of
+// them.
+func TestRainstormTaskLostInLeaderChangesGoesAgain(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	lt := lead.leading()
+	for range lead.cfg.MaxWorkflowRetries + 2 {
+		// What a new leader's sync finds: w1 answered, running nothing.
+		lead.resume(context.Background(), lt, &syncOutcome{answered: map[string]bool{"w1": true}, running: map[string]string{}})
+		next := taskToken(t, lead, ack.JobID, 1, inc)
+		if next <= inc {
+			t.Fatalf("replacement token %d, want newer than %d", next, inc)
+		}
+		inc = next
+	}
+	st, err := lead.Job(context.Background(), ack.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status.Terminal() {
+		t.Fatalf("job ended %s after its tasks were lost in leader changes: %+v", st.Status, st.Workflows)
+	}
+}
+
 // A new leader serves a pipeline's output (the API's `results`) only once
 // it has read a majority's checkpoints, as it answers gates and tasks:
 // before, its own store may lack groups a majority holds, and it would
