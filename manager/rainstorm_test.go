@@ -523,6 +523,37 @@ func TestRainstormTaskLostInLeaderChangesGoesAgain(t *testing.T) {
 	}
 }
 
+// A word of an attempt that already reported its end — a new leader's
+// state-sync snapshot taken while the worker was stopping it, or a
+// periodic report that crossed the final one — does not bring the task
+// back to RUNNING on a worker that no longer runs it: nothing would ever
+// say otherwise, and the pipeline would stay RUNNING until its timeout.
+// The chaos scenario's job hung so after its workers fenced themselves as
+// a new leader synced (issue 23, item 12).
+func TestRainstormEndedAttemptNotAdoptedAgain(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	wf := workflowID(ack.JobID, 1)
+	ended := wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wf, FenceToken: inc,
+		Status: wire.WorkflowCancelled, Final: true, Error: "fenced: no manager leader answered for 10s"}
+	stale := wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wf, FenceToken: inc, Status: wire.WorkflowRunning}
+	// One transaction: the scheduler cannot place the task in between.
+	var cancel bool
+	lead.update(func(tx *txn) {
+		lead.applyProgressLocked(tx, &ended, "w1")
+		cancel = lead.applyProgressLocked(tx, &stale, "w1")
+	})
+	if !cancel {
+		t.Error("the ended attempt's stale report was not answered with a cancel")
+	}
+	if next := taskToken(t, lead, ack.JobID, 1, inc); next <= inc {
+		t.Fatalf("replacement token %d, want newer than %d", next, inc)
+	}
+}
+
 // A new leader serves a pipeline's output (the API's `results`) only once
 // it has read a majority's checkpoints, as it answers gates and tasks:
 // before, its own store may lack groups a majority holds, and it would
