@@ -554,6 +554,31 @@ func TestRainstormEndedAttemptNotAdoptedAgain(t *testing.T) {
 	}
 }
 
+// A new leader's merge of a peer's snapshot does not turn a task it took
+// back (PENDING under the attempt's own token: its worker stopped it)
+// into RUNNING with no worker because the peer, not yet told, still lists
+// the attempt RUNNING: the task would never be placed again, and nothing
+// would ever report it. The chaos scenario's source stayed so, and its
+// pipeline with it.
+func TestRainstormPeerSnapshotDoesNotRevivePendingTask(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	wf := workflowID(ack.JobID, 1)
+	ended := wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wf, FenceToken: inc,
+		Status: wire.WorkflowCancelled, Final: true, Error: "fenced: no manager leader answered for 10s"}
+	peers := wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wf, FenceToken: inc, WorkerID: "w1", Status: wire.WorkflowRunning}
+	lead.update(func(tx *txn) {
+		lead.applyProgressLocked(tx, &ended, "w1")
+		lead.mergeWorkflowLocked(tx, lead.wfs[wf], &peers)
+	})
+	if next := taskToken(t, lead, ack.JobID, 1, inc); next <= inc {
+		t.Fatalf("replacement token %d, want newer than %d", next, inc)
+	}
+}
+
 // A new leader serves a pipeline's output (the API's `results`) only once
 // it has read a majority's checkpoints, as it answers gates and tasks:
 // before, its own store may lack groups a majority holds, and it would
