@@ -579,6 +579,36 @@ func TestRainstormPeerSnapshotDoesNotRevivePendingTask(t *testing.T) {
 	}
 }
 
+// A pipeline task that failed under a leader that lost its term before it
+// could end the job (it needs to lead to) leaves the job RUNNING, the rest
+// of the pipeline waiting for the task forever; the next leader ends it.
+// The chaos scenario's job stayed RUNNING so, its source FAILED "after 16
+// attempts" as its leader lost a term.
+func TestRainstormFailedTaskEndsJobAtNextLeader(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	taskToken(t, lead, ack.JobID, 1, 0)
+	wf := workflowID(ack.JobID, 1)
+	// What a leader that just lost its term leaves: the task FAILED, the job not ended.
+	lead.mu.Lock()
+	w := lead.wfs[wf]
+	w.rec.Status, w.rec.Error, w.rec.Worker = wire.WorkflowFailed, "failed after 4 attempts", ""
+	lead.mu.Unlock()
+	lead.resume(context.Background(), lead.leading(), &syncOutcome{answered: map[string]bool{}, running: map[string]string{}})
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		st, err := lead.Job(context.Background(), ack.JobID)
+		if err != nil {
+			return err
+		}
+		if st.Status != wire.JobFailed {
+			return fmt.Errorf("job is %s", st.Status)
+		}
+		return nil
+	})
+}
+
 // A new leader serves a pipeline's output (the API's `results`) only once
 // it has read a majority's checkpoints, as it answers gates and tasks:
 // before, its own store may lack groups a majority holds, and it would
