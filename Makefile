@@ -58,6 +58,8 @@ chaos: ## Longer soak: seeded election simulations, transport faults, CHAOS_DURA
 	TEMPEST_HOSTILE_SCALE=4 $(GO) test -race -count=1 -timeout 30m -run 'Hostile|Captured|APIAbuse' ./integration/
 	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_TOPOLOGY=$(CHAOS_TOPOLOGY) \
 		$(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$' ./integration/
+	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) \
+		$(GO) test -race -count=1 -v -timeout 60m -run '^TestChaosPipelineFaults$$' ./integration/
 
 .PHONY: partition
 partition: ## The partition suite alone, verbose (root; nodes in network namespaces)

@@ -68,6 +68,9 @@ type workflowState struct {
 	job *jobState
 	// placing: a goroutine owns this workflow's placement right now.
 	placing bool
+	// ended is the fence token of an attempt whose final report this leader
+	// took: any later word of that attempt is older than its end.
+	ended uint64
 	// provisioning: that goroutine found a worker and is confirming or
 	// dispatching (the job shows DISPATCHING). A placement that finds no
 	// worker never sets it, so queued jobs do not flicker.

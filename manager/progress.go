@@ -62,6 +62,15 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 		}
 		return !final
 	}
+	if !final && p.FenceToken != 0 && p.FenceToken == w.ended {
+		// That attempt reported its end already; this is an older word of
+		// it: a new leader's state-sync snapshot taken while its worker
+		// stopped it, or a report that crossed the final one. Adopted, it
+		// would make the workflow RUNNING on a worker that no longer runs
+		// it, and no report would ever say otherwise.
+		log.Info("progress from an attempt that already ended; not adopting it", "fence_token", p.FenceToken)
+		return true
+	}
 	if p.FenceToken == w.rec.FenceToken && w.rec.Worker != "" && w.rec.Worker != worker {
 		// This attempt was dispatched to another worker: whoever runs it
 		// here got the dispatch replayed, not placed. Stop it.
@@ -108,6 +117,9 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 	keepProgress(&w.rec, p, final)
 	tx.touchWorkflow(w, false)
 
+	if final {
+		w.ended = p.FenceToken
+	}
 	switch p.Status {
 	case wire.WorkflowCompleted:
 		w.rec.Status = wire.WorkflowCompleted
@@ -132,6 +144,10 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 			w.rec.Worker, w.rec.Cores = "", nil
 			tx.touchWorkflow(w, true)
 			log.Warn("workflow failed; not retried, another attempt would fail the same way", "reason", reason)
+		case p.Status == wire.WorkflowCancelled:
+			// The worker stopped it (it fenced itself when no leader
+			// answered): nothing the workflow did.
+			m.notItsFaultLocked(tx, w, worker, reason)
 		default:
 			m.retryLocked(tx, w, worker, reason)
 		}

@@ -275,6 +275,156 @@ func TestRainstormTaskRetriedWithoutFenceWait(t *testing.T) {
 	}
 }
 
+// A pipeline task its worker stopped without the task failing — the
+// worker fenced itself when no leader answered in time, which a loaded
+// host does again and again — goes again like one on a worker SWIM
+// declared dead: not counted against the task's retries (a pipeline fails
+// with its task) and not excluding the worker (a small cluster would have
+// nowhere left to place it). Issue 23's chaos scenario failed a job after
+// four self-fences of one task's workers.
+func TestRainstormTaskStoppedByItsWorkerGoesAgain(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	for range lead.cfg.MaxWorkflowRetries + 2 {
+		p := &wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: workflowID(ack.JobID, 1), FenceToken: inc,
+			Status: wire.WorkflowCancelled, Final: true, Error: "fenced: no manager leader answered for 10s"}
+		if cancel := lead.applyProgress(p, "w1"); cancel {
+			t.Fatal("the current attempt's own stop was answered with a cancel")
+		}
+		next := taskToken(t, lead, ack.JobID, 1, inc) // w1 is the only worker
+		if next <= inc {
+			t.Fatalf("replacement token %d, want newer than %d", next, inc)
+		}
+		inc = next
+	}
+	st, err := lead.Job(context.Background(), ack.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status.Terminal() {
+		t.Fatalf("job ended %s after its task's worker stopped it: %+v", st.Status, st.Workflows)
+	}
+}
+
+// A new leader's state sync that finds a pipeline task not running on the
+// worker its table names (the worker answered without it) places the task
+// again without counting an attempt: leader changes follow one another on
+// a loaded host, and the chaos scenario's job failed "after 7 attempts" of
+// them.
+func TestRainstormTaskLostInLeaderChangesGoesAgain(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	lt := lead.leading()
+	for range lead.cfg.MaxWorkflowRetries + 2 {
+		// What a new leader's sync finds: w1 answered, running nothing.
+		lead.resume(context.Background(), lt, &syncOutcome{answered: map[string]bool{"w1": true}, running: map[string]string{}})
+		next := taskToken(t, lead, ack.JobID, 1, inc)
+		if next <= inc {
+			t.Fatalf("replacement token %d, want newer than %d", next, inc)
+		}
+		inc = next
+	}
+	st, err := lead.Job(context.Background(), ack.JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status.Terminal() {
+		t.Fatalf("job ended %s after its tasks were lost in leader changes: %+v", st.Status, st.Workflows)
+	}
+}
+
+// A word of an attempt that already reported its end — a new leader's
+// state-sync snapshot taken while the worker was stopping it, or a
+// periodic report that crossed the final one — does not bring the task
+// back to RUNNING on a worker that no longer runs it: nothing would ever
+// say otherwise, and the pipeline would stay RUNNING until its timeout.
+// The chaos scenario's job hung so after its workers fenced themselves as
+// a new leader synced (issue 23, item 12).
+func TestRainstormEndedAttemptNotAdoptedAgain(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	wf := workflowID(ack.JobID, 1)
+	ended := wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wf, FenceToken: inc,
+		Status: wire.WorkflowCancelled, Final: true, Error: "fenced: no manager leader answered for 10s"}
+	stale := wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wf, FenceToken: inc, Status: wire.WorkflowRunning}
+	// One transaction: the scheduler cannot place the task in between.
+	var cancel bool
+	lead.update(func(tx *txn) {
+		lead.applyProgressLocked(tx, &ended, "w1")
+		cancel = lead.applyProgressLocked(tx, &stale, "w1")
+	})
+	if !cancel {
+		t.Error("the ended attempt's stale report was not answered with a cancel")
+	}
+	if next := taskToken(t, lead, ack.JobID, 1, inc); next <= inc {
+		t.Fatalf("replacement token %d, want newer than %d", next, inc)
+	}
+}
+
+// A new leader's merge of a peer's snapshot does not turn a task it took
+// back (PENDING under the attempt's own token: its worker stopped it)
+// into RUNNING with no worker because the peer, not yet told, still lists
+// the attempt RUNNING: the task would never be placed again, and nothing
+// would ever report it. The chaos scenario's source stayed so, and its
+// pipeline with it.
+func TestRainstormPeerSnapshotDoesNotRevivePendingTask(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	inc := taskToken(t, lead, ack.JobID, 1, 0)
+	wf := workflowID(ack.JobID, 1)
+	ended := wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wf, FenceToken: inc,
+		Status: wire.WorkflowCancelled, Final: true, Error: "fenced: no manager leader answered for 10s"}
+	peers := wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wf, FenceToken: inc, WorkerID: "w1", Status: wire.WorkflowRunning}
+	lead.update(func(tx *txn) {
+		lead.applyProgressLocked(tx, &ended, "w1")
+		lead.mergeWorkflowLocked(tx, lead.wfs[wf], &peers)
+	})
+	if next := taskToken(t, lead, ack.JobID, 1, inc); next <= inc {
+		t.Fatalf("replacement token %d, want newer than %d", next, inc)
+	}
+}
+
+// A pipeline task that failed under a leader that lost its term before it
+// could end the job (it needs to lead to) leaves the job RUNNING, the rest
+// of the pipeline waiting for the task forever; the next leader ends it.
+// The chaos scenario's job stayed RUNNING so, its source FAILED "after 16
+// attempts" as its leader lost a term.
+func TestRainstormFailedTaskEndsJobAtNextLeader(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	taskToken(t, lead, ack.JobID, 1, 0)
+	wf := workflowID(ack.JobID, 1)
+	// What a leader that just lost its term leaves: the task FAILED, the job not ended.
+	lead.mu.Lock()
+	w := lead.wfs[wf]
+	w.rec.Status, w.rec.Error, w.rec.Worker = wire.WorkflowFailed, "failed after 4 attempts", ""
+	lead.mu.Unlock()
+	lead.resume(context.Background(), lead.leading(), &syncOutcome{answered: map[string]bool{}, running: map[string]string{}})
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		st, err := lead.Job(context.Background(), ack.JobID)
+		if err != nil {
+			return err
+		}
+		if st.Status != wire.JobFailed {
+			return fmt.Errorf("job is %s", st.Status)
+		}
+		return nil
+	})
+}
+
 // A new leader serves a pipeline's output (the API's `results`) only once
 // it has read a majority's checkpoints, as it answers gates and tasks:
 // before, its own store may lack groups a majority holds, and it would

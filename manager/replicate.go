@@ -178,7 +178,12 @@ func (m *Manager) mergeWorkflowLocked(tx *txn, w *workflowState, p *wire.Workflo
 			w.rec.Worker = ""
 		}
 	case p.Status == wire.WorkflowAssigned || p.Status == wire.WorkflowRunning:
-		if w.rec.Status == wire.WorkflowPending || w.rec.Status == wire.WorkflowAssigned {
+		// Over PENDING only for an attempt this word made newer: PENDING
+		// under the attempt's own token is that attempt taken back (its
+		// worker lost or stopped it), which a peer's RUNNING predates. A
+		// new leader merging such a snapshot in its sync left the task
+		// RUNNING with no worker, never placed again.
+		if w.rec.Status == wire.WorkflowAssigned || (w.rec.Status == wire.WorkflowPending && w.rec.FenceToken != before.FenceToken) {
 			w.rec.Status = p.Status
 		}
 		if len(p.AssignedCores) > 0 {

@@ -8,6 +8,7 @@ import (
 
 	"tempest/internal/lifecycle"
 	"tempest/internal/store"
+	"tempest/rainstorm"
 	"tempest/wire"
 )
 
@@ -92,6 +93,23 @@ func (m *Manager) requeueLocked(tx *txn, w *workflowState, reason string) {
 	m.log.Info("workflow will be placed again; its worker is gone", "job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID, "attempts", w.rec.Attempts, "reason", reason)
 	m.kick()
 	tx.touchWorkflow(w, true)
+}
+
+// notItsFaultLocked runs w again after something that says nothing about
+// w itself: its worker stopped it, or a new leader found it lost. A
+// pipeline task is placed again at once (requeueLocked): a pipeline fails
+// with any of its tasks, and on a loaded host these come one after another,
+// so counting them ended pipelines that were doing fine (issue 23's chaos
+// scenario: a task failed "after 4 attempts" of its workers fencing
+// themselves, another after 7 leader changes). A task whose run fails ends
+// its job at once (rsTaskFailedLocked), so its retries never counted
+// anything else. Any other workflow is retried as before (retryLocked).
+func (m *Manager) notItsFaultLocked(tx *txn, w *workflowState, worker, reason string) {
+	if w.rec.Spec.Type == rainstorm.TypeName {
+		m.requeueLocked(tx, w, reason)
+		return
+	}
+	m.retryLocked(tx, w, worker, reason)
 }
 
 // workerLost retries, elsewhere, every workflow the leader had placed on a

@@ -13,6 +13,7 @@ import (
 
 	"tempest/internal/lifecycle"
 	"tempest/leadership"
+	"tempest/rainstorm"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -428,6 +429,7 @@ func (m *Manager) fetchState(ctx context.Context, addr string, req *wire.StateSy
 func (m *Manager) resume(ctx context.Context, lt *leadership.Term, out *syncOutcome) {
 	start := m.clock.Now()
 	var expired, waiting []string
+	failed := map[string]string{} // pipeline jobs with a FAILED task: job id → why
 	m.update(func(tx *txn) {
 		for _, j := range m.jobs {
 			if j.rec.Status.Terminal() {
@@ -435,6 +437,13 @@ func (m *Manager) resume(ctx context.Context, lt *leadership.Term, out *syncOutc
 			}
 			if t := j.rec.Submission.Timeout; t > 0 && !start.Before(j.rec.Created().Add(t)) {
 				expired = append(expired, j.rec.ID())
+				continue
+			}
+			if why := failedTask(j); why != "" {
+				// A task failed under a leader that lost its term before it
+				// ended the job (rsTaskFailedLocked needs a leader): the rest
+				// of the pipeline waits for that task forever.
+				failed[j.rec.ID()] = why
 				continue
 			}
 			m.armTimeoutLocked(j)
@@ -448,15 +457,20 @@ func (m *Manager) resume(ctx context.Context, lt *leadership.Term, out *syncOutc
 				case out.answered[worker]:
 					// The worker is fine; it just does not have it (the
 					// dispatch never arrived). Retry without blaming it.
-					m.retryLocked(tx, w, "", fmt.Sprintf("not running on %s after the leader change", worker))
+					m.notItsFaultLocked(tx, w, "", fmt.Sprintf("not running on %s after the leader change", worker))
 				case known && wv.Gone && m.fenceWait(worker) <= 0:
-					m.retryLocked(tx, w, worker, fmt.Sprintf("worker %s is dead", worker))
+					m.notItsFaultLocked(tx, w, worker, fmt.Sprintf("worker %s is dead", worker))
 				default:
 					waiting = append(waiting, w.rec.WorkflowID)
 				}
 			}
 		}
 	})
+	for _, id := range slices.Sorted(maps.Keys(failed)) {
+		if _, err := m.cancelJob(ctx, id, wire.JobFailed, failed[id]); err != nil {
+			m.log.Debug("end a job whose pipeline task failed", "job_id", id, "err", err)
+		}
+	}
 	slices.Sort(expired)
 	for _, id := range expired {
 		if _, err := m.cancelJob(ctx, id, wire.JobTimeout, "timed out while no manager led"); err != nil {
@@ -477,6 +491,17 @@ func (m *Manager) resume(ctx context.Context, lt *leadership.Term, out *syncOutc
 	m.kick()
 }
 
+// failedTask says why j, a job with a pipeline, must end: one of its
+// pipeline tasks is FAILED; "" when none is.
+func failedTask(j *jobState) string {
+	for _, w := range j.wfs {
+		if w.rec.Spec.Type == rainstorm.TypeName && w.rec.Status == wire.WorkflowFailed {
+			return fmt.Sprintf("pipeline %s: task %d of %d failed: %s", w.rec.Spec.Name, w.rec.Spec.Shard, w.rec.Spec.Shards, w.rec.Error)
+		}
+	}
+	return ""
+}
+
 // placed reports whether w is on a worker as far as the job table knows.
 func placed(w *workflowState) bool {
 	return w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning
@@ -494,7 +519,7 @@ func (m *Manager) retryStranded(ids []string, since time.Time) {
 			if wv, known := m.workers.get(w.rec.Worker); known && wv.Alive && !wv.LastSeen.Before(since) {
 				continue
 			}
-			m.retryLocked(tx, w, w.rec.Worker, fmt.Sprintf("worker %s not heard from since the leader change", w.rec.Worker))
+			m.notItsFaultLocked(tx, w, w.rec.Worker, fmt.Sprintf("worker %s not heard from since the leader change", w.rec.Worker))
 		}
 	})
 }

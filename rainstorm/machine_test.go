@@ -649,3 +649,59 @@ func TestSourceResumedHeaderlessKnowsFieldCount(t *testing.T) {
 		}
 	}
 }
+
+// A source whose final checkpoint was durable but whose worker never heard
+// so (killed, frozen or fenced between the store's write and the answer) is
+// placed again and handed that checkpoint. It has nothing left to read or
+// send, so it must say it is done at once: its driver ends the task only
+// then, and the job completes only when every task has (issue 23, item 12:
+// the pipeline that stayed RUNNING).
+func TestSourceRestoredFromItsFinalCheckpointIsDone(t *testing.T) {
+	in := "a,b\n1,x\n2,y\n3,x\n"
+	p, err := Compile(&Spec{Source: Source{Path: "/in", Header: true}, Stages: []Stage{{Name: "c", Op: OpCount, Key: "b"}}}, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := SourceConfig{Downstream: 1, Next: p.Stages[0], SegmentRecords: 2, Incarnation: 1, CheckpointTicks: 1}
+	src, err := NewSourceMachine(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, _ := NewReader(strings.NewReader(in), ReaderOptions{Format: FormatCSV, Header: true})
+	var last uint64
+	for {
+		idx, ok := src.Want()
+		if !ok {
+			break
+		}
+		seg, err := ReadSegment(rd, idx, cfg.SegmentRecords)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Segment(seg)
+		for _, b := range src.Ready().Batches {
+			last = max(last, b.Seq)
+		}
+	}
+	// Every batch acknowledged: the next tick cuts the final checkpoint.
+	src.Ack(&wire.RainstormBatchAck{From: wire.RainstormTask{Stage: 1}, Incarnation: 1, UpTo: last})
+	src.Tick()
+	final := src.Ready().Checkpoint
+	if final == nil || !final.Done {
+		t.Fatalf("all acknowledged, no final checkpoint: %+v", final)
+	}
+
+	// The store answers; the first incarnation's worker never hears it.
+	again, err := NewSourceMachine(SourceConfig{Downstream: 1, Next: p.Stages[0], SegmentRecords: 2, Incarnation: 2}, final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, want := again.Want(); want {
+		t.Fatal("a finished source wants to read again")
+	}
+	r := again.Ready()
+	if !r.Done || len(r.Batches) != 0 || r.Checkpoint != nil {
+		t.Fatalf("restored from its final checkpoint: done %t, %d batches, checkpoint %v; want done and nothing to send",
+			r.Done, len(r.Batches), r.Checkpoint)
+	}
+}

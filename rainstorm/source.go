@@ -184,7 +184,11 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 		for i, o := range ckpt.Outputs {
 			m.acked[i] = o.Acked
 		}
+		// A final checkpoint the previous incarnation never heard was
+		// durable: every batch is acknowledged, so this one is done at
+		// once, or its task would run, with nothing to do, forever.
 		m.done = ckpt.Done
+		m.ready.Done = m.done
 	}
 	m.readPos = m.Resume()
 	if cfg.File != nil && m.resume.File == nil && !m.done {
