@@ -16,6 +16,7 @@ import (
 	"tempest/api"
 	"tempest/internal/blobstore"
 	"tempest/internal/lifecycle"
+	"tempest/internal/obs"
 	"tempest/internal/store"
 	"tempest/leadership"
 	"tempest/security"
@@ -135,7 +136,7 @@ type Manager struct {
 	hbVer atomic.Uint64
 	apis  *api.Addresses // this manager's API URL and its peers'
 	// refused counts requests refused for their sender (authz.go).
-	refused refusalCounter
+	refused obs.Refusals[wire.MsgType]
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.

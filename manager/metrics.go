@@ -22,7 +22,7 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 	stale := prometheus.NewDesc("tempest_manager_rainstorm_stale_checkpoints_total",
 		"RainStorm checkpoints this manager refused, leading, because their task runs under a newer incarnation (a replaced task that went on running).", nil, nil)
 	refused := prometheus.NewDesc("tempest_manager_unauthorized_total",
-		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, progress naming a fence token of this leader's term it never placed.",
+		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, progress for an attempt this leader has no record of and no manager's placement proof for.",
 		[]string{"type"}, nil)
 	return obs.Role{
 		Name: "manager", Leads: "its datacenter",
@@ -56,7 +56,7 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 			}
 			obs.Gauge(ch, cores, float64(free))
 			obs.Counter(ch, stale, float64(m.rs.staleRefused.Load()))
-			for t, n := range m.refused.snapshot() {
+			for t, n := range m.refused.Snapshot() {
 				obs.Counter(ch, refused, float64(n), t.String())
 			}
 			return obs.RoleState{Leading: m.leading() != nil, Term: m.elector.Status().Term, Jobs: byJob}
