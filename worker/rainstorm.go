@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"tempest/rainstorm"
@@ -321,6 +322,26 @@ func installPrograms(p *rainstorm.TaskParams, policy *rainstorm.ExecPolicy) (cle
 		_ = os.Chmod(dir, 0o755)
 	}
 	return cleanup, nil
+}
+
+// execWorkDir makes the private working directory of one task's exec
+// program: empty, 0700, owned by the user the program runs as (cred; nil:
+// the worker's), so the program starts somewhere it can write and that
+// holds nothing of the worker's (the worker's own working directory may be
+// its data directory). cleanup removes it and whatever the program left.
+func execWorkDir(cred *syscall.Credential) (dir string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp("", "tempest-exec-")
+	if err != nil {
+		return "", nil, fmt.Errorf("working directory: %w", err)
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("working directory for uid %d: %w", cred.Uid, err)
+		}
+	}
+	return dir, cleanup, nil
 }
 
 // newExecOptions are what every exec stage on this worker starts from:
@@ -1011,6 +1032,14 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 		opts := d.w.execOpts
 		opts.Columns = rainstorm.Columns(spec, header, d.task.Stage-1)
 		opts.Logger = d.log
+		if cs.Op == rainstorm.OpExec {
+			dir, cleanup, err := execWorkDir(opts.Credential)
+			if err != nil {
+				return fmt.Errorf("exec stage %s: %w", cs.Name, err)
+			}
+			defer cleanup() // after the program is closed (deferred below)
+			opts.Dir = dir
+		}
 		op, err := cs.Operator(opts)
 		if err != nil {
 			return err
