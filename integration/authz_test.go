@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"testing"
 	"time"
 
 	"tempest/integration/attack"
+	"tempest/internal/devcluster"
 	"tempest/security"
 	"tempest/wire"
 )
@@ -141,4 +143,101 @@ func TestStolenWorkerKeyCannotTouchAPipeline(t *testing.T) {
 	}
 	out := c.finish(id, "paced")
 	diffRows(t, "the pipeline's output after the attack", out.Rows, want)
+}
+
+// A stolen worker key said hello to the workers running a live pipeline's
+// tasks, under a node id that runs nothing: it feeds the count task forged
+// batches (every upstream index, the term's first incarnations, sequence
+// numbers upwards, an end of stream) and tells the filter task its
+// downstream acknowledged everything, which would make it drop batches the
+// count never got. Every one is refused by the worker, which counts it in
+// /metrics (tempest_worker_unauthorized_total), and the output stays exact.
+func TestStolenWorkerKeyCannotFeedAPipeline(t *testing.T) {
+	const records = 20000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 2, 3)
+	ln, _ := c.Node(c.leader())
+	id := c.submit(pacedJob(records, 4000, true))
+	// Task order: the source, low/0, low/1, count/0, count/1.
+	filter, err := nodeOf(c, c.taskWorker(id, "paced", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, err := nodeOf(c, c.taskWorker(id, "paced", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := scrape("http://" + ln.API)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := uint64(metrics["tempest_manager_term"])
+	workerSecret, err := security.DeriveRoleSecret(c.Secret(), security.TierWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := security.NewKeyring(workerSecret, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	send := func(to string, msgs []wire.Message) {
+		t.Helper()
+		evil, err := (&attack.Attacker{Source: "127.0.0.1"}).Hello(ctx, to, "evil-not-a-worker", keys)
+		if err != nil {
+			t.Fatalf("hello with the worker key: %v", err)
+		}
+		defer evil.Close()
+		for _, m := range msgs {
+			// One-way on a worker: a request of it is answered "no reply",
+			// whether it was taken or not.
+			var we *wire.Error
+			if _, err := evil.Call(ctx, 5*time.Second, m); err != nil && !errors.As(err, &we) {
+				t.Fatalf("%s: %v", m.Type(), err)
+			}
+		}
+	}
+	const guesses = 8
+	var batches, acks []wire.Message
+	for seq := uint64(1); seq <= guesses; seq++ {
+		inc := term<<32 | seq
+		for from := range 2 {
+			for n := uint64(1); n <= 4; n++ {
+				batches = append(batches, &wire.RainstormBatch{From: wire.RainstormTask{Job: id, Workflow: "paced", Stage: 1, Index: from},
+					To: 0, Incarnation: inc, Seq: n, EOS: n == 4,
+					Records: []wire.RainstormRecord{{ID: 1<<62 + n, Fields: []string{"k0", "1"}}}})
+			}
+		}
+		acks = append(acks, &wire.RainstormBatchAck{From: wire.RainstormTask{Job: id, Workflow: "paced", Stage: 2, Index: 0},
+			To: 0, Incarnation: inc, UpTo: math.MaxUint64})
+	}
+	send(count.QUIC, batches)
+	send(filter.QUIC, acks)
+
+	refused := func(n *devcluster.Node, typ string) float64 {
+		t.Helper()
+		m, err := scrape("http://" + n.Metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m[`tempest_worker_unauthorized_total{type="`+typ+`"}`]
+	}
+	if got := refused(count, "RainstormBatch"); got < float64(len(batches)) {
+		t.Errorf("the count task's worker refused %v forged batches, want %d", got, len(batches))
+	}
+	if got := refused(filter, "RainstormBatchAck"); got < float64(len(acks)) {
+		t.Errorf("the filter task's worker refused %v forged acks, want %d", got, len(acks))
+	}
+	out := c.finish(id, "paced")
+	diffRows(t, "the pipeline's output after forged batches and acks", out.Rows, want)
+}
+
+// nodeOf is the cluster's node named name.
+func nodeOf(c *cluster, name string) (*devcluster.Node, error) {
+	n, ok := c.Node(name)
+	if !ok {
+		return nil, fmt.Errorf("no node %s", name)
+	}
+	return n, nil
 }

@@ -284,9 +284,12 @@ func testWorkerConfig(t *testing.T, programs ...string) map[string]any {
 	}
 	// path: sources read the shared data beside the module (testutil.SharedData).
 	data := filepath.Join(filepath.Dir(root), "shared", "data")
-	return map[string]any{
-		"source_dirs": []string{data},
-		"exec": map[string]any{"enabled": true, "programs": append([]string{example}, programs...),
-			"program_sums": []string{hex.EncodeToString(sum[:])}},
+	execCfg := map[string]any{"enabled": true, "programs": append([]string{example}, programs...),
+		"program_sums": []string{hex.EncodeToString(sum[:])}}
+	if os.Geteuid() == 0 {
+		// A root worker refuses exec without exec.user; these tests' programs
+		// live in the checkout, which another user may not reach.
+		execCfg["user"] = "root"
 	}
+	return map[string]any{"source_dirs": []string{data}, "exec": execCfg}
 }

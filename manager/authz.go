@@ -2,12 +2,13 @@ package manager
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"time"
 
 	"tempest/internal/blobstore"
+	"tempest/security"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -20,52 +21,10 @@ import (
 // to that very node, and a refusal says no more than that: never a fence
 // token the sender could replay.
 
-// refusalCounter counts requests refused for their sender, by message
-// type, for /metrics (tempest_manager_unauthorized_total), and paces the
-// log lines: at most one per type per refusalLogEvery, naming how many
-// went unlogged since, so a flood of forged requests costs no log volume.
-type refusalCounter struct {
-	mu       sync.Mutex
-	n        map[wire.MsgType]uint64
-	loggedAt map[wire.MsgType]time.Time
-	unlogged map[wire.MsgType]uint64
-}
-
-const refusalLogEvery = time.Second
-
-// add counts one refusal of type t at now and reports whether to log it,
-// and how many refusals of t were not logged before it.
-func (c *refusalCounter) add(t wire.MsgType, now time.Time) (log bool, skipped uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n, c.loggedAt, c.unlogged = map[wire.MsgType]uint64{}, map[wire.MsgType]time.Time{}, map[wire.MsgType]uint64{}
-	}
-	c.n[t]++
-	if at, ok := c.loggedAt[t]; ok && now.Sub(at) < refusalLogEvery {
-		c.unlogged[t]++
-		return false, 0
-	}
-	c.loggedAt[t] = now
-	skipped = c.unlogged[t]
-	c.unlogged[t] = 0
-	return true, skipped
-}
-
-func (c *refusalCounter) snapshot() map[wire.MsgType]uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[wire.MsgType]uint64, len(c.n))
-	for t, n := range c.n {
-		out[t] = n
-	}
-	return out
-}
-
 // unauthorized counts and logs a request refused for its sender. job and
 // workflow name what it asked about ("" when it named none).
 func (m *Manager) unauthorized(t wire.MsgType, from transport.Peer, job, workflow, why string) {
-	log, skipped := m.refused.add(t, m.clock.Now())
+	log, skipped := m.refused.Add(t, m.clock.Now())
 	if !log {
 		return
 	}
@@ -175,4 +134,48 @@ func (m *Manager) guardBlobGet(h func(context.Context, transport.Peer, *wire.Blo
 		}
 		return h(ctx, from, msg)
 	}
+}
+
+// placementTranscript is what a PlacementProof signs: the attempt and the
+// worker it was placed on, each length-prefixed so no two attempts share a
+// transcript.
+func placementTranscript(job, workflow, worker string, token uint64) []byte {
+	b := make([]byte, 0, 64+len(job)+len(workflow)+len(worker))
+	b = append(b, "tempest placement v1"...)
+	for _, s := range [...]string{job, workflow, worker} {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	return binary.BigEndian.AppendUint64(b, token)
+}
+
+// placementProof signs the placement of attempt token of (job, workflow) on
+// worker with the manager-tier key, which no worker holds. Without a
+// keyring (a manager built on injected collaborators) there is none, and
+// no later leader will take a report of the attempt it did not record.
+func (m *Manager) placementProof(job, workflow, worker string, token uint64) *wire.PlacementProof {
+	if m.keyring == nil {
+		return nil
+	}
+	id, mac, err := m.keyring.Prove(security.TierManager, placementTranscript(job, workflow, worker, token))
+	if err != nil {
+		m.log.Warn("cannot sign a placement: the keyring holds no manager key", "job_id", job, "workflow_id", workflow, "err", err)
+		return nil
+	}
+	return &wire.PlacementProof{KeyID: id, MAC: mac}
+}
+
+// placedByAManager reports whether p's placement proof shows a manager
+// placed its attempt on worker: the only evidence a leader takes for an
+// attempt of an older term it has no record of. Rotation is covered by the
+// keyring, which accepts the previous secret's key too.
+func (m *Manager) placedByAManager(p *wire.WorkflowProgress, worker string) error {
+	if p.Placement == nil {
+		return errors.New("no placement proof")
+	}
+	if m.keyring == nil {
+		return errors.New("no keyring to verify a placement proof with")
+	}
+	return m.keyring.VerifyProof(security.TierManager, p.Placement.KeyID,
+		placementTranscript(p.JobID, p.WorkflowID, worker, p.FenceToken), p.Placement.MAC)
 }

@@ -12,6 +12,7 @@ import (
 
 	"tempest/internal/testutil"
 	"tempest/rainstorm"
+	"tempest/security"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -121,7 +122,7 @@ func TestRainstormRequestsOnlyFromTheTaskWorker(t *testing.T) {
 	if wire.CodeOf(err) != wire.CodeRejected {
 		t.Fatalf("routes to a node running no task: %v", err)
 	}
-	got := lead.refused.snapshot()
+	got := lead.refused.Snapshot()
 	want := map[wire.MsgType]uint64{wire.TypeRainstormOpen: 2, wire.TypeRainstormCheckpoint: 2, wire.TypeRainstormRoutesRequest: 1}
 	for typ, n := range want {
 		if got[typ] != n {
@@ -225,7 +226,7 @@ func TestBlobReadOnlyForDispatchedWork(t *testing.T) {
 	if _, err := callFrom(t, c.hub.Node("evil-not-a-worker"), lead.cfg.ID, get); wire.CodeOf(err) != wire.CodeRejected {
 		t.Fatalf("a node running nothing read the blob: %v", err)
 	}
-	if n := lead.refused.snapshot()[wire.TypeBlobChunkGet]; n != 1 {
+	if n := lead.refused.Snapshot()[wire.TypeBlobChunkGet]; n != 1 {
 		t.Fatalf("blob read refusals counted %d, want 1", n)
 	}
 }
@@ -262,32 +263,69 @@ func TestForgedProgressDoesNotMakeATaskWorker(t *testing.T) {
 	if _, err := callFrom(t, evil, lead.cfg.ID, &wire.RainstormOpen{Task: sink, Incarnation: forged}); !errors.Is(err, wire.ErrStaleFence) {
 		t.Fatalf("open under the forged token: %v", err)
 	}
-	if n := lead.refused.snapshot()[wire.TypeWorkflowProgress]; n != 1 {
+	if n := lead.refused.Snapshot()[wire.TypeWorkflowProgress]; n != 1 {
 		t.Fatalf("forged progress reports counted %d, want 1", n)
 	}
 }
 
-// Every refusal is counted, but a flood of them logs one line per type a
-// second, naming how many went unlogged.
-func TestRefusalLogsArePaced(t *testing.T) {
-	var c refusalCounter
-	now := time.Unix(0, 0)
-	if log, _ := c.add(wire.TypeRainstormOpen, now); !log {
-		t.Fatal("the first refusal is not logged")
+// A leader takes a report of an attempt it has no record of (placed by an
+// older term's leader it did not sync with, or of a workflow still
+// pending) only with the placing manager's proof, signed with the manager
+// key for that very worker. Without one, any worker-key holder could
+// claim a pending workflow, or one placed before the last election, by
+// naming a token of an older term: it became the workflow's worker.
+func TestOlderTermProgressNeedsAPlacementProof(t *testing.T) {
+	c := newTestCluster(t, 1, nil) // no worker: the job stays pending
+	lead := c.leader()
+	ack, err := lead.Submit(context.Background(), sleepJob(t, "unplaced", 1, 1, time.Minute))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for i := range 100 {
-		if log, _ := c.add(wire.TypeRainstormOpen, now.Add(time.Duration(i)*time.Millisecond)); log {
-			t.Fatalf("refusal %d within a second of the last line logged", i)
+	wfID := workflowID(ack.JobID, 0)
+	lt := lead.leading()
+	if lt == nil || lt.Number() == 0 {
+		t.Fatalf("leading %v: no older term to forge a token of", lt)
+	}
+	older := (lt.Number()-1)<<32 | 7
+	holder := func() (string, wire.WorkflowStatus) {
+		lead.mu.Lock()
+		defer lead.mu.Unlock()
+		w := lead.wfs[wfID]
+		return w.rec.Worker, w.rec.Status
+	}
+	report := func(proof *wire.PlacementProof) {
+		t.Helper()
+		if _, err := callFrom(t, c.hub.Node("evil"), lead.cfg.ID, &wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: wfID,
+			WorkerID: "evil", FenceToken: older, Status: wire.WorkflowRunning, Placement: proof}); err != nil {
+			t.Fatalf("progress: %v", err)
 		}
 	}
-	if log, _ := c.add(wire.TypeBlobChunkGet, now); !log {
-		t.Fatal("another type's first refusal is not logged")
+	workerKey, err := security.DeriveRoleSecret(c.secret, security.TierWorker)
+	if err != nil {
+		t.Fatal(err)
 	}
-	log, skipped := c.add(wire.TypeRainstormOpen, now.Add(refusalLogEvery))
-	if !log || skipped != 100 {
-		t.Fatalf("a second on: logged %v, naming %d unlogged; want 100", log, skipped)
+	workerRing, err := security.NewKeyring(workerKey, "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := c.snapshot()[wire.TypeRainstormOpen]; n != 102 {
-		t.Fatalf("counted %d, want 102", n)
+	id, mac, err := workerRing.Prove(security.TierWorker, placementTranscript(ack.JobID, wfID, "evil", older))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forW1 := lead.placementProof(ack.JobID, wfID, "w1", older) // a real proof, for another worker
+	for i, proof := range []*wire.PlacementProof{nil, {KeyID: id, MAC: mac}, forW1} {
+		report(proof)
+		if w, st := holder(); w != "" || st != wire.WorkflowPending {
+			t.Fatalf("report %d took the pending workflow: worker %q, status %s", i, w, st)
+		}
+		if n := lead.refused.Snapshot()[wire.TypeWorkflowProgress]; n != uint64(i+1) {
+			t.Fatalf("after report %d, refused progress counted %d, want %d", i, n, i+1)
+		}
+	}
+	// The leader's own proof for this sender: an attempt a manager placed
+	// and this leader missed, which it adopts.
+	report(lead.placementProof(ack.JobID, wfID, "evil", older))
+	if w, st := holder(); w != "evil" || st != wire.WorkflowRunning {
+		t.Fatalf("a proven attempt was not adopted: worker %q, status %s", w, st)
 	}
 }

@@ -366,3 +366,39 @@ func TestPermanentFailureIsNotRetried(t *testing.T) {
 		t.Fatalf("the target saw %d logins, want 1: a permanent failure is not retried", n)
 	}
 }
+
+// A placement whose commit reached no other manager is unknown to the next
+// leader; the worker running it reports it in state sync with the placing
+// leader's proof, and the new leader adopts it rather than run the
+// workflow twice (an unproven report of such an attempt is ignored:
+// authz_test.go).
+func TestNewLeaderAdoptsAProvenAttemptItHasNoRecordOf(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	workers := []*fakeWorker{c.addWorker("w1", 1)}
+	old := c.leader()
+	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
+		if from != old.ID() {
+			return true
+		}
+		switch msg.Type() {
+		case wire.TypeProvisionCommit, wire.TypeReplicateJobStatus:
+			return false
+		}
+		return true
+	})
+	ack, err := old.Submit(context.Background(), sleepJob(t, "unrecorded", 1, 1, 1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, old, ack.JobID, wire.JobRunning, 5*time.Second)
+	c.stopManager(old.ID())
+	c.hub.SetHook(nil)
+	nl := c.leader()
+	st := waitJob(t, nl, ack.JobID, wire.JobCompleted, 15*time.Second)
+	if w := st.Workflows[0]; w.Attempts != 1 {
+		t.Fatalf("workflow after failover: %+v", w)
+	}
+	if n := len(workers[0].dispatchTokens(workflowID(ack.JobID, 0))); n != 1 {
+		t.Fatalf("workflow dispatched %d times, want once", n)
+	}
+}

@@ -61,6 +61,7 @@ type fakeWorker struct {
 type fakeRun struct {
 	jobID, wfID, name string
 	token             uint64
+	placement         *wire.PlacementProof // handed back in progress, as a real worker does
 	cores             []int
 	cancel            context.CancelFunc
 	last              wire.WorkflowProgress
@@ -209,7 +210,7 @@ func (w *fakeWorker) accept(d *wire.WorkflowDispatch) (wire.Message, error) {
 		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Error: err.Error(), AvailableCores: len(free)}, nil
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
-	r := &fakeRun{jobID: d.JobID, wfID: d.WorkflowID, name: d.Workflow.Name, token: d.FenceToken, cores: cores, cancel: cancel}
+	r := &fakeRun{jobID: d.JobID, wfID: d.WorkflowID, name: d.Workflow.Name, token: d.FenceToken, placement: d.Placement, cores: cores, cancel: cancel}
 	r.last = r.progressLocked(w.id)
 	w.runs[d.WorkflowID] = r
 	w.dispatches[d.WorkflowID] = append(w.dispatches[d.WorkflowID], d.FenceToken)
@@ -221,7 +222,7 @@ func (w *fakeWorker) accept(d *wire.WorkflowDispatch) (wire.Message, error) {
 func (r *fakeRun) progressLocked(worker string) wire.WorkflowProgress {
 	p := r.last
 	p.JobID, p.WorkflowID, p.WorkflowName = r.jobID, r.wfID, r.name
-	p.WorkerID, p.FenceToken, p.AssignedCores = worker, r.token, r.cores
+	p.WorkerID, p.FenceToken, p.AssignedCores, p.Placement = worker, r.token, r.cores, r.placement
 	if p.Status == "" {
 		p.Status = wire.WorkflowRunning
 	}

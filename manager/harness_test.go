@@ -13,6 +13,8 @@ import (
 
 	"tempest/api"
 	"tempest/internal/testutil"
+	"tempest/security"
+	"tempest/security/securitytest"
 	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
@@ -33,6 +35,9 @@ type testCluster struct {
 	members *fakeMembers
 	// loss, when set, sits between each manager and the hub (intake_test.go).
 	loss *lossControl
+	// secret is the cluster's AUTH_SECRET: every manager holds it, so one
+	// signs placements (wire.PlacementProof) its successor verifies.
+	secret string
 
 	mu       sync.Mutex
 	managers map[string]*testManager
@@ -57,6 +62,7 @@ func newLossyCluster(t testing.TB, n int, tweak func(*Config), loss *lossControl
 	t.Helper()
 	c := &testCluster{
 		t: t, hub: transport.NewHub(), reg: workflow.DefaultRegistry(), log: testLogger(t), tweak: tweak, loss: loss,
+		secret:   securitytest.Secret(t),
 		managers: make(map[string]*testManager), workers: make(map[string]*fakeWorker),
 	}
 	c.members = &fakeMembers{c: c, meta: make(map[string]swim.NodeMeta)}
@@ -115,7 +121,12 @@ func (c *testCluster) startManager(id string) *Manager {
 	if c.loss != nil {
 		tr = &lossyTransport{Transport: tr, c: c.loss}
 	}
+	keys, err := security.NewKeyring(c.secret, "")
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	m, err := New(c.config(id, dir), Deps{
+		Keyring:    keys,
 		Registry:   c.reg,
 		Transport:  tr,
 		Membership: c.members.forNode(id),

@@ -16,6 +16,7 @@ import (
 	"tempest/api"
 	"tempest/internal/blobstore"
 	"tempest/internal/lifecycle"
+	"tempest/internal/obs"
 	"tempest/internal/store"
 	"tempest/leadership"
 	"tempest/rsstore"
@@ -140,7 +141,7 @@ type Manager struct {
 	hbVer atomic.Uint64
 	apis  *api.Addresses // this manager's API URL and its peers'
 	// refused counts requests refused for their sender (authz.go).
-	refused refusalCounter
+	refused obs.Refusals[wire.MsgType]
 	// intakeCB refuses new submissions at once while intakes find no
 	// majority (intakebreaker.go).
 	intakeCB *intakeBreaker

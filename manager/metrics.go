@@ -22,7 +22,7 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 	stale := prometheus.NewDesc("tempest_manager_rainstorm_stale_checkpoints_total",
 		"RainStorm checkpoints this manager refused, leading, because their task runs under a newer incarnation (a replaced task that went on running).", nil, nil)
 	refused := prometheus.NewDesc("tempest_manager_unauthorized_total",
-		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, progress naming a fence token of this leader's term it never placed.",
+		"Requests refused for their sender: a pipeline task's open, checkpoint or routes from a node it is not dispatched to, a blob read for work not dispatched to the reader, progress for an attempt this leader has no record of and no manager's placement proof for.",
 		[]string{"type"}, nil)
 	intakeCB := prometheus.NewDesc("tempest_manager_intake_breaker_state",
 		"The intake breaker: 0 closed, 1 half-open (one submission probes for a majority), 2 open (new submissions refused at once with no_quorum after repeated intakes found no majority of managers).", nil, nil)
@@ -62,7 +62,7 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 			obs.Counter(ch, stale, float64(m.rsStale.Load()))
 			obs.Gauge(ch, intakeCB, m.intakeCB.state())
 			obs.Counter(ch, fast, float64(m.intakeCB.fastRefusals.Load()))
-			for t, n := range m.refused.snapshot() {
+			for t, n := range m.refused.Snapshot() {
 				obs.Counter(ch, refused, float64(n), t.String())
 			}
 			return obs.RoleState{Leading: m.leading() != nil, Term: m.elector.Status().Term, Jobs: byJob}

@@ -103,7 +103,17 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 	}
 	if p.FenceToken > w.rec.FenceToken || (w.rec.Worker == "" && p.FenceToken == w.rec.FenceToken) {
 		// A newer attempt than we know of (placed by a leader we have not
-		// synced with) or one we lost track of: the worker is the truth.
+		// synced with) or one we lost track of: the worker is the truth,
+		// if a manager did place it there. Its dispatch carried the
+		// placing leader's proof, which a worker key cannot make; without
+		// one, any worker-key holder could claim a pending workflow, or one
+		// placed before the last election, by naming a token of an older
+		// term, and be served its pipeline task's state.
+		if err := m.placedByAManager(p, worker); err != nil {
+			m.unauthorized(wire.TypeWorkflowProgress, transport.Peer{NodeID: worker}, p.JobID, p.WorkflowID,
+				fmt.Sprintf("fence token %d (term %d) is not recorded and not proven placed on the sender: %v", p.FenceToken, leadership.TokenTerm(p.FenceToken), err))
+			return false
+		}
 		if p.FenceToken > w.rec.FenceToken || w.rec.Attempts == 0 {
 			w.rec.Attempts++
 		}
@@ -173,6 +183,7 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 // clipped.
 func keepProgress(rec *store.WorkflowRecord, p *wire.WorkflowProgress, final bool) {
 	rec.LastProgress = *p
+	rec.LastProgress.Placement = nil // evidence for this leader, not state to keep
 	rec.LastProgress.Series = slices.Clone(wire.ClipSeries(p.Series, 1))
 	if final {
 		rec.Series = slices.Clone(wire.ClipSeries(p.Series, 0))

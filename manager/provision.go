@@ -171,6 +171,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		return placeResult{outcome: outcomeFailed, err: err}, false
 	}
 	dispatch.Worker, dispatch.Slot = wv.ID, slot
+	dispatch.Placement = m.placementProof(rec.JobID, rec.WorkflowID, wv.ID, token)
 
 	confirmed, answered, refusals := m.provision(ctx, &wire.ProvisionRequest{
 		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,

@@ -222,10 +222,12 @@ func (m *Manager) rsRoutesOf(order []wire.RainstormTask, infos []rsTaskInfo) []w
 		in := infos[i]
 		switch in.status {
 		case wire.WorkflowCompleted:
-			out[i].Done = true
+			// A finished task still acknowledges resent batches for a
+			// while: its upstream takes those acks from the node named.
+			out[i].Done, out[i].Node = true, in.worker
 		case wire.WorkflowAssigned, wire.WorkflowRunning:
 			if wv, ok := m.workers.get(in.worker); ok {
-				out[i].Addr, out[i].Incarnation = wv.Addr, in.token
+				out[i].Addr, out[i].Incarnation, out[i].Node = wv.Addr, in.token, in.worker
 			}
 		}
 	}

@@ -356,3 +356,13 @@ func SameFile(path string, recorded, found *wire.RainstormFileID) error {
 		"resuming would produce other records under the same ids, so the source fails", path,
 		recorded.Size, recorded.SHA256, found.Size, found.SHA256)
 }
+
+// CheckRunAs refuses exec on a worker running as root (euid 0) without
+// exec.user: its programs would be root, and nothing else confines what
+// root reads. `exec.user: root` says so on purpose and is taken.
+func (p *ExecPolicy) CheckRunAs(euid int) error {
+	if p.Enabled && euid == 0 && p.User == "" {
+		return errors.New("exec.enabled on a worker running as root needs exec.user: its programs would run as root and could read every file of the host (set exec.user to an unprivileged user, or to root to accept that)")
+	}
+	return nil
+}

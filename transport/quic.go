@@ -529,6 +529,16 @@ func (t *QUIC) open(env *wire.Envelope, frame []byte, c *servedConn, opener *sec
 	if err := t.replay.Check(env.Sender, env.ID, wire.SnowflakeTime(env.ID)); err != nil {
 		t.stats.replaysDropped.Add(1)
 		t.log.Debug("replay dropped", "remote", remote, "sender", env.Sender, "id", env.ID, "err", err)
+		if errors.Is(err, security.ErrStale) {
+			// Not a copy of anything seen: a request that took longer than
+			// the window to arrive (it waited behind large frames on a
+			// congested path) or a sender whose clock is off. It opened on
+			// this connection, so its sender is the proven peer, which is
+			// told at once, rather than waiting out its deadline for an
+			// answer that never comes. The handler did not run: a retry
+			// is safe.
+			return nil, &openError{reply: wire.Errorf(wire.CodeUnavailable, "%s refused request %d: %v", t.cfg.NodeID, env.ID, err), decoded: true}
+		}
 		return nil, &openError{decoded: true} // a replay earns no answer
 	}
 	// Decode copies what it keeps: nothing of msg aliases frame.

@@ -775,11 +775,16 @@ func TestStatsCountEveryMessageAcrossStreams(t *testing.T) {
 // unblock runs before the transports close (they wait for handlers).
 // Calls without a deadline get a CallTimeout of minutes: on a machine busy
 // with builds these tests take most of a minute with -race, and a call the
-// test expects to succeed must not end at a tight guess of how long.
+// test expects to succeed must not end at a tight guess of how long. b's
+// replay window is as long: it takes a request only within its window of
+// the request's sending, and with both cores busy the 8 MiB frames queued
+// here have taken over a minute to cross (measured: 20 s each), so with the
+// default 60 s b refused them as stale.
 func stallingPair(t *testing.T) (a, b *QUIC, unblock func()) {
 	t.Helper()
-	a = newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = 3 * time.Minute }})
-	b = newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.MaxInflight = 1 }})
+	const patience = 3 * time.Minute
+	a = newNode(t, "a", nodeOpts{tweak: func(c *Config) { c.StreamsPerPeer = 1; c.CallTimeout = patience }})
+	b = newNode(t, "b", nodeOpts{tweak: func(c *Config) { c.MaxInflight = 1; c.Replay.Window = patience }})
 	release := make(chan struct{})
 	var releaseOnce sync.Once
 	unblock = func() { releaseOnce.Do(func() { close(release) }) }
@@ -943,19 +948,30 @@ func TestOnlyAPartialWriteBreaksTheStream(t *testing.T) {
 	}
 
 	// More than b's stream window, which b no longer drains: the first
-	// part is accepted, the rest blocks until the deadline.
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	defer cancel()
-	shortBy, _ := short.Deadline()
-	err := sw.write(short, shortBy, make([]byte, 32<<20))
-	if err == nil {
-		t.Fatal("a 32 MiB write to a peer that reads nothing succeeded")
-	}
-	sw.mu.Lock()
-	broken = sw.broken
-	sw.mu.Unlock()
-	if broken == nil {
-		t.Fatalf("a write that failed part way (%v) left the stream usable", err)
+	// part is accepted, the rest blocks until the deadline. On a busy
+	// machine QUIC may take no byte of it before a short deadline passes;
+	// that write failed before its first byte, which must leave the
+	// stream usable (as above), so the deadline doubles until a write
+	// failed part way: the test waits for that, not for a guess at the
+	// clock.
+	for d := 300 * time.Millisecond; ; d *= 2 {
+		short, cancel := context.WithTimeout(ctx, d)
+		shortBy, _ := short.Deadline()
+		err := sw.write(short, shortBy, make([]byte, 32<<20))
+		cancel()
+		if err == nil {
+			t.Fatal("a 32 MiB write to a peer that reads nothing succeeded")
+		}
+		sw.mu.Lock()
+		broken = sw.broken
+		sw.mu.Unlock()
+		if broken != nil {
+			break
+		}
+		if d > time.Minute {
+			t.Fatalf("no write of up to %s put a byte on the stream (last: %v)", d, err)
+		}
+		t.Logf("a write with a %s deadline failed before its first byte (%v); the stream stays usable, trying a longer one", d, err)
 	}
 	if err := sw.write(ctx, time.Time{}, []byte("x")); err == nil || err.Error() != broken.Error() {
 		t.Fatalf("a write after a partial one: %v, want the stream's error %v at once", err, broken)
@@ -1076,5 +1092,29 @@ func TestCallWithoutDeadlineWaitsForADialOnlyUntilCallTimeout(t *testing.T) {
 	}
 	if took := time.Since(start); took >= 20*time.Second {
 		t.Fatalf("the call waited %s, as long as the dial (30 s), not its CallTimeout", took)
+	}
+}
+
+// A request that reaches its receiver outside the replay window (it spent
+// longer than that in flight, behind large frames on a congested path, or
+// its sender's clock is off) is refused with an answer, not dropped in
+// silence: its caller hears at once instead of waiting out its deadline
+// (CallTimeout), which is what made queued calls of
+// TestCallerGivingUpInTheWriteQueueKeepsTheConnection hang for minutes on
+// a loaded machine. Here the receiver's clock runs two minutes ahead.
+func TestStaleRequestIsAnsweredNotDropped(t *testing.T) {
+	a := newNode(t, "a", nodeOpts{})
+	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) {
+		c.Replay.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	}})
+	echo(b, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := a.Call(ctx, b.Addr(), &wire.Ping{Seq: 1})
+	if wire.CodeOf(err) != wire.CodeUnavailable || !strings.Contains(err.Error(), "outside") {
+		t.Fatalf("a request outside the receiver's replay window: %v, want unavailable, saying why", err)
+	}
+	if n := b.Stats().ReplaysDropped; n != 1 {
+		t.Fatalf("ReplaysDropped = %d, want 1", n)
 	}
 }

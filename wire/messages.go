@@ -206,6 +206,20 @@ type WorkflowDispatch struct {
 	// first dispatch of a slot on a worker allocates Cores for it, later
 	// ones join that allocation, and it is freed when the last one ends.
 	Slot string `cbor:"19,keyasint,omitempty"`
+	// Placement is the placing leader's proof that it placed this attempt
+	// on Worker; the worker hands it back in the attempt's progress.
+	Placement *PlacementProof `cbor:"20,keyasint,omitempty"`
+}
+
+// PlacementProof is a manager's word, under the manager-tier key, that it
+// placed attempt (job, workflow, fence token) on one worker. A later
+// leader that has no record of the attempt (its commit reached no manager
+// it synced with) takes a report of it only with a proof that verifies: a
+// worker key cannot make one, so it cannot claim a workflow under a token
+// of an older term it invented.
+type PlacementProof struct {
+	KeyID uint32 `cbor:"1,keyasint"`
+	MAC   []byte `cbor:"2,keyasint"`
 }
 
 // WorkflowDispatchAck answers a WorkflowDispatch.
@@ -286,6 +300,9 @@ type WorkflowProgress struct {
 	// refused): the manager fails the workflow instead of retrying it on
 	// another worker. Absent from older workers: every failure retried.
 	Permanent bool `cbor:"18,keyasint,omitempty"`
+	// Placement is the dispatch's PlacementProof, handed back so a leader
+	// that never recorded the attempt can tell it was placed.
+	Placement *PlacementProof `cbor:"19,keyasint,omitempty"`
 	// Attempts, set only in a leader's status replication to its peers
 	// (which take it) and in its reports to gates (which show it), is the
 	// leader's count of the workflow's attempts.

@@ -40,6 +40,11 @@ type RainstormRoute struct {
 	// Done: the task completed (its final checkpoint is durable and every
 	// batch it takes is in it).
 	Done bool `cbor:"5,keyasint,omitempty"`
+	// Node is the node id of the worker the task is dispatched to (or that
+	// completed it): a worker takes a batch or an ack only from the node
+	// its routes show hosting the sending task. Absent from leaders that
+	// predate it; the worker then compares Addr with the sender's address.
+	Node string `cbor:"6,keyasint,omitempty"`
 }
 
 // RainstormRoutesRequest asks the manager leader for a pipeline's routes.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"tempest/rainstorm"
@@ -85,5 +86,44 @@ func TestWorkerRefusesWorkItsConfigDoesNotAllow(t *testing.T) {
 		if !errors.Is(err, rainstorm.ErrNotPermitted) {
 			t.Errorf("%s: newRunner = %v, want a refusal", name, err)
 		}
+	}
+}
+
+// An exec program starts in a directory of its own: empty, 0700, owned by
+// the user it runs as, and removed with whatever it left once the task
+// ends; never the worker's working directory (often its data directory).
+func TestExecWorkDirIsPrivate(t *testing.T) {
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		cred = &syscall.Credential{Uid: 65534, Gid: 65534} // nobody: a dedicated exec.user
+	}
+	dir, cleanup, err := execWorkDir(cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if dir == wd {
+		t.Fatal("the program's working directory is the worker's")
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm != 0o700 {
+		t.Fatalf("working directory mode %04o, want 0700", perm)
+	}
+	want := uint32(os.Geteuid())
+	if cred != nil {
+		want = cred.Uid
+	}
+	if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != want {
+		t.Fatalf("working directory owned by uid %d, want %d", uid, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "left-behind"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cleanup()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("working directory still there after the task: %v", err)
 	}
 }

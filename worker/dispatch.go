@@ -29,11 +29,15 @@ type execution struct {
 	notify chan struct{}
 
 	// Guarded by Worker.mu.
-	fence    uint64
-	blobs    []string // sums of the blobs its params name (blobs.go)
-	latest   wire.WorkflowProgress
-	seq      uint64 // bumped with latest
-	finished bool
+	fence uint64
+	// placement is the proof, from fence's dispatch, that its leader
+	// placed this attempt here, handed back in every progress
+	// (wire.PlacementProof).
+	placement *wire.PlacementProof
+	blobs     []string // sums of the blobs its params name (blobs.go)
+	latest    wire.WorkflowProgress
+	seq       uint64 // bumped with latest
+	finished  bool
 }
 
 func (e *execution) signal() {
@@ -154,8 +158,8 @@ func (w *Worker) admitLocked(d *wire.WorkflowDispatch, commit bool) (reply wire.
 		w.fences.Start(d.WorkflowID, d.FenceToken)
 		if d.FenceToken > e.fence {
 			e.log.Info("running workflow adopted by newer dispatch", "fence", d.FenceToken, "previous_fence", e.fence)
-			e.fence = d.FenceToken
-			e.latest.FenceToken = d.FenceToken
+			e.fence, e.placement = d.FenceToken, d.Placement
+			e.latest.FenceToken, e.latest.Placement = d.FenceToken, d.Placement
 		}
 		return &wire.WorkflowDispatchAck{WorkflowID: d.WorkflowID, Accepted: true, CoresAssigned: slices.Clone(e.cores), AvailableCores: w.cores.Available()}, true, nil
 	}
@@ -197,6 +201,7 @@ func (w *Worker) startLocked(d *wire.WorkflowDispatch, spec wire.WorkflowSpec, r
 		done:       make(chan struct{}),
 		notify:     make(chan struct{}, 1),
 		fence:      d.FenceToken,
+		placement:  d.Placement,
 	}
 	e.latest = w.progressLocked(e, workflow.Snapshot{}, wire.WorkflowRunning)
 	w.execs[d.WorkflowID] = e

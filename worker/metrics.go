@@ -31,6 +31,7 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer) error {
 	task := []string{"job_id", "workflow", "stage", "task"}
 	rsIn := prometheus.NewDesc("tempest_worker_rainstorm_tuples_in_total", "Tuples a RainStorm task took in: input records a source read, records of the batches a stage processed (since its first checkpoint; resends and redone work not counted again).", task, nil)
 	rsOut := prometheus.NewDesc("tempest_worker_rainstorm_tuples_out_total", "Tuples a RainStorm task put out: well-formed records a source sent, records a stage emitted in batches or as output rows.", task, nil)
+	refused := prometheus.NewDesc("tempest_worker_unauthorized_total", "RainStorm batches and acks refused for their sender: the pipeline's routes show another node hosting the task that sent them.", []string{"type"}, nil)
 	bounds := obs.LatencyBuckets()
 
 	own := obs.NewCollector(func(ch chan<- prometheus.Metric) {
@@ -70,7 +71,10 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer) error {
 			obs.Counter(ch, rsIn, float64(t.records.Load()), labels...)
 			obs.Counter(ch, rsOut, float64(t.emitted.Load()), labels...)
 		})
-	}, running, cores, cpu, mem, conns, iters, dropped, latency, rsIn, rsOut)
+		for t, n := range w.refused.Snapshot() {
+			obs.Counter(ch, refused, float64(n), t.String())
+		}
+	}, running, cores, cpu, mem, conns, iters, dropped, latency, rsIn, rsOut, refused)
 	return obs.Register(reg, own, obs.NewTransportCollector(func() transport.Transport {
 		w.mu.Lock()
 		defer w.mu.Unlock()

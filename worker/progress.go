@@ -70,6 +70,7 @@ func (w *Worker) progressLocked(e *execution, s workflow.Snapshot, status wire.W
 		AssignedCores:     slices.Clone(e.cores),
 		WorkerID:          w.cfg.ID,
 		FenceToken:        e.fence,
+		Placement:         e.placement,
 	}
 	if s.Elapsed > 0 {
 		p.RatePerSecond = float64(s.Completed+s.Failed) / s.Elapsed.Seconds()

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"tempest/rainstorm"
@@ -75,6 +76,9 @@ type rsTask struct {
 	// opened tells the task that tasks of its pipeline opened: fetch the
 	// routes now, then resend to those downstream.
 	opened func([]wire.RainstormTask)
+	// sentBy reports whether from hosts task (stage, index) of the
+	// pipeline, by the task's routes (rsDriver.sentBy).
+	sentBy func(ctx context.Context, from transport.Peer, stage, index int) bool
 }
 
 func (h *rsHost) add(t *rsTask) {
@@ -120,6 +124,12 @@ func (h *rsHost) routesChanged(job, wf string, opened []wire.RainstormTask) {
 	}
 }
 
+func (h *rsHost) get(k rsKey) *rsTask {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.tasks[k]
+}
+
 // deliver queues msg for task k, dropping it when the task is not here or
 // its inbox is full: senders resend what is not acknowledged.
 func (h *rsHost) deliver(k rsKey, inc uint64, msg wire.Message) bool {
@@ -137,13 +147,49 @@ func (h *rsHost) deliver(k rsKey, inc uint64, msg wire.Message) bool {
 	}
 }
 
+// Pipeline data is authorized by its sender. Every worker holds the same
+// worker key, and a stolen one says hello under any node id, so the key
+// alone would let its holder feed a running task forged tuples, or acks
+// that make its upstream drop batches it never processed, by guessing the
+// channel's incarnation and sequence numbers upwards. A task takes a batch
+// only from the node its routes show hosting the upstream task that sent
+// it, and an ack only from the node hosting the downstream task. Routes
+// change when a task is replaced elsewhere, so a sender the table does not
+// show gets one refresh of the table before it is refused; refusals are
+// dropped (nothing answers a one-way message), counted and logged, paced.
+
+// rsAccept reports whether a batch or ack (type t) for task to, claiming
+// to come from task (stage, index) of its pipeline, comes from the node
+// hosting that task; it counts and logs a refusal.
+func (w *Worker) rsAccept(ctx context.Context, from transport.Peer, t wire.MsgType, to rsKey, stage, index int) bool {
+	task := w.rs.get(to)
+	if task == nil || task.sentBy == nil {
+		return true // no such task here: deliver drops it anyway
+	}
+	if task.sentBy(ctx, from, stage, index) {
+		return true
+	}
+	if log, skipped := w.refused.Add(t, w.now()); log {
+		w.log.Warn("pipeline message refused for its sender", "type", t.String(), "sender", from.NodeID, "remote", from.Addr,
+			"job_id", to.job, "workflow", to.wf, "stage", to.stage, "task", to.index, "claimed_stage", stage, "claimed_task", index,
+			"reason", "the routes show another node hosting the sending task", "unlogged_before", skipped)
+	}
+	return false
+}
+
 func (w *Worker) registerRainstorm(tr transport.Transport) {
-	handle(w, tr, wire.TypeRainstormBatch, func(_ context.Context, _ transport.Peer, b *wire.RainstormBatch) (wire.Message, error) {
-		w.rs.deliver(rsKey{b.From.Job, b.From.Workflow, b.From.Stage + 1, b.To}, 0, b)
+	handle(w, tr, wire.TypeRainstormBatch, func(ctx context.Context, from transport.Peer, b *wire.RainstormBatch) (wire.Message, error) {
+		to := rsKey{b.From.Job, b.From.Workflow, b.From.Stage + 1, b.To}
+		if w.rsAccept(ctx, from, wire.TypeRainstormBatch, to, b.From.Stage, b.From.Index) {
+			w.rs.deliver(to, 0, b)
+		}
 		return nil, nil
 	})
-	handle(w, tr, wire.TypeRainstormBatchAck, func(_ context.Context, _ transport.Peer, a *wire.RainstormBatchAck) (wire.Message, error) {
-		w.rs.deliver(rsKey{a.From.Job, a.From.Workflow, a.From.Stage - 1, a.To}, 0, a)
+	handle(w, tr, wire.TypeRainstormBatchAck, func(ctx context.Context, from transport.Peer, a *wire.RainstormBatchAck) (wire.Message, error) {
+		to := rsKey{a.From.Job, a.From.Workflow, a.From.Stage - 1, a.To}
+		if w.rsAccept(ctx, from, wire.TypeRainstormBatchAck, to, a.From.Stage, a.From.Index) {
+			w.rs.deliver(to, 0, a)
+		}
 		return nil, nil
 	})
 	// Only a hint: the tasks ask the leader for the routes themselves, so a
@@ -207,6 +253,8 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 		log:     env.Logger.With("stage", r.task.Stage, "task", r.task.Index, "incarnation", r.inc),
 	}
 	d.t.opened = d.downstreamOpened
+	d.t.sentBy = d.sentBy
+	d.fetchRoutes = d.leaderRoutes
 	r.w.rs.add(d.t)
 	defer r.w.rs.remove(d.t)
 	stopReports := d.reportLoop()
@@ -274,6 +322,26 @@ func installPrograms(p *rainstorm.TaskParams, policy *rainstorm.ExecPolicy) (cle
 		_ = os.Chmod(dir, 0o755)
 	}
 	return cleanup, nil
+}
+
+// execWorkDir makes the private working directory of one task's exec
+// program: empty, 0700, owned by the user the program runs as (cred; nil:
+// the worker's), so the program starts somewhere it can write and that
+// holds nothing of the worker's (the worker's own working directory may be
+// its data directory). cleanup removes it and whatever the program left.
+func execWorkDir(cred *syscall.Credential) (dir string, cleanup func(), err error) {
+	dir, err = os.MkdirTemp("", "tempest-exec-")
+	if err != nil {
+		return "", nil, fmt.Errorf("working directory: %w", err)
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("working directory for uid %d: %w", cred.Uid, err)
+		}
+	}
+	return dir, cleanup, nil
 }
 
 // newExecOptions are what every exec stage on this worker starts from:
@@ -348,6 +416,15 @@ type rsDriver struct {
 	// timer covers it).
 	reroute chan int
 	routeMu sync.Mutex // one route table update at a time; guards hinted
+	// refreshMu serialises the route refreshes a sender the table does not
+	// show asks for, and guards refreshedAt, when the last one ended: a
+	// flood of forged messages costs the leader one route request per
+	// rsRefreshEvery, and concurrent refusals share one.
+	refreshMu   sync.Mutex
+	refreshedAt time.Time
+	// fetchRoutes asks the leader for the pipeline's routes (callLeader;
+	// tests replace it).
+	fetchRoutes func(ctx context.Context) ([]wire.RainstormRoute, error)
 	// hinted are downstream tasks that opened since the last route fetch:
 	// the next fetch reroutes to them whatever their incarnation was.
 	hinted map[int]bool
@@ -596,6 +673,65 @@ func (d *rsDriver) setRoutes(rs []wire.RainstormRoute) {
 	}
 }
 
+// rsRefreshEvery bounds how often a sender the routes do not show makes a
+// task fetch them again.
+const rsRefreshEvery = 250 * time.Millisecond
+
+// sentBy reports whether from hosts task (stage, index) of this pipeline.
+// The routes may be older than a replacement that moved the task to
+// another node, so a sender they do not show gets one fresh table first.
+func (d *rsDriver) sentBy(ctx context.Context, from transport.Peer, stage, index int) bool {
+	if d.hosts(from, stage, index) {
+		return true
+	}
+	d.refreshMu.Lock()
+	defer d.refreshMu.Unlock()
+	if d.hosts(from, stage, index) { // another refusal's refresh showed it
+		return true
+	}
+	if now := d.env.Now(); d.refreshedAt.IsZero() || now.Sub(d.refreshedAt) >= rsRefreshEvery {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		rs, err := d.fetchRoutes(ctx)
+		cancel()
+		if err == nil {
+			d.setRoutes(rs)
+		}
+		d.refreshedAt = d.env.Now()
+	}
+	return d.hosts(from, stage, index)
+}
+
+// hosts reports whether the routes show from hosting task (stage, index):
+// by node id, or by address from a leader that sends no node ids.
+func (d *rsDriver) hosts(from transport.Peer, stage, index int) bool {
+	m := d.routes.Load()
+	if m == nil {
+		return false
+	}
+	r, ok := (*m)[[2]int{stage, index}]
+	switch {
+	case !ok:
+		return false
+	case r.Node != "":
+		return r.Node == from.NodeID
+	default:
+		return r.Addr != "" && r.Addr == from.Addr
+	}
+}
+
+// leaderRoutes fetches the pipeline's routes from the manager leader.
+func (d *rsDriver) leaderRoutes(ctx context.Context) ([]wire.RainstormRoute, error) {
+	resp, err := d.w.callLeader(ctx, &wire.RainstormRoutesRequest{Job: d.task.Job, Workflow: d.task.Workflow})
+	if err != nil {
+		return nil, err
+	}
+	rr, ok := resp.(*wire.RainstormRoutes)
+	if !ok {
+		return nil, fmt.Errorf("routes request answered with %T", resp)
+	}
+	return rr.Routes, nil
+}
+
 func (d *rsDriver) route(stage, index int) (wire.RainstormRoute, bool) {
 	m := d.routes.Load()
 	if m == nil {
@@ -644,16 +780,12 @@ func (d *rsDriver) routeLoop(ctx context.Context) {
 		case <-t.C:
 		case <-d.kick:
 		}
-		resp, err := d.w.callLeader(ctx, &wire.RainstormRoutesRequest{Job: d.task.Job, Workflow: d.task.Workflow})
+		routes, err := d.fetchRoutes(ctx)
 		if err != nil {
 			continue
 		}
-		rr, ok := resp.(*wire.RainstormRoutes)
-		if !ok {
-			continue
-		}
-		d.setRoutes(rr.Routes)
-		for _, r := range rr.Routes {
+		d.setRoutes(routes)
+		for _, r := range routes {
 			if r.Stage == d.task.Stage+1 && r.Done {
 				a := &wire.RainstormBatchAck{From: wire.RainstormTask{Job: d.task.Job, Workflow: d.task.Workflow, Stage: r.Stage, Index: r.Index},
 					To: d.task.Index, UpTo: math.MaxUint64}
@@ -900,6 +1032,14 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 		opts := d.w.execOpts
 		opts.Columns = rainstorm.Columns(spec, header, d.task.Stage-1)
 		opts.Logger = d.log
+		if cs.Op == rainstorm.OpExec {
+			dir, cleanup, err := execWorkDir(opts.Credential)
+			if err != nil {
+				return fmt.Errorf("exec stage %s: %w", cs.Name, err)
+			}
+			defer cleanup() // after the program is closed (deferred below)
+			opts.Dir = dir
+		}
 		op, err := cs.Operator(opts)
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"tempest/internal/lifecycle"
+	"tempest/internal/obs"
 	"tempest/internal/rounds"
 	"tempest/rainstorm"
 	"tempest/security"
@@ -105,6 +106,10 @@ type Worker struct {
 
 	// drainErr is written by the first Drain before it closes drained.
 	drainErr error
+
+	// refused counts pipeline messages refused for their sender
+	// (tempest_worker_unauthorized_total, rainstorm.go).
+	refused obs.Refusals[wire.MsgType]
 }
 
 // New checks cfg and deps and returns a Worker ready to Run.

@@ -149,7 +149,13 @@ func devWorkerConfig(allow, dirs []string) (map[string]any, error) {
 		}
 		abs = append(abs, p)
 	}
-	cfg := map[string]any{"exec": map[string]any{"enabled": true, "programs": programs, "program_sums": sums}}
+	execCfg := map[string]any{"enabled": true, "programs": programs, "program_sums": sums}
+	if os.Geteuid() == 0 {
+		// A root worker refuses exec without exec.user. A dev cluster runs
+		// its programs as the user who started it, root included: say so.
+		execCfg["user"] = "root"
+	}
+	cfg := map[string]any{"exec": execCfg}
 	if len(abs) > 0 {
 		cfg["source_dirs"] = abs
 	}

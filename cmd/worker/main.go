@@ -59,6 +59,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer, sigs <-cha
 		fmt.Fprintf(stderr, "tempest-worker: %v\n", err)
 		return exitUsage
 	}
+	if err := checkExecHost(cfg, opts.SecretFile, os.Geteuid()); err != nil {
+		fmt.Fprintf(stderr, "tempest-worker: %v\n", err)
+		return exitUsage
+	}
 	node, code, err := nodecmd.PrepareNode("tempest-worker", cfg.ID, opts, getenv, stderr)
 	if err != nil {
 		return code
@@ -190,4 +194,20 @@ func loadConfig(args []string, stderr io.Writer) (worker.Config, nodecmd.Options
 		return worker.Config{}, nodecmd.Options{}, err
 	}
 	return cfg, flags.Options(), nil
+}
+
+// checkExecHost refuses a worker that would hand its exec programs more
+// than the job needs: programs running as root (exec enabled, the worker
+// root, no exec.user), or a secret file they could read (group or other
+// permissions, or another owner than the worker's user).
+func checkExecHost(cfg worker.Config, secretFile string, euid int) error {
+	if err := cfg.Exec.CheckRunAs(euid); err != nil {
+		return err
+	}
+	if cfg.Exec.Enabled && secretFile != "" {
+		if err := nodecmd.CheckPrivateFile(secretFile, euid); err != nil {
+			return fmt.Errorf("exec.enabled: %w", err)
+		}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -213,5 +214,42 @@ func TestMetricsListener(t *testing.T) {
 	w.Stop()
 	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
 		t.Error("metrics still served after the worker exited")
+	}
+}
+
+// A worker with exec on refuses to start where its programs would get more
+// than a job needs: as root without exec.user (they would be root), or with
+// a secret file that a program of another user, or any other user, could
+// read. euid is passed in, so the rules are checked whoever runs the test.
+func TestExecHostChecks(t *testing.T) {
+	cfg := worker.DefaultConfig()
+	cfg.Exec.Enabled, cfg.Exec.Programs = true, []string{"/usr/bin/awk"}
+	private := testutil.WriteFile(t, "secret.env", "AUTH_SECRET=x\n") // 0600, ours
+	euid := os.Geteuid()
+
+	if err := checkExecHost(cfg, private, 0); err == nil || !strings.Contains(err.Error(), "exec.user") {
+		t.Fatalf("exec as root without exec.user: %v, want refused naming exec.user", err)
+	}
+	asRoot := cfg
+	asRoot.Exec.User = "root"
+	if err := checkExecHost(asRoot, "", 0); err != nil {
+		t.Fatalf("exec as root with exec.user: root, said on purpose: %v", err)
+	}
+	if err := checkExecHost(asRoot, private, euid); err != nil {
+		t.Fatalf("a private secret file: %v", err)
+	}
+	shared := testutil.WriteFile(t, "shared.env", "AUTH_SECRET=x\n")
+	if err := os.Chmod(shared, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkExecHost(asRoot, shared, euid); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("a group-readable secret file: %v, want refused", err)
+	}
+	if err := checkExecHost(asRoot, private, euid+1); err == nil || !strings.Contains(err.Error(), "chown") {
+		t.Fatalf("a secret file of another user: %v, want refused", err)
+	}
+	off := worker.DefaultConfig()
+	if err := checkExecHost(off, shared, 0); err != nil {
+		t.Fatalf("exec off checks nothing: %v", err)
 	}
 }

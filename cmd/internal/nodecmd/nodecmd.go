@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"go.yaml.in/yaml/v3"
 
@@ -216,4 +217,22 @@ func ParsePeers[P any](s string, peer func(id, addr string) P) ([]P, error) {
 		out = append(out, peer(id, addr))
 	}
 	return out, nil
+}
+
+// CheckPrivateFile refuses a secret file another user could read: it must
+// be owned by euid (the node's user) with no permission for group or
+// others (0600 or tighter). A worker whose exec programs run as another
+// user (exec.user) relies on it: they must not read the node's secrets.
+func CheckPrivateFile(path string, euid int) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("secret file: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("secret file %s is mode %04o, readable beyond its owner: chmod 600 it", path, perm)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != euid {
+		return fmt.Errorf("secret file %s belongs to uid %d, not to this node's user (uid %d): chown it", path, st.Uid, euid)
+	}
+	return nil
 }
