@@ -14,7 +14,10 @@ const (
 	DefaultResendTicks     = 10
 	DefaultMaxPending      = 64
 	DefaultBatchRecords    = 4096
-	maxReorder             = 256
+	// DefaultFlushRows keeps one checkpoint's share of an aggregate's
+	// final output near a megabyte, far under the transport's message cap.
+	DefaultFlushRows = 32 << 10
+	maxReorder       = 256
 )
 
 // Ready is what a machine asks its driver to do, collected since the last
@@ -55,6 +58,9 @@ type TaskConfig struct {
 	ResendTicks     int // resend unacknowledged batches after this long without progress
 	MaxPending      int // unacknowledged batches per output channel before input waits
 	BatchRecords    int // records per output batch at most
+	// FlushRows bounds the final values an aggregate emits per
+	// checkpoint once its inputs ended (whole key groups, at least one).
+	FlushRows int
 }
 
 func (c *TaskConfig) defaults() {
@@ -69,6 +75,9 @@ func (c *TaskConfig) defaults() {
 	}
 	if c.BatchRecords <= 0 {
 		c.BatchRecords = DefaultBatchRecords
+	}
+	if c.FlushRows <= 0 {
+		c.FlushRows = DefaultFlushRows
 	}
 }
 
@@ -111,6 +120,7 @@ type TaskMachine struct {
 	inflightSeq []uint64 // per output, the highest seq in inflight
 	dirty       bool
 	final       bool // the final checkpoint has been cut
+	flushed     int  // key groups whose final values the aggregate has emitted
 	done        bool
 	stopped     bool
 
@@ -177,9 +187,13 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 		m.out[b.To].pending = append(m.out[b.To].pending, &b)
 	}
 	if m.agg != nil {
-		if err := m.agg.Restore(c.State); err != nil {
+		if err := m.agg.Restore(c.Groups, c.State); err != nil {
 			return err
 		}
+		if c.Flushed < 0 || c.Flushed > KeyGroups {
+			return fmt.Errorf("rainstorm task %d.%d: checkpoint flushed %d key groups of %d", m.cfg.Task.Stage, m.cfg.Task.Index, c.Flushed, KeyGroups)
+		}
+		m.flushed = c.Flushed
 	}
 	m.bad = c.BadRecords
 	m.recIn, m.recOut = c.RecordsIn, c.RecordsOut
@@ -373,7 +387,10 @@ func (m *TaskMachine) Tick() {
 	for i := range m.in {
 		allEOS = allEOS && m.in[i].eos
 	}
-	if m.inflight == nil && !m.final && (allEOS || (m.dirty && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
+	// An aggregate emits its final values a few key groups per
+	// checkpoint, each step once its outputs have room.
+	flushWaits := allEOS && m.agg != nil && m.flushed < KeyGroups && m.backedUp()
+	if m.inflight == nil && !m.final && ((allEOS && !flushWaits) || (m.dirty && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
 		m.cut(allEOS)
 	}
 	for i := range m.out {
@@ -411,16 +428,21 @@ func (m *TaskMachine) Rerouted(to int) {
 
 // cut closes the open batches and asks for a checkpoint holding them.
 func (m *TaskMachine) cut(final bool) {
+	if final && m.agg != nil {
+		if m.flushed < KeyGroups && !m.backedUp() {
+			hi := m.agg.FlushEnd(m.flushed, m.cfg.FlushRows)
+			m.emit(m.agg.GroupRows(m.flushed, hi))
+			m.flushed = hi
+		}
+		final = m.flushed == KeyGroups
+	}
 	if final {
 		m.final = true
-		if m.agg != nil {
-			m.emit(m.agg.Rows())
-		}
 	}
 	c := &wire.RainstormCheckpoint{
 		Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
 		Inputs: make([]wire.RainstormInput, len(m.in)), Outputs: make([]wire.RainstormOutput, len(m.out)),
-		BadRecords: m.bad, Done: final, RecordsIn: m.recIn, RecordsOut: m.recOut,
+		BadRecords: m.bad, Done: final, RecordsIn: m.recIn, RecordsOut: m.recOut, Flushed: m.flushed,
 	}
 	m.inflightPos = m.inflightPos[:0]
 	for i := range m.in {
@@ -454,7 +476,7 @@ func (m *TaskMachine) cut(final bool) {
 		}
 	}
 	if m.agg != nil {
-		c.State = m.agg.Snapshot()
+		c.Groups = m.agg.Delta()
 	}
 	c.Rows, m.rows = m.rows, nil
 	m.inflight = c

@@ -1,0 +1,182 @@
+package rainstorm
+
+import (
+	"fmt"
+
+	"tempest/wire"
+)
+
+// PageBytes is about how many bytes of state, batches and rows one part
+// of a split checkpoint carries: under half the transport's message cap,
+// so that the estimate's error and a message's other contents still fit.
+const PageBytes = 4 << 20
+
+// Size estimates the encoded size of c's state, batches and rows (its
+// positions are small next to them).
+func Size(c *wire.RainstormCheckpoint) int {
+	n := 256 + 24*(len(c.Inputs)+len(c.Outputs))
+	for i := range c.Groups {
+		n += 8 + entriesSize(c.Groups[i].Entries)
+	}
+	n += entriesSize(c.State)
+	for i := range c.PendingBlobs {
+		n += blobSize(&c.PendingBlobs[i])
+	}
+	for i := range c.Pending {
+		n += batchSize(&c.Pending[i])
+	}
+	return n + recordsSize(c.Rows)
+}
+
+func entrySize(e *wire.RainstormAggregate) int { return 16 + len(e.Key) + len(e.Sum) }
+
+func entriesSize(es []wire.RainstormAggregate) int {
+	n := 0
+	for i := range es {
+		n += entrySize(&es[i])
+	}
+	return n
+}
+
+func blobSize(b *wire.RainstormBatchBlob) int { return 48 + len(b.Batch) }
+
+func batchSize(b *wire.RainstormBatch) int { return 64 + recordsSize(b.Records) }
+
+func recordSize(r *wire.RainstormRecord) int {
+	n := 12
+	for _, f := range r.Fields {
+		n += 3 + len(f)
+	}
+	return n
+}
+
+func recordsSize(rs []wire.RainstormRecord) int {
+	n := 0
+	for i := range rs {
+		n += recordSize(&rs[i])
+	}
+	return n
+}
+
+// Split cuts c into parts of about budget bytes each (Part 0, 1, …; More
+// on all but the last), in the order Join expects: part 0 holds c's
+// positions and counters and the first of its groups, batches and rows;
+// each later part names the checkpoint (task, incarnation, version) and
+// holds more of them. A group larger than budget continues, under its
+// number, in the next part. A checkpoint that fits is returned alone, as
+// it is. The parts share c's slices; c is not changed.
+func Split(c *wire.RainstormCheckpoint, budget int) []*wire.RainstormCheckpoint {
+	if Size(c) <= budget {
+		return []*wire.RainstormCheckpoint{c}
+	}
+	head := *c
+	head.Groups, head.State, head.PendingBlobs, head.Pending, head.Rows = nil, nil, nil, nil, nil
+	head.Part, head.More = 0, false
+	parts := []*wire.RainstormCheckpoint{&head}
+	cur, used := &head, 256
+	next := func(need int) {
+		if used > 256 && used+need > budget {
+			cur.More = true
+			cur = &wire.RainstormCheckpoint{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Part: len(parts)}
+			parts = append(parts, cur)
+			used = 256
+		}
+		used += need
+	}
+	for _, g := range c.Groups {
+		if len(g.Entries) == 0 {
+			next(8)
+			cur.Groups = append(cur.Groups, g)
+			continue
+		}
+		for es := g.Entries; len(es) > 0; {
+			next(8 + entrySize(&es[0]))
+			k := 1 // and as many more as fit the rest of this part
+			for k < len(es) && used+entrySize(&es[k]) <= budget {
+				used += entrySize(&es[k])
+				k++
+			}
+			cur.Groups = append(cur.Groups, wire.RainstormGroupState{Group: g.Group, Entries: es[:k:k]})
+			es = es[k:]
+		}
+	}
+	for i := range c.State {
+		next(entrySize(&c.State[i]))
+		cur.State = append(cur.State, c.State[i])
+	}
+	for i := range c.PendingBlobs {
+		next(blobSize(&c.PendingBlobs[i]))
+		cur.PendingBlobs = append(cur.PendingBlobs, c.PendingBlobs[i])
+	}
+	for i := range c.Pending {
+		next(batchSize(&c.Pending[i]))
+		cur.Pending = append(cur.Pending, c.Pending[i])
+	}
+	for i := range c.Rows {
+		next(recordSize(&c.Rows[i]))
+		cur.Rows = append(cur.Rows, c.Rows[i])
+	}
+	return parts
+}
+
+// Joiner puts a checkpoint split by Split back together, part by part.
+// The zero value is ready; after a whole checkpoint it starts afresh.
+type Joiner struct {
+	c *wire.RainstormCheckpoint
+}
+
+// Add takes the next part. It returns the whole checkpoint once p is the
+// last part (p alone when it was never split), else nil. A part that does
+// not follow the ones before (another checkpoint, a part out of order)
+// is an error; a part 0 always starts afresh, so a reader that lost its
+// place asks for part 0 again.
+func (j *Joiner) Add(p *wire.RainstormCheckpoint) (*wire.RainstormCheckpoint, error) {
+	if p.Part == 0 {
+		head := *p
+		head.Groups = append([]wire.RainstormGroupState(nil), p.Groups...)
+		j.c = &head
+	} else {
+		c := j.c
+		switch {
+		case c == nil:
+			return nil, fmt.Errorf("checkpoint part %d without part 0", p.Part)
+		case p.Task != c.Task || p.Incarnation != c.Incarnation || p.Version != c.Version:
+			j.c = nil
+			return nil, fmt.Errorf("checkpoint part %d is of %d.%d incarnation %d version %d, not of the checkpoint being joined (%d.%d incarnation %d version %d)",
+				p.Part, p.Task.Stage, p.Task.Index, p.Incarnation, p.Version, c.Task.Stage, c.Task.Index, c.Incarnation, c.Version)
+		case p.Part != c.Part+1:
+			j.c = nil
+			return nil, fmt.Errorf("checkpoint part %d after part %d", p.Part, c.Part)
+		}
+		for _, g := range p.Groups {
+			if n := len(c.Groups); n > 0 && c.Groups[n-1].Group == g.Group {
+				last := &c.Groups[n-1]
+				last.Entries = append(last.Entries[:len(last.Entries):len(last.Entries)], g.Entries...)
+				continue
+			}
+			c.Groups = append(c.Groups, g)
+		}
+		c.State = append(c.State, p.State...)
+		c.PendingBlobs = append(c.PendingBlobs, p.PendingBlobs...)
+		c.Pending = append(c.Pending, p.Pending...)
+		c.Rows = append(c.Rows, p.Rows...)
+		c.Part, c.More = p.Part, p.More
+	}
+	if j.c.More {
+		return nil, nil
+	}
+	c := j.c
+	j.c = nil
+	c.Part = 0
+	for i := 1; i < len(c.Groups); i++ {
+		if c.Groups[i].Group <= c.Groups[i-1].Group {
+			return nil, fmt.Errorf("checkpoint of %d.%d: key group %d after %d", c.Task.Stage, c.Task.Index, c.Groups[i].Group, c.Groups[i-1].Group)
+		}
+	}
+	for _, g := range c.Groups {
+		if g.Group < 0 || g.Group >= KeyGroups {
+			return nil, fmt.Errorf("checkpoint of %d.%d: key group %d of %d", c.Task.Stage, c.Task.Index, g.Group, KeyGroups)
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,117 @@
+package rainstorm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"tempest/wire"
+)
+
+// bigCheckpoint is a checkpoint of a task whose state, batches and rows
+// together are far over budget, with one group alone larger than it.
+func bigCheckpoint(rng *rand.Rand, budget int) *wire.RainstormCheckpoint {
+	c := &wire.RainstormCheckpoint{Task: wire.RainstormTask{Job: "j", Workflow: "w", Stage: 2, Index: 1}, Incarnation: 7, Version: 9,
+		Inputs: []wire.RainstormInput{{Next: 3}}, Outputs: []wire.RainstormOutput{{Next: 5, Acked: 2}}, Flushed: 3, RecordsIn: 11}
+	for g := 0; g < KeyGroups; g += 1 + rng.IntN(3) {
+		n := rng.IntN(400)
+		if g == 5 {
+			n = budget / 20 // alone over budget
+		}
+		gs := wire.RainstormGroupState{Group: g}
+		for i := range n {
+			gs.Entries = append(gs.Entries, wire.RainstormAggregate{Key: fmt.Sprintf("k%06d", i), Count: int64(i)})
+		}
+		c.Groups = append(c.Groups, gs)
+	}
+	for i := range 40 {
+		c.PendingBlobs = append(c.PendingBlobs, wire.RainstormBatchBlob{To: i % 3, Seq: uint64(i + 3), Batch: make([]byte, budget/8)})
+	}
+	for i := range 3000 {
+		c.Rows = append(c.Rows, wire.RainstormRecord{ID: uint64(i), Fields: []string{"row", fmt.Sprint(i)}})
+	}
+	return c
+}
+
+// A checkpoint over budget splits into parts each under it (encoded), and
+// joins back to the same checkpoint.
+func TestSplitJoin(t *testing.T) {
+	const budget = 64 << 10
+	rng := rand.New(rand.NewPCG(1, 2))
+	c := bigCheckpoint(rng, budget)
+	parts := Split(c, budget)
+	if len(parts) < 10 {
+		t.Fatalf("%d parts of a checkpoint of about %d bytes", len(parts), Size(c))
+	}
+	var j Joiner
+	var got *wire.RainstormCheckpoint
+	for i, p := range parts {
+		b, err := wire.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > budget+budget/8 {
+			t.Fatalf("part %d is %d bytes, over the budget of %d", i, len(b), budget)
+		}
+		if p.Part != i || p.More != (i < len(parts)-1) {
+			t.Fatalf("part %d says part %d, more %v", i, p.Part, p.More)
+		}
+		var back wire.RainstormCheckpoint // as a receiver decodes it
+		if err := wire.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		out, err := j.Add(&back)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (out != nil) != (i == len(parts)-1) {
+			t.Fatalf("part %d of %d: joined %v", i, len(parts), out != nil)
+		}
+		got = out
+	}
+	want := *c
+	if !reflect.DeepEqual(got, &want) {
+		t.Fatalf("joined checkpoint differs: %d groups, %d blobs, %d rows; want %d, %d, %d",
+			len(got.Groups), len(got.PendingBlobs), len(got.Rows), len(c.Groups), len(c.PendingBlobs), len(c.Rows))
+	}
+	if small := (&wire.RainstormCheckpoint{Version: 1}); Split(small, budget)[0] != small {
+		t.Fatal("a checkpoint that fits was copied")
+	}
+}
+
+// A part that does not follow the parts before is refused, and part 0
+// starts afresh.
+func TestJoinRefusesStrayParts(t *testing.T) {
+	const budget = 64 << 10
+	parts := Split(bigCheckpoint(rand.New(rand.NewPCG(3, 4)), budget), budget)
+	var j Joiner
+	if _, err := j.Add(parts[1]); err == nil {
+		t.Fatal("part 1 without part 0 accepted")
+	}
+	if _, err := j.Add(parts[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Add(parts[2]); err == nil {
+		t.Fatal("part 2 after part 0 accepted")
+	}
+	other := *parts[1]
+	other.Version++
+	if _, err := j.Add(parts[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Add(&other); err == nil {
+		t.Fatal("a part of another version accepted")
+	}
+	bad := *parts[len(parts)-1]
+	bad.Groups = []wire.RainstormGroupState{{Group: 2}}
+	j = Joiner{}
+	for _, p := range parts[:len(parts)-1] {
+		if _, err := j.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := j.Add(&bad); err == nil {
+		t.Fatal("groups out of order accepted")
+	}
+}
