@@ -115,3 +115,101 @@ func TestJoinRefusesStrayParts(t *testing.T) {
 		t.Fatal("groups out of order accepted")
 	}
 }
+
+// Paged keeps small checkpoints together, gives a large one's parts pages
+// of their own, every page under the cap, and joining in order gives back
+// every checkpoint.
+func TestPaged(t *testing.T) {
+	const budget = 64 << 10
+	rng := rand.New(rand.NewPCG(5, 6))
+	small := func(v uint64) *wire.RainstormCheckpoint {
+		return &wire.RainstormCheckpoint{Task: wire.RainstormTask{Stage: 1, Index: int(v)}, Incarnation: 1, Version: v}
+	}
+	big := bigCheckpoint(rng, budget)
+	cs := []*wire.RainstormCheckpoint{small(1), small(2), big, small(3)}
+	pages := Paged(cs, budget)
+	if len(pages) < 10 || len(pages[0]) != 2 || len(pages[len(pages)-1]) < 2 {
+		t.Fatalf("%d pages, the first of %d", len(pages), len(pages[0]))
+	}
+	var j Joiner
+	var got []*wire.RainstormCheckpoint
+	for i, page := range pages {
+		b, err := wire.Marshal(&wire.RainstormReplicate{Term: 1, Checkpoints: derefs(page)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > budget+budget/8 {
+			t.Fatalf("page %d is %d bytes", i, len(b))
+		}
+		for _, p := range page {
+			c, err := j.Add(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c != nil {
+				got = append(got, c)
+			}
+		}
+	}
+	if len(got) != len(cs) || !reflect.DeepEqual(got[2], big) || got[3].Version != 3 {
+		t.Fatalf("joined %d checkpoints", len(got))
+	}
+}
+
+func derefs(cs []*wire.RainstormCheckpoint) []wire.RainstormCheckpoint {
+	out := make([]wire.RainstormCheckpoint, len(cs))
+	for i, c := range cs {
+		out[i] = *c
+	}
+	return out
+}
+
+// DiffGroups names exactly the entries that changed between two states,
+// so a store applying them to prev's entries holds next's.
+func TestDiffGroups(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	entries := func(n int) map[string]int64 {
+		m := map[string]int64{}
+		for range n {
+			m[fmt.Sprint("k", rng.IntN(3000))] = int64(rng.IntN(3))
+		}
+		return m
+	}
+	toGroups := func(m map[string]int64) []wire.RainstormGroupState {
+		var gs []wire.RainstormGroupState
+		for k, v := range m {
+			gs = ComposeGroups(gs, []wire.RainstormGroupState{{Group: KeyGroup(k), Entries: []wire.RainstormAggregate{{Key: k, Count: v}}}})
+		}
+		return gs
+	}
+	prev, next := entries(2000), entries(2000)
+	pg, ng := toGroups(prev), toGroups(next)
+	have := map[string]int64{}
+	for k, v := range prev {
+		have[k] = v
+	}
+	err := DiffGroups(pg, ng, func(g int, e *wire.RainstormAggregate) error {
+		if KeyGroup(e.Key) != g {
+			t.Fatalf("key %s put in group %d", e.Key, g)
+		}
+		if v, ok := have[e.Key]; ok && v == e.Count {
+			t.Fatalf("unchanged key %s put", e.Key)
+		}
+		have[e.Key] = e.Count
+		return nil
+	}, func(_ int, key string) error {
+		delete(have, key)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(have, next) {
+		t.Fatalf("after the diff: %d keys, want %d", len(have), len(next))
+	}
+	calls := 0
+	count := func(int, *wire.RainstormAggregate) error { calls++; return nil }
+	if err := DiffGroups(ng, ComposeGroups(ng, nil), count, func(int, string) error { calls++; return nil }); err != nil || calls != 0 {
+		t.Fatalf("a state against itself: %d calls", calls)
+	}
+}
