@@ -114,7 +114,7 @@ func TestRainstormRequestsOnlyFromTheTaskWorker(t *testing.T) {
 		}
 		noToken("the checkpoint's refusal", a.Reason)
 	}
-	if l := lead.rs.latest(sink); l != nil {
+	if l := lead.rs.Latest(sink); l != nil {
 		t.Fatalf("a forged checkpoint was stored: %+v", l)
 	}
 	_, err := callFrom(t, c.hub.Node("evil-not-a-worker"), lead.cfg.ID, &wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"})

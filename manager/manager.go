@@ -18,6 +18,7 @@ import (
 	"tempest/internal/lifecycle"
 	"tempest/internal/store"
 	"tempest/leadership"
+	"tempest/rsstore"
 	"tempest/security"
 	"tempest/swim"
 	"tempest/transport"
@@ -90,8 +91,12 @@ type Manager struct {
 	peers      map[string]string // other configured managers: id -> QUIC addr
 	peerIDs    []string          // sorted keys of peers
 	quorumSize int
-	rs         *rsStore // rainstorm.go
-	ids        *wire.SnowflakeGenerator
+	rs         *rsstore.Store // rainstorm.go
+	// rsStale counts checkpoints refused because their task runs under a
+	// newer incarnation: a replaced task that went on (frozen, cut off)
+	// and was fenced, as /metrics shows.
+	rsStale atomic.Uint64
+	ids     *wire.SnowflakeGenerator
 
 	workers  *workerTable
 	managers *managerTable

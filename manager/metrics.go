@@ -55,7 +55,7 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 				obs.Gauge(ch, workers, v, k)
 			}
 			obs.Gauge(ch, cores, float64(free))
-			obs.Counter(ch, stale, float64(m.rs.staleRefused.Load()))
+			obs.Counter(ch, stale, float64(m.rsStale.Load()))
 			for t, n := range m.refused.snapshot() {
 				obs.Counter(ch, refused, float64(n), t.String())
 			}

@@ -3,7 +3,6 @@ package manager
 import (
 	"cmp"
 	"context"
-	"maps"
 	"slices"
 	"strings"
 
@@ -33,14 +32,13 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 	}
 	last := len(spec.Stages)
 	var rows []wire.RainstormRecord
-	m.rs.mu.Lock()
 	for i, t := range order {
 		name := "source"
 		if t.Stage > 0 {
 			name = spec.Stages[t.Stage-1].Name
 		}
 		in := infos[i]
-		st := m.rs.tasks[t]
+		latest := m.rs.Latest(t)
 		task := api.PipelineTask{Stage: t.Stage, Index: t.Index, Name: name, Status: in.status,
 			Worker: in.worker, Attempts: in.attempts, Bad: in.bad, Waiting: in.waiting}
 		switch {
@@ -48,16 +46,16 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 			// The source's progress: well-formed records read (its
 			// count), malformed ones (its failures).
 			task.Records, task.RecordsOut = in.records+in.bad, in.records
-		case st != nil && st.latest != nil:
+		case latest != nil:
 			// A stage's durable counts: its progress would count work a
 			// crash then undid, and miss what it redid.
-			task.Records, task.RecordsOut = int64(st.latest.RecordsIn), int64(st.latest.RecordsOut)
+			task.Records, task.RecordsOut = int64(latest.RecordsIn), int64(latest.RecordsOut)
 		}
 		out.Tasks = append(out.Tasks, task)
 		out.Restarts += max(in.attempts-1, 0)
-		if st != nil && st.latest != nil {
-			out.BadRecords += st.latest.BadRecords
-			if src := st.latest.Source; src != nil {
+		if latest != nil {
+			out.BadRecords += latest.BadRecords
+			if src := latest.Source; src != nil {
 				for _, id := range src.BadFirst {
 					out.BadFirst = append(out.BadFirst, id+1)
 				}
@@ -69,18 +67,11 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 		if infos[i].status != wire.WorkflowCompleted {
 			out.Complete = false
 		}
-		if st == nil || !withRows {
-			continue
-		}
-		for _, v := range slices.Sorted(maps.Keys(st.rows)) {
-			rows = append(rows, st.rows[v]...)
+		if withRows {
+			rows = append(rows, m.rs.Rows(t)...)
 		}
 	}
-	var header []string
-	if h, ok := m.rs.headers[[2]string{jobID, workflow}]; ok {
-		header = h.Header
-	}
-	m.rs.mu.Unlock()
+	header, _ := m.rs.Header(jobID, workflow)
 	if spec.Stages[last-1].Op.Aggregate() {
 		slices.SortFunc(rows, func(a, b wire.RainstormRecord) int { return strings.Compare(a.Fields[0], b.Fields[0]) })
 	} else {
@@ -104,8 +95,8 @@ func (m *Manager) rsAwaitSynced(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		synced := m.rs.syncedChan() // before the check: a sync after it closes it
-		if m.rs.syncedTerm.Load() == lt.Number() {
+		synced := m.rs.SyncedChan() // before the check: a sync after it closes it
+		if m.rs.Synced(lt.Number()) {
 			return nil
 		}
 		select {
@@ -114,27 +105,5 @@ func (m *Manager) rsAwaitSynced(ctx context.Context) error {
 		case <-ctx.Done():
 			return wire.Errorf(wire.CodeUnavailable, "leader is still reading the pipelines' state: %v", context.Cause(ctx))
 		}
-	}
-}
-
-// syncedChan returns a channel closed at the next setSynced.
-func (s *rsStore) syncedChan() <-chan struct{} {
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	if s.syncedCh == nil {
-		s.syncedCh = make(chan struct{})
-	}
-	return s.syncedCh
-}
-
-// setSynced records that this manager, leading in term, has read a
-// majority's checkpoints, and wakes those waiting for it.
-func (s *rsStore) setSynced(term uint64) {
-	s.syncedTerm.Store(term)
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	if s.syncedCh != nil {
-		close(s.syncedCh)
-		s.syncedCh = nil
 	}
 }

@@ -17,15 +17,15 @@ const rsPushTimeout = 2 * time.Second
 // it now, not when their resend timer runs out, so that recovery takes
 // failure detection and placement, not that timer too. Workers take it as
 // a hint and ask for the routes (wire.RainstormRoutesChanged).
-func (m *Manager) rsRoutesChanged(lt *leadership.Term, opens []*rsReq) {
+func (m *Manager) rsRoutesChanged(lt *leadership.Term, opens []*wire.RainstormOpen) {
 	opened := map[[2]string][]wire.RainstormTask{}
 	var pipes [][2]string
-	for _, r := range opens {
-		k := [2]string{r.open.Task.Job, r.open.Task.Workflow}
+	for _, o := range opens {
+		k := [2]string{o.Task.Job, o.Task.Workflow}
 		if _, ok := opened[k]; !ok {
 			pipes = append(pipes, k)
 		}
-		opened[k] = append(opened[k], wire.RainstormTask{Stage: r.open.Task.Stage, Index: r.open.Task.Index})
+		opened[k] = append(opened[k], wire.RainstormTask{Stage: o.Task.Stage, Index: o.Task.Index})
 	}
 	lt.Go(func(ctx context.Context) {
 		for _, p := range pipes {

@@ -1,0 +1,357 @@
+package rsstore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"tempest/transport"
+	"tempest/wire"
+)
+
+// Host is what the store needs of the manager that runs it.
+type Host interface {
+	// Peers returns the other managers of the group and the majority
+	// size, this manager counted.
+	Peers() (ids []string, quorum int)
+	// Call sends msg to peer id and waits for its answer.
+	Call(ctx context.Context, id string, msg wire.Message) (wire.Message, error)
+	// Admit is the job table's word on a task's request, taken by the
+	// committer as its group is checked: nil when the task is dispatched
+	// to the sender under the request's incarnation and is running, else
+	// the answer the request gets (the store checks nothing more).
+	Admit(r *Request) *Result
+	// Opened is told of the tasks a durable group opened in term (one
+	// call per group), so their pipelines' workers can be told at once.
+	Opened(term uint64, opens []*wire.RainstormOpen)
+	// StaleReason says why a replicated group of term from sender must
+	// not be stored here ("" when it may): a deposed leader's, or one
+	// from another than this term's leader.
+	StaleReason(sender string, term uint64) string
+	// Logger is where the store logs.
+	Logger() *slog.Logger
+}
+
+// Request is one task request to the committer: a checkpoint or an open.
+type Request struct {
+	Ckpt *wire.RainstormCheckpoint
+	Open *wire.RainstormOpen
+	From transport.Peer // the proven sender
+
+	reply chan Result
+}
+
+// Task is the task the request is about.
+func (r *Request) Task() wire.RainstormTask {
+	if r.Open != nil {
+		return r.Open.Task
+	}
+	return r.Ckpt.Task
+}
+
+// Result answers a Request: an open's reply is a *wire.RainstormOpenReply
+// holding the task's checkpoint and its pipeline's header (no routes: the
+// manager adds them), a checkpoint's a *wire.RainstormCheckpointAck.
+type Result struct {
+	Msg wire.Message
+	Err error
+}
+
+// Submit queues r for this term's committer and waits for its answer.
+// The caller checked that this manager leads and has synced (Synced).
+func (s *Store) Submit(ctx context.Context, r *Request) (wire.Message, error) {
+	// Bounded: a request queued as this manager lost leadership is never
+	// taken, and the task has long resent it elsewhere.
+	ctx, cancel := context.WithTimeout(ctx, 4*s.cfg.QuorumTimeout+time.Second)
+	defer cancel()
+	r.reply = make(chan Result, 1)
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-r.reply:
+		return res.Msg, res.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Lead is the leader's part for one term: read a majority's stores, then
+// commit requests until ctx (the term) ends.
+func (s *Store) Lead(ctx context.Context, term uint64) {
+	for attempt := 0; ; attempt++ {
+		err := s.Sync(ctx, term)
+		if err == nil {
+			break
+		}
+		if attempt%20 == 0 {
+			s.host.Logger().Warn("rainstorm: reading peers' checkpoints", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for {
+		var group []*Request
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-s.reqs:
+			group = append(group, r)
+		}
+	drain:
+		for len(group) < s.cfg.MaxGroup {
+			select {
+			case r := <-s.reqs:
+				group = append(group, r)
+			default:
+				break drain
+			}
+		}
+		for i, res := range s.Commit(ctx, term, group) {
+			group[i].reply <- res
+		}
+	}
+}
+
+// FencedAck refuses checkpoint c as fenced: the task stops. Current is
+// one past c's incarnation, never the task's real token.
+func FencedAck(c *wire.RainstormCheckpoint, reason string) *wire.RainstormCheckpointAck {
+	return &wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Refused: true,
+		Current: c.Incarnation + 1, Reason: reason}
+}
+
+// Commit checks, stores, replicates and answers one group of requests in
+// term; the answers are in the group's order. Lead calls it; so do tests
+// that drive a store step by step.
+func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Result {
+	type accepted struct {
+		i   int
+		ack *wire.RainstormCheckpointAck
+	}
+	var (
+		acc     []accepted
+		opens   []int
+		cs      []change
+		deltas  []*wire.RainstormCheckpoint // cs[i] as the task wrote it
+		hs      []wire.RainstormHeader
+		staged  = map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+		answers = make([]Result, len(group))
+		admit   = make([]*Result, len(group))
+	)
+	for i, r := range group {
+		admit[i] = s.host.Admit(r)
+	}
+	s.mu.Lock()
+	for i, r := range group {
+		if a := admit[i]; a != nil {
+			answers[i] = *a
+			continue
+		}
+		if o := r.Open; o != nil {
+			if o.Task.Stage == 0 && o.HasHeader {
+				k := [2]string{o.Task.Job, o.Task.Workflow}
+				if h, ok := s.headers[k]; !ok || !slices.Equal(h.Header, o.Header) {
+					hs = append(hs, wire.RainstormHeader{Job: o.Task.Job, Workflow: o.Task.Workflow, Header: o.Header, HasHeader: true})
+				}
+			}
+			opens = append(opens, i)
+			continue
+		}
+		c := r.Ckpt
+		// Current is the writer's own incarnation, or one past it when
+		// fenced: never another dispatch's token.
+		ack := &wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Current: c.Incarnation}
+		st := s.tasks[c.Task]
+		var have uint64
+		var latest *wire.RainstormCheckpoint
+		if st != nil && st.latest != nil {
+			latest, have = st.latest, st.latest.Version
+		}
+		if sc, ok := staged[c.Task]; ok {
+			latest, have = sc, sc.Version
+		}
+		switch {
+		case latest != nil && c.Version == latest.Version && latest.Incarnation == c.Incarnation:
+			if _, inGroup := staged[c.Task]; inGroup {
+				// A resend of a checkpoint of this very group: durable
+				// only if the group is.
+				acc = append(acc, accepted{i, ack})
+				break
+			}
+			answers[i] = Result{Msg: ack} // a resend of what is stored
+		case c.Version != have+1:
+			ack.Refused = true
+			ack.Reason = fmt.Sprintf("version %d does not follow the stored %d", c.Version, have)
+			answers[i] = Result{Msg: ack}
+		default:
+			// Pending is a delta. The stores keep whole states (a copy
+			// stands alone whatever group it missed), but write and send
+			// only what changed: see persist and replicate.
+			full := *compose(latest, c)
+			staged[c.Task] = &full
+			cs = append(cs, change{prev: latest, next: &full})
+			deltas = append(deltas, c)
+			acc = append(acc, accepted{i, ack})
+		}
+	}
+	s.mu.Unlock()
+
+	var failed error
+	if len(cs) > 0 || len(hs) > 0 {
+		failed = s.replicate(ctx, term, cs, deltas, hs)
+	}
+	for _, a := range acc {
+		if failed != nil {
+			answers[a.i] = Result{Err: failed}
+		} else {
+			answers[a.i] = Result{Msg: a.ack}
+		}
+	}
+	var opened []*wire.RainstormOpen
+	for _, i := range opens {
+		if failed != nil {
+			answers[i] = Result{Err: failed}
+			continue
+		}
+		answers[i] = Result{Msg: s.openReply(group[i].Open)}
+		opened = append(opened, group[i].Open)
+	}
+	if len(opened) > 0 {
+		s.host.Opened(term, opened)
+	}
+	return answers
+}
+
+// openReply is what an open is answered with: the task's latest
+// checkpoint and its pipeline's header.
+func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
+	reply := &wire.RainstormOpenReply{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.tasks[o.Task]; st != nil && st.latest != nil {
+		c := *st.latest
+		reply.Checkpoint = &c
+	}
+	if h, ok := s.headers[[2]string{o.Task.Job, o.Task.Workflow}]; ok {
+		reply.Header, reply.HasHeader = h.Header, h.HasHeader
+	}
+	return reply
+}
+
+// replicate makes cs and hs durable here and on a majority, then applies
+// them. deltas[i] is cs[i] as its task wrote it (Pending cut since
+// cs[i].prev): a peer known to hold cs[i].prev gets the delta, another the
+// whole state, and a peer that answers that it lacks a delta's base gets
+// the whole state at once.
+func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	seen := map[wire.RainstormTask]bool{}
+	for _, c := range cs {
+		if !seen[c.next.Task] && verOf(s.Latest(c.next.Task)) != verOf(c.prev) {
+			// Another write (a sync) replaced the state this group was
+			// checked against: the tasks resend and are checked again.
+			return wire.Errorf(wire.CodeUnavailable, "task %d.%d: stored checkpoint changed while its group was checked", c.next.Task.Stage, c.next.Task.Index)
+		}
+		seen[c.next.Task] = true
+	}
+	if err := s.persist(cs, hs); err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "store checkpoints: %v", err)
+	}
+	stored := 1
+	peers, quorum := s.host.Peers()
+	if len(peers) > 0 {
+		if s.peerHave == nil {
+			s.peerHave = map[string]map[wire.RainstormTask]ver{}
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout)
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		haves := make(map[string]map[wire.RainstormTask]ver, len(peers))
+		for _, id := range peers {
+			haves[id] = s.peerHave[id]
+			delete(s.peerHave, id) // known again only once this round succeeds
+		}
+		for _, id := range peers {
+			have := haves[id]
+			wg.Go(func() {
+				ok := s.replicateTo(cctx, term, id, have, cs, deltas, hs)
+				mu.Lock()
+				defer mu.Unlock()
+				if !ok {
+					return
+				}
+				stored++
+				if have == nil {
+					have = map[wire.RainstormTask]ver{}
+				}
+				for _, c := range cs {
+					if newer(c.prev, c.next) {
+						have[c.next.Task] = verOf(c.next)
+					}
+				}
+				s.peerHave[id] = have
+			})
+		}
+		wg.Wait()
+		cancel()
+	}
+	if stored < quorum {
+		if err := s.revert(cs); err != nil {
+			s.host.Logger().Warn("rainstorm: undo a group that did not reach a majority", "err", err)
+		}
+		return wire.Errorf(wire.CodeNoQuorum, "checkpoints stored by %d managers, %d needed", stored, quorum)
+	}
+	s.apply(cs, hs)
+	return nil
+}
+
+// replicateTo sends one group to peer id, whose stored versions are have
+// (as far as this leader knows), and reports whether the peer stored it
+// all.
+func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have map[wire.RainstormTask]ver,
+	cs []change, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) bool {
+	msg := &wire.RainstormReplicate{Term: term, Headers: hs}
+	for i, c := range cs {
+		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) {
+			base := verOf(c.prev)
+			msg.Deltas = append(msg.Deltas, wire.RainstormDelta{BaseVersion: base.version, BaseIncarnation: base.inc, Checkpoint: *deltas[i]})
+			have[c.next.Task] = verOf(c.next) // a later change of the same task in this group follows it
+			continue
+		}
+		msg.Checkpoints = append(msg.Checkpoints, *c.next)
+	}
+	resp, err := s.host.Call(ctx, id, msg)
+	ack, ok := resp.(*wire.RainstormReplicateAck)
+	if err != nil || !ok {
+		s.host.Logger().Debug("rainstorm: replicate to peer", "peer", id, "err", err)
+		return false
+	}
+	if len(ack.Missing) == 0 {
+		return true
+	}
+	// The peer missed a group: send those tasks' whole states, every
+	// change of the group in order (each carries its own rows).
+	whole := &wire.RainstormReplicate{Term: term}
+	for _, c := range cs {
+		if slices.Contains(ack.Missing, c.next.Task) {
+			whole.Checkpoints = append(whole.Checkpoints, *c.next)
+		}
+	}
+	resp, err = s.host.Call(ctx, id, whole)
+	if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
+		s.host.Logger().Debug("rainstorm: replicate whole states to peer", "peer", id, "err", err)
+		return false
+	}
+	return true
+}

@@ -1,0 +1,432 @@
+package rsstore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"tempest/wire"
+)
+
+// FileName is the store's bbolt file in a manager's data directory.
+const FileName = "rainstorm.db"
+
+var (
+	bucketCkpt = []byte("checkpoints")
+	bucketRows = []byte("rows")
+	bucketHdr  = []byte("headers")
+	// bucketBatch holds each unacknowledged batch once, keyed by task,
+	// channel and sequence number, from the checkpoint that cut it until
+	// one whose acknowledged positions drop it: a checkpoint rewrites its
+	// small head record, never the batches an earlier one stored.
+	bucketBatch = []byte("batches")
+)
+
+// Store is one manager's copy of every pipeline's checkpoints and output.
+type Store struct {
+	db   *bolt.DB
+	host Host
+	cfg  Config
+
+	// wmu orders writes (the leader's groups, replicated groups, a sync),
+	// so each one's view of the previous state is the one it replaces.
+	wmu sync.Mutex
+	// promised is the newest term whose leader read this store (a sync):
+	// replicated groups of older terms are refused. Under wmu.
+	promised uint64
+
+	mu      sync.Mutex
+	tasks   map[wire.RainstormTask]*stored
+	headers map[[2]string]wire.RainstormHeader
+
+	reqs       chan *Request
+	syncedTerm atomic.Uint64
+	// syncedCh is closed (and forgotten) each time syncedTerm is set, to
+	// wake readers waiting for this term's sync. Guarded by syncMu.
+	syncMu   sync.Mutex
+	syncedCh chan struct{}
+
+	// peerHave is, per peer, the checkpoint (version, incarnation) of each
+	// task the leader knows the peer stores: such a peer gets deltas. Only
+	// the committer touches it; it starts empty every term.
+	peerHave map[string]map[wire.RainstormTask]ver
+}
+
+// Config tunes a Store.
+type Config struct {
+	// QuorumTimeout bounds one replication round and one sync page.
+	QuorumTimeout time.Duration
+	// MaxGroup is how many requests are committed together at most.
+	MaxGroup int
+	// NoSync skips the fsync of each write: for tests and simulations
+	// only, where a crash of the process is not one of the faults.
+	NoSync bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.QuorumTimeout <= 0 {
+		c.QuorumTimeout = 2 * time.Second
+	}
+	if c.MaxGroup <= 0 {
+		c.MaxGroup = 512
+	}
+	return c
+}
+
+// ver names one stored checkpoint of a task.
+type ver struct{ version, inc uint64 }
+
+func verOf(c *wire.RainstormCheckpoint) ver {
+	if c == nil {
+		return ver{}
+	}
+	return ver{c.Version, c.Incarnation}
+}
+
+// change is one checkpoint to write: next replaces prev (nil: none) as
+// the task's whole state; rows are next's published rows.
+type change struct {
+	prev, next *wire.RainstormCheckpoint
+	task       wire.RainstormTask // set only where next may be nil (a revert)
+}
+
+// stored is one task's records: its latest checkpoint (rows stripped)
+// and the output rows of every checkpoint that published some, by version.
+type stored struct {
+	latest *wire.RainstormCheckpoint
+	rows   map[uint64][]wire.RainstormRecord
+}
+
+// rowsRecord is how a checkpoint's rows are kept.
+type rowsRecord struct {
+	Task    wire.RainstormTask     `cbor:"1,keyasint"`
+	Version uint64                 `cbor:"2,keyasint"`
+	Rows    []wire.RainstormRecord `cbor:"3,keyasint,omitempty"`
+}
+
+// Open opens (or creates) the store in dir and loads it. host is the
+// manager that runs it.
+func Open(dir string, host Host, cfg Config) (*Store, error) {
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, &bolt.Options{Timeout: 5 * time.Second, NoSync: cfg.NoSync})
+	if err != nil {
+		return nil, fmt.Errorf("open rainstorm store: %w", err)
+	}
+	s := &Store{db: db, host: host, cfg: cfg.withDefaults(), tasks: map[wire.RainstormTask]*stored{},
+		headers: map[[2]string]wire.RainstormHeader{}, reqs: make(chan *Request, 4096)}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketCkpt, bucketRows, bucketHdr, bucketBatch} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(bucketCkpt).ForEach(func(_, v []byte) error {
+			c := new(wire.RainstormCheckpoint)
+			if err := wire.Unmarshal(v, c); err != nil {
+				return err
+			}
+			s.applyLocked(c)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketBatch).ForEach(func(_, v []byte) error {
+			var b wire.RainstormBatchBlob
+			if err := wire.Unmarshal(v, &b); err != nil {
+				return err
+			}
+			if st := s.tasks[b.From]; st != nil && st.latest != nil {
+				st.latest.PendingBlobs = append(st.latest.PendingBlobs, b)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketRows).ForEach(func(_, v []byte) error {
+			var r rowsRecord
+			if err := wire.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			s.applyLocked(&wire.RainstormCheckpoint{Task: r.Task, Version: r.Version, Rows: r.Rows})
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketHdr).ForEach(func(_, v []byte) error {
+			var h wire.RainstormHeader
+			if err := wire.Unmarshal(v, &h); err != nil {
+				return err
+			}
+			s.headers[[2]string{h.Job, h.Workflow}] = h
+			return nil
+		})
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("load rainstorm store: %w", err)
+	}
+	return s, nil
+}
+
+// Close closes the file. The committer (Lead) must have returned.
+func (s *Store) Close() error { return s.db.Close() }
+
+// applyLocked records c in memory: its rows under its version, and c as
+// the latest checkpoint when it is newer. A rows-only record (no
+// incarnation) never becomes the latest.
+func (s *Store) applyLocked(c *wire.RainstormCheckpoint) {
+	st := s.tasks[c.Task]
+	if st == nil {
+		st = &stored{rows: map[uint64][]wire.RainstormRecord{}}
+		s.tasks[c.Task] = st
+	}
+	if len(c.Rows) > 0 {
+		st.rows[c.Version] = c.Rows
+	}
+	if c.Incarnation != 0 && (st.latest == nil || c.Version > st.latest.Version ||
+		(c.Version == st.latest.Version && c.Incarnation > st.latest.Incarnation)) {
+		l := *c
+		l.Rows = nil
+		st.latest = &l
+	}
+}
+
+func taskKey(t wire.RainstormTask) []byte {
+	b := make([]byte, 0, len(t.Job)+len(t.Workflow)+10)
+	b = append(b, t.Job...)
+	b = append(b, 0)
+	b = append(b, t.Workflow...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(t.Stage))
+	return binary.BigEndian.AppendUint32(b, uint32(t.Index))
+}
+
+// newer reports whether c would replace the stored latest checkpoint.
+func newer(latest, c *wire.RainstormCheckpoint) bool {
+	return c.Incarnation != 0 && (latest == nil || c.Version > latest.Version ||
+		(c.Version == latest.Version && c.Incarnation > latest.Incarnation))
+}
+
+// compose folds checkpoint c, whose PendingBlobs are the batches cut
+// since prev, into the stored state prev (as rainstorm.Compose does with
+// decoded batches): prev's batches c's acknowledged positions do not
+// cover, then c's. The result carries c's rows (the store publishes them
+// with it); c and prev are not changed.
+func compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
+	out := *c
+	if prev == nil || len(prev.PendingBlobs) == 0 {
+		return &out
+	}
+	acked := make(map[int]uint64, len(c.Outputs))
+	for _, o := range c.Outputs {
+		acked[o.To] = o.Acked
+	}
+	out.PendingBlobs = make([]wire.RainstormBatchBlob, 0, len(prev.PendingBlobs)+len(c.PendingBlobs))
+	for _, b := range prev.PendingBlobs {
+		if b.Seq > acked[b.To] {
+			out.PendingBlobs = append(out.PendingBlobs, b)
+		}
+	}
+	out.PendingBlobs = append(out.PendingBlobs, c.PendingBlobs...)
+	return &out
+}
+
+func batchKey(task []byte, b *wire.RainstormBatchBlob) []byte {
+	k := append(slices.Clip(task), 0)
+	k = binary.BigEndian.AppendUint32(k, uint32(b.To))
+	return binary.BigEndian.AppendUint64(k, b.Seq)
+}
+
+// persist writes checkpoints and headers in one transaction (one fsync).
+// A change's head (the checkpoint without its batches and rows) replaces
+// the stored one; only the batches next holds and prev did not are
+// written, and those prev held and next does not are deleted, so a
+// checkpoint costs what it adds, not the whole unacknowledged output.
+func (s *Store) persist(cs []change, hs []wire.RainstormHeader) error {
+	return s.write(cs, hs, false)
+}
+
+// revert undoes a persist whose group did not reach a majority, so this
+// store holds no checkpoint the leader never acknowledged: whatever a task
+// writes next is compared with, and written over, the state before.
+func (s *Store) revert(cs []change) error {
+	back := make([]change, 0, len(cs))
+	for i := len(cs) - 1; i >= 0; i-- {
+		if newer(cs[i].prev, cs[i].next) {
+			back = append(back, change{prev: cs[i].next, next: cs[i].prev, task: cs[i].next.Task})
+		}
+	}
+	return s.write(back, nil, true)
+}
+
+func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		ck, rows, hdr, bt := tx.Bucket(bucketCkpt), tx.Bucket(bucketRows), tx.Bucket(bucketHdr), tx.Bucket(bucketBatch)
+		for _, ch := range cs {
+			if undo && ch.next == nil {
+				// The task had no checkpoint: drop its head and batches.
+				k := taskKey(ch.task)
+				if err := ck.Delete(k); err != nil {
+					return err
+				}
+				for i := range ch.prev.PendingBlobs {
+					if err := bt.Delete(batchKey(k, &ch.prev.PendingBlobs[i])); err != nil {
+						return err
+					}
+				}
+				if len(ch.prev.Rows) > 0 {
+					if err := rows.Delete(binary.BigEndian.AppendUint64(slices.Clone(k), ch.prev.Version)); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			c := ch.next
+			k := taskKey(c.Task)
+			if undo && len(ch.prev.Rows) > 0 {
+				if err := rows.Delete(binary.BigEndian.AppendUint64(slices.Clone(k), ch.prev.Version)); err != nil {
+					return err
+				}
+			}
+			if len(c.Rows) > 0 && !undo {
+				v, err := wire.Marshal(&rowsRecord{Task: c.Task, Version: c.Version, Rows: c.Rows})
+				if err != nil {
+					return err
+				}
+				if err := rows.Put(binary.BigEndian.AppendUint64(slices.Clone(k), c.Version), v); err != nil {
+					return err
+				}
+			}
+			if !undo && !newer(ch.prev, c) {
+				continue
+			}
+			head := *c
+			head.Rows, head.Pending, head.PendingBlobs = nil, nil, nil
+			v, err := wire.Marshal(&head)
+			if err != nil {
+				return err
+			}
+			if err := ck.Put(k, v); err != nil {
+				return err
+			}
+			type chSeq struct {
+				to  int
+				seq uint64
+			}
+			var had map[chSeq]bool
+			if ch.prev != nil && len(ch.prev.PendingBlobs) > 0 {
+				had = make(map[chSeq]bool, len(ch.prev.PendingBlobs))
+				for i := range ch.prev.PendingBlobs {
+					had[chSeq{ch.prev.PendingBlobs[i].To, ch.prev.PendingBlobs[i].Seq}] = true
+				}
+			}
+			for i := range c.PendingBlobs {
+				b := &c.PendingBlobs[i]
+				id := chSeq{b.To, b.Seq}
+				if had[id] {
+					delete(had, id) // kept: stored already
+					continue
+				}
+				v, err := wire.Marshal(b)
+				if err != nil {
+					return err
+				}
+				if err := bt.Put(batchKey(k, b), v); err != nil {
+					return err
+				}
+			}
+			for id := range had { // acknowledged since prev
+				if err := bt.Delete(batchKey(k, &wire.RainstormBatchBlob{To: id.to, Seq: id.seq})); err != nil {
+					return err
+				}
+			}
+		}
+		for _, h := range hs {
+			v, err := wire.Marshal(&h)
+			if err != nil {
+				return err
+			}
+			if err := hdr.Put([]byte(h.Job+"\x00"+h.Workflow), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Latest returns task's stored latest checkpoint (nil when none), its
+// rows stripped. The caller must not change it.
+func (s *Store) Latest(t wire.RainstormTask) *wire.RainstormCheckpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.tasks[t]; st != nil {
+		return st.latest
+	}
+	return nil
+}
+
+// Rows returns every output row task's stored checkpoints published, in
+// version order.
+func (s *Store) Rows(t wire.RainstormTask) []wire.RainstormRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.tasks[t]
+	if st == nil {
+		return nil
+	}
+	var rows []wire.RainstormRecord
+	for _, v := range slices.Sorted(maps.Keys(st.rows)) {
+		rows = append(rows, st.rows[v]...)
+	}
+	return rows
+}
+
+// Header returns the input header a pipeline's source recorded.
+func (s *Store) Header(job, workflow string) ([]string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.headers[[2]string{job, workflow}]
+	return h.Header, ok
+}
+
+// apply records written changes and headers in memory.
+func (s *Store) apply(cs []change, hs []wire.RainstormHeader) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range cs {
+		s.applyLocked(ch.next)
+	}
+	for _, h := range hs {
+		s.headers[[2]string{h.Job, h.Workflow}] = h
+	}
+}
+
+// store persists then applies whole states; peers and a syncing leader
+// use it.
+func (s *Store) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	changes := make([]change, 0, len(cs))
+	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+	for _, c := range cs {
+		prev, ok := cur[c.Task]
+		if !ok {
+			prev = s.Latest(c.Task)
+		}
+		changes = append(changes, change{prev: prev, next: c})
+		if newer(prev, c) {
+			cur[c.Task] = c
+		}
+	}
+	if err := s.persist(changes, hs); err != nil {
+		return err
+	}
+	s.apply(changes, hs)
+	return nil
+}
