@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/rainstorm"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -231,14 +232,19 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 }
 
 // openReply is what an open is answered with: the task's latest
-// checkpoint and its pipeline's header.
+// checkpoint and its pipeline's header. A checkpoint too large for one
+// message goes in parts (rainstorm.Split), o.Part the one asked for; one
+// past the last is answered with none, and the task reads again from
+// part 0.
 func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	reply := &wire.RainstormOpenReply{}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.tasks[o.Task]; st != nil && st.latest != nil {
-		c := *st.latest
-		reply.Checkpoint = &c
+		if parts := rainstorm.Split(st.latest, rainstorm.PageBytes); o.Part >= 0 && o.Part < len(parts) {
+			c := *parts[o.Part]
+			reply.Checkpoint = &c
+		}
 	}
 	if h, ok := s.headers[[2]string{o.Task.Job, o.Task.Workflow}]; ok {
 		reply.Header, reply.HasHeader = h.Header, h.HasHeader
@@ -318,40 +324,79 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 
 // replicateTo sends one group to peer id, whose stored versions are have
 // (as far as this leader knows), and reports whether the peer stored it
-// all.
+// all. The group goes in as many messages as it needs under the
+// transport's cap (rainstorm.Paged), in order; the peer stores a
+// checkpoint sent in parts once it has the last.
 func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have map[wire.RainstormTask]ver,
 	cs []change, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) bool {
-	msg := &wire.RainstormReplicate{Term: term, Headers: hs}
+	var whole, delta []*wire.RainstormCheckpoint
+	// Every part of a delta names its checkpoint, so the base is found
+	// by that.
+	type ckpt struct {
+		task wire.RainstormTask
+		v    ver
+	}
+	bases := map[ckpt]ver{}
 	for i, c := range cs {
 		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) {
-			base := verOf(c.prev)
-			msg.Deltas = append(msg.Deltas, wire.RainstormDelta{BaseVersion: base.version, BaseIncarnation: base.inc, Checkpoint: *deltas[i]})
+			bases[ckpt{c.next.Task, verOf(c.next)}] = verOf(c.prev)
+			delta = append(delta, deltas[i])
 			have[c.next.Task] = verOf(c.next) // a later change of the same task in this group follows it
 			continue
 		}
-		msg.Checkpoints = append(msg.Checkpoints, *c.next)
+		whole = append(whole, c.next)
 	}
-	resp, err := s.host.Call(ctx, id, msg)
-	ack, ok := resp.(*wire.RainstormReplicateAck)
-	if err != nil || !ok {
-		s.host.Logger().Debug("rainstorm: replicate to peer", "peer", id, "err", err)
-		return false
+	var msgs []*wire.RainstormReplicate
+	for _, page := range rainstorm.Paged(whole, rainstorm.PageBytes) {
+		msgs = append(msgs, &wire.RainstormReplicate{Term: term, Checkpoints: derefs(page)})
 	}
-	if len(ack.Missing) == 0 {
+	for _, page := range rainstorm.Paged(delta, rainstorm.PageBytes) {
+		msg := &wire.RainstormReplicate{Term: term}
+		for _, p := range page {
+			base := bases[ckpt{p.Task, verOf(p)}]
+			msg.Deltas = append(msg.Deltas, wire.RainstormDelta{BaseVersion: base.version, BaseIncarnation: base.inc, Checkpoint: *p})
+		}
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) == 0 {
+		msgs = append(msgs, &wire.RainstormReplicate{Term: term})
+	}
+	msgs[0].Headers = hs
+	var missing []wire.RainstormTask
+	for _, msg := range msgs {
+		resp, err := s.host.Call(ctx, id, msg)
+		ack, ok := resp.(*wire.RainstormReplicateAck)
+		if err != nil || !ok {
+			s.host.Logger().Debug("rainstorm: replicate to peer", "peer", id, "err", err)
+			return false
+		}
+		missing = append(missing, ack.Missing...)
+	}
+	if len(missing) == 0 {
 		return true
 	}
 	// The peer missed a group: send those tasks' whole states, every
 	// change of the group in order (each carries its own rows).
-	whole := &wire.RainstormReplicate{Term: term}
+	whole = whole[:0]
 	for _, c := range cs {
-		if slices.Contains(ack.Missing, c.next.Task) {
-			whole.Checkpoints = append(whole.Checkpoints, *c.next)
+		if slices.Contains(missing, c.next.Task) {
+			whole = append(whole, c.next)
 		}
 	}
-	resp, err = s.host.Call(ctx, id, whole)
-	if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
-		s.host.Logger().Debug("rainstorm: replicate whole states to peer", "peer", id, "err", err)
-		return false
+	for _, page := range rainstorm.Paged(whole, rainstorm.PageBytes) {
+		resp, err := s.host.Call(ctx, id, &wire.RainstormReplicate{Term: term, Checkpoints: derefs(page)})
+		if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
+			s.host.Logger().Debug("rainstorm: replicate whole states to peer", "peer", id, "err", err)
+			return false
+		}
 	}
 	return true
+}
+
+func derefs(cs []*wire.RainstormCheckpoint) []wire.RainstormCheckpoint {
+	out := make([]wire.RainstormCheckpoint, len(cs))
+	for i, c := range cs {
+		out[i] = *c
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"tempest/rainstorm"
 	"tempest/wire"
 )
 
@@ -23,6 +24,7 @@ func (s *Store) Sync(ctx context.Context, term uint64) error {
 		wg.Go(func() {
 			all := &wire.RainstormSyncResponse{}
 			var after []byte
+			var parts rainstorm.Joiner // a checkpoint larger than a page comes in parts
 			for {
 				cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout) // per page
 				resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: after})
@@ -32,7 +34,16 @@ func (s *Store) Sync(ctx context.Context, term uint64) error {
 					s.host.Logger().Debug("rainstorm: read a peer's checkpoints", "peer", id, "err", err)
 					return
 				}
-				all.Checkpoints = append(all.Checkpoints, r.Checkpoints...)
+				for i := range r.Checkpoints {
+					c, err := parts.Add(&r.Checkpoints[i])
+					if err != nil {
+						s.host.Logger().Warn("rainstorm: a peer's checkpoints in parts do not join", "peer", id, "err", err)
+						return
+					}
+					if c != nil {
+						all.Checkpoints = append(all.Checkpoints, *c)
+					}
+				}
 				all.Headers = append(all.Headers, r.Headers...)
 				if !r.More {
 					break
