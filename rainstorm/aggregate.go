@@ -22,6 +22,8 @@ type Aggregate struct {
 	// changed lists, per group, the keys changed since the last Delta, so
 	// that a checkpoint carries what changed rather than every key.
 	changed [KeyGroups][]string
+	// changedBytes estimates the encoded size of the next Delta.
+	changedBytes int
 }
 
 // NewAggregate returns the state of an aggregate stage for one task.
@@ -53,6 +55,7 @@ func (a *Aggregate) touch(key string, v *aggValue, g int) {
 	if !v.changed {
 		v.changed = true
 		a.changed[g] = append(a.changed[g], key)
+		a.changedBytes += 24 + len(key)
 	}
 }
 
@@ -130,8 +133,12 @@ func (a *Aggregate) Delta() []wire.RainstormGroupState {
 		out = append(out, wire.RainstormGroupState{Group: g, Entries: es})
 		a.changed[g] = keys[:0]
 	}
+	a.changedBytes = 0
 	return out
 }
+
+// DeltaBytes estimates the encoded size of the next Delta.
+func (a *Aggregate) DeltaBytes() int { return a.changedBytes }
 
 // Snapshot returns the whole state per group, for a store to compare with
 // what it composed from deltas.
@@ -160,6 +167,7 @@ func (a *Aggregate) groupEntries(g int) []wire.RainstormAggregate {
 func (a *Aggregate) Restore(groups []wire.RainstormGroupState, state []wire.RainstormAggregate) error {
 	a.groups = [KeyGroups]map[string]*aggValue{}
 	a.changed = [KeyGroups][]string{}
+	a.changedBytes = 0
 	put := func(e wire.RainstormAggregate) error {
 		v, _ := a.value(e.Key)
 		*v = aggValue{count: e.Count}
@@ -218,12 +226,21 @@ func (a *Aggregate) Rows() []Record {
 }
 
 // FlushEnd returns where the next step of a final flush from group lo
-// ends: groups up to about rows rows (at least one group), so that one
-// checkpoint's share of the final output stays well under a message.
+// ends: groups up to about rows rows and MaxDeltaBytes of keys (at least
+// one group), so that one checkpoint's share of the final output stays
+// well under a message.
 func (a *Aggregate) FlushEnd(lo, rows int) int {
-	n, hi := 0, lo
-	for hi < KeyGroups && (hi == lo || n+len(a.groups[hi]) <= rows) {
+	n, size, hi := 0, 0, lo
+	for hi < KeyGroups {
+		gs := 0
+		for k := range a.groups[hi] {
+			gs += 24 + len(k)
+		}
+		if hi > lo && (n+len(a.groups[hi]) > rows || size+gs > MaxDeltaBytes) {
+			break
+		}
 		n += len(a.groups[hi])
+		size += gs
 		hi++
 	}
 	return hi

@@ -3,6 +3,7 @@ package rainstorm
 import (
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"tempest/wire"
@@ -147,5 +148,40 @@ func TestAggregateFlushesInSteps(t *testing.T) {
 	}
 	if len(seen) != keys {
 		t.Fatalf("%d rows, want %d", len(seen), keys)
+	}
+}
+
+// However many distinct keys arrive between two cuts, one checkpoint's
+// delta stays near MaxDeltaBytes: input waits for the cut (the sender
+// resends it), so no checkpoint outgrows a message.
+func TestCheckpointDeltaBounded(t *testing.T) {
+	cs := compileStage(t, nil, Stage{Name: "c", Op: OpCount, Key: "1"})
+	m, err := NewTaskMachine(TaskConfig{Task: wire.RainstormTask{Stage: 1}, Incarnation: 1, Upstream: 1, Stage: cs, CheckpointTicks: 1000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("x", 100)
+	const batches, per = 24, 4096 // about 12 MB of distinct keys
+	for b := range batches {
+		recs := make([]Record, per)
+		for i := range recs {
+			recs[i] = Record{ID: uint64(b*per + i), Fields: []string{fmt.Sprint(b*per+i, pad)}}
+		}
+		m.Batch(&wire.RainstormBatch{Incarnation: 1, Seq: uint64(b + 1), Records: recs})
+	}
+	m.Tick()
+	c := m.Ready().Checkpoint
+	if c == nil {
+		t.Fatal("a full delta cut no checkpoint")
+	}
+	size, err := wire.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(size) > MaxDeltaBytes+per*(len(pad)+32) || c.Inputs[0].Next > batches {
+		t.Fatalf("checkpoint of %d bytes after %d batches", len(size), c.Inputs[0].Next-1)
+	}
+	if m.Deferred() == 0 {
+		t.Fatal("no batch waited")
 	}
 }

@@ -17,7 +17,11 @@ const (
 	// DefaultFlushRows keeps one checkpoint's share of an aggregate's
 	// final output near a megabyte, far under the transport's message cap.
 	DefaultFlushRows = 32 << 10
-	maxReorder       = 256
+	// MaxDeltaBytes bounds what one checkpoint carries beyond positions
+	// (changed state, new rows, new output batches): about a fifth of the
+	// transport's message cap.
+	MaxDeltaBytes = 2 << 20
+	maxReorder    = 256
 )
 
 // Ready is what a machine asks its driver to do, collected since the last
@@ -109,7 +113,10 @@ type TaskMachine struct {
 	in   []inChan
 	out  []outChan
 	rows []Record // a sink's output since the last cut
-	bad  uint64
+	// emitted estimates the encoded size of the rows and output records
+	// since the last cut.
+	emitted int
+	bad     uint64
 	// recIn and recOut count the records processed and emitted since the
 	// task's first checkpoint; a cut carries them, a restart restores them.
 	recIn, recOut uint64
@@ -274,7 +281,7 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 		return // nothing follows the end of a stream
 	}
 	for b != nil && !m.stopped {
-		if m.backedUp() {
+		if m.backedUp() || m.deltaFull() {
 			m.deferred++
 			return // not processed: the sender resends it
 		}
@@ -303,6 +310,18 @@ func (m *TaskMachine) backedUp() bool {
 	return false
 }
 
+// deltaFull reports whether what the next checkpoint carries (changed
+// state, new rows and output records) has reached MaxDeltaBytes: input
+// then waits for the cut, so one checkpoint stays far under a message
+// however many distinct keys or records the inputs bring at once.
+func (m *TaskMachine) deltaFull() bool {
+	n := m.emitted
+	if m.agg != nil {
+		n += m.agg.DeltaBytes()
+	}
+	return n >= MaxDeltaBytes
+}
+
 func (m *TaskMachine) process(b *wire.RainstormBatch) {
 	bad := func(err error) {
 		m.bad++
@@ -329,6 +348,9 @@ func (m *TaskMachine) process(b *wire.RainstormBatch) {
 // sink's output.
 func (m *TaskMachine) emit(recs []Record) {
 	m.recOut += uint64(len(recs))
+	for i := range recs {
+		m.emitted += recordSize(&recs[i])
+	}
 	if m.cfg.Next == nil {
 		m.rows = append(m.rows, recs...)
 		return
@@ -390,7 +412,8 @@ func (m *TaskMachine) Tick() {
 	// An aggregate emits its final values a few key groups per
 	// checkpoint, each step once its outputs have room.
 	flushWaits := allEOS && m.agg != nil && m.flushed < KeyGroups && m.backedUp()
-	if m.inflight == nil && !m.final && ((allEOS && !flushWaits) || (m.dirty && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
+	due := m.tick-m.lastCut >= m.cfg.CheckpointTicks || m.deltaFull()
+	if m.inflight == nil && !m.final && ((allEOS && !flushWaits) || (m.dirty && due)) {
 		m.cut(allEOS)
 	}
 	for i := range m.out {
@@ -479,6 +502,7 @@ func (m *TaskMachine) cut(final bool) {
 		c.Groups = m.agg.Delta()
 	}
 	c.Rows, m.rows = m.rows, nil
+	m.emitted = 0
 	m.inflight = c
 	m.dirty = false
 	m.lastCut = m.tick
