@@ -162,33 +162,36 @@ func (a *Aggregate) groupEntries(g int) []wire.RainstormAggregate {
 }
 
 // Restore replaces the state with a checkpoint's: its groups, and the
-// single list older checkpoints kept (state). Nothing restored counts as
-// changed.
+// single list older checkpoints kept (state). Entries from groups do not
+// count as changed; entries from the old list do, so the next checkpoint
+// carries them into groups (a store composing groups keeps no old list).
 func (a *Aggregate) Restore(groups []wire.RainstormGroupState, state []wire.RainstormAggregate) error {
 	a.groups = [KeyGroups]map[string]*aggValue{}
 	a.changed = [KeyGroups][]string{}
 	a.changedBytes = 0
-	put := func(e wire.RainstormAggregate) error {
-		v, _ := a.value(e.Key)
+	put := func(e wire.RainstormAggregate) (*aggValue, int, error) {
+		v, g := a.value(e.Key)
 		*v = aggValue{count: e.Count}
 		if a.cs.Op == OpSum {
 			if err := v.add(e.Sum); err != nil {
-				return fmt.Errorf("restore sum of %q: %w", e.Key, err)
+				return nil, 0, fmt.Errorf("restore sum of %q: %w", e.Key, err)
 			}
 		}
-		return nil
+		return v, g, nil
 	}
 	for _, e := range state {
-		if err := put(e); err != nil {
+		v, g, err := put(e)
+		if err != nil {
 			return err
 		}
+		a.touch(e.Key, v, g)
 	}
 	for _, gs := range groups {
 		for _, e := range gs.Entries {
 			if g := KeyGroup(e.Key); g != gs.Group {
 				return fmt.Errorf("restore: key %q is in group %d, not %d", truncate(e.Key, 40), g, gs.Group)
 			}
-			if err := put(e); err != nil {
+			if _, _, err := put(e); err != nil {
 				return err
 			}
 		}

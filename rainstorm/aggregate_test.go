@@ -185,3 +185,22 @@ func TestCheckpointDeltaBounded(t *testing.T) {
 		t.Fatal("no batch waited")
 	}
 }
+
+// A checkpoint of the old layout (the whole state in State) restores, and
+// the next checkpoint carries those entries as groups, so a store that
+// composes groups holds them from then on.
+func TestAggregateRestoresOldLayout(t *testing.T) {
+	cs := compileStage(t, nil, Stage{Name: "c", Op: OpCount, Key: "1"})
+	a, _ := cs.NewAggregate()
+	old := []wire.RainstormAggregate{{Key: "a", Count: 2}, {Key: "b", Count: 3}}
+	if err := a.Restore(nil, old); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range a.Delta() {
+		n += len(g.Entries)
+	}
+	if n != 2 {
+		t.Fatalf("the next delta carries %d of the old layout's 2 entries", n)
+	}
+}
