@@ -281,9 +281,18 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 		return // nothing follows the end of a stream
 	}
 	for b != nil && !m.stopped {
-		if m.backedUp() || m.deltaFull() {
+		if m.backedUp() {
 			m.deferred++
 			return // not processed: the sender resends it
+		}
+		if m.deltaFull() {
+			// Held until the next cut starts a new delta (drainHeld),
+			// rather than left for the sender's resend timer.
+			if ch.reorder == nil {
+				ch.reorder = map[uint64]*wire.RainstormBatch{}
+			}
+			ch.reorder[ch.next] = b
+			break
 		}
 		m.process(b)
 		ch.next++
@@ -507,6 +516,19 @@ func (m *TaskMachine) cut(final bool) {
 	m.dirty = false
 	m.lastCut = m.tick
 	m.ready.Checkpoint = c
+	m.drainHeld()
+}
+
+// drainHeld processes the batches Batch held while the delta was full,
+// now that a cut started a new one.
+func (m *TaskMachine) drainHeld() {
+	for i := range m.in {
+		ch := &m.in[i]
+		if b := ch.reorder[ch.next]; b != nil && !ch.eos {
+			delete(ch.reorder, ch.next)
+			m.Batch(b)
+		}
+	}
 }
 
 func derefBatches(bs []*wire.RainstormBatch) []wire.RainstormBatch {
