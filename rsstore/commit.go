@@ -341,7 +341,6 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 		if s.peerHave == nil {
 			s.peerHave = map[string]map[wire.RainstormTask]ver{}
 		}
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout)
 		var (
 			mu sync.Mutex
 			wg sync.WaitGroup
@@ -354,7 +353,7 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 		for _, id := range peers {
 			have := haves[id]
 			wg.Go(func() {
-				ok := s.replicateTo(cctx, term, id, have, cs, deltas, hs)
+				ok := s.replicateTo(ctx, term, id, have, cs, deltas, hs)
 				mu.Lock()
 				defer mu.Unlock()
 				if !ok {
@@ -373,7 +372,6 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 			})
 		}
 		wg.Wait()
-		cancel()
 	}
 	if stored < quorum {
 		if err := s.revert(cs); err != nil {
@@ -445,7 +443,7 @@ func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have ma
 	msgs[0].Headers = hs
 	var missing []wire.RainstormTask
 	for _, msg := range msgs {
-		resp, err := s.host.Call(ctx, id, msg)
+		resp, err := s.call(ctx, id, msg)
 		ack, ok := resp.(*wire.RainstormReplicateAck)
 		if err != nil || !ok {
 			s.host.Logger().Debug("rainstorm: replicate to peer", "peer", id, "err", err)
@@ -465,13 +463,24 @@ func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have ma
 		}
 	}
 	for _, page := range ckpt.Paged(whole, ckpt.PageBytes) {
-		resp, err := s.host.Call(ctx, id, &wire.RainstormReplicate{Term: term, Checkpoints: derefs(page)})
+		resp, err := s.call(ctx, id, &wire.RainstormReplicate{Term: term, Checkpoints: derefs(page)})
 		if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
 			s.host.Logger().Debug("rainstorm: replicate whole states to peer", "peer", id, "err", err)
 			return false
 		}
 	}
 	return true
+}
+
+// call sends one message of a round to peer id, bounded by QuorumTimeout:
+// per message, not per round, since a group carrying a state over the
+// message cap takes several messages, each up to a few MB, and a round
+// bounded as a whole missed its majority whenever the parts outlasted one
+// timeout (a peer that does not answer still costs one timeout).
+func (s *Store) call(ctx context.Context, id string, msg wire.Message) (wire.Message, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout)
+	defer cancel()
+	return s.host.Call(cctx, id, msg)
 }
 
 func derefs(cs []*wire.RainstormCheckpoint) []wire.RainstormCheckpoint {

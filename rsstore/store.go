@@ -72,7 +72,9 @@ type Store struct {
 
 // Config tunes a Store.
 type Config struct {
-	// QuorumTimeout bounds one replication round and one sync page.
+	// QuorumTimeout bounds each message of a replication round, of a
+	// sync and of what a sync spreads (a round or a sync of a large state
+	// takes several).
 	QuorumTimeout time.Duration
 	// MaxGroup is how many requests are committed together at most.
 	MaxGroup int

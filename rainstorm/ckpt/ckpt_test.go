@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"tempest/wire"
@@ -221,4 +222,47 @@ func groupOf(k string) int {
 	h := fnv.New32a()
 	h.Write([]byte(k))
 	return int(h.Sum32() % KeyGroups)
+}
+
+// A rows-only record (a sync page's, a new leader's spread) names the
+// incarnation whose checkpoint published its rows in RowsOf. Two such
+// records of one version may sit side by side in a store (a replaced
+// incarnation's and its successor's), so every part names RowsOf and a
+// part of the other one is refused, never joined into these rows.
+func TestJoinRowsOnlyRecordKeepsItsIncarnation(t *testing.T) {
+	const budget = 64 << 10
+	c := &wire.RainstormCheckpoint{Task: wire.RainstormTask{Job: "j", Workflow: "w", Stage: 2}, Version: 7, RowsOf: 3}
+	for i := range 2000 {
+		c.Rows = append(c.Rows, wire.RainstormRecord{ID: uint64(i), Fields: []string{fmt.Sprintf("row-%04d-%s", i, strings.Repeat("x", 60))}})
+	}
+	parts := Split(c, budget)
+	if len(parts) < 2 {
+		t.Fatalf("%d parts: the test's premise is a record split", len(parts))
+	}
+	for i, p := range parts {
+		if p.RowsOf != 3 {
+			t.Fatalf("part %d names rows of incarnation %d, want 3", i, p.RowsOf)
+		}
+	}
+	var j Joiner
+	if _, err := j.Add(parts[0]); err != nil {
+		t.Fatal(err)
+	}
+	other := *parts[1]
+	other.RowsOf = 2
+	if _, err := j.Add(&other); err == nil {
+		t.Fatal("a part of another incarnation's rows joined")
+	}
+	j = Joiner{}
+	var whole *wire.RainstormCheckpoint
+	for _, p := range parts {
+		w, err := j.Add(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole = w
+	}
+	if whole == nil || whole.RowsOf != 3 || !reflect.DeepEqual(whole.Rows, c.Rows) {
+		t.Fatal("the joined rows-only record is not the one split")
+	}
 }
