@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"tempest/wire"
 )
 
 // Pipeline is a spec resolved against its input's columns: field names
@@ -328,63 +326,6 @@ func FormatRecordsCSV(header []string, recs []Record) []byte {
 	return buf.Bytes()
 }
 
-// Aggregate is a count or sum stage's per-key state in one task. Sums are
-// exact (integers in an int64 until they overflow, else rationals), so the
-// order in which records arrive — which differs between runs — cannot
-// change a result.
-type Aggregate struct {
-	cs   *CompiledStage
-	keys map[string]*aggValue
-}
-
-type aggValue struct {
-	count int64
-	n     int64    // integer sum while it fits and every value was an integer
-	rat   *big.Rat // the sum once a value had a fraction or n overflowed
-	scale int      // most digits after the decimal point seen
-}
-
-// NewAggregate returns the state of an aggregate stage for one task.
-func (cs *CompiledStage) NewAggregate() (*Aggregate, error) {
-	if !cs.Op.Aggregate() {
-		return nil, fmt.Errorf("stage %s: %s is not an aggregate", cs.Name, cs.Op)
-	}
-	return &Aggregate{cs: cs, keys: map[string]*aggValue{}}, nil
-}
-
-// Add folds in records; a record without the key or with a sum field that
-// is not a decimal number goes to bad.
-func (a *Aggregate) Add(in []Record, bad func(error)) {
-	cs := a.cs
-	for i := range in {
-		rec := &in[i]
-		if cs.keyIdx >= len(rec.Fields) || cs.fieldIdx >= len(rec.Fields) {
-			bad(&FieldError{Stage: cs.Name, Record: rec.ID, Msg: fmt.Sprintf("has %d fields, too few for key %s", len(rec.Fields), cs.Key)})
-			continue
-		}
-		key := rec.Fields[cs.keyIdx]
-		v := a.keys[key]
-		if cs.Op == OpSum {
-			text := strings.TrimSpace(rec.Fields[cs.fieldIdx])
-			if v == nil {
-				v = &aggValue{}
-			}
-			if err := v.add(text); err != nil {
-				bad(&FieldError{Stage: cs.Name, Record: rec.ID, Msg: fmt.Sprintf("field %s: %v", cs.Field, err)})
-				continue
-			}
-			v.count++
-			a.keys[key] = v
-			continue
-		}
-		if v == nil {
-			v = &aggValue{}
-			a.keys[key] = v
-		}
-		v.count++
-	}
-}
-
 func (v *aggValue) add(text string) error {
 	if n, err := strconv.ParseInt(text, 10, 64); err == nil && v.rat == nil {
 		s := v.n + n
@@ -445,49 +386,6 @@ func (v *aggValue) text() string {
 		return strconv.FormatInt(v.n, 10)
 	}
 	return v.rat.FloatString(v.scale)
-}
-
-// Snapshot returns the state sorted by key, for a checkpoint.
-func (a *Aggregate) Snapshot() []wire.RainstormAggregate {
-	out := make([]wire.RainstormAggregate, 0, len(a.keys))
-	for k, v := range a.keys {
-		e := wire.RainstormAggregate{Key: k, Count: v.count}
-		if a.cs.Op == OpSum {
-			e.Sum = v.text()
-		}
-		out = append(out, e)
-	}
-	slices.SortFunc(out, func(x, y wire.RainstormAggregate) int { return strings.Compare(x.Key, y.Key) })
-	return out
-}
-
-// Restore replaces the state with a snapshot's.
-func (a *Aggregate) Restore(snap []wire.RainstormAggregate) error {
-	a.keys = make(map[string]*aggValue, len(snap))
-	for _, e := range snap {
-		v := &aggValue{count: e.Count}
-		if a.cs.Op == OpSum {
-			if err := v.add(e.Sum); err != nil {
-				return fmt.Errorf("restore sum of %q: %w", e.Key, err)
-			}
-		}
-		a.keys[e.Key] = v
-	}
-	return nil
-}
-
-// Rows returns the final rows, key and value, sorted by key.
-func (a *Aggregate) Rows() []Record {
-	snap := a.Snapshot()
-	out := make([]Record, len(snap))
-	for i, e := range snap {
-		val := strconv.FormatInt(e.Count, 10)
-		if a.cs.Op == OpSum {
-			val = e.Sum
-		}
-		out[i] = Record{ID: uint64(i), Fields: []string{e.Key, val}}
-	}
-	return out
 }
 
 // AggregateHeader is the header of an aggregate's output.

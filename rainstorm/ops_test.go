@@ -83,7 +83,7 @@ func TestSumExactInAnyOrder(t *testing.T) {
 		a.Add(order, func(error) { bad++ })
 		// Through a snapshot, as after a restart.
 		b, _ := cs.NewAggregate()
-		if err := b.Restore(a.Snapshot()); err != nil {
+		if err := b.Restore(a.Snapshot(), nil); err != nil {
 			t.Fatal(err)
 		}
 		return b.Rows(), bad

@@ -1,6 +1,9 @@
 package rainstorm
 
-import "tempest/wire"
+import (
+	"tempest/rainstorm/ckpt"
+	"tempest/wire"
+)
 
 // KeyGroups is the number of key groups tuples are partitioned into. A
 // key belongs to one group for the life of a pipeline, and a stage's tasks
@@ -9,7 +12,7 @@ import "tempest/wire"
 // restart or a resize moves groups with their state, never a key without
 // its state (which `hash % live tasks` would do). It also bounds a stage at
 // KeyGroups tasks.
-const KeyGroups = 128
+const KeyGroups = ckpt.KeyGroups
 
 // KeyGroup returns key's group: FNV-1a, then a finaliser so that keys that
 // differ in their last byte spread over all groups. Stable across processes

@@ -826,3 +826,26 @@ func TestSimExecPipeline(t *testing.T) {
 		}
 	}
 }
+
+// TestSimFlushInSteps: an aggregate over thousands of keys emits its final
+// values over many checkpoints (a few key groups each, as a million keys
+// would need), and crashes mid-flush still give the sequential pass.
+func TestSimFlushInSteps(t *testing.T) {
+	spec := &Spec{Source: Source{Generate: &Generate{Records: 20000, Keys: 3000}}, Stages: []Stage{
+		{Name: "odd", Op: OpFilter, Tasks: 2, Field: "value", Matches: "[13579]$"},
+		{Name: "sum", Op: OpSum, Tasks: 2, Key: "key", Field: "value"}}}
+	want := expectGenerated(20000, 3000)
+	tune := func(c *TaskConfig) { c.FlushRows = 40 }
+	crashes := 0
+	for seed := uint64(1); seed <= uint64(min(simSeeds(t), 6)); seed++ {
+		s, got := runSim(t, seed, heavy, spec, nil, tune, ExecOptions{})
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: output differs from the sequential pass (%d rows, want %d; %d crashes)\n%s",
+				seed, len(got), len(want), s.crashes, diffRows(got, want))
+		}
+		crashes += s.crashes
+	}
+	if crashes == 0 {
+		t.Fatal("no crashes: the test proves nothing")
+	}
+}

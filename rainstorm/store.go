@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"tempest/rainstorm/ckpt"
 	"tempest/wire"
 )
 
@@ -111,10 +112,14 @@ func (s *MemStore) Put(c *wire.RainstormCheckpoint) *wire.RainstormCheckpointAck
 // compose folds checkpoint c into the stored state prev: c's positions and
 // operator state, prev's still-unacknowledged batches followed by c's.
 func compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
-	if prev == nil || len(prev.Pending) == 0 {
+	if prev == nil {
 		return c
 	}
 	out := *c
+	out.Groups = ckpt.ComposeGroups(prev.Groups, c.Groups)
+	if len(prev.Pending) == 0 {
+		return &out
+	}
 	out.Rows = nil // published already; the composed state is for restarts
 	acked := make(map[int]uint64, len(c.Outputs))
 	for _, o := range c.Outputs {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"tempest/rainstorm/ckpt"
 	"tempest/wire"
 )
 
@@ -14,7 +15,14 @@ const (
 	DefaultResendTicks     = 10
 	DefaultMaxPending      = 64
 	DefaultBatchRecords    = 4096
-	maxReorder             = 256
+	// DefaultFlushRows keeps one checkpoint's share of an aggregate's
+	// final output near a megabyte, far under the transport's message cap.
+	DefaultFlushRows = 32 << 10
+	// MaxDeltaBytes bounds what one checkpoint carries beyond positions
+	// (changed state, new rows, new output batches): about a fifth of the
+	// transport's message cap.
+	MaxDeltaBytes = 2 << 20
+	maxReorder    = 256
 )
 
 // Ready is what a machine asks its driver to do, collected since the last
@@ -55,6 +63,9 @@ type TaskConfig struct {
 	ResendTicks     int // resend unacknowledged batches after this long without progress
 	MaxPending      int // unacknowledged batches per output channel before input waits
 	BatchRecords    int // records per output batch at most
+	// FlushRows bounds the final values an aggregate emits per
+	// checkpoint once its inputs ended (whole key groups, at least one).
+	FlushRows int
 }
 
 func (c *TaskConfig) defaults() {
@@ -69,6 +80,9 @@ func (c *TaskConfig) defaults() {
 	}
 	if c.BatchRecords <= 0 {
 		c.BatchRecords = DefaultBatchRecords
+	}
+	if c.FlushRows <= 0 {
+		c.FlushRows = DefaultFlushRows
 	}
 }
 
@@ -100,7 +114,10 @@ type TaskMachine struct {
 	in   []inChan
 	out  []outChan
 	rows []Record // a sink's output since the last cut
-	bad  uint64
+	// emitted estimates the encoded size of the rows and output records
+	// since the last cut.
+	emitted int
+	bad     uint64
 	// recIn and recOut count the records processed and emitted since the
 	// task's first checkpoint; a cut carries them, a restart restores them.
 	recIn, recOut uint64
@@ -111,6 +128,7 @@ type TaskMachine struct {
 	inflightSeq []uint64 // per output, the highest seq in inflight
 	dirty       bool
 	final       bool // the final checkpoint has been cut
+	flushed     int  // key groups whose final values the aggregate has emitted
 	done        bool
 	stopped     bool
 
@@ -177,9 +195,13 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 		m.out[b.To].pending = append(m.out[b.To].pending, &b)
 	}
 	if m.agg != nil {
-		if err := m.agg.Restore(c.State); err != nil {
+		if err := m.agg.Restore(c.Groups, c.State); err != nil {
 			return err
 		}
+		if c.Flushed < 0 || c.Flushed > KeyGroups {
+			return fmt.Errorf("rainstorm task %d.%d: checkpoint flushed %d key groups of %d", m.cfg.Task.Stage, m.cfg.Task.Index, c.Flushed, KeyGroups)
+		}
+		m.flushed = c.Flushed
 	}
 	m.bad = c.BadRecords
 	m.recIn, m.recOut = c.RecordsIn, c.RecordsOut
@@ -264,6 +286,15 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 			m.deferred++
 			return // not processed: the sender resends it
 		}
+		if m.deltaFull() {
+			// Held until the next cut starts a new delta (drainHeld),
+			// rather than left for the sender's resend timer.
+			if ch.reorder == nil {
+				ch.reorder = map[uint64]*wire.RainstormBatch{}
+			}
+			ch.reorder[ch.next] = b
+			break
+		}
 		m.process(b)
 		ch.next++
 		if b.EOS {
@@ -287,6 +318,18 @@ func (m *TaskMachine) backedUp() bool {
 		}
 	}
 	return false
+}
+
+// deltaFull reports whether what the next checkpoint carries (changed
+// state, new rows and output records) has reached MaxDeltaBytes: input
+// then waits for the cut, so one checkpoint stays far under a message
+// however many distinct keys or records the inputs bring at once.
+func (m *TaskMachine) deltaFull() bool {
+	n := m.emitted
+	if m.agg != nil {
+		n += m.agg.DeltaBytes()
+	}
+	return n >= MaxDeltaBytes
 }
 
 func (m *TaskMachine) process(b *wire.RainstormBatch) {
@@ -315,6 +358,9 @@ func (m *TaskMachine) process(b *wire.RainstormBatch) {
 // sink's output.
 func (m *TaskMachine) emit(recs []Record) {
 	m.recOut += uint64(len(recs))
+	for i := range recs {
+		m.emitted += ckpt.RecordSize(&recs[i])
+	}
 	if m.cfg.Next == nil {
 		m.rows = append(m.rows, recs...)
 		return
@@ -373,7 +419,11 @@ func (m *TaskMachine) Tick() {
 	for i := range m.in {
 		allEOS = allEOS && m.in[i].eos
 	}
-	if m.inflight == nil && !m.final && (allEOS || (m.dirty && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
+	// An aggregate emits its final values a few key groups per
+	// checkpoint, each step once its outputs have room.
+	flushWaits := allEOS && m.agg != nil && m.flushed < KeyGroups && m.backedUp()
+	due := m.tick-m.lastCut >= m.cfg.CheckpointTicks || m.deltaFull()
+	if m.inflight == nil && !m.final && ((allEOS && !flushWaits) || (m.dirty && due)) {
 		m.cut(allEOS)
 	}
 	for i := range m.out {
@@ -411,16 +461,21 @@ func (m *TaskMachine) Rerouted(to int) {
 
 // cut closes the open batches and asks for a checkpoint holding them.
 func (m *TaskMachine) cut(final bool) {
+	if final && m.agg != nil {
+		if m.flushed < KeyGroups && !m.backedUp() {
+			hi := m.agg.FlushEnd(m.flushed, m.cfg.FlushRows)
+			m.emit(m.agg.GroupRows(m.flushed, hi))
+			m.flushed = hi
+		}
+		final = m.flushed == KeyGroups
+	}
 	if final {
 		m.final = true
-		if m.agg != nil {
-			m.emit(m.agg.Rows())
-		}
 	}
 	c := &wire.RainstormCheckpoint{
 		Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
 		Inputs: make([]wire.RainstormInput, len(m.in)), Outputs: make([]wire.RainstormOutput, len(m.out)),
-		BadRecords: m.bad, Done: final, RecordsIn: m.recIn, RecordsOut: m.recOut,
+		BadRecords: m.bad, Done: final, RecordsIn: m.recIn, RecordsOut: m.recOut, Flushed: m.flushed,
 	}
 	m.inflightPos = m.inflightPos[:0]
 	for i := range m.in {
@@ -454,13 +509,27 @@ func (m *TaskMachine) cut(final bool) {
 		}
 	}
 	if m.agg != nil {
-		c.State = m.agg.Snapshot()
+		c.Groups = m.agg.Delta()
 	}
 	c.Rows, m.rows = m.rows, nil
+	m.emitted = 0
 	m.inflight = c
 	m.dirty = false
 	m.lastCut = m.tick
 	m.ready.Checkpoint = c
+	m.drainHeld()
+}
+
+// drainHeld processes the batches Batch held while the delta was full,
+// now that a cut started a new one.
+func (m *TaskMachine) drainHeld() {
+	for i := range m.in {
+		ch := &m.in[i]
+		if b := ch.reorder[ch.next]; b != nil && !ch.eos {
+			delete(ch.reorder, ch.next)
+			m.Batch(b)
+		}
+	}
 }
 
 func derefBatches(bs []*wire.RainstormBatch) []wire.RainstormBatch {

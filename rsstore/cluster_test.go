@@ -6,9 +6,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"tempest/internal/testutil"
+	"tempest/rainstorm/ckpt"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -246,5 +251,75 @@ func TestFollowerGetsRowsItMissed(t *testing.T) {
 	g.elect(1, 2) // m1 leads, synced from m2
 	if got := fields(g.nodes[2].st.Rows(task)); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("m2 after the sync holds rows %v, want [a b c]", got)
+	}
+}
+
+// bigState is a count task's state of n keys over the key groups, each
+// key padded so that a few hundred thousand bytes of keys add up fast.
+func bigState(n int) []wire.RainstormGroupState {
+	pad := strings.Repeat("p", 200)
+	gs := make([]wire.RainstormGroupState, ckpt.KeyGroups)
+	for g := range gs {
+		gs[g].Group = g
+	}
+	for i := range n {
+		g := i % ckpt.KeyGroups
+		gs[g].Entries = append(gs[g].Entries, wire.RainstormAggregate{Key: fmt.Sprintf("k%08d-%s", i, pad), Count: int64(i%5 + 1)})
+	}
+	return gs
+}
+
+// A new leader spreads what a store it read lacks; a state over the
+// transport's cap (the hub refuses a message over it, as QUIC does) and a
+// rows record over a page go in parts, and the peer joins them before it
+// stores them: else the sync fails and the term never answers a task.
+func TestSpreadStateOverMessageCap(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	lead.cut = map[string]bool{"m2": true} // m2 misses the state
+	c := &wire.RainstormCheckpoint{Task: task, Incarnation: 1, Version: 1, Groups: bigState(50_000)}
+	for i := range 25_000 {
+		c.Rows = append(c.Rows, wire.RainstormRecord{ID: uint64(i), Fields: []string{strings.Repeat("r", 200)}})
+	}
+	if ckpt.Size(c) <= wire.MaxMessageSize {
+		t.Fatalf("the checkpoint's %d bytes fit one message: the test's premise", ckpt.Size(c))
+	}
+	// Moving 12 MB takes a few messages, each bounded by QuorumTimeout:
+	// on a loaded machine a round may miss it, and the task resends, as
+	// a leader whose sync failed syncs again.
+	testutil.Eventually(t, 2*time.Minute, 10*time.Millisecond, func() error {
+		res := lead.st.Commit(context.Background(), lead.term, []*Request{{Ckpt: c}})
+		if a, ok := res[0].Msg.(*wire.RainstormCheckpointAck); res[0].Err != nil || !ok || a.Refused {
+			return fmt.Errorf("version 1 not acknowledged by m0 and m1: %v %+v", res[0].Err, res[0].Msg)
+		}
+		return nil
+	})
+	lead.cut = nil
+	if l := g.nodes[2].st.Latest(task); l != nil && l.Version != 0 {
+		t.Fatalf("m2 holds version %d: the test's premise is that it missed version 1", l.Version)
+	}
+	// m1 leads, synced from m2, which lacks the state and its rows.
+	g.term++
+	for _, i := range []int{1, 2} {
+		g.nodes[i].term = g.term
+	}
+	g.nodes[1].cut = map[string]bool{"m0": true}
+	testutil.Eventually(t, 2*time.Minute, 10*time.Millisecond, func() error {
+		return g.nodes[1].st.Sync(context.Background(), g.term)
+	})
+	l := g.nodes[2].st.Latest(task)
+	if l == nil || l.Version != 1 || l.Incarnation != 1 {
+		t.Fatalf("m2 after the sync holds %+v, want version 1 of incarnation 1", l)
+	}
+	if !reflect.DeepEqual(l.Groups, c.Groups) {
+		t.Fatal("m2's state after the sync is not the leader's")
+	}
+	if rows := g.nodes[2].st.Rows(task); len(rows) != len(c.Rows) {
+		t.Fatalf("m2 after the sync holds %d rows, want %d", len(rows), len(c.Rows))
+	}
+	if len(l.Opened) != 1 || l.Opened[0].Incarnation != 1 {
+		t.Fatalf("m2's lineage %+v, want incarnation 1's open", l.Opened)
 	}
 }

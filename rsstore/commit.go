@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"tempest/rainstorm/ckpt"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -256,7 +257,10 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 			continue
 		}
 		answers[i] = Result{Msg: s.openReply(group[i].Open)}
-		opened = append(opened, group[i].Open)
+		if group[i].Open.Part == 0 {
+			// A later part reads what part 0 opened: no new route.
+			opened = append(opened, group[i].Open)
+		}
 	}
 	if len(opened) > 0 {
 		s.host.Opened(term, opened)
@@ -290,7 +294,10 @@ func reopen(latest *wire.RainstormCheckpoint, o *wire.RainstormOpen) *wire.Rains
 }
 
 // openReply is what an open is answered with: the task's latest
-// checkpoint (none before its first) and its pipeline's header.
+// checkpoint (none before its first) and its pipeline's header. A
+// checkpoint too large for one message goes in parts (ckpt.Split),
+// o.Part the one asked for; one past the last is answered with none, and
+// the task reads again from part 0.
 func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	reply := &wire.RainstormOpenReply{}
 	s.mu.Lock()
@@ -298,7 +305,9 @@ func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	if st := s.tasks[o.Task]; st != nil && st.latest != nil && st.latest.Version > 0 {
 		c := *st.latest
 		c.Opened = nil // the store's
-		reply.Checkpoint = &c
+		if parts := ckpt.Split(&c, ckpt.PageBytes); o.Part >= 0 && o.Part < len(parts) {
+			reply.Checkpoint = parts[o.Part]
+		}
 	}
 	if h, ok := s.headers[[2]string{o.Task.Job, o.Task.Workflow}]; ok {
 		reply.Header, reply.HasHeader = h.Header, h.HasHeader
@@ -332,7 +341,6 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 		if s.peerHave == nil {
 			s.peerHave = map[string]map[wire.RainstormTask]ver{}
 		}
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout)
 		var (
 			mu sync.Mutex
 			wg sync.WaitGroup
@@ -345,7 +353,7 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 		for _, id := range peers {
 			have := haves[id]
 			wg.Go(func() {
-				ok := s.replicateTo(cctx, term, id, have, cs, deltas, hs)
+				ok := s.replicateTo(ctx, term, id, have, cs, deltas, hs)
 				mu.Lock()
 				defer mu.Unlock()
 				if !ok {
@@ -364,7 +372,6 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 			})
 		}
 		wg.Wait()
-		cancel()
 	}
 	if stored < quorum {
 		if err := s.revert(cs); err != nil {
@@ -378,41 +385,108 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 
 // replicateTo sends one group to peer id, whose stored versions are have
 // (as far as this leader knows), and reports whether the peer stored it
-// all.
+// all. A change goes as a delta where the peer holds its base, else whole
+// (an open always: it has no delta form). The group goes in as many
+// messages as it needs under the transport's cap (ckpt.Paged), in
+// the group's order, so a task's delta never reaches the peer before the
+// whole state it follows; the peer stores a checkpoint sent in parts once
+// it has the last.
 func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have map[wire.RainstormTask]ver,
 	cs []change, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) bool {
-	// deltas[i] is nil where cs[i] has no delta form (an open): sent whole.
-	msg := &wire.RainstormReplicate{Term: term, Headers: hs}
+	// Runs of consecutive changes of one form, each paged on its own.
+	type run struct {
+		delta bool
+		cs    []*wire.RainstormCheckpoint
+	}
+	var runs []run
+	add := func(delta bool, c *wire.RainstormCheckpoint) {
+		if n := len(runs); n == 0 || runs[n-1].delta != delta {
+			runs = append(runs, run{delta: delta})
+		}
+		runs[len(runs)-1].cs = append(runs[len(runs)-1].cs, c)
+	}
+	// Every part of a delta names its checkpoint, so the base is found
+	// by that.
+	type named struct {
+		task wire.RainstormTask
+		v    ver
+	}
+	bases := map[named]ver{}
 	for i, c := range cs {
 		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) && deltas[i] != nil {
-			base := verOf(c.prev)
-			msg.Deltas = append(msg.Deltas, wire.RainstormDelta{BaseVersion: base.version, BaseIncarnation: base.inc, Checkpoint: *deltas[i]})
+			bases[named{c.next.Task, verOf(c.next)}] = verOf(c.prev)
+			add(true, deltas[i])
 			have[c.next.Task] = verOf(c.next) // a later change of the same task in this group follows it
 			continue
 		}
-		msg.Checkpoints = append(msg.Checkpoints, *c.next)
+		add(false, c.next)
 	}
-	resp, err := s.host.Call(ctx, id, msg)
-	ack, ok := resp.(*wire.RainstormReplicateAck)
-	if err != nil || !ok {
-		s.host.Logger().Debug("rainstorm: replicate to peer", "peer", id, "err", err)
-		return false
+	var msgs []*wire.RainstormReplicate
+	for _, r := range runs {
+		for _, page := range ckpt.Paged(r.cs, ckpt.PageBytes) {
+			msg := &wire.RainstormReplicate{Term: term}
+			if !r.delta {
+				msg.Checkpoints = derefs(page)
+			}
+			for _, p := range page {
+				if r.delta {
+					base := bases[named{p.Task, verOf(p)}]
+					msg.Deltas = append(msg.Deltas, wire.RainstormDelta{BaseVersion: base.version, BaseIncarnation: base.inc, Checkpoint: *p})
+				}
+			}
+			msgs = append(msgs, msg)
+		}
 	}
-	if len(ack.Missing) == 0 {
+	if len(msgs) == 0 {
+		msgs = append(msgs, &wire.RainstormReplicate{Term: term})
+	}
+	msgs[0].Headers = hs
+	var missing []wire.RainstormTask
+	for _, msg := range msgs {
+		resp, err := s.call(ctx, id, msg)
+		ack, ok := resp.(*wire.RainstormReplicateAck)
+		if err != nil || !ok {
+			s.host.Logger().Debug("rainstorm: replicate to peer", "peer", id, "err", err)
+			return false
+		}
+		missing = append(missing, ack.Missing...)
+	}
+	if len(missing) == 0 {
 		return true
 	}
 	// The peer missed a group: send those tasks' whole states, every
 	// change of the group in order (each carries its own rows).
-	whole := &wire.RainstormReplicate{Term: term}
+	var whole []*wire.RainstormCheckpoint
 	for _, c := range cs {
-		if slices.Contains(ack.Missing, c.next.Task) {
-			whole.Checkpoints = append(whole.Checkpoints, *c.next)
+		if slices.Contains(missing, c.next.Task) {
+			whole = append(whole, c.next)
 		}
 	}
-	resp, err = s.host.Call(ctx, id, whole)
-	if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
-		s.host.Logger().Debug("rainstorm: replicate whole states to peer", "peer", id, "err", err)
-		return false
+	for _, page := range ckpt.Paged(whole, ckpt.PageBytes) {
+		resp, err := s.call(ctx, id, &wire.RainstormReplicate{Term: term, Checkpoints: derefs(page)})
+		if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
+			s.host.Logger().Debug("rainstorm: replicate whole states to peer", "peer", id, "err", err)
+			return false
+		}
 	}
 	return true
+}
+
+// call sends one message of a round to peer id, bounded by QuorumTimeout:
+// per message, not per round, since a group carrying a state over the
+// message cap takes several messages, each up to a few MB, and a round
+// bounded as a whole missed its majority whenever the parts outlasted one
+// timeout (a peer that does not answer still costs one timeout).
+func (s *Store) call(ctx context.Context, id string, msg wire.Message) (wire.Message, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout)
+	defer cancel()
+	return s.host.Call(cctx, id, msg)
+}
+
+func derefs(cs []*wire.RainstormCheckpoint) []wire.RainstormCheckpoint {
+	out := make([]wire.RainstormCheckpoint, len(cs))
+	for i, c := range cs {
+		out[i] = *c
+	}
+	return out
 }

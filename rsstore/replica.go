@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"tempest/rainstorm/ckpt"
 	"tempest/wire"
 )
 
@@ -43,7 +44,13 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 		return s.Latest(t)
 	}
 	for i := range msg.Checkpoints {
-		c := &msg.Checkpoints[i]
+		c, err := s.joinPart(&msg.Checkpoints[i])
+		if err != nil {
+			return 0, nil, err
+		}
+		if c == nil {
+			continue // more parts follow
+		}
 		prev := prevOf(c.Task)
 		changes = append(changes, change{prev: prev, next: c})
 		if newer(prev, c) {
@@ -52,7 +59,13 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 	}
 	for i := range msg.Deltas {
 		d := &msg.Deltas[i]
-		c := &d.Checkpoint
+		c, err := s.joinPart(&d.Checkpoint)
+		if err != nil {
+			return 0, nil, err
+		}
+		if c == nil {
+			continue // more parts follow
+		}
 		prev := prevOf(c.Task)
 		switch have := verOf(prev); {
 		case have == verOf(c):
@@ -73,6 +86,33 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 	return stored + len(changes), missing, nil
 }
 
+// joinPart returns c when it is a whole checkpoint, else adds it to its
+// task's parts and returns the whole checkpoint once c is its last part
+// (nil before). A part that does not follow its task's parts so far
+// refuses the message: the leader then counts this peer out of the round.
+// Under wmu.
+func (s *Store) joinPart(c *wire.RainstormCheckpoint) (*wire.RainstormCheckpoint, error) {
+	if c.Part == 0 && !c.More {
+		return c, nil
+	}
+	if s.parts == nil {
+		s.parts = map[wire.RainstormTask]*ckpt.Joiner{}
+	}
+	j := s.parts[c.Task]
+	if j == nil {
+		j = &ckpt.Joiner{}
+		s.parts[c.Task] = j
+	}
+	whole, err := j.Add(c)
+	if err != nil || whole != nil {
+		delete(s.parts, c.Task)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task %d.%d: %w", c.Task.Stage, c.Task.Index, err)
+	}
+	return whole, nil
+}
+
 // HandleSync answers a new leader's sync (one page of it): from now on no
 // group of an older term is stored here, and the page follows every group
 // stored before. The sender must be a manager of the group (the caller
@@ -86,6 +126,7 @@ func (s *Store) promise(term uint64, jobs []string, after []byte) *wire.Rainstor
 	defer s.wmu.Unlock()
 	if term > s.promised {
 		s.promised = term
+		s.parts = nil // an older leader's unfinished checkpoints never finish
 	}
 	s.deposed(term)
 	return s.snapshot(jobs, after)
@@ -138,17 +179,30 @@ func (s *Store) snapshot(jobs []string, after []byte) *wire.RainstormSyncRespons
 		}
 	}
 	slices.SortFunc(es, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
+	// A checkpoint larger than a page goes in parts (ckpt.Split),
+	// each under its entry's key and its part number, so the cursor can
+	// stop between parts.
 	size := 0
-	for i, e := range es {
-		if after != nil && bytes.Compare(e.key, after) <= 0 {
+	var last []byte
+pages:
+	for _, e := range es {
+		if after != nil && bytes.Compare(e.key, after) < 0 && !bytes.HasPrefix(after, e.key) {
 			continue
 		}
-		if size > 0 && size+sizeOf(&e.c) > syncPage {
-			out.More, out.Next = true, es[i-1].key
-			break
+		for n, p := range ckpt.Split(&e.c, ckpt.PageBytes) {
+			pk := binary.BigEndian.AppendUint32(slices.Clip(e.key), uint32(n))
+			if after != nil && bytes.Compare(pk, after) <= 0 {
+				continue
+			}
+			sz := ckpt.Size(p)
+			if size > 0 && size+sz > syncPage {
+				out.More, out.Next = true, last
+				break pages
+			}
+			size += sz
+			out.Checkpoints = append(out.Checkpoints, *p)
+			last = pk
 		}
-		size += sizeOf(&e.c)
-		out.Checkpoints = append(out.Checkpoints, e.c)
 	}
 	if after == nil {
 		for k, h := range s.headers {
@@ -158,22 +212,4 @@ func (s *Store) snapshot(jobs []string, after []byte) *wire.RainstormSyncRespons
 		}
 	}
 	return out
-}
-
-// sizeOf estimates the encoded size of c's records.
-func sizeOf(c *wire.RainstormCheckpoint) int {
-	n := 256 + 32*len(c.State)
-	recs := func(rs []wire.RainstormRecord) {
-		for _, r := range rs {
-			n += 12 + len(r.Fields)
-			for _, f := range r.Fields {
-				n += len(f)
-			}
-		}
-	}
-	for i := range c.PendingBlobs {
-		n += 32 + len(c.PendingBlobs[i].Batch)
-	}
-	recs(c.Rows)
-	return n
 }

@@ -1,6 +1,7 @@
 package rsstore
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"tempest/rainstorm/ckpt"
 	"tempest/wire"
 )
 
@@ -28,6 +30,11 @@ var (
 	// one whose acknowledged positions drop it: a checkpoint rewrites its
 	// small head record, never the batches an earlier one stored.
 	bucketBatch = []byte("batches")
+	// bucketState holds an aggregate's entries one by one, keyed by task,
+	// key group and key: a checkpoint writes the keys it changed, never
+	// the whole state (which outgrows what a write per checkpoint can
+	// afford long before it outgrows memory).
+	bucketState = []byte("state")
 )
 
 // Store is one manager's copy of every pipeline's checkpoints and output.
@@ -58,11 +65,16 @@ type Store struct {
 	// task the leader knows the peer stores: such a peer gets deltas. Only
 	// the committer touches it; it starts empty every term.
 	peerHave map[string]map[wire.RainstormTask]ver
+	// parts holds, per task, a checkpoint a leader is sending in parts
+	// (its group outgrew a message) until its last part. Under wmu.
+	parts map[wire.RainstormTask]*ckpt.Joiner
 }
 
 // Config tunes a Store.
 type Config struct {
-	// QuorumTimeout bounds one replication round and one sync page.
+	// QuorumTimeout bounds each message of a replication round, of a
+	// sync and of what a sync spreads (a round or a sync of a large state
+	// takes several).
 	QuorumTimeout time.Duration
 	// MaxGroup is how many requests are committed together at most.
 	MaxGroup int
@@ -148,7 +160,7 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 	s := &Store{db: db, host: host, cfg: cfg.withDefaults(), tasks: map[wire.RainstormTask]*stored{},
 		headers: map[[2]string]wire.RainstormHeader{}, reqs: make(chan *Request, 4096)}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketCkpt, bucketRows, bucketHdr, bucketBatch} {
+		for _, b := range [][]byte{bucketCkpt, bucketRows, bucketHdr, bucketBatch, bucketState} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -162,6 +174,16 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 			return nil
 		}); err != nil {
 			return err
+		}
+		for _, st := range s.tasks {
+			if st.latest == nil {
+				continue
+			}
+			groups, err := loadState(tx.Bucket(bucketState), taskKey(st.latest.Task))
+			if err != nil {
+				return err
+			}
+			st.latest.Groups = groups
 		}
 		if err := tx.Bucket(bucketBatch).ForEach(func(_, v []byte) error {
 			var b wire.RainstormBatchBlob
@@ -245,16 +267,19 @@ func newer(latest, c *wire.RainstormCheckpoint) bool {
 }
 
 // compose folds checkpoint c, whose PendingBlobs are the batches cut
-// since prev, into the stored state prev (as rainstorm.Compose does with
-// decoded batches): prev's batches c's acknowledged positions do not
-// cover, then c's. The result carries c's rows (the store publishes them
+// since prev and whose Groups are the keys changed since prev, into the
+// stored state prev (as rainstorm.Compose does with decoded batches):
+// prev's entries updated with c's, prev's batches c's acknowledged
+// positions do not cover, then c's. The result carries c's rows (the store publishes them
 // with it); c and prev are not changed.
 func compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
 	out := *c
-	if prev != nil {
-		out.Opened = prev.Opened // the store's, never the task's
+	if prev == nil {
+		return &out
 	}
-	if prev == nil || len(prev.PendingBlobs) == 0 {
+	out.Opened = prev.Opened // the store's, never the task's
+	out.Groups = ckpt.ComposeGroups(prev.Groups, c.Groups)
+	if len(prev.PendingBlobs) == 0 {
 		return &out
 	}
 	acked := make(map[int]uint64, len(c.Outputs))
@@ -302,11 +327,15 @@ func (s *Store) revert(cs []change) error {
 func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		ck, rows, hdr, bt := tx.Bucket(bucketCkpt), tx.Bucket(bucketRows), tx.Bucket(bucketHdr), tx.Bucket(bucketBatch)
+		st := tx.Bucket(bucketState)
 		for _, ch := range cs {
 			if undo && ch.next == nil {
 				// The task had no checkpoint: drop its head and batches.
 				k := taskKey(ch.task)
 				if err := ck.Delete(k); err != nil {
+					return err
+				}
+				if err := writeState(st, k, ch.prev.Groups, nil); err != nil {
 					return err
 				}
 				for i := range ch.prev.PendingBlobs {
@@ -342,12 +371,19 @@ func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
 				continue
 			}
 			head := *c
-			head.Rows, head.Pending, head.PendingBlobs = nil, nil, nil
+			head.Rows, head.Pending, head.PendingBlobs, head.Groups = nil, nil, nil, nil
 			v, err := wire.Marshal(&head)
 			if err != nil {
 				return err
 			}
 			if err := ck.Put(k, v); err != nil {
+				return err
+			}
+			var stateHad []wire.RainstormGroupState
+			if ch.prev != nil {
+				stateHad = ch.prev.Groups
+			}
+			if err := writeState(st, k, stateHad, c.Groups); err != nil {
 				return err
 			}
 			type chSeq struct {
@@ -481,4 +517,45 @@ func (s *Store) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader)
 	}
 	s.apply(changes, hs)
 	return nil
+}
+
+// stateKey is where one entry of task k's key group g is kept.
+func stateKey(k []byte, g int, key string) []byte {
+	out := make([]byte, 0, len(k)+1+len(key))
+	out = append(append(out, k...), byte(g))
+	return append(out, key...)
+}
+
+// writeState writes what changed from the entries prev to next of task k.
+func writeState(b *bolt.Bucket, k []byte, prev, next []wire.RainstormGroupState) error {
+	return ckpt.DiffGroups(prev, next, func(g int, e *wire.RainstormAggregate) error {
+		v, err := wire.Marshal(&wire.RainstormAggregate{Count: e.Count, Sum: e.Sum})
+		if err != nil {
+			return err
+		}
+		return b.Put(stateKey(k, g, e.Key), v)
+	}, func(g int, key string) error {
+		return b.Delete(stateKey(k, g, key))
+	})
+}
+
+// loadState reads task k's entries back, in group and key order (bbolt's
+// byte order is the entries' order).
+func loadState(b *bolt.Bucket, k []byte) ([]wire.RainstormGroupState, error) {
+	var out []wire.RainstormGroupState
+	c := b.Cursor()
+	for key, v := c.Seek(k); key != nil && bytes.HasPrefix(key, k) && len(key) > len(k); key, v = c.Next() {
+		g := int(key[len(k)])
+		var e wire.RainstormAggregate
+		if err := wire.Unmarshal(v, &e); err != nil {
+			return nil, fmt.Errorf("state entry of group %d: %w", g, err)
+		}
+		e.Key = string(key[len(k)+1:])
+		if n := len(out); n == 0 || out[n-1].Group != g {
+			out = append(out, wire.RainstormGroupState{Group: g})
+		}
+		last := &out[len(out)-1]
+		last.Entries = append(last.Entries, e)
+	}
+	return out, nil
 }

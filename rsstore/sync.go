@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"tempest/rainstorm/ckpt"
 	"tempest/wire"
 )
 
@@ -34,6 +35,7 @@ func (s *Store) Sync(ctx context.Context, term uint64) error {
 		wg.Go(func() {
 			all := &wire.RainstormSyncResponse{}
 			var after []byte
+			var parts ckpt.Joiner // a checkpoint larger than a page comes in parts
 			for {
 				cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout) // per page
 				resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: after})
@@ -43,7 +45,16 @@ func (s *Store) Sync(ctx context.Context, term uint64) error {
 					s.host.Logger().Debug("rainstorm: read a peer's checkpoints", "peer", id, "err", err)
 					return
 				}
-				all.Checkpoints = append(all.Checkpoints, r.Checkpoints...)
+				for i := range r.Checkpoints {
+					c, err := parts.Add(&r.Checkpoints[i])
+					if err != nil {
+						s.host.Logger().Warn("rainstorm: a peer's checkpoints in parts do not join", "peer", id, "err", err)
+						return
+					}
+					if c != nil {
+						all.Checkpoints = append(all.Checkpoints, *c)
+					}
+				}
 				all.Headers = append(all.Headers, r.Headers...)
 				if !r.More {
 					break
@@ -150,28 +161,25 @@ func (s *Store) lacking(holders []holding) []wire.RainstormCheckpoint {
 // spread stores cs on a majority: here (they are) and on the peers that
 // answered the sync (with this store, a majority; a peer that did not is
 // likely down, and waiting for it would hold the term's first answer), in
-// messages of about syncPage bytes.
+// messages of about syncPage bytes, in order.
 func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum int, cs []wire.RainstormCheckpoint) error {
 	if len(cs) == 0 {
 		return nil
 	}
-	var pages [][]wire.RainstormCheckpoint
-	size := 0
+	ptrs := make([]*wire.RainstormCheckpoint, len(cs))
 	for i := range cs {
-		n := sizeOf(&cs[i])
-		if len(pages) == 0 || (size > 0 && size+n > syncPage) {
-			pages, size = append(pages, nil), 0
-		}
-		pages[len(pages)-1] = append(pages[len(pages)-1], cs[i])
-		size += n
+		ptrs[i] = &cs[i]
 	}
+	// A whole state over a page goes in parts (ckpt.Split); the
+	// peer joins them before it stores the state.
+	pages := ckpt.Paged(ptrs, syncPage)
 	stored := make([]bool, len(peers))
 	var wg sync.WaitGroup
 	for i, id := range peers {
 		wg.Go(func() {
 			for _, p := range pages {
 				cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout)
-				resp, err := s.host.Call(cctx, id, &wire.RainstormReplicate{Term: term, Checkpoints: p})
+				resp, err := s.host.Call(cctx, id, &wire.RainstormReplicate{Term: term, Checkpoints: derefs(p)})
 				cancel()
 				if _, ok := resp.(*wire.RainstormReplicateAck); err != nil || !ok {
 					s.host.Logger().Debug("rainstorm: store what a peer lacks", "peer", id, "err", err)

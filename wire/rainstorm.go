@@ -115,7 +115,7 @@ type RainstormCheckpoint struct {
 	Inputs      []RainstormInput     `cbor:"4,keyasint,omitempty"`
 	Outputs     []RainstormOutput    `cbor:"5,keyasint,omitempty"`
 	Pending     []RainstormBatch     `cbor:"6,keyasint,omitempty"` // cut since the previous checkpoint
-	State       []RainstormAggregate `cbor:"7,keyasint,omitempty"`
+	State       []RainstormAggregate `cbor:"7,keyasint,omitempty"` // retired: see Groups
 	Rows        []RainstormRecord    `cbor:"8,keyasint,omitempty"`
 	Source      *RainstormSourcePos  `cbor:"9,keyasint,omitempty"`
 	// Done: every input ended and every output (or final row) is in this
@@ -133,6 +133,27 @@ type RainstormCheckpoint struct {
 	// the managers: each batch encoded once by the task, so the managers
 	// store, compose and replicate it without decoding its records.
 	PendingBlobs []RainstormBatchBlob `cbor:"21,keyasint,omitempty"`
+	// Groups is an aggregate's state, key group by key group. A task's
+	// checkpoint carries only the groups changed since its previous one,
+	// and in each only the keys changed (their new values); the store
+	// composes them, so what it stores and returns holds every key. Group
+	// boundaries stay explicit because groups are the unit that moves
+	// between tasks. (State, key 7, held the whole state in one list and
+	// is no longer written.)
+	Groups []RainstormGroupState `cbor:"22,keyasint,omitempty"`
+	// Flushed counts the key groups, from 0, whose final values an
+	// aggregate has emitted: after its inputs end it emits them over
+	// several checkpoints, a few groups each, so that no checkpoint
+	// outgrows a message.
+	Flushed int `cbor:"23,keyasint,omitempty"`
+	// Part and More split one checkpoint too large for a message into
+	// parts sent one after another (an open reply's pages, a replicated
+	// group, a sync page): part 0 holds everything but the Groups,
+	// PendingBlobs and Rows that did not fit, each later part more of
+	// those; More says another part follows. A receiver joins the parts
+	// before it uses the checkpoint.
+	Part int  `cbor:"24,keyasint,omitempty"`
+	More bool `cbor:"25,keyasint,omitempty"`
 	// Opened is the managers' record of the task's incarnations, oldest
 	// first: each one's token and the version it opened at. The store
 	// keeps it with the task's state (a task never sets it), so it knows
@@ -141,6 +162,12 @@ type RainstormCheckpoint struct {
 	// RowsOf names, on a rows-only record (Incarnation 0) of a sync page,
 	// the incarnation whose checkpoint published the rows.
 	RowsOf uint64 `cbor:"41,keyasint,omitempty"`
+}
+
+// RainstormGroupState is one key group's aggregate entries, sorted by key.
+type RainstormGroupState struct {
+	Group   int                  `cbor:"1,keyasint,omitempty"`
+	Entries []RainstormAggregate `cbor:"2,keyasint,omitempty"`
 }
 
 // RainstormOpened is one incarnation of a task and the version it opened

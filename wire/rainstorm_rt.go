@@ -14,6 +14,9 @@ type RainstormOpen struct {
 	Incarnation uint64        `cbor:"2,keyasint"`
 	Header      []string      `cbor:"3,keyasint,omitempty"`
 	HasHeader   bool          `cbor:"4,keyasint,omitempty"`
+	// Part asks for that part of the checkpoint (0 first): a state too
+	// large for one message comes in parts, each asked for in turn.
+	Part int `cbor:"11,keyasint,omitempty"`
 }
 
 // RainstormOpenReply carries the task's latest durable checkpoint (nil for a

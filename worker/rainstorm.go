@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"tempest/rainstorm"
+	"tempest/rainstorm/ckpt"
 	"tempest/transport"
 	"tempest/wire"
 	"tempest/workflow"
@@ -562,6 +563,10 @@ func (d *rsDriver) open(ctx context.Context, header []string) (*wire.RainstormOp
 	if d.task.Stage == 0 {
 		req.Header, req.HasHeader = header, true
 	}
+	// A state too large for one message comes in parts, asked for one
+	// by one; a part that does not follow (a leader changed between
+	// parts and holds another version) starts the reading over.
+	var parts ckpt.Joiner
 	for attempt := 0; ; attempt++ {
 		resp, err := d.w.callLeader(ctx, req)
 		var we *wire.Error
@@ -570,18 +575,21 @@ func (d *rsDriver) open(ctx context.Context, header []string) (*wire.RainstormOp
 			return nil, fmt.Errorf("%w: %s", errRSFenced, we.Message)
 		case err != nil:
 			if attempt%25 == 0 {
-				d.log.Debug("rainstorm open: retrying", "err", err)
+				d.log.Debug("rainstorm open: retrying", "err", err, "part", req.Part)
 			}
 		default:
 			reply, ok := resp.(*wire.RainstormOpenReply)
 			if !ok {
 				return nil, fmt.Errorf("rainstorm open: manager answered %s", resp.Type())
 			}
-			if reply.Checkpoint != nil {
-				if err := rainstorm.UnpackPending(reply.Checkpoint); err != nil {
-					return nil, fmt.Errorf("rainstorm open: checkpoint %d: %w", reply.Checkpoint.Version, err)
-				}
+			whole, more, err := d.joinPart(&parts, req, reply)
+			switch {
+			case err != nil:
+				return nil, err
+			case more:
+				continue // the next part, at once
 			}
+			reply.Checkpoint = whole
 			if d.task.Stage == 0 || reply.HasHeader || !needsHeader(&d.p.Spec) {
 				return reply, nil
 			}
@@ -590,6 +598,36 @@ func (d *rsDriver) open(ctx context.Context, header []string) (*wire.RainstormOp
 			return nil, err
 		}
 	}
+}
+
+// joinPart adds reply's part of the checkpoint to parts and sets which
+// part req asks for next. more says to ask again at once: the checkpoint
+// continues in another part, or a part did not follow the ones before (a
+// leader changed between parts) and the reading starts over at part 0.
+// Otherwise whole is the checkpoint, nil for a fresh start.
+func (d *rsDriver) joinPart(parts *ckpt.Joiner, req *wire.RainstormOpen, reply *wire.RainstormOpenReply) (whole *wire.RainstormCheckpoint, more bool, err error) {
+	asked := req.Part
+	req.Part = 0
+	if reply.Checkpoint == nil {
+		if asked > 0 {
+			d.log.Info("rainstorm open: no checkpoint part where one was; reading again", "part", asked)
+			return nil, true, nil
+		}
+		return nil, false, nil
+	}
+	whole, err = parts.Add(reply.Checkpoint)
+	switch {
+	case err != nil:
+		d.log.Info("rainstorm open: reading the checkpoint again", "err", err)
+		return nil, true, nil
+	case whole == nil:
+		req.Part = reply.Checkpoint.Part + 1
+		return nil, true, nil
+	}
+	if err := rainstorm.UnpackPending(whole); err != nil {
+		return nil, false, fmt.Errorf("rainstorm open: checkpoint %d: %w", whole.Version, err)
+	}
+	return whole, false, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
