@@ -8,7 +8,7 @@ FUZZTIME ?= 20s
 # Per test binary. The integration package takes about 12 minutes on a
 # 2-core machine that is also busy with other work; the limit is there to
 # end a hung run, not to time a slow one.
-TEST_TIMEOUT ?= 25m
+TEST_TIMEOUT ?= 40m
 # make chaos: how long the randomized fault schedule runs, and its seed
 # (empty: a fresh one, printed; set it to replay a schedule).
 CHAOS_DURATION ?= 5m
