@@ -5,7 +5,7 @@ BIN := bin
 # Packages with tests; integration/ joins once the roles exist.
 PKGS := ./...
 FUZZTIME ?= 20s
-# Per test binary. The integration package takes about 12 minutes on a
+# Per test binary. The integration package takes 15–20 minutes on a
 # 2-core machine that is also busy with other work; the limit is there to
 # end a hung run, not to time a slow one.
 TEST_TIMEOUT ?= 40m
