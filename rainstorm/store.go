@@ -121,17 +121,8 @@ func compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
 		return &out
 	}
 	out.Rows = nil // published already; the composed state is for restarts
-	acked := make(map[int]uint64, len(c.Outputs))
-	for _, o := range c.Outputs {
-		acked[o.To] = o.Acked
-	}
-	out.Pending = make([]wire.RainstormBatch, 0, len(prev.Pending)+len(c.Pending))
-	for _, b := range prev.Pending {
-		if b.Seq > acked[b.To] {
-			out.Pending = append(out.Pending, b)
-		}
-	}
-	out.Pending = append(out.Pending, c.Pending...)
+	out.Pending = ckpt.Unacked(prev.Pending, c.Pending, c.Outputs,
+		func(b *wire.RainstormBatch) (int, uint64) { return b.To, b.Seq })
 	return &out
 }
 

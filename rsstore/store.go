@@ -282,17 +282,8 @@ func compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
 	if len(prev.PendingBlobs) == 0 {
 		return &out
 	}
-	acked := make(map[int]uint64, len(c.Outputs))
-	for _, o := range c.Outputs {
-		acked[o.To] = o.Acked
-	}
-	out.PendingBlobs = make([]wire.RainstormBatchBlob, 0, len(prev.PendingBlobs)+len(c.PendingBlobs))
-	for _, b := range prev.PendingBlobs {
-		if b.Seq > acked[b.To] {
-			out.PendingBlobs = append(out.PendingBlobs, b)
-		}
-	}
-	out.PendingBlobs = append(out.PendingBlobs, c.PendingBlobs...)
+	out.PendingBlobs = ckpt.Unacked(prev.PendingBlobs, c.PendingBlobs, c.Outputs,
+		func(b *wire.RainstormBatchBlob) (int, uint64) { return b.To, b.Seq })
 	return &out
 }
 

@@ -351,3 +351,22 @@ func mergeEntries(a, b []wire.RainstormAggregate) []wire.RainstormAggregate {
 	}
 	return out
 }
+
+// Unacked is what a composed checkpoint keeps of its channels' batches:
+// prev's batches that the new checkpoint's outputs have not acknowledged,
+// followed by the new checkpoint's own (next). The runtime's store keeps
+// them encoded, the in-memory one decoded, hence pos, which reads a
+// batch's channel and sequence number.
+func Unacked[B any](prev, next []B, outputs []wire.RainstormOutput, pos func(*B) (to int, seq uint64)) []B {
+	acked := make(map[int]uint64, len(outputs))
+	for _, o := range outputs {
+		acked[o.To] = o.Acked
+	}
+	out := make([]B, 0, len(prev)+len(next))
+	for i := range prev {
+		if to, seq := pos(&prev[i]); seq > acked[to] {
+			out = append(out, prev[i])
+		}
+	}
+	return append(out, next...)
+}
