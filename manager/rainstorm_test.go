@@ -287,25 +287,36 @@ func TestRainstormTaskStoppedByItsWorkerGoesAgain(t *testing.T) {
 	c.addWorker("w1", 4)
 	lead := c.leader()
 	ack := submitPipeline(t, lead)
-	inc := taskToken(t, lead, ack.JobID, 1, 0)
-	for range lead.cfg.MaxWorkflowRetries + 2 {
+	placedAgainEachTime(t, lead, ack.JobID, "its task's worker stopped it", func(inc uint64) {
 		p := &wire.WorkflowProgress{JobID: ack.JobID, WorkflowID: workflowID(ack.JobID, 1), FenceToken: inc,
 			Status: wire.WorkflowCancelled, Final: true, Error: "fenced: no manager leader answered for 10s"}
 		if cancel := lead.applyProgress(p, "w1"); cancel {
 			t.Fatal("the current attempt's own stop was answered with a cancel")
 		}
-		next := taskToken(t, lead, ack.JobID, 1, inc) // w1 is the only worker
+	})
+}
+
+// placedAgainEachTime loses task 1 of job more times than it may be
+// retried (lose, given its current token) and checks that it is placed
+// again each time under a newer token (w1 is the only worker) and that the
+// job does not end for it.
+func placedAgainEachTime(t *testing.T, lead *Manager, job, why string, lose func(inc uint64)) {
+	t.Helper()
+	inc := taskToken(t, lead, job, 1, 0)
+	for range lead.cfg.MaxWorkflowRetries + 2 {
+		lose(inc)
+		next := taskToken(t, lead, job, 1, inc)
 		if next <= inc {
 			t.Fatalf("replacement token %d, want newer than %d", next, inc)
 		}
 		inc = next
 	}
-	st, err := lead.Job(context.Background(), ack.JobID)
+	st, err := lead.Job(context.Background(), job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Status.Terminal() {
-		t.Fatalf("job ended %s after its task's worker stopped it: %+v", st.Status, st.Workflows)
+		t.Fatalf("job ended %s after %s: %+v", st.Status, why, st.Workflows)
 	}
 }
 
@@ -319,24 +330,11 @@ func TestRainstormTaskLostInLeaderChangesGoesAgain(t *testing.T) {
 	c.addWorker("w1", 4)
 	lead := c.leader()
 	ack := submitPipeline(t, lead)
-	inc := taskToken(t, lead, ack.JobID, 1, 0)
 	lt := lead.leading()
-	for range lead.cfg.MaxWorkflowRetries + 2 {
+	placedAgainEachTime(t, lead, ack.JobID, "its tasks were lost in leader changes", func(uint64) {
 		// What a new leader's sync finds: w1 answered, running nothing.
 		lead.resume(context.Background(), lt, &syncOutcome{answered: map[string]bool{"w1": true}, running: map[string]string{}})
-		next := taskToken(t, lead, ack.JobID, 1, inc)
-		if next <= inc {
-			t.Fatalf("replacement token %d, want newer than %d", next, inc)
-		}
-		inc = next
-	}
-	st, err := lead.Job(context.Background(), ack.JobID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Status.Terminal() {
-		t.Fatalf("job ended %s after its tasks were lost in leader changes: %+v", st.Status, st.Workflows)
-	}
+	})
 }
 
 // A word of an attempt that already reported its end — a new leader's
