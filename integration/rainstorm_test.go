@@ -357,12 +357,24 @@ workflows:
 // and counted by key, computed from the generator's definition.
 func generated(t *testing.T, records, keys int64, keep func(value int) bool) [][]string {
 	t.Helper()
-	g := rainstorm.NewGenerator(&rainstorm.Generate{Records: records, Keys: keys}, 0)
 	counts := map[string]int{}
+	eachGenerated(t, records, keys, func(fields []string, value int) {
+		if keep(value) {
+			counts[fields[1]]++
+		}
+	})
+	return countRows(counts)
+}
+
+// eachGenerated calls fn with every record of a generate source (id, key,
+// value) in input order, and its value as a number.
+func eachGenerated(t *testing.T, records, keys int64, fn func(fields []string, value int)) {
+	t.Helper()
+	g := rainstorm.NewGenerator(&rainstorm.Generate{Records: records, Keys: keys}, 0)
 	for {
 		rec, err := g.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -371,11 +383,8 @@ func generated(t *testing.T, records, keys int64, keep func(value int) bool) [][
 		if err != nil {
 			t.Fatal(err)
 		}
-		if keep(v) {
-			counts[rec.Fields[1]]++
-		}
+		fn(rec.Fields, v)
 	}
-	return countRows(counts)
 }
 
 // pacedJob is a generated pipeline slow enough for faults to land mid-run.
@@ -471,23 +480,11 @@ func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
 func TestRainstormRecordOutputWorkerKillExactlyOnce(t *testing.T) {
 	const records = 40000
 	var want [][]string
-	g := rainstorm.NewGenerator(&rainstorm.Generate{Records: records, Keys: 17}, 0)
-	for {
-		rec, err := g.Next()
-		if errors.Is(err, io.EOF) {
-			break
+	eachGenerated(t, records, 17, func(fields []string, value int) {
+		if keepLow(value) {
+			want = append(want, []string{fields[0], fields[2]})
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := strconv.Atoi(rec.Fields[2])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if keepLow(v) {
-			want = append(want, []string{rec.Fields[0], rec.Fields[2]})
-		}
-	}
+	})
 	c := startCluster(t, 1, 4, 3)
 	id := c.submit(fmt.Sprintf(`name: picked
 timeout: 300s
