@@ -41,6 +41,14 @@ type Config struct {
 	DrainTimeout time.Duration // Close waits this long for in-flight handlers
 	Linger       time.Duration // then this long for their replies to leave
 
+	// ReplyTimeout bounds writing one reply. A reply's write blocks while
+	// the caller's flow-control window is shut, and a caller that stopped
+	// reading (paused, wedged, or hostile) never opens it: without a bound
+	// the handler's slot is held for good, and MaxInflight of them stop
+	// the node reading from anyone. It must outlast the longest a caller
+	// waits for a large reply (sync pages, blobs) on a loaded path.
+	ReplyTimeout time.Duration
+
 	Breaker BreakerConfig
 	Backoff BackoffConfig
 	// Limits bound what inbound connections cost, above all before they
@@ -103,6 +111,7 @@ func DefaultConfig() Config {
 		MaxInflight:    1024,
 		DialTimeout:    3 * time.Second,
 		CallTimeout:    10 * time.Second,
+		ReplyTimeout:   2 * time.Minute,
 		IdleTimeout:    30 * time.Second,
 		KeepAlive:      5 * time.Second,
 		DrainTimeout:   5 * time.Second,
@@ -153,6 +162,7 @@ func (c Config) withDefaults() Config {
 	orDefault(&c.MaxInflight, d.MaxInflight)
 	orDefault(&c.DialTimeout, d.DialTimeout)
 	orDefault(&c.CallTimeout, d.CallTimeout)
+	orDefault(&c.ReplyTimeout, d.ReplyTimeout)
 	orDefault(&c.IdleTimeout, d.IdleTimeout)
 	orDefault(&c.KeepAlive, d.KeepAlive)
 	orDefault(&c.DrainTimeout, d.DrainTimeout)

@@ -24,6 +24,7 @@ const (
 	codeNormalClose  quic.ApplicationErrorCode = 0
 	codeFrameTooBig  quic.StreamErrorCode      = 1
 	codeStreamClosed quic.StreamErrorCode      = 2
+	codeReplyStalled quic.StreamErrorCode      = 3
 )
 
 func numClasses() int { return wire.NumClasses }
@@ -622,7 +623,7 @@ func (t *QUIC) writePlainError(w *streamWriter, replyTo uint64, e *wire.Error) {
 		return
 	}
 	binary.BigEndian.PutUint32(frame, uint32(len(frame)-frameHeaderLen))
-	if err := w.write(nil, time.Time{}, frame); err == nil {
+	if err := t.writeReply(w, frame); err == nil {
 		w.io.messagesOut.Add(1)
 	}
 }
@@ -702,13 +703,27 @@ func (t *QUIC) sealInto(sb *sealBuf, w *streamWriter, msg wire.Message, replyTo 
 	return env.ID, nil
 }
 
+// writeReply writes a reply frame within Config.ReplyTimeout (sooner if the
+// transport closes). A reply that could not be written in that time is to a
+// caller that stopped reading: the stream is reset, so the handler's slot is
+// free again and the caller's reads fail at once instead of meeting part of
+// a frame. A reply that merely left the queue still goes out whole with its
+// batch, and the stream stays.
+func (t *QUIC) writeReply(w *streamWriter, frame []byte) error {
+	err := w.write(t.ctx, time.Now().Add(t.cfg.ReplyTimeout), frame)
+	if err != nil && !errors.Is(err, errLeftInQueue) {
+		w.s.CancelWrite(codeReplyStalled)
+	}
+	return err
+}
+
 func (t *QUIC) writeMessage(w *streamWriter, msg wire.Message, replyTo uint64, flags wire.Flags) error {
 	_, sb, err := t.seal(w, msg, replyTo, flags)
 	if err != nil {
 		return err
 	}
 	defer t.putBuf(sb)
-	if err := w.write(nil, time.Time{}, sb.frame); err != nil {
+	if err := t.writeReply(w, sb.frame); err != nil {
 		return err
 	}
 	w.io.out(len(sb.frame))

@@ -1118,3 +1118,48 @@ func TestStaleRequestIsAnsweredNotDropped(t *testing.T) {
 		t.Fatalf("ReplaysDropped = %d, want 1", n)
 	}
 }
+
+// TestReplyToACallerThatStopsReadingIsBounded: a reply's write blocks while
+// the caller's flow-control window is shut. A caller that sends a request
+// and never reads again (paused, wedged or hostile) used to hold the
+// handler's slot for good, and with every slot held the node stopped
+// reading requests from anyone. The reply now gives up at ReplyTimeout and
+// resets the stream, and the node serves others again.
+func TestReplyToACallerThatStopsReadingIsBounded(t *testing.T) {
+	b := newNode(t, "b", nodeOpts{tweak: func(c *Config) {
+		c.MaxInflight = 1
+		c.ReplyTimeout = time.Second
+	}})
+	b.Handle(wire.TypePing, func(ctx context.Context, _ Peer, msg wire.Message) (wire.Message, error) {
+		return msg, nil
+	})
+	a := newNode(t, "a", nodeOpts{})
+	raw := dialRaw(t, b.Addr(), a)
+	// An echo far larger than the stream's initial window: the reply's
+	// write blocks once the window is full, and the raw caller reads nothing.
+	_, req := raw.sealFor(t, &wire.Ping{Seq: 1, Payload: make([]byte, 8<<20)})
+	raw.write(t, req)
+	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if got := b.Stats().MessagesIn; got < 1 {
+			return fmt.Errorf("the stalled request has not arrived (%d messages in)", got)
+		}
+		return nil
+	})
+
+	// Another node's call needs the one handler slot the stalled reply holds.
+	c := newNode(t, "c", nodeOpts{})
+	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return ping(ctx, c, b.Addr())
+	})
+
+	// The stalled caller's stream was reset rather than left holding part of
+	// a frame.
+	raw.s.SetReadDeadline(time.Now().Add(30 * time.Second))
+	_, err := io.Copy(io.Discard, raw.s)
+	var se *quic.StreamError
+	if !errors.As(err, &se) || se.ErrorCode != codeReplyStalled {
+		t.Fatalf("stalled caller's stream ended with %v, want a reset with code %d", err, codeReplyStalled)
+	}
+}
