@@ -1,6 +1,7 @@
 package rainstorm
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -191,12 +192,18 @@ func TestIdentifyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	id, err := IdentifyFile(f)
+	id, err := IdentifyFile(context.Background(), f)
 	if err != nil || id.Size != 6 || hex.EncodeToString(id.SHA256) != sumOf([]byte("hello\n")) {
 		t.Fatalf("IdentifyFile = %+v, %v", id, err)
 	}
 	if b := make([]byte, 5); func() bool { n, _ := f.Read(b); return string(b[:n]) != "hello" }() {
 		t.Fatal("the file was not put back at its start")
+	}
+	// A task stopped while it hashes its input stops reading.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := IdentifyFile(ctx, f); !errors.Is(err, context.Canceled) {
+		t.Fatalf("IdentifyFile with a cancelled context = %v, want context.Canceled", err)
 	}
 }
 

@@ -500,7 +500,7 @@ func (d *rsDriver) run(ctx context.Context) error {
 		if file, ok := f.(*os.File); ok && spec.Source.Path != "" {
 			// A file on this worker's disk can change under the pipeline,
 			// or differ on the worker a replacement lands on: identify it.
-			if d.file, err = rainstorm.IdentifyFile(file); err != nil {
+			if d.file, err = rainstorm.IdentifyFile(ctx, file); err != nil {
 				return fmt.Errorf("source %s: %w", d.sourceName(), err)
 			}
 		}
