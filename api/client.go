@@ -523,26 +523,44 @@ const unknownOutcomeRetries = 3
 // the cluster answers that it cannot tell whether it stored it. If that
 // answer stays, the error says plainly that the job may still run and how
 // to find it: re-submitting the file would make a second job.
+//
+// Once an attempt was answered outcome_unknown, a later attempt that only
+// finds no node to ask (no leader, unavailable, unreachable) says nothing
+// about the first copy, which a majority may still come to hold: the call
+// ends outcome unknown, never with that later refusal. The chaos checker
+// caught the client reporting no_leader for a job that then ran.
 func (c *Client) submitUnderKey(ctx context.Context, req request, key string) (*answer, error) {
 	wait := 500 * time.Millisecond
+	id := "j-" + key
+	var unknown *Error
+	mayRun := func(e *Error) *Error {
+		e.Message = fmt.Sprintf("the cluster could not confirm whether it stored job %s, and it may still run: "+
+			"`tempest status %s` shows it if it does (submitting the file again would make a second job): %s", id, id, e.Message)
+		return e
+	}
 	for attempt := 0; ; attempt++ {
 		a, err := c.exchange(ctx, req)
 		var apiErr *Error
-		if err == nil || !errors.As(err, &apiErr) || apiErr.Code != CodeOutcomeUnknown {
+		isAPI := errors.As(err, &apiErr)
+		switch {
+		case err == nil:
+			return a, nil
+		case isAPI && apiErr.Code == CodeOutcomeUnknown:
+			unknown = apiErr
+		case unknown != nil && (!isAPI || failoverAnswer(apiErr, true)):
+			return nil, mayRun(unknown)
+		default:
 			return a, err
 		}
 		if attempt >= unknownOutcomeRetries {
-			id := "j-" + key
-			apiErr.Message = fmt.Sprintf("the cluster could not confirm whether it stored job %s, and it may still run: "+
-				"`tempest status %s` shows it if it does (submitting the file again would make a second job): %s", id, id, apiErr.Message)
-			return nil, apiErr
+			return nil, mayRun(unknown)
 		}
-		t := time.NewTimer(max(wait, apiErr.RetryAfter))
+		t := time.NewTimer(max(wait, unknown.RetryAfter))
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, ctx.Err()
+			return nil, mayRun(unknown)
 		}
 		wait *= 2
 	}

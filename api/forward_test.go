@@ -160,6 +160,31 @@ func TestNoLeaderElsewhereDoesNotHideAnUnknownOutcome(t *testing.T) {
 	}
 }
 
+// The same across re-sends: a submission answered outcome_unknown is sent
+// again under its key, and when the re-send then finds no leader anywhere
+// (the leader that may hold it lost its term) the call still ends outcome
+// unknown. It used to end no_leader, a refusal, and the chaos checker saw
+// that job run.
+func TestNoLeaderOnResendDoesNotHideAnUnknownOutcome(t *testing.T) {
+	var asked atomic.Int32
+	b := apitest.NewBackend()
+	b.SetError("Submit", &wire.Error{Code: wire.CodeOutcomeUnknown, Message: "no quorum: outcome unknown"})
+	b.SetLeaderFunc(func() (bool, string) { return asked.Add(1) == 1, "" })
+	c, err := api.NewClient([]string{apitest.Serve(t, b, nil).URL()}, apitest.Token, api.WithLeaderWait(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	_, err = c.Submit(context.Background(), []byte(goodJob), "smoke.yaml")
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeOutcomeUnknown || !strings.Contains(ae.Message, "may still run") {
+		t.Fatalf("submit answered outcome_unknown, then no_leader on its re-send: %v, want outcome_unknown saying it may still run", err)
+	}
+	if asked.Load() < 2 {
+		t.Fatalf("the submission was sent %d times, want it re-sent after outcome_unknown", asked.Load())
+	}
+}
+
 // electedBackend is a follower whose election named a leader whose API
 // address it has not learnt yet.
 type electedBackend struct{ *apitest.Backend }
