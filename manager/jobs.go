@@ -60,6 +60,10 @@ type jobState struct {
 	// end shows settled (settle.go). stopping maps workflow id to worker.
 	stopping   map[string]string
 	finalizing bool
+	// endLearned: another manager held the job's end (a leader stored it
+	// there), so a client may already have been shown it settled; see
+	// shownStatusLocked.
+	endLearned bool
 }
 
 // workflowState is one workflow in memory, guarded by Manager.mu.

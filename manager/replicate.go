@@ -144,10 +144,13 @@ func (m *Manager) mergeJobLocked(tx *txn, jp *wire.JobProgress) {
 	if adoptLeaseLocked(j, jp.FenceToken, jp.LeaseHolder) {
 		tx.touchJob(j, true)
 	}
-	if jp.Status.Terminal() && !j.rec.Status.Terminal() {
-		j.rec.Status = jp.Status
-		j.rec.Error = jp.Error
-		tx.touchJob(j, true)
+	if jp.Status.Terminal() {
+		j.endLearned = true
+		if !j.rec.Status.Terminal() {
+			j.rec.Status = jp.Status
+			j.rec.Error = jp.Error
+			tx.touchJob(j, true)
+		}
 	}
 }
 

@@ -21,13 +21,22 @@ import (
 // Both live only on the leader that decided the end; a leader taking over
 // shows the stored status (its predecessor's stops and stores either
 // happened or are no longer anyone's to wait for).
+//
+// A status never goes backwards for a client: an end this manager learnt
+// from another (a peer's snapshot in its state sync, or a leader's
+// replication) is shown as it is, never COMPLETING, even while this leader
+// stores it on a majority again. The leader that decided it showed it
+// COMPLETED once a majority held it, so a client may have seen it; a
+// successor that missed it and re-stores it must not show it unsettled
+// (the chaos checker caught that: "ended COMPLETED, later seen
+// COMPLETING").
 
 // shownStatusLocked is the status clients see for j.
 func shownStatusLocked(j *jobState) wire.JobStatus {
 	switch {
 	case j.rec.Status == wire.JobCancelled && len(j.stopping) > 0:
 		return wire.JobCancelling
-	case j.finalizing && (j.rec.Status == wire.JobCompleted || j.rec.Status == wire.JobFailed):
+	case j.finalizing && !j.endLearned && (j.rec.Status == wire.JobCompleted || j.rec.Status == wire.JobFailed):
 		return wire.JobCompleting
 	}
 	return j.rec.Status

@@ -86,3 +86,39 @@ func TestCompletingUntilTheEndIsOnAMajority(t *testing.T) {
 	cut.Store(false)
 	waitJob(t, l, ack.JobID, wire.JobCompleted, 10*time.Second)
 }
+
+// A status never goes backwards: a leader deciding an end it cannot yet
+// store on a majority shows COMPLETING, but once it learns that another
+// manager holds that end (a peer's snapshot in a state sync, merged here as
+// the sync merges it) it shows the end as it is, even while its own store
+// is still under way. The previous leader showed that end COMPLETED once a
+// majority held it; the chaos checker caught a successor that had worked the
+// end out again from its workers showing it COMPLETING afterwards.
+func TestEndHeldByAPeerIsNotShownCompleting(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.addWorker("w1", 2)
+	l := c.leader()
+	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
+		switch msg.Type() {
+		case wire.TypeReplicateJobStatus, wire.TypeReplicateJobStatusBatch:
+			return from != l.ID()
+		}
+		return true
+	})
+	t.Cleanup(func() { c.hub.SetHook(nil) })
+	ack, err := l.Submit(context.Background(), sleepJob(t, "finish", 1, 1, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, l, ack.JobID, wire.JobCompleting, 10*time.Second)
+
+	// What a peer's snapshot says of the job: ended, COMPLETED.
+	l.mu.Lock()
+	jp := l.jobProgressLocked(l.jobs[ack.JobID], true)
+	l.mu.Unlock()
+	l.update(func(tx *txn) { l.mergeJobLocked(tx, &jp) })
+	st, err := l.Job(context.Background(), ack.JobID)
+	if err != nil || st.Status != wire.JobCompleted {
+		t.Fatalf("job %+v, %v once a peer is known to hold its end; want COMPLETED", st, err)
+	}
+}
