@@ -254,13 +254,28 @@ func statusSize(jp *wire.JobProgress) int {
 
 // endOnMajority stores the ended workflow's record (and its job's status)
 // on a majority of managers, this one included, if the workflow has ended
-// here. Other outcomes (a retry, an unknown workflow) need not wait: the
-// work is not over, and a successor re-runs or fences it either way. The
-// store shares a round with the other ends arriving meanwhile.
+// here. Other outcomes (a retry, a superseded attempt) need not wait: the
+// work is not over, and a successor re-runs or fences it either way. A
+// workflow this leader does not know is acknowledged only once its state
+// sync is done. The store shares a round with the other ends arriving
+// meanwhile.
 func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) error {
 	m.mu.Lock()
 	w, ok := m.wfs[workflowID]
-	if !ok || w.rec.JobID != jobID || !w.rec.Status.Terminal() || len(m.peerIDs) == 0 {
+	switch {
+	case !ok || w.rec.JobID != jobID:
+		m.mu.Unlock()
+		// A job this leader does not know. Once its state sync has read a
+		// majority, no acknowledged job is missing from it, so the worker
+		// may forget the report; before, the job may be about to arrive in
+		// a peer's snapshot, and a final acknowledged now is a run the
+		// sync then finds "not running" and runs again (the chaos checker
+		// saw a load run twice).
+		if lt := m.leading(); lt == nil || !lt.Synced() {
+			return errors.New("this leader has not finished its state sync; the job is not known here yet")
+		}
+		return nil
+	case !w.rec.Status.Terminal() || len(m.peerIDs) == 0:
 		m.mu.Unlock()
 		return nil
 	}
