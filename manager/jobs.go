@@ -651,6 +651,7 @@ func (m *Manager) jobProgressLocked(j *jobState, withWorkflows bool) wire.JobPro
 func replicaProgress(rec *store.WorkflowRecord) wire.WorkflowProgress {
 	p := workflowProgressOf(rec)
 	p.Attempts = rec.Attempts
+	p.Requeues = rec.Requeues
 	if !rec.Status.Terminal() {
 		p.StepStats = nil
 	} else {

@@ -547,3 +547,31 @@ func TestRainstormSpecStoredOncePerPipeline(t *testing.T) {
 		}
 	}
 }
+
+// Attempts taken back through no fault of the task are not failures: a
+// task placed again after more leader changes than it may be retried still
+// gets its retries when a dispatch then fails. It used to fail on the first
+// dispatch error, its requeues counted against it.
+func TestRainstormTaskRequeuedThenFailingIsStillRetried(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack := submitPipeline(t, lead)
+	lt := lead.leading()
+	placedAgainEachTime(t, lead, ack.JobID, "its tasks were lost in leader changes", func(uint64) {
+		lead.resume(context.Background(), lt, &syncOutcome{answered: map[string]bool{"w1": true}, running: map[string]string{}})
+	})
+	var status wire.WorkflowStatus
+	lead.update(func(tx *txn) {
+		for _, w := range lead.jobs[ack.JobID].wfs {
+			if w.rec.Status == wire.WorkflowRunning || w.rec.Status == wire.WorkflowAssigned {
+				lead.retryLocked(tx, w, "w1", "dispatch to w1: stream reset")
+				status = w.rec.Status
+				return
+			}
+		}
+	})
+	if status != wire.WorkflowPending {
+		t.Fatalf("a task requeued %d times, then failing once, is %s; want PENDING (retried)", lead.cfg.MaxWorkflowRetries+2, status)
+	}
+}

@@ -169,6 +169,9 @@ func (m *Manager) mergeWorkflowLocked(tx *txn, w *workflowState, p *wire.Workflo
 	if p.Attempts > 0 {
 		w.rec.Attempts = p.Attempts // the leader's count, refused dispatches taken back
 	}
+	if p.Requeues > w.rec.Requeues {
+		w.rec.Requeues = p.Requeues
+	}
 	switch {
 	case p.Status.Terminal():
 		w.rec.Status = p.Status

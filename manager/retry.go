@@ -55,9 +55,12 @@ func (m *Manager) retryLocked(tx *txn, w *workflowState, worker, reason string) 
 		w.rec.Excluded = append(slices.Clip(w.rec.Excluded), worker)
 	}
 	log := m.log.With("job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID, "worker", worker)
-	if w.rec.Attempts > m.cfg.MaxWorkflowRetries {
+	// Attempts taken back through no fault of the workflow (requeueLocked)
+	// are not failures: a pipeline task requeued after every leader change
+	// of a loaded host used to fail on its first dispatch error.
+	if failures := w.rec.Attempts - w.rec.Requeues; failures > m.cfg.MaxWorkflowRetries {
 		w.rec.Status = wire.WorkflowFailed
-		w.rec.Error = fmt.Sprintf("failed after %d attempts; last: %s", w.rec.Attempts, reason)
+		w.rec.Error = fmt.Sprintf("failed after %d attempts; last: %s", failures, reason)
 		log.Warn("workflow failed", "attempts", w.rec.Attempts, "reason", reason)
 		// A pipeline cannot finish without each of its tasks: its job
 		// ends now, not at its timeout.
@@ -90,6 +93,9 @@ func (m *Manager) requeueLocked(tx *txn, w *workflowState, reason string) {
 	w.rec.Error = reason
 	w.rec.Worker = ""
 	w.rec.Cores = nil
+	if w.rec.Attempts > w.rec.Requeues {
+		w.rec.Requeues++
+	}
 	m.log.Info("workflow will be placed again; its worker is gone", "job_id", w.rec.JobID, "workflow_id", w.rec.WorkflowID, "attempts", w.rec.Attempts, "reason", reason)
 	m.kick()
 	tx.touchWorkflow(w, true)

@@ -311,6 +311,10 @@ type WorkflowProgress struct {
 	// workflow is not placed (e.g. "no free core (needs 2)"), so a job
 	// followed through a gate shows what one followed in its datacenter does.
 	Waiting string `cbor:"31,keyasint,omitempty"`
+	// Requeues, set only in a leader's status replication to its peers, is
+	// how many of Attempts were taken back through no fault of the
+	// workflow, so a successor budgets retries as this leader did.
+	Requeues int `cbor:"33,keyasint,omitempty"`
 }
 
 // MaxSeriesEntries caps WorkflowProgress.Series: an hour of seconds, about

@@ -71,4 +71,10 @@ type WorkflowRecord struct {
 	// report). LastProgress is stored without its series so the points
 	// are not persisted twice, and mid-run windows are never persisted.
 	Series []wire.SecondStats `cbor:"17,keyasint,omitempty"`
+	// Requeues counts the attempts taken back through no fault of the
+	// workflow (its worker declared dead, a new leader that found it not
+	// running: requeueLocked). They are attempts, not failures: retries
+	// are budgeted on Attempts - Requeues. (Keys 18 and 19 are taken by a
+	// branch that keeps lost attempts' counts.)
+	Requeues int `cbor:"20,keyasint,omitempty"`
 }
