@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"tempest/internal/overload"
 	"time"
 
 	"tempest/api"
@@ -103,6 +104,8 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		Name: m.cfg.ID, Role: string(wire.RoleManager), DC: m.cfg.Datacenter, State: "alive",
 		IsLeader: m.leading() != nil, Addr: m.tr.Addr(), API: m.apis.Self(), Term: st.Term,
 	}
+	load := m.loadReading()
+	self.Load, self.LoadReason = load.Level.String(), load.Reason
 	if m.keyring != nil {
 		self.SendKey, self.AcceptKeys = api.KeyIDs(m.keyring.SendKeyID(), m.keyring.AcceptedKeyIDs())
 	}
@@ -124,6 +127,7 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		}
 		if hb, alive, ok := m.managers.get(id); ok {
 			n.Term = hb.Term
+			n.Load = overload.Level(hb.Load).String()
 			n.SendKey, n.AcceptKeys = api.KeyIDs(hb.SendKeyID, hb.AcceptKeyIDs)
 			if !alive {
 				n.State = "dead"

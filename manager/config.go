@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"tempest/internal/overload"
 	"time"
 
 	"tempest/api"
@@ -16,6 +17,11 @@ type Config struct {
 	nodeconfig.Server `yaml:",inline"`
 
 	Datacenter string `yaml:"datacenter"`
+
+	// Overload grades this manager's load (scheduler lag, Lifeguard's
+	// health score) into levels: at HIGH a leader hands over to a less
+	// degraded peer, at CRITICAL it refuses new jobs (overload.go).
+	Overload overload.Thresholds `yaml:"overload"`
 
 	// GateSwimBind, if set, makes this manager a member of the gates'
 	// cross-datacenter SWIM cluster too (docs/gate.md): its ManagerHeartbeat
@@ -86,6 +92,7 @@ func DefaultConfig() Config {
 		MaxParallelPlacements: 16,
 		GateReportInterval:    500 * time.Millisecond,
 		MaxQueuedJobs:         1000,
+		Overload:              overload.DefaultThresholds(),
 	}
 }
 

@@ -96,6 +96,7 @@ func (m *Manager) refreshHeartbeat() {
 		TotalCores:     total,
 		Addr:           m.tr.Addr(),
 		LeaderID:       st.Leader,
+		Load:           int(m.loadReading().Level),
 	}
 	if m.keyring != nil {
 		hb.SendKeyID = m.keyring.SendKeyID()
@@ -134,7 +135,9 @@ func (m *Manager) refreshHeartbeat() {
 // campaigns nor keeps leading.
 func (m *Manager) heartbeatLoop(ctx context.Context) {
 	lifecycle.Every(ctx, m.cfg.HeartbeatInterval, func() {
+		lhm := m.members.LocalHealth()
+		r, healthier := m.gradeLoad(lhm)
 		m.refreshHeartbeat()
-		m.elector.SetLHM(m.members.LocalHealth())
+		m.applyLoad(r, healthier, lhm)
 	})
 }

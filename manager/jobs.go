@@ -392,6 +392,9 @@ func (m *Manager) submit(ctx context.Context, sub *wire.JobSubmission, redirect 
 	if err != nil {
 		return nil, err
 	}
+	if err := m.refuseIfCritical(); err != nil {
+		return nil, err
+	}
 	if err := jobs.Refusal(m.validateSubmission(sub)); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"tempest/internal/overload"
 	"time"
 
 	"tempest/api"
@@ -145,6 +146,10 @@ type Manager struct {
 	// intakeCB refuses new submissions at once while intakes find no
 	// majority (intakebreaker.go).
 	intakeCB *intakeBreaker
+	// lag measures scheduler lag; load is the latest grading (overload.go).
+	lag    *overload.LagProbe
+	loadMu sync.Mutex
+	loadSt loadState
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.
@@ -171,6 +176,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
+		lag:           overload.NewLagProbe(0, 0),
 		cfg:           cfg,
 		log:           cfg.Logger,
 		clock:         deps.Clock,
@@ -292,6 +298,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 func (m *Manager) Run(ctx context.Context) error {
 	if err := m.life.Serve(ctx, func() {
 		m.spawn(m.seat.Run)
+		m.spawn(m.lag.Run)
 		m.spawn(m.heartbeatLoop)
 		m.spawn(m.housekeepingLoop)
 		m.spawn(m.blobGCLoop)

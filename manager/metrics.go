@@ -26,11 +26,15 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 		[]string{"type"}, nil)
 	intakeCB := prometheus.NewDesc("tempest_manager_intake_breaker_state",
 		"The intake breaker: 0 closed, 1 half-open (one submission probes for a majority), 2 open (new submissions refused at once with no_quorum after repeated intakes found no majority of managers).", nil, nil)
+	load := prometheus.NewDesc("tempest_manager_load_level",
+		"This manager's load level from scheduler lag and Lifeguard's health score: 0 NORMAL, 1 ELEVATED, 2 HIGH (a leader hands over to a less degraded peer), 3 CRITICAL (new jobs refused).", nil, nil)
+	lag := prometheus.NewDesc("tempest_manager_scheduler_lag_seconds",
+		"The worst lateness of this manager's own timers over the last few seconds.", nil, nil)
 	fast := prometheus.NewDesc("tempest_manager_intake_fast_refusals_total",
 		"Submissions refused at once with no_quorum because the intake breaker was open (or probing), instead of waiting out the quorum timeout.", nil, nil)
 	return obs.Role{
 		Name: "manager", Leads: "its datacenter",
-		Own:       []*prometheus.Desc{wfs, workers, cores, stale, refused, intakeCB, fast},
+		Own:       []*prometheus.Desc{wfs, workers, cores, stale, refused, intakeCB, fast, load, lag},
 		Transport: func() transport.Transport { return m.tr },
 		Scrape: func(ch chan<- prometheus.Metric) obs.RoleState {
 			byJob := make(map[string]float64)
@@ -62,6 +66,9 @@ func (m *Manager) RegisterMetrics(reg prometheus.Registerer) error {
 			obs.Counter(ch, stale, float64(m.rsStale.Load()))
 			obs.Gauge(ch, intakeCB, m.intakeCB.state())
 			obs.Counter(ch, fast, float64(m.intakeCB.fastRefusals.Load()))
+			r := m.loadReading()
+			obs.Gauge(ch, load, float64(r.Level))
+			obs.Gauge(ch, lag, m.lag.Lag().Seconds())
 			for t, n := range m.refused.Snapshot() {
 				obs.Counter(ch, refused, float64(n), t.String())
 			}

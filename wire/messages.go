@@ -693,6 +693,9 @@ type ManagerHeartbeat struct {
 	// TotalCores: the cores of the live workers this manager knows, of
 	// which AvailableCores are free.
 	TotalCores int `cbor:"14,keyasint,omitempty"`
+	// Load is the manager's load level (internal/overload: 0 NORMAL to 3
+	// CRITICAL): a HIGH leader hands over only to a peer reporting less.
+	Load int `cbor:"15,keyasint,omitempty"`
 }
 
 func (*WorkerRegistration) Type() MsgType { return TypeWorkerRegistration }

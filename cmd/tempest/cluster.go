@@ -44,7 +44,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if n.TotalCores > 0 {
 			cores = fmt.Sprintf("%d/%d", n.AvailableCores, n.TotalCores)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, dash(n.DC), dash(n.State), leader,
+		state := dash(n.State)
+		if n.Load != "" && n.Load != "NORMAL" {
+			state += " (load " + n.Load + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Role, dash(n.DC), state, leader,
 			cores, formatKeys(n.SendKey, n.AcceptKeys), dash(strings.Join(n.OpenBreakers, ",")))
 	}
 	_ = tw.Flush()
