@@ -53,6 +53,13 @@ type Config struct {
 	// worker reports DEGRADED: it is missing probes, so it is likely the
 	// slow node. 0 disables.
 	DegradedLHM int `yaml:"degraded_lhm"`
+	// DegradedLag and CriticalLag are the scheduler lags (how late the
+	// worker's own timers wake, worst over the last few seconds) at which it
+	// reports DEGRADED, and DRAINING (no new work) until it recovers. Lag
+	// shows what CPU percentages cannot: a host that starves this process
+	// (a noisy neighbour, a cgroup throttle, a SIGSTOP). 0 disables either.
+	DegradedLag time.Duration `yaml:"degraded_lag"`
+	CriticalLag time.Duration `yaml:"critical_lag"`
 	// HealthInterval is how often CPU and memory are sampled.
 	HealthInterval time.Duration `yaml:"health_interval"`
 	// HealthSamples is how many consecutive samples must agree before the
@@ -116,6 +123,8 @@ func DefaultConfig() Config {
 		DegradedMem:      85,
 		CriticalMem:      95,
 		DegradedLHM:      4,
+		DegradedLag:      time.Second,
+		CriticalLag:      5 * time.Second,
 		HealthInterval:   time.Second,
 		HealthSamples:    3,
 		DrainTimeout:     30 * time.Second,

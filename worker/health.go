@@ -139,6 +139,7 @@ type pressure struct {
 	cpu, mem float64
 	queue    int
 	lhm      int
+	lag      time.Duration
 }
 
 // classify maps a reading to the state it calls for, and why.
@@ -148,6 +149,8 @@ func (c Config) classify(p pressure) (wire.WorkerState, string) {
 		return wire.WorkerDraining, fmt.Sprintf("memory %.0f%% ≥ %.0f%%", p.mem, c.CriticalMem)
 	case c.CriticalCPU > 0 && p.cpu >= c.CriticalCPU:
 		return wire.WorkerDraining, fmt.Sprintf("cpu %.0f%% ≥ %.0f%%", p.cpu, c.CriticalCPU)
+	case c.CriticalLag > 0 && p.lag >= c.CriticalLag:
+		return wire.WorkerDraining, fmt.Sprintf("scheduler lag %s ≥ %s", p.lag.Round(time.Millisecond), c.CriticalLag)
 	case p.cpu >= c.DegradedCPU:
 		return wire.WorkerDegraded, fmt.Sprintf("cpu %.0f%% ≥ %.0f%%", p.cpu, c.DegradedCPU)
 	case p.mem >= c.DegradedMem:
@@ -156,6 +159,8 @@ func (c Config) classify(p pressure) (wire.WorkerState, string) {
 		return wire.WorkerDegraded, fmt.Sprintf("queue %d at soft limit %d", p.queue, c.QueueSoftLimit)
 	case c.DegradedLHM > 0 && p.lhm >= c.DegradedLHM:
 		return wire.WorkerDegraded, fmt.Sprintf("local health score %d ≥ %d", p.lhm, c.DegradedLHM)
+	case c.DegradedLag > 0 && p.lag >= c.DegradedLag:
+		return wire.WorkerDegraded, fmt.Sprintf("scheduler lag %s ≥ %s", p.lag.Round(time.Millisecond), c.DegradedLag)
 	}
 	return wire.WorkerHealthy, ""
 }
@@ -230,6 +235,7 @@ func (w *Worker) monitorLoop(ctx context.Context) {
 		if members != nil {
 			p.lhm = members.LocalHealth()
 		}
+		p.lag = w.lag.Lag()
 		w.sampleHealth(p)
 		w.mu.Lock()
 		w.fences.Sweep(w.now())

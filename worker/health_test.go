@@ -103,6 +103,9 @@ func TestClassify(t *testing.T) {
 		{pressure{lhm: 4}, wire.WorkerDegraded, "local health"},
 		{pressure{mem: 95}, wire.WorkerDraining, "memory"},
 		{pressure{cpu: 100}, wire.WorkerDegraded, "cpu"}, // CriticalCPU is off by default
+		{pressure{lag: 900 * time.Millisecond}, wire.WorkerHealthy, ""},
+		{pressure{lag: 1500 * time.Millisecond}, wire.WorkerDegraded, "scheduler lag"},
+		{pressure{lag: 6 * time.Second, cpu: 85}, wire.WorkerDraining, "scheduler lag"},
 	} {
 		got, reason := c.classify(tc.p)
 		if got != tc.want || !strings.Contains(reason, tc.reason) {

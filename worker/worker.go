@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"tempest/internal/overload"
 	"time"
 
 	"tempest/internal/lifecycle"
@@ -99,6 +100,7 @@ type Worker struct {
 	blobs    blobCache // blobs.go
 	rs       rsHost    // rainstorm.go
 	health   healthMachine
+	lag      *overload.LagProbe // scheduler lag, one input of health
 	cpuPct   float64
 	memPct   float64
 	version  uint64
@@ -147,6 +149,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		log = slog.Default()
 	}
 	w := &Worker{
+		lag:          overload.NewLagProbe(0, 0),
 		cfg:          cfg,
 		base:         log,
 		log:          log.With("node", cfg.ID, "role", wire.RoleWorker),
@@ -235,6 +238,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// caller's ctx ends them before shutdown closes the Owner.
 	w.spawn(nil, func() { w.registerLoop(runCtx) })
 	w.spawn(nil, func() { w.joinLoop(runCtx, members) })
+	w.spawn(nil, func() { w.lag.Run(runCtx) })
 	w.spawn(nil, func() { w.monitorLoop(runCtx) })
 	w.spawn(nil, func() { w.selfFenceLoop(runCtx) })
 	if w.cfg.HeartbeatPush > 0 {
