@@ -187,15 +187,15 @@ type RainstormCheckpoint struct {
 	// from which it computes each stage's group table.
 	Epoch  uint64           `cbor:"50,keyasint,omitempty"`
 	Epochs []RainstormEpoch `cbor:"51,keyasint,omitempty"`
-	// Handover, on the checkpoint that closes an epoch (every input ended
-	// with an epoch marker), holds whole the key groups the task gives
-	// away at the next epoch; the new owners take them from the store. A
-	// handover record exists (possibly empty) for every closing checkpoint
-	// of a task of a stage that holds state.
-	Handover []RainstormGroupState `cbor:"52,keyasint,omitempty"`
 	// Retired: the task does not exist in the next epoch; with Done, its
 	// part is complete once its outputs are acknowledged.
 	Retired bool `cbor:"53,keyasint,omitempty"`
+	// Closing marks the checkpoint that closes the task's epoch (Epoch):
+	// every input ended with the epoch marker. Its state is final for
+	// the key groups the task gives away at the next epoch (it never
+	// touches them again), so their new owners take them from the
+	// store's state of the task as of this checkpoint or any later one.
+	Closing bool `cbor:"54,keyasint,omitempty"`
 }
 
 // RainstormGroupState is one key group's aggregate entries, sorted by key.
