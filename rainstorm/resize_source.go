@@ -7,10 +7,16 @@ import (
 	"tempest/wire"
 )
 
-// reserveWindows is how far past what it has read a source's checkpoint
-// lets it read before the next one, in windows: enough that the periodic
-// checkpoints extend it before the source reaches it.
-const reserveWindows = 4
+// reserveAhead is how far past what it has read a source's checkpoint
+// lets it read before the next one: twice what it read since the previous
+// checkpoint, at least two segments and at most a window and a half. The
+// reserve is also how far a resize asked for just after the source
+// restarted has to wait (the new epoch starts past the reserve the source
+// inherited), so it follows the rate: a slow source keeps a short one,
+// and a fast one does not stop to checkpoint before every read.
+func reserveAhead(window int, readSinceCut uint64) uint64 {
+	return min(max(2*readSinceCut, 2), uint64(window)+uint64(window+1)/2)
+}
 
 // sourceEpochs is the source's side of resizing. The source is where an
 // epoch is born: Resize records the epoch (its first segment and the
@@ -32,7 +38,9 @@ type sourceEpochs struct {
 	// checkpoint this incarnation opened from: a resize starts no earlier,
 	// since an earlier incarnation may have read up to it.
 	reserve, inherited uint64
-	unsaved            bool // an epoch was added that no checkpoint carries yet
+	unsaved            bool   // an epoch was added that no checkpoint carries yet
+	cutSeg             uint64 // nextSeg when the last checkpoint was cut
+	ahead              uint64 // the reserve's distance in the checkpoint in flight or durable
 	// resizable: the driver gave epochs (or the checkpoint holds them).
 	// Only then does the source keep a reserve, which costs one
 	// checkpoint before its first read.
@@ -93,7 +101,14 @@ func (e *sourceEpochs) mayRead(m *SourceMachine) bool {
 // lowReserve reports whether the source should checkpoint to extend its
 // reserve before it runs into it.
 func (e *sourceEpochs) lowReserve(m *SourceMachine) bool {
-	return e.resizable && m.nextSeg+uint64(m.cfg.Window) >= e.reserve
+	return e.resizable && m.nextSeg+e.ahead/2 >= e.reserve
+}
+
+// reserveAt returns the reserve a checkpoint cut now carries.
+func (e *sourceEpochs) reserveAt(m *SourceMachine) uint64 {
+	e.ahead = reserveAhead(m.cfg.Window, m.nextSeg-min(e.cutSeg, m.nextSeg))
+	e.cutSeg = m.nextSeg
+	return m.nextSeg + e.ahead
 }
 
 // saved takes a durable checkpoint's position.

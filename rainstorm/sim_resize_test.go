@@ -3,9 +3,13 @@ package rainstorm
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"sort"
 	"testing"
+	"time"
 
 	"tempest/wire"
+	"tempest/workflow"
 )
 
 // The simulation drives resizes as the manager leader would: it asks the
@@ -31,6 +35,7 @@ type simResize struct {
 	records uint64 // the input's records, for the shares
 	asked   int    // resize requests the source accepted
 	placed  int    // new or returning tasks placed
+	auto    *simAuto
 }
 
 type simStep struct {
@@ -39,13 +44,16 @@ type simStep struct {
 }
 
 func (z *simResize) step(s *simRun) {
+	if z.auto != nil {
+		z.auto.step(s, z)
+	}
 	epochs := s.epochs()
 	// Ask for the next planned size once the previous one is recorded.
 	if i := len(epochs) - 1; i < len(z.plan) {
 		src := s.current(wire.RainstormTask{})
 		if src != nil && !src.frozen {
 			read, _ := src.src.Read()
-			if float64(read) >= z.plan[i].share*float64(z.records) && src.src.Resize(z.plan[i].tasks) {
+			if (z.plan[i].share == 0 || float64(read) >= z.plan[i].share*float64(z.records)) && src.src.Resize(z.plan[i].tasks) {
 				z.asked++
 				s.handle(src, src.src.Ready())
 			}
@@ -210,5 +218,134 @@ func TestSimResizeReplicatedStore(t *testing.T) {
 			}
 			st.Close()
 		}
+	}
+}
+
+// simTick is how much time one tick of the simulation stands for when a
+// source is paced and a policy reads rates.
+const simTick = 100 * time.Millisecond
+
+// simAuto is the manager leader's policy loop in the simulation: every
+// second it samples the stage's durable counters and its backlog, feeds
+// its Scaler, and turns each decision into a resize request.
+type simAuto struct {
+	stage     int
+	gen       *Generate // the paced source, when the stage is the first
+	scaler    *Scaler
+	decisions []ScaleDecision
+	sizes     []int // the stage's size after each decision
+	// decidedAt and inForceAt are the ticks of each decision and of the
+	// source's durable checkpoint sending in its epoch.
+	decidedAt, inForceAt []int
+	// A manager leader change forgets everything the leader held: its
+	// scaler's window and a request the source has not recorded yet.
+	// The new leader starts from the replicated state alone, the
+	// source's durable epochs.
+	pol           Autoscale
+	leaderChanges int
+}
+
+func (a *simAuto) step(s *simRun, z *simResize) {
+	if n := len(a.inForceAt); n < len(a.decidedAt) && s.sourceEpoch() > n {
+		a.inForceAt = append(a.inForceAt, s.now)
+	}
+	if s.r.Float64() < 0.005 {
+		a.leaderChanges++
+		recorded := len(s.epochs()) - 1
+		z.plan = z.plan[:recorded]
+		a.decisions, a.sizes, a.decidedAt = a.decisions[:recorded], a.sizes[:recorded], a.decidedAt[:recorded]
+		a.inForceAt = a.inForceAt[:min(len(a.inForceAt), recorded)]
+		a.scaler = NewScaler(a.pol, time.Unix(0, 0).Add(time.Duration(s.now)*simTick))
+	}
+	if s.now%10 != 0 {
+		return
+	}
+	epochs := s.epochs()
+	tasks := epochs[len(epochs)-1].Tasks[a.stage-1]
+	var in, offered uint64
+	for i := range s.tasksOf(a.stage) {
+		if c := s.store.Latest(wire.RainstormTask{Stage: a.stage, Index: i}); c != nil {
+			in += c.RecordsIn
+		}
+	}
+	if a.stage == 1 && a.gen != nil {
+		// A paced source's demand is its schedule: what is due by now,
+		// read or not (the source lags behind it when the pipeline is
+		// slow, or while its task is down), so a stall reads as backlog,
+		// not as a fall in load. Every record goes to the first stage.
+		now := time.Duration(s.now) * simTick
+		offered = uint64(sort.Search(int(a.gen.Records), func(k int) bool { return a.gen.DueAt(uint64(k)) > now }))
+	} else {
+		for i := range s.tasksOf(a.stage - 1) {
+			if c := s.store.Latest(wire.RainstormTask{Stage: a.stage - 1, Index: i}); c != nil {
+				offered += c.RecordsOut
+			}
+		}
+	}
+	x := ScaleSample{At: time.Unix(0, 0).Add(time.Duration(s.now) * simTick), Tasks: tasks, In: in,
+		Backlog: offered - min(offered, in), Resizing: len(z.plan) > len(epochs)-1 || s.sourceEpoch() < len(epochs)-1}
+	d, ok := a.scaler.Observe(x)
+	if !ok {
+		return
+	}
+	next := slices.Clone(epochs[len(epochs)-1].Tasks)
+	next[a.stage-1] = d.To
+	z.plan = append(z.plan, simStep{tasks: next})
+	a.decisions = append(a.decisions, d)
+	a.sizes = append(a.sizes, d.To)
+	a.decidedAt = append(a.decidedAt, s.now)
+}
+
+// TestSimAutoscaleFollowsARamp is the policy and the protocol together: a
+// generated source ramps 100 → 400 → 10 records/s; the filter stage,
+// starting at one task, grows to at least three and shrinks back to one,
+// each step decided by its Scaler from the stage's durable counters and
+// backlog, while tasks crash and come back stale, messages are lost and
+// the manager leader changes (forgetting its scaler and any request the
+// source has not recorded); the counts equal the sequential pass.
+func TestSimAutoscaleFollowsARamp(t *testing.T) {
+	// Rates a tenth of a second's tick carries well under the source's
+	// window, so the source keeps to its schedule at the peak.
+	const records, keys = 10100, 23
+	gen := &Generate{Records: records, Keys: keys, Stages: []workflow.Stage{
+		{Duration: 5 * time.Second, Target: 100}, {Duration: 5 * time.Second, Target: 400},
+		{Duration: 20 * time.Second, Target: 400}, {Duration: time.Second, Target: 10}}}
+	pol := Autoscale{Min: 1, Max: 6, Low: 40, High: 120, Window: 2 * time.Second, Cooldown: 3 * time.Second}
+	spec := &Spec{Source: Source{Generate: gen}, Stages: []Stage{
+		{Name: "odd", Op: OpFilter, Autoscale: &pol, Field: "value", Matches: "[13579]$"},
+		{Name: "sum", Op: OpSum, Tasks: 2, Key: "key", Field: "value"}}}
+	want := expectGenerated(records, keys)
+	leaderChanges := 0
+	for seed := uint64(1); seed <= uint64(min(simSeeds(t), 5)); seed++ {
+		auto := &simAuto{stage: 1, gen: gen, pol: pol, scaler: NewScaler(pol, time.Unix(0, 0))}
+		z := &simResize{auto: auto}
+		var s *simRun
+		paced := func(idx uint64) bool {
+			return gen.DueAt(idx*256) <= time.Duration(s.now)*simTick
+		}
+		s, got := runSimPaced(t, seed, heavy, spec, z, func(r *simRun) { s = r; r.paced = paced })
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("seed %d: output differs from the sequential pass (%d crashes, sizes %v)\n%s", seed, s.crashes, auto.sizes, diffRows(got, want))
+		}
+		if err := s.countsAgree(len(got)); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if slices.Max(append([]int{1}, auto.sizes...)) < 3 || len(auto.sizes) == 0 || auto.sizes[len(auto.sizes)-1] != 1 {
+			t.Fatalf("seed %d: the stage went through sizes %v: want at least 3, then back to 1", seed, auto.sizes)
+		}
+		if seed == 1 {
+			for i, d := range auto.decisions {
+				took := "never (the input ended first)"
+				if i < len(auto.inForceAt) {
+					took = fmt.Sprintf("%d ticks", auto.inForceAt[i]-auto.decidedAt[i])
+				}
+				t.Logf("at %s: %s; the source sent in the new epoch after %s", d.At.Sub(time.Unix(0, 0)), d, took)
+			}
+			t.Logf("%d ticks, %d crashes or freezes, %d manager leader changes", s.now, s.crashes, auto.leaderChanges)
+		}
+		leaderChanges += auto.leaderChanges
+	}
+	if leaderChanges == 0 {
+		t.Fatal("no manager leader changed: the test does not show a new leader carrying on")
 	}
 }

@@ -222,7 +222,7 @@ func (m *SourceMachine) cut(done bool) {
 	pos := m.position()
 	if m.ep.resizable {
 		pos.Epochs, pos.Epoch = slices.Clone(m.ep.tabs.Epochs()), uint64(m.ep.cur)
-		pos.Reserve = m.nextSeg + reserveWindows*uint64(m.cfg.Window)
+		pos.Reserve = m.ep.reserveAt(m)
 	}
 	m.ep.unsaved = false
 	c := &wire.RainstormCheckpoint{Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
@@ -304,6 +304,7 @@ func (m *SourceMachine) Segment(seg Segment) {
 			m.rt[d].sentNow(b.Seq, m.tick)
 		}
 	}
+	m.dropAcked()
 	m.ep.marker(m)
 }
 
@@ -328,10 +329,15 @@ func (m *SourceMachine) Ack(a *wire.RainstormBatchAck) {
 	}
 	m.acked[d] = a.UpTo
 	m.rt[d].acked(a.UpTo, m.tick)
-	low := m.acked[0]
-	for _, x := range m.acked {
-		low = min(low, x)
-	}
+	m.dropAcked()
+}
+
+// dropAcked forgets the segments every channel has acknowledged. A
+// restarted source can read again segments that acks it got since it
+// opened already cover: they go at once too, or nothing would drop them
+// when no later ack comes (the last ones of an epoch).
+func (m *SourceMachine) dropAcked() {
+	low := slices.Min(m.acked)
 	k := 0
 	for k < len(m.segs) && m.segs[k].seq <= low {
 		k++
