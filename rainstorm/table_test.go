@@ -86,3 +86,41 @@ func TestTablesFollowEpochs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzTables: an epoch list comes from the network (a marker's Next, a
+// checkpoint's Epochs): whatever it holds, building the tables either
+// fails or gives every stage a table that covers every group with a task
+// of that epoch.
+func FuzzTables(f *testing.F) {
+	f.Add([]byte{3, 3, 4, 3, 6, 2, 2, 1, 1})
+	f.Add([]byte{1, 128, 0, 200})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < 2 {
+			return
+		}
+		stages := int(b[0]%4) + 1
+		var epochs []wire.RainstormEpoch
+		for i, seg := 1, uint64(0); i+stages <= len(b); i += stages {
+			e := wire.RainstormEpoch{Epoch: uint64(len(epochs)), Segment: seg}
+			for _, x := range b[i : i+stages] {
+				e.Tasks = append(e.Tasks, int(int8(x)))
+			}
+			epochs = append(epochs, e)
+			seg += uint64(b[i] % 3) // zero steps must be refused
+		}
+		tabs, err := NewTables(epochs)
+		if err != nil {
+			return
+		}
+		for e := range tabs.Len() {
+			for st := 1; st <= stages; st++ {
+				n := tabs.Tasks(e, st)
+				for g, o := range tabs.Table(e, st) {
+					if o < 0 || o >= n {
+						t.Fatalf("epoch %d stage %d: group %d goes to task %d of %d", e, st, g, o, n)
+					}
+				}
+			}
+		}
+	})
+}
