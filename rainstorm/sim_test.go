@@ -47,6 +47,8 @@ type simMsg struct {
 	ack   *wire.RainstormBatchAck
 	ckpt  *wire.RainstormCheckpoint
 	cack  *wire.RainstormCheckpointAck
+	hreq  *HandoverWant // to the store
+	hrep  *simHandover  // the store's answer
 }
 
 type simInst struct {
@@ -81,18 +83,21 @@ type simRun struct {
 	crashes     int
 	staleRefuse int // checkpoints of stale incarnations the store refused
 	staleSends  int // batches stale incarnations sent
-	sent        map[[4]uint64]uint64
+	sent        map[[5]uint64]uint64
+	resize      *simResize // nil: the pipeline keeps its sizes
+	// paced, when set, says whether the source may read segment idx yet.
+	paced func(idx uint64) bool
 }
 
 // checkIdentical holds the invariant the proof rests on: a batch sent
 // again, by any incarnation, has the same records as the first time.
 func (s *simRun) checkIdentical(in *simInst, b *wire.RainstormBatch) {
 	if s.sent == nil {
-		s.sent = map[[4]uint64]uint64{}
+		s.sent = map[[5]uint64]uint64{}
 	}
-	k := [4]uint64{uint64(b.From.Stage), uint64(b.From.Index), uint64(b.To), b.Seq}
+	k := [5]uint64{b.Epoch, uint64(b.From.Stage), uint64(b.From.Index), uint64(b.To), b.Seq}
 	h := fnv.New64a()
-	fmt.Fprint(h, b.EOS)
+	fmt.Fprint(h, b.EOS, b.Next)
 	for _, r := range b.Records {
 		fmt.Fprint(h, "|", r.ID)
 		for _, f := range r.Fields {
@@ -113,11 +118,26 @@ type restart struct {
 	id wire.RainstormTask
 }
 
+// tasksOf is the most tasks stage has had in any epoch the source has
+// recorded durably.
 func (s *simRun) tasksOf(stage int) int {
 	if stage == 0 {
 		return 1
 	}
-	return s.p.Stages[stage-1].TaskCount()
+	n := 0
+	for _, e := range s.epochs() {
+		n = max(n, e.Tasks[stage-1])
+	}
+	return n
+}
+
+// epochs is the pipeline's epochs as the source's durable checkpoint
+// records them (what the manager leader reads), at least epoch 0.
+func (s *simRun) epochs() []wire.RainstormEpoch {
+	if c := s.store.Latest(wire.RainstormTask{}); c != nil && c.Source != nil && len(c.Source.Epochs) > 0 {
+		return c.Source.Epochs
+	}
+	return StartEpochs(s.p)
 }
 
 func (s *simRun) start(id wire.RainstormTask) *simInst {
@@ -130,8 +150,8 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 	in := &simInst{id: id, inc: inc}
 	nstages := len(s.p.Stages)
 	if id.Stage == 0 {
-		in.src, err = NewSourceMachine(SourceConfig{Task: id, Incarnation: inc, Downstream: s.tasksOf(1), Next: s.p.Stages[0],
-			FailOnBadRecord: s.p.Spec.FailOnBadRecord, SegmentRecords: 256, Window: 8, ResendTicks: 12}, ckpt)
+		in.src, err = NewSourceMachine(SourceConfig{Task: id, Incarnation: inc, Downstream: s.p.Stages[0].TaskCount(), Next: s.p.Stages[0],
+			FailOnBadRecord: s.p.Spec.FailOnBadRecord, SegmentRecords: 256, Window: 8, ResendTicks: 12, Epochs: s.epochs()}, ckpt)
 		if err != nil {
 			s.t.Fatal(err)
 		}
@@ -148,10 +168,10 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 		}
 	} else {
 		cs := s.p.Stages[id.Stage-1]
-		cfg := TaskConfig{Task: id, Incarnation: inc, Upstream: s.tasksOf(id.Stage - 1), Stage: cs,
-			AtLeastOnce: s.p.Spec.AtLeastOnce, BatchRecords: 128, MaxPending: 16, ResendTicks: 12}
+		cfg := TaskConfig{Task: id, Incarnation: inc, Stage: cs,
+			AtLeastOnce: s.p.Spec.AtLeastOnce, BatchRecords: 128, MaxPending: 16, ResendTicks: 12, Epochs: s.epochs()}
 		if id.Stage < nstages {
-			cfg.Downstream, cfg.Next = s.tasksOf(id.Stage+1), s.p.Stages[id.Stage]
+			cfg.Next = s.p.Stages[id.Stage]
 		}
 		if !cs.Op.Aggregate() {
 			in.op, err = cs.Operator(s.exec)
@@ -214,6 +234,9 @@ func (s *simRun) handle(in *simInst, rd Ready) {
 	if rd.Checkpoint != nil {
 		s.send(simMsg{to: in.id, ckpt: rd.Checkpoint})
 	}
+	for i := range rd.Handovers {
+		s.send(simMsg{to: in.id, toInc: in.inc, hreq: &rd.Handovers[i]})
+	}
 	if rd.Fenced {
 		s.remove(in)
 	}
@@ -231,8 +254,12 @@ func (s *simRun) deliver(m simMsg) {
 		s.send(simMsg{to: m.ckpt.Task, toInc: m.ckpt.Incarnation, cack: a})
 		return
 	}
+	if m.hreq != nil {
+		s.deliverHandoverWant(m)
+		return
+	}
 	for _, in := range slices.Clone(s.insts) {
-		if in.id != m.to || in.frozen || (m.cack != nil && in.inc != m.toInc) {
+		if in.id != m.to || in.frozen || ((m.cack != nil || m.hrep != nil) && in.inc != m.toInc) {
 			continue
 		}
 		switch {
@@ -246,6 +273,8 @@ func (s *simRun) deliver(m simMsg) {
 			in.task.Ack(m.ack)
 		case in.task != nil && m.cack != nil:
 			in.task.CheckpointResult(m.cack)
+		case in.task != nil && m.hrep != nil:
+			in.task.Handover(m.hrep.from, m.hrep.epoch, m.hrep.groups)
 		default:
 			continue
 		}
@@ -337,6 +366,9 @@ func (s *simRun) step() bool {
 		}
 	}
 	s.restarts = later
+	if s.resize != nil {
+		s.resize.step(s)
+	}
 	s.faultStep()
 	for _, in := range slices.Clone(s.insts) {
 		if in.frozen {
@@ -349,7 +381,7 @@ func (s *simRun) step() bool {
 		if in.src != nil {
 			for range 4 {
 				idx, ok := in.src.Want()
-				if !ok {
+				if !ok || (s.paced != nil && !s.paced(idx)) {
 					break
 				}
 				seg, err := ReadSegment(in.rd, idx, 256)
@@ -364,13 +396,44 @@ func (s *simRun) step() bool {
 		}
 		s.handle(in, s.ready(in))
 	}
+	return s.finished()
+}
+
+// finished reports whether every sink task's part is complete: each one
+// that ever ran has a durable final checkpoint, and none that retired is
+// due back in a later epoch the source has reached.
+func (s *simRun) finished() bool {
 	last := len(s.p.Stages)
+	epochs, cur := s.epochs(), s.sourceEpoch()
 	for i := range s.tasksOf(last) {
-		if !s.store.Done(wire.RainstormTask{Stage: last, Index: i}) {
+		id := wire.RainstormTask{Stage: last, Index: i}
+		c := s.store.Latest(id)
+		if c == nil {
+			if s.incs[id] > 0 || i < epochs[cur].Tasks[last-1] {
+				return false
+			}
+			continue
+		}
+		if !c.Done {
 			return false
+		}
+		if c.Retired {
+			for e := int(c.Epoch) + 1; e <= cur; e++ {
+				if i < epochs[e].Tasks[last-1] {
+					return false
+				}
+			}
 		}
 	}
 	return true
+}
+
+// sourceEpoch is the epoch the source's durable checkpoint sends in.
+func (s *simRun) sourceEpoch() int {
+	if c := s.store.Latest(wire.RainstormTask{}); c != nil && c.Source != nil {
+		return int(c.Source.Epoch)
+	}
+	return 0
 }
 
 // output gathers every sink's published rows in Output's order.
@@ -417,8 +480,14 @@ func (s *simRun) countsAgree(rows int) error {
 	for st := 1; st <= len(s.p.Stages); st++ {
 		var in, out uint64
 		for i := range s.tasksOf(st) {
-			c := s.store.Latest(wire.RainstormTask{Stage: st, Index: i})
-			if c == nil || !c.Done {
+			id := wire.RainstormTask{Stage: st, Index: i}
+			c := s.store.Latest(id)
+			if c == nil && s.incs[id] == 0 {
+				continue // of an epoch the input ended before
+			}
+			// A retired task's closing checkpoint holds its final counts;
+			// its drained one may still be on the way when the sinks end.
+			if c == nil || !(c.Done || (c.Retired && c.Closing)) {
 				return fmt.Errorf("task %d.%d has no final checkpoint", st, i)
 			}
 			in, out = in+c.RecordsIn, out+c.RecordsOut
@@ -453,6 +522,25 @@ func runSim(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune f
 // runSimOn runs one seed of a simulation against store.
 func runSimOn(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune func(*TaskConfig), ex ExecOptions, store simStore) (*simRun, []Record) {
 	t.Helper()
+	return runSimWith(t, seed, f, spec, data, tune, ex, store, nil)
+}
+
+// runSimWith runs one seed against store, resizing stages as rz plans
+// (nil: none).
+func runSimWith(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune func(*TaskConfig), ex ExecOptions, store simStore, rz *simResize) (*simRun, []Record) {
+	t.Helper()
+	return runSimSetup(t, seed, f, spec, data, tune, ex, store, rz, nil)
+}
+
+// runSimPaced runs a generated source's pipeline against a MemStore,
+// letting setup see the run before it starts (to pace the source).
+func runSimPaced(t testing.TB, seed uint64, f faults, spec *Spec, rz *simResize, setup func(*simRun)) (*simRun, []Record) {
+	t.Helper()
+	return runSimSetup(t, seed, f, spec, nil, nil, ExecOptions{}, NewMemStore(), rz, setup)
+}
+
+func runSimSetup(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune func(*TaskConfig), ex ExecOptions, store simStore, rz *simResize, setup func(*simRun)) (*simRun, []Record) {
+	t.Helper()
 	ropts := ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
 	var header []string
 	if spec.Source.Generate == nil {
@@ -467,7 +555,10 @@ func runSimOn(t testing.TB, seed uint64, f faults, spec *Spec, data []byte, tune
 		t.Fatal(err)
 	}
 	s := &simRun{t: t, r: rand.New(rand.NewPCG(seed, 0x5eed)), f: f, p: p, data: data, ropts: ropts, header: header,
-		store: store, incs: map[wire.RainstormTask]uint64{}, cfgTune: tune, exec: ex}
+		store: store, incs: map[wire.RainstormTask]uint64{}, cfgTune: tune, exec: ex, resize: rz}
+	if setup != nil {
+		setup(s)
+	}
 	for st := 0; st <= len(spec.Stages); st++ {
 		for i := range s.tasksOf(st) {
 			s.start(wire.RainstormTask{Stage: st, Index: i})
@@ -774,16 +865,19 @@ func (s *simRun) dump() string {
 		fmt.Fprintf(&b, "%d.%d inc %d frozen %v stale %v: ", in.id.Stage, in.id.Index, in.inc, in.frozen, in.stale)
 		if in.src != nil {
 			m := in.src
-			fmt.Fprintf(&b, "src next %d eof %v acked %v segs %d done %v stopped %v inflight %v\n", m.nextSeg, m.eof, m.acked, len(m.segs), m.done, m.stopped, m.inflight != nil)
+			fmt.Fprintf(&b, "src epoch %d next %d eof %v acked %v segs %d done %v stopped %v inflight %v\n", m.ep.cur, m.nextSeg, m.eof, m.acked, len(m.segs), m.done, m.stopped, m.inflight != nil)
 		} else {
 			m := in.task
-			fmt.Fprintf(&b, "task final %v done %v stopped %v inflight %v in:", m.final, m.done, m.stopped, m.inflight != nil)
+			fmt.Fprintf(&b, "task epoch %d closed %v drained %v entering %v final %v done %v stopped %v inflight %v in:", m.ep.cur, m.ep.closed, m.ep.drained, m.ep.entering, m.final, m.done, m.stopped, m.inflight != nil)
 			for _, c := range m.in {
 				fmt.Fprintf(&b, " {next %d eos %v dn %d inc %d reorder %d}", c.next, c.eos, c.durableNext, c.inc, len(c.reorder))
 			}
 			b.WriteString(" out:")
 			for _, o := range m.out {
 				fmt.Fprintf(&b, " {next %d acked %d durable %d pending %d}", o.next, o.acked, o.durable, len(o.pending))
+				if len(o.pending) > 0 {
+					fmt.Fprintf(&b, "(first e%d #%d)", o.pending[0].Epoch, o.pending[0].Seq)
+				}
 			}
 			b.WriteString("\n")
 		}

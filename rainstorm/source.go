@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"tempest/wire"
@@ -114,10 +115,16 @@ type SourceConfig struct {
 	// have been handed a checkpoint recording the same file (the driver
 	// checks, SameFile).
 	File *wire.RainstormFileID
+	// Epochs is the pipeline's resize epochs as the driver knows them
+	// (at least epoch 0, the stages' task counts at submit); nil means one
+	// epoch of Downstream first-stage tasks, which cannot resize. A
+	// checkpoint's own list wins over it.
+	Epochs []wire.RainstormEpoch
 }
 
 type sourceSeg struct {
 	index     uint64
+	seq       uint64 // its batches' number in their epoch
 	start     Position
 	badBefore uint64 // malformed records before this segment
 	batches   []*wire.RainstormBatch
@@ -152,6 +159,7 @@ type SourceMachine struct {
 	// identifying: the checkpoint recording the input file is not durable
 	// yet, and nothing is read until it is.
 	identifying bool
+	ep          sourceEpochs
 }
 
 // NewSourceMachine starts the source from its latest durable checkpoint
@@ -172,9 +180,14 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 	if cfg.Downstream < 1 || cfg.Next == nil {
 		return nil, errors.New("rainstorm source: downstream and next stage must be set")
 	}
-	m := &SourceMachine{cfg: cfg, acked: make([]uint64, cfg.Downstream), rt: make([]resendTimer, cfg.Downstream)}
+	m := &SourceMachine{cfg: cfg}
+	if err := m.ep.open(&cfg, ckpt); err != nil {
+		return nil, err
+	}
+	n := m.ep.tabs.Tasks(m.ep.cur, 1)
+	m.acked, m.rt = make([]uint64, n), make([]resendTimer, n)
 	if ckpt != nil {
-		if ckpt.Source == nil || len(ckpt.Outputs) != cfg.Downstream {
+		if ckpt.Source == nil || len(ckpt.Outputs) != n {
 			return nil, errors.New("rainstorm source: checkpoint is not a source's of this shape")
 		}
 		m.version = ckpt.Version
@@ -196,14 +209,22 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 		// finds another file must know, whatever was sent already.
 		m.resume.File = cfg.File
 		m.identifying = true
+	}
+	if !m.done && (m.identifying || m.ep.lowReserve(m)) {
 		m.cut(false)
 	}
+	m.ep.marker(m)
 	return m, nil
 }
 
 // cut starts a checkpoint of the current position.
 func (m *SourceMachine) cut(done bool) {
 	pos := m.position()
+	if m.ep.resizable {
+		pos.Epochs, pos.Epoch = slices.Clone(m.ep.tabs.Epochs()), uint64(m.ep.cur)
+		pos.Reserve = m.ep.reserveAt(m)
+	}
+	m.ep.unsaved = false
 	c := &wire.RainstormCheckpoint{Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
 		Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: done}
 	for d, x := range m.acked {
@@ -227,7 +248,7 @@ func (m *SourceMachine) Resume() Position {
 // Want reports whether the source wants its next segment read (window not
 // full, input not ended), and which.
 func (m *SourceMachine) Want() (uint64, bool) {
-	return m.nextSeg, !m.stopped && !m.identifying && !m.eof && !m.done && len(m.segs) < m.cfg.Window
+	return m.nextSeg, !m.stopped && !m.identifying && !m.eof && !m.done && len(m.segs) < m.cfg.Window && m.ep.mayRead(m)
 }
 
 // Ready returns and clears what the machine wants done.
@@ -249,7 +270,7 @@ func (m *SourceMachine) Segment(seg Segment) {
 	if m.stopped || seg.Index != m.nextSeg || m.eof {
 		return
 	}
-	s := &sourceSeg{index: seg.Index, start: seg.Start, badBefore: m.bad, batches: make([]*wire.RainstormBatch, m.cfg.Downstream)}
+	s := &sourceSeg{index: seg.Index, start: seg.Start, badBefore: m.bad, batches: make([]*wire.RainstormBatch, len(m.acked))}
 	for _, id := range seg.Bad {
 		m.bad++
 		if len(m.badFirst) < maxBadFirst {
@@ -261,12 +282,14 @@ func (m *SourceMachine) Segment(seg Segment) {
 		m.ready.Failed = fmt.Errorf("malformed input record %d (on_bad_record: fail)", seg.Bad[0]+1)
 		return
 	}
-	seq := seg.Index + 1
+	seq := m.ep.seq(seg.Index)
+	s.seq = seq
 	for d := range s.batches {
-		s.batches[d] = &wire.RainstormBatch{From: m.cfg.Task, To: d, Incarnation: m.cfg.Incarnation, Seq: seq, EOS: seg.EOF}
+		s.batches[d] = &wire.RainstormBatch{From: m.cfg.Task, To: d, Incarnation: m.cfg.Incarnation, Seq: seq, EOS: seg.EOF, Epoch: uint64(m.ep.cur)}
 	}
+	table := m.ep.tabs.Table(m.ep.cur, 1)
 	for i := range seg.Records {
-		d := m.cfg.Next.Route(&seg.Records[i], m.cfg.Downstream)
+		d := m.cfg.Next.RouteBy(&seg.Records[i], table)
 		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(seg.Records[i]))
 	}
 	m.segs = append(m.segs, s)
@@ -281,32 +304,47 @@ func (m *SourceMachine) Segment(seg Segment) {
 			m.rt[d].sentNow(b.Seq, m.tick)
 		}
 	}
+	m.dropAcked()
+	m.ep.marker(m)
 }
 
 // Ack delivers a first-stage task's acknowledgement.
 func (m *SourceMachine) Ack(a *wire.RainstormBatchAck) {
 	d := a.From.Index
-	if m.stopped || a.From.Stage != 1 || d < 0 || d >= len(m.acked) {
+	if m.stopped || a.From.Stage != 1 || d < 0 || d >= len(m.acked) || a.Epoch != uint64(m.ep.cur) {
 		return
 	}
 	if a.Incarnation != 0 && m.rt[d].receiverRestarted(a.Incarnation) {
-		defer m.resend(d, true) // after the ack below drops what it covers
+		// After the ack below drops what it covers (unless it closed the
+		// epoch: then nothing of this one is left to send).
+		ep := m.ep.cur
+		defer func() {
+			if m.ep.cur == ep {
+				m.resend(d, true)
+			}
+		}()
 	}
 	if a.UpTo <= m.acked[d] {
 		return
 	}
 	m.acked[d] = a.UpTo
 	m.rt[d].acked(a.UpTo, m.tick)
-	low := m.acked[0]
-	for _, x := range m.acked {
-		low = min(low, x)
-	}
+	m.dropAcked()
+}
+
+// dropAcked forgets the segments every channel has acknowledged. A
+// restarted source can read again segments that acks it got since it
+// opened already cover: they go at once too, or nothing would drop them
+// when no later ack comes (the last ones of an epoch).
+func (m *SourceMachine) dropAcked() {
+	low := slices.Min(m.acked)
 	k := 0
-	for k < len(m.segs) && m.segs[k].index+1 <= low {
+	for k < len(m.segs) && m.segs[k].seq <= low {
 		k++
 	}
 	clear(m.segs[:k])
 	m.segs = m.segs[k:]
+	m.ep.advance(m)
 }
 
 // Rerouted says downstream task to runs under a new incarnation: its
@@ -359,7 +397,7 @@ func (m *SourceMachine) Tick() {
 		allAcked = allAcked && x >= m.lastSeq
 	}
 	pos := m.position()
-	if m.inflight == nil && !m.done && (allAcked || (pos.Segment > m.saved && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
+	if m.inflight == nil && !m.done && (allAcked || m.ep.unsaved || m.ep.lowReserve(m) || (pos.Segment > m.saved && m.tick-m.lastCut >= m.cfg.CheckpointTicks)) {
 		m.cut(allAcked)
 	}
 }
@@ -400,6 +438,7 @@ func (m *SourceMachine) CheckpointResult(a *wire.RainstormCheckpointAck) {
 	m.version = c.Version
 	m.saved = c.Source.Segment
 	m.identifying = false
+	m.ep.saved(m, c.Source)
 	if c.Done {
 		m.done = true
 		m.ready.Done = true

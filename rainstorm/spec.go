@@ -76,6 +76,11 @@ type Generate struct {
 	Records int64   `cbor:"1,keyasint"`
 	Rate    float64 `cbor:"2,keyasint,omitempty"`
 	Keys    int64   `cbor:"3,keyasint,omitempty"`
+	// Stages ramps the rate as the http open model does (each stage
+	// moves it linearly to its target over its duration; past the last,
+	// the last target holds), instead of Rate. Records do not depend on
+	// the rate, so a resent segment is the same whenever it is made.
+	Stages []workflow.Stage `cbor:"4,keyasint,omitempty"`
 }
 
 // Stage is one step of the pipeline, run by Tasks tasks.
@@ -94,10 +99,18 @@ type Stage struct {
 	With    string   `cbor:"9,keyasint,omitempty"` // replace
 	Key     string   `cbor:"10,keyasint,omitempty"`
 	Command []string `cbor:"11,keyasint,omitempty"` // exec: program and arguments
+	// Autoscale lets the stage's size follow its load (instead of Tasks).
+	Autoscale *Autoscale `cbor:"12,keyasint,omitempty"`
 }
 
 // TaskCount is Tasks with its default of one.
-func (s *Stage) TaskCount() int { return max(s.Tasks, 1) }
+// With autoscale, the stage starts at its minimum.
+func (s *Stage) TaskCount() int {
+	if s.Autoscale != nil && s.Tasks == 0 {
+		return max(s.Autoscale.Min, 1)
+	}
+	return max(s.Tasks, 1)
+}
 
 // SourceFormat is Format with its default.
 func (s *Source) SourceFormat() Format {
@@ -228,6 +241,7 @@ func readSource(f *workflow.Fields, src *Source) {
 		if v, ok := g.Int("keys"); ok {
 			src.Generate.Keys = v
 		}
+		src.Generate.Stages = readRateStages(g)
 	}
 	if n != 1 && !f.HasProblems() {
 		f.Problemf("must have exactly one of file, path or generate")
@@ -274,6 +288,9 @@ func readStage(f *workflow.Fields) Stage {
 	} else {
 		f.Skip()
 		return st
+	}
+	if a, ok := f.Object("autoscale"); ok {
+		st.Autoscale = readAutoscale(a)
 	}
 	if v, ok := f.Int("tasks"); ok {
 		if v < 1 || v > MaxTasks {
@@ -355,6 +372,7 @@ func (s *Spec) Check(columns []string) error {
 		if g.Keys < 1 {
 			add("source.generate.keys", "must be at least 1, got %d", g.Keys)
 		}
+		checkRateStages(g, add)
 	}
 	if len(s.Stages) == 0 || len(s.Stages) > MaxStages {
 		add("stages", "must have between 1 and %d stages, got %d", MaxStages, len(s.Stages))
@@ -375,6 +393,7 @@ func (s *Spec) Check(columns []string) error {
 		if st.Tasks < 0 || st.Tasks > MaxTasks {
 			add(path+".tasks", "must be between 1 and %d, got %d", MaxTasks, st.Tasks)
 		}
+		checkAutoscale(&st, path, add)
 		if st.Op.Aggregate() && i != len(s.Stages)-1 {
 			add(path+".op", "%s must be the last stage: it emits its rows at the end of input", st.Op)
 		}

@@ -123,7 +123,7 @@ workflows:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := s.Source.Generate; g == nil || *g != (Generate{Records: 1000, Rate: 500, Keys: 7}) {
+	if g := s.Source.Generate; g == nil || !reflect.DeepEqual(*g, Generate{Records: 1000, Rate: 500, Keys: 7}) {
 		t.Fatalf("generate %+v", s.Source.Generate)
 	}
 }

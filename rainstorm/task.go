@@ -3,6 +3,7 @@ package rainstorm
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"tempest/rainstorm/ckpt"
 	"tempest/wire"
@@ -38,6 +39,9 @@ type Ready struct {
 	Failed     error
 	Fenced     bool
 	Done       bool
+	// Handovers asks for the key groups other tasks handed this one at a
+	// resize (TaskMachine.Handover answers).
+	Handovers []HandoverWant
 }
 
 // ErrFenced is Failed's cause when the store refused a checkpoint because
@@ -66,6 +70,11 @@ type TaskConfig struct {
 	// FlushRows bounds the final values an aggregate emits per
 	// checkpoint once its inputs ended (whole key groups, at least one).
 	FlushRows int
+	// Epochs is the pipeline's resize epochs as the driver knows them
+	// (at least epoch 0). With them, the channel counts come from the
+	// task's epoch, not Upstream and Downstream; a task with no
+	// checkpoint starts in the first epoch it exists in.
+	Epochs []wire.RainstormEpoch
 }
 
 func (c *TaskConfig) defaults() {
@@ -137,6 +146,7 @@ type TaskMachine struct {
 	deferred uint64
 	scratch  []Record
 	ready    Ready
+	ep       taskEpochs
 }
 
 // NewTaskMachine starts a task from its latest durable checkpoint (nil for
@@ -144,10 +154,36 @@ type TaskMachine struct {
 // and acknowledges its inputs, so a restart resumes at once.
 func NewTaskMachine(cfg TaskConfig, ckpt *wire.RainstormCheckpoint) (*TaskMachine, error) {
 	cfg.defaults()
-	if cfg.Stage == nil || cfg.Upstream < 1 || (cfg.Downstream > 0) != (cfg.Next != nil) {
+	if cfg.Stage == nil || (len(cfg.Epochs) == 0 && (cfg.Upstream < 1 || (cfg.Downstream > 0) != (cfg.Next != nil))) {
 		return nil, errors.New("rainstorm task: stage, upstream and next/downstream must be set")
 	}
-	m := &TaskMachine{cfg: cfg, in: make([]inChan, cfg.Upstream), out: make([]outChan, cfg.Downstream)}
+	m := &TaskMachine{cfg: cfg}
+	if err := m.ep.open(m, ckpt); err != nil {
+		return nil, err
+	}
+	start := 0
+	if ckpt != nil {
+		start = int(ckpt.Epoch)
+	}
+	born := ckpt == nil || (ckpt.Retired && ckpt.Done)
+	if born {
+		// A fresh task, or a retired one placed again: it starts in the
+		// first epoch it exists in (after the one it retired from).
+		from := 0
+		if ckpt != nil {
+			from = start + 1
+		}
+		ep, ok := m.ep.startEpoch(m, from)
+		if ok {
+			start = ep
+		} else {
+			born = ckpt == nil
+		}
+	}
+	m.ep.cur = start
+	in, out := m.ep.counts(m, start)
+	m.in, m.out = make([]inChan, in), make([]outChan, out)
+	m.ep.setOutTable(m)
 	if cfg.Stage.Op.Aggregate() {
 		a, err := cfg.Stage.NewAggregate()
 		if err != nil {
@@ -163,11 +199,19 @@ func NewTaskMachine(cfg TaskConfig, ckpt *wire.RainstormCheckpoint) (*TaskMachin
 	for i := range m.out {
 		m.out[i] = outChan{next: 1}
 	}
-	if ckpt != nil {
+	switch {
+	case born && ckpt != nil:
+		// Back after retiring: its chain of versions and counters go on,
+		// its state starts empty (it gave every group away).
+		m.version, m.bad, m.recIn, m.recOut = ckpt.Version, ckpt.BadRecords, ckpt.RecordsIn, ckpt.RecordsOut
+		m.ep.enter(m, start)
+	case born && start > 0:
+		m.ep.enter(m, start)
+	case ckpt != nil:
 		if err := m.restore(ckpt); err != nil {
 			return nil, err
 		}
-	} else {
+	default:
 		m.ackInputs(true)
 	}
 	return m, nil
@@ -194,10 +238,16 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 		b.Incarnation = m.cfg.Incarnation
 		m.out[b.To].pending = append(m.out[b.To].pending, &b)
 	}
+	closing := c.Closing && !c.Done
 	if m.agg != nil {
 		if err := m.agg.Restore(c.Groups, c.State); err != nil {
 			return err
 		}
+		owned := m.ep.cur
+		if closing {
+			owned++ // it gave away, in this checkpoint, what it does not own next
+		}
+		m.agg.Keep(func(g int) bool { return m.ep.owns(m, owned, g) })
 		if c.Flushed < 0 || c.Flushed > KeyGroups {
 			return fmt.Errorf("rainstorm task %d.%d: checkpoint flushed %d key groups of %d", m.cfg.Task.Stage, m.cfg.Task.Index, c.Flushed, KeyGroups)
 		}
@@ -205,7 +255,11 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 	}
 	m.bad = c.BadRecords
 	m.recIn, m.recOut = c.RecordsIn, c.RecordsOut
-	m.final, m.done = c.Done, c.Done
+	m.final, m.done = c.Done || closing, c.Done
+	if closing {
+		ne := m.ep.tabs.Epoch(m.ep.cur + 1)
+		m.ep.next, m.ep.closed, m.ep.drained = &ne, true, allAcked(c.Outputs)
+	}
 	// Resend what is pending now rather than after a timeout, and tell
 	// upstream how far this task's durable state goes.
 	for i := range m.out {
@@ -239,6 +293,9 @@ func (m *TaskMachine) Deferred() uint64 { return m.deferred }
 
 // Batch delivers a batch from upstream task b.From.Index.
 func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
+	if m.stopped || b.From.Stage != m.cfg.Task.Stage-1 || !m.ep.batch(m, b) {
+		return
+	}
 	if m.stopped || m.final || b.From.Index < 0 || b.From.Index >= len(m.in) || b.From.Stage != m.cfg.Task.Stage-1 {
 		if m.final && !m.stopped && b.From.Index >= 0 && b.From.Index < len(m.in) && m.in[b.From.Index].durableNext > 1 {
 			m.ack(b.From.Index, m.in[b.From.Index].durableNext) // the sender missed an ack
@@ -300,6 +357,9 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 		if b.EOS {
 			ch.eos = true
 			ch.reorder = nil
+			if b.Next != nil {
+				m.ep.sawMarker(m, b.Next)
+			}
 			break
 		}
 		b = ch.reorder[ch.next]
@@ -365,9 +425,8 @@ func (m *TaskMachine) emit(recs []Record) {
 		m.rows = append(m.rows, recs...)
 		return
 	}
-	n := len(m.out)
 	for i := range recs {
-		d := m.cfg.Next.Route(&recs[i], n)
+		d := m.cfg.Next.RouteBy(&recs[i], m.ep.outTable)
 		m.out[d].open = append(m.out[d].open, m.cfg.Next.Narrow(recs[i]))
 	}
 }
@@ -379,7 +438,7 @@ func (m *TaskMachine) fail(err error) {
 
 // Ack delivers a downstream task's acknowledgement.
 func (m *TaskMachine) Ack(a *wire.RainstormBatchAck) {
-	if m.stopped || a.From.Index < 0 || a.From.Index >= len(m.out) || a.From.Stage != m.cfg.Task.Stage+1 {
+	if m.stopped || a.From.Index < 0 || a.From.Index >= len(m.out) || a.From.Stage != m.cfg.Task.Stage+1 || a.Epoch != uint64(m.ep.cur) {
 		return
 	}
 	o := &m.out[a.From.Index]
@@ -421,11 +480,12 @@ func (m *TaskMachine) Tick() {
 	}
 	// An aggregate emits its final values a few key groups per
 	// checkpoint, each step once its outputs have room.
-	flushWaits := allEOS && m.agg != nil && m.flushed < KeyGroups && m.backedUp()
+	flushWaits := allEOS && m.ep.next == nil && m.agg != nil && m.flushed < KeyGroups && m.backedUp()
 	due := m.tick-m.lastCut >= m.cfg.CheckpointTicks || m.deltaFull()
-	if m.inflight == nil && !m.final && ((allEOS && !flushWaits) || (m.dirty && due)) {
+	if m.inflight == nil && !m.final && !m.ep.entering && ((allEOS && !flushWaits) || (m.dirty && due)) {
 		m.cut(allEOS)
 	}
+	m.ep.tick(m)
 	for i := range m.out {
 		o := &m.out[i]
 		if len(o.pending) == 0 {
@@ -461,7 +521,8 @@ func (m *TaskMachine) Rerouted(to int) {
 
 // cut closes the open batches and asks for a checkpoint holding them.
 func (m *TaskMachine) cut(final bool) {
-	if final && m.agg != nil {
+	closing := final && m.ep.next != nil
+	if final && m.agg != nil && !closing {
 		if m.flushed < KeyGroups && !m.backedUp() {
 			hi := m.agg.FlushEnd(m.flushed, m.cfg.FlushRows)
 			m.emit(m.agg.GroupRows(m.flushed, hi))
@@ -475,7 +536,7 @@ func (m *TaskMachine) cut(final bool) {
 	c := &wire.RainstormCheckpoint{
 		Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
 		Inputs: make([]wire.RainstormInput, len(m.in)), Outputs: make([]wire.RainstormOutput, len(m.out)),
-		BadRecords: m.bad, Done: final, RecordsIn: m.recIn, RecordsOut: m.recOut, Flushed: m.flushed,
+		BadRecords: m.bad, Done: final && !closing, RecordsIn: m.recIn, RecordsOut: m.recOut, Flushed: m.flushed,
 	}
 	m.inflightPos = m.inflightPos[:0]
 	for i := range m.in {
@@ -489,11 +550,12 @@ func (m *TaskMachine) cut(final bool) {
 		first := len(o.pending)
 		for len(o.open) > 0 || (final && !o.eos) {
 			n := min(len(o.open), m.cfg.BatchRecords)
-			b := &wire.RainstormBatch{From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, Seq: o.next, Records: o.open[:n:n]}
+			b := &wire.RainstormBatch{From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, Seq: o.next, Records: o.open[:n:n], Epoch: uint64(m.ep.cur)}
 			o.open = o.open[n:]
 			o.next++
 			if final && len(o.open) == 0 {
 				b.EOS, o.eos = true, true
+				b.Next = m.ep.next
 			}
 			o.pending = append(o.pending, b)
 		}
@@ -510,6 +572,12 @@ func (m *TaskMachine) cut(final bool) {
 	}
 	if m.agg != nil {
 		c.Groups = m.agg.Delta()
+	}
+	if closing {
+		m.ep.close(m, c) // after the delta, which makes the given groups' state final in the store
+	}
+	if !m.ep.static {
+		c.Epoch, c.Epochs = uint64(m.ep.cur), slices.Clone(m.ep.tabs.Epochs())
 	}
 	c.Rows, m.rows = m.rows, nil
 	m.emitted = 0
@@ -581,6 +649,8 @@ func (m *TaskMachine) CheckpointResult(a *wire.RainstormCheckpointAck) {
 	if c.Done {
 		m.done = true
 		m.ready.Done = true
+	} else if c.Closing {
+		m.ep.closedDurable(m, c)
 	}
 }
 
@@ -626,7 +696,7 @@ func (m *TaskMachine) ackInputs(all bool) {
 func (m *TaskMachine) ack(i int, durableNext uint64) {
 	m.in[i].ackedNext = max(m.in[i].ackedNext, durableNext)
 	m.ready.Acks = append(m.ready.Acks, &wire.RainstormBatchAck{
-		From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, UpTo: durableNext - 1,
+		From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, UpTo: durableNext - 1, Epoch: uint64(m.ep.cur),
 	})
 }
 

@@ -32,6 +32,13 @@ type RainstormBatch struct {
 	Seq         uint64            `cbor:"4,keyasint"`
 	Records     []RainstormRecord `cbor:"5,keyasint,omitempty"`
 	EOS         bool              `cbor:"6,keyasint,omitempty"`
+	// Epoch is the resize epoch the batch belongs to: a channel is (epoch,
+	// sender, receiver), numbered from 1 in each epoch.
+	Epoch uint64 `cbor:"50,keyasint,omitempty"`
+	// Next, on an EOS batch, says the stream goes on in this epoch rather
+	// than ending: the epoch marker, which every task forwards on its own
+	// last batches of the epoch.
+	Next *RainstormEpoch `cbor:"51,keyasint,omitempty"`
 }
 
 // RainstormBatchAck tells one sender that the receiver's durable state
@@ -43,6 +50,7 @@ type RainstormBatchAck struct {
 	To          int           `cbor:"2,keyasint,omitempty"`
 	Incarnation uint64        `cbor:"3,keyasint"`
 	UpTo        uint64        `cbor:"4,keyasint,omitempty"`
+	Epoch       uint64        `cbor:"50,keyasint,omitempty"` // the channel's epoch
 }
 
 // RainstormInput is a task's position on one input channel: the next
@@ -92,6 +100,18 @@ type RainstormSourcePos struct {
 	// it, so a re-placed source that finds another file there fails
 	// instead of producing other records under the same ids.
 	File *RainstormFileID `cbor:"7,keyasint,omitempty"`
+	// Epochs is every resize epoch the source recorded, oldest first (the
+	// first, epoch 0, is the start), and Epoch the one it sends in: a
+	// segment's routing is a function of the segment and the epoch list,
+	// so a regenerated batch is the one first sent.
+	Epochs []RainstormEpoch `cbor:"50,keyasint,omitempty"`
+	Epoch  uint64           `cbor:"51,keyasint,omitempty"`
+	// Reserve bounds the segments the source may read before its next
+	// durable checkpoint: none at or past it. A resize starts no earlier
+	// than the Reserve of the checkpoint the source opened from, so no
+	// earlier incarnation can have sent a segment of the new epoch under
+	// the old routing.
+	Reserve uint64 `cbor:"52,keyasint,omitempty"`
 }
 
 // RainstormFileID identifies a source's input file: its size and SHA-256.
@@ -162,6 +182,20 @@ type RainstormCheckpoint struct {
 	// RowsOf names, on a rows-only record (Incarnation 0) of a sync page,
 	// the incarnation whose checkpoint published the rows.
 	RowsOf uint64 `cbor:"41,keyasint,omitempty"`
+	// Epoch is the resize epoch of the checkpoint's channels (Inputs,
+	// Outputs, Pending); Epochs every epoch the task knows, oldest first,
+	// from which it computes each stage's group table.
+	Epoch  uint64           `cbor:"50,keyasint,omitempty"`
+	Epochs []RainstormEpoch `cbor:"51,keyasint,omitempty"`
+	// Retired: the task does not exist in the next epoch; with Done, its
+	// part is complete once its outputs are acknowledged.
+	Retired bool `cbor:"53,keyasint,omitempty"`
+	// Closing marks the checkpoint that closes the task's epoch (Epoch):
+	// every input ended with the epoch marker. Its state is final for
+	// the key groups the task gives away at the next epoch (it never
+	// touches them again), so their new owners take them from the
+	// store's state of the task as of this checkpoint or any later one.
+	Closing bool `cbor:"54,keyasint,omitempty"`
 }
 
 // RainstormGroupState is one key group's aggregate entries, sorted by key.

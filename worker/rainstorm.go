@@ -974,10 +974,8 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 		}
 	}
 	segN := uint64(rainstorm.DefaultSegmentRecords)
-	rate := 0.0
-	if g := spec.Source.Generate; g != nil {
-		rate = g.Rate
-	}
+	gen := spec.Source.Generate
+	paced := gen != nil && gen.Paced()
 	resumed := pos.Record
 	tick := time.NewTicker(rsTick)
 	defer tick.Stop()
@@ -989,8 +987,10 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			if !want {
 				break
 			}
-			if rate > 0 {
-				due := d.start.Add(time.Duration(float64(idx*segN-min(idx*segN, resumed)) / rate * float64(time.Second)))
+			if paced {
+				// The schedule counts from the pipeline's first record;
+				// a restarted source picks it up where it resumed.
+				due := d.start.Add(gen.DueAt(max(idx*segN, resumed)) - gen.DueAt(resumed))
 				if d.env.Now().Before(due) {
 					break
 				}
@@ -1023,7 +1023,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 		case <-tick.C:
 			m.Tick()
 		default:
-			if !want || rate > 0 {
+			if !want || paced {
 				// Nothing to read now: wait for an event.
 				select {
 				case <-ctx.Done():
