@@ -378,6 +378,9 @@ func (r *httpRunner) runLoad(ctx context.Context, xenv execEnv, rec *recorder, e
 					"step", r.steps[step].name, "class", o.class, "err", err)
 			}
 		})
+		if ctx.Err() == nil && !closed(stopping) {
+			rec.iterations.Add(1)
+		}
 	})
 }
 
@@ -677,4 +680,14 @@ func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
 	n, err := io.Copy(dst, r)
 	c.n += n
 	return n, err
+}
+
+// closed reports whether ch (nil: never) is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -71,4 +71,11 @@ type WorkflowRecord struct {
 	// report). LastProgress is stored without its series so the points
 	// are not persisted twice, and mid-run windows are never persisted.
 	Series []wire.SecondStats `cbor:"17,keyasint,omitempty"`
+	// Lost are the earlier attempts of a load workflow that were lost,
+	// each with its last reported counts. While there are any,
+	// LastProgress is the current attempt's progress with theirs folded
+	// in, and AttemptProgress the current attempt's own, from which the
+	// fold is made again when a lost attempt's later word arrives.
+	Lost            []wire.LostAttempt     `cbor:"18,keyasint,omitempty"`
+	AttemptProgress *wire.WorkflowProgress `cbor:"19,keyasint,omitempty"`
 }
