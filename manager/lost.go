@@ -140,8 +140,11 @@ func doneByLost(lost []wire.LostAttempt) workflow.Done {
 // after its lost attempts, or the params as they are for a workflow that
 // repeats its run. left is false when nothing is.
 func (m *Manager) restParams(rec *store.WorkflowRecord, params []byte) (rest []byte, left bool, err error) {
+	if len(rec.Lost) == 0 {
+		return params, true, nil
+	}
 	r := m.resumerOf(&rec.Spec)
-	if r == nil || len(rec.Lost) == 0 {
+	if r == nil {
 		return params, true, nil
 	}
 	return r.Rest(params, doneByLost(rec.Lost))
