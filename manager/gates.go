@@ -297,7 +297,6 @@ func (m *Manager) gateReports() []gateReport {
 			// The gate shows the datacenter's count of attempts, so a
 			// retried workflow reads the same through a gate as here.
 			p.Attempts = w.rec.Attempts
-			p.Lost = lostSummaries(p.Lost) // folded in already
 			if w.rec.Status.Terminal() {
 				p.Series = w.rec.Series
 			}

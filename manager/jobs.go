@@ -647,6 +647,9 @@ func (m *Manager) jobProgressLocked(j *jobState, withWorkflows bool) wire.JobPro
 func replicaProgress(rec *store.WorkflowRecord) wire.WorkflowProgress {
 	p := workflowProgressOf(rec)
 	p.Attempts = rec.Attempts
+	if len(rec.Lost) > 0 {
+		p.Lost = rec.Lost // with their statistics, for a successor to fold
+	}
 	if !rec.Status.Terminal() {
 		p.StepStats = nil
 	} else {

@@ -122,7 +122,9 @@ func foldLost(rec *store.WorkflowRecord) {
 	if merged, err := workflow.MergeStepStats(nil, steps); err == nil {
 		p.StepStats = merged
 	}
-	p.Lost = rec.Lost
+	// Marks p as folded (keepProgress); the statistics are in rec.Lost
+	// once, not twice on disk.
+	p.Lost = lostSummaries(rec.Lost)
 	rec.LastProgress = p
 }
 

@@ -75,17 +75,19 @@ func TestUnknownDispatchOutcomeIsFencedAndCounted(t *testing.T) {
 	if len(w.LostAttempts) != 1 || w.LostAttempts[0].Worker != "w1" || w.Worker != "w2" || w.Attempts != 2 {
 		t.Fatalf("workflow = %+v, want attempt 1 lost on w1 and attempt 2 on w2", w)
 	}
+	// The answer breaks once the 20th request arrived; the fence finds it
+	// answered, or still on its way back and cuts it off.
 	lost := w.LostAttempts[0]
-	if lost.Iterations != before || lost.CompletedCount != before {
-		t.Fatalf("lost attempt kept %+v, want its %d iterations and requests", lost, before)
+	if lost.Iterations != lost.CompletedCount || lost.CompletedCount < before-1 || lost.CompletedCount > before || lost.FailedCount != 1 {
+		t.Fatalf("lost attempt kept %+v, want %d or %d iterations and requests, and the one the fence cut off", lost, before-1, before)
 	}
-	// Exact: every iteration ran once, and the one request the fence cut
-	// off (which reached the target) is counted as failed.
+	// Every iteration ran once; the one request the fence cut off is
+	// counted as failed, and may or may not have reached the target.
 	if w.CompletedCount != iterations || w.FailedCount != 1 {
 		t.Fatalf("counted %d completed and %d failed, want %d and 1", w.CompletedCount, w.FailedCount, iterations)
 	}
-	if got, want := arrived.Load(), w.CompletedCount+w.FailedCount; got != want {
-		t.Fatalf("the target received %d requests, the job counted %d", got, want)
+	if got := arrived.Load(); got < w.CompletedCount || got > w.CompletedCount+w.FailedCount {
+		t.Fatalf("the target received %d requests, the job counted %d completed and %d failed", got, w.CompletedCount, w.FailedCount)
 	}
 	if n, m := len(broken.dispatchTokens(w.WorkflowID)), len(other.dispatchTokens(w.WorkflowID)); n != 1 || m != 1 {
 		t.Fatalf("runs: %d on w1, %d on w2; want one each", n, m)

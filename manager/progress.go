@@ -209,6 +209,7 @@ func keepProgress(rec *store.WorkflowRecord, p *wire.WorkflowProgress, final boo
 	}
 	if len(p.Lost) > 0 {
 		rec.Lost, rec.AttemptProgress = p.Lost, nil
+		kept.Lost = lostSummaries(p.Lost)
 		rec.LastProgress = kept
 		return
 	}
