@@ -144,6 +144,9 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 		if err != nil {
 			return nil, fmt.Errorf("step %q: %w", s.Name, err)
 		}
+		if p.Protocol == ProtocolGRPC && st.expect == nil {
+			st.expect = []int{0} // gRPC's OK
+		}
 		r.steps = append(r.steps, st)
 	}
 	sender, err := newSender(r.steps, r.exec.maxVUs(), p)

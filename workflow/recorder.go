@@ -175,7 +175,9 @@ func (s *recorderShard) record(step int, o outcome) {
 	} else {
 		c.completed++
 	}
-	if o.status != 0 {
+	// A timed outcome had a response, whose status counts even when it is
+	// 0 (gRPC's OK).
+	if o.status != 0 || o.timed {
 		if c.statuses == nil {
 			c.statuses = map[int]int64{}
 		}
