@@ -6,6 +6,7 @@ require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/KimMachineGun/automemlimit v1.0.1
 	github.com/bufbuild/protocompile v0.14.1
+	github.com/coder/websocket v1.8.15
 	github.com/dustin/go-humanize v1.1.0
 	github.com/fxamacker/cbor/v2 v2.9.6
 	github.com/hashicorp/memberlist v0.7.0

@@ -182,6 +182,9 @@ type HTTPStep struct {
 	Captures     []HTTPCapture `cbor:"9,keyasint,omitempty"`
 	CaptureScope CaptureScope  `cbor:"10,keyasint,omitempty"`
 	Checks       []HTTPCheck   `cbor:"11,keyasint,omitempty"`
+	// WS is a websocket step's exchange (Body is the message it sends);
+	// nil for http and grpc steps.
+	WS *WSExchange `cbor:"12,keyasint,omitempty"`
 }
 
 // openMaxVUs is the open model's pool bound.
@@ -403,6 +406,9 @@ func (p *HTTPParams) checkStages(errs *FieldErrors) {
 // its parsed table (see template.checkData).
 func (st *HTTPStep) validate(errs *FieldErrors, path string, data *HTTPData, table *dataTable, proto Protocol) {
 	checkURL := func(s string) error { return checkStepURL(s, proto) }
+	if proto == ProtocolWebSocket {
+		st.WS.validate(errs, path, st.Body)
+	}
 	if proto == ProtocolGRPC && st.Method != "" && st.Method != "GET" {
 		// parseSteps defaults it; the gRPC method is in the URL.
 		errs.add(JoinPath(path, "method"), "does not apply to grpc steps, whose url names the method")
@@ -469,6 +475,12 @@ func (st *HTTPStep) validate(errs *FieldErrors, path string, data *HTTPData, tab
 // checkStatus checks an expected status: an HTTP status, or for a grpc
 // step a gRPC status code.
 func checkStatus(code int, proto Protocol) error {
+	if proto == ProtocolWebSocket {
+		if code != wsStatus {
+			return fmt.Errorf("must be %d (an exchange's status; a failed one fails with its class), got %d", wsStatus, code)
+		}
+		return nil
+	}
 	if proto == ProtocolGRPC {
 		if !validGRPCCode(code) {
 			return fmt.Errorf("must be a gRPC status code between 0 (OK) and 16, got %d", code)
@@ -483,7 +495,11 @@ func checkStatus(code int, proto Protocol) error {
 
 // checkStepURL checks a step's URL for its protocol.
 func checkStepURL(s string, proto Protocol) error {
-	if proto != ProtocolGRPC {
+	switch proto {
+	case ProtocolWebSocket:
+		return checkWSURL(s)
+	case ProtocolGRPC:
+	default:
 		return checkURL(s)
 	}
 	if s == "" {
@@ -659,7 +675,9 @@ func parseSteps(f *Fields, key string, p *HTTPParams) []HTTPStep {
 		}
 		st.URL, _ = sf.String("url")
 		st.Headers, _ = sf.StringMap("headers")
-		st.Body, _ = sf.String("body")
+		if p.Protocol != ProtocolWebSocket {
+			st.Body, _ = sf.String("body")
+		}
 		if codes, ok := sf.IntList("expect_status"); ok {
 			for _, c := range codes {
 				st.ExpectStatus = append(st.ExpectStatus, int(c))
@@ -667,6 +685,11 @@ func parseSteps(f *Fields, key string, p *HTTPParams) []HTTPStep {
 		}
 		st.ExpectBody, _ = sf.String("expect_body")
 		st.ThinkTime, _ = sf.Duration("think_time")
+		if p.Protocol == ProtocolWebSocket {
+			st.Method = ""
+			st.Body, _ = sf.String("send")
+			st.WS = parseWSExchange(sf)
+		}
 		parseCaptures(sf, &st, key == "steps")
 		parseChecks(sf, &st)
 		p.Secrets = readSecrets(sf, &st, p.Secrets)

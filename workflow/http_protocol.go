@@ -54,6 +54,9 @@ const (
 	// ProtocolGRPC is gRPC (over HTTP/2, by grpc-go): the grpc workflow
 	// type's, never a job file's protocol: value.
 	ProtocolGRPC
+	// ProtocolWebSocket is WebSocket (RFC 6455, by coder/websocket): the
+	// websocket workflow type's.
+	ProtocolWebSocket
 )
 
 func (p Protocol) String() string {
@@ -68,6 +71,8 @@ func (p Protocol) String() string {
 		return "h3"
 	case ProtocolGRPC:
 		return "grpc"
+	case ProtocolWebSocket:
+		return "websocket"
 	default:
 		return fmt.Sprintf("Protocol(%d)", uint8(p))
 	}
@@ -102,9 +107,9 @@ func (p Protocol) scheme() string {
 func (p *HTTPParams) validateProtocol(errs *FieldErrors) {
 	switch p.Protocol {
 	case ProtocolHTTP1, ProtocolH2, ProtocolH2C:
-	case ProtocolGRPC:
+	case ProtocolGRPC, ProtocolWebSocket:
 		if p.NoCookies || p.NoRedirects || p.Redirects != 0 || p.NoConnectionReuse {
-			errs.add("protocol", "grpc has no cookies, redirects or connection_reuse")
+			errs.add("protocol", "%s has no cookies, redirects or connection_reuse", p.Protocol)
 		}
 		return
 	case ProtocolH3:
@@ -168,6 +173,8 @@ func newSender(steps []preparedStep, vus int, p *HTTPParams) (sender, error) {
 		return newH1Sender(steps, vus, p)
 	case ProtocolGRPC:
 		return newGRPCSender(steps, vus, p)
+	case ProtocolWebSocket:
+		return newWSSender(steps, vus, p)
 	}
 	tlsCfg, err := p.tlsConfig()
 	if err != nil {

@@ -144,8 +144,12 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 		if err != nil {
 			return nil, fmt.Errorf("step %q: %w", s.Name, err)
 		}
-		if p.Protocol == ProtocolGRPC && st.expect == nil {
+		switch {
+		case st.expect != nil:
+		case p.Protocol == ProtocolGRPC:
 			st.expect = []int{0} // gRPC's OK
+		case p.Protocol == ProtocolWebSocket:
+			st.expect = []int{wsStatus}
 		}
 		r.steps = append(r.steps, st)
 	}

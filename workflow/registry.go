@@ -129,10 +129,10 @@ func NewRegistry() *Registry {
 }
 
 // DefaultRegistry returns a registry holding the built-in types: sleep,
-// http and grpc.
+// http, grpc and websocket.
 func DefaultRegistry() *Registry {
 	r := NewRegistry()
-	for _, t := range []Type{SleepType{}, HTTPType{}, GRPCType{}} {
+	for _, t := range []Type{SleepType{}, HTTPType{}, GRPCType{}, WSType{}} {
 		if err := r.Register(t); err != nil {
 			panic(fmt.Sprintf("workflow: built-in type: %v", err)) // a bug in this package
 		}

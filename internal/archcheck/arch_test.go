@@ -38,6 +38,7 @@ var modules = map[string]string{
 	"protocompile": "github.com/bufbuild/protocompile",
 	"grpc":         "google.golang.org/grpc",
 	"protobuf":     "google.golang.org/protobuf",
+	"websocket":    "github.com/coder/websocket",
 }
 
 const module = "tempest"

@@ -71,3 +71,32 @@ func TestGRPCJob(t *testing.T) {
 		t.Errorf("no proto: %v", err)
 	}
 }
+
+// A websocket workflow reads send, expect and hold per step; misuse is
+// refused at its line.
+func TestWebSocketJob(t *testing.T) {
+	job := func(step string) string {
+		return "name: chat\nworkflows:\n  - name: echo\n    type: websocket\n    vus: 2\n    iterations: 10\n    steps:\n" + step
+	}
+	sub, err := Parse([]byte(job("      - {name: hi, url: \"ws://h:1/echo\", send: hello, expect: {match: '^hello$', count: 1, timeout: 2s}, hold: 1s}\n")),
+		"ws.yaml", workflow.DefaultRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Workflows[0].Type != "websocket" {
+		t.Fatalf("type %q", sub.Workflows[0].Type)
+	}
+	for _, tt := range []struct{ step, want string }{
+		{"      - {name: hi, url: \"http://h:1/\", send: x}\n", "ws.yaml:8: workflows[0].steps[0].url: must be a ws:// or wss:// URL"},
+		{"      - {name: hi, url: \"ws://h:1/\", send: x, expect: {match: '('}}\n", "ws.yaml:8: workflows[0].steps[0].expect.match: must be a regular expression"},
+		{"      - {name: hi, url: \"ws://h:1/\", send: x, expect: {count: 0}}\n", "ws.yaml:8: workflows[0].steps[0].expect.count: must be between 1 and 10000, got 0"},
+		{"      - {name: hi, url: \"ws://h:1/\"}\n", "ws.yaml:8: workflows[0].steps[0]: a websocket step needs send, expect or hold"},
+		{"      - {name: hi, url: \"ws://h:1/\", body: x}\n", `ws.yaml:8: workflows[0].steps[0]: unknown key "body"`},
+	} {
+		_, err := Parse([]byte(job(tt.step)), "ws.yaml", workflow.DefaultRegistry())
+		var jfe *Error
+		if !errors.As(err, &jfe) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: err = %v, want %q", strings.TrimSpace(tt.step), err, tt.want)
+		}
+	}
+}
