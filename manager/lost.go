@@ -94,7 +94,24 @@ func fillLost(la *wire.LostAttempt, p *wire.WorkflowProgress) {
 	la.CompletedCount, la.FailedCount = p.CompletedCount, p.FailedCount
 	la.DroppedIterations, la.Iterations = p.DroppedIterations, p.Iterations
 	la.Elapsed, la.Reported = p.Elapsed, p.Timestamp
-	la.StepStats = p.StepStats
+	la.Steps = nil
+	if len(p.StepStats) > 0 {
+		// Encoding plain structs fails only on a bug; the counts stay.
+		la.Steps, _ = wire.Marshal(&wire.LostSteps{Steps: p.StepStats})
+	}
+}
+
+// lostSteps decodes a lost attempt's step statistics; undecodable ones
+// (which only a bug makes) count as none.
+func lostSteps(la *wire.LostAttempt) []wire.StepStats {
+	if len(la.Steps) == 0 {
+		return nil
+	}
+	var ls wire.LostSteps
+	if err := wire.Unmarshal(la.Steps, &ls); err != nil {
+		return nil
+	}
+	return ls.Steps
 }
 
 // foldLost makes rec.LastProgress the current attempt's progress with every
@@ -117,7 +134,7 @@ func foldLost(rec *store.WorkflowRecord) {
 		p.DroppedIterations += la.DroppedIterations
 		p.Iterations += la.Iterations
 		p.Elapsed += la.Elapsed
-		steps = append(steps, la.StepStats...)
+		steps = append(steps, lostSteps(&la)...)
 	}
 	if merged, err := workflow.MergeStepStats(nil, steps); err == nil {
 		p.StepStats = merged
@@ -160,7 +177,7 @@ func lostSummaries(lost []wire.LostAttempt) []wire.LostAttempt {
 	}
 	out := slices.Clone(lost)
 	for i := range out {
-		out[i].StepStats = nil
+		out[i].Steps = nil
 	}
 	return out
 }

@@ -344,8 +344,16 @@ type LostAttempt struct {
 	Elapsed           time.Duration `cbor:"10,keyasint,omitempty"`
 	// Reported is the worker's timestamp of the last report kept (unix
 	// nanoseconds); zero when the attempt never reported.
-	Reported  int64       `cbor:"11,keyasint,omitempty"`
-	StepStats []StepStats `cbor:"12,keyasint,omitempty"`
+	Reported int64 `cbor:"11,keyasint,omitempty"`
+	// Steps is the attempt's step statistics, an encoded LostSteps: kept
+	// as bytes so a progress listing lost attempts nests no deeper than
+	// one without (the decoder's nesting limit).
+	Steps []byte `cbor:"12,keyasint,omitempty"`
+}
+
+// LostSteps is a lost attempt's step statistics (LostAttempt.Steps).
+type LostSteps struct {
+	Steps []StepStats `cbor:"1,keyasint,omitempty"`
 }
 
 // MaxSeriesEntries caps WorkflowProgress.Series: an hour of seconds, about

@@ -105,7 +105,9 @@ func (s *grpcSender) conn(vu int, t grpcTarget) (*grpc.ClientConn, error) {
 	if t.tls {
 		creds = credentials.NewTLS(s.tls.Clone())
 	}
-	c, err := grpc.NewClient(t.addr, grpc.WithTransportCredentials(creds))
+	// No proxy, as the http type's transports: a stray HTTPS_PROXY in a
+	// worker's environment must not send the load to a proxy.
+	c, err := grpc.NewClient("passthrough:///"+t.addr, grpc.WithTransportCredentials(creds), grpc.WithNoProxy())
 	if err != nil {
 		return nil, err
 	}

@@ -198,10 +198,13 @@ func (s *wsSender) conn(ctx context.Context, vu int, u string, hdr http.Header) 
 		_ = vc.c.CloseNow()
 		vc.c = nil
 	}
-	opts := &websocket.DialOptions{HTTPHeader: hdr}
+	// Proxy nil, as the http type's transports: a stray HTTP_PROXY in a
+	// worker's environment must not send the load to a proxy.
+	tr := &http.Transport{Proxy: nil}
 	if s.tls != nil {
-		opts.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: s.tls.Clone(), Proxy: nil}}
+		tr.TLSClientConfig = s.tls.Clone()
 	}
+	opts := &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: &http.Client{Transport: tr}}
 	dctx, cancel := context.WithTimeout(ctx, DefaultRequestTimeout)
 	defer cancel()
 	c, resp, err := websocket.Dial(dctx, u, opts)
