@@ -109,6 +109,7 @@ type (
 	PercentilePoint = jobs.PercentilePoint
 	StepSummary     = jobs.StepSummary
 	CheckSummary    = jobs.CheckSummary
+	LostAttempt     = jobs.LostAttempt
 )
 
 // DistributionPercentiles are the points of StepSummary.Distribution.

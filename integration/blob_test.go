@@ -242,12 +242,7 @@ func TestShardedJobWithLargeDataFile(t *testing.T) {
 		t.Fatalf("job ended %s: %s", st.Status, st.Error)
 	}
 	wf := st.Workflows[0]
-	if wf.CompletedCount != 900 || wf.FailedCount != 0 {
-		t.Fatalf("workflow counted %d completed, %d failed; want 900, 0", wf.CompletedCount, wf.FailedCount)
-	}
-	if got := tgt.Stats().Requests; got != 900 {
-		t.Fatalf("target answered %d requests, the job counted 900", got)
-	}
+	checkFencedCounts(t, st, 900, tgt.Stats().Requests)
 	if workers := strings.Split(wf.Worker, ","); len(workers) != 3 {
 		t.Fatalf("shards ran on %q, want three workers", wf.Worker)
 	}
@@ -282,13 +277,7 @@ func TestGatedJobWithLargeDataFile(t *testing.T) {
 	if st.Status != wire.JobCompleted || len(st.Datacenters) != 2 {
 		t.Fatalf("job ended %s in %d datacenters: %s", st.Status, len(st.Datacenters), st.Error)
 	}
-	total := st.TotalCompleted + st.TotalFailed
-	if st.TotalFailed != 0 || total == 0 {
-		t.Fatalf("job counted %d completed, %d failed", st.TotalCompleted, st.TotalFailed)
-	}
-	if got := tgt.Stats().Requests; got != uint64(total) {
-		t.Fatalf("target answered %d requests, the job counted %d", got, total)
-	}
+	checkFencedCounts(t, st, 2*900, tgt.Stats().Requests)
 	held := map[string]int{}
 	for _, n := range c.Nodes() {
 		if n.Role != "manager" && n.Role != "gate" {
@@ -301,6 +290,37 @@ func TestGatedJobWithLargeDataFile(t *testing.T) {
 	}
 	if held["manager"] != 2 || held["gate"] < 2 {
 		t.Fatalf("blob held by %d managers (want both datacenters') and %d gates (want a majority)", held["manager"], held["gate"])
+	}
+}
+
+// checkFencedCounts checks a one-step http job's counts against its
+// target's: every iteration counted once as completed, and the only failures
+// the requests a fenced attempt had in flight when it was stopped (on a
+// loaded machine a dispatch's answer can break after the worker started
+// the run; the manager then stops that attempt before it retries, keeping
+// its counts, docs/load-tests.md). Those may or may not have reached the
+// target, so its count lies between the completed and all counted.
+func checkFencedCounts(t *testing.T, st *api.JobStatus, iterations int64, target uint64) {
+	t.Helper()
+	if st.TotalCompleted != iterations {
+		t.Fatalf("job counted %d completed, want the %d iterations once each", st.TotalCompleted, iterations)
+	}
+	var lost int
+	for _, wf := range st.Workflows {
+		lost += len(wf.LostAttempts)
+		for _, step := range wf.Steps {
+			for class, n := range step.Errors {
+				if class != "cancelled" {
+					t.Fatalf("workflow %s step %s: %d failed as %s", wf.Name, step.Name, n, class)
+				}
+			}
+		}
+	}
+	if st.TotalFailed > 0 && lost == 0 {
+		t.Fatalf("%d requests cancelled without a lost attempt", st.TotalFailed)
+	}
+	if total := st.TotalCompleted + st.TotalFailed; target < uint64(st.TotalCompleted) || target > uint64(total) {
+		t.Fatalf("target answered %d requests, the job counted %d completed and %d failed", target, st.TotalCompleted, st.TotalFailed)
 	}
 }
 

@@ -55,6 +55,7 @@ func MergeWorkflow(spec wire.WorkflowSpec, th *workflow.CompiledThresholds, part
 		ws.FailedCount += p.FailedCount
 		ws.DroppedIterations += p.DroppedIterations
 		ws.Attempts = max(ws.Attempts, part.Attempts)
+		ws.LostAttempts = append(ws.LostAttempts, LostAttempts(part.Label, p.Lost)...)
 		ws.Cores = append(ws.Cores, part.Cores...)
 		steps = append(steps, p.StepStats...)
 		elapsed = max(elapsed, p.Elapsed)

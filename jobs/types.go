@@ -25,12 +25,17 @@ type WorkflowStatus struct {
 	FailedCount    int64               `json:"failed_count"`
 	// DroppedIterations counts open-model iterations that never ran
 	// because every VU was busy when they fell due.
-	DroppedIterations int64         `json:"dropped_iterations,omitempty"`
-	Attempts          int           `json:"attempts"`
-	Worker            string        `json:"worker"`
-	Cores             []int         `json:"cores,omitempty"`
-	Steps             []StepSummary `json:"steps,omitempty"`
-	Error             string        `json:"error,omitempty"`
+	DroppedIterations int64 `json:"dropped_iterations,omitempty"`
+	Attempts          int   `json:"attempts"`
+	// LostAttempts are earlier attempts of a load workflow that were lost
+	// (their worker died, or their dispatch was fenced): what each had
+	// reported is counted in this status, and the attempt that followed
+	// ran only what was left.
+	LostAttempts []LostAttempt `json:"lost_attempts,omitempty"`
+	Worker       string        `json:"worker"`
+	Cores        []int         `json:"cores,omitempty"`
+	Steps        []StepSummary `json:"steps,omitempty"`
+	Error        string        `json:"error,omitempty"`
 	// Waiting says why some of a running workflow's parts (a pipeline's
 	// tasks, shards) are not placed, e.g. "task count/2 waiting: no free
 	// core"; like a QUEUED job's status, but for part of a workflow.
@@ -49,6 +54,34 @@ type WorkflowStatus struct {
 	// carry it (a status stays small), and only once the workflow's final
 	// progress arrived: at most wire.MaxSeriesEntries, the newest.
 	Series []SeriesPoint `json:"series,omitempty"`
+}
+
+// LostAttempt is one lost attempt of a workflow and the counts of it that
+// its workflow's status includes.
+type LostAttempt struct {
+	Attempt int `json:"attempt"`
+	// Worker is the worker it ran on ("dc1/" before it through a gate).
+	Worker         string  `json:"worker"`
+	Reason         string  `json:"reason,omitempty"`
+	CompletedCount int64   `json:"completed_count"`
+	FailedCount    int64   `json:"failed_count"`
+	Iterations     int64   `json:"iterations,omitempty"`
+	ElapsedSeconds float64 `json:"elapsed_seconds,omitempty"`
+}
+
+// LostAttempts converts a workflow's lost attempts for its status, their
+// workers prefixed with label ("dc1/").
+func LostAttempts(label string, lost []wire.LostAttempt) []LostAttempt {
+	out := make([]LostAttempt, 0, len(lost))
+	for _, la := range lost {
+		out = append(out, LostAttempt{Attempt: la.Attempt, Worker: label + la.Worker, Reason: la.Reason,
+			CompletedCount: la.CompletedCount, FailedCount: la.FailedCount, Iterations: la.Iterations,
+			ElapsedSeconds: la.Elapsed.Seconds()})
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // SeriesPoint is one second of a workflow's run, covering [Second,

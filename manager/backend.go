@@ -276,6 +276,7 @@ func (m *Manager) workflowStatus(rec *store.WorkflowRecord) jobs.WorkflowStatus 
 		FailedCount:       p.FailedCount,
 		DroppedIterations: p.DroppedIterations,
 		Attempts:          rec.Attempts,
+		LostAttempts:      jobs.LostAttempts("", rec.Lost),
 		Worker:            rec.Worker,
 		Cores:             rec.Cores,
 		Error:             rec.Error,

@@ -52,6 +52,13 @@ type fakeWorker struct {
 	// preparing a large run does.
 	slowFirstAnswer time.Duration
 	answered        map[string]bool
+	// breakFirstAnswer, when set, starts a workflow's first dispatch and
+	// then answers it with an error, as a QUIC stream that broke after the
+	// request arrived does: the manager cannot tell whether it runs.
+	breakFirstAnswer bool
+	// brokenAfter, when set, is what the broken answer waits for (the run
+	// to have got somewhere).
+	brokenAfter <-chan struct{}
 	// refuseFirst, when set, refuses every workflow's first dispatch as a
 	// worker whose cores were taken meanwhile does.
 	refuseFirst bool
@@ -164,11 +171,22 @@ func (w *fakeWorker) handleDispatch(ctx context.Context, from transport.Peer, ms
 	if w.answered == nil {
 		w.answered = map[string]bool{}
 	}
-	if w.answered[d.WorkflowID] {
+	first := !w.answered[d.WorkflowID]
+	if !first {
 		delay = 0
 	}
 	w.answered[d.WorkflowID] = true
+	broken, after := first && w.breakFirstAnswer, w.brokenAfter
 	w.mu.Unlock()
+	if broken {
+		if after != nil {
+			select {
+			case <-after:
+			case <-ctx.Done():
+			}
+		}
+		return nil, errors.New("stream 12 reset by peer")
+	}
 	if delay > 0 {
 		select {
 		case <-time.After(delay):
@@ -235,6 +253,7 @@ func (w *fakeWorker) run(ctx context.Context, r *fakeRun, runner workflow.Runner
 		steps, _ := s.StepStats()
 		w.mu.Lock()
 		r.last.CompletedCount, r.last.FailedCount, r.last.Elapsed, r.last.StepStats = s.Completed, s.Failed, s.Elapsed, steps
+		r.last.Iterations = s.Iterations
 		p := r.progressLocked(w.id)
 		w.mu.Unlock()
 		w.report(ctx, &p, false)
@@ -259,6 +278,7 @@ func (w *fakeWorker) run(ctx context.Context, r *fakeRun, runner workflow.Runner
 	}
 	w.bumpLocked()
 	r.last.CompletedCount, r.last.FailedCount, r.last.StepStats = res.Completed, res.Failed, steps
+	r.last.Iterations, r.last.Elapsed = res.Iterations, res.Elapsed
 	r.last.Status, r.last.Final = status, true
 	if forced != nil {
 		r.last.Series = forced

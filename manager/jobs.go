@@ -655,6 +655,9 @@ func replicaProgress(rec *store.WorkflowRecord) wire.WorkflowProgress {
 	p := workflowProgressOf(rec)
 	p.Attempts = rec.Attempts
 	p.Requeues = rec.Requeues
+	if len(rec.Lost) > 0 {
+		p.Lost = rec.Lost // with their statistics, for a successor to fold
+	}
 	if !rec.Status.Terminal() {
 		p.StepStats = nil
 	} else {

@@ -53,6 +53,21 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 	}
 	log := m.log.With("job_id", p.JobID, "workflow_id", p.WorkflowID, "worker", worker)
 	final := p.Final || p.Status.Terminal()
+	p.Lost = nil // a manager's to say, never a worker's
+	if known, changed := lostWordLocked(&w.rec, p, worker); known {
+		// An attempt given up on that ran on (cut off, or fenced after a
+		// dispatch with an unknown outcome): what it did is kept, and it
+		// stops.
+		if changed {
+			log.Info("a lost attempt reported; its counts are kept", "fence_token", p.FenceToken,
+				"completed", p.CompletedCount, "failed", p.FailedCount, "final", final)
+			tx.touchWorkflow(w, final)
+		}
+		if final {
+			m.workers.freed(worker, len(p.AssignedCores))
+		}
+		return !final
+	}
 	if p.FenceToken != 0 && p.FenceToken < w.rec.FenceToken {
 		// A superseded attempt (its worker was presumed dead, or the
 		// dispatch outcome was unknown and it was retried): stop it.
@@ -181,11 +196,27 @@ func (m *Manager) applyProgressLocked(tx *txn, p *wire.WorkflowProgress, worker 
 // bytes, which is what a live display shows as "now" (api
 // WorkflowStatus.Recent). A longer series than wire.MaxSeriesEntries is
 // clipped.
+//
+// A progress that lists lost attempts is a manager's, with their counts
+// already folded in (a leader's replication); one from a worker is its
+// attempt's own, and the lost attempts' counts are folded into it.
 func keepProgress(rec *store.WorkflowRecord, p *wire.WorkflowProgress, final bool) {
-	rec.LastProgress = *p
-	rec.LastProgress.Placement = nil // evidence for this leader, not state to keep
-	rec.LastProgress.Series = slices.Clone(wire.ClipSeries(p.Series, 1))
+	kept := *p
+	kept.Placement = nil // evidence for this leader, not state to keep
+	kept.Series = slices.Clone(wire.ClipSeries(p.Series, 1))
 	if final {
 		rec.Series = slices.Clone(wire.ClipSeries(p.Series, 0))
 	}
+	if len(p.Lost) > 0 {
+		rec.Lost, rec.AttemptProgress = p.Lost, nil
+		kept.Lost = lostSummaries(p.Lost)
+		rec.LastProgress = kept
+		return
+	}
+	if len(rec.Lost) == 0 {
+		rec.LastProgress = kept
+		return
+	}
+	rec.AttemptProgress = &kept
+	foldLost(rec)
 }

@@ -271,6 +271,18 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		log.Warn("dispatch fenced out: a newer leader owns this workflow", "fence_token", token, "err", err)
 		return placeResult{outcome: outcomeFailed, err: err}, false
 
+	case fencedFirst(&rec.Spec):
+		// The call broke after the dispatch may have reached the worker,
+		// which may be running it: a retry at once could load the target
+		// twice and count once. The attempt stays ASSIGNED while it is
+		// fenced on its worker; then it is retried, with whatever it
+		// reported kept (lost.go).
+		m.workers.unreserve(wv.ID, cores)
+		reason := fmt.Sprintf("dispatch to %s: %v", wv.ID, err)
+		log.Warn("dispatch outcome unknown; fencing the attempt on its worker before a retry", "fence_token", token, "err", err)
+		lt.Go(func(ctx context.Context) { m.fenceUnknownDispatch(ctx, wv, rec.JobID, rec.WorkflowID, token, reason) })
+		return placeResult{outcome: outcomeSkipped, err: err}, false
+
 	default:
 		m.workers.unreserve(wv.ID, cores)
 		failed := false

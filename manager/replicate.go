@@ -172,6 +172,13 @@ func (m *Manager) mergeWorkflowLocked(tx *txn, w *workflowState, p *wire.Workflo
 	if p.Requeues > w.rec.Requeues {
 		w.rec.Requeues = p.Requeues
 	}
+	if len(p.Lost) > 0 && !sameLost(p.Lost, w.rec.Lost) {
+		// The leader kept a lost attempt's counts: a successor folds them
+		// into the retry's reports as the leader does.
+		w.rec.Lost, w.rec.AttemptProgress = p.Lost, nil
+		foldLost(&w.rec)
+		tx.touchWorkflow(w, true)
+	}
 	switch {
 	case p.Status.Terminal():
 		w.rec.Status = p.Status

@@ -40,6 +40,9 @@ func (m *Manager) buildDispatch(rec *store.WorkflowRecord, token uint64) (d *wir
 	}
 	d.FenceToken = token
 	d.Attempt = rec.Attempts + 1
+	if d.Workflow.Params, _, err = m.restParams(rec, d.Workflow.Params); err != nil {
+		return nil, nil, fmt.Errorf("the rest of %s's load after its lost attempts: %w", rec.WorkflowID, err)
+	}
 	return d, nil, nil
 }
 
@@ -58,7 +61,28 @@ func (m *Manager) retryLocked(tx *txn, w *workflowState, worker, reason string) 
 	// Attempts taken back through no fault of the workflow (requeueLocked)
 	// are not failures: a pipeline task requeued after every leader change
 	// of a loaded host used to fail on its first dispatch error.
-	if failures := w.rec.Attempts - w.rec.Requeues; failures > m.cfg.MaxWorkflowRetries {
+	failures := w.rec.Attempts - w.rec.Requeues
+	left := true
+	if m.resumerOf(&w.rec.Spec) != nil {
+		m.loseAttemptLocked(&w.rec, worker, reason)
+		if n := len(w.rec.Lost); n > 0 {
+			la := w.rec.Lost[n-1]
+			log.Info("attempt lost; its reported counts are kept and a retry runs what is left",
+				"attempt", la.Attempt, "completed", la.CompletedCount, "failed", la.FailedCount, "iterations", la.Iterations, "elapsed", la.Elapsed)
+		}
+		var err error
+		if _, left, err = m.restParams(&w.rec, w.rec.Spec.Params); err != nil {
+			log.Warn("cannot work out what is left of the load; running it whole", "err", err)
+			left = true
+		}
+	}
+	switch {
+	case !left:
+		// The lost attempt had run all of the load by its last report.
+		w.rec.Status = wire.WorkflowCompleted
+		w.rec.Error = ""
+		log.Info("workflow completed by its lost attempts; nothing is left to retry", "reason", reason)
+	case failures > m.cfg.MaxWorkflowRetries:
 		w.rec.Status = wire.WorkflowFailed
 		w.rec.Error = fmt.Sprintf("failed after %d attempts; last: %s", failures, reason)
 		log.Warn("workflow failed", "attempts", w.rec.Attempts, "reason", reason)
@@ -67,7 +91,7 @@ func (m *Manager) retryLocked(tx *txn, w *workflowState, worker, reason string) 
 		if m.rsTaskFailedLocked(tx, w, wire.WorkflowFailed, w.rec.Error) {
 			return
 		}
-	} else {
+	default:
 		w.rec.Status = wire.WorkflowPending
 		w.rec.Error = reason
 		log.Info("workflow will be retried", "attempts", w.rec.Attempts, "reason", reason)

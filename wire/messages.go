@@ -303,6 +303,11 @@ type WorkflowProgress struct {
 	// Placement is the dispatch's PlacementProof, handed back so a leader
 	// that never recorded the attempt can tell it was placed.
 	Placement *PlacementProof `cbor:"19,keyasint,omitempty"`
+	// Iterations counts the passes over the workflow's steps that ran to
+	// their end (a load workflow's; zero for others), read before the
+	// counts so it never names an iteration whose requests they lack. A
+	// retry runs what is left of an iterations budget from it.
+	Iterations int64 `cbor:"20,keyasint,omitempty"`
 	// Attempts, set only in a leader's status replication to its peers
 	// (which take it) and in its reports to gates (which show it), is the
 	// leader's count of the workflow's attempts.
@@ -311,10 +316,48 @@ type WorkflowProgress struct {
 	// workflow is not placed (e.g. "no free core (needs 2)"), so a job
 	// followed through a gate shows what one followed in its datacenter does.
 	Waiting string `cbor:"31,keyasint,omitempty"`
+	// Lost, set only by a manager (a worker's is dropped), lists the
+	// earlier attempts of a load workflow that were lost (their worker
+	// died, or their dispatch's outcome was unknown and they were fenced)
+	// and whose last reported counts are folded into this progress's
+	// counts and step statistics. In reports to gates their StepStats are
+	// left out (already folded in); peers get them, so a new leader can
+	// fold them into the next attempt's reports.
+	Lost []LostAttempt `cbor:"32,keyasint,omitempty"`
 	// Requeues, set only in a leader's status replication to its peers, is
 	// how many of Attempts were taken back through no fault of the
 	// workflow, so a successor budgets retries as this leader did.
 	Requeues int `cbor:"33,keyasint,omitempty"`
+}
+
+// LostAttempt is what one lost attempt of a workflow reported before it
+// was given up on: the requests the target received from it, which the
+// workflow's results keep rather than run again.
+type LostAttempt struct {
+	Attempt    int    `cbor:"1,keyasint"`
+	Worker     string `cbor:"2,keyasint,omitempty"`
+	FenceToken uint64 `cbor:"3,keyasint,omitempty"`
+	// Reason is why the manager gave up on it ("worker dc1-w2 is dead").
+	Reason string `cbor:"4,keyasint,omitempty"`
+	// At is when the manager gave up on it (unix nanoseconds).
+	At                int64         `cbor:"5,keyasint,omitempty"`
+	CompletedCount    int64         `cbor:"6,keyasint,omitempty"`
+	FailedCount       int64         `cbor:"7,keyasint,omitempty"`
+	DroppedIterations int64         `cbor:"8,keyasint,omitempty"`
+	Iterations        int64         `cbor:"9,keyasint,omitempty"`
+	Elapsed           time.Duration `cbor:"10,keyasint,omitempty"`
+	// Reported is the worker's timestamp of the last report kept (unix
+	// nanoseconds); zero when the attempt never reported.
+	Reported int64 `cbor:"11,keyasint,omitempty"`
+	// Steps is the attempt's step statistics, an encoded LostSteps: kept
+	// as bytes so a progress listing lost attempts nests no deeper than
+	// one without (the decoder's nesting limit).
+	Steps []byte `cbor:"12,keyasint,omitempty"`
+}
+
+// LostSteps is a lost attempt's step statistics (LostAttempt.Steps).
+type LostSteps struct {
+	Steps []StepStats `cbor:"1,keyasint,omitempty"`
 }
 
 // MaxSeriesEntries caps WorkflowProgress.Series: an hour of seconds, about

@@ -65,6 +65,7 @@ func (w *Worker) progressLocked(e *execution, s workflow.Snapshot, status wire.W
 		CompletedCount:    s.Completed,
 		FailedCount:       s.Failed,
 		DroppedIterations: s.DroppedIterations,
+		Iterations:        s.Iterations,
 		Elapsed:           s.Elapsed,
 		Timestamp:         w.now().UnixNano(),
 		AssignedCores:     slices.Clone(e.cores),

@@ -259,6 +259,30 @@ func (f *Fields) TLSFile(key string) ([]byte, bool) {
 	return b, true
 }
 
+// smallFile reads a file the job file names under key, through the reader
+// of TLS files (read where the job file is parsed, sent beside it, carried
+// in the params): what is described as what in messages.
+func (f *Fields) smallFile(key, name, what string, limit int) ([]byte, bool) {
+	switch {
+	case name == "":
+		f.Errorf(key, "must name %s", what)
+		return nil, false
+	case f.sink.readTLS == nil:
+		f.Errorf(key, "file %q cannot be read here: it is read where the job file is parsed", truncate(name, 80))
+		return nil, false
+	}
+	b, err := f.sink.readTLS(name)
+	switch {
+	case err != nil:
+		f.Errorf(key, "cannot read %s: %v", what, err)
+		return nil, false
+	case len(b) > limit:
+		f.Errorf(key, "file %q is more than %d bytes", truncate(name, 80), limit)
+		return nil, false
+	}
+	return b, true
+}
+
 // DataBlobsWith sets which data files travel as blobs, for the whole tree
 // f belongs to: blobOf returns a file's hex SHA-256, by the name the job
 // file uses.

@@ -325,7 +325,7 @@ func compileFlowRegex(expr string, needGroup bool) (*regexp.Regexp, error) {
 // validateFlow checks a step's captures and checks. known is every variable
 // a step may use, with whether any capture of it is VU-scoped; the caller
 // builds it.
-func (st *HTTPStep) validateFlow(errs *FieldErrors, path string) {
+func (st *HTTPStep) validateFlow(errs *FieldErrors, path string, proto Protocol) {
 	if len(st.Captures) > maxCaptures {
 		errs.add(JoinPath(path, "captures"), "must have at most %d captures, got %d", maxCaptures, len(st.Captures))
 	}
@@ -372,19 +372,19 @@ func (st *HTTPStep) validateFlow(errs *FieldErrors, path string) {
 		} else {
 			names[c.Name] = i
 		}
-		c.validate(errs, cp)
+		c.validate(errs, cp, proto)
 	}
 }
 
-func (c *HTTPCheck) validate(errs *FieldErrors, cp string) {
+func (c *HTTPCheck) validate(errs *FieldErrors, cp string, proto Protocol) {
 	switch c.Kind {
 	case CheckStatus:
 		if len(c.Statuses) == 0 || len(c.Statuses) > maxExpectStatus {
 			errs.add(JoinPath(cp, "status"), "must list between 1 and %d statuses", maxExpectStatus)
 		}
 		for _, code := range c.Statuses {
-			if code < 100 || code > 599 {
-				errs.add(JoinPath(cp, "status"), "must be HTTP statuses between 100 and 599, got %d", code)
+			if err := checkStatus(code, proto); err != nil {
+				errs.add(JoinPath(cp, "status"), "%v", err)
 				break
 			}
 		}

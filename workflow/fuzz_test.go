@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 
 	"tempest/wire"
@@ -121,6 +122,30 @@ func FuzzFlowResponse(f *testing.F) {
 				if !validHeaderValue(ck.Name + "=" + ck.Value) {
 					t.Fatalf("the jar would send %q", ck.Name+"="+ck.Value)
 				}
+			}
+		}
+	})
+}
+
+// FuzzCompileProto feeds compileProto what a submitter can upload as a grpc
+// workflow's .proto file, which every manager and worker compiles again. It
+// must never panic; a file it accepts must name every method it lists.
+func FuzzCompileProto(f *testing.F) {
+	f.Add([]byte("syntax = \"proto3\";\npackage p;\nmessage In { string a = 1; }\nservice S { rpc M (In) returns (stream In); }\n"))
+	f.Add([]byte("syntax = \"proto3\";\nimport \"google/protobuf/empty.proto\";\nservice S { rpc M (google.protobuf.Empty) returns (google.protobuf.Empty); }\n"))
+	f.Add([]byte("syntax = \"proto2\";\nmessage {"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if len(src) > MaxProtoFile {
+			return
+		}
+		svc, err := compileProto("fuzz.proto", src)
+		if err != nil {
+			return
+		}
+		for _, name := range svc.methodNames() {
+			if _, err := svc.method("/" + name); err != nil && !strings.Contains(err.Error(), "streams from the client") {
+				t.Fatalf("listed method %s not found: %v", name, err)
 			}
 		}
 	})

@@ -134,6 +134,9 @@ type HTTPParams struct {
 	// TLS is the CA to trust and the client certificate to present (job
 	// file: tls:); nil: the system roots and no client certificate.
 	TLS *HTTPTLS `cbor:"20,keyasint,omitempty"`
+	// GRPC is a grpc workflow's .proto file (Protocol is ProtocolGRPC);
+	// nil for http workflows.
+	GRPC *GRPC `cbor:"21,keyasint,omitempty"`
 }
 
 // DefaultRedirects is how many redirects a step follows unless the job file
@@ -179,6 +182,9 @@ type HTTPStep struct {
 	Captures     []HTTPCapture `cbor:"9,keyasint,omitempty"`
 	CaptureScope CaptureScope  `cbor:"10,keyasint,omitempty"`
 	Checks       []HTTPCheck   `cbor:"11,keyasint,omitempty"`
+	// WS is a websocket step's exchange (Body is the message it sends);
+	// nil for http and grpc steps.
+	WS *WSExchange `cbor:"12,keyasint,omitempty"`
 }
 
 // openMaxVUs is the open model's pool bound.
@@ -203,6 +209,7 @@ func (p *HTTPParams) Validate() error {
 		p.validateClosed(&errs)
 	}
 	p.validateProtocol(&errs)
+	p.validateGRPC(&errs)
 	p.TLS.validate(&errs, p.InsecureSkipVerify)
 	if p.Timeout < 0 || p.Timeout > MaxRequestTimeout {
 		errs.add("request_timeout", "must be between 0 (default %s) and %s, got %s",
@@ -228,8 +235,8 @@ func (p *HTTPParams) Validate() error {
 		} else {
 			seen[st.Name] = path
 		}
-		st.validate(&errs, path, p.Data, table)
-		st.validateFlow(&errs, path)
+		st.validate(&errs, path, p.Data, table, p.Protocol)
+		st.validateFlow(&errs, path, p.Protocol)
 	})
 	p.validateVars(&errs)
 	p.validateSecrets(&errs)
@@ -397,7 +404,15 @@ func (p *HTTPParams) checkStages(errs *FieldErrors) {
 
 // validate checks a step; data and table are the workflow's data file and
 // its parsed table (see template.checkData).
-func (st *HTTPStep) validate(errs *FieldErrors, path string, data *HTTPData, table *dataTable) {
+func (st *HTTPStep) validate(errs *FieldErrors, path string, data *HTTPData, table *dataTable, proto Protocol) {
+	checkURL := func(s string) error { return checkStepURL(s, proto) }
+	if proto == ProtocolWebSocket {
+		st.WS.validate(errs, path, st.Body)
+	}
+	if proto == ProtocolGRPC && st.Method != "" && st.Method != "GET" {
+		// parseSteps defaults it; the gRPC method is in the URL.
+		errs.add(JoinPath(path, "method"), "does not apply to grpc steps, whose url names the method")
+	}
 	if st.Method != "" && (len(st.Method) > maxMethodLen || !isToken(st.Method)) {
 		errs.add(JoinPath(path, "method"), "must be an HTTP method such as GET or POST, got %q", truncate(st.Method, 40))
 	}
@@ -445,8 +460,8 @@ func (st *HTTPStep) validate(errs *FieldErrors, path string, data *HTTPData, tab
 		errs.add(JoinPath(path, "expect_status"), "must list at most %d statuses, got %d", maxExpectStatus, len(st.ExpectStatus))
 	}
 	for i, code := range st.ExpectStatus {
-		if code < 100 || code > 599 {
-			errs.add(IndexPath(JoinPath(path, "expect_status"), i), "must be an HTTP status between 100 and 599, got %d", code)
+		if err := checkStatus(code, proto); err != nil {
+			errs.add(IndexPath(JoinPath(path, "expect_status"), i), "%v", err)
 		}
 	}
 	if st.ThinkTime < 0 || st.ThinkTime > MaxThinkTime {
@@ -455,6 +470,46 @@ func (st *HTTPStep) validate(errs *FieldErrors, path string, data *HTTPData, tab
 	if len(st.ExpectBody) > maxExpectBody {
 		errs.add(JoinPath(path, "expect_body"), "must be at most %d bytes, got %d", maxExpectBody, len(st.ExpectBody))
 	}
+}
+
+// checkStatus checks an expected status: an HTTP status, or for a grpc
+// step a gRPC status code.
+func checkStatus(code int, proto Protocol) error {
+	if proto == ProtocolWebSocket {
+		if code != wsStatus {
+			return fmt.Errorf("must be %d (an exchange's status; a failed one fails with its class), got %d", wsStatus, code)
+		}
+		return nil
+	}
+	if proto == ProtocolGRPC {
+		if !validGRPCCode(code) {
+			return fmt.Errorf("must be a gRPC status code between 0 (OK) and 16, got %d", code)
+		}
+		return nil
+	}
+	if code < 100 || code > 599 {
+		return fmt.Errorf("must be an HTTP status between 100 and 599, got %d", code)
+	}
+	return nil
+}
+
+// checkStepURL checks a step's URL for its protocol.
+func checkStepURL(s string, proto Protocol) error {
+	switch proto {
+	case ProtocolWebSocket:
+		return checkWSURL(s)
+	case ProtocolGRPC:
+	default:
+		return checkURL(s)
+	}
+	if s == "" {
+		return fmt.Errorf("is required")
+	}
+	if len(s) > maxURLLen {
+		return fmt.Errorf("must be at most %d bytes, got %d", maxURLLen, len(s))
+	}
+	_, err := parseGRPCURL(s)
+	return err
 }
 
 func checkURL(s string) error {
@@ -510,6 +565,48 @@ func (HTTPType) Name() string { return "http" }
 // expect_body, think_time, captures, capture_scope, checks) and setup
 // (steps as those, without capture_scope).
 func (HTTPType) ParseParams(f *Fields) []byte {
+	p := parseLoad(f)
+	if reuse, ok := f.Bool("connection_reuse"); ok {
+		p.NoConnectionReuse = !reuse
+	}
+	if s, ok := f.String("protocol"); ok {
+		if proto, known := parseProtocol(s); known {
+			p.Protocol = proto
+		} else {
+			f.Errorf("protocol", "must be one of http1, h2, h2c or h3, got %q", truncate(s, 40))
+		}
+	}
+	p.InsecureSkipVerify, _ = f.Bool("insecure_skip_verify")
+	p.TLS = parseTLS(f)
+	if c, ok := f.Bool("cookies"); ok {
+		p.NoCookies = !c
+	}
+	if n, ok := f.Int("redirects"); ok {
+		switch {
+		case n == 0:
+			p.NoRedirects = true
+		case n < 0 || n > MaxRedirects:
+			f.Errorf("redirects", "must be between 0 (none followed) and %d, got %d", MaxRedirects, n)
+		default:
+			p.Redirects = int(n)
+		}
+	}
+	if d, ok := f.Duration("request_timeout"); ok {
+		if d <= 0 {
+			f.Errorf("request_timeout", "must be greater than 0, got %s", fmtDuration(d))
+		}
+		p.Timeout = d
+	}
+	p.Data = parseData(f)
+	f.Required("steps")
+	p.Setup = parseSteps(f, "setup", &p)
+	p.Steps = parseSteps(f, "steps", &p)
+	return f.Encode(&p)
+}
+
+// parseLoad reads the load model's keys, which every type built on the
+// http engine shares.
+func parseLoad(f *Fields) HTTPParams {
 	p := HTTPParams{VUs: 1}
 	if s, ok := f.String("model"); ok {
 		switch s {
@@ -552,42 +649,7 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 		st.Target, _ = sf.Float("target")
 		p.Stages = append(p.Stages, st)
 	}
-	if reuse, ok := f.Bool("connection_reuse"); ok {
-		p.NoConnectionReuse = !reuse
-	}
-	if s, ok := f.String("protocol"); ok {
-		if proto, known := parseProtocol(s); known {
-			p.Protocol = proto
-		} else {
-			f.Errorf("protocol", "must be one of http1, h2, h2c or h3, got %q", truncate(s, 40))
-		}
-	}
-	p.InsecureSkipVerify, _ = f.Bool("insecure_skip_verify")
-	p.TLS = parseTLS(f)
-	if c, ok := f.Bool("cookies"); ok {
-		p.NoCookies = !c
-	}
-	if n, ok := f.Int("redirects"); ok {
-		switch {
-		case n == 0:
-			p.NoRedirects = true
-		case n < 0 || n > MaxRedirects:
-			f.Errorf("redirects", "must be between 0 (none followed) and %d, got %d", MaxRedirects, n)
-		default:
-			p.Redirects = int(n)
-		}
-	}
-	if d, ok := f.Duration("request_timeout"); ok {
-		if d <= 0 {
-			f.Errorf("request_timeout", "must be greater than 0, got %s", fmtDuration(d))
-		}
-		p.Timeout = d
-	}
-	p.Data = parseData(f)
-	f.Required("steps")
-	p.Setup = parseSteps(f, "setup", &p)
-	p.Steps = parseSteps(f, "steps", &p)
-	return f.Encode(&p)
+	return p
 }
 
 // DecodeParams implements Type; the result is a *HTTPParams.
@@ -613,7 +675,9 @@ func parseSteps(f *Fields, key string, p *HTTPParams) []HTTPStep {
 		}
 		st.URL, _ = sf.String("url")
 		st.Headers, _ = sf.StringMap("headers")
-		st.Body, _ = sf.String("body")
+		if p.Protocol != ProtocolWebSocket {
+			st.Body, _ = sf.String("body")
+		}
 		if codes, ok := sf.IntList("expect_status"); ok {
 			for _, c := range codes {
 				st.ExpectStatus = append(st.ExpectStatus, int(c))
@@ -621,6 +685,11 @@ func parseSteps(f *Fields, key string, p *HTTPParams) []HTTPStep {
 		}
 		st.ExpectBody, _ = sf.String("expect_body")
 		st.ThinkTime, _ = sf.Duration("think_time")
+		if p.Protocol == ProtocolWebSocket {
+			st.Method = ""
+			st.Body, _ = sf.String("send")
+			st.WS = parseWSExchange(sf)
+		}
 		parseCaptures(sf, &st, key == "steps")
 		parseChecks(sf, &st)
 		p.Secrets = readSecrets(sf, &st, p.Secrets)

@@ -51,6 +51,12 @@ const (
 	ProtocolH2C
 	// ProtocolH3 is HTTP/3 over QUIC; https:// URLs only.
 	ProtocolH3
+	// ProtocolGRPC is gRPC (over HTTP/2, by grpc-go): the grpc workflow
+	// type's, never a job file's protocol: value.
+	ProtocolGRPC
+	// ProtocolWebSocket is WebSocket (RFC 6455, by coder/websocket): the
+	// websocket workflow type's.
+	ProtocolWebSocket
 )
 
 func (p Protocol) String() string {
@@ -63,6 +69,10 @@ func (p Protocol) String() string {
 		return "h2c"
 	case ProtocolH3:
 		return "h3"
+	case ProtocolGRPC:
+		return "grpc"
+	case ProtocolWebSocket:
+		return "websocket"
 	default:
 		return fmt.Sprintf("Protocol(%d)", uint8(p))
 	}
@@ -97,6 +107,11 @@ func (p Protocol) scheme() string {
 func (p *HTTPParams) validateProtocol(errs *FieldErrors) {
 	switch p.Protocol {
 	case ProtocolHTTP1, ProtocolH2, ProtocolH2C:
+	case ProtocolGRPC, ProtocolWebSocket:
+		if p.NoCookies || p.NoRedirects || p.Redirects != 0 || p.NoConnectionReuse {
+			errs.add("protocol", "%s has no cookies, redirects or connection_reuse", p.Protocol)
+		}
+		return
 	case ProtocolH3:
 		if p.NoConnectionReuse {
 			// http3.Transport keeps its QUIC connections; a connection per
@@ -153,8 +168,13 @@ type sender interface {
 // h2, h2c and h3 stay on net/http and quic-go's http3, whose multiplexing
 // and flow control are the point of those protocols.
 func newSender(steps []preparedStep, vus int, p *HTTPParams) (sender, error) {
-	if p.Protocol == ProtocolHTTP1 {
+	switch p.Protocol {
+	case ProtocolHTTP1:
 		return newH1Sender(steps, vus, p)
+	case ProtocolGRPC:
+		return newGRPCSender(steps, vus, p)
+	case ProtocolWebSocket:
+		return newWSSender(steps, vus, p)
 	}
 	tlsCfg, err := p.tlsConfig()
 	if err != nil {

@@ -144,6 +144,13 @@ func newHTTPRunner(name string, p *HTTPParams) (*httpRunner, error) {
 		if err != nil {
 			return nil, fmt.Errorf("step %q: %w", s.Name, err)
 		}
+		switch {
+		case st.expect != nil:
+		case p.Protocol == ProtocolGRPC:
+			st.expect = []int{0} // gRPC's OK
+		case p.Protocol == ProtocolWebSocket:
+			st.expect = []int{wsStatus}
+		}
 		r.steps = append(r.steps, st)
 	}
 	sender, err := newSender(r.steps, r.exec.maxVUs(), p)
@@ -378,6 +385,9 @@ func (r *httpRunner) runLoad(ctx context.Context, xenv execEnv, rec *recorder, e
 					"step", r.steps[step].name, "class", o.class, "err", err)
 			}
 		})
+		if ctx.Err() == nil && !closed(stopping) {
+			rec.iterations.Add(1)
+		}
 	})
 }
 
@@ -677,4 +687,14 @@ func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
 	n, err := io.Copy(dst, r)
 	c.n += n
 	return n, err
+}
+
+// closed reports whether ch (nil: never) is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

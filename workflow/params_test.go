@@ -161,7 +161,7 @@ func TestDecodeParamsFromTheNetwork(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	reg := DefaultRegistry()
-	if got := strings.Join(reg.Names(), ","); got != "http,sleep" {
+	if got := strings.Join(reg.Names(), ","); got != "grpc,http,sleep,websocket" {
 		t.Fatalf("names %q", got)
 	}
 	if err := reg.Register(SleepType{}); err == nil {
@@ -183,7 +183,7 @@ func TestRegistry(t *testing.T) {
 		mutate func(*wire.WorkflowSpec)
 		want   string
 	}{
-		"unknown type": {func(s *wire.WorkflowSpec) { s.Type = "grpc" }, `unknown workflow type "grpc" (known: http, sleep)`},
+		"unknown type": {func(s *wire.WorkflowSpec) { s.Type = "mqtt" }, `unknown workflow type "mqtt" (known: grpc, http, sleep, websocket)`},
 		"no cores":     {func(s *wire.WorkflowSpec) { s.Cores = 0 }, "cores must be between 1 and 1024, got 0"},
 		"no name":      {func(s *wire.WorkflowSpec) { s.Name = "" }, "must not be empty"},
 		"bad params":   {func(s *wire.WorkflowSpec) { s.Params = mustMarshal(t, &SleepParams{}) }, "duration: must be greater than 0"},
@@ -197,7 +197,7 @@ func TestRegistry(t *testing.T) {
 		}
 	}
 	spec := good
-	spec.Type = "grpc"
+	spec.Type = "mqtt"
 	if _, err := reg.New(spec); !errors.Is(err, ErrUnknownType) {
 		t.Errorf("unknown type error %v is not ErrUnknownType", err)
 	}

@@ -38,6 +38,8 @@ type recorder struct {
 	// response, measured from the iteration's intended start.
 	corrected bool
 	dropped   atomic.Int64
+	// iterations counts passes over the steps that ran to their end.
+	iterations atomic.Int64
 
 	dropMu       sync.Mutex
 	droppedBySec map[int64]int64 // since the last collect
@@ -173,7 +175,9 @@ func (s *recorderShard) record(step int, o outcome) {
 	} else {
 		c.completed++
 	}
-	if o.status != 0 {
+	// A timed outcome had a response, whose status counts even when it is
+	// 0 (gRPC's OK).
+	if o.status != 0 || o.timed {
 		if c.statuses == nil {
 			c.statuses = map[int]int64{}
 		}
@@ -213,6 +217,10 @@ func (r *recorder) drop(sec int64) {
 func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 	r.snapMu.Lock()
 	defer r.snapMu.Unlock()
+	// Read before the counts: an iteration counted here has had every
+	// request counted, so a retry that runs what is left never skips one
+	// the target did not get.
+	iterations := r.iterations.Load()
 	for _, s := range r.shards {
 		for i := range r.names {
 			s.mu.Lock()
@@ -264,6 +272,7 @@ func (r *recorder) snapshot(elapsed time.Duration) Snapshot {
 		Elapsed:           elapsed,
 		Steps:             make([]StepSnapshot, len(r.names)),
 		DroppedIterations: r.dropped.Load(),
+		Iterations:        iterations,
 		Series:            r.series.published(),
 	}
 	for i, name := range r.names {

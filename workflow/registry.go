@@ -128,11 +128,11 @@ func NewRegistry() *Registry {
 	return &Registry{types: map[string]Type{}}
 }
 
-// DefaultRegistry returns a registry holding the built-in types: sleep and
-// http.
+// DefaultRegistry returns a registry holding the built-in types: sleep,
+// http, grpc and websocket.
 func DefaultRegistry() *Registry {
 	r := NewRegistry()
-	for _, t := range []Type{SleepType{}, HTTPType{}} {
+	for _, t := range []Type{SleepType{}, HTTPType{}, GRPCType{}, WSType{}} {
 		if err := r.Register(t); err != nil {
 			panic(fmt.Sprintf("workflow: built-in type: %v", err)) // a bug in this package
 		}

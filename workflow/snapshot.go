@@ -59,6 +59,9 @@ type Snapshot struct {
 	// the target was meant to get and did not. Zero under the closed model.
 	// (Not yet in wire.WorkflowProgress; see StepStats.)
 	DroppedIterations int64
+	// Iterations counts passes over the steps that ran to their end (not
+	// cut short by a stop), read before the other counts.
+	Iterations int64
 	// VUs is how many VUs were live when the snapshot was taken.
 	VUs int
 	// Series is the run's per-second history, oldest first, at most

@@ -224,8 +224,10 @@ func TestStatus(t *testing.T) {
 	c := newCLI(t)
 	c.backend.AddJob(api.JobStatus{JobID: "j1", Name: "load", Status: wire.JobFailed, TotalCompleted: 90, TotalFailed: 10,
 		ElapsedSeconds: 65.2, Error: "workflow get failed",
-		Workflows: []api.WorkflowStatus{{Name: "get", Status: wire.WorkflowFailed, CompletedCount: 90, FailedCount: 10,
+		Workflows: []api.WorkflowStatus{{Name: "get", Type: "http", Status: wire.WorkflowFailed, CompletedCount: 90, FailedCount: 10,
 			Attempts: 3, Worker: "w2", Error: "too many errors", ElapsedSeconds: 50,
+			LostAttempts: []api.LostAttempt{{Attempt: 1, Worker: "w1", Reason: "worker w1 is dead", CompletedCount: 40, FailedCount: 2},
+				{Attempt: 2, Worker: "w3", Reason: "worker w3 is dead", CompletedCount: 20}},
 			Steps: []api.StepSummary{{Name: "root", Completed: 90, Failed: 10, P50Ms: 3.5, P90Ms: 20, P95Ms: 40,
 				P99Ms: 1500, P999Ms: 2500, MaxMs: 3000}}}}})
 
@@ -239,7 +241,8 @@ error: workflow get failed
 WORKFLOW  STATUS  COMPLETED  FAILED  ATTEMPTS  WORKER
 get       FAILED  90         10      3         w2
 get: too many errors
-get: ran 3 attempts; the counts are the last attempt's (earlier attempts' requests are not in them)
+get: attempt 1 on w1 was lost (worker w1 is dead); its 40 completed and 2 failed requests are kept in the counts, and only the rest of the load runs again
+get: attempt 2 on w3 was lost (worker w3 is dead); its 20 completed and 0 failed requests are kept in the counts, and only the rest of the load runs again
 
 WORKFLOW  STEP  COUNT  RPS  P50     P90     P95     P99    P99.9  MAX    ERRORS
 get       root  100    2.0  3.50ms  20.0ms  40.0ms  1.50s  2.50s  3.00s  10 (10.00%)

@@ -78,6 +78,7 @@ type placement struct {
 	attempts int
 	worker   string // the last worker it was seen on; kept while it waits
 	lossTold bool   // the end of this attempt has been told
+	lostTold int    // how many of its lost attempts have been told
 }
 
 // rateMeter derives a rate from cumulative counts, over the server's
@@ -155,9 +156,15 @@ func (v *dcView) retries(wfs []api.WorkflowStatus) []string {
 		key := wf.WorkflowID + "/" + wf.Name
 		p, seen := v.placed[key]
 		if !seen {
-			v.placed[key] = &placement{attempts: wf.Attempts, worker: wf.Worker}
+			v.placed[key] = &placement{attempts: wf.Attempts, worker: wf.Worker, lostTold: len(wf.LostAttempts)}
 			continue
 		}
+		// A lost attempt's counts stay in the workflow's: say whose they
+		// are, once, before where the rest of the load went.
+		for _, la := range wf.LostAttempts[min(p.lostTold, len(wf.LostAttempts)):] {
+			out = append(out, fmt.Sprintf("%s: %s", wf.Name, lostLine(la)))
+		}
+		p.lostTold = max(p.lostTold, len(wf.LostAttempts))
 		switch {
 		case wf.Status == wire.WorkflowPending && p.worker != "" && !p.lossTold && wf.Error != "":
 			out = append(out, fmt.Sprintf("%s: attempt %d on %s ended: %s; it will run again", wf.Name, p.attempts, p.worker, oneLine(wf.Error)))
@@ -401,4 +408,14 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// lostLine tells what became of a lost attempt's requests.
+func lostLine(la api.LostAttempt) string {
+	reason := ""
+	if r := oneLine(la.Reason); r != "" {
+		reason = " (" + r + ")"
+	}
+	return fmt.Sprintf("attempt %d on %s was lost%s; its %d completed and %d failed requests are kept in the counts, and only the rest of the load runs again",
+		la.Attempt, la.Worker, reason, la.CompletedCount, la.FailedCount)
 }

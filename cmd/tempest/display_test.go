@@ -215,4 +215,18 @@ func TestDisplayTellsRetries(t *testing.T) {
 	if got := notes(at(wire.WorkflowRunning, 1, "dc1-worker-1", ""), at(wire.WorkflowRunning, 1, "dc1-worker-1", "")); len(got) != 0 {
 		t.Errorf("no retry, notes %q", got)
 	}
+	// A load workflow's lost attempt: whose counts are kept, said once,
+	// before where the rest went.
+	kept := at(wire.WorkflowPending, 1, "", lost)
+	kept.Workflows[0].LostAttempts = []api.LostAttempt{{Attempt: 1, Worker: "dc1-worker-1", Reason: lost, CompletedCount: 988}}
+	moved := at(wire.WorkflowRunning, 2, "dc1-worker-2", "")
+	moved.Workflows[0].LostAttempts = kept.Workflows[0].LostAttempts
+	got = notes(at(wire.WorkflowRunning, 1, "dc1-worker-1", ""), kept, moved, moved)
+	want = []string{
+		"get-root: attempt 1 on dc1-worker-1 was lost (" + lost + "); its 988 completed and 0 failed requests are kept in the counts, and only the rest of the load runs again",
+		"get-root: attempt 1 on dc1-worker-1 ended: " + lost + "; it will run again",
+		"get-root: attempt 2 runs on dc1-worker-2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("lost attempt: notes %q, want %q", got, want)
+	}
 }

@@ -75,14 +75,16 @@ func printSummary(w io.Writer, st api.JobStatus) {
 			fmt.Fprintf(w, "%s: %s\n", wf.Name, e)
 		}
 	}
-	// A load workflow retried after losing its worker starts over: what the
-	// lost attempt sent is not in the counts above. Say so rather than let
-	// the table pass for the whole run. (A pipeline's counts are exact
-	// across restarts.)
+	// A load workflow retried after losing an attempt keeps that attempt's
+	// reported counts and runs only the rest: say whose the counts are, so
+	// the table is read as the whole run it is. (A pipeline's counts are
+	// exact across restarts.)
 	for _, wf := range st.Workflows {
-		if wf.Attempts > 1 && wf.Type != "rainstorm" {
-			fmt.Fprintf(w, "%s: ran %d attempts; the counts are the last attempt's (earlier attempts' requests are not in them)\n",
-				wf.Name, wf.Attempts)
+		for _, la := range wf.LostAttempts {
+			fmt.Fprintf(w, "%s: %s\n", wf.Name, lostLine(la))
+		}
+		if wf.Attempts > 1 && len(wf.LostAttempts) == 0 && wf.Type != "rainstorm" && wf.Type != "http" {
+			fmt.Fprintf(w, "%s: ran %d attempts; the counts are the last attempt's\n", wf.Name, wf.Attempts)
 		}
 	}
 	if steps > 0 {

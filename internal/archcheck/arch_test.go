@@ -35,6 +35,10 @@ var modules = map[string]string{
 	"humanize":     "github.com/dustin/go-humanize",
 	"client_model": "github.com/prometheus/client_model",
 	"automemlimit": "github.com/KimMachineGun/automemlimit",
+	"protocompile": "github.com/bufbuild/protocompile",
+	"grpc":         "google.golang.org/grpc",
+	"protobuf":     "google.golang.org/protobuf",
+	"websocket":    "github.com/coder/websocket",
 }
 
 const module = "tempest"

@@ -246,11 +246,6 @@ func (p *parser) workflow(f *workflow.Fields, jobTimeout time.Duration, jobTimeo
 	typ, ok := p.reg.Lookup(typeName)
 	if !ok {
 		msg := fmt.Sprintf("unknown workflow type %q (known: %s)", typeName, strings.Join(p.reg.Names(), ", "))
-		if typeName == "grpc" || typeName == "websocket" {
-			// Asked for by name in issue 24 and not built yet: say so
-			// rather than leave the user to wonder about a typo.
-			msg += "; gRPC and WebSocket load tests are not supported yet"
-		}
 		f.Errorf("type", "%s", msg)
 		f.Skip()
 		return []wire.WorkflowSpec{spec}

@@ -228,8 +228,8 @@ func TestParseErrors(t *testing.T) {
 		},
 		{
 			name: "unknown type",
-			src:  strings.Replace(minimal, "type: sleep", "type: grpc", 1),
-			want: []string{`smoke.yaml:11: workflows[1].type: unknown workflow type "grpc" (known: http, sleep); gRPC and WebSocket load tests are not supported yet`},
+			src:  strings.Replace(minimal, "type: sleep", "type: mqtt", 1),
+			want: []string{`smoke.yaml:11: workflows[1].type: unknown workflow type "mqtt" (known: grpc, http, sleep, websocket)`},
 		},
 		{
 			name: "sleep cannot be sharded",

@@ -71,10 +71,16 @@ type WorkflowRecord struct {
 	// report). LastProgress is stored without its series so the points
 	// are not persisted twice, and mid-run windows are never persisted.
 	Series []wire.SecondStats `cbor:"17,keyasint,omitempty"`
+	// Lost are the earlier attempts of a load workflow that were lost,
+	// each with its last reported counts. While there are any,
+	// LastProgress is the current attempt's progress with theirs folded
+	// in, and AttemptProgress the current attempt's own, from which the
+	// fold is made again when a lost attempt's later word arrives.
+	Lost            []wire.LostAttempt     `cbor:"18,keyasint,omitempty"`
+	AttemptProgress *wire.WorkflowProgress `cbor:"19,keyasint,omitempty"`
 	// Requeues counts the attempts taken back through no fault of the
 	// workflow (its worker declared dead, a new leader that found it not
 	// running: requeueLocked). They are attempts, not failures: retries
-	// are budgeted on Attempts - Requeues. (Keys 18 and 19 are taken by a
-	// branch that keeps lost attempts' counts.)
+	// are budgeted on Attempts - Requeues.
 	Requeues int `cbor:"20,keyasint,omitempty"`
 }
