@@ -121,6 +121,7 @@ type simOptions struct {
 	flapMax, flapWindow, flapCooldown int
 	priority                          map[string]int      // election priority by node id; absent is 0
 	peers                             map[string][]string // a node's static peers, when not every node's
+	syncs                             map[string]bool     // nodes whose role syncs before voting (Config.Syncs)
 }
 
 type sim struct {
@@ -222,6 +223,7 @@ func (s *sim) start(n *simNode) {
 	cfg := s.cfg
 	cfg.ID = n.id
 	cfg.Priority = s.opts.priority[n.id]
+	cfg.Syncs = s.opts.syncs[n.id]
 	if p, ok := s.opts.peers[n.id]; ok {
 		cfg.Peers = p
 	}

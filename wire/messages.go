@@ -768,6 +768,10 @@ type LeaderHeartbeat struct {
 type GroupConfig struct {
 	Epoch   uint64        `cbor:"1,keyasint"`
 	Members []GroupMember `cbor:"2,keyasint"`
+	// Learners receive the leader's heartbeats and the roles' replication
+	// but neither vote nor count toward any majority, until the leader
+	// promotes them (a manager that is still syncing).
+	Learners []GroupMember `cbor:"3,keyasint,omitempty"`
 }
 
 // GroupMember is one member of a GroupConfig.
@@ -791,6 +795,9 @@ type LeaderHeartbeatAck struct {
 	LHM int `cbor:"7,keyasint,omitempty"`
 	// ConfigEpoch is the configuration the follower has stored durably.
 	ConfigEpoch uint64 `cbor:"8,keyasint,omitempty"`
+	// Synced is the follower's role reporting it holds the group's state: a
+	// learner is promoted to a voter only once it says so.
+	Synced bool `cbor:"9,keyasint,omitempty"`
 }
 
 // TimeoutNow is a leader handing over (a planned stop): it tells the chosen
