@@ -346,12 +346,12 @@ func (m *Machine) stepStranger(from string, msg wire.Message) {
 	case *wire.PreVoteRequest:
 		if msg.Cluster == m.cfg.Cluster && msg.Candidate == from {
 			m.send(from, &wire.PreVoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID,
-				Reason: m.strangerReason(from), ConfigEpoch: m.conf.Epoch})
+				Reason: m.strangerReason(from), ConfigEpoch: m.conf.Epoch, NotMember: true})
 		}
 	case *wire.VoteRequest:
 		if msg.Cluster == m.cfg.Cluster && msg.Candidate == from {
 			m.send(from, &wire.VoteResponse{Cluster: m.cfg.Cluster, Term: m.term, Voter: m.cfg.ID,
-				Reason: m.strangerReason(from), ConfigEpoch: m.conf.Epoch})
+				Reason: m.strangerReason(from), ConfigEpoch: m.conf.Epoch, NotMember: true})
 		}
 	case *wire.LeaderHeartbeat:
 		if msg.Cluster != m.cfg.Cluster || msg.Leader != from || msg.Config == nil || msg.Config.Epoch <= m.conf.Epoch {
@@ -375,9 +375,11 @@ func (m *Machine) staleReason(epoch uint64) string {
 }
 
 // noteRefusal keeps, for Ready, the reason a peer with a newer
-// configuration refused this node.
-func (m *Machine) noteRefusal(from string, granted bool, epoch uint64, reason string) {
+// configuration refused this node, and whether that configuration leaves
+// this node out altogether.
+func (m *Machine) noteRefusal(from string, granted bool, epoch uint64, reason string, notMember bool) {
 	if !granted && epoch > m.conf.Epoch && reason != "" {
 		m.notice = fmt.Sprintf("%s refused this node: %s", from, reason)
+		m.noticeRemoved = notMember
 	}
 }

@@ -149,6 +149,9 @@ func TestMembershipGrowsAndShrinksOneAtATime(t *testing.T) {
 			if got := s.byID["n5"].notice; !strings.Contains(got, "not a member") && !strings.Contains(got, "stale configuration") {
 				t.Fatalf("n5 was not told why it is refused: notice %q", got)
 			}
+			if !s.byID["n5"].removed {
+				t.Fatalf("n5 was refused (%q) but not told it was removed, so its role would not stop", s.byID["n5"].notice)
+			}
 			if st := s.status("n4"); st.State != Follower || st.Term > term {
 				t.Fatalf("removed n4 campaigns: %+v", st)
 			}
@@ -479,5 +482,28 @@ func TestLearnerDoesNotCountForCheckQuorum(t *testing.T) {
 	}
 	if st := s.status("n4"); st.State != Follower {
 		t.Fatalf("learner campaigns: %+v", st)
+	}
+}
+
+// A node that was never in the group (its operator started it before
+// adding it) is refused like a removed one, but is not told it was
+// removed: its role waits to be added instead of stopping.
+func TestNewcomerIsRefusedButNotRemoved(t *testing.T) {
+	three := []string{"n1", "n2", "n3"}
+	s := newSim(t, 3, simOptions{nodes: 4, maxDelay: 1,
+		peers: map[string][]string{"n1": three, "n2": three, "n3": three, "n4": {"n1", "n2", "n3", "n4"}}})
+	if !s.runUntil(30*et, func() bool { _, ok := s.leaderOf(three...); return ok }) {
+		t.Fatal("no leader of three")
+	}
+	// The group moves past epoch 0 without n4 (so its refusals carry a
+	// newer epoch than n4's): n3 leaves.
+	s.change(t, three, []string{"n1", "n2"})
+	s.run(30 * et)
+	n4 := s.byID["n4"]
+	if !strings.Contains(n4.notice, "not a member") {
+		t.Fatalf("newcomer n4 was not told why it is refused: %q", n4.notice)
+	}
+	if n4.removed {
+		t.Fatalf("newcomer n4 (never a member) was told it was removed: %q", n4.notice)
 	}
 }

@@ -84,6 +84,10 @@ type ElectorConfig struct {
 	// OnMembersChange reports a new configuration in effect on this node
 	// (a membership change it stored, or, on the leader, committed).
 	OnMembersChange func(c *Configuration)
+	// OnRemoved reports that the group refused this node as no longer a
+	// member (Ready.Removed): it was removed while it was away and came
+	// back with its old configuration. reason is the refusal's.
+	OnRemoved func(reason string)
 }
 
 // Validate reports every problem with c at once.
@@ -137,6 +141,7 @@ const (
 	evLeaderChange
 	evBecomeLeader
 	evMembersChange
+	evRemoved
 )
 
 type event struct {
@@ -144,6 +149,7 @@ type event struct {
 	term   uint64
 	leader string
 	conf   *Configuration
+	reason string
 }
 
 // Elector runs a Machine on a clock over a Transport.
@@ -455,6 +461,9 @@ func (e *Elector) process() {
 	if rd.Notice != "" && rd.Notice != e.notice {
 		e.notice = rd.Notice
 		e.log.Warn("refused by the election group; this node's membership is stale", "why", rd.Notice)
+		if rd.Removed {
+			e.events.push(event{kind: evRemoved, reason: rd.Notice})
+		}
 	}
 	if conf := e.m.Members(); conf != e.published() {
 		for _, mem := range slices.Concat(conf.Members, conf.Learners) {
@@ -594,6 +603,10 @@ func (e *Elector) deliverCallbacks() {
 		case evMembersChange:
 			if f := e.cfg.OnMembersChange; f != nil {
 				f(ev.conf)
+			}
+		case evRemoved:
+			if f := e.cfg.OnRemoved; f != nil {
+				f(ev.reason)
 			}
 		}
 	}

@@ -69,6 +69,11 @@ type Ready struct {
 	// act on: its configuration is stale (it was removed, or missed a
 	// change). Empty when there is nothing new to say.
 	Notice string
+	// Removed, with a Notice: the refusing peer's newer configuration
+	// leaves this node out altogether, and this node has taken part in the
+	// group before (it has a term or a stored configuration), so it was
+	// removed rather than not yet added.
+	Removed bool
 }
 
 // Confirmation is a peer's acknowledgement of this node's current term,
@@ -185,18 +190,19 @@ func (c Config) Validate() error {
 //
 // A Machine is not safe for concurrent use.
 type Machine struct {
-	cfg      Config
-	conf     *Configuration // the configuration in effect; replaced, never mutated
-	pending  *Configuration // a leader's proposed change, until a majority of conf stored it
-	member   bool           // this node is a voter in conf: only voters campaign and vote
-	learner  bool           // this node is a learner in conf: it follows, and never votes
-	synced   bool           // the role holds the group's state (Config.Syncs); acks say so
-	notice   string         // why a peer refused this node (stale configuration), for Ready
-	peers    []string       // conf's voters' ids, sorted (includes self if a member): iteration order must be deterministic
-	learners []string       // conf's learners' ids, sorted
-	quorum   int
-	storage  Storage
-	rand     *rand.Rand
+	cfg           Config
+	conf          *Configuration // the configuration in effect; replaced, never mutated
+	pending       *Configuration // a leader's proposed change, until a majority of conf stored it
+	member        bool           // this node is a voter in conf: only voters campaign and vote
+	learner       bool           // this node is a learner in conf: it follows, and never votes
+	synced        bool           // the role holds the group's state (Config.Syncs); acks say so
+	notice        string         // why a peer refused this node (stale configuration), for Ready
+	noticeRemoved bool           // that peer's configuration leaves this node out
+	peers         []string       // conf's voters' ids, sorted (includes self if a member): iteration order must be deterministic
+	learners      []string       // conf's learners' ids, sorted
+	quorum        int
+	storage       Storage
+	rand          *rand.Rand
 
 	state    State
 	term     uint64
@@ -346,6 +352,8 @@ func (m *Machine) Ready() (Ready, error) {
 	rd.Messages, m.msgs = m.msgs, nil
 	rd.Confirmations, m.confirms = m.confirms, nil
 	rd.Notice, m.notice = m.notice, ""
+	rd.Removed = m.noticeRemoved && (m.term > 0 || m.conf.Epoch > 0)
+	m.noticeRemoved = false
 	if st := m.Status(); st != m.reported {
 		m.reported = st
 		rd.StateChange = &st
@@ -538,7 +546,13 @@ func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
 }
 
 func (m *Machine) onPreVoteResponse(from string, resp *wire.PreVoteResponse) {
-	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason)
+	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason, resp.NotMember)
+	if resp.NotMember {
+		// The group does not count this node: its term is none of this
+		// node's business, and a term of its own (kept at zero) is how it
+		// tells, later, that it never took part (Ready.Removed).
+		return
+	}
 	if !resp.Granted && resp.Term > m.term {
 		m.becomeFollower(resp.Term, "")
 		return
@@ -596,7 +610,10 @@ func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
 }
 
 func (m *Machine) onVoteResponse(from string, resp *wire.VoteResponse) {
-	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason)
+	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason, resp.NotMember)
+	if resp.NotMember {
+		return // as in onPreVoteResponse
+	}
 	if resp.Term > m.term {
 		m.becomeFollower(resp.Term, "")
 		return

@@ -71,6 +71,7 @@ type simNode struct {
 	m        *Machine // nil while crashed
 	lhm      int
 	notice   string // the last Ready.Notice
+	removed  bool   // a Ready said this node was removed (Ready.Removed)
 	restarts int
 	prev     Status // last status the checker saw, for edge detection
 	since    int    // tick the current leadership stint began
@@ -339,6 +340,7 @@ func (s *sim) flush(n *simNode) {
 	}
 	if rd.Notice != "" {
 		n.notice = rd.Notice
+		n.removed = n.removed || rd.Removed
 		s.logf("%s notice: %s", n.id, rd.Notice)
 	}
 	if rd.StateChange != nil {

@@ -726,6 +726,9 @@ type PreVoteResponse struct {
 	// ConfigEpoch is the voter's configuration epoch, so a candidate left
 	// behind (a removed member restarted with stale config) learns why.
 	ConfigEpoch uint64 `cbor:"6,keyasint,omitempty"`
+	// NotMember: the voter's configuration (ConfigEpoch) does not name the
+	// candidate at all, as a voter or a learner.
+	NotMember bool `cbor:"7,keyasint,omitempty"`
 }
 
 // VoteRequest asks for a vote in Term.
@@ -748,6 +751,7 @@ type VoteResponse struct {
 	Granted     bool   `cbor:"4,keyasint"`
 	Reason      string `cbor:"5,keyasint,omitempty"`
 	ConfigEpoch uint64 `cbor:"6,keyasint,omitempty"`
+	NotMember   bool   `cbor:"7,keyasint,omitempty"` // as PreVoteResponse.NotMember
 }
 
 // LeaderHeartbeat asserts leadership for Term.
