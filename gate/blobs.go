@@ -23,7 +23,7 @@ import (
 // gate, and the API's blob routes answer on the leader.
 func (g *Gate) openBlobs() error {
 	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: g.cfg.DataDir, Tr: g.tr, Log: g.log, Now: g.now,
-		Peers: g.peerAddrs, Quorum: g.quorumSize, Spawn: g.spawn, Limits: g.cfg.BlobLimits(g.referencedBlobs)})
+		Peers: g.blobPeers, Spawn: g.spawn, Limits: g.cfg.BlobLimits(g.referencedBlobs)})
 	if err != nil {
 		return err
 	}
@@ -34,6 +34,9 @@ func (g *Gate) openBlobs() error {
 	}, g.life.Context(), g.log)
 	return nil
 }
+
+// blobPeers is the gate group as the blob store sees it.
+func (g *Gate) blobPeers() ([]string, int) { return g.peerAddrs(), g.quorumSize }
 
 func (g *Gate) peerAddrs() []string {
 	out := make([]string, 0, len(g.peerIDs))

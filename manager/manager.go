@@ -89,10 +89,11 @@ type Manager struct {
 	blobs      *blobstore.Node // blobs.go; served to clients by the embedded BlobService
 	*api.BlobService
 
-	peers      map[string]string // other configured managers: id -> QUIC addr
-	peerIDs    []string          // sorted keys of peers
-	quorumSize int
-	rs         *rsstore.Store // rainstorm.go
+	// group is the manager group as quorum decisions see it, swapped on
+	// every membership change (peerset.go, members.go).
+	group *groupView
+	ms    membership
+	rs    *rsstore.Store // rainstorm.go
 	// rsStale counts checkpoints refused because their task runs under a
 	// newer incarnation: a replaced task that went on (frozen, cut off)
 	// and was fenced, as /metrics shows.
@@ -238,6 +239,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 			OnBecomeLeader:   m.onBecomeLeader,
 			OnLoseLeadership: m.onLoseLeadership,
 			OnLeaderChange:   m.onLeaderChange,
+			OnMembersChange:  m.onMembersChange,
+			OnRemoved:        m.onRemoved,
+			// A learner (a manager added at runtime) is promoted only
+			// once it has copied the leader's jobs (members.go).
+			Syncs: true,
 		},
 	})
 	if err != nil {
@@ -245,7 +251,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m.life.Opened(m.seat.Close)
 	m.tr, m.cfg.Peers, m.elector = m.seat.Tr, m.seat.Members, m.seat.Elector
-	m.peers, m.peerIDs, m.quorumSize = m.seat.Group.Others, m.seat.Group.OtherIDs, m.seat.Group.Quorum
+	m.group = newGroupView(newPeerSet(cfg.ID, m.elector.Members()))
 	// Within two election timeouts check-quorum, counted in ticks, is the
 	// judge (a leader whose ticks keep time steps down by then); the lease
 	// limit is for a leader whose ticks lag far behind that.
@@ -282,7 +288,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	// Last, so no message reaches a half-built manager.
 	m.registerHandlers()
 	ok = true
-	m.log.Info("manager ready", "quic", m.tr.Addr(), "peers", len(m.cfg.Peers), "quorum", m.quorumSize,
+	m.log.Info("manager ready", "quic", m.tr.Addr(), "members", m.elector.Members().String(), "quorum", m.group.load().quorum,
 		"jobs_loaded", len(m.jobs), "api", m.apis.Self())
 	return m, nil
 }
@@ -291,6 +297,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 // ends or Shutdown is called. It can run once.
 func (m *Manager) Run(ctx context.Context) error {
 	if err := m.life.Serve(ctx, func() {
+		if p := m.group.load(); p.selfLearn {
+			m.startLearnerSync() // a learner restarted: copy again
+		} else {
+			m.elector.SetSynced(true)
+		}
 		m.spawn(m.seat.Run)
 		m.spawn(m.heartbeatLoop)
 		m.spawn(m.housekeepingLoop)
@@ -305,6 +316,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		}
 	}); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	if err := m.exitError(); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
@@ -393,12 +407,10 @@ func (m *Manager) registerHandlers() {
 	m.registerRainstormOutput()
 }
 
-// isPeer reports whether id is another configured manager. Transport ids
-// are proven by the sealed envelope, so this is an authorisation check.
-func (m *Manager) isPeer(id string) bool {
-	_, ok := m.peers[id]
-	return ok
-}
+// isPeer reports whether id is another manager of the group (a voter or a
+// learner). Transport ids are proven by the sealed envelope, so this is an
+// authorisation check.
+func (m *Manager) isPeer(id string) bool { return m.group.load().isPeer(id) }
 
 // kick asks the scheduler to look at queued work now.
 func (m *Manager) kick() {

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"tempest/internal/blobstore"
@@ -33,10 +34,12 @@ import (
 
 // sendToPeers sends msg one way to every peer.
 func (m *Manager) sendToPeers(ctx context.Context, msg wire.Message) {
+	peers, release := m.group.hold()
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 	defer cancel()
-	for _, id := range m.peerIDs {
-		if err := m.tr.Send(ctx, m.peers[id], msg); err != nil {
+	for _, id := range slices.Concat(peers.voterIDs, peers.learnerIDs) {
+		if err := m.tr.Send(ctx, peers.addr(id), msg); err != nil {
 			m.log.Debug("send to peer failed", "peer", id, "type", msg.Type(), "err", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"tempest/internal/rounds"
@@ -161,7 +162,7 @@ func supersedes(a, b *wire.WorkflowProgress) bool {
 
 // replicateStatus queues a job's status for every peer, one way.
 func (m *Manager) replicateStatus(jp wire.JobProgress) {
-	if len(m.peerIDs) == 0 {
+	if p := m.group.load(); len(p.voterIDs)+len(p.learnerIDs) == 0 {
 		return
 	}
 	if !m.batch.status.add(jp) {
@@ -183,13 +184,14 @@ func (m *Manager) sendStatuses(ctx context.Context) {
 		if len(batch) == 0 {
 			return
 		}
+		peers, release := m.group.hold()
 		sctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 		var wg sync.WaitGroup
 		for _, chunk := range statusChunks(batch) {
 			msg := statusMessage(chunk)
-			for _, id := range m.peerIDs {
+			for _, id := range slices.Concat(peers.voterIDs, peers.learnerIDs) {
 				wg.Go(func() {
-					if err := m.tr.Send(sctx, m.peers[id], msg); err != nil {
+					if err := m.tr.Send(sctx, peers.addr(id), msg); err != nil {
 						m.log.Debug("send to peer failed", "peer", id, "type", msg.Type(), "jobs", len(chunk), "err", err)
 					}
 				})
@@ -197,6 +199,7 @@ func (m *Manager) sendStatuses(ctx context.Context) {
 		}
 		wg.Wait()
 		cancel()
+		release()
 	}
 }
 
@@ -260,7 +263,7 @@ func statusSize(jp *wire.JobProgress) int {
 func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) error {
 	m.mu.Lock()
 	w, ok := m.wfs[workflowID]
-	if !ok || w.rec.JobID != jobID || !w.rec.Status.Terminal() || len(m.peerIDs) == 0 {
+	if !ok || w.rec.JobID != jobID || !w.rec.Status.Terminal() || len(m.group.load().voterIDs) == 0 {
 		m.mu.Unlock()
 		return nil
 	}
@@ -274,7 +277,7 @@ func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) e
 // a majority of managers (this one included) stored it, sharing a round
 // with the other such stores under way (endsRound).
 func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) error {
-	if len(m.peerIDs) == 0 {
+	if len(m.group.load().voterIDs) == 0 {
 		return nil
 	}
 	if err := m.batch.ends.Do(ctx, jp); err != nil {
@@ -293,9 +296,12 @@ func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) err
 // returns as soon as every job has its majority or every peer answered.
 func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error {
 	out := make([]error, len(jps))
-	if len(m.peerIDs) == 0 {
+	peers, release := m.group.hold()
+	defer release()
+	if len(peers.voterIDs) == 0 {
 		return out
 	}
+	targets := slices.Concat(peers.voterIDs, peers.learnerIDs)
 	// One status per job, in order of first appearance.
 	var jobsIn []wire.JobProgress
 	slot := make(map[string]int, len(jps))
@@ -322,15 +328,15 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 		unknown map[string]bool
 		err     error
 	}
-	results := make(chan answer, len(m.peerIDs)*len(chunks))
+	results := make(chan answer, len(targets)*len(chunks))
 	var wg sync.WaitGroup
 	first := 0
 	for _, chunk := range chunks {
 		msg, at := statusMessage(chunk), first
-		for _, id := range m.peerIDs {
+		for _, id := range targets {
 			wg.Go(func() {
 				a := answer{peer: id, first: at, n: len(chunk)}
-				resp, err := m.tr.Call(ctx, m.peers[id], msg)
+				resp, err := m.tr.Call(ctx, peers.addr(id), msg)
 				switch r := resp.(type) {
 				case nil:
 					a.err = err
@@ -360,14 +366,17 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 		stored[k] = 1
 	}
 	short := len(jobsIn) // jobs still short of a majority
-	if m.quorumSize <= 1 {
+	if peers.quorum <= 1 {
 		short = 0
 	}
-	for range len(m.peerIDs) * len(chunks) {
+	for range len(targets) * len(chunks) {
 		if short == 0 {
 			break
 		}
 		a := <-results
+		if _, voter := peers.voters[a.peer]; !voter {
+			continue // a learner's store never counts
+		}
 		for k := a.first; k < a.first+a.n; k++ {
 			switch {
 			case a.err != nil:
@@ -376,15 +385,15 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 				errs[k] = append(errs[k], fmt.Errorf("%s: job %s not known there", a.peer, jobsIn[k].JobID))
 			default:
 				stored[k]++
-				if stored[k] == m.quorumSize {
+				if stored[k] == peers.quorum {
 					short--
 				}
 			}
 		}
 	}
 	for i, k := range of {
-		if stored[k] < m.quorumSize {
-			out[i] = fmt.Errorf("%d of %d managers stored it: %w", stored[k], len(m.cfg.Peers), errors.Join(errs[k]...))
+		if stored[k] < peers.quorum {
+			out[i] = fmt.Errorf("%d of %d managers stored it: %w", stored[k], 1+len(peers.voterIDs), errors.Join(errs[k]...))
 		}
 	}
 	return out

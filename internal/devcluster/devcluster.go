@@ -197,7 +197,9 @@ type Cluster struct {
 	mu       sync.Mutex
 	nodes    []*Node
 	managers map[string][]*Node // by datacenter
-	gates    []*Node
+	// gateSeeds are the gates' SWIM addresses, for managers added later.
+	gateSeeds []string
+	gates     []*Node
 	// ports holds every port handed out: the kernel may offer a port it
 	// just freed again, and two nodes of one cluster must never share one.
 	ports map[string]bool
@@ -292,49 +294,21 @@ func (c *Cluster) layoutGates() ([]string, error) {
 // layoutDatacenter writes one datacenter's managers and workers.
 func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 	mgrs := make([]*Node, c.opts.Managers)
-	var seeds []string
 	for i := range mgrs {
-		n, err := c.newNode("manager", dc, fmt.Sprintf("%s-manager-%d", dc, i+1))
+		n, err := c.newManagerNode(dc, i+1, gateSeeds)
 		if err != nil {
 			return err
-		}
-		if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
-			return err
-		}
-		if len(gateSeeds) > 0 {
-			if n.GateSwim, err = c.addr(n, placedGateSwim, freeTCPAndUDP); err != nil {
-				return err
-			}
 		}
 		mgrs[i] = n
-		seeds = append(seeds, n.Swim)
-	}
-	var peerList []map[string]string
-	for _, m := range mgrs {
-		peerList = append(peerList, map[string]string{"id": m.Name, "quic": m.QUIC})
 	}
 	for _, n := range mgrs {
-		cfg := map[string]any{
-			"id": n.Name, "datacenter": dc,
-			"quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
-			"data_dir": n.DataDir, "peers": peerList, "join": seeds,
-			"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
-		}
-		if n.GateSwim != "" {
-			cfg["gate_swim_bind"] = n.GateSwim
-			cfg["gate_swim_profile"] = c.opts.SwimProfile
-			cfg["gate_join"] = gateSeeds
-			cfg["gate_report_interval"] = "250ms"
-		}
-		maps.Copy(cfg, c.opts.ManagerConfig)
-		path, err := c.writeConfig(n, cfg)
-		if err != nil {
+		if err := c.writeManagerConfig(n, mgrs, gateSeeds); err != nil {
 			return err
 		}
-		n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-manager"), "--config", path, "--secret-file", n.SecretFile}
 	}
 	c.mu.Lock()
 	c.managers[dc] = mgrs
+	c.gateSeeds = gateSeeds
 	c.mu.Unlock()
 	for i := 0; i < c.opts.Workers; i++ {
 		if _, err := c.newWorker(dc, c.opts.CoresPerWorker, nil); err != nil {
@@ -342,6 +316,77 @@ func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 		}
 	}
 	return nil
+}
+
+// newManagerNode lays out the addresses of a datacenter's k-th manager.
+func (c *Cluster) newManagerNode(dc string, k int, gateSeeds []string) (*Node, error) {
+	n, err := c.newNode("manager", dc, fmt.Sprintf("%s-manager-%d", dc, k))
+	if err != nil {
+		return nil, err
+	}
+	if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
+		return nil, err
+	}
+	if len(gateSeeds) > 0 {
+		if n.GateSwim, err = c.addr(n, placedGateSwim, freeTCPAndUDP); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// writeManagerConfig writes n's config: its peers are group (n among them),
+// its SWIM seeds the group's.
+func (c *Cluster) writeManagerConfig(n *Node, group []*Node, gateSeeds []string) error {
+	var peerList []map[string]string
+	var seeds []string
+	for _, m := range group {
+		peerList = append(peerList, map[string]string{"id": m.Name, "quic": m.QUIC})
+		seeds = append(seeds, m.Swim)
+	}
+	cfg := map[string]any{
+		"id": n.Name, "datacenter": n.DC,
+		"quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
+		"data_dir": n.DataDir, "peers": peerList, "join": seeds,
+		"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
+	}
+	if n.GateSwim != "" {
+		cfg["gate_swim_bind"] = n.GateSwim
+		cfg["gate_swim_profile"] = c.opts.SwimProfile
+		cfg["gate_join"] = gateSeeds
+		cfg["gate_report_interval"] = "250ms"
+	}
+	maps.Copy(cfg, c.opts.ManagerConfig)
+	path, err := c.writeConfig(n, cfg)
+	if err != nil {
+		return err
+	}
+	n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-manager"), "--config", path, "--secret-file", n.SecretFile}
+	return nil
+}
+
+// AddManager lays out and starts one more manager in datacenter dc, with
+// an empty data dir and a config naming the datacenter's managers and
+// itself. It is not a member of their group until someone adds it
+// (`tempest members add`, api.Client.AddMember with its name and QUIC
+// address); add it first, then start it (Restart), or it waits to be
+// added.
+func (c *Cluster) AddManager(dc string) (*Node, error) {
+	c.mu.Lock()
+	group := slices.Clone(c.managers[dc])
+	gateSeeds := c.gateSeeds
+	c.mu.Unlock()
+	n, err := c.newManagerNode(dc, len(group)+1, gateSeeds)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeManagerConfig(n, append(group, n), gateSeeds); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.managers[dc] = append(c.managers[dc], n)
+	c.mu.Unlock()
+	return n, nil
 }
 
 // newWorker lays out one more worker pointed at the managers.
