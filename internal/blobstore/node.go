@@ -29,7 +29,7 @@ type NodeConfig struct {
 	Now     func() time.Time
 	// Peers and Spawn are the Cluster's.
 	Peers func() (addrs []string, quorum int)
-	Spawn  func(func(context.Context)) bool
+	Spawn func(func(context.Context)) bool
 	// Limits bound what uploads may take of the disk.
 	Limits Limits
 }
