@@ -297,10 +297,8 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 // ends or Shutdown is called. It can run once.
 func (m *Manager) Run(ctx context.Context) error {
 	if err := m.life.Serve(ctx, func() {
-		if p := m.group.load(); p.selfLearn {
+		if m.group.load().selfLearn {
 			m.startLearnerSync() // a learner restarted: copy again
-		} else {
-			m.elector.SetSynced(true)
 		}
 		m.spawn(m.seat.Run)
 		m.spawn(m.heartbeatLoop)

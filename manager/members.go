@@ -49,11 +49,13 @@ func (m *Manager) onMembersChange(c *leadership.Configuration) {
 	}
 	m.log.Info("manager group changed", "epoch", c.Epoch, "members", c.String(), "quorum", p.quorum,
 		"voter", p.selfVoter, "syncing", p.selfLearn)
+	// Only a learner's finished copy reports synced: a node that starts
+	// from its config file as a voter and then learns it is a learner must
+	// not have said "synced" in between.
 	switch {
 	case p.selfLearn:
 		m.startLearnerSync()
 	case p.selfVoter:
-		m.elector.SetSynced(true)
 	default:
 		m.removed(fmt.Errorf("removed from the manager group of %s at configuration epoch %d (%s)", m.cfg.Datacenter, c.Epoch, c))
 	}
@@ -220,6 +222,11 @@ func (m *Manager) copyFromLeader(ctx context.Context, lead, addr string) (int, e
 	})
 	if err != nil {
 		return 0, fmt.Errorf("store the leader's snapshot: %w", err)
+	}
+	// The blobs its jobs name, as a follower fetches them for a replicated
+	// job: in the background, from a voter that holds them.
+	for i := range ms.Submissions {
+		m.fetchMissingBlobs(&ms.Submissions[i])
 	}
 	return n, nil
 }

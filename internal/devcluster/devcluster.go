@@ -764,6 +764,18 @@ func (c *Cluster) Running(name string) bool {
 	}
 }
 
+// ExitError is how name's last process ended: nil while it runs or if it
+// exited with status 0, the wait error (an *exec.ExitError) otherwise.
+func (c *Cluster) ExitError(name string) error {
+	n, ok := c.Node(name)
+	if !ok {
+		return fmt.Errorf("devcluster: no node %q", name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return n.err
+}
+
 // Restart starts a stopped node again with the same argv and data dir.
 func (c *Cluster) Restart(name string) error {
 	n, ok := c.Node(name)

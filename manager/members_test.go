@@ -1,0 +1,154 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/internal/testutil"
+	"tempest/leadership"
+	"tempest/wire"
+)
+
+// A manager added at runtime is a learner: while it has not synced, the
+// leader sends it every submission but never counts its copy, so a job
+// stored on the leader and the learner alone is not acknowledged. Once it
+// can reach the leader's snapshot it copies the jobs there, the leader
+// promotes it, and it counts from then on.
+func TestAddedManagerCountsOnlyOnceSynced(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	l := c.leader()
+	early := sleepJob(t, "early", 1, 1, time.Second)
+	early.JobID = "j-early"
+	if _, err := l.Submit(context.Background(), early); err != nil {
+		t.Fatal(err)
+	}
+
+	// m4 cannot read the leader's snapshot yet, so it stays SYNCING.
+	blockSync := true
+	voters := others(c, l.ID())
+	c.hub.SetHook(func(from, to string, msg wire.Message) bool {
+		switch msg.Type() {
+		case wire.TypeStateSyncRequest:
+			return !(blockSync && from == "m4")
+		case wire.TypeReplicateJob:
+			// The other voters never store the next job.
+			return to != voters[0] && to != voters[1]
+		}
+		return true
+	})
+	c.ids = append(c.ids, "m4")
+	c.peers = append(c.peers, Peer{ID: "m4", QUIC: "m4"})
+	g, err := l.AddMember(context.Background(), api.MemberChange{ID: "m4", Addr: "m4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := memberOf(g, "m4"); !ok || m.Voter {
+		t.Fatalf("m4 added as %+v, want a learner: %+v", m, g)
+	}
+	m4 := c.startManager("m4")
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !m4.group.load().selfLearn {
+			return errors.New("m4 does not know it is a learner yet")
+		}
+		return nil
+	})
+
+	late := sleepJob(t, "late", 1, 1, time.Second)
+	late.JobID = "j-late"
+	if _, err := l.Submit(context.Background(), late); err == nil {
+		t.Fatal("a job stored only on the leader and a SYNCING learner was acknowledged")
+	} else if !errors.Is(err, wire.ErrNoQuorum) {
+		t.Fatalf("Submit = %v, want no quorum", err)
+	}
+	if m, _ := memberOf(l.groupView(), "m4"); m.Voter || m.State != api.MemberSyncing {
+		t.Fatalf("m4 promoted before it synced: %+v", m)
+	}
+
+	c.hub.SetHook(nil)
+	testutil.Eventually(t, 15*time.Second, 20*time.Millisecond, func() error {
+		g := l.groupView()
+		if m, ok := memberOf(g, "m4"); !ok || !m.Voter {
+			return fmt.Errorf("m4 is %+v", m)
+		}
+		if g.Quorum != 3 {
+			return fmt.Errorf("quorum %d of four voters", g.Quorum)
+		}
+		return nil
+	})
+	m4.mu.Lock()
+	_, copied := m4.jobs[early.JobID]
+	m4.mu.Unlock()
+	if !copied {
+		t.Fatalf("m4 was promoted without the job acknowledged before it joined")
+	}
+}
+
+func memberOf(g *api.GroupView, id string) (api.MemberView, bool) {
+	for _, m := range g.Members {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return api.MemberView{}, false
+}
+
+// A change of the group lands between two quorum decisions: a learner's
+// sync is answered only once every write begun under an older peer set has
+// been sent, and a decision keeps the set it started with.
+func TestGroupViewSettlesBeforeALearnerIsServed(t *testing.T) {
+	conf := func(epoch uint64, voters []string, learners ...string) *peerSet {
+		c := &leadership.Configuration{Epoch: epoch}
+		for _, id := range voters {
+			c.Members = append(c.Members, leadership.Member{ID: id, QUIC: id})
+		}
+		for _, id := range learners {
+			c.Learners = append(c.Learners, leadership.Member{ID: id, QUIC: id})
+		}
+		return newPeerSet("m1", c)
+	}
+	three := []string{"m1", "m2", "m3"}
+	g := newGroupView(conf(0, three))
+	old, release := g.hold()
+	if !g.set(conf(1, three, "m4")) {
+		t.Fatal("a newer set was not taken")
+	}
+	if g.set(conf(0, three)) {
+		t.Fatal("an older set replaced a newer one")
+	}
+	if len(old.learnerIDs) != 0 || old.quorum != 2 {
+		t.Fatalf("a decision's set changed under it: %+v", old)
+	}
+	cur := g.load()
+	if cur.learnerIDs[0] != "m4" || cur.quorum != 2 || cur.isPeer("m4") != true || len(cur.voterIDs) != 2 {
+		t.Fatalf("learner set: %+v", cur)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := g.settled(ctx); err == nil {
+		t.Fatal("settled while a decision under the older set is still sending")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.settled(context.Background())
+		done <- err
+	}()
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not settled after the last older decision ended")
+	}
+	// A decision under the current set does not hold a learner back.
+	_, release = g.hold()
+	defer release()
+	if _, err := g.settled(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
