@@ -297,8 +297,15 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 // ends or Shutdown is called. It can run once.
 func (m *Manager) Run(ctx context.Context) error {
 	if err := m.life.Serve(ctx, func() {
-		if m.group.load().selfLearn {
+		switch p := m.group.load(); {
+		case p.selfLearn:
 			m.startLearnerSync() // a learner restarted: copy again
+		case !p.selfVoter:
+			// It stored its removal before it stopped: the group's
+			// configuration in its data dir no longer names it. It
+			// takes no part in anything, elections included.
+			m.refusedAsRemoved(fmt.Sprintf("the group's configuration stored here (epoch %d: %s) does not name it", p.epoch, m.elector.Members()), false)
+			return
 		}
 		m.spawn(m.seat.Run)
 		m.spawn(m.heartbeatLoop)

@@ -57,22 +57,29 @@ func (m *Manager) onMembersChange(c *leadership.Configuration) {
 		m.startLearnerSync()
 	case p.selfVoter:
 	default:
-		m.removed(fmt.Errorf("removed from the manager group of %s at configuration epoch %d (%s)", m.cfg.Datacenter, c.Epoch, c))
+		m.removed(fmt.Errorf("removed from the manager group of %s at configuration epoch %d (%s)", m.cfg.Datacenter, c.Epoch, c), true)
 	}
 }
 
 // onRemoved is the elector's OnRemoved: this manager came back with a
 // configuration the group has moved past, and the group does not list it.
-func (m *Manager) onRemoved(reason string) {
+func (m *Manager) onRemoved(reason string) { m.refusedAsRemoved(reason, true) }
+
+// refusedAsRemoved stops a manager the group no longer names (removed
+// while it was away, or found so in its own stored configuration).
+func (m *Manager) refusedAsRemoved(reason string, settle bool) {
 	m.removed(fmt.Errorf("this manager is no longer a member of its group and will not rejoin with its old configuration: %s; "+
-		"to bring it back, `tempest members add` it and start it with an empty data dir", reason))
+		"to bring it back, `tempest members add` it and start it with an empty data dir", reason), settle)
 }
 
 // removed stops the manager: Run returns err, and the binary exits with it.
 // A leader that removed itself has already handed over (the election does
 // so as the change commits), so it only waits for its successor to show,
 // at most an election timeout, to let the change's answer reach the client.
-func (m *Manager) removed(err error) {
+//
+// settle is false when the manager finds itself removed as it starts: it
+// never took part, so there is nothing to wait for.
+func (m *Manager) removed(err error, settle bool) {
 	m.ms.mu.Lock()
 	first := m.ms.exitErr == nil
 	if first {
@@ -83,6 +90,10 @@ func (m *Manager) removed(err error) {
 		return
 	}
 	m.log.Error("manager stopping: removed from its group", "err", err)
+	if !settle {
+		m.life.Cancel()
+		return
+	}
 	if !m.spawn(func(ctx context.Context) {
 		wctx, cancel := context.WithTimeout(ctx, m.seat.ElectionTimeout())
 		defer cancel()

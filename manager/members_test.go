@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,6 +85,28 @@ func TestAddedManagerCountsOnlyOnceSynced(t *testing.T) {
 	m4.mu.Unlock()
 	if !copied {
 		t.Fatalf("m4 was promoted without the job acknowledged before it joined")
+	}
+
+	// Removed, m4 stops by itself, saying why; restarted from its data
+	// dir, it finds its removal stored there and stops again at once.
+	if _, err := c.leader().RemoveMember(context.Background(), "m4"); err != nil {
+		t.Fatal(err)
+	}
+	waitRemoved(t, m4, "removed from the manager group")
+	c.stopManager("m4")
+	waitRemoved(t, c.startManager("m4"), "does not name it")
+}
+
+func waitRemoved(t *testing.T, m *Manager, why string) {
+	t.Helper()
+	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if err := m.exitError(); err == nil || !strings.Contains(err.Error(), why) {
+			return fmt.Errorf("%s has not stopped saying %q (exit error %v)", m.ID(), why, err)
+		}
+		return nil
+	})
+	if m.elector.Status().State != leadership.Follower {
+		t.Fatalf("removed %s is %s", m.ID(), m.elector.Status().State)
 	}
 }
 
