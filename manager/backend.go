@@ -116,9 +116,9 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 	for _, n := range m.members.Members() {
 		members[n.Name] = n
 	}
-	peers := m.group.load()
-	for _, id := range slices.Concat(peers.voterIDs, peers.learnerIDs) {
-		n := api.NodeView{Name: id, Role: string(wire.RoleManager), DC: m.cfg.Datacenter, State: "dead", Addr: peers.addr(id), IsLeader: id == st.Leader}
+	peers := m.group.Load()
+	for _, id := range peers.Targets() {
+		n := api.NodeView{Name: id, Role: string(wire.RoleManager), DC: m.cfg.Datacenter, State: "dead", Addr: peers.Addr(id), IsLeader: id == st.Leader}
 		if info, ok := members[id]; ok {
 			n.State = "alive"
 			n.API = info.Meta.Tags["api"]

@@ -57,20 +57,13 @@ func (m *Manager) registerBlobHandlers() {
 }
 
 // peerAddrs lists the other managers' addresses, learners included.
-func (m *Manager) peerAddrs() []string {
-	p := m.group.load()
-	out := p.voterAddrs()
-	for _, id := range p.learnerIDs {
-		out = append(out, p.learners[id])
-	}
-	return out
-}
+func (m *Manager) peerAddrs() []string { return m.group.Load().Addrs() }
 
 // blobPeers is the group as a blob's durability sees it: the other voters
 // and their majority, read together.
 func (m *Manager) blobPeers() ([]string, int) {
-	p := m.group.load()
-	return p.voterAddrs(), p.quorum
+	p := m.group.Load()
+	return p.VoterAddrs(), p.Quorum
 }
 
 // submissionBlobs lists the blobs a submission references.
@@ -110,7 +103,7 @@ func (m *Manager) checkSubmissionBlobs(ctx context.Context, sub *wire.JobSubmiss
 		if errors.Is(err, blobstore.ErrNotFound) {
 			return wire.Errorf(wire.CodeRejected, "job %q references blob %s, which no manager holds: upload it first (tempest submit does)", sub.Name, sum)
 		}
-		return wire.Errorf(wire.CodeNoQuorum, "job %q references blob %s, which is on %d of the %d managers needed: %v", sub.Name, sum, holders, m.group.load().quorum, err)
+		return wire.Errorf(wire.CodeNoQuorum, "job %q references blob %s, which is on %d of the %d managers needed: %v", sub.Name, sum, holders, m.group.Load().Quorum, err)
 	}
 	return nil
 }

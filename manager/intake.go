@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"tempest/leadership"
@@ -52,9 +51,9 @@ type intakeResult struct {
 // they keep their own timeout, so a slow peer still gets the copy a
 // successor may need.
 func (m *Manager) storeOnPeers(ctx context.Context, sub *wire.JobSubmission) intakeResult {
-	peers, release := m.group.hold()
-	res := intakeResult{quorum: peers.quorum, voters: 1 + len(peers.voterIDs)}
-	targets := slices.Concat(peers.voterIDs, peers.learnerIDs)
+	peers, release := m.group.Hold()
+	res := intakeResult{quorum: peers.Quorum, voters: 1 + len(peers.VoterIDs)}
+	targets := peers.Targets()
 	if len(targets) == 0 {
 		release()
 		return res
@@ -70,7 +69,7 @@ func (m *Manager) storeOnPeers(ctx context.Context, sub *wire.JobSubmission) int
 		wg.Add(1)
 		if !m.spawn(func(context.Context) {
 			defer wg.Done()
-			resp, err := m.tr.Call(callCtx, peers.addr(id), &wire.ReplicateJob{Job: *sub})
+			resp, err := m.tr.Call(callCtx, peers.Addr(id), &wire.ReplicateJob{Job: *sub})
 			if err == nil {
 				if _, ok := resp.(*wire.JobAck); !ok {
 					err = &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("unexpected %T", resp)}
@@ -93,10 +92,10 @@ func (m *Manager) storeOnPeers(ctx context.Context, sub *wire.JobSubmission) int
 		case a = <-answers:
 		case <-ctx.Done():
 			// The caller gave up: whatever has not answered is unknown.
-			res.unknown = len(peers.voterIDs) - res.stored - res.refused
+			res.unknown = len(peers.VoterIDs) - res.stored - res.refused
 			return res
 		}
-		if _, voter := peers.voters[a.peer]; !voter {
+		if _, voter := peers.Voters[a.peer]; !voter {
 			continue // a learner's copy never counts
 		}
 		switch {

@@ -91,7 +91,7 @@ type Manager struct {
 
 	// group is the manager group as quorum decisions see it, swapped on
 	// every membership change (peerset.go, members.go).
-	group *groupView
+	group *leadership.PeerView
 	ms    membership
 	rs    *rsstore.Store // rainstorm.go
 	// rsStale counts checkpoints refused because their task runs under a
@@ -251,7 +251,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m.life.Opened(m.seat.Close)
 	m.tr, m.cfg.Peers, m.elector = m.seat.Tr, m.seat.Members, m.seat.Elector
-	m.group = newGroupView(newPeerSet(cfg.ID, m.elector.Members()))
+	m.group = leadership.NewPeerView(leadership.NewPeerSet(cfg.ID, m.elector.Members()))
 	// Within two election timeouts check-quorum, counted in ticks, is the
 	// judge (a leader whose ticks keep time steps down by then); the lease
 	// limit is for a leader whose ticks lag far behind that.
@@ -288,7 +288,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	// Last, so no message reaches a half-built manager.
 	m.registerHandlers()
 	ok = true
-	m.log.Info("manager ready", "quic", m.tr.Addr(), "members", m.elector.Members().String(), "quorum", m.group.load().quorum,
+	m.log.Info("manager ready", "quic", m.tr.Addr(), "members", m.elector.Members().String(), "quorum", m.group.Load().Quorum,
 		"jobs_loaded", len(m.jobs), "api", m.apis.Self())
 	return m, nil
 }
@@ -297,14 +297,14 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 // ends or Shutdown is called. It can run once.
 func (m *Manager) Run(ctx context.Context) error {
 	if err := m.life.Serve(ctx, func() {
-		switch p := m.group.load(); {
-		case p.selfLearn:
+		switch p := m.group.Load(); {
+		case p.SelfLearner:
 			m.startLearnerSync() // a learner restarted: copy again
-		case !p.selfVoter:
+		case !p.SelfVoter:
 			// It stored its removal before it stopped: the group's
 			// configuration in its data dir no longer names it. It
 			// takes no part in anything, elections included.
-			m.refusedAsRemoved(fmt.Sprintf("the group's configuration stored here (epoch %d: %s) does not name it", p.epoch, m.elector.Members()), false)
+			m.refusedAsRemoved(fmt.Sprintf("the group's configuration stored here (epoch %d: %s) does not name it", p.Epoch, m.elector.Members()), false)
 			return
 		}
 		m.spawn(m.seat.Run)
@@ -415,7 +415,7 @@ func (m *Manager) registerHandlers() {
 // isPeer reports whether id is another manager of the group (a voter or a
 // learner). Transport ids are proven by the sealed envelope, so this is an
 // authorisation check.
-func (m *Manager) isPeer(id string) bool { return m.group.load().isPeer(id) }
+func (m *Manager) isPeer(id string) bool { return m.group.Load().IsPeer(id) }
 
 // kick asks the scheduler to look at queued work now.
 func (m *Manager) kick() {

@@ -43,19 +43,19 @@ type membership struct {
 // onMembersChange is the elector's OnMembersChange: the configuration in
 // effect on this manager changed.
 func (m *Manager) onMembersChange(c *leadership.Configuration) {
-	p := newPeerSet(m.cfg.ID, c)
-	if !m.group.set(p) {
+	p := leadership.NewPeerSet(m.cfg.ID, c)
+	if !m.group.Set(p) {
 		return
 	}
-	m.log.Info("manager group changed", "epoch", c.Epoch, "members", c.String(), "quorum", p.quorum,
-		"voter", p.selfVoter, "syncing", p.selfLearn)
+	m.log.Info("manager group changed", "epoch", c.Epoch, "members", c.String(), "quorum", p.Quorum,
+		"voter", p.SelfVoter, "syncing", p.SelfLearner)
 	// Only a learner's finished copy reports synced: a node that starts
 	// from its config file as a voter and then learns it is a learner must
 	// not have said "synced" in between.
 	switch {
-	case p.selfLearn:
+	case p.SelfLearner:
 		m.startLearnerSync()
-	case p.selfVoter:
+	case p.SelfVoter:
 	default:
 		m.removed(fmt.Errorf("removed from the manager group of %s at configuration epoch %d (%s)", m.cfg.Datacenter, c.Epoch, c), true)
 	}
@@ -142,7 +142,7 @@ func (m *Manager) syncAsLearner(ctx context.Context) {
 		m.ms.mu.Unlock()
 	}()
 	for round := 0; ctx.Err() == nil; round++ {
-		if !m.group.load().selfLearn {
+		if !m.group.Load().SelfLearner {
 			return // promoted, or removed, meanwhile
 		}
 		lead, addr := m.elector.Leader()
@@ -248,20 +248,20 @@ func (m *Manager) copyFromLeader(ctx context.Context, lead, addr string) (int, e
 // is told to come back, since it learns of its addition before the leader
 // puts it into effect.
 func (m *Manager) learnerSyncGate(ctx context.Context, from transport.Peer) error {
-	p := m.group.load()
-	if _, learner := p.learners[from.NodeID]; !learner {
-		if p.isPeer(from.NodeID) {
+	p := m.group.Load()
+	if _, learner := p.Learners[from.NodeID]; !learner {
+		if p.IsPeer(from.NodeID) {
 			return nil
 		}
 		if m.leading() != nil {
-			return wire.Errorf(wire.CodeUnavailable, "%s is not yet in this leader's configuration (epoch %d)", from.NodeID, p.epoch)
+			return wire.Errorf(wire.CodeUnavailable, "%s is not yet in this leader's configuration (epoch %d)", from.NodeID, p.Epoch)
 		}
 		return wire.Errorf(wire.CodeRejected, "state sync is only served to peer managers")
 	}
 	if m.leading() == nil {
 		return m.elector.NotLeaderError()
 	}
-	if _, err := m.group.settled(ctx); err != nil {
+	if _, err := m.group.Settled(ctx); err != nil {
 		return wire.Errorf(wire.CodeUnavailable, "writes begun before %s joined are still being sent: %v", from.NodeID, err)
 	}
 	return nil

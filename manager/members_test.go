@@ -52,7 +52,7 @@ func TestAddedManagerCountsOnlyOnceSynced(t *testing.T) {
 	}
 	m4 := c.startManager("m4")
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if !m4.group.load().selfLearn {
+		if !m4.group.Load().SelfLearner {
 			return errors.New("m4 does not know it is a learner yet")
 		}
 		return nil
@@ -117,61 +117,4 @@ func memberOf(g *api.GroupView, id string) (api.MemberView, bool) {
 		}
 	}
 	return api.MemberView{}, false
-}
-
-// A change of the group lands between two quorum decisions: a learner's
-// sync is answered only once every write begun under an older peer set has
-// been sent, and a decision keeps the set it started with.
-func TestGroupViewSettlesBeforeALearnerIsServed(t *testing.T) {
-	conf := func(epoch uint64, voters []string, learners ...string) *peerSet {
-		c := &leadership.Configuration{Epoch: epoch}
-		for _, id := range voters {
-			c.Members = append(c.Members, leadership.Member{ID: id, QUIC: id})
-		}
-		for _, id := range learners {
-			c.Learners = append(c.Learners, leadership.Member{ID: id, QUIC: id})
-		}
-		return newPeerSet("m1", c)
-	}
-	three := []string{"m1", "m2", "m3"}
-	g := newGroupView(conf(0, three))
-	old, release := g.hold()
-	if !g.set(conf(1, three, "m4")) {
-		t.Fatal("a newer set was not taken")
-	}
-	if g.set(conf(0, three)) {
-		t.Fatal("an older set replaced a newer one")
-	}
-	if len(old.learnerIDs) != 0 || old.quorum != 2 {
-		t.Fatalf("a decision's set changed under it: %+v", old)
-	}
-	cur := g.load()
-	if cur.learnerIDs[0] != "m4" || cur.quorum != 2 || cur.isPeer("m4") != true || len(cur.voterIDs) != 2 {
-		t.Fatalf("learner set: %+v", cur)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := g.settled(ctx); err == nil {
-		t.Fatal("settled while a decision under the older set is still sending")
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := g.settled(context.Background())
-		done <- err
-	}()
-	release()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("not settled after the last older decision ended")
-	}
-	// A decision under the current set does not hold a learner back.
-	_, release = g.hold()
-	defer release()
-	if _, err := g.settled(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -325,14 +325,14 @@ func (m *Manager) commitToPeers(ctx context.Context, c *wire.ProvisionCommit) {
 //
 // Learners are sent it too: they must hold every placement once promoted.
 func (m *Manager) callPeers(ctx context.Context, msg wire.Message, failure string, attrs ...any) {
-	peers, release := m.group.hold()
+	peers, release := m.group.Hold()
 	defer release()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, id := range slices.Concat(peers.voterIDs, peers.learnerIDs) {
+	for _, id := range peers.Targets() {
 		wg.Go(func() {
-			if _, err := m.tr.Call(ctx, peers.addr(id), msg); err != nil {
+			if _, err := m.tr.Call(ctx, peers.Addr(id), msg); err != nil {
 				m.log.Debug(failure, append([]any{"peer", id, "err", err}, attrs...)...)
 			}
 		})

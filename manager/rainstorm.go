@@ -34,12 +34,12 @@ type rsHost struct{ m *Manager }
 // Peers are the voters only: the checkpoint store counts every answer
 // toward its majority, and a learner's must not count.
 func (h rsHost) Peers() ([]string, int) {
-	p := h.m.group.load()
-	return p.voterIDs, p.quorum
+	p := h.m.group.Load()
+	return p.VoterIDs, p.Quorum
 }
 
 func (h rsHost) Call(ctx context.Context, id string, msg wire.Message) (wire.Message, error) {
-	addr := h.m.group.load().addr(id)
+	addr := h.m.group.Load().Addr(id)
 	if addr == "" {
 		return nil, fmt.Errorf("manager %s: %w", id, leadership.ErrNotAMember)
 	}

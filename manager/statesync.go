@@ -93,10 +93,10 @@ func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) 
 	got := make(map[string]*wire.ManagerStateSnapshot)
 	// One peer set for the whole read: a majority of one configuration.
 	// Learners are not read; they hold nothing a majority lacks.
-	peers := m.group.load()
+	peers := m.group.Load()
 	for round := 0; ; round++ {
 		var wg sync.WaitGroup
-		for _, id := range peers.voterIDs {
+		for _, id := range peers.VoterIDs {
 			mu.Lock()
 			done := got[id] != nil
 			mu.Unlock()
@@ -104,7 +104,7 @@ func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) 
 				continue
 			}
 			wg.Go(func() {
-				if ms := m.syncPeer(ctx, id, peers.voters[id], req); ms != nil {
+				if ms := m.syncPeer(ctx, id, peers.Voters[id], req); ms != nil {
 					mu.Lock()
 					got[id] = ms
 					mu.Unlock()
@@ -112,17 +112,17 @@ func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) 
 			})
 		}
 		wg.Wait()
-		if 1+len(got) >= peers.quorum || ctx.Err() != nil {
+		if 1+len(got) >= peers.Quorum || ctx.Err() != nil {
 			break
 		}
-		m.log.Warn("state sync: no majority of managers read yet; asking again", "read", 1+len(got), "quorum", peers.quorum, "round", round)
+		m.log.Warn("state sync: no majority of managers read yet; asking again", "read", 1+len(got), "quorum", peers.Quorum, "round", round)
 		d := m.cfg.StateSyncBackoff << min(round, 6)
 		if !lifecycle.Sleep(ctx, d/2+rand.N(d/2+1)) {
 			break
 		}
 	}
 	out := make([]*wire.ManagerStateSnapshot, 0, len(got))
-	for _, id := range peers.voterIDs {
+	for _, id := range peers.VoterIDs {
 		if ms := got[id]; ms != nil {
 			out = append(out, ms)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"tempest/internal/rounds"
@@ -162,7 +161,7 @@ func supersedes(a, b *wire.WorkflowProgress) bool {
 
 // replicateStatus queues a job's status for every peer, one way.
 func (m *Manager) replicateStatus(jp wire.JobProgress) {
-	if p := m.group.load(); len(p.voterIDs)+len(p.learnerIDs) == 0 {
+	if p := m.group.Load(); len(p.VoterIDs)+len(p.LearnerIDs) == 0 {
 		return
 	}
 	if !m.batch.status.add(jp) {
@@ -184,14 +183,14 @@ func (m *Manager) sendStatuses(ctx context.Context) {
 		if len(batch) == 0 {
 			return
 		}
-		peers, release := m.group.hold()
+		peers, release := m.group.Hold()
 		sctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 		var wg sync.WaitGroup
 		for _, chunk := range statusChunks(batch) {
 			msg := statusMessage(chunk)
-			for _, id := range slices.Concat(peers.voterIDs, peers.learnerIDs) {
+			for _, id := range peers.Targets() {
 				wg.Go(func() {
-					if err := m.tr.Send(sctx, peers.addr(id), msg); err != nil {
+					if err := m.tr.Send(sctx, peers.Addr(id), msg); err != nil {
 						m.log.Debug("send to peer failed", "peer", id, "type", msg.Type(), "jobs", len(chunk), "err", err)
 					}
 				})
@@ -263,7 +262,7 @@ func statusSize(jp *wire.JobProgress) int {
 func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) error {
 	m.mu.Lock()
 	w, ok := m.wfs[workflowID]
-	if !ok || w.rec.JobID != jobID || !w.rec.Status.Terminal() || len(m.group.load().voterIDs) == 0 {
+	if !ok || w.rec.JobID != jobID || !w.rec.Status.Terminal() || len(m.group.Load().VoterIDs) == 0 {
 		m.mu.Unlock()
 		return nil
 	}
@@ -277,7 +276,7 @@ func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) e
 // a majority of managers (this one included) stored it, sharing a round
 // with the other such stores under way (endsRound).
 func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) error {
-	if len(m.group.load().voterIDs) == 0 {
+	if len(m.group.Load().VoterIDs) == 0 {
 		return nil
 	}
 	if err := m.batch.ends.Do(ctx, jp); err != nil {
@@ -296,12 +295,12 @@ func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) err
 // returns as soon as every job has its majority or every peer answered.
 func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error {
 	out := make([]error, len(jps))
-	peers, release := m.group.hold()
+	peers, release := m.group.Hold()
 	defer release()
-	if len(peers.voterIDs) == 0 {
+	if len(peers.VoterIDs) == 0 {
 		return out
 	}
-	targets := slices.Concat(peers.voterIDs, peers.learnerIDs)
+	targets := peers.Targets()
 	// One status per job, in order of first appearance.
 	var jobsIn []wire.JobProgress
 	slot := make(map[string]int, len(jps))
@@ -336,7 +335,7 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 		for _, id := range targets {
 			wg.Go(func() {
 				a := answer{peer: id, first: at, n: len(chunk)}
-				resp, err := m.tr.Call(ctx, peers.addr(id), msg)
+				resp, err := m.tr.Call(ctx, peers.Addr(id), msg)
 				switch r := resp.(type) {
 				case nil:
 					a.err = err
@@ -366,7 +365,7 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 		stored[k] = 1
 	}
 	short := len(jobsIn) // jobs still short of a majority
-	if peers.quorum <= 1 {
+	if peers.Quorum <= 1 {
 		short = 0
 	}
 	for range len(targets) * len(chunks) {
@@ -374,7 +373,7 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 			break
 		}
 		a := <-results
-		if _, voter := peers.voters[a.peer]; !voter {
+		if _, voter := peers.Voters[a.peer]; !voter {
 			continue // a learner's store never counts
 		}
 		for k := a.first; k < a.first+a.n; k++ {
@@ -385,15 +384,15 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 				errs[k] = append(errs[k], fmt.Errorf("%s: job %s not known there", a.peer, jobsIn[k].JobID))
 			default:
 				stored[k]++
-				if stored[k] == peers.quorum {
+				if stored[k] == peers.Quorum {
 					short--
 				}
 			}
 		}
 	}
 	for i, k := range of {
-		if stored[k] < peers.quorum {
-			out[i] = fmt.Errorf("%d of %d managers stored it: %w", stored[k], 1+len(peers.voterIDs), errors.Join(errs[k]...))
+		if stored[k] < peers.Quorum {
+			out[i] = fmt.Errorf("%d of %d managers stored it: %w", stored[k], 1+len(peers.VoterIDs), errors.Join(errs[k]...))
 		}
 	}
 	return out
