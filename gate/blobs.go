@@ -36,15 +36,13 @@ func (g *Gate) openBlobs() error {
 }
 
 // blobPeers is the gate group as the blob store sees it.
-func (g *Gate) blobPeers() ([]string, int) { return g.peerAddrs(), g.quorumSize }
-
-func (g *Gate) peerAddrs() []string {
-	out := make([]string, 0, len(g.peerIDs))
-	for _, id := range g.peerIDs {
-		out = append(out, g.peers[id])
-	}
-	return out
+func (g *Gate) blobPeers() ([]string, int) {
+	p := g.group.Load()
+	return p.VoterAddrs(), p.Quorum
 }
+
+// peerAddrs lists the other gates' addresses.
+func (g *Gate) peerAddrs() []string { return g.group.Load().Addrs() }
 
 // registerBlobHandlers: only other gates may write blobs here; managers
 // read them (a submission's data files, fetched from the gates first when

@@ -96,11 +96,11 @@ type Gate struct {
 	store    *jobStore
 	notReady int // the LHM reported to the election until the first sync
 
-	peers      map[string]string // other gates: id -> QUIC addr
-	peerIDs    []string
-	quorumSize int
-	ids        *wire.SnowflakeGenerator
-	dcs        *dcTable
+	// group is the gate group as each quorum decision reads it, swapped
+	// when the configuration in effect changes (leadership.PeerView).
+	group *leadership.PeerView
+	ids   *wire.SnowflakeGenerator
+	dcs   *dcTable
 
 	mu      sync.Mutex
 	jobs    map[string]*jobEntry
@@ -184,6 +184,13 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			Logger:           baseLog,
 			OnBecomeLeader:   g.onBecomeLeader,
 			OnLoseLeadership: g.onLoseLeadership,
+			// Gates are not changed at runtime yet (no API drives it), but
+			// a configuration stored by an earlier change is followed.
+			OnMembersChange: func(c *leadership.Configuration) {
+				if g.group.Set(leadership.NewPeerSet(cfg.ID, c)) {
+					g.log.Info("gate group changed", "epoch", c.Epoch, "members", c.String(), "quorum", c.Quorum())
+				}
+			},
 			OnLeaderChange: func(leader string, term uint64) {
 				g.log.Info("gate leader changed", "leader", leader, "term", term)
 				// Before the start sync ends, initialSync decides (it knows
@@ -199,7 +206,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g.life.Opened(g.seat.Close)
 	g.tr, g.cfg.Peers, g.elector = g.seat.Tr, g.seat.Members, g.seat.Elector
-	g.peers, g.peerIDs, g.quorumSize = g.seat.Group.Others, g.seat.Group.OtherIDs, g.seat.Group.Quorum
+	g.group = leadership.NewPeerView(leadership.NewPeerSet(cfg.ID, g.elector.Members()))
 	// Until the first state sync, this gate must not lead: it may hold no
 	// jobs at all while the others hold many. A health score above the
 	// election's limit keeps it from campaigning and from being voted for.
@@ -227,7 +234,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g.registerHandlers()
 	ok = true
-	g.log.Info("gate ready", "quic", g.tr.Addr(), "peers", len(g.cfg.Peers), "jobs_loaded", len(g.jobs))
+	g.log.Info("gate ready", "quic", g.tr.Addr(), "members", g.elector.Members().String(), "jobs_loaded", len(g.jobs))
 	return g, nil
 }
 
@@ -405,9 +412,6 @@ func (g *Gate) registerHandlers() {
 	handle(g, wire.TypeGateRecordRequest, g.handleRecordRequest)
 }
 
-func (g *Gate) isPeer(id string) bool {
-	_, ok := g.peers[id]
-	return ok
-}
+func (g *Gate) isPeer(id string) bool { return g.group.Load().IsPeer(id) }
 
 var _ api.Backend = (*Gate)(nil)

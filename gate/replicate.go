@@ -51,7 +51,8 @@ func (g *Gate) save(ctx context.Context, recs ...*wire.GateJobRecord) error {
 // a majority (this gate included) stored it, so a successor knows the job
 // (and this version of it) before the client or a datacenter hears of it.
 func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) error {
-	if g.quorumSize <= 1 {
+	peers := g.group.Load()
+	if peers.Quorum <= 1 {
 		g.markStored(rec)
 		return nil
 	}
@@ -60,11 +61,11 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 	// Returning at quorum cancels the calls still out, and waits for them.
 	defer wg.Wait()
 	defer cancel()
-	acks := make(chan error, len(g.peerIDs))
+	acks := make(chan error, len(peers.VoterIDs))
 	op := &wire.ReplicateGateRecord{Record: *rec}
-	for _, id := range g.peerIDs {
+	for _, id := range peers.VoterIDs {
 		wg.Go(func() {
-			reply, err := g.tr.Call(ctx, g.peers[id], op)
+			reply, err := g.tr.Call(ctx, peers.Voters[id], op)
 			if ack, ok := reply.(*wire.JobAck); err == nil && (!ok || !ack.Accepted) {
 				err = fmt.Errorf("gate %s refused the record: %s", id, ackError(ack))
 			}
@@ -72,11 +73,11 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 		})
 	}
 	have, errs := 1, []error(nil)
-	for range g.peerIDs {
+	for range peers.VoterIDs {
 		err := <-acks
 		if err == nil {
 			have++
-			if have >= g.quorumSize {
+			if have >= peers.Quorum {
 				g.markStored(rec)
 				return nil
 			}
@@ -85,7 +86,7 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 		}
 	}
 	return wire.Errorf(wire.CodeNoQuorum, "job %s reached %d of %d gates (need %d): %v",
-		rec.Submission.JobID, have, len(g.cfg.Peers), g.quorumSize, errors.Join(errs...))
+		rec.Submission.JobID, have, 1+len(peers.VoterIDs), peers.Quorum, errors.Join(errs...))
 }
 
 // markStored notes that rec's version of its job is on a majority of
