@@ -99,6 +99,7 @@ type Gate struct {
 	// group is the gate group as each quorum decision reads it, swapped
 	// when the configuration in effect changes (leadership.PeerView).
 	group *leadership.PeerView
+	ms    membership // members.go
 	ids   *wire.SnowflakeGenerator
 	dcs   *dcTable
 
@@ -184,13 +185,11 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			Logger:           baseLog,
 			OnBecomeLeader:   g.onBecomeLeader,
 			OnLoseLeadership: g.onLoseLeadership,
-			// Gates are not changed at runtime yet (no API drives it), but
-			// a configuration stored by an earlier change is followed.
-			OnMembersChange: func(c *leadership.Configuration) {
-				if g.group.Set(leadership.NewPeerSet(cfg.ID, c)) {
-					g.log.Info("gate group changed", "epoch", c.Epoch, "members", c.String(), "quorum", c.Quorum())
-				}
-			},
+			OnMembersChange:  g.onMembersChange,
+			OnRemoved:        g.onRemoved,
+			// A learner (a gate added at runtime) is promoted only once
+			// it has copied the leader's records (members.go).
+			Syncs: true,
 			OnLeaderChange: func(leader string, term uint64) {
 				g.log.Info("gate leader changed", "leader", leader, "term", term)
 				// Before the start sync ends, initialSync decides (it knows
@@ -242,6 +241,14 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 // and serves until ctx ends or Shutdown is called.
 func (g *Gate) Run(ctx context.Context) error {
 	if err := g.life.Serve(ctx, func() {
+		switch p := g.group.Load(); {
+		case p.SelfLearner:
+			g.startLearnerSync() // a learner restarted: copy again
+		case !p.SelfVoter:
+			// Its removal is stored in its data dir: it takes no part.
+			g.refusedAsRemoved(fmt.Sprintf("the group's configuration stored here (epoch %d: %s) does not name it", p.Epoch, g.elector.Members()), false)
+			return
+		}
 		g.spawn(g.seat.Run)
 		g.spawn(g.initialSync)
 		g.spawn(g.healthLoop)
@@ -251,6 +258,9 @@ func (g *Gate) Run(ctx context.Context) error {
 			g.spawn(g.joinLoop)
 		}
 	}); err != nil {
+		return fmt.Errorf("gate: %w", err)
+	}
+	if err := g.exitError(); err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -51,7 +52,9 @@ func (g *Gate) save(ctx context.Context, recs ...*wire.GateJobRecord) error {
 // a majority (this gate included) stored it, so a successor knows the job
 // (and this version of it) before the client or a datacenter hears of it.
 func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) error {
-	peers := g.group.Load()
+	peers, release := g.group.Hold()
+	op := &wire.ReplicateGateRecord{Record: *rec}
+	g.sendToLearners(peers, op, release)
 	if peers.Quorum <= 1 {
 		g.markStored(rec)
 		return nil
@@ -62,7 +65,6 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 	defer wg.Wait()
 	defer cancel()
 	acks := make(chan error, len(peers.VoterIDs))
-	op := &wire.ReplicateGateRecord{Record: *rec}
 	for _, id := range peers.VoterIDs {
 		wg.Go(func() {
 			reply, err := g.tr.Call(ctx, peers.Voters[id], op)
@@ -87,6 +89,29 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 	}
 	return wire.Errorf(wire.CodeNoQuorum, "job %s reached %d of %d gates (need %d): %v",
 		rec.Submission.JobID, have, 1+len(peers.VoterIDs), peers.Quorum, errors.Join(errs...))
+}
+
+// sendToLearners hands op to every learner of peers, counted by nobody,
+// each call with its own timeout rather than the round's (which ends at
+// quorum): a learner must get every record sent after it joined. release
+// runs once they all ended.
+func (g *Gate) sendToLearners(peers *leadership.PeerSet, op *wire.ReplicateGateRecord, release func()) {
+	if len(peers.LearnerIDs) == 0 || !g.spawn(func(ctx context.Context) {
+		defer release()
+		var wg sync.WaitGroup
+		for _, id := range peers.LearnerIDs {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
+				defer cancel()
+				if _, err := g.tr.Call(cctx, peers.Learners[id], op); err != nil {
+					g.log.Debug("record not sent to a learner gate", "gate", id, "job_id", op.Record.Submission.JobID, "err", err)
+				}
+			})
+		}
+		wg.Wait()
+	}) {
+		release()
+	}
 }
 
 // markStored notes that rec's version of its job is on a majority of

@@ -224,9 +224,9 @@ func (g *Gate) merge(recs []wire.GateJobRecord) (int, error) {
 // record too large for a message goes lighter (fitRecord); one too large
 // even then is an error the asker sees, naming the job, rather than an
 // answer the transport cannot carry.
-func (g *Gate) handleStateSync(_ context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
-	if !g.isPeer(from.NodeID) {
-		return nil, wire.Errorf(wire.CodeRejected, "gate state is only shared with configured gates")
+func (g *Gate) handleStateSync(ctx context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
+	if err := g.learnerSyncGate(ctx, from); err != nil {
+		return nil, err
 	}
 	// Without SinceJobID the asker has every record of SinceVersion (it
 	// pages by version alone).

@@ -91,8 +91,9 @@ commands:
   results ID [--format FMT]       download a job's results (FMT: json, csv or html)
   jobs [--json]                   list jobs
   cluster [--json]                list nodes, leaders, cores and key ids, and each group's members
-  members add ID QUIC_ADDR        add a manager to the datacenter's group (SYNCING until promoted)
-  members remove ID               remove a manager from the datacenter's group
+  members add ID QUIC_ADDR        add a member to the group of the nodes behind --api (a datacenter's
+                                  managers, or the gates): SYNCING until the leader promotes it
+  members remove ID               remove a member from that group
   dev --dir DIR                   run a local cluster of real processes until Ctrl-C
   demo                            run a local demo and print what happened
   target                          run the built-in HTTP target (counts requests; GET /__stats)

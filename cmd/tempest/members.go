@@ -10,8 +10,9 @@ import (
 )
 
 // runMembers adds or removes a member of the group behind the API (a
-// datacenter's managers): one at a time, through the leader, with the API
-// token. An added member is SYNCING until the leader promotes it.
+// datacenter's managers when --api names managers, the gates when it names
+// gates): one at a time, through the leader, with the API token. An added
+// member is SYNCING until the leader promotes it.
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || (args[0] != "add" && args[0] != "remove") {
 		fmt.Fprintln(stderr, "usage: tempest members add ID QUIC_ADDR | tempest members remove ID")

@@ -262,33 +262,75 @@ func (c *Cluster) Datacenters() []string {
 
 // layoutGates writes every gate's config and returns the gates' SWIM seeds.
 func (c *Cluster) layoutGates() ([]string, error) {
-	var seeds []string
-	var peers []map[string]string
 	for i := 0; i < c.opts.Gates; i++ {
-		n, err := c.newNode("gate", "", fmt.Sprintf("gate-%d", i+1))
-		if err != nil {
+		if _, err := c.newGateNode(i + 1); err != nil {
 			return nil, err
 		}
-		if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
-			return nil, err
-		}
-		c.gates = append(c.gates, n)
-		seeds = append(seeds, n.Swim)
-		peers = append(peers, map[string]string{"id": n.Name, "quic": n.QUIC})
 	}
 	for _, n := range c.gates {
-		path, err := c.writeConfig(n, map[string]any{
-			"id": n.Name, "quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
-			"data_dir": n.DataDir, "peers": peers, "join": seeds,
-			"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
-			"lease_ttl": c.opts.LeaseTTL.String(),
-		})
-		if err != nil {
+		if err := c.writeGateConfig(n, c.gates); err != nil {
 			return nil, err
 		}
-		n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-gate"), "--config", path, "--secret-file", n.SecretFile}
+	}
+	var seeds []string
+	for _, n := range c.gates {
+		seeds = append(seeds, n.Swim)
 	}
 	return seeds, nil
+}
+
+// newGateNode lays out the addresses of the k-th gate.
+func (c *Cluster) newGateNode(k int) (*Node, error) {
+	n, err := c.newNode("gate", "", fmt.Sprintf("gate-%d", k))
+	if err != nil {
+		return nil, err
+	}
+	if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.gates = append(c.gates, n)
+	c.mu.Unlock()
+	return n, nil
+}
+
+// writeGateConfig writes n's config: its peers are group (n among them),
+// its SWIM seeds the group's.
+func (c *Cluster) writeGateConfig(n *Node, group []*Node) error {
+	var seeds []string
+	var peers []map[string]string
+	for _, g := range group {
+		seeds = append(seeds, g.Swim)
+		peers = append(peers, map[string]string{"id": g.Name, "quic": g.QUIC})
+	}
+	path, err := c.writeConfig(n, map[string]any{
+		"id": n.Name, "quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
+		"data_dir": n.DataDir, "peers": peers, "join": seeds,
+		"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
+		"lease_ttl": c.opts.LeaseTTL.String(),
+	})
+	if err != nil {
+		return err
+	}
+	n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-gate"), "--config", path, "--secret-file", n.SecretFile}
+	return nil
+}
+
+// AddGate lays out one more gate with an empty data dir and a config naming
+// the gates and itself; like AddManager, add it to the group, then start it
+// (Restart).
+func (c *Cluster) AddGate() (*Node, error) {
+	c.mu.Lock()
+	group := slices.Clone(c.gates)
+	c.mu.Unlock()
+	n, err := c.newGateNode(len(group) + 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeGateConfig(n, append(group, n)); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // layoutDatacenter writes one datacenter's managers and workers.
