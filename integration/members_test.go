@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/gate"
 	"tempest/internal/devcluster"
 	"tempest/internal/target"
 	"tempest/internal/testutil"
@@ -154,11 +155,90 @@ func TestManagersGrowToFiveAndShrinkToThreeWhileAJobRuns(t *testing.T) {
 	}
 }
 
+// A gate is added and another removed while a two-datacenter job runs,
+// through the gates' API: the new gate is SYNCING, then promoted; the
+// removed one stops saying why; the job completes with the target's exact
+// count.
+func TestGateAddedAndAnotherRemovedWhileATwoDatacenterJobRuns(t *testing.T) {
+	c := startWith(t, devcluster.Options{Gates: 3, Datacenters: 2, Managers: 1, Workers: 1, CoresPerWorker: 2,
+		LeaseTTL: gate.DefaultConfig().LeaseTTL, ElectionProfile: "lan"})
+	tgt := startTarget(t, target.DefaultConfig())
+	id := c.submit(gatedJob("gate-members", "http://"+tgt.Addr(), 2, "12s", 2))
+	c.waitRunning(id)
+	gates := func() []string {
+		var out []string
+		for _, n := range c.Nodes() {
+			if n.Role == "gate" && c.Running(n.Name) {
+				out = append(out, n.API)
+			}
+		}
+		for i, a := range out {
+			out[i] = "http://" + a
+		}
+		return out
+	}
+
+	n, err := c.AddGate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := c.changeVia(gates(), func(ctx context.Context, cl *api.Client) (*api.GroupView, error) {
+		return cl.AddMember(ctx, api.MemberChange{ID: n.Name, Addr: n.QUIC})
+	})
+	if m, ok := member(g, n.Name); !ok || m.Voter || g.Name != "gates" {
+		t.Fatalf("%s added as %+v to %s, want a learner of the gates", n.Name, m, g.Name)
+	}
+	if err := c.Restart(n.Name); err != nil {
+		t.Fatal(err)
+	}
+	c.waitGroup(n.Name+" promoted", func(g *api.GroupView) error {
+		if m, ok := member(g, n.Name); !ok || !m.Voter || m.State == api.MemberSyncing {
+			return fmt.Errorf("%s is %+v", n.Name, m)
+		}
+		return nil
+	})
+
+	lead := c.gateLeader()
+	var gone string
+	for _, m := range []string{"gate-1", "gate-2", "gate-3"} {
+		if m != lead {
+			gone = m
+			break
+		}
+	}
+	c.changeVia(gates(), func(ctx context.Context, cl *api.Client) (*api.GroupView, error) {
+		return cl.RemoveMember(ctx, gone)
+	})
+	c.waitFailed(gone)
+	c.logHas(gone, "removed from the gate group")
+	g = c.waitGroup("three gates", func(g *api.GroupView) error {
+		if n := votersOf(g); n != 3 || g.Quorum != 2 || len(g.Members) != 3 {
+			return fmt.Errorf("%d voters of %d members, quorum %d", n, len(g.Members), g.Quorum)
+		}
+		return nil
+	})
+	t.Logf("gates: epoch %d, %v", g.Epoch, g.Members)
+
+	st := c.waitStatus(id, 90*time.Second, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s: %s", st.Status, st.Error)
+	}
+	if got, want := uint64(st.TotalCompleted+st.TotalFailed), tgt.Stats().Requests; got != want || want == 0 {
+		t.Fatalf("gate total %d, target answered %d", got, want)
+	}
+}
+
 // changeMembers runs one membership change through the managers' API,
 // again while the group is still settling a previous one (503).
 func (c *cluster) changeMembers(change func(context.Context, *api.Client) (*api.GroupView, error)) *api.GroupView {
 	c.t.Helper()
-	cl, err := api.NewClient(c.ManagerAPIs(c.Datacenters()[0]), c.Token())
+	return c.changeVia(c.ManagerAPIs(c.Datacenters()[0]), change)
+}
+
+// changeVia is changeMembers through the API endpoints apis.
+func (c *cluster) changeVia(apis []string, change func(context.Context, *api.Client) (*api.GroupView, error)) *api.GroupView {
+	c.t.Helper()
+	cl, err := api.NewClient(apis, c.Token())
 	if err != nil {
 		c.t.Fatal(err)
 	}
