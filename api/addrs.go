@@ -60,13 +60,15 @@ const AnnounceEvery = time.Second
 // at once and then every AnnounceEvery until ctx ends (the leader's term).
 // A failed send is tried again at the next round; the URL is sent only
 // once this node knows it.
-func (a *Addresses) Announce(ctx context.Context, term uint64, peers []string, send func(ctx context.Context, addr string, msg wire.Message) error) {
+//
+// peers is read every round: a member added meanwhile hears the next one.
+func (a *Addresses) Announce(ctx context.Context, term uint64, peers func() []string, send func(ctx context.Context, addr string, msg wire.Message) error) {
 	t := time.NewTicker(AnnounceEvery)
 	defer t.Stop()
 	for {
 		if self := a.Self(); self != "" {
 			msg := &wire.LeaderAPI{Term: term, URL: self}
-			for _, addr := range peers {
+			for _, addr := range peers() {
 				sctx, cancel := context.WithTimeout(ctx, AnnounceEvery)
 				_ = send(sctx, addr, msg) // a peer that missed it hears the next round
 				cancel()

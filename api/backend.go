@@ -129,6 +129,9 @@ type ClusterView struct {
 	// gate that could not ask a datacenter's leader for its workers), so a
 	// partial view never passes for a whole one.
 	Unreachable []string `json:"unreachable,omitempty"`
+	// Groups are the election groups the answering node belongs to, with
+	// their configured members (GroupView).
+	Groups []GroupView `json:"groups,omitempty"`
 }
 
 // NodeView is one node as a role sees it.

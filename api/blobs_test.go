@@ -294,8 +294,8 @@ func TestUploadBlobWaitsOutRateLimit(t *testing.T) {
 // free-space floor is 507 naming the setting, and offsets no blob can
 // have are client errors, never 500.
 func TestBlobRoutesOverAFullStore(t *testing.T) {
-	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: t.TempDir(), Quorum: 1,
-		Peers: func() []string { return nil }, Spawn: func(func(context.Context)) bool { return false },
+	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: t.TempDir(),
+		Peers: func() ([]string, int) { return nil, 1 }, Spawn: func(func(context.Context)) bool { return false },
 		// A floor no disk can keep: every write would cross it.
 		Limits: blobstore.Limits{MinFree: math.MaxInt64 / 2}})
 	if err != nil {

@@ -41,8 +41,8 @@ func parseSum(s string) (blobstore.Sum, error) {
 
 func (b *BlobService) info(sum blobstore.Sum, holders int) *BlobInfo {
 	st, _ := b.cluster.Rep.Store.Stat(sum)
-	return &BlobInfo{SHA256: sum.String(), Size: st.Size, Replicas: holders, Needed: b.cluster.Quorum,
-		Durable: holders >= b.cluster.Quorum}
+	needed := b.cluster.Quorum()
+	return &BlobInfo{SHA256: sum.String(), Size: st.Size, Replicas: holders, Needed: needed, Durable: holders >= needed}
 }
 
 // StatBlob implements BlobBackend: whether the blob is stored here, and on
@@ -121,7 +121,7 @@ func (b *BlobService) CommitBlob(ctx context.Context, s string, size int64) (*Bl
 	holders, err := b.cluster.EnsureDurable(rctx, sum)
 	if err != nil && ctx.Err() == nil {
 		b.log.Warn("blob not durable", "sum", sum.String(), "holders", holders, "err", err)
-		return nil, wire.Errorf(wire.CodeNoQuorum, "blob %s is on %d of the %d nodes needed: %v", sum, holders, b.cluster.Quorum, err)
+		return nil, wire.Errorf(wire.CodeNoQuorum, "blob %s is on %d of the %d nodes needed: %v", sum, holders, b.cluster.Quorum(), err)
 	}
 	if err != nil {
 		holders = b.cluster.Holders(context.WithoutCancel(ctx), sum)

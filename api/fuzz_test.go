@@ -137,3 +137,24 @@ func FuzzBlobRequest(f *testing.F) {
 		}
 	})
 }
+
+// A member change comes from any client holding the token; what it
+// accepts must pass its own check, and what it refuses is the zero value.
+func FuzzDecodeMemberChange(f *testing.F) {
+	for _, s := range []string{``, `{}`, `{"id":"dc1-manager-4","addr":"127.0.0.1:7400"}`, `{"id":"a b","addr":"x:1"}`,
+		`{"id":"m","addr":"nohost"}`, `{"id":"m","addr":"h:0"}`, `{"id":"m","addr":"h:1","x":1}`, `{"id":"m","addr":"h:1"} {}`, `null`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		mc, err := DecodeMemberChange(bytes.NewReader(b))
+		if err != nil {
+			if mc != (MemberChange{}) {
+				t.Fatalf("error %v with a non-zero member %+v", err, mc)
+			}
+			return
+		}
+		if err := mc.Check(); err != nil {
+			t.Fatalf("accepted %+v, which its check refuses: %v", mc, err)
+		}
+	})
+}

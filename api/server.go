@@ -228,6 +228,8 @@ func (s *Server) routes() http.Handler {
 		{"POST", "/v1/jobs/{id}/cancel", true, s.cancelJob},
 		{"GET", "/v1/jobs/{id}/results", true, s.jobResults},
 		{"GET", "/v1/cluster", true, s.cluster},
+		{"POST", "/v1/members", true, s.addMember},
+		{"DELETE", "/v1/members/{id}", true, s.removeMember},
 		{"GET", "/v1/blobs/{sum}", true, s.statBlob},
 		{"PUT", "/v1/blobs/{sum}", true, s.putBlobChunk},
 		{"POST", "/v1/blobs/{sum}/commit", true, s.commitBlob},

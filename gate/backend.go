@@ -255,6 +255,7 @@ func (g *Gate) Cluster(ctx context.Context) (*api.ClusterView, error) {
 	workers, unreachable := g.datacenterWorkers(ctx, dcs)
 	view.Nodes = append(view.Nodes, workers...)
 	view.Unreachable = unreachable
+	view.Groups = []api.GroupView{*g.groupView()}
 	return view, nil
 }
 

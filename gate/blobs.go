@@ -23,7 +23,7 @@ import (
 // gate, and the API's blob routes answer on the leader.
 func (g *Gate) openBlobs() error {
 	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: g.cfg.DataDir, Tr: g.tr, Log: g.log, Now: g.now,
-		Peers: g.peerAddrs, Quorum: g.quorumSize, Spawn: g.spawn, Limits: g.cfg.BlobLimits(g.referencedBlobs)})
+		Peers: g.blobPeers, Spawn: g.spawn, Limits: g.cfg.BlobLimits(g.referencedBlobs)})
 	if err != nil {
 		return err
 	}
@@ -35,13 +35,14 @@ func (g *Gate) openBlobs() error {
 	return nil
 }
 
-func (g *Gate) peerAddrs() []string {
-	out := make([]string, 0, len(g.peerIDs))
-	for _, id := range g.peerIDs {
-		out = append(out, g.peers[id])
-	}
-	return out
+// blobPeers is the gate group as the blob store sees it.
+func (g *Gate) blobPeers() ([]string, int) {
+	p := g.group.Load()
+	return p.VoterAddrs(), p.Quorum
 }
+
+// peerAddrs lists the other gates' addresses.
+func (g *Gate) peerAddrs() []string { return g.group.Load().Addrs() }
 
 // registerBlobHandlers: only other gates may write blobs here; managers
 // read them (a submission's data files, fetched from the gates first when

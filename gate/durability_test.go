@@ -358,7 +358,7 @@ func TestSyncPagesStayUnderTheMessageCap(t *testing.T) {
 		req.SinceVersion, req.SinceJobID = last.Version, last.Submission.JobID
 	}
 	// The whole read, over the (size-checking) hub.
-	if _, _, err := dst.fetchRecords(ctx, "g1", syncCursor{}); err != nil {
+	if _, _, err := dst.fetchRecords(ctx, "g1", dst.group.Load().Addr("g1"), syncCursor{}); err != nil {
 		t.Fatalf("sync from g1: %v", err)
 	}
 	for _, id := range want {
@@ -379,7 +379,7 @@ func TestSyncPagesStayUnderTheMessageCap(t *testing.T) {
 	if src.adopt(heavy) == nil {
 		t.Fatal("g1 did not take j-heavy")
 	}
-	if _, _, err := dst.fetchRecords(ctx, "g1", syncCursor{7, "j-big-3"}); err != nil {
+	if _, _, err := dst.fetchRecords(ctx, "g1", dst.group.Load().Addr("g1"), syncCursor{7, "j-big-3"}); err != nil {
 		t.Fatalf("sync of a record grown past one message: %v", err)
 	}
 	got, _, ok := dst.record("j-heavy")
@@ -392,7 +392,7 @@ func TestSyncPagesStayUnderTheMessageCap(t *testing.T) {
 	if src.adopt(huge) == nil {
 		t.Fatal("g1 did not take j-huge")
 	}
-	_, _, err := dst.fetchRecords(ctx, "g1", syncCursor{8, "j-heavy"})
+	_, _, err := dst.fetchRecords(ctx, "g1", dst.group.Load().Addr("g1"), syncCursor{8, "j-heavy"})
 	if wire.CodeOf(err) != wire.CodeTooLarge || !strings.Contains(err.Error(), "j-huge") {
 		t.Fatalf("sync of an oversized record: %v; want a too_large error naming j-huge", err)
 	}

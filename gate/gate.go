@@ -96,11 +96,12 @@ type Gate struct {
 	store    *jobStore
 	notReady int // the LHM reported to the election until the first sync
 
-	peers      map[string]string // other gates: id -> QUIC addr
-	peerIDs    []string
-	quorumSize int
-	ids        *wire.SnowflakeGenerator
-	dcs        *dcTable
+	// group is the gate group as each quorum decision reads it, swapped
+	// when the configuration in effect changes (leadership.PeerView).
+	group *leadership.PeerView
+	ms    membership // members.go
+	ids   *wire.SnowflakeGenerator
+	dcs   *dcTable
 
 	mu      sync.Mutex
 	jobs    map[string]*jobEntry
@@ -184,6 +185,11 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 			Logger:           baseLog,
 			OnBecomeLeader:   g.onBecomeLeader,
 			OnLoseLeadership: g.onLoseLeadership,
+			OnMembersChange:  g.onMembersChange,
+			OnRemoved:        g.onRemoved,
+			// A learner (a gate added at runtime) is promoted only once
+			// it has copied the leader's records (members.go).
+			Syncs: true,
 			OnLeaderChange: func(leader string, term uint64) {
 				g.log.Info("gate leader changed", "leader", leader, "term", term)
 				// Before the start sync ends, initialSync decides (it knows
@@ -199,7 +205,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g.life.Opened(g.seat.Close)
 	g.tr, g.cfg.Peers, g.elector = g.seat.Tr, g.seat.Members, g.seat.Elector
-	g.peers, g.peerIDs, g.quorumSize = g.seat.Group.Others, g.seat.Group.OtherIDs, g.seat.Group.Quorum
+	g.group = leadership.NewPeerView(leadership.NewPeerSet(cfg.ID, g.elector.Members()))
 	// Until the first state sync, this gate must not lead: it may hold no
 	// jobs at all while the others hold many. A health score above the
 	// election's limit keeps it from campaigning and from being voted for.
@@ -227,7 +233,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	}
 	g.registerHandlers()
 	ok = true
-	g.log.Info("gate ready", "quic", g.tr.Addr(), "peers", len(g.cfg.Peers), "jobs_loaded", len(g.jobs))
+	g.log.Info("gate ready", "quic", g.tr.Addr(), "members", g.elector.Members().String(), "jobs_loaded", len(g.jobs))
 	return g, nil
 }
 
@@ -235,6 +241,14 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 // and serves until ctx ends or Shutdown is called.
 func (g *Gate) Run(ctx context.Context) error {
 	if err := g.life.Serve(ctx, func() {
+		switch p := g.group.Load(); {
+		case p.SelfLearner:
+			g.startLearnerSync() // a learner restarted: copy again
+		case !p.SelfVoter:
+			// Its removal is stored in its data dir: it takes no part.
+			g.refusedAsRemoved(fmt.Sprintf("the group's configuration stored here (epoch %d: %s) does not name it", p.Epoch, g.elector.Members()), false)
+			return
+		}
 		g.spawn(g.seat.Run)
 		g.spawn(g.initialSync)
 		g.spawn(g.healthLoop)
@@ -244,6 +258,9 @@ func (g *Gate) Run(ctx context.Context) error {
 			g.spawn(g.joinLoop)
 		}
 	}); err != nil {
+		return fmt.Errorf("gate: %w", err)
+	}
+	if err := g.exitError(); err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
 	return nil
@@ -405,9 +422,6 @@ func (g *Gate) registerHandlers() {
 	handle(g, wire.TypeGateRecordRequest, g.handleRecordRequest)
 }
 
-func (g *Gate) isPeer(id string) bool {
-	_, ok := g.peers[id]
-	return ok
-}
+func (g *Gate) isPeer(id string) bool { return g.group.Load().IsPeer(id) }
 
 var _ api.Backend = (*Gate)(nil)

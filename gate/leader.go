@@ -27,7 +27,7 @@ func (g *Gate) awaitLeader(ctx context.Context) (*leadership.Term, error) {
 func (g *Gate) onBecomeLeader(term uint64) {
 	lt := g.lead.Establish(term)
 	g.log.Info("leading the gates", "term", term)
-	lt.Go(func(ctx context.Context) { g.apis.Announce(ctx, term, g.peerAddrs(), g.tr.Send) })
+	lt.Go(func(ctx context.Context) { g.apis.Announce(ctx, term, g.peerAddrs, g.tr.Send) })
 	lt.Go(func(ctx context.Context) {
 		if _, err := g.syncMajority(ctx, "takeover"); err != nil {
 			g.log.Info("lost the lead before a majority of gates was read; never served", "term", term)

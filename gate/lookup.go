@@ -24,6 +24,7 @@ import (
 type lookupResult struct {
 	found  bool // a gate held the record; it is adopted now
 	absent int  // gates, this one included, that said they hold no such job
+	quorum int  // the majority of the group that was asked
 }
 
 // lookupJob asks every other gate for job id's record, within
@@ -41,10 +42,11 @@ func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 		rec *wire.GateJobRecord
 		err error
 	}
-	answers := make(chan answer, len(g.peerIDs))
-	for _, peer := range g.peerIDs {
+	peers := g.group.Load()
+	answers := make(chan answer, len(peers.VoterIDs))
+	for _, peer := range peers.VoterIDs {
 		wg.Go(func() {
-			reply, err := g.tr.Call(ctx, g.peers[peer], &wire.GateRecordRequest{JobID: id})
+			reply, err := g.tr.Call(ctx, peers.Voters[peer], &wire.GateRecordRequest{JobID: id})
 			if err != nil {
 				answers <- answer{err: err}
 				return
@@ -57,9 +59,9 @@ func (g *Gate) lookupJob(ctx context.Context, id string) lookupResult {
 			answers <- answer{rec: rec}
 		})
 	}
-	res := lookupResult{absent: 1}
+	res := lookupResult{absent: 1, quorum: peers.Quorum}
 	var newest *wire.GateJobRecord
-	for range g.peerIDs {
+	for range peers.VoterIDs {
 		a := <-answers
 		switch {
 		case a.err == nil:
@@ -107,7 +109,7 @@ func (g *Gate) unknownReport(ctx context.Context, lt *leadership.Term, jp *wire.
 		log.Warn("a datacenter reported a job this leader did not hold; found it on another gate and took it over")
 		g.takeOver(lt, jp.JobID)
 		return nil, true
-	case res.absent >= g.quorumSize:
+	case res.absent >= res.quorum:
 		// A majority holds no such job: it was never acknowledged (or is
 		// past retention), and nobody will read its results. Managers obey
 		// a Cancel in an answer only from the job's lease holder, which
@@ -135,7 +137,7 @@ func (g *Gate) unknownReport(ctx context.Context, lt *leadership.Term, jp *wire.
 		// Not enough gates answered to tell: the datacenter goes on and
 		// reports again, and the next report asks again.
 		log.Info("a datacenter reported a job this leader does not hold; too few gates answered to tell whether one does",
-			"gates_without_it", res.absent, "need", g.quorumSize)
+			"gates_without_it", res.absent, "need", res.quorum)
 		return ack, false
 	}
 }

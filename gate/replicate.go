@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -51,7 +52,10 @@ func (g *Gate) save(ctx context.Context, recs ...*wire.GateJobRecord) error {
 // a majority (this gate included) stored it, so a successor knows the job
 // (and this version of it) before the client or a datacenter hears of it.
 func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) error {
-	if g.quorumSize <= 1 {
+	peers, release := g.group.Hold()
+	op := &wire.ReplicateGateRecord{Record: *rec}
+	g.sendToLearners(peers, op, release)
+	if peers.Quorum <= 1 {
 		g.markStored(rec)
 		return nil
 	}
@@ -60,11 +64,10 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 	// Returning at quorum cancels the calls still out, and waits for them.
 	defer wg.Wait()
 	defer cancel()
-	acks := make(chan error, len(g.peerIDs))
-	op := &wire.ReplicateGateRecord{Record: *rec}
-	for _, id := range g.peerIDs {
+	acks := make(chan error, len(peers.VoterIDs))
+	for _, id := range peers.VoterIDs {
 		wg.Go(func() {
-			reply, err := g.tr.Call(ctx, g.peers[id], op)
+			reply, err := g.tr.Call(ctx, peers.Voters[id], op)
 			if ack, ok := reply.(*wire.JobAck); err == nil && (!ok || !ack.Accepted) {
 				err = fmt.Errorf("gate %s refused the record: %s", id, ackError(ack))
 			}
@@ -72,11 +75,11 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 		})
 	}
 	have, errs := 1, []error(nil)
-	for range g.peerIDs {
+	for range peers.VoterIDs {
 		err := <-acks
 		if err == nil {
 			have++
-			if have >= g.quorumSize {
+			if have >= peers.Quorum {
 				g.markStored(rec)
 				return nil
 			}
@@ -85,7 +88,30 @@ func (g *Gate) replicateQuorum(ctx context.Context, rec *wire.GateJobRecord) err
 		}
 	}
 	return wire.Errorf(wire.CodeNoQuorum, "job %s reached %d of %d gates (need %d): %v",
-		rec.Submission.JobID, have, len(g.cfg.Peers), g.quorumSize, errors.Join(errs...))
+		rec.Submission.JobID, have, 1+len(peers.VoterIDs), peers.Quorum, errors.Join(errs...))
+}
+
+// sendToLearners hands op to every learner of peers, counted by nobody,
+// each call with its own timeout rather than the round's (which ends at
+// quorum): a learner must get every record sent after it joined. release
+// runs once they all ended.
+func (g *Gate) sendToLearners(peers *leadership.PeerSet, op *wire.ReplicateGateRecord, release func()) {
+	if len(peers.LearnerIDs) == 0 || !g.spawn(func(ctx context.Context) {
+		defer release()
+		var wg sync.WaitGroup
+		for _, id := range peers.LearnerIDs {
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, g.cfg.QuorumTimeout)
+				defer cancel()
+				if _, err := g.tr.Call(cctx, peers.Learners[id], op); err != nil {
+					g.log.Debug("record not sent to a learner gate", "gate", id, "job_id", op.Record.Submission.JobID, "err", err)
+				}
+			})
+		}
+		wg.Wait()
+	}) {
+		release()
+	}
 }
 
 // markStored notes that rec's version of its job is on a majority of

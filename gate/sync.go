@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"tempest/internal/lifecycle"
+	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -51,7 +52,7 @@ func (g *Gate) catchUpFrom(leader string) {
 	g.spawn(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, g.cfg.SyncTimeout)
 		defer cancel()
-		_, n, err := g.fetchRecords(ctx, leader, syncCursor{})
+		_, n, err := g.fetchRecords(ctx, leader, g.group.Load().Addr(leader), syncCursor{})
 		if err != nil {
 			g.log.Debug("catch-up from the leader not finished", "leader", leader, "adopted", n, "err", err)
 			return
@@ -87,15 +88,17 @@ const syncRetryMax = 5 * time.Second
 // answered, and every page received is kept. It returns the gates it read
 // in full.
 func (g *Gate) syncMajority(ctx context.Context, why string) (map[string]bool, error) {
-	need := g.quorumSize - 1
+	// One group for the whole read: a majority of one configuration.
+	peers := g.group.Load()
+	need := peers.Quorum - 1
 	if need <= 0 {
 		return nil, nil
 	}
-	cursors := make(map[string]syncCursor, len(g.peerIDs))
-	read := make(map[string]bool, len(g.peerIDs))
+	cursors := make(map[string]syncCursor, len(peers.VoterIDs))
+	read := make(map[string]bool, len(peers.VoterIDs))
 	backoff := 100 * time.Millisecond
 	for round := 1; ; round++ {
-		adopted := g.syncRound(ctx, cursors, read, need)
+		adopted := g.syncRound(ctx, peers, cursors, read, need)
 		if len(read) >= need {
 			g.log.Info("state sync: read a majority of gates", "why", why, "gates_read", len(read), "rounds", round, "adopted", adopted)
 			return read, nil
@@ -116,7 +119,7 @@ func (g *Gate) syncMajority(ctx context.Context, why string) (map[string]bool, e
 // each from its cursor; it marks the gates read in full and returns at a
 // majority (cancelling the reads still out) or when every read ended. It
 // returns how many records it adopted.
-func (g *Gate) syncRound(ctx context.Context, cursors map[string]syncCursor, read map[string]bool, need int) int {
+func (g *Gate) syncRound(ctx context.Context, peers *leadership.PeerSet, cursors map[string]syncCursor, read map[string]bool, need int) int {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.SyncTimeout)
 	var wg sync.WaitGroup
 	// Returning at a majority cancels the fetches still out, and waits.
@@ -129,7 +132,7 @@ func (g *Gate) syncRound(ctx context.Context, cursors map[string]syncCursor, rea
 		err     error
 	}
 	var ask []string
-	for _, id := range g.peerIDs {
+	for _, id := range peers.VoterIDs {
 		if !read[id] {
 			ask = append(ask, id)
 		}
@@ -138,7 +141,7 @@ func (g *Gate) syncRound(ctx context.Context, cursors map[string]syncCursor, rea
 	for _, id := range ask {
 		cur := cursors[id]
 		wg.Go(func() {
-			cur, n, err := g.fetchRecords(ctx, id, cur)
+			cur, n, err := g.fetchRecords(ctx, id, peers.Voters[id], cur)
 			answers <- answer{id: id, cur: cur, adopted: n, err: err}
 		})
 	}
@@ -163,10 +166,10 @@ func (g *Gate) syncRound(ctx context.Context, cursors map[string]syncCursor, rea
 // persisting each page as it arrives, and returns where it got to and how
 // many records it adopted. It ends without error only once the gate said
 // it has nothing more.
-func (g *Gate) fetchRecords(ctx context.Context, id string, cur syncCursor) (syncCursor, int, error) {
+func (g *Gate) fetchRecords(ctx context.Context, id, addr string, cur syncCursor) (syncCursor, int, error) {
 	adopted := 0
 	for {
-		reply, err := g.tr.Call(ctx, g.peers[id], &wire.StateSyncRequest{RequesterID: g.cfg.ID, RequesterRole: wire.RoleGate,
+		reply, err := g.tr.Call(ctx, addr, &wire.StateSyncRequest{RequesterID: g.cfg.ID, RequesterRole: wire.RoleGate,
 			SinceVersion: cur.version, SinceJobID: cur.jobID})
 		if err != nil {
 			return cur, adopted, fmt.Errorf("gate %s: state sync after version %d: %w", id, cur.version, err)
@@ -221,9 +224,9 @@ func (g *Gate) merge(recs []wire.GateJobRecord) (int, error) {
 // record too large for a message goes lighter (fitRecord); one too large
 // even then is an error the asker sees, naming the job, rather than an
 // answer the transport cannot carry.
-func (g *Gate) handleStateSync(_ context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
-	if !g.isPeer(from.NodeID) {
-		return nil, wire.Errorf(wire.CodeRejected, "gate state is only shared with configured gates")
+func (g *Gate) handleStateSync(ctx context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
+	if err := g.learnerSyncGate(ctx, from); err != nil {
+		return nil, err
 	}
 	// Without SinceJobID the asker has every record of SinceVersion (it
 	// pages by version alone).

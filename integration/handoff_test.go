@@ -32,38 +32,43 @@ type leaderWatch struct {
 func (c *cluster) watchLeaders(ctx context.Context, wg *sync.WaitGroup, names []string) *leaderWatch {
 	w := &leaderWatch{first: map[string]time.Time{}, byTerm: map[uint64]string{}}
 	for _, name := range names {
-		n, _ := c.Node(name)
-		one, err := c.nodeClient(n)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		wg.Go(func() {
-			defer one.Close()
-			for ctx.Err() == nil {
-				pctx, cancel := context.WithTimeout(ctx, time.Second)
-				view, err := one.Cluster(pctx)
-				cancel()
-				at := time.Now()
-				if err != nil || len(view.Nodes) == 0 {
-					continue
-				}
-				self := view.Nodes[0] // a manager lists itself first
-				if self.Name != name || !self.IsLeader {
-					continue
-				}
-				w.mu.Lock()
-				if other, ok := w.byTerm[self.Term]; ok && other != name {
-					w.doubled = append(w.doubled, other+" and "+name+" in one term")
-				}
-				w.byTerm[self.Term] = name
-				if _, seen := w.first[name]; !seen && self.Term > w.since {
-					w.first[name] = at
-				}
-				w.mu.Unlock()
-			}
-		})
+		c.watchLeader(ctx, wg, w, name)
 	}
 	return w
+}
+
+// watchLeader adds manager name to w (one started after the watch began).
+func (c *cluster) watchLeader(ctx context.Context, wg *sync.WaitGroup, w *leaderWatch, name string) {
+	n, _ := c.Node(name)
+	one, err := c.nodeClient(n)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	wg.Go(func() {
+		defer one.Close()
+		for ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			view, err := one.Cluster(pctx)
+			cancel()
+			at := time.Now()
+			if err != nil || len(view.Nodes) == 0 {
+				continue
+			}
+			self := view.Nodes[0] // a manager lists itself first
+			if self.Name != name || !self.IsLeader {
+				continue
+			}
+			w.mu.Lock()
+			if other, ok := w.byTerm[self.Term]; ok && other != name {
+				w.doubled = append(w.doubled, other+" and "+name+" in one term")
+			}
+			w.byTerm[self.Term] = name
+			if _, seen := w.first[name]; !seen && self.Term > w.since {
+				w.first[name] = at
+			}
+			w.mu.Unlock()
+		}
+	})
 }
 
 // after reports the first manager seen leading a term above the one reset

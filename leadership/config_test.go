@@ -149,6 +149,9 @@ func TestMembershipGrowsAndShrinksOneAtATime(t *testing.T) {
 			if got := s.byID["n5"].notice; !strings.Contains(got, "not a member") && !strings.Contains(got, "stale configuration") {
 				t.Fatalf("n5 was not told why it is refused: notice %q", got)
 			}
+			if !s.byID["n5"].removed {
+				t.Fatalf("n5 was refused (%q) but not told it was removed, so its role would not stop", s.byID["n5"].notice)
+			}
 			if st := s.status("n4"); st.State != Follower || st.Term > term {
 				t.Fatalf("removed n4 campaigns: %+v", st)
 			}
@@ -394,4 +397,113 @@ func FuzzHeartbeatConfig(f *testing.F) {
 			t.Fatalf("adopted %s but stored %+v", c, hs)
 		}
 	})
+}
+
+// A node added as a learner follows the leader but does not vote or count
+// toward any majority until it reports synced; then the leader promotes it
+// by a change of its own. While it is a learner the group's quorum is the
+// old one: with one of the three voters down, the two others still lead,
+// and the learner's acknowledgements never stand in for the missing voter.
+func TestLearnerIsPromotedOnlyOnceSynced(t *testing.T) {
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			three := []string{"n1", "n2", "n3"}
+			s := newSim(t, seed, simOptions{nodes: 4, maxDelay: 2,
+				peers: map[string][]string{"n1": three, "n2": three, "n3": three, "n4": {"n1", "n2", "n3", "n4"}},
+				syncs: map[string]bool{"n4": true}})
+			var lead string
+			if !s.runUntil(30*et, func() bool { var ok bool; lead, ok = s.leaderOf(three...); return ok }) {
+				t.Fatal("no leader of three")
+			}
+			var added *Configuration
+			if !s.runUntil(30*et, func() bool {
+				var err error
+				added, err = s.byID[lead].m.ProposeConfig(members(three...), members("n4"))
+				return err == nil
+			}) {
+				t.Fatal("learner never proposed")
+			}
+			s.flush(s.byID[lead])
+			if !s.runUntil(30*et, func() bool {
+				return s.byID["n4"].m.Learner() && s.byID[lead].m.Members().Epoch >= added.Epoch
+			}) {
+				t.Fatalf("n4 never became a learner: %s", s.byID["n4"].m.Members())
+			}
+			s.run(20 * et)
+			if c := s.byID[lead].m.Members(); c.Has("n4") || !c.HasLearner("n4") || c.Quorum() != 2 {
+				t.Fatalf("an unsynced learner was promoted, or counts: %s quorum %d", c, c.Quorum())
+			}
+			if st := s.status("n4"); st.State != Follower || st.Leader != lead {
+				t.Fatalf("learner n4 does not follow %s: %+v", lead, st)
+			}
+			s.byID["n4"].m.SetSynced(true)
+			if !s.runUntil(30*et, func() bool {
+				l, ok := s.leaderOf("n1", "n2", "n3", "n4")
+				return ok && s.byID[l].m.Members().Has("n4") && !s.byID["n4"].m.Learner()
+			}) {
+				t.Fatalf("synced learner never promoted: %s", s.byID[lead].m.Members())
+			}
+			if c := s.byID["n4"].m.Members(); c.Epoch != added.Epoch+1 || c.Quorum() != 3 {
+				t.Fatalf("promotion is not one change after the addition: %s quorum %d", c, c.Quorum())
+			}
+		})
+	}
+}
+
+// While a learner, a node neither votes nor counts for check-quorum: with
+// two of three voters down, the leader steps down though the learner keeps
+// answering.
+func TestLearnerDoesNotCountForCheckQuorum(t *testing.T) {
+	three := []string{"n1", "n2", "n3"}
+	s := newSim(t, 1, simOptions{nodes: 4, maxDelay: 1,
+		peers: map[string][]string{"n1": three, "n2": three, "n3": three, "n4": {"n1", "n2", "n3", "n4"}},
+		syncs: map[string]bool{"n4": true}})
+	var lead string
+	if !s.runUntil(30*et, func() bool { var ok bool; lead, ok = s.leaderOf(three...); return ok }) {
+		t.Fatal("no leader of three")
+	}
+	if !s.runUntil(30*et, func() bool {
+		_, err := s.byID[lead].m.ProposeConfig(members(three...), members("n4"))
+		return err == nil
+	}) {
+		t.Fatal("learner never proposed")
+	}
+	s.flush(s.byID[lead])
+	if !s.runUntil(30*et, func() bool { return s.byID["n4"].m.Learner() && s.byID[lead].m.Members().HasLearner("n4") }) {
+		t.Fatal("n4 never became a learner")
+	}
+	for _, id := range three {
+		if id != lead {
+			s.kill(id)
+		}
+	}
+	if !s.runUntil(10*et, func() bool { return s.status(lead).State != Leader }) {
+		t.Fatalf("leader %s kept leading on a learner's acknowledgements alone", lead)
+	}
+	if st := s.status("n4"); st.State != Follower {
+		t.Fatalf("learner campaigns: %+v", st)
+	}
+}
+
+// A node that was never in the group (its operator started it before
+// adding it) is refused like a removed one, but is not told it was
+// removed: its role waits to be added instead of stopping.
+func TestNewcomerIsRefusedButNotRemoved(t *testing.T) {
+	three := []string{"n1", "n2", "n3"}
+	s := newSim(t, 3, simOptions{nodes: 4, maxDelay: 1,
+		peers: map[string][]string{"n1": three, "n2": three, "n3": three, "n4": {"n1", "n2", "n3", "n4"}}})
+	if !s.runUntil(30*et, func() bool { _, ok := s.leaderOf(three...); return ok }) {
+		t.Fatal("no leader of three")
+	}
+	// The group moves past epoch 0 without n4 (so its refusals carry a
+	// newer epoch than n4's): n3 leaves.
+	s.change(t, three, []string{"n1", "n2"})
+	s.run(30 * et)
+	n4 := s.byID["n4"]
+	if !strings.Contains(n4.notice, "not a member") {
+		t.Fatalf("newcomer n4 was not told why it is refused: %q", n4.notice)
+	}
+	if n4.removed {
+		t.Fatalf("newcomer n4 (never a member) was told it was removed: %q", n4.notice)
+	}
 }

@@ -71,6 +71,9 @@ type ElectorConfig struct {
 	// Priority ranks this node among equally healthy candidates (higher is
 	// preferred); see Config.Priority.
 	Priority int
+	// Syncs: this node's role must sync before it may vote (Config.Syncs);
+	// it calls SetSynced(true) once it has.
+	Syncs bool
 
 	// Callbacks, all optional. See Elector for the ordering guarantees.
 	OnBecomeLeader   func(term uint64)
@@ -81,6 +84,10 @@ type ElectorConfig struct {
 	// OnMembersChange reports a new configuration in effect on this node
 	// (a membership change it stored, or, on the leader, committed).
 	OnMembersChange func(c *Configuration)
+	// OnRemoved reports that the group refused this node as no longer a
+	// member (Ready.Removed): it was removed while it was away and came
+	// back with its old configuration. reason is the refusal's.
+	OnRemoved func(reason string)
 }
 
 // Validate reports every problem with c at once.
@@ -134,6 +141,7 @@ const (
 	evLeaderChange
 	evBecomeLeader
 	evMembersChange
+	evRemoved
 )
 
 type event struct {
@@ -141,6 +149,7 @@ type event struct {
 	term   uint64
 	leader string
 	conf   *Configuration
+	reason string
 }
 
 // Elector runs a Machine on a clock over a Transport.
@@ -164,7 +173,8 @@ type Elector struct {
 	quorum  int
 
 	inbox    chan inbound
-	lhm      chan int // capacity 1, newest value wins
+	lhm      chan int  // capacity 1, newest value wins
+	synced   chan bool // capacity 1, newest value wins
 	handoffs chan chan handoffResult
 	changes  chan changeReq
 
@@ -244,6 +254,7 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		FlapWindowTicks:   p.FlapWindowTicks,
 		FlapCooldownTicks: p.FlapCooldownTicks,
 		Priority:          cfg.Priority,
+		Syncs:             cfg.Syncs,
 	}, cfg.Storage)
 	if err != nil {
 		return nil, fmt.Errorf("leadership elector %s/%s: %w", cfg.Cluster, id, err)
@@ -269,6 +280,7 @@ func New(cfg ElectorConfig) (*Elector, error) {
 		quorum:   m.Quorum(),
 		inbox:    make(chan inbound, inboxSize),
 		lhm:      make(chan int, 1),
+		synced:   make(chan bool, 1),
 		handoffs: make(chan chan handoffResult),
 		changes:  make(chan changeReq),
 		changed:  make(chan struct{}),
@@ -323,7 +335,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	wg.Go(func() { e.deliverCallbacks() })
 	e.senders = make(map[string]chan wire.Message, len(e.cfg.Peers))
 	e.runCtx, e.runWG = ctx, &wg
-	for _, mem := range e.m.Members().Members {
+	for _, mem := range slices.Concat(e.m.Members().Members, e.m.Members().Learners) {
 		e.addrs[mem.ID] = mem.QUIC
 	}
 
@@ -377,11 +389,17 @@ func (e *Elector) loop(ctx context.Context) {
 			e.m.Step(in.from, in.msg)
 		case v := <-e.lhm:
 			e.m.SetLHM(v)
+		case v := <-e.synced:
+			e.m.SetSynced(v)
 		case reply := <-e.handoffs:
 			to, err := e.m.TransferLeadership("")
 			reply <- handoffResult{to: to, term: e.m.Status().Term, err: err}
 		case req := <-e.changes:
-			next, err := e.m.ProposeMembers(req.members)
+			var next *Configuration
+			voters, learners, err := req.build(e.m.Members())
+			if err == nil {
+				next, err = e.m.ProposeConfig(voters, learners)
+			}
 			req.reply <- changeResult{next: next, term: e.m.Status().Term, err: err}
 		}
 		e.process()
@@ -443,9 +461,12 @@ func (e *Elector) process() {
 	if rd.Notice != "" && rd.Notice != e.notice {
 		e.notice = rd.Notice
 		e.log.Warn("refused by the election group; this node's membership is stale", "why", rd.Notice)
+		if rd.Removed {
+			e.events.push(event{kind: evRemoved, reason: rd.Notice})
+		}
 	}
 	if conf := e.m.Members(); conf != e.published() {
-		for _, mem := range conf.Members {
+		for _, mem := range slices.Concat(conf.Members, conf.Learners) {
 			e.addrs[mem.ID] = mem.QUIC
 		}
 		e.mu.Lock()
@@ -454,7 +475,7 @@ func (e *Elector) process() {
 		e.changed = make(chan struct{})
 		e.mu.Unlock()
 		e.log.Info("group configuration in effect", "members", conf.String(), "quorum", conf.Quorum(),
-			"member", conf.Has(e.id))
+			"member", conf.Has(e.id), "learner", conf.HasLearner(e.id))
 		e.events.push(event{kind: evMembersChange, conf: conf})
 	}
 	e.confirm(rd.Confirmations)
@@ -583,6 +604,10 @@ func (e *Elector) deliverCallbacks() {
 			if f := e.cfg.OnMembersChange; f != nil {
 				f(ev.conf)
 			}
+		case evRemoved:
+			if f := e.cfg.OnRemoved; f != nil {
+				f(ev.reason)
+			}
 		}
 	}
 }
@@ -693,9 +718,12 @@ func (e *Elector) Leader() (id, addr string) {
 // Members is the group configuration in effect on this node.
 func (e *Elector) Members() *Configuration { return e.published() }
 
+// changeReq asks the loop for a change; build works out the voters and
+// learners from the configuration in effect there, so a change is judged
+// against what the Machine has, not what a caller last read.
 type changeReq struct {
-	members []Member
-	reply   chan changeResult
+	build func(cur *Configuration) (voters, learners []Member, err error)
+	reply chan changeResult
 }
 
 type changeResult struct {
@@ -711,13 +739,49 @@ type changeResult struct {
 // or may not survive (a member that stored it keeps it), so the caller
 // looks at the new leader's Members before trying again.
 func (e *Elector) ChangeMembers(ctx context.Context, members []Member) (*Configuration, error) {
+	return e.change(ctx, func(cur *Configuration) ([]Member, []Member, error) {
+		learners := slices.DeleteFunc(slices.Clone(cur.Learners), func(l Member) bool {
+			return slices.ContainsFunc(members, func(v Member) bool { return v.ID == l.ID })
+		})
+		return members, learners, nil
+	})
+}
+
+// AddLearner adds mem to the group as a learner (see Configuration): it
+// follows the leader at once, and the leader promotes it to a voter once it
+// reports synced. Like ChangeMembers it returns once the addition is in
+// effect on this leader; the promotion comes later, as a change of its own.
+func (e *Elector) AddLearner(ctx context.Context, mem Member) (*Configuration, error) {
+	return e.change(ctx, func(cur *Configuration) ([]Member, []Member, error) {
+		if cur.Has(mem.ID) || cur.HasLearner(mem.ID) {
+			return nil, nil, fmt.Errorf("%w: %s is in %s", ErrAlreadyMember, mem.ID, cur)
+		}
+		return cur.Members, append(slices.Clone(cur.Learners), mem), nil
+	})
+}
+
+// RemoveMember removes a voter or a learner from the group. Removing the
+// leader itself hands leadership over as the change commits.
+func (e *Elector) RemoveMember(ctx context.Context, id string) (*Configuration, error) {
+	return e.change(ctx, func(cur *Configuration) ([]Member, []Member, error) {
+		if !cur.Has(id) && !cur.HasLearner(id) {
+			return nil, nil, fmt.Errorf("%w: %s is not in %s", ErrNoSuchMember, id, cur)
+		}
+		drop := func(ms []Member) []Member {
+			return slices.DeleteFunc(slices.Clone(ms), func(m Member) bool { return m.ID == id })
+		}
+		return drop(cur.Members), drop(cur.Learners), nil
+	})
+}
+
+func (e *Elector) change(ctx context.Context, build func(cur *Configuration) ([]Member, []Member, error)) (*Configuration, error) {
 	e.mu.Lock()
 	done, running := e.done, e.running && !e.stopped
 	e.mu.Unlock()
 	if !running {
 		return nil, ErrStopped
 	}
-	req := changeReq{members: members, reply: make(chan changeResult, 1)}
+	req := changeReq{build: build, reply: make(chan changeResult, 1)}
 	select {
 	case e.changes <- req:
 	case <-done:
@@ -759,6 +823,22 @@ func (e *Elector) FenceToken() uint64 { return e.Status().FenceToken }
 func (e *Elector) NotLeaderError() *wire.Error {
 	id, addr := e.Leader()
 	return &wire.Error{Code: wire.CodeNotLeader, Message: "not the " + e.cfg.Cluster + " leader", Leader: id, LeaderAddr: addr}
+}
+
+// SetSynced tells the election whether this node's role holds the group's
+// state (ElectorConfig.Syncs). It never blocks; the newest value wins.
+func (e *Elector) SetSynced(synced bool) {
+	for {
+		select {
+		case e.synced <- synced:
+			return
+		default:
+		}
+		select {
+		case <-e.synced:
+		default:
+		}
+	}
 }
 
 // SetLHM passes this node's Lifeguard local health score to the election.

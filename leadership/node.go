@@ -69,6 +69,11 @@ type Ready struct {
 	// act on: its configuration is stale (it was removed, or missed a
 	// change). Empty when there is nothing new to say.
 	Notice string
+	// Removed, with a Notice: the refusing peer's newer configuration
+	// leaves this node out altogether, and this node has taken part in the
+	// group before (it has a term or a stored configuration), so it was
+	// removed rather than not yet added.
+	Removed bool
 }
 
 // Confirmation is a peer's acknowledgement of this node's current term,
@@ -122,6 +127,11 @@ type Config struct {
 	// settled leader hands over to a follower of higher priority that is at
 	// least as healthy. Equal priorities (the default) change nothing.
 	Priority int
+	// Syncs says this node's role holds state it must copy from the group
+	// before it can vote: it reports itself unsynced in its heartbeat
+	// acknowledgements until SetSynced(true), and a leader promotes a
+	// learner only once it reports synced. False: always synced.
+	Syncs bool
 }
 
 // Validate reports every problem with c at once.
@@ -180,15 +190,19 @@ func (c Config) Validate() error {
 //
 // A Machine is not safe for concurrent use.
 type Machine struct {
-	cfg     Config
-	conf    *Configuration // the configuration in effect; replaced, never mutated
-	pending *Configuration // a leader's proposed change, until a majority of conf stored it
-	member  bool           // this node is in conf: only members campaign
-	notice  string         // why a peer refused this node (stale configuration), for Ready
-	peers   []string       // conf's ids, sorted (includes self if a member): iteration order must be deterministic
-	quorum  int
-	storage Storage
-	rand    *rand.Rand
+	cfg           Config
+	conf          *Configuration // the configuration in effect; replaced, never mutated
+	pending       *Configuration // a leader's proposed change, until a majority of conf stored it
+	member        bool           // this node is a voter in conf: only voters campaign and vote
+	learner       bool           // this node is a learner in conf: it follows, and never votes
+	synced        bool           // the role holds the group's state (Config.Syncs); acks say so
+	notice        string         // why a peer refused this node (stale configuration), for Ready
+	noticeRemoved bool           // that peer's configuration leaves this node out
+	peers         []string       // conf's voters' ids, sorted (includes self if a member): iteration order must be deterministic
+	learners      []string       // conf's learners' ids, sorted
+	quorum        int
+	storage       Storage
+	rand          *rand.Rand
 
 	state    State
 	term     uint64
@@ -233,6 +247,7 @@ type followerSeen struct {
 	priority int
 	lhm      int
 	epoch    uint64 // configuration epoch it has stored
+	synced   bool   // its role reports it holds the group's state
 }
 
 // Sentinel errors of a leadership transfer; callers branch on them.
@@ -275,6 +290,7 @@ func NewMachine(cfg Config, st Storage) (*Machine, error) {
 		votedFor: hs.VotedFor,
 		saved:    hs,
 	}
+	m.synced = !cfg.Syncs
 	m.setConf(conf)
 	m.becomeFollower(hs.Term, "")
 	m.reported = m.Status()
@@ -336,6 +352,8 @@ func (m *Machine) Ready() (Ready, error) {
 	rd.Messages, m.msgs = m.msgs, nil
 	rd.Confirmations, m.confirms = m.confirms, nil
 	rd.Notice, m.notice = m.notice, ""
+	rd.Removed = m.noticeRemoved && (m.term > 0 || m.conf.Epoch > 0)
+	m.noticeRemoved = false
 	if st := m.Status(); st != m.reported {
 		m.reported = st
 		rd.StateChange = &st
@@ -352,6 +370,14 @@ func (m *Machine) SetLHM(lhm int) {
 		m.becomeFollower(m.term, "")
 	}
 }
+
+// SetSynced records whether this node's role holds the group's state (see
+// Config.Syncs); the leader reads it from the heartbeat acknowledgements.
+func (m *Machine) SetSynced(synced bool) { m.synced = synced }
+
+// Learner reports whether this node is a learner in the configuration in
+// effect.
+func (m *Machine) Learner() bool { return m.learner }
 
 // Tick advances logical time by one tick.
 func (m *Machine) Tick() {
@@ -401,6 +427,7 @@ func (m *Machine) tickLeader() {
 		m.heartbeatElapsed = 0
 		m.broadcastHeartbeat()
 	}
+	m.maybePromote()
 	m.maybeRebalance()
 }
 
@@ -411,9 +438,25 @@ func (m *Machine) Step(from string, msg wire.Message) {
 	if from == m.cfg.ID {
 		return
 	}
+	if m.isLearner(from) {
+		// A learner only ever answers heartbeats: it neither votes nor
+		// campaigns, so nothing else it might send counts.
+		if ack, ok := msg.(*wire.LeaderHeartbeatAck); ok && ack.Cluster == m.cfg.Cluster && ack.Follower == from {
+			m.onHeartbeatAck(from, ack)
+		}
+		return
+	}
 	if !slices.Contains(m.peers, from) && !(m.pending != nil && m.pending.Has(from)) {
 		m.stepStranger(from, msg)
 		return
+	}
+	if m.learner {
+		// Not a voter: votes are none of this node's business, and a
+		// learner's vote must never help elect anyone.
+		switch msg.(type) {
+		case *wire.PreVoteRequest, *wire.VoteRequest, *wire.TimeoutNow:
+			return
+		}
 	}
 	switch msg := msg.(type) {
 	case *wire.PreVoteRequest:
@@ -445,6 +488,15 @@ func (m *Machine) Step(from string, msg wire.Message) {
 			m.onTimeoutNow(from, msg)
 		}
 	}
+}
+
+// isLearner reports whether from is a learner of the configuration in
+// effect or of a pending change, and no voter of either.
+func (m *Machine) isLearner(from string) bool {
+	if slices.Contains(m.peers, from) || (m.pending != nil && m.pending.Has(from)) {
+		return false
+	}
+	return slices.Contains(m.learners, from) || (m.pending != nil && m.pending.HasLearner(from))
 }
 
 // inLease reports whether this node has heard from a live leader within an
@@ -494,7 +546,13 @@ func (m *Machine) onPreVoteRequest(from string, req *wire.PreVoteRequest) {
 }
 
 func (m *Machine) onPreVoteResponse(from string, resp *wire.PreVoteResponse) {
-	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason)
+	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason, resp.NotMember)
+	if resp.NotMember {
+		// The group does not count this node: its term is none of this
+		// node's business, and a term of its own (kept at zero) is how it
+		// tells, later, that it never took part (Ready.Removed).
+		return
+	}
 	if !resp.Granted && resp.Term > m.term {
 		m.becomeFollower(resp.Term, "")
 		return
@@ -552,7 +610,10 @@ func (m *Machine) onVoteRequest(from string, req *wire.VoteRequest) {
 }
 
 func (m *Machine) onVoteResponse(from string, resp *wire.VoteResponse) {
-	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason)
+	m.noteRefusal(from, resp.Granted, resp.ConfigEpoch, resp.Reason, resp.NotMember)
+	if resp.NotMember {
+		return // as in onPreVoteResponse
+	}
 	if resp.Term > m.term {
 		m.becomeFollower(resp.Term, "")
 		return
@@ -599,7 +660,7 @@ func (m *Machine) onHeartbeat(from string, hb *wire.LeaderHeartbeat) {
 		}
 	}
 	m.send(from, &wire.LeaderHeartbeatAck{Cluster: m.cfg.Cluster, Term: m.term, Follower: m.cfg.ID, Success: true, Seq: hb.Seq,
-		Priority: m.cfg.Priority, LHM: m.lhm, ConfigEpoch: m.conf.Epoch})
+		Priority: m.cfg.Priority, LHM: m.lhm, ConfigEpoch: m.conf.Epoch, Synced: m.synced})
 }
 
 func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
@@ -615,8 +676,11 @@ func (m *Machine) onHeartbeatAck(from string, ack *wire.LeaderHeartbeatAck) {
 		return
 	}
 	if m.state == Leader && ack.Term == m.term && ack.Success {
+		m.followers[from] = followerSeen{at: m.now, priority: ack.Priority, lhm: ack.LHM, epoch: ack.ConfigEpoch, synced: ack.Synced}
+		if m.isLearner(from) {
+			return // neither check-quorum nor the lease counts a learner
+		}
 		m.acks[from] = true
-		m.followers[from] = followerSeen{at: m.now, priority: ack.Priority, lhm: ack.LHM, epoch: ack.ConfigEpoch}
 		m.confirms = append(m.confirms, Confirmation{From: from, Seq: ack.Seq})
 		m.maybeCommitConf()
 	}
@@ -816,12 +880,13 @@ func (m *Machine) becomeLeader() {
 func (m *Machine) broadcastHeartbeat() {
 	m.hbSeq++
 	latest := m.latestConf()
-	to := m.peers
+	to := slices.Concat(m.peers, m.learners)
 	if m.pending != nil {
-		to = m.pending.IDs() // a member being added hears the change too
-		for _, p := range m.peers {
+		// A member being added hears the change too, and one being
+		// removed, so it stores it.
+		for _, p := range slices.Concat(m.pending.IDs(), m.pending.LearnerIDs()) {
 			if !slices.Contains(to, p) {
-				to = append(to, p) // and one being removed, so it stores it
+				to = append(to, p)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"tempest/transport"
 )
@@ -110,6 +111,10 @@ func (s *Seat) HandOff(ctx context.Context) {
 	}
 	s.log.Info("planned stop: leadership handed over", "to", to)
 }
+
+// ElectionTimeout is the group's election timeout: how long a planned step
+// (a handover, a removed member's exit) waits for the group to settle.
+func (s *Seat) ElectionTimeout() time.Duration { return s.Elector.profile.ElectionTimeout() }
 
 // Close closes the transport and the storage the seat opened (not the ones
 // it was given), transport first: no message then reaches an elector whose

@@ -71,6 +71,7 @@ type simNode struct {
 	m        *Machine // nil while crashed
 	lhm      int
 	notice   string // the last Ready.Notice
+	removed  bool   // a Ready said this node was removed (Ready.Removed)
 	restarts int
 	prev     Status // last status the checker saw, for edge detection
 	since    int    // tick the current leadership stint began
@@ -121,6 +122,7 @@ type simOptions struct {
 	flapMax, flapWindow, flapCooldown int
 	priority                          map[string]int      // election priority by node id; absent is 0
 	peers                             map[string][]string // a node's static peers, when not every node's
+	syncs                             map[string]bool     // nodes whose role syncs before voting (Config.Syncs)
 }
 
 type sim struct {
@@ -222,6 +224,7 @@ func (s *sim) start(n *simNode) {
 	cfg := s.cfg
 	cfg.ID = n.id
 	cfg.Priority = s.opts.priority[n.id]
+	cfg.Syncs = s.opts.syncs[n.id]
 	if p, ok := s.opts.peers[n.id]; ok {
 		cfg.Peers = p
 	}
@@ -337,6 +340,7 @@ func (s *sim) flush(n *simNode) {
 	}
 	if rd.Notice != "" {
 		n.notice = rd.Notice
+		n.removed = n.removed || rd.Removed
 		s.logf("%s notice: %s", n.id, rd.Notice)
 	}
 	if rd.StateChange != nil {

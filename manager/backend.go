@@ -119,8 +119,9 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 	for _, n := range m.members.Members() {
 		members[n.Name] = n
 	}
-	for _, id := range m.peerIDs {
-		n := api.NodeView{Name: id, Role: string(wire.RoleManager), DC: m.cfg.Datacenter, State: "dead", Addr: m.peers[id], IsLeader: id == st.Leader}
+	peers := m.group.Load()
+	for _, id := range peers.Targets() {
+		n := api.NodeView{Name: id, Role: string(wire.RoleManager), DC: m.cfg.Datacenter, State: "dead", Addr: peers.Addr(id), IsLeader: id == st.Leader}
 		if info, ok := members[id]; ok {
 			n.State = "alive"
 			n.API = info.Meta.Tags["api"]
@@ -145,6 +146,7 @@ func (m *Manager) Cluster(context.Context) (*api.ClusterView, error) {
 		view.Nodes = append(view.Nodes, api.NodeView{Name: n.Name, Role: string(n.Meta.Role), DC: n.Meta.Datacenter,
 			State: n.State.String(), Addr: n.Meta.QUICAddr, API: n.Meta.Tags["api"]})
 	}
+	view.Groups = []api.GroupView{*m.groupView()}
 	return view, nil
 }
 

@@ -30,7 +30,7 @@ import (
 // the API's blob routes answer on the leader.
 func (m *Manager) openBlobs() error {
 	n, err := blobstore.OpenNode(blobstore.NodeConfig{DataDir: m.cfg.DataDir, Tr: m.tr, Log: m.log, Now: m.clock.Now,
-		Peers: m.peerAddrs, Quorum: m.quorumSize, Spawn: m.spawn, Limits: m.cfg.BlobLimits(m.referencedBlobs)})
+		Peers: m.blobPeers, Spawn: m.spawn, Limits: m.cfg.BlobLimits(m.referencedBlobs)})
 	if err != nil {
 		return err
 	}
@@ -56,13 +56,14 @@ func (m *Manager) registerBlobHandlers() {
 	handle(m, wire.TypeBlobChunkGet, m.guardBlobGet(b.HandleGet(m.isPeer)))
 }
 
-// peerAddrs lists the other configured managers' addresses.
-func (m *Manager) peerAddrs() []string {
-	out := make([]string, 0, len(m.peerIDs))
-	for _, id := range m.peerIDs {
-		out = append(out, m.peers[id])
-	}
-	return out
+// peerAddrs lists the other managers' addresses, learners included.
+func (m *Manager) peerAddrs() []string { return m.group.Load().Addrs() }
+
+// blobPeers is the group as a blob's durability sees it: the other voters
+// and their majority, read together.
+func (m *Manager) blobPeers() ([]string, int) {
+	p := m.group.Load()
+	return p.VoterAddrs(), p.Quorum
 }
 
 // submissionBlobs lists the blobs a submission references.
@@ -102,7 +103,7 @@ func (m *Manager) checkSubmissionBlobs(ctx context.Context, sub *wire.JobSubmiss
 		if errors.Is(err, blobstore.ErrNotFound) {
 			return wire.Errorf(wire.CodeRejected, "job %q references blob %s, which no manager holds: upload it first (tempest submit does)", sub.Name, sum)
 		}
-		return wire.Errorf(wire.CodeNoQuorum, "job %q references blob %s, which is on %d of the %d managers needed: %v", sub.Name, sum, holders, m.quorumSize, err)
+		return wire.Errorf(wire.CodeNoQuorum, "job %q references blob %s, which is on %d of the %d managers needed: %v", sub.Name, sum, holders, m.group.Load().Quorum, err)
 	}
 	return nil
 }

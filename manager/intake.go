@@ -38,32 +38,38 @@ import (
 
 // intakeResult is what storing a submission on the peers came to.
 type intakeResult struct {
-	stored  int // peers that answered with a JobAck
+	quorum  int // the majority the round counted toward (its peer set's)
+	voters  int // the voters of that set, this manager included
+	stored  int // voters that answered with a JobAck
 	refused int // peers that certainly did not store it
 	unknown int // peers whose outcome is unknown (timeout, lost connection)
 }
 
 // storeOnPeers sends sub to every peer and waits, up to the quorum timeout,
-// until enough peers stored it for a majority or every peer answered.
-// Stragglers are not cancelled at quorum: they keep their own timeout, so a
-// slow peer still gets the copy a successor may need.
+// until enough voters stored it for a majority or every voter answered.
+// Learners get it too, uncounted. Stragglers are not cancelled at quorum:
+// they keep their own timeout, so a slow peer still gets the copy a
+// successor may need.
 func (m *Manager) storeOnPeers(ctx context.Context, sub *wire.JobSubmission) intakeResult {
-	var res intakeResult
-	if len(m.peerIDs) == 0 {
+	peers, release := m.group.Hold()
+	res := intakeResult{quorum: peers.Quorum, voters: 1 + len(peers.VoterIDs)}
+	targets := peers.Targets()
+	if len(targets) == 0 {
+		release()
 		return res
 	}
 	type answer struct {
 		peer string
 		err  error
 	}
-	answers := make(chan answer, len(m.peerIDs))
+	answers := make(chan answer, len(targets))
 	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.QuorumTimeout)
 	var wg sync.WaitGroup
-	for _, id := range m.peerIDs {
+	for _, id := range targets {
 		wg.Add(1)
 		if !m.spawn(func(context.Context) {
 			defer wg.Done()
-			resp, err := m.tr.Call(callCtx, m.peers[id], &wire.ReplicateJob{Job: *sub})
+			resp, err := m.tr.Call(callCtx, peers.Addr(id), &wire.ReplicateJob{Job: *sub})
 			if err == nil {
 				if _, ok := resp.(*wire.JobAck); !ok {
 					err = &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("unexpected %T", resp)}
@@ -75,15 +81,22 @@ func (m *Manager) storeOnPeers(ctx context.Context, sub *wire.JobSubmission) int
 			answers <- answer{peer: id, err: transport.ErrNotDelivered}
 		}
 	}
-	m.spawn(func(context.Context) { wg.Wait(); cancel() })
-	for range m.peerIDs {
+	if !m.spawn(func(context.Context) { wg.Wait(); cancel(); release() }) {
+		wg.Wait()
+		cancel()
+		release()
+	}
+	for range targets {
 		var a answer
 		select {
 		case a = <-answers:
 		case <-ctx.Done():
 			// The caller gave up: whatever has not answered is unknown.
-			res.unknown = len(m.peerIDs) - res.stored - res.refused
+			res.unknown = len(peers.VoterIDs) - res.stored - res.refused
 			return res
+		}
+		if _, voter := peers.Voters[a.peer]; !voter {
+			continue // a learner's copy never counts
 		}
 		switch {
 		case a.err == nil:
@@ -94,7 +107,7 @@ func (m *Manager) storeOnPeers(ctx context.Context, sub *wire.JobSubmission) int
 			res.unknown++
 			m.log.Debug("submission not confirmed by peer", "peer", a.peer, "job_id", sub.JobID, "err", a.err)
 		}
-		if 1+res.stored >= m.quorumSize {
+		if 1+res.stored >= res.quorum {
 			return res
 		}
 	}
@@ -119,14 +132,14 @@ func (m *Manager) intake(ctx context.Context, lt *leadership.Term, j *jobState, 
 	sub := j.rec.Submission
 	m.mu.Unlock()
 	res := m.storeOnPeers(ctx, &sub)
-	if 1+res.stored >= m.quorumSize {
+	if 1+res.stored >= res.quorum {
 		if err := m.confirm(lt, j); err != nil {
 			return m.unknownOutcome(sub.JobID, res, err.Error())
 		}
 		return nil
 	}
 	if first && res.stored == 0 && res.unknown == 0 {
-		msg := fmt.Sprintf("no quorum: %d of %d managers confirmed storing job %s; it was not run and will not be", 1, len(m.cfg.Peers), sub.JobID)
+		msg := fmt.Sprintf("no quorum: %d of %d managers confirmed storing job %s; it was not run and will not be", 1, res.voters, sub.JobID)
 		m.endJob(j, wire.JobFailed, msg)
 		return wire.Errorf(wire.CodeNoQuorum, "%s", msg)
 	}
@@ -140,7 +153,7 @@ func (m *Manager) unknownOutcome(id string, res intakeResult, why string) error 
 	}
 	return wire.Errorf(wire.CodeOutcomeUnknown, "no quorum: %d of %d managers confirmed storing job %s%s; outcome unknown: "+
 		"it runs if a majority comes to hold it; resubmit with the same Idempotency-Key to learn which",
-		1+res.stored, len(m.cfg.Peers), id, why)
+		1+res.stored, res.voters, id, why)
 }
 
 // errNotConfirmed: the job cannot be confirmed by this leader any more.

@@ -27,7 +27,7 @@ func (m *Manager) onBecomeLeader(term uint64) {
 	m.log.Info("leading", "term", term)
 	m.refreshHeartbeat()
 	lt.Go(func(ctx context.Context) { m.rs.Lead(ctx, lt.Number()) })
-	lt.Go(func(ctx context.Context) { m.apis.Announce(ctx, term, m.peerAddrs(), m.tr.Send) })
+	lt.Go(func(ctx context.Context) { m.apis.Announce(ctx, term, m.peerAddrs, m.tr.Send) })
 	lt.Go(func(ctx context.Context) {
 		out := m.syncState(ctx, lt)
 		lt.MarkSynced()

@@ -90,10 +90,11 @@ type Manager struct {
 	blobs      *blobstore.Node // blobs.go; served to clients by the embedded BlobService
 	*api.BlobService
 
-	peers      map[string]string // other configured managers: id -> QUIC addr
-	peerIDs    []string          // sorted keys of peers
-	quorumSize int
-	rs         *rsstore.Store // rainstorm.go
+	// group is the manager group as quorum decisions see it, swapped on
+	// every membership change (peerset.go, members.go).
+	group *leadership.PeerView
+	ms    membership
+	rs    *rsstore.Store // rainstorm.go
 	// rsStale counts checkpoints refused because their task runs under a
 	// newer incarnation: a replaced task that went on (frozen, cut off)
 	// and was fenced, as /metrics shows.
@@ -244,6 +245,11 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 			OnBecomeLeader:   m.onBecomeLeader,
 			OnLoseLeadership: m.onLoseLeadership,
 			OnLeaderChange:   m.onLeaderChange,
+			OnMembersChange:  m.onMembersChange,
+			OnRemoved:        m.onRemoved,
+			// A learner (a manager added at runtime) is promoted only
+			// once it has copied the leader's jobs (members.go).
+			Syncs: true,
 		},
 	})
 	if err != nil {
@@ -251,7 +257,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	m.life.Opened(m.seat.Close)
 	m.tr, m.cfg.Peers, m.elector = m.seat.Tr, m.seat.Members, m.seat.Elector
-	m.peers, m.peerIDs, m.quorumSize = m.seat.Group.Others, m.seat.Group.OtherIDs, m.seat.Group.Quorum
+	m.group = leadership.NewPeerView(leadership.NewPeerSet(cfg.ID, m.elector.Members()))
 	// Within two election timeouts check-quorum, counted in ticks, is the
 	// judge (a leader whose ticks keep time steps down by then); the lease
 	// limit is for a leader whose ticks lag far behind that.
@@ -288,7 +294,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	// Last, so no message reaches a half-built manager.
 	m.registerHandlers()
 	ok = true
-	m.log.Info("manager ready", "quic", m.tr.Addr(), "peers", len(m.cfg.Peers), "quorum", m.quorumSize,
+	m.log.Info("manager ready", "quic", m.tr.Addr(), "members", m.elector.Members().String(), "quorum", m.group.Load().Quorum,
 		"jobs_loaded", len(m.jobs), "api", m.apis.Self())
 	return m, nil
 }
@@ -297,6 +303,16 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 // ends or Shutdown is called. It can run once.
 func (m *Manager) Run(ctx context.Context) error {
 	if err := m.life.Serve(ctx, func() {
+		switch p := m.group.Load(); {
+		case p.SelfLearner:
+			m.startLearnerSync() // a learner restarted: copy again
+		case !p.SelfVoter:
+			// It stored its removal before it stopped: the group's
+			// configuration in its data dir no longer names it. It
+			// takes no part in anything, elections included.
+			m.refusedAsRemoved(fmt.Sprintf("the group's configuration stored here (epoch %d: %s) does not name it", p.Epoch, m.elector.Members()), false)
+			return
+		}
 		m.spawn(m.seat.Run)
 		m.spawn(m.lag.Run)
 		m.spawn(m.heartbeatLoop)
@@ -312,6 +328,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		}
 	}); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	if err := m.exitError(); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
@@ -400,12 +419,10 @@ func (m *Manager) registerHandlers() {
 	m.registerRainstormOutput()
 }
 
-// isPeer reports whether id is another configured manager. Transport ids
-// are proven by the sealed envelope, so this is an authorisation check.
-func (m *Manager) isPeer(id string) bool {
-	_, ok := m.peers[id]
-	return ok
-}
+// isPeer reports whether id is another manager of the group (a voter or a
+// learner). Transport ids are proven by the sealed envelope, so this is an
+// authorisation check.
+func (m *Manager) isPeer(id string) bool { return m.group.Load().IsPeer(id) }
 
 // kick asks the scheduler to look at queued work now.
 func (m *Manager) kick() {

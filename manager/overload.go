@@ -64,7 +64,7 @@ func (m *Manager) gradeLoad(lhm int) (overload.Reading, bool) {
 		log("load level changed", "from", prev, "to", r.Level, "reason", r.Reason, "lag", r.Lag.Round(time.Millisecond), "lhm", r.LHM)
 	}
 	healthier := false
-	for _, id := range m.peerIDs {
+	for _, id := range m.group.Load().VoterIDs {
 		// A peer SWIM knows alive but whose heartbeat has not arrived
 		// (Version 0) has said nothing of its load.
 		if hb, alive, ok := m.managers.get(id); ok && alive && hb.Version != 0 && overload.Level(hb.Load) < r.Level {

@@ -173,7 +173,7 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 	dispatch.Worker, dispatch.Slot = wv.ID, slot
 	dispatch.Placement = m.placementProof(rec.JobID, rec.WorkflowID, wv.ID, token)
 
-	confirmed, answered, refusals := m.provision(ctx, &wire.ProvisionRequest{
+	a := m.provision(ctx, &wire.ProvisionRequest{
 		JobID: rec.JobID, WorkflowID: rec.WorkflowID, TargetWorker: wv.ID,
 		CoresRequired: cores, FenceToken: token, Version: wv.Version,
 	})
@@ -185,14 +185,14 @@ func (m *Manager) placeOn(ctx context.Context, lt *leadership.Term, w *workflowS
 		m.workers.unreserve(wv.ID, cores)
 		return placeResult{outcome: outcomeSkipped, err: err}, false
 	}
-	if confirmed < m.quorumSize {
+	if a.confirmed < a.quorum {
 		m.workers.unreserve(wv.ID, cores)
-		if answered < m.quorumSize {
-			err := wire.Errorf(wire.CodeNoQuorum, "no quorum: %d of %d managers confirmed", confirmed, len(m.cfg.Peers))
+		if a.answered < a.quorum {
+			err := wire.Errorf(wire.CodeNoQuorum, "no quorum: %d of %d managers confirmed", a.confirmed, a.voters)
 			log.Warn("provision failed", "err", err)
 			return placeResult{outcome: outcomeNoQuorum, err: err}, false
 		}
-		log.Info("peers refused placement; trying another worker", "refusals", refusals)
+		log.Info("peers refused placement; trying another worker", "refusals", a.refusals)
 		return placeResult{}, true
 	}
 
@@ -318,9 +318,8 @@ func (m *Manager) revertAssignment(w *workflowState, token uint64) {
 // placements running at the same time (provision_batch.go), and returns how
 // many managers confirmed and how many answered at all, both counting this
 // one.
-func (m *Manager) provision(ctx context.Context, req *wire.ProvisionRequest) (confirmed, answered int, refusals []string) {
-	a := m.batch.provision.Do(ctx, *req)
-	return a.confirmed, a.answered, a.refusals
+func (m *Manager) provision(ctx context.Context, req *wire.ProvisionRequest) quorumAnswer {
+	return m.batch.provision.Do(ctx, *req)
 }
 
 // commitToPeers tells every peer about a decided placement, in a round it
@@ -335,16 +334,17 @@ func (m *Manager) commitToPeers(ctx context.Context, c *wire.ProvisionCommit) {
 // callPeers sends msg to every peer at once and waits, up to the quorum
 // timeout, for their answers. It is best effort: a peer that does not
 // answer is logged and catches up in the next leader's state sync.
+//
+// Learners are sent it too: they must hold every placement once promoted.
 func (m *Manager) callPeers(ctx context.Context, msg wire.Message, failure string, attrs ...any) {
-	if len(m.peerIDs) == 0 {
-		return
-	}
+	peers, release := m.group.Hold()
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, id := range m.peerIDs {
+	for _, id := range peers.Targets() {
 		wg.Go(func() {
-			if _, err := m.tr.Call(ctx, m.peers[id], msg); err != nil {
+			if _, err := m.tr.Call(ctx, peers.Addr(id), msg); err != nil {
 				m.log.Debug(failure, append([]any{"peer", id, "err", err}, attrs...)...)
 			}
 		})

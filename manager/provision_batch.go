@@ -43,6 +43,7 @@ const roundsInFlight = 2
 // counts including this manager.
 type quorumAnswer struct {
 	confirmed, answered int
+	quorum, voters      int // the round's peer set: its majority and its voters, this manager included
 	refusals            []string
 }
 
@@ -51,11 +52,13 @@ type quorumAnswer struct {
 // answered. A lone request travels as a ProvisionRequest, several as one
 // ProvisionBatch per peer.
 func (m *Manager) provisionRound(ctx context.Context, reqs []wire.ProvisionRequest) []quorumAnswer {
+	// Voters only: a learner (SYNCING) confirms nothing.
+	peers := m.group.Load()
 	out := make([]quorumAnswer, len(reqs))
 	for i := range out {
-		out[i] = quorumAnswer{confirmed: 1, answered: 1}
+		out[i] = quorumAnswer{confirmed: 1, answered: 1, quorum: peers.Quorum, voters: 1 + len(peers.VoterIDs)}
 	}
-	if len(m.peerIDs) == 0 {
+	if len(peers.VoterIDs) == 0 {
 		return out
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
@@ -69,11 +72,11 @@ func (m *Manager) provisionRound(ctx context.Context, reqs []wire.ProvisionReque
 		confirms []wire.ProvisionConfirm
 		err      error
 	}
-	results := make(chan answer, len(m.peerIDs))
+	results := make(chan answer, len(peers.VoterIDs))
 	var wg sync.WaitGroup
-	for _, id := range m.peerIDs {
+	for _, id := range peers.VoterIDs {
 		wg.Go(func() {
-			resp, err := m.tr.Call(ctx, m.peers[id], msg)
+			resp, err := m.tr.Call(ctx, peers.Voters[id], msg)
 			a := answer{peer: id, err: err}
 			if err == nil {
 				a.confirms, a.err = confirmsOf(resp, reqs)
@@ -83,7 +86,7 @@ func (m *Manager) provisionRound(ctx context.Context, reqs []wire.ProvisionReque
 	}
 	defer wg.Wait() // after cancel (deferred later, runs first): stragglers end at once
 	defer cancel()
-	for range m.peerIDs {
+	for range peers.VoterIDs {
 		a := <-results
 		if a.err != nil {
 			m.log.Debug("provision request failed", "peer", a.peer, "placements", len(reqs), "workflow_id", reqs[0].WorkflowID, "err", a.err)
@@ -97,7 +100,7 @@ func (m *Manager) provisionRound(ctx context.Context, reqs []wire.ProvisionReque
 			} else {
 				out[i].refusals = append(out[i].refusals, a.peer+": "+c.Error)
 			}
-			decided = decided && out[i].confirmed >= m.quorumSize
+			decided = decided && out[i].confirmed >= peers.Quorum
 		}
 		if decided {
 			break

@@ -598,8 +598,8 @@ func TestSharedRoundRefusesOnlyTheRefused(t *testing.T) {
 		t.Fatalf("%d answers for 3 requests", len(out))
 	}
 	for _, i := range []int{0, 2} {
-		if out[i].confirmed < l.quorumSize || len(out[i].refusals) != 0 {
-			t.Errorf("%s: %d confirmations (quorum %d), refusals %v; want confirmed by a majority, refused by none", reqs[i].WorkflowID, out[i].confirmed, l.quorumSize, out[i].refusals)
+		if out[i].confirmed < l.group.Load().Quorum || len(out[i].refusals) != 0 {
+			t.Errorf("%s: %d confirmations (quorum %d), refusals %v; want confirmed by a majority, refused by none", reqs[i].WorkflowID, out[i].confirmed, l.group.Load().Quorum, out[i].refusals)
 		}
 	}
 	if a := out[1]; a.confirmed != 1 || a.answered != 3 || len(a.refusals) != 2 {

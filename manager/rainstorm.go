@@ -31,10 +31,19 @@ func (m *Manager) openRainstorm() error {
 // rsHost is what the checkpoint store needs of this manager.
 type rsHost struct{ m *Manager }
 
-func (h rsHost) Peers() ([]string, int) { return h.m.peerIDs, h.m.quorumSize }
+// Peers are the voters only: the checkpoint store counts every answer
+// toward its majority, and a learner's must not count.
+func (h rsHost) Peers() ([]string, int) {
+	p := h.m.group.Load()
+	return p.VoterIDs, p.Quorum
+}
 
 func (h rsHost) Call(ctx context.Context, id string, msg wire.Message) (wire.Message, error) {
-	return h.m.tr.Call(ctx, h.m.peers[id], msg)
+	addr := h.m.group.Load().Addr(id)
+	if addr == "" {
+		return nil, fmt.Errorf("manager %s: %w", id, leadership.ErrNotAMember)
+	}
+	return h.m.tr.Call(ctx, addr, msg)
 }
 
 func (h rsHost) Logger() *slog.Logger { return h.m.log }

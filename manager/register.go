@@ -104,8 +104,10 @@ func (m *Manager) register(from transport.Peer, reg *wire.WorkerRegistration, re
 
 	leader, addr := m.elector.Leader()
 	ack := &wire.RegistrationAck{Accepted: true, Leader: leader, LeaderAddr: addr, Term: m.elector.Status().Term}
-	for _, p := range m.cfg.Peers {
-		ack.Managers = append(ack.Managers, p.QUIC)
+	// The group as it is now, not as the config file had it: a worker
+	// learns here the managers added since it started.
+	for _, mem := range m.elector.Members().Members {
+		ack.Managers = append(ack.Managers, mem.QUIC)
 	}
 	return ack
 }

@@ -33,10 +33,12 @@ import (
 
 // sendToPeers sends msg one way to every peer.
 func (m *Manager) sendToPeers(ctx context.Context, msg wire.Message) {
+	peers, release := m.group.Hold()
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 	defer cancel()
-	for _, id := range m.peerIDs {
-		if err := m.tr.Send(ctx, m.peers[id], msg); err != nil {
+	for _, id := range peers.Targets() {
+		if err := m.tr.Send(ctx, peers.Addr(id), msg); err != nil {
 			m.log.Debug("send to peer failed", "peer", id, "type", msg.Type(), "err", err)
 		}
 	}

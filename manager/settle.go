@@ -104,7 +104,7 @@ func (m *Manager) stopsEndedWithLocked(tx *txn, worker string) {
 // by a lost worker, for one, is stored by this).
 func (m *Manager) finalizeLocked(tx *txn, j *jobState) {
 	lt := tx.leading
-	if lt == nil || len(m.peerIDs) == 0 || !j.rec.Confirmed {
+	if lt == nil || len(m.group.Load().VoterIDs) == 0 || !j.rec.Confirmed {
 		// An unconfirmed job ending (refused at intake) has no results to
 		// settle: it was never acknowledged.
 		return

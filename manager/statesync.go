@@ -91,9 +91,12 @@ func (m *Manager) syncState(ctx context.Context, lt *leadership.Term) *syncOutco
 func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) []*wire.ManagerStateSnapshot {
 	var mu sync.Mutex
 	got := make(map[string]*wire.ManagerStateSnapshot)
+	// One peer set for the whole read: a majority of one configuration.
+	// Learners are not read; they hold nothing a majority lacks.
+	peers := m.group.Load()
 	for round := 0; ; round++ {
 		var wg sync.WaitGroup
-		for _, id := range m.peerIDs {
+		for _, id := range peers.VoterIDs {
 			mu.Lock()
 			done := got[id] != nil
 			mu.Unlock()
@@ -101,7 +104,7 @@ func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) 
 				continue
 			}
 			wg.Go(func() {
-				if ms := m.syncPeer(ctx, id, req); ms != nil {
+				if ms := m.syncPeer(ctx, id, peers.Voters[id], req); ms != nil {
 					mu.Lock()
 					got[id] = ms
 					mu.Unlock()
@@ -109,17 +112,17 @@ func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) 
 			})
 		}
 		wg.Wait()
-		if 1+len(got) >= m.quorumSize || ctx.Err() != nil {
+		if 1+len(got) >= peers.Quorum || ctx.Err() != nil {
 			break
 		}
-		m.log.Warn("state sync: no majority of managers read yet; asking again", "read", 1+len(got), "quorum", m.quorumSize, "round", round)
+		m.log.Warn("state sync: no majority of managers read yet; asking again", "read", 1+len(got), "quorum", peers.Quorum, "round", round)
 		d := m.cfg.StateSyncBackoff << min(round, 6)
 		if !lifecycle.Sleep(ctx, d/2+rand.N(d/2+1)) {
 			break
 		}
 	}
 	out := make([]*wire.ManagerStateSnapshot, 0, len(got))
-	for _, id := range m.peerIDs {
+	for _, id := range peers.VoterIDs {
 		if ms := got[id]; ms != nil {
 			out = append(out, ms)
 		}
@@ -128,7 +131,7 @@ func (m *Manager) readMajority(ctx context.Context, req *wire.StateSyncRequest) 
 }
 
 // syncPeer fetches one peer's snapshot and learns the workers it knows.
-func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRequest) *wire.ManagerStateSnapshot {
+func (m *Manager) syncPeer(ctx context.Context, id, addr string, req *wire.StateSyncRequest) *wire.ManagerStateSnapshot {
 	// A peer SWIM has declared dead (typically the leader that just
 	// crashed) is not worth the retries.
 	gone := func() bool {
@@ -138,7 +141,7 @@ func (m *Manager) syncPeer(ctx context.Context, id string, req *wire.StateSyncRe
 	var ms *wire.ManagerStateSnapshot
 	page := *req
 	for pages := 0; ; pages++ {
-		resp, err := m.fetchState(ctx, m.peers[id], &page, gone)
+		resp, err := m.fetchState(ctx, addr, &page, gone)
 		if err != nil {
 			m.log.Warn("state sync from peer failed", "peer", id, "page", pages, "err", err)
 			return nil
@@ -524,11 +527,11 @@ func (m *Manager) retryStranded(ids []string, since time.Time) {
 	})
 }
 
-// handleStateSync answers a new leader's StateSyncRequest with this
-// manager's snapshot.
-func (m *Manager) handleStateSync(_ context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
-	if !m.isPeer(from.NodeID) {
-		return nil, wire.Errorf(wire.CodeRejected, "state sync is only served to peer managers")
+// handleStateSync answers a new leader's StateSyncRequest, or a learner's
+// (learnerSyncGate), with this manager's snapshot.
+func (m *Manager) handleStateSync(ctx context.Context, from transport.Peer, req *wire.StateSyncRequest) (wire.Message, error) {
+	if err := m.learnerSyncGate(ctx, from); err != nil {
+		return nil, err
 	}
 	return &wire.StateSyncResponse{ResponderID: m.cfg.ID, CurrentVersion: m.currentRev(), ManagerState: m.managerSnapshot(req.Term, req.JobsAfter)}, nil
 }

@@ -161,7 +161,7 @@ func supersedes(a, b *wire.WorkflowProgress) bool {
 
 // replicateStatus queues a job's status for every peer, one way.
 func (m *Manager) replicateStatus(jp wire.JobProgress) {
-	if len(m.peerIDs) == 0 {
+	if p := m.group.Load(); len(p.VoterIDs)+len(p.LearnerIDs) == 0 {
 		return
 	}
 	if !m.batch.status.add(jp) {
@@ -183,13 +183,14 @@ func (m *Manager) sendStatuses(ctx context.Context) {
 		if len(batch) == 0 {
 			return
 		}
+		peers, release := m.group.Hold()
 		sctx, cancel := context.WithTimeout(ctx, m.cfg.QuorumTimeout)
 		var wg sync.WaitGroup
 		for _, chunk := range statusChunks(batch) {
 			msg := statusMessage(chunk)
-			for _, id := range m.peerIDs {
+			for _, id := range peers.Targets() {
 				wg.Go(func() {
-					if err := m.tr.Send(sctx, m.peers[id], msg); err != nil {
+					if err := m.tr.Send(sctx, peers.Addr(id), msg); err != nil {
 						m.log.Debug("send to peer failed", "peer", id, "type", msg.Type(), "jobs", len(chunk), "err", err)
 					}
 				})
@@ -197,6 +198,7 @@ func (m *Manager) sendStatuses(ctx context.Context) {
 		}
 		wg.Wait()
 		cancel()
+		release()
 	}
 }
 
@@ -275,7 +277,7 @@ func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) e
 			return errors.New("this leader has not finished its state sync; the job is not known here yet")
 		}
 		return nil
-	case !w.rec.Status.Terminal() || len(m.peerIDs) == 0:
+	case !w.rec.Status.Terminal() || len(m.group.Load().VoterIDs) == 0:
 		m.mu.Unlock()
 		return nil
 	}
@@ -289,7 +291,7 @@ func (m *Manager) endOnMajority(ctx context.Context, jobID, workflowID string) e
 // a majority of managers (this one included) stored it, sharing a round
 // with the other such stores under way (endsRound).
 func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) error {
-	if len(m.peerIDs) == 0 {
+	if len(m.group.Load().VoterIDs) == 0 {
 		return nil
 	}
 	if err := m.batch.ends.Do(ctx, jp); err != nil {
@@ -308,9 +310,12 @@ func (m *Manager) statusOnMajority(ctx context.Context, jp wire.JobProgress) err
 // returns as soon as every job has its majority or every peer answered.
 func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error {
 	out := make([]error, len(jps))
-	if len(m.peerIDs) == 0 {
+	peers, release := m.group.Hold()
+	defer release()
+	if len(peers.VoterIDs) == 0 {
 		return out
 	}
+	targets := peers.Targets()
 	// One status per job, in order of first appearance.
 	var jobsIn []wire.JobProgress
 	slot := make(map[string]int, len(jps))
@@ -337,15 +342,15 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 		unknown map[string]bool
 		err     error
 	}
-	results := make(chan answer, len(m.peerIDs)*len(chunks))
+	results := make(chan answer, len(targets)*len(chunks))
 	var wg sync.WaitGroup
 	first := 0
 	for _, chunk := range chunks {
 		msg, at := statusMessage(chunk), first
-		for _, id := range m.peerIDs {
+		for _, id := range targets {
 			wg.Go(func() {
 				a := answer{peer: id, first: at, n: len(chunk)}
-				resp, err := m.tr.Call(ctx, m.peers[id], msg)
+				resp, err := m.tr.Call(ctx, peers.Addr(id), msg)
 				switch r := resp.(type) {
 				case nil:
 					a.err = err
@@ -375,14 +380,17 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 		stored[k] = 1
 	}
 	short := len(jobsIn) // jobs still short of a majority
-	if m.quorumSize <= 1 {
+	if peers.Quorum <= 1 {
 		short = 0
 	}
-	for range len(m.peerIDs) * len(chunks) {
+	for range len(targets) * len(chunks) {
 		if short == 0 {
 			break
 		}
 		a := <-results
+		if _, voter := peers.Voters[a.peer]; !voter {
+			continue // a learner's store never counts
+		}
 		for k := a.first; k < a.first+a.n; k++ {
 			switch {
 			case a.err != nil:
@@ -391,15 +399,15 @@ func (m *Manager) endsRound(ctx context.Context, jps []wire.JobProgress) []error
 				errs[k] = append(errs[k], fmt.Errorf("%s: job %s not known there", a.peer, jobsIn[k].JobID))
 			default:
 				stored[k]++
-				if stored[k] == m.quorumSize {
+				if stored[k] == peers.Quorum {
 					short--
 				}
 			}
 		}
 	}
 	for i, k := range of {
-		if stored[k] < m.quorumSize {
-			out[i] = fmt.Errorf("%d of %d managers stored it: %w", stored[k], len(m.cfg.Peers), errors.Join(errs[k]...))
+		if stored[k] < peers.Quorum {
+			out[i] = fmt.Errorf("%d of %d managers stored it: %w", stored[k], 1+len(peers.VoterIDs), errors.Join(errs[k]...))
 		}
 	}
 	return out

@@ -174,8 +174,8 @@ func TestProgressBatchJudgesEachReport(t *testing.T) {
 		}
 		m.mu.Unlock()
 	}
-	if stored < l.quorumSize {
-		t.Errorf("%s's end acknowledged with %d managers holding it, want a majority (%d)", wf0, stored, l.quorumSize)
+	if stored < l.group.Load().Quorum {
+		t.Errorf("%s's end acknowledged with %d managers holding it, want a majority (%d)", wf0, stored, l.group.Load().Quorum)
 	}
 	l.mu.Lock()
 	if w := l.wfs[wf1]; w.rec.Status != wire.WorkflowRunning || w.rec.FenceToken != tokens[wf1] {

@@ -776,6 +776,9 @@ type PreVoteResponse struct {
 	// ConfigEpoch is the voter's configuration epoch, so a candidate left
 	// behind (a removed member restarted with stale config) learns why.
 	ConfigEpoch uint64 `cbor:"6,keyasint,omitempty"`
+	// NotMember: the voter's configuration (ConfigEpoch) does not name the
+	// candidate at all, as a voter or a learner.
+	NotMember bool `cbor:"7,keyasint,omitempty"`
 }
 
 // VoteRequest asks for a vote in Term.
@@ -798,6 +801,7 @@ type VoteResponse struct {
 	Granted     bool   `cbor:"4,keyasint"`
 	Reason      string `cbor:"5,keyasint,omitempty"`
 	ConfigEpoch uint64 `cbor:"6,keyasint,omitempty"`
+	NotMember   bool   `cbor:"7,keyasint,omitempty"` // as PreVoteResponse.NotMember
 }
 
 // LeaderHeartbeat asserts leadership for Term.
@@ -818,6 +822,10 @@ type LeaderHeartbeat struct {
 type GroupConfig struct {
 	Epoch   uint64        `cbor:"1,keyasint"`
 	Members []GroupMember `cbor:"2,keyasint"`
+	// Learners receive the leader's heartbeats and the roles' replication
+	// but neither vote nor count toward any majority, until the leader
+	// promotes them (a manager that is still syncing).
+	Learners []GroupMember `cbor:"3,keyasint,omitempty"`
 }
 
 // GroupMember is one member of a GroupConfig.
@@ -841,6 +849,9 @@ type LeaderHeartbeatAck struct {
 	LHM int `cbor:"7,keyasint,omitempty"`
 	// ConfigEpoch is the configuration the follower has stored durably.
 	ConfigEpoch uint64 `cbor:"8,keyasint,omitempty"`
+	// Synced is the follower's role reporting it holds the group's state: a
+	// learner is promoted to a voter only once it says so.
+	Synced bool `cbor:"9,keyasint,omitempty"`
 }
 
 // TimeoutNow is a leader handing over (a planned stop): it tells the chosen

@@ -313,8 +313,51 @@ func (b *Backend) Cluster(ctx context.Context) (*api.ClusterView, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	v := api.ClusterView{Nodes: slices.Clone(b.cluster.Nodes), Unreachable: slices.Clone(b.cluster.Unreachable)}
+	v := api.ClusterView{Nodes: slices.Clone(b.cluster.Nodes), Unreachable: slices.Clone(b.cluster.Unreachable),
+		Groups: slices.Clone(b.cluster.Groups)}
 	return &v, nil
+}
+
+// AddMember adds mc to the first group SetCluster set, as a SYNCING
+// learner, one epoch on; a member already there is refused.
+func (b *Backend) AddMember(ctx context.Context, mc api.MemberChange) (*api.GroupView, error) {
+	if err := b.errFor("AddMember"); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.cluster.Groups) == 0 {
+		return nil, wire.Errorf(wire.CodeNotFound, "no group")
+	}
+	g := &b.cluster.Groups[0]
+	if slices.ContainsFunc(g.Members, func(m api.MemberView) bool { return m.ID == mc.ID }) {
+		return nil, wire.Errorf(wire.CodeRejected, "already a member: %s", mc.ID)
+	}
+	g.Members = append(slices.Clone(g.Members), api.MemberView{ID: mc.ID, Addr: mc.Addr, State: api.MemberSyncing})
+	g.Epoch++
+	out := *g
+	return &out, nil
+}
+
+// RemoveMember removes id from the first group SetCluster set.
+func (b *Backend) RemoveMember(ctx context.Context, id string) (*api.GroupView, error) {
+	if err := b.errFor("RemoveMember"); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.cluster.Groups) == 0 {
+		return nil, wire.Errorf(wire.CodeNotFound, "no group")
+	}
+	g := &b.cluster.Groups[0]
+	i := slices.IndexFunc(g.Members, func(m api.MemberView) bool { return m.ID == id })
+	if i < 0 {
+		return nil, wire.Errorf(wire.CodeRejected, "no such member: %s", id)
+	}
+	g.Members = slices.Delete(slices.Clone(g.Members), i, i+1)
+	g.Epoch++
+	out := *g
+	return &out, nil
 }
 
 // Leader reports what SetLeader (or SetLeaderFunc) set.

@@ -11,7 +11,8 @@ import (
 
 // runCluster shows the nodes the answering node knows: role, datacenter,
 // health, leadership, cores, key ids (to follow a secret rotation) and
-// open circuit breakers.
+// open circuit breakers; then the election groups it belongs to, with
+// their configured members, epoch and each member's state.
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("cluster", "cluster [--json]", stderr)
 	var conn apiFlags
@@ -52,6 +53,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			cores, formatKeys(n.SendKey, n.AcceptKeys), dash(strings.Join(n.OpenBreakers, ",")))
 	}
 	_ = tw.Flush()
+	for _, g := range view.Groups {
+		fmt.Fprintln(stdout)
+		printGroup(stdout, g)
+	}
 	// A partial view says so: a gate that could not ask a datacenter for
 	// its workers lists none there, which is not the same as having none.
 	for _, u := range view.Unreachable {

@@ -58,6 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runJobs(ctx, args[1:], stdout, stderr)
 	case "cluster":
 		return runCluster(ctx, args[1:], stdout, stderr)
+	case "members":
+		return runMembers(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
 	case "secret":
@@ -88,7 +90,10 @@ commands:
   cancel ID                       cancel a job
   results ID [--format FMT]       download a job's results (FMT: json, csv or html)
   jobs [--json]                   list jobs
-  cluster [--json]                list nodes, leaders, cores and key ids
+  cluster [--json]                list nodes, leaders, cores and key ids, and each group's members
+  members add ID QUIC_ADDR        add a member to the group of the nodes behind --api (a datacenter's
+                                  managers, or the gates): SYNCING until the leader promotes it
+  members remove ID               remove a member from that group
   dev --dir DIR                   run a local cluster of real processes until Ctrl-C
   demo                            run a local demo and print what happened
   target                          run the built-in HTTP target (counts requests; GET /__stats)

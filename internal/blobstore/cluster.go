@@ -10,14 +10,14 @@ import (
 )
 
 // Cluster is one node's side of a replication group (a datacenter's
-// managers, or the gates): a blob is durable once Quorum members, this node
-// counting one, hold it complete and verified.
+// managers, or the gates): a blob is durable once a majority of the
+// members, this node counting one, hold it complete and verified.
 type Cluster struct {
 	Rep *Replicator
-	// Peers lists the other members' transport addresses.
-	Peers func() []string
-	// Quorum is a majority of the configured members.
-	Quorum int
+	// Peers lists the other members' transport addresses and the majority
+	// of the group, read together once per decision: the group may change
+	// between two calls, never within one.
+	Peers func() (addrs []string, quorum int)
 	// Spawn runs a function on a goroutine its owner (the role) stops at
 	// shutdown; pushes that outlive a call run there.
 	Spawn func(func(context.Context)) bool
@@ -25,6 +25,12 @@ type Cluster struct {
 
 	mu       sync.Mutex
 	inflight map[Sum]chan struct{} // closed when that EnsureDurable ends
+}
+
+// Quorum is the majority of the group as it is now.
+func (c *Cluster) Quorum() int {
+	_, q := c.Peers()
+	return q
 }
 
 type sourcesKey struct{}
@@ -43,7 +49,8 @@ func sourcesFrom(ctx context.Context) []string {
 // Fetch copies sum here from the first member holding it, or else from a
 // source named by WithSources.
 func (c *Cluster) Fetch(ctx context.Context, sum Sum) error {
-	holders := c.Rep.Holders(ctx, sum, c.Peers())
+	peers, _ := c.Peers()
+	holders := c.Rep.Holders(ctx, sum, peers)
 	holders = append(holders, c.Rep.Holders(ctx, sum, sourcesFrom(ctx))...)
 	if len(holders) == 0 {
 		return fmt.Errorf("blob %s: %w on any node", sum, ErrNotFound)
@@ -76,7 +83,8 @@ func (c *Cluster) HasLocal(sum Sum) (bool, error) {
 
 // Holders counts the members holding sum complete, this node included.
 func (c *Cluster) Holders(ctx context.Context, sum Sum) int {
-	n := len(c.Rep.Holders(ctx, sum, c.Peers()))
+	peers, _ := c.Peers()
+	n := len(c.Rep.Holders(ctx, sum, peers))
 	if ok, _ := c.HasLocal(sum); ok {
 		n++
 	}
@@ -85,7 +93,7 @@ func (c *Cluster) Holders(ctx context.Context, sum Sum) int {
 
 // EnsureDurable makes sum durable: this node fetches it first if it lacks
 // it; members that lack it get it pushed. It returns how many members hold
-// it once Quorum do, or an error once that cannot happen or ctx ends.
+// it once a majority do, or an error once that cannot happen or ctx ends.
 // Pushes still running then go on under Spawn, so every member catches up.
 // Concurrent calls for one blob run one after the other.
 func (c *Cluster) EnsureDurable(ctx context.Context, sum Sum) (int, error) {
@@ -121,16 +129,16 @@ func (c *Cluster) EnsureDurable(ctx context.Context, sum Sum) (int, error) {
 			return 0, err
 		}
 	}
-	peers := c.Peers()
+	peers, quorum := c.Peers()
 	have := c.Rep.Holders(ctx, sum, peers)
 	missing := slices.DeleteFunc(slices.Clone(peers), func(a string) bool { return slices.Contains(have, a) })
-	if 1+len(have) >= c.Quorum {
+	if 1+len(have) >= quorum {
 		if len(missing) > 0 {
 			// Durable already; the stragglers catch up in the background.
 			_, _ = c.Rep.Replicate(ctx, c.Spawn, sum, missing, 1)
 		}
 		return 1 + len(have), nil
 	}
-	n, err := c.Rep.Replicate(ctx, c.Spawn, sum, missing, c.Quorum-len(have))
+	n, err := c.Rep.Replicate(ctx, c.Spawn, sum, missing, quorum-len(have))
 	return n + len(have), err
 }

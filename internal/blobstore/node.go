@@ -27,10 +27,9 @@ type NodeConfig struct {
 	Tr      transport.Transport
 	Log     *slog.Logger
 	Now     func() time.Time
-	// Peers, Quorum and Spawn are the Cluster's.
-	Peers  func() []string
-	Quorum int
-	Spawn  func(func(context.Context)) bool
+	// Peers and Spawn are the Cluster's.
+	Peers func() (addrs []string, quorum int)
+	Spawn func(func(context.Context)) bool
 	// Limits bound what uploads may take of the disk.
 	Limits Limits
 }
@@ -50,7 +49,7 @@ func OpenNode(c NodeConfig) (*Node, error) {
 	}
 	st.SetLimits(c.Limits)
 	rep := &Replicator{Store: st, Tr: c.Tr, Log: c.Log}
-	return &Node{Store: st, Rep: rep, Cluster: &Cluster{Rep: rep, Peers: c.Peers, Quorum: c.Quorum, Spawn: c.Spawn, Log: c.Log}}, nil
+	return &Node{Store: st, Rep: rep, Cluster: &Cluster{Rep: rep, Peers: c.Peers, Spawn: c.Spawn, Log: c.Log}}, nil
 }
 
 // HandleGet serves a range read (wire.TypeBlobChunkGet). A node outside the

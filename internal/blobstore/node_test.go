@@ -24,16 +24,16 @@ func roleNode(t *testing.T, hub *transport.Hub, id string, members []string, now
 	tr := hub.Node(id)
 	isMember := func(from string) bool { return from != id && slices.Contains(members, from) }
 	n, err := OpenNode(NodeConfig{DataDir: testutil.DataDir(t, id), Tr: tr, Log: testutil.Logger(t, 0), Now: now,
-		Peers: func() []string {
+		Peers: func() ([]string, int) {
 			var out []string
 			for _, m := range members {
 				if m != id {
 					out = append(out, m)
 				}
 			}
-			return out
+			return out, len(members)/2 + 1
 		},
-		Quorum: len(members)/2 + 1, Spawn: life.Go})
+		Spawn: life.Go})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,7 +197,9 @@ type Cluster struct {
 	mu       sync.Mutex
 	nodes    []*Node
 	managers map[string][]*Node // by datacenter
-	gates    []*Node
+	// gateSeeds are the gates' SWIM addresses, for managers added later.
+	gateSeeds []string
+	gates     []*Node
 	// ports holds every port handed out: the kernel may offer a port it
 	// just freed again, and two nodes of one cluster must never share one.
 	ports map[string]bool
@@ -260,81 +262,95 @@ func (c *Cluster) Datacenters() []string {
 
 // layoutGates writes every gate's config and returns the gates' SWIM seeds.
 func (c *Cluster) layoutGates() ([]string, error) {
-	var seeds []string
-	var peers []map[string]string
 	for i := 0; i < c.opts.Gates; i++ {
-		n, err := c.newNode("gate", "", fmt.Sprintf("gate-%d", i+1))
-		if err != nil {
+		if _, err := c.newGateNode(i + 1); err != nil {
 			return nil, err
 		}
-		if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
-			return nil, err
-		}
-		c.gates = append(c.gates, n)
-		seeds = append(seeds, n.Swim)
-		peers = append(peers, map[string]string{"id": n.Name, "quic": n.QUIC})
 	}
 	for _, n := range c.gates {
-		path, err := c.writeConfig(n, map[string]any{
-			"id": n.Name, "quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
-			"data_dir": n.DataDir, "peers": peers, "join": seeds,
-			"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
-			"lease_ttl": c.opts.LeaseTTL.String(),
-		})
-		if err != nil {
+		if err := c.writeGateConfig(n, c.gates); err != nil {
 			return nil, err
 		}
-		n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-gate"), "--config", path, "--secret-file", n.SecretFile}
+	}
+	var seeds []string
+	for _, n := range c.gates {
+		seeds = append(seeds, n.Swim)
 	}
 	return seeds, nil
+}
+
+// newGateNode lays out the addresses of the k-th gate.
+func (c *Cluster) newGateNode(k int) (*Node, error) {
+	n, err := c.newNode("gate", "", fmt.Sprintf("gate-%d", k))
+	if err != nil {
+		return nil, err
+	}
+	if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.gates = append(c.gates, n)
+	c.mu.Unlock()
+	return n, nil
+}
+
+// writeGateConfig writes n's config: its peers are group (n among them),
+// its SWIM seeds the group's.
+func (c *Cluster) writeGateConfig(n *Node, group []*Node) error {
+	var seeds []string
+	var peers []map[string]string
+	for _, g := range group {
+		seeds = append(seeds, g.Swim)
+		peers = append(peers, map[string]string{"id": g.Name, "quic": g.QUIC})
+	}
+	path, err := c.writeConfig(n, map[string]any{
+		"id": n.Name, "quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
+		"data_dir": n.DataDir, "peers": peers, "join": seeds,
+		"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
+		"lease_ttl": c.opts.LeaseTTL.String(),
+	})
+	if err != nil {
+		return err
+	}
+	n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-gate"), "--config", path, "--secret-file", n.SecretFile}
+	return nil
+}
+
+// AddGate lays out one more gate with an empty data dir and a config naming
+// the gates and itself; like AddManager, add it to the group, then start it
+// (Restart).
+func (c *Cluster) AddGate() (*Node, error) {
+	c.mu.Lock()
+	group := slices.Clone(c.gates)
+	c.mu.Unlock()
+	n, err := c.newGateNode(len(group) + 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeGateConfig(n, append(group, n)); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // layoutDatacenter writes one datacenter's managers and workers.
 func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 	mgrs := make([]*Node, c.opts.Managers)
-	var seeds []string
 	for i := range mgrs {
-		n, err := c.newNode("manager", dc, fmt.Sprintf("%s-manager-%d", dc, i+1))
+		n, err := c.newManagerNode(dc, i+1, gateSeeds)
 		if err != nil {
 			return err
-		}
-		if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
-			return err
-		}
-		if len(gateSeeds) > 0 {
-			if n.GateSwim, err = c.addr(n, placedGateSwim, freeTCPAndUDP); err != nil {
-				return err
-			}
 		}
 		mgrs[i] = n
-		seeds = append(seeds, n.Swim)
-	}
-	var peerList []map[string]string
-	for _, m := range mgrs {
-		peerList = append(peerList, map[string]string{"id": m.Name, "quic": m.QUIC})
 	}
 	for _, n := range mgrs {
-		cfg := map[string]any{
-			"id": n.Name, "datacenter": dc,
-			"quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
-			"data_dir": n.DataDir, "peers": peerList, "join": seeds,
-			"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
-		}
-		if n.GateSwim != "" {
-			cfg["gate_swim_bind"] = n.GateSwim
-			cfg["gate_swim_profile"] = c.opts.SwimProfile
-			cfg["gate_join"] = gateSeeds
-			cfg["gate_report_interval"] = "250ms"
-		}
-		maps.Copy(cfg, c.opts.ManagerConfig)
-		path, err := c.writeConfig(n, cfg)
-		if err != nil {
+		if err := c.writeManagerConfig(n, mgrs, gateSeeds); err != nil {
 			return err
 		}
-		n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-manager"), "--config", path, "--secret-file", n.SecretFile}
 	}
 	c.mu.Lock()
 	c.managers[dc] = mgrs
+	c.gateSeeds = gateSeeds
 	c.mu.Unlock()
 	for i := 0; i < c.opts.Workers; i++ {
 		if _, err := c.newWorker(dc, c.opts.CoresPerWorker, nil); err != nil {
@@ -342,6 +358,77 @@ func (c *Cluster) layoutDatacenter(dc string, gateSeeds []string) error {
 		}
 	}
 	return nil
+}
+
+// newManagerNode lays out the addresses of a datacenter's k-th manager.
+func (c *Cluster) newManagerNode(dc string, k int, gateSeeds []string) (*Node, error) {
+	n, err := c.newNode("manager", dc, fmt.Sprintf("%s-manager-%d", dc, k))
+	if err != nil {
+		return nil, err
+	}
+	if n.API, err = c.addr(n, placedAPI, freeTCP); err != nil {
+		return nil, err
+	}
+	if len(gateSeeds) > 0 {
+		if n.GateSwim, err = c.addr(n, placedGateSwim, freeTCPAndUDP); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// writeManagerConfig writes n's config: its peers are group (n among them),
+// its SWIM seeds the group's.
+func (c *Cluster) writeManagerConfig(n *Node, group []*Node, gateSeeds []string) error {
+	var peerList []map[string]string
+	var seeds []string
+	for _, m := range group {
+		peerList = append(peerList, map[string]string{"id": m.Name, "quic": m.QUIC})
+		seeds = append(seeds, m.Swim)
+	}
+	cfg := map[string]any{
+		"id": n.Name, "datacenter": n.DC,
+		"quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
+		"data_dir": n.DataDir, "peers": peerList, "join": seeds,
+		"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
+	}
+	if n.GateSwim != "" {
+		cfg["gate_swim_bind"] = n.GateSwim
+		cfg["gate_swim_profile"] = c.opts.SwimProfile
+		cfg["gate_join"] = gateSeeds
+		cfg["gate_report_interval"] = "250ms"
+	}
+	maps.Copy(cfg, c.opts.ManagerConfig)
+	path, err := c.writeConfig(n, cfg)
+	if err != nil {
+		return err
+	}
+	n.Argv = []string{filepath.Join(c.opts.BinDir, "tempest-manager"), "--config", path, "--secret-file", n.SecretFile}
+	return nil
+}
+
+// AddManager lays out and starts one more manager in datacenter dc, with
+// an empty data dir and a config naming the datacenter's managers and
+// itself. It is not a member of their group until someone adds it
+// (`tempest members add`, api.Client.AddMember with its name and QUIC
+// address); add it first, then start it (Restart), or it waits to be
+// added.
+func (c *Cluster) AddManager(dc string) (*Node, error) {
+	c.mu.Lock()
+	group := slices.Clone(c.managers[dc])
+	gateSeeds := c.gateSeeds
+	c.mu.Unlock()
+	n, err := c.newManagerNode(dc, len(group)+1, gateSeeds)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeManagerConfig(n, append(group, n), gateSeeds); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.managers[dc] = append(c.managers[dc], n)
+	c.mu.Unlock()
+	return n, nil
 }
 
 // newWorker lays out one more worker pointed at the managers.
@@ -717,6 +804,18 @@ func (c *Cluster) Running(name string) bool {
 	default:
 		return true
 	}
+}
+
+// ExitError is how name's last process ended: nil while it runs or if it
+// exited with status 0, the wait error (an *exec.ExitError) otherwise.
+func (c *Cluster) ExitError(name string) error {
+	n, ok := c.Node(name)
+	if !ok {
+		return fmt.Errorf("devcluster: no node %q", name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return n.err
 }
 
 // Restart starts a stopped node again with the same argv and data dir.
