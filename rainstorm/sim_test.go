@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/csv"
-	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math/big"
 	"math/rand/v2"
 	"os"
@@ -36,6 +34,9 @@ type faults struct {
 	crash, freeze float64 // per tick
 	maxCrashes    int
 }
+
+// simSegmentRecords is the sources' segment length in the simulation.
+const simSegmentRecords = 256
 
 var heavy = faults{drop: 0.05, dup: 0.05, maxDelay: 6, crash: 0.02, freeze: 0.01, maxCrashes: 10}
 
@@ -130,8 +131,12 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 	in := &simInst{id: id, inc: inc}
 	nstages := len(s.p.Stages)
 	if id.Stage == 0 {
+		chain, err := s.p.NewChain()
+		if err != nil {
+			s.t.Fatal(err)
+		}
 		in.src, err = NewSourceMachine(SourceConfig{Task: id, Incarnation: inc, Downstream: s.tasksOf(1), Next: s.p.Stages[0],
-			FailOnBadRecord: s.p.Spec.FailOnBadRecord, SegmentRecords: 256, Window: 8, ResendTicks: 12}, ckpt)
+			Chain: chain, FailOnBadRecord: s.p.Spec.FailOnBadRecord, SegmentRecords: simSegmentRecords, Window: 8, ResendTicks: 12}, ckpt)
 		if err != nil {
 			s.t.Fatal(err)
 		}
@@ -402,16 +407,28 @@ func (s *simRun) countsAgree(rows int) error {
 		}
 		in = rd
 	}
+	// What the source passes on: its well-formed records, or for a chain
+	// what the chain makes of each segment (for a combiner, one partial
+	// per key and segment).
+	chain, err := s.p.NewChain()
+	if err != nil {
+		return err
+	}
 	var passed uint64
-	for {
-		_, err := in.Next()
-		var bad *BadRecordError
-		if errors.Is(err, io.EOF) {
-			break
-		} else if err == nil {
-			passed++
-		} else if !errors.As(err, &bad) {
+	for idx := uint64(0); ; idx++ {
+		seg, err := ReadSegment(in, idx, simSegmentRecords)
+		if err != nil {
 			return err
+		}
+		recs := seg.Records
+		if chain != nil {
+			if recs, err = chain.Apply(recs, func(error) {}); err != nil {
+				return err
+			}
+		}
+		passed += uint64(len(recs))
+		if seg.EOF {
+			break
 		}
 	}
 	for st := 1; st <= len(s.p.Stages); st++ {
@@ -599,7 +616,7 @@ func simCases(t testing.TB) []simCase {
 	full, tenk := sharedData(t, fullCSV), sharedData(t, tenkCSV)
 	eq := "Punched Telespar"
 	src := Source{File: "signs.csv", Header: true}
-	return []simCase{
+	cases := []simCase{
 		{"filter-count", func(eo bool) *Spec {
 			return &Spec{Source: src, AtLeastOnce: !eo, Stages: []Stage{
 				{Name: "telespar", Op: OpFilter, Tasks: 3, Field: "Sign_Post", Equals: &eq},
@@ -627,6 +644,22 @@ func simCases(t testing.TB) []simCase {
 				{Name: "sum", Op: OpSum, Tasks: 3, Key: "Category", Field: "X"}}}
 		}, full, expectSumX(t, full)},
 	}
+	// The same pipelines as they run (Chained): stages in the source task
+	// and combiners in front of the aggregates, under the same faults.
+	for _, k := range []int{0, 2, 4} {
+		c := cases[k]
+		unchained := c.spec
+		c.name += "-chained"
+		c.spec = func(eo bool) *Spec {
+			s := unchained(eo).Chained()
+			if !s.isChained() {
+				t.Fatalf("%s: nothing chained", c.name)
+			}
+			return &s
+		}
+		cases = append(cases, c)
+	}
+	return cases
 }
 
 // TestReferenceMatchesSequentialPass checks Reference against the passes

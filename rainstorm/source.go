@@ -100,10 +100,14 @@ func (g *Generator) Pos() Position { return Position{Record: g.next} }
 
 // SourceConfig configures the source task's machine.
 type SourceConfig struct {
-	Task            wire.RainstormTask // Stage 0
-	Incarnation     uint64
-	Downstream      int
-	Next            *CompiledStage // the first stage (routes records)
+	Task        wire.RainstormTask // Stage 0
+	Incarnation uint64
+	Downstream  int
+	Next        *CompiledStage // the first stage (routes records)
+	// Chain runs the stages chained into the source, and the first
+	// stage's combiner, on every segment before it is routed (nil: none;
+	// Pipeline.NewChain).
+	Chain           *Chain
 	FailOnBadRecord bool
 	SegmentRecords  int
 	Window          int
@@ -261,13 +265,39 @@ func (m *SourceMachine) Segment(seg Segment) {
 		m.ready.Failed = fmt.Errorf("malformed input record %d (on_bad_record: fail)", seg.Bad[0]+1)
 		return
 	}
+	recs := seg.Records
+	if m.cfg.Chain != nil {
+		// A function of the segment's records, so a restart re-cuts the
+		// same batches (I1). A record a chained operator refuses counts
+		// with the malformed ones, in the segment it belongs to.
+		var refused error
+		out, err := m.cfg.Chain.Apply(recs, func(err error) {
+			m.bad++
+			var fe *FieldError
+			if errors.As(err, &fe) && len(m.badFirst) < maxBadFirst {
+				m.badFirst = append(m.badFirst, fe.Record)
+			}
+			if refused == nil {
+				refused = err
+			}
+		})
+		if err == nil && refused != nil && m.cfg.FailOnBadRecord {
+			err = fmt.Errorf("%w (on_bad_record: fail)", refused)
+		}
+		if err != nil {
+			m.stopped = true
+			m.ready.Failed = err
+			return
+		}
+		recs = out
+	}
 	seq := seg.Index + 1
 	for d := range s.batches {
 		s.batches[d] = &wire.RainstormBatch{From: m.cfg.Task, To: d, Incarnation: m.cfg.Incarnation, Seq: seq, EOS: seg.EOF}
 	}
-	for i := range seg.Records {
-		d := m.cfg.Next.Route(&seg.Records[i], m.cfg.Downstream)
-		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(seg.Records[i]))
+	for i := range recs {
+		d := m.cfg.Next.Route(&recs[i], m.cfg.Downstream)
+		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(recs[i]))
 	}
 	m.segs = append(m.segs, s)
 	m.nextSeg++

@@ -923,9 +923,16 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			return err
 		}
 	}
+	chain, err := pipe.NewChain()
+	if err != nil {
+		return err
+	}
+	if chain != nil {
+		defer chain.Close()
+	}
 	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
 		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
-		FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks, File: d.file,
+		Chain: chain, FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks, File: d.file,
 	}, ckpt)
 	if err != nil {
 		return err
