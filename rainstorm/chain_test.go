@@ -50,6 +50,12 @@ func TestChainedSpec(t *testing.T) {
 		}
 	}
 
+	// What a chained pipeline needs of a worker names the job file's field.
+	withExec := (&Spec{Source: gen, Stages: []Stage{filter, exec, byNumber}}).Chained()
+	if needs := PipelineNeeds(&withExec, nil); len(needs) != 1 || needs[0].Field != "stages[1].command" || needs[0].Stage != 1 {
+		t.Errorf("needs of a chained exec pipeline: %+v, want stages[1].command of task stage 1", needs)
+	}
+
 	b, _ := wire.Marshal(&PipelineParams{Spec: Spec{Source: gen, Stages: []Stage{filter, count}}})
 	parts, err := Type{}.Expand(b)
 	if err != nil {
