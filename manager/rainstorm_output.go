@@ -64,7 +64,10 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 		if t.Stage != last {
 			continue
 		}
-		if infos[i].status != wire.WorkflowCompleted {
+		// Complete once every last-stage task's final checkpoint is
+		// durable (its rows with it), not once its part has ended and its
+		// status reached the job table, which is later.
+		if latest == nil || !latest.Done {
 			out.Complete = false
 		}
 		if withRows {
