@@ -83,6 +83,8 @@ type simRun struct {
 	staleRefuse int // checkpoints of stale incarnations the store refused
 	staleSends  int // batches stale incarnations sent
 	sent        map[[4]uint64]uint64
+	resent      int // batches sent again by the incarnation that sent them
+	sentBy      map[[5]uint64]bool
 }
 
 // checkIdentical holds the invariant the proof rests on: a batch sent
@@ -211,6 +213,14 @@ func (s *simRun) handle(in *simInst, rd Ready) {
 		if in.stale {
 			s.staleSends++
 		}
+		if s.sentBy == nil {
+			s.sentBy = map[[5]uint64]bool{}
+		}
+		k := [5]uint64{uint64(in.id.Stage), uint64(in.id.Index), in.inc, uint64(b.To), b.Seq}
+		if s.sentBy[k] {
+			s.resent++
+		}
+		s.sentBy[k] = true
 		s.send(simMsg{to: wire.RainstormTask{Stage: in.id.Stage + 1, Index: b.To}, batch: b})
 	}
 	for _, a := range rd.Acks {
@@ -881,4 +891,30 @@ func TestSimFlushInSteps(t *testing.T) {
 	if crashes == 0 {
 		t.Fatal("no crashes: the test proves nothing")
 	}
+}
+
+// TestSimAtLeastOnceExactWithoutFaults: with no fault — messages delayed
+// and reordered, none lost, duplicated or crashed — at-least-once counts
+// every record once. Acks wait for the receiver's checkpoint, so they come
+// later than a resend timer that has not learnt the delay yet; the resends
+// that then cross the ack were counted again (6.9–7.8 % of the records of
+// the 1M-record bench).
+func TestSimAtLeastOnceExactWithoutFaults(t *testing.T) {
+	slow := faults{maxDelay: 12}
+	resent := 0
+	for _, k := range []int{0, 2, 5} { // filter-count, filter-replace-project, filter-count-chained
+		c := simCases(t)[k]
+		for seed := uint64(1); seed <= uint64(min(simSeeds(t), 5)); seed++ {
+			s, got := runSim(t, seed, slow, c.spec(false), c.data, nil, ExecOptions{})
+			if !reflect.DeepEqual(got, c.expect) {
+				t.Fatalf("%s seed %d: at-least-once without faults differs from the sequential pass\n%s", c.name, seed, diffRows(got, c.expect))
+			}
+			resent += s.resent
+		}
+	}
+	// The delays must have made senders resend, or the test proves nothing.
+	if resent == 0 {
+		t.Fatal("no batch was resent: the delays do not reach the resend timeout")
+	}
+	t.Logf("%d batches resent", resent)
 }
