@@ -42,7 +42,7 @@ func chainable(st *Stage) bool {
 // idempotent; the result is what the managers store and dispatch.
 func (s *Spec) Chained() Spec {
 	out := *s
-	if s.isChained() {
+	if s.IsChained() {
 		return out
 	}
 	k := 0
@@ -72,7 +72,9 @@ func (s *Spec) Unchained() Spec {
 	return out
 }
 
-func (s *Spec) isChained() bool {
+// IsChained reports whether stages run in the source task or a combiner
+// feeds the first stage (Chained did something).
+func (s *Spec) IsChained() bool {
 	if len(s.Source.Chain) > 0 {
 		return true
 	}

@@ -51,7 +51,7 @@ func Compile(spec *Spec, header []string) (*Pipeline, error) {
 	if err := spec.Check(header); err != nil {
 		return nil, err
 	}
-	if spec.isChained() {
+	if spec.IsChained() {
 		// Resolved as the job file wrote it, then split at the source.
 		flat := spec.Unchained()
 		p, err := Compile(&flat, header)

@@ -441,6 +441,9 @@ func (s *simRun) countsAgree(rows int) error {
 			break
 		}
 	}
+	if c := s.store.Latest(wire.RainstormTask{}); c != nil && c.Done && c.RecordsOut != passed {
+		return fmt.Errorf("the source's final checkpoint says it sent %d records, it sent %d", c.RecordsOut, passed)
+	}
 	for st := 1; st <= len(s.p.Stages); st++ {
 		var in, out uint64
 		for i := range s.tasksOf(st) {
@@ -662,7 +665,7 @@ func simCases(t testing.TB) []simCase {
 		c.name += "-chained"
 		c.spec = func(eo bool) *Spec {
 			s := unchained(eo).Chained()
-			if !s.isChained() {
+			if !s.IsChained() {
 				t.Fatalf("%s: nothing chained", c.name)
 			}
 			return &s

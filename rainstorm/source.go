@@ -121,10 +121,11 @@ type SourceConfig struct {
 }
 
 type sourceSeg struct {
-	index     uint64
-	start     Position
-	badBefore uint64 // malformed records before this segment
-	batches   []*wire.RainstormBatch
+	index      uint64
+	start      Position
+	badBefore  uint64 // malformed records before this segment
+	sentBefore uint64 // records sent downstream before this segment
+	batches    []*wire.RainstormBatch
 }
 
 // SourceMachine is the source task's state machine. The driver reads
@@ -140,6 +141,7 @@ type SourceMachine struct {
 	nextSeg  uint64
 	eof      bool
 	lastSeq  uint64 // the EOS batch's seq once known
+	sent     uint64 // records sent downstream, from the input's start
 	bad      uint64
 	badFirst []uint64
 	resume   wire.RainstormSourcePos
@@ -185,6 +187,7 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 		m.resume = *ckpt.Source
 		m.nextSeg, m.saved = m.resume.Segment, m.resume.Segment
 		m.bad, m.badFirst = m.resume.BadRecords, append([]uint64(nil), m.resume.BadFirst...)
+		m.sent = ckpt.RecordsOut
 		for i, o := range ckpt.Outputs {
 			m.acked[i] = o.Acked
 		}
@@ -209,7 +212,8 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 func (m *SourceMachine) cut(done bool) {
 	pos := m.position()
 	c := &wire.RainstormCheckpoint{Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
-		Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: done}
+		Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: done,
+		RecordsOut: m.sentAt()}
 	for d, x := range m.acked {
 		c.Outputs[d] = wire.RainstormOutput{To: d, Next: x + 1, Acked: x}
 	}
@@ -253,7 +257,7 @@ func (m *SourceMachine) Segment(seg Segment) {
 	if m.stopped || seg.Index != m.nextSeg || m.eof {
 		return
 	}
-	s := &sourceSeg{index: seg.Index, start: seg.Start, badBefore: m.bad, batches: make([]*wire.RainstormBatch, m.cfg.Downstream)}
+	s := &sourceSeg{index: seg.Index, start: seg.Start, badBefore: m.bad, sentBefore: m.sent, batches: make([]*wire.RainstormBatch, m.cfg.Downstream)}
 	for _, id := range seg.Bad {
 		m.bad++
 		if len(m.badFirst) < maxBadFirst {
@@ -295,6 +299,7 @@ func (m *SourceMachine) Segment(seg Segment) {
 	for d := range s.batches {
 		s.batches[d] = &wire.RainstormBatch{From: m.cfg.Task, To: d, Incarnation: m.cfg.Incarnation, Seq: seq, EOS: seg.EOF}
 	}
+	m.sent += uint64(len(recs))
 	for i := range recs {
 		d := m.cfg.Next.Route(&recs[i], m.cfg.Downstream)
 		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(recs[i]))
@@ -404,6 +409,16 @@ func (m *SourceMachine) position() wire.RainstormSourcePos {
 	}
 	return wire.RainstormSourcePos{Segment: m.nextSeg, Record: m.readPos.Record, Offset: m.readPos.Offset,
 		Fields: m.readPos.Fields, BadRecords: m.bad, BadFirst: m.badFirst, File: m.resume.File}
+}
+
+// sentAt is the records sent before position(): what a checkpoint at it
+// carries as RecordsOut, so the first stage's durable RecordsIn can be held
+// against it (after a chain, not the records read).
+func (m *SourceMachine) sentAt() uint64 {
+	if len(m.segs) > 0 {
+		return m.segs[0].sentBefore
+	}
+	return m.sent
 }
 
 func (m *SourceMachine) firstBadBefore(n uint64) []uint64 {

@@ -346,7 +346,7 @@ func (s *Spec) Validate() error { return s.Check(nil) }
 // also checks that every field and key a stage names exists where the
 // stage reads it.
 func (s *Spec) Check(columns []string) error {
-	if s.isChained() {
+	if s.IsChained() {
 		if err := s.checkChain(); err != nil {
 			return err
 		}
