@@ -3,6 +3,7 @@ package rainstorm
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -175,6 +176,71 @@ func (c *Chain) Apply(in []Record, bad func(error)) ([]Record, error) {
 	return recs, nil
 }
 
+// Streams reports whether the chain ends in a combiner, which keeps no
+// record it is given: the source then reads a segment through it record by
+// record (ReadChainedSegment), and the reader may reuse its field slices.
+func (c *Chain) Streams() bool { return c != nil && c.comb != nil }
+
+// ReadChainedSegment is ReadSegment through a chain that Streams: each
+// well-formed record goes through the chained operators and into the
+// combiner as it is read, and the segment's Records are the combiner's
+// partials (Chained). The result is what Chain.Apply makes of the records
+// ReadSegment returns, so a source cuts the same batches either way; src
+// may reuse a record's fields once the next is read.
+func ReadChainedSegment(src RecordSource, index uint64, n int, c *Chain) (Segment, error) {
+	if !c.Streams() {
+		return Segment{}, errors.New("rainstorm: a segment is read through a chain only when it ends in a combiner")
+	}
+	seg := Segment{Index: index, Start: src.Pos(), Chained: true}
+	bad := func(err error) {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			seg.Refused = append(seg.Refused, fe.Record)
+		}
+		if seg.RefusedErr == nil {
+			seg.RefusedErr = err
+		}
+	}
+	c.comb.reset()
+	defer func() {
+		for i := range c.bufs {
+			clear(c.bufs[i]) // the reader's reused fields
+		}
+	}()
+	one := make([]Record, 1)
+	end := (index + 1) * uint64(n)
+	for src.Pos().Record < end {
+		rec, err := src.Next()
+		var br *BadRecordError
+		switch {
+		case errors.Is(err, io.EOF):
+			seg.EOF = true
+			seg.End = src.Pos()
+			seg.Records = c.comb.result()
+			return seg, nil
+		case errors.As(err, &br):
+			seg.Bad = append(seg.Bad, br.Record)
+			continue
+		case err != nil:
+			return seg, err
+		}
+		one[0] = rec
+		recs := one
+		for i, t := range c.transforms {
+			out, err := t.Apply(recs, c.bufs[i%2][:0], bad)
+			if err != nil {
+				return seg, err
+			}
+			c.bufs[i%2] = out
+			recs = out
+		}
+		c.comb.add(recs, bad)
+	}
+	seg.End = src.Pos()
+	seg.Records = c.comb.result()
+	return seg, nil
+}
+
 // Close closes the chained operators.
 func (c *Chain) Close() error {
 	var errs []error
@@ -202,9 +268,20 @@ type combiner struct {
 // for a count, (key, sum, count) for a sum — what mergeAdd folds in. Sorted
 // keys and exact sums make the result a function of in alone.
 func (c *combiner) combine(in []Record, bad func(error)) []Record {
-	cs := c.cs
+	c.reset()
+	c.add(in, bad)
+	return c.result()
+}
+
+func (c *combiner) reset() {
 	clear(c.vals)
 	c.keys = c.keys[:0]
+}
+
+// add folds records in. It keeps no record, only the keys (strings, which
+// a reader never reuses), so its input may be reused afterwards.
+func (c *combiner) add(in []Record, bad func(error)) {
+	cs := c.cs
 	for i := range in {
 		rec := &in[i]
 		if cs.keyIdx >= len(rec.Fields) || cs.fieldIdx >= len(rec.Fields) {
@@ -231,6 +308,11 @@ func (c *combiner) combine(in []Record, bad func(error)) []Record {
 		}
 		p.v.count++
 	}
+}
+
+// result is the partials of what add took since reset, sorted by key.
+func (c *combiner) result() []Record {
+	cs := c.cs
 	slices.Sort(c.keys)
 	out := make([]Record, 0, len(c.keys))
 	for _, key := range c.keys {

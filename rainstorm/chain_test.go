@@ -1,7 +1,9 @@
 package rainstorm
 
 import (
+	"bytes"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -167,4 +169,63 @@ func TestSourceCombinesEachSegment(t *testing.T) {
 		t.Fatalf("combined: %d records in %d batches over %d segments, want at most 10 keys a segment", recs, batches, segs)
 	}
 	t.Logf("records sent: %d combined, %d unchained", recs, plainRecs)
+}
+
+// ReadChainedSegment, reading through the chain record by record with the
+// reader reusing its field slices, cuts exactly the segments ReadSegment
+// then Chain.Apply cut: same partials, bad ids and positions. A source may
+// use either, and a restarted one regenerates the same batches.
+func TestReadChainedSegmentMatchesApply(t *testing.T) {
+	data := append(bytes.Clone(sharedData(t, fullCSV)), "1,2,3\n\"unterminated,4\n"...)
+	eq := "Punched Telespar"
+	spec := (&Spec{Source: Source{File: "signs.csv", Header: true}, Stages: []Stage{
+		{Name: "telespar", Op: OpFilter, Field: "Sign_Post", Equals: &eq},
+		{Name: "n", Op: OpSum, Key: "Category", Field: "X"}}}).Chained()
+	open := func(reuse bool) (*Reader, *Chain) {
+		rd, err := NewReader(bytes.NewReader(data), ReaderOptions{Format: FormatCSV, Header: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reuse {
+			rd.ReuseFields()
+		}
+		p, err := Compile(&spec, rd.Header())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := p.NewChain()
+		if err != nil || !c.Streams() {
+			t.Fatalf("chain %v, %v: want one ending in a combiner", c, err)
+		}
+		return rd, c
+	}
+	plainRd, plainChain := open(false)
+	rd, chain := open(true)
+	const n = 700
+	segs, bad := 0, 0
+	for idx := uint64(0); ; idx++ {
+		want, err := ReadSegment(plainRd, idx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want.Records, err = plainChain.Apply(want.Records, func(error) { t.Fatal("refused") }); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadChainedSegment(rd, idx, n, chain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Chained || got.Start != want.Start || got.End != want.End || got.EOF != want.EOF ||
+			!slices.Equal(got.Bad, want.Bad) || !reflect.DeepEqual(got.Records, want.Records) {
+			t.Fatalf("segment %d read through the chain:\n got %+v\nwant %+v", idx, got, want)
+		}
+		segs++
+		bad += len(got.Bad)
+		if got.EOF {
+			break
+		}
+	}
+	if segs < 20 || bad != 2 {
+		t.Fatalf("%d segments, %d bad records: the input is not what the test means", segs, bad)
+	}
 }

@@ -139,6 +139,17 @@ func newReader(br *bufio.Reader, f Format, base int64, pos Position) *Reader {
 	return rd
 }
 
+// ReuseFields lets Next reuse the slice of a CSV record's fields for the
+// next record (encoding/csv's ReuseRecord): one allocation a record less,
+// for a caller that keeps no record past the next Next (a source reading
+// through a combiner, ReadChainedSegment). The field strings themselves
+// are never reused.
+func (r *Reader) ReuseFields() {
+	if r.csv != nil {
+		r.csv.ReuseRecord = true
+	}
+}
+
 // Header returns the column names (nil without a header).
 func (r *Reader) Header() []string { return r.header }
 

@@ -54,6 +54,7 @@ type simInst struct {
 	id        wire.RainstormTask
 	inc       uint64
 	src       *SourceMachine
+	chain     *Chain
 	rd        RecordSource
 	task      *TaskMachine
 	op        Transform
@@ -137,6 +138,7 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 		if err != nil {
 			s.t.Fatal(err)
 		}
+		in.chain = chain
 		in.src, err = NewSourceMachine(SourceConfig{Task: id, Incarnation: inc, Downstream: s.tasksOf(1), Next: s.p.Stages[0],
 			Chain: chain, FailOnBadRecord: s.p.Spec.FailOnBadRecord, SegmentRecords: simSegmentRecords, Window: 8, ResendTicks: 12}, ckpt)
 		if err != nil {
@@ -152,6 +154,9 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 			}
 		} else {
 			in.rd = ResumeReader(bytes.NewReader(s.data[pos.Offset:]), pos, s.ropts, s.header)
+		}
+		if rd, ok := in.rd.(*Reader); ok && chain.Streams() {
+			rd.ReuseFields() // as the worker does
 		}
 	} else {
 		cs := s.p.Stages[id.Stage-1]
@@ -367,7 +372,13 @@ func (s *simRun) step() bool {
 				if !ok {
 					break
 				}
-				seg, err := ReadSegment(in.rd, idx, 256)
+				var seg Segment
+				var err error
+				if in.chain.Streams() {
+					seg, err = ReadChainedSegment(in.rd, idx, simSegmentRecords, in.chain)
+				} else {
+					seg, err = ReadSegment(in.rd, idx, simSegmentRecords)
+				}
 				if err != nil {
 					s.t.Fatal(err)
 				}

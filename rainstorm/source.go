@@ -40,6 +40,12 @@ type Segment struct {
 	Records []Record
 	Bad     []uint64 // ids of malformed records in the segment
 	EOF     bool
+	// Chained: Records went through the source's chain as they were read
+	// (ReadChainedSegment); Refused are the ids its operators refused, the
+	// first for RefusedErr.
+	Chained    bool
+	Refused    []uint64
+	RefusedErr error
 }
 
 // ReadSegment reads segment index from src, which must stand at its first
@@ -270,30 +276,38 @@ func (m *SourceMachine) Segment(seg Segment) {
 		return
 	}
 	recs := seg.Records
-	if m.cfg.Chain != nil {
+	refused, refusedErr := seg.Refused, seg.RefusedErr
+	if m.cfg.Chain != nil && !seg.Chained {
 		// A function of the segment's records, so a restart re-cuts the
-		// same batches (I1). A record a chained operator refuses counts
-		// with the malformed ones, in the segment it belongs to.
-		var refused error
+		// same batches (I1).
 		out, err := m.cfg.Chain.Apply(recs, func(err error) {
-			m.bad++
 			var fe *FieldError
-			if errors.As(err, &fe) && len(m.badFirst) < maxBadFirst {
-				m.badFirst = append(m.badFirst, fe.Record)
+			if errors.As(err, &fe) {
+				refused = append(refused, fe.Record)
 			}
-			if refused == nil {
-				refused = err
+			if refusedErr == nil {
+				refusedErr = err
 			}
 		})
-		if err == nil && refused != nil && m.cfg.FailOnBadRecord {
-			err = fmt.Errorf("%w (on_bad_record: fail)", refused)
-		}
 		if err != nil {
 			m.stopped = true
 			m.ready.Failed = err
 			return
 		}
 		recs = out
+	}
+	// A record a chained operator refuses counts with the malformed
+	// ones, in the segment it belongs to.
+	for _, id := range refused {
+		m.bad++
+		if len(m.badFirst) < maxBadFirst {
+			m.badFirst = append(m.badFirst, id)
+		}
+	}
+	if refusedErr != nil && m.cfg.FailOnBadRecord {
+		m.stopped = true
+		m.ready.Failed = fmt.Errorf("%w (on_bad_record: fail)", refusedErr)
+		return
 	}
 	seq := seg.Index + 1
 	for d := range s.batches {

@@ -977,6 +977,9 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			src = rainstorm.ResumeReader(input, pos, ropts, header)
 		}
 	}
+	if rd, ok := src.(*rainstorm.Reader); ok && chain.Streams() {
+		rd.ReuseFields() // the combiner keeps no record
+	}
 	segN := uint64(rainstorm.DefaultSegmentRecords)
 	rate := 0.0
 	if g := spec.Source.Generate; g != nil {
@@ -999,7 +1002,12 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 					break
 				}
 			}
-			seg, err := rainstorm.ReadSegment(src, idx, int(segN))
+			var seg rainstorm.Segment
+			if chain.Streams() {
+				seg, err = rainstorm.ReadChainedSegment(src, idx, int(segN), chain)
+			} else {
+				seg, err = rainstorm.ReadSegment(src, idx, int(segN))
+			}
 			if err != nil {
 				return fmt.Errorf("source: read: %w", err)
 			}
