@@ -24,7 +24,7 @@
 //  4. with -profile, samples the nodes' CPU with perf during one more
 //     exactly-once run and sums it by component.
 //
-//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 3] [-profile] [-source path|file] [-trace]
+//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 3] [-profile] [-source path|file] [-chain=false] [-trace]
 //
 // Tables on stdout, progress on stderr. Everything it writes (the input,
 // the cluster, profiles) is under -dir, removed at the end unless -keep.
@@ -63,6 +63,7 @@ type options struct {
 	profile, keep     bool
 	trace             bool
 	source            string
+	chain             bool
 	poll              time.Duration
 	kinds             string
 	killAt            float64
@@ -88,6 +89,7 @@ func main() {
 	flag.StringVar(&o.swimProfile, "swim-profile", "test", "SWIM profile of every node (as tempest dev)")
 	flag.StringVar(&o.electProfile, "election-profile", "test", "election profile of every node")
 	flag.StringVar(&o.source, "source", "path", "how the pipelines read the input: path (read in place by the source's worker, as Miller reads it) or file (uploaded by tempest submit, inside the timed run)")
+	flag.BoolVar(&o.chain, "chain", true, "run the filter in the source task and pre-aggregate the count there (false: chain: false on both stages, each in tasks of its own)")
 	flag.StringVar(&o.kinds, "kinds", "eo,alo,mlr,go", "what runs in each repetition, in this order")
 	flag.BoolVar(&o.profile, "profile", false, "perf-sample the nodes during one more exactly-once run")
 	flag.BoolVar(&o.keep, "keep", false, "keep -dir")
@@ -233,8 +235,12 @@ func run(o options) error {
 func printHost(o options) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("bench/rainstorm  %s  load average at start: %s", time.Now().UTC().Format(time.RFC3339), load)
-	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage; source %s:\n",
-		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks, o.source)
+	chained := "filter chained into the source, count combined there"
+	if !o.chain {
+		chained = "every stage in tasks of its own (chain: false)"
+	}
+	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage, %s; source %s:\n",
+		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks, chained, o.source)
 }
 
 type bench struct {
@@ -415,6 +421,10 @@ func (b *bench) jobFile(exactlyOnce bool) (string, error) {
 	if exactlyOnce {
 		name = fmt.Sprintf("bench-%d-eo", b.jobs)
 	}
+	chain := ""
+	if !b.o.chain {
+		chain = ", chain: false"
+	}
 	src := b.input
 	if b.o.source == "file" {
 		src = filepath.Base(b.input) // beside the job file
@@ -427,9 +437,9 @@ workflows:
     exactly_once: %t
     source: {%s: %q, format: csv, header: true}
     stages:
-      - {name: telespar, op: filter, tasks: %d, field: %s, equals: %q}
-      - {name: count, op: count, tasks: %d, key: %s}
-`, name, b.o.runTimeout, workflowName, exactlyOnce, b.o.source, src, b.o.tasks, filterField, filterValue, b.o.tasks, keyField)
+      - {name: telespar, op: filter, tasks: %d, field: %s, equals: %q%s}
+      - {name: count, op: count, tasks: %d, key: %s%s}
+`, name, b.o.runTimeout, workflowName, exactlyOnce, b.o.source, src, b.o.tasks, filterField, filterValue, chain, b.o.tasks, keyField, chain)
 	path := filepath.Join(b.dir, name+".yaml")
 	return path, os.WriteFile(path, []byte(job), 0o644)
 }
