@@ -155,8 +155,11 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 		} else {
 			in.rd = ResumeReader(bytes.NewReader(s.data[pos.Offset:]), pos, s.ropts, s.header)
 		}
-		if rd, ok := in.rd.(*Reader); ok && chain.Streams() {
-			rd.ReuseFields() // as the worker does
+		if rd, ok := in.rd.(*Reader); ok { // as the worker reads
+			rd.SetKeep(s.p.ReadKeep())
+			if chain.Streams() {
+				rd.ReuseFields()
+			}
 		}
 	} else {
 		cs := s.p.Stages[id.Stage-1]

@@ -977,8 +977,11 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			src = rainstorm.ResumeReader(input, pos, ropts, header)
 		}
 	}
-	if rd, ok := src.(*rainstorm.Reader); ok && chain.Streams() {
-		rd.ReuseFields() // the combiner keeps no record
+	if rd, ok := src.(*rainstorm.Reader); ok {
+		rd.SetKeep(pipe.ReadKeep()) // only the columns the stages read
+		if chain.Streams() {
+			rd.ReuseFields() // the combiner keeps no record
+		}
 	}
 	segN := uint64(rainstorm.DefaultSegmentRecords)
 	rate := 0.0
