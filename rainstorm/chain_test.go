@@ -229,3 +229,52 @@ func TestReadChainedSegmentMatchesApply(t *testing.T) {
 		t.Fatalf("%d segments, %d bad records: the input is not what the test means", segs, bad)
 	}
 }
+
+// A record the combiner refuses (a sum over a value that is not a number)
+// counts with the source's bad records, by its input id, in the segment it
+// belongs to; with on_bad_record: fail it fails the source.
+func TestCombinerRefusalIsABadRecord(t *testing.T) {
+	data := []byte("k,v\na,1\nb,x\na,2.5\n")
+	for _, fail := range []bool{false, true} {
+		spec := (&Spec{Source: Source{Path: "/in.csv", Header: true}, FailOnBadRecord: fail,
+			Stages: []Stage{{Name: "s", Op: OpSum, Key: "k", Field: "v"}}}).Chained()
+		rd, err := NewReader(bytes.NewReader(data), ReaderOptions{Format: FormatCSV, Header: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd.SetKeep([]bool{true, true})
+		rd.ReuseFields()
+		p, err := Compile(&spec, rd.Header())
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain, err := p.NewChain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := NewSourceMachine(SourceConfig{Incarnation: 1, Downstream: 1, Next: p.Stages[0], Chain: chain,
+			FailOnBadRecord: fail}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg, err := ReadChainedSegment(rd, 0, DefaultSegmentRecords, chain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Segment(seg)
+		r := m.Ready()
+		if fail {
+			if r.Failed == nil {
+				t.Fatal("on_bad_record: fail, and a value that is not a number did not fail the source")
+			}
+			continue
+		}
+		bad, first := m.BadRecords()
+		if r.Failed != nil || bad != 1 || !slices.Equal(first, []uint64{1}) {
+			t.Fatalf("failed %v, bad %d %v: want record 2 (id 1) counted bad", r.Failed, bad, first)
+		}
+		if len(r.Batches) != 1 || !reflect.DeepEqual(r.Batches[0].Records, []Record{{ID: 0, Fields: []string{"a", "3.5", "2"}}}) {
+			t.Fatalf("sent %+v, want a's partial sum 3.5 of 2 records", r.Batches)
+		}
+	}
+}
