@@ -16,7 +16,7 @@ import (
 // PipelineOutput is a RainStorm workflow's output as far as it is durable:
 // for a count or sum last stage one key,value row per key sorted by key,
 // otherwise the output records in input order. Complete says every last
-// stage task has finished, so the rows are final.
+// stage task's final checkpoint is durable, so the rows are final.
 type PipelineOutput struct {
 	JobID      string         `json:"job_id"`
 	Workflow   string         `json:"workflow"`

@@ -25,7 +25,7 @@ workflows:
     type: rainstorm
     source: {generate: {records: %d, rate: %d, keys: 17}}
     stages:
-      - {name: low, op: filter, tasks: 4, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: low, op: filter, tasks: 4, field: value, matches: '^[0-4]?[0-9]?[0-9]$', chain: false}
       - {name: count, op: count, tasks: 4, key: key}
 `, name, name, records, rate)
 }

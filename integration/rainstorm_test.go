@@ -190,15 +190,22 @@ workflows:
 	for _, n := range counts {
 		telespar += n
 	}
-	pipelineCountsAgree(t, c, id, "by-category", len(rows), []int64{int64(len(rows)), int64(telespar), int64(len(want))})
+	// Chained: the filter runs in the source, whose combiner sends the
+	// count one partial per key and segment (how many, the source says).
+	if len(out.Tasks) != 3 {
+		t.Fatalf("tasks %+v: want the source and the 2 count tasks", out.Tasks)
+	}
+	pipelineCountsAgree(t, c, id, "by-category", len(rows), []int64{-1, int64(len(want))})
 }
 
 // pipelineCountsAgree checks a completed pipeline's counters: the job's
 // completed count is its input records (not a sum over stages), each stage
 // takes in what the one before passed on (outs[s] is what stage s passes
-// on; stage 0 is the source), and watch shows no backlog.
+// on; stage 0 is the source; -1 for a chained source: what it sent, at
+// most the input's records and more than none), and watch shows no backlog.
 func pipelineCountsAgree(t *testing.T, c *cluster, id, wf string, input int, outs []int64) {
 	t.Helper()
+	outs = slices.Clone(outs)
 	st := c.waitStatus(id, 10*time.Second, terminal)
 	if len(st.Workflows) != 1 || st.Workflows[0].CompletedCount != int64(input) {
 		t.Fatalf("job status %+v: want completed %d, the input's records", st.Workflows, input)
@@ -212,6 +219,12 @@ func pipelineCountsAgree(t *testing.T, c *cluster, id, wf string, input int, out
 	for _, task := range out.Tasks {
 		in[task.Stage] += task.Records
 		got[task.Stage] += task.RecordsOut
+	}
+	if outs[0] < 0 {
+		if got[0] <= 0 || got[0] > int64(input) {
+			t.Fatalf("the chained source passed on %d records of %d", got[0], input)
+		}
+		outs[0] = got[0]
 	}
 	want := append([]int64{int64(input)}, outs[:len(outs)-1]...)
 	if !slices.Equal(in, want) || !slices.Equal(got, outs) {
@@ -287,12 +300,13 @@ workflows:
 	out := c.finish(id, "by-category")
 	diffRows(t, "file source", out.Rows, countRows(counts))
 
-	// watch shows each stage: tasks, tuples/s, records, restarts, bad records.
+	// watch shows each stage that runs tasks: tasks, tuples/s, records,
+	// restarts, bad records. The filter runs chained in the source task.
 	code, _, stderr := runCLI(t, c, "watch", id)
 	if code != 0 {
 		t.Fatalf("watch: exit %d: %s", code, stderr)
 	}
-	for _, stage := range []string{"source", "telespar", "count"} {
+	for _, stage := range []string{"source", "count"} {
 		if !hasLine(stderr, stage, "tasks 0/", "records", "restarts 0", "bad 0") {
 			t.Fatalf("watch shows no line for stage %s:\n%s", stage, stderr)
 		}
@@ -388,6 +402,8 @@ func eachGenerated(t *testing.T, records, keys int64, fn func(fields []string, v
 }
 
 // pacedJob is a generated pipeline slow enough for faults to land mid-run.
+// Its filter runs in tasks of its own (chain: false), so the tests kill a
+// filter or count task by its place: source 0, filter 1–2, count 3–4.
 func pacedJob(records int64, rate int, exactlyOnce bool) string {
 	return fmt.Sprintf(`name: paced
 timeout: 300s
@@ -397,7 +413,7 @@ workflows:
     exactly_once: %t
     source: {generate: {records: %d, rate: %d, keys: 17}}
     stages:
-      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$', chain: false}
       - {name: count, op: count, tasks: 2, key: key}
 `, exactlyOnce, records, rate)
 }
@@ -472,7 +488,35 @@ func TestRainstormWorkerKillExactlyOnce(t *testing.T) {
 	killTaskWorker(t, 3, "a stage worker") // the first count task: holds state
 }
 
-// A record-output sink: filter → project, each kept record a row. The
+// The paced pipeline as it runs by default: the filter chained into the
+// source task, whose combiner sends each count task one (key, partial)
+// record per key and segment. The worker of a count task is SIGKILLed
+// mid-run; its replacement resumes from its durable checkpoint and the
+// source resends the same partials (a function of the segment), so the
+// counts are exact, and each stage's counters agree with what the one
+// before passed on.
+func TestRainstormChainedCountWorkerKillExactlyOnce(t *testing.T) {
+	const records = 40000
+	want := generated(t, records, 17, keepLow)
+	c := startCluster(t, 1, 4, 3)
+	id := c.submit(strings.Replace(pacedJob(records, 4000, true), ", chain: false}", "}", 1))
+	victim := c.taskWorker(id, "paced", 1) // the first count task
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	out := c.finish(id, "paced")
+	if len(out.Tasks) != 3 {
+		t.Fatalf("tasks %+v: want the source and the 2 count tasks", out.Tasks)
+	}
+	if out.Restarts == 0 {
+		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
+	}
+	diffRows(t, "chained filter→count after a count worker's SIGKILL", out.Rows, want)
+	pipelineCountsAgree(t, c, id, "paced", records, []int64{-1, int64(len(want))})
+}
+
+// A record-output sink: filter → project, each kept record a row, the
+// filter chained into the source task. The
 // worker of a project task (the last stage, whose checkpoints publish the
 // rows) is SIGKILLed mid-run; its replacement resumes from the durable
 // checkpoint, and the output is the sequential pass's rows, each once, in
@@ -497,7 +541,7 @@ workflows:
       - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
       - {name: pick, op: project, tasks: 2, fields: [id, value]}
 `, records))
-	victim := c.taskWorker(id, "picked", 3) // the first project task
+	victim := c.taskWorker(id, "picked", 1) // the first project task (the filter runs in the source)
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
@@ -913,12 +957,13 @@ workflows:
 	if stdout != wantCSV.String() {
 		t.Fatalf("tempest results --format csv through a gate:\n%s\nwant:\n%s", stdout, wantCSV.String())
 	}
-	// watch through the gate shows each stage.
+	// watch through the gate shows each stage that runs tasks (the filter
+	// runs chained in the source task).
 	code, _, stderr = runCLI(t, c, "watch", id)
 	if code != 0 {
 		t.Fatalf("watch: exit %d: %s", code, stderr)
 	}
-	for _, stage := range []string{"source", "telespar", "count"} {
+	for _, stage := range []string{"source", "count"} {
 		if !hasLine(stderr, stage, "tasks 0/", "records", "restarts 0", "bad 0") {
 			t.Fatalf("watch through a gate shows no line for stage %s:\n%s", stage, stderr)
 		}
@@ -1022,7 +1067,7 @@ workflows:
     type: rainstorm
     source: {generate: {records: 1000000, rate: 1000, keys: 3}}
     stages:
-      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$'}
+      - {name: low, op: filter, tasks: 2, field: value, matches: '^[0-4]?[0-9]?[0-9]$', chain: false}
       - {name: count, op: count, tasks: 1, key: key}
 `)
 	c.taskWorker(busy, "busy", 0) // it holds both cores

@@ -20,12 +20,21 @@ import (
 // 1+sum(widths) tasks and needs max(widths) slots, one core each.
 func pipelineJob(t *testing.T, name string, widths ...int) *wire.JobSubmission {
 	t.Helper()
+	return pipelineJobOf(t, name, false, widths...)
+}
+
+// pipelineJobOf is pipelineJob with its stages chained into the source as
+// Expand chains them (chain) or each stage in tasks of its own, as the
+// placement tests count them.
+func pipelineJobOf(t *testing.T, name string, chain bool, widths ...int) *wire.JobSubmission {
+	t.Helper()
 	spec := &rainstorm.Spec{Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}}}
 	for i, n := range widths {
 		st := rainstorm.Stage{Name: fmt.Sprintf("keep%d", i), Op: rainstorm.OpProject, Tasks: n, Fields: []string{"key"}}
 		if i == len(widths)-1 {
 			st = rainstorm.Stage{Name: "count", Op: rainstorm.OpCount, Tasks: n, Key: "key"}
 		}
+		st.NoChain = !chain
 		spec.Stages = append(spec.Stages, st)
 	}
 	return expandJob(t, name, name, &rainstorm.PipelineParams{Spec: *spec})
@@ -443,10 +452,12 @@ func TestRainstormRefusedAtSubmitWhenItCanNeverFit(t *testing.T) {
 	}
 	lead = waitCores(t, c, 6)
 
-	_, err := lead.Submit(context.Background(), pipelineJob(t, "big", 3, 39))
+	// Chained, the pipeline runs as the source and the count's tasks; the
+	// refusal still names the field as the job file has it.
+	_, err := lead.Submit(context.Background(), pipelineJobOf(t, "big", true, 3, 39))
 	var we *wire.Error
 	if !errors.As(err, &we) || we.Code != wire.CodeRejected {
-		t.Fatalf("a pipeline of 43 tasks (39 slots) on 6 cores: %v, want rejected", err)
+		t.Fatalf("a pipeline of 40 tasks (39 slots) on 6 cores: %v, want rejected", err)
 	}
 	if we.Field != "workflows[0].stages[1].tasks" ||
 		!strings.Contains(we.Message, "needs 39 cores, one per slot (its widest stage, count, has 39 tasks)") ||

@@ -46,6 +46,15 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 			// The source's progress: well-formed records read (its
 			// count), malformed ones (its failures).
 			task.Records, task.RecordsOut = in.records+in.bad, in.records
+			if spec.IsChained() {
+				// What it sent after the chained stages and combiner,
+				// which the first stage's counts are held against: from
+				// its durable checkpoint, so a record counts once.
+				task.RecordsOut = 0
+				if latest != nil {
+					task.RecordsOut = int64(latest.RecordsOut)
+				}
+			}
 		case latest != nil:
 			// A stage's durable counts: its progress would count work a
 			// crash then undid, and miss what it redid.
@@ -64,7 +73,10 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 		if t.Stage != last {
 			continue
 		}
-		if infos[i].status != wire.WorkflowCompleted {
+		// Complete once every last-stage task's final checkpoint is
+		// durable (its rows with it), not once its part has ended and its
+		// status reached the job table, which is later.
+		if latest == nil || !latest.Done {
 			out.Complete = false
 		}
 		if withRows {

@@ -488,7 +488,7 @@ func TestRainstormSpecStoredOncePerPipeline(t *testing.T) {
 	spec := &rainstorm.Spec{
 		Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}},
 		Stages: []rainstorm.Stage{
-			{Name: "some", Op: rainstorm.OpFilter, Tasks: 30, Field: "key", Matches: "^(" + strings.Join(keys, "|") + ")$"},
+			{Name: "some", Op: rainstorm.OpFilter, Tasks: 30, Field: "key", Matches: "^(" + strings.Join(keys, "|") + ")$", NoChain: true},
 			{Name: "count", Op: rainstorm.OpCount, Tasks: 30, Key: "key"},
 		},
 	}

@@ -162,7 +162,9 @@ func (m *Manager) refuseUnfittable(sub *wire.JobSubmission) error {
 			continue
 		}
 		stage := p.Spec.Stages[widest]
-		return &wire.Error{Code: wire.CodeRejected, Field: fmt.Sprintf("workflows[%d].stages[%d].tasks", g, widest),
+		// The job file lists the stages chained into the source first.
+		field := fmt.Sprintf("workflows[%d].stages[%d].tasks", g, widest+len(p.Spec.Source.Chain))
+		return &wire.Error{Code: wire.CodeRejected, Field: field,
 			Message: fmt.Sprintf("pipeline %q can never run in datacenter %s: it needs %d cores, one per slot "+
 				"(its widest stage, %s, has %d tasks), and the datacenter's live workers (%d) have %d cores in all",
 				spec.Name, m.cfg.Datacenter, need, stage.Name, slots, workers, total)}

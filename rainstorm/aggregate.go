@@ -63,6 +63,10 @@ func (a *Aggregate) touch(key string, v *aggValue, g int) {
 // is not a decimal number goes to bad.
 func (a *Aggregate) Add(in []Record, bad func(error)) {
 	cs := a.cs
+	if cs.merge {
+		a.mergeAdd(in, bad)
+		return
+	}
 	for i := range in {
 		rec := &in[i]
 		if cs.keyIdx >= len(rec.Fields) || cs.fieldIdx >= len(rec.Fields) {

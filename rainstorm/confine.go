@@ -184,7 +184,7 @@ func PipelineNeeds(s *Spec, programs map[string]string) []Need {
 	}
 	for i, st := range s.Stages {
 		if st.Op == OpExec && len(st.Command) > 0 {
-			out = append(out, Need{Field: workflow.IndexPath("stages", i) + ".command", Stage: i + 1,
+			out = append(out, Need{Field: workflow.IndexPath("stages", i+len(s.Source.Chain)) + ".command", Stage: i + 1,
 				Program: st.Command[0], Sum: programs[st.Command[0]]})
 		}
 	}

@@ -18,6 +18,12 @@ import (
 type Pipeline struct {
 	Spec   *Spec
 	Stages []*CompiledStage
+	// Chain are the stages chained into the source (Spec.Source.Chain),
+	// Combiner the first stage as its combiner in the source resolves it
+	// (nil unless that stage is Combined; Stages[0] is then its merging
+	// side). See chain.go.
+	Chain    []*CompiledStage
+	Combiner *CompiledStage
 }
 
 // CompiledStage is one stage with its fields resolved.
@@ -35,6 +41,8 @@ type CompiledStage struct {
 	// of everything, a last stage that outputs records, a match over the
 	// whole record). See Narrow.
 	keep []bool
+	// merge: the stage reads a combiner's partials (chain.go).
+	merge bool
 }
 
 // Compile resolves spec against header, the source's column names (nil for
@@ -42,6 +50,21 @@ type CompiledStage struct {
 func Compile(spec *Spec, header []string) (*Pipeline, error) {
 	if err := spec.Check(header); err != nil {
 		return nil, err
+	}
+	if spec.IsChained() {
+		// Resolved as the job file wrote it, then split at the source.
+		flat := spec.Unchained()
+		p, err := Compile(&flat, header)
+		if err != nil {
+			return nil, err
+		}
+		n := len(spec.Source.Chain)
+		p.Spec, p.Chain, p.Stages = spec, p.Stages[:n:n], p.Stages[n:]
+		if spec.Stages[0].Combined {
+			p.Combiner = p.Stages[0]
+			p.Stages[0] = p.Combiner.merged()
+		}
+		return p, nil
 	}
 	cols := header
 	if spec.Source.Generate != nil {

@@ -80,6 +80,13 @@ type Reader struct {
 	pos    Position
 	header []string
 	fields int // expected fields per record, 0 until known
+	// keep, fastFields, fastBytes: reading only the kept columns of
+	// unquoted lines (fastcsv.go); fastBytes is what it consumed past
+	// encoding/csv.
+	keep       []bool
+	fastFields []string
+	fastBytes  int64
+	spans      []span
 }
 
 // ReaderOptions says how to read an input.
@@ -139,6 +146,17 @@ func newReader(br *bufio.Reader, f Format, base int64, pos Position) *Reader {
 	return rd
 }
 
+// ReuseFields lets Next reuse the slice of a CSV record's fields for the
+// next record (encoding/csv's ReuseRecord): one allocation a record less,
+// for a caller that keeps no record past the next Next (a source reading
+// through a combiner, ReadChainedSegment). The field strings themselves
+// are never reused.
+func (r *Reader) ReuseFields() {
+	if r.csv != nil {
+		r.csv.ReuseRecord = true
+	}
+}
+
 // Header returns the column names (nil without a header).
 func (r *Reader) Header() []string { return r.header }
 
@@ -149,7 +167,9 @@ func (r *Reader) Pos() Position {
 	return p
 }
 
-func (r *Reader) offset() int64 { return r.base + r.csv.InputOffset() }
+func (r *Reader) offset() int64 { return r.base + r.fastBytes + r.csv.InputOffset() }
+
+func errFieldCount(got, want int) error { return fmt.Errorf("has %d fields, want %d", got, want) }
 
 // Next returns the next record. At the end of input it returns io.EOF; a
 // malformed record returns a *BadRecordError and the reader stays usable.
@@ -157,6 +177,11 @@ func (r *Reader) offset() int64 { return r.base + r.csv.InputOffset() }
 func (r *Reader) Next() (Record, error) {
 	if r.format == FormatLines {
 		return r.nextLine()
+	}
+	if r.keep != nil {
+		if rec, ok, err := r.nextFast(); ok {
+			return rec, err
+		}
 	}
 	fields, err := r.csv.Read()
 	if errors.Is(err, io.EOF) {
@@ -174,7 +199,14 @@ func (r *Reader) Next() (Record, error) {
 	if r.fields == 0 {
 		r.fields = len(fields)
 	} else if len(fields) != r.fields {
-		return Record{}, &BadRecordError{Record: id, Err: fmt.Errorf("has %d fields, want %d", len(fields), r.fields)}
+		return Record{}, &BadRecordError{Record: id, Err: errFieldCount(len(fields), r.fields)}
+	}
+	if r.keep != nil {
+		for k := range fields {
+			if k >= len(r.keep) || !r.keep[k] {
+				fields[k] = "" // as a line read by nextFast
+			}
+		}
 	}
 	return Record{ID: id, Fields: fields}, nil
 }

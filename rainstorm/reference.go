@@ -41,7 +41,8 @@ func (p *Pipeline) SortRows(rows []Record) {
 // Reference runs the pipeline in one sequential pass over src with one
 // task per stage and no machinery: the output a pipeline run must equal.
 func Reference(p *Pipeline, src RecordSource, opts ExecOptions) (*Output, error) {
-	ops := make([]Transform, len(p.Stages))
+	stages := p.unchained()
+	ops := make([]Transform, len(stages))
 	var agg *Aggregate
 	defer func() {
 		for _, op := range ops {
@@ -50,7 +51,7 @@ func Reference(p *Pipeline, src RecordSource, opts ExecOptions) (*Output, error)
 			}
 		}
 	}()
-	for i, cs := range p.Stages {
+	for i, cs := range stages {
 		var err error
 		if cs.Op.Aggregate() {
 			agg, err = cs.NewAggregate()
@@ -87,7 +88,7 @@ func Reference(p *Pipeline, src RecordSource, opts ExecOptions) (*Output, error)
 			return nil, err
 		}
 		recs := append(batch[:0], rec)
-		for i, cs := range p.Stages {
+		for i, cs := range stages {
 			if cs.Op.Aggregate() {
 				agg.Add(recs, bad)
 				recs = nil

@@ -126,7 +126,7 @@ func (e *sourceEpochs) marker(m *SourceMachine) {
 		return
 	}
 	next := e.tabs.Epoch(e.cur + 1)
-	s := &sourceSeg{index: b, seq: e.seq(b), start: m.readPos, badBefore: m.bad, batches: make([]*wire.RainstormBatch, len(m.acked))}
+	s := &sourceSeg{index: b, seq: e.seq(b), start: m.readPos, badBefore: m.bad, sentBefore: m.sent, batches: make([]*wire.RainstormBatch, len(m.acked))}
 	for d := range s.batches {
 		s.batches[d] = &wire.RainstormBatch{From: m.cfg.Task, To: d, Incarnation: m.cfg.Incarnation, Seq: s.seq,
 			EOS: true, Epoch: uint64(e.cur), Next: &next}

@@ -41,6 +41,12 @@ type Segment struct {
 	Records []Record
 	Bad     []uint64 // ids of malformed records in the segment
 	EOF     bool
+	// Chained: Records went through the source's chain as they were read
+	// (ReadChainedSegment); Refused are the ids its operators refused, the
+	// first for RefusedErr.
+	Chained    bool
+	Refused    []uint64
+	RefusedErr error
 }
 
 // ReadSegment reads segment index from src, which must stand at its first
@@ -101,10 +107,14 @@ func (g *Generator) Pos() Position { return Position{Record: g.next} }
 
 // SourceConfig configures the source task's machine.
 type SourceConfig struct {
-	Task            wire.RainstormTask // Stage 0
-	Incarnation     uint64
-	Downstream      int
-	Next            *CompiledStage // the first stage (routes records)
+	Task        wire.RainstormTask // Stage 0
+	Incarnation uint64
+	Downstream  int
+	Next        *CompiledStage // the first stage (routes records)
+	// Chain runs the stages chained into the source, and the first
+	// stage's combiner, on every segment before it is routed (nil: none;
+	// Pipeline.NewChain).
+	Chain           *Chain
 	FailOnBadRecord bool
 	SegmentRecords  int
 	Window          int
@@ -123,11 +133,12 @@ type SourceConfig struct {
 }
 
 type sourceSeg struct {
-	index     uint64
-	seq       uint64 // its batches' number in their epoch
-	start     Position
-	badBefore uint64 // malformed records before this segment
-	batches   []*wire.RainstormBatch
+	index      uint64
+	seq        uint64 // its batches' number in their epoch
+	start      Position
+	badBefore  uint64 // malformed records before this segment
+	sentBefore uint64 // records sent downstream before this segment
+	batches    []*wire.RainstormBatch
 }
 
 // SourceMachine is the source task's state machine. The driver reads
@@ -143,6 +154,7 @@ type SourceMachine struct {
 	nextSeg  uint64
 	eof      bool
 	lastSeq  uint64 // the EOS batch's seq once known
+	sent     uint64 // records sent downstream, from the input's start
 	bad      uint64
 	badFirst []uint64
 	resume   wire.RainstormSourcePos
@@ -194,6 +206,7 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 		m.resume = *ckpt.Source
 		m.nextSeg, m.saved = m.resume.Segment, m.resume.Segment
 		m.bad, m.badFirst = m.resume.BadRecords, append([]uint64(nil), m.resume.BadFirst...)
+		m.sent = ckpt.RecordsOut
 		for i, o := range ckpt.Outputs {
 			m.acked[i] = o.Acked
 		}
@@ -226,7 +239,8 @@ func (m *SourceMachine) cut(done bool) {
 	}
 	m.ep.unsaved = false
 	c := &wire.RainstormCheckpoint{Task: m.cfg.Task, Incarnation: m.cfg.Incarnation, Version: m.version + 1,
-		Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: done}
+		Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: done,
+		RecordsOut: m.sentAt()}
 	for d, x := range m.acked {
 		c.Outputs[d] = wire.RainstormOutput{To: d, Next: x + 1, Acked: x}
 	}
@@ -270,7 +284,7 @@ func (m *SourceMachine) Segment(seg Segment) {
 	if m.stopped || seg.Index != m.nextSeg || m.eof {
 		return
 	}
-	s := &sourceSeg{index: seg.Index, start: seg.Start, badBefore: m.bad, batches: make([]*wire.RainstormBatch, len(m.acked))}
+	s := &sourceSeg{index: seg.Index, start: seg.Start, badBefore: m.bad, sentBefore: m.sent, batches: make([]*wire.RainstormBatch, len(m.acked))}
 	for _, id := range seg.Bad {
 		m.bad++
 		if len(m.badFirst) < maxBadFirst {
@@ -282,15 +296,50 @@ func (m *SourceMachine) Segment(seg Segment) {
 		m.ready.Failed = fmt.Errorf("malformed input record %d (on_bad_record: fail)", seg.Bad[0]+1)
 		return
 	}
+	recs := seg.Records
+	refused, refusedErr := seg.Refused, seg.RefusedErr
+	if m.cfg.Chain != nil && !seg.Chained {
+		// A function of the segment's records, so a restart re-cuts the
+		// same batches (I1).
+		out, err := m.cfg.Chain.Apply(recs, func(err error) {
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				refused = append(refused, fe.Record)
+			}
+			if refusedErr == nil {
+				refusedErr = err
+			}
+		})
+		if err != nil {
+			m.stopped = true
+			m.ready.Failed = err
+			return
+		}
+		recs = out
+	}
+	// A record a chained operator refuses counts with the malformed
+	// ones, in the segment it belongs to.
+	for _, id := range refused {
+		m.bad++
+		if len(m.badFirst) < maxBadFirst {
+			m.badFirst = append(m.badFirst, id)
+		}
+	}
+	if refusedErr != nil && m.cfg.FailOnBadRecord {
+		m.stopped = true
+		m.ready.Failed = fmt.Errorf("%w (on_bad_record: fail)", refusedErr)
+		return
+	}
 	seq := m.ep.seq(seg.Index)
 	s.seq = seq
 	for d := range s.batches {
 		s.batches[d] = &wire.RainstormBatch{From: m.cfg.Task, To: d, Incarnation: m.cfg.Incarnation, Seq: seq, EOS: seg.EOF, Epoch: uint64(m.ep.cur)}
 	}
+	m.sent += uint64(len(recs))
 	table := m.ep.tabs.Table(m.ep.cur, 1)
-	for i := range seg.Records {
-		d := m.cfg.Next.RouteBy(&seg.Records[i], table)
-		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(seg.Records[i]))
+	for i := range recs {
+		d := m.cfg.Next.RouteBy(&recs[i], table)
+		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(recs[i]))
 	}
 	m.segs = append(m.segs, s)
 	m.nextSeg++
@@ -412,6 +461,16 @@ func (m *SourceMachine) position() wire.RainstormSourcePos {
 	}
 	return wire.RainstormSourcePos{Segment: m.nextSeg, Record: m.readPos.Record, Offset: m.readPos.Offset,
 		Fields: m.readPos.Fields, BadRecords: m.bad, BadFirst: m.badFirst, File: m.resume.File}
+}
+
+// sentAt is the records sent before position(): what a checkpoint at it
+// carries as RecordsOut, so the first stage's durable RecordsIn can be held
+// against it (after a chain, not the records read).
+func (m *SourceMachine) sentAt() uint64 {
+	if len(m.segs) > 0 {
+		return m.segs[0].sentBefore
+	}
+	return m.sent
 }
 
 func (m *SourceMachine) firstBadBefore(n uint64) []uint64 {

@@ -68,6 +68,9 @@ type Source struct {
 	Generate *Generate `cbor:"3,keyasint,omitempty"`
 	Format   Format    `cbor:"4,keyasint,omitempty"` // zero reads as csv
 	Header   bool      `cbor:"5,keyasint,omitempty"`
+	// Chain are the stateless stages Chained moved into the source task
+	// (chain.go): never written in a job file, set at submit.
+	Chain []Stage `cbor:"6,keyasint,omitempty"`
 }
 
 // Generate makes Records synthetic records over Keys distinct keys at Rate
@@ -99,8 +102,14 @@ type Stage struct {
 	With    string   `cbor:"9,keyasint,omitempty"` // replace
 	Key     string   `cbor:"10,keyasint,omitempty"`
 	Command []string `cbor:"11,keyasint,omitempty"` // exec: program and arguments
+	// NoChain is `chain: false`: the stage runs in tasks of its own, never
+	// chained into the source, and an aggregate gets no combiner.
+	NoChain bool `cbor:"12,keyasint,omitempty"`
+	// Combined marks an aggregate first stage fed by a combiner in the
+	// source task: its input is (key, partial) records. Set by Chained.
+	Combined bool `cbor:"13,keyasint,omitempty"`
 	// Autoscale lets the stage's size follow its load (instead of Tasks).
-	Autoscale *Autoscale `cbor:"12,keyasint,omitempty"`
+	Autoscale *Autoscale `cbor:"14,keyasint,omitempty"`
 }
 
 // TaskCount is Tasks with its default of one.
@@ -292,6 +301,9 @@ func readStage(f *workflow.Fields) Stage {
 	if a, ok := f.Object("autoscale"); ok {
 		st.Autoscale = readAutoscale(a)
 	}
+	if v, ok := f.Bool("chain"); ok {
+		st.NoChain = !v
+	}
 	if v, ok := f.Int("tasks"); ok {
 		if v < 1 || v > MaxTasks {
 			f.Errorf("tasks", "must be between 1 and %d, got %d", MaxTasks, v)
@@ -351,6 +363,13 @@ func (s *Spec) Validate() error { return s.Check(nil) }
 // also checks that every field and key a stage names exists where the
 // stage reads it.
 func (s *Spec) Check(columns []string) error {
+	if s.IsChained() {
+		if err := s.checkChain(); err != nil {
+			return err
+		}
+		flat := s.Unchained()
+		return flat.Check(columns)
+	}
 	var errs workflow.FieldErrors
 	add := func(path, format string, args ...any) {
 		errs = append(errs, workflow.FieldError{Path: path, Message: fmt.Sprintf(format, args...)})

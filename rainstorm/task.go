@@ -101,7 +101,12 @@ type inChan struct {
 	inc         uint64
 	durableNext uint64 // next as of the latest durable checkpoint
 	ackedNext   uint64 // the durableNext last acknowledged upstream
-	reorder     map[uint64]*wire.RainstormBatch
+	// procFrom: this incarnation processed batches [procFrom, next) as
+	// the sender's incarnation inc sent them. At-least-once skips a
+	// resend of one of those: the same batch, resent because the durable
+	// ack was slower than the sender's timer.
+	procFrom uint64
+	reorder  map[uint64]*wire.RainstormBatch
 }
 
 type outChan struct {
@@ -194,7 +199,7 @@ func NewTaskMachine(cfg TaskConfig, ckpt *wire.RainstormCheckpoint) (*TaskMachin
 		return nil, fmt.Errorf("rainstorm task: stage %s needs a transform", cfg.Stage.Name)
 	}
 	for i := range m.in {
-		m.in[i] = inChan{next: 1, durableNext: 1, ackedNext: 1}
+		m.in[i] = inChan{next: 1, durableNext: 1, ackedNext: 1, procFrom: 1}
 	}
 	for i := range m.out {
 		m.out[i] = outChan{next: 1}
@@ -224,7 +229,7 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 	}
 	m.version = c.Version
 	for i, p := range c.Inputs {
-		m.in[i] = inChan{next: p.Next, eos: p.EOS, inc: p.Incarnation, durableNext: p.Next}
+		m.in[i] = inChan{next: p.Next, eos: p.EOS, inc: p.Incarnation, durableNext: p.Next, procFrom: p.Next}
 	}
 	for i, o := range c.Outputs {
 		m.out[i] = outChan{next: o.Next, acked: o.Acked, durable: o.Next - 1, eos: o.EOS}
@@ -306,6 +311,11 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 	if b.Incarnation < ch.inc {
 		return // from a replaced sender
 	}
+	if b.Incarnation > ch.inc {
+		// A new sender incarnation may re-cut what the old one sent
+		// before it was durable: nothing below here counts as seen.
+		ch.procFrom = ch.next
+	}
 	ch.inc = b.Incarnation
 	switch {
 	case b.Seq < ch.next:
@@ -317,7 +327,15 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 		if !m.cfg.AtLeastOnce {
 			return // its effect is already in this task's state
 		}
-		// At-least-once keeps no record of what it processed.
+		if b.Seq >= ch.procFrom {
+			// Processed by this incarnation, from this very sender
+			// incarnation (whose batch b.Seq never changes): a resend that
+			// crossed the ack, not lost work. Taking it again over-counted
+			// with no fault at all.
+			return
+		}
+		// Beyond that at-least-once keeps no record of what it processed:
+		// after a crash on either side, it processes again.
 		if !m.backedUp() {
 			m.process(b)
 			m.dirty = true

@@ -165,7 +165,9 @@ func (Type) Expand(params []byte) ([][]byte, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	s := &p.Spec
+	// The pipeline runs chained (chain.go): the parts are its tasks.
+	chained := p.Spec.Chained()
+	s := &chained
 	var out [][]byte
 	for i, t := range TaskOrder(s) {
 		tp := &TaskParams{Stage: t.Stage, Index: t.Index, Ref: true}
@@ -343,7 +345,7 @@ func Columns(spec *Spec, header []string, i int) []string {
 	} else if spec.Source.SourceFormat() == FormatLines {
 		cols = []string{LineField}
 	}
-	for _, st := range spec.Stages[:min(i, len(spec.Stages))] {
+	for _, st := range slices.Concat(spec.Source.Chain, spec.Stages[:min(i, len(spec.Stages))]) {
 		switch st.Op {
 		case OpProject:
 			cols = st.Fields

@@ -11,7 +11,9 @@ import (
 func TestExpandOnePartPerTask(t *testing.T) {
 	spec := &Spec{
 		Source: Source{Generate: &Generate{Records: 5, Keys: 1}},
-		Stages: []Stage{{Name: "f", Op: OpFilter, Tasks: 3, Matches: "."}, {Name: "c", Op: OpCount, Tasks: 2, Key: "key"}},
+		// Unchained, so every stage has tasks of its own (chain_test.go
+		// expands a chained pipeline).
+		Stages: []Stage{{Name: "f", Op: OpFilter, Tasks: 3, Matches: ".", NoChain: true}, {Name: "c", Op: OpCount, Tasks: 2, Key: "key", NoChain: true}},
 	}
 	b, err := wire.Marshal(&PipelineParams{Spec: *spec})
 	if err != nil {
@@ -75,7 +77,7 @@ func FuzzDecodeTaskParams(f *testing.F) {
 // version that copied the spec into every task are taken as they are.
 func TestExpandKeepsTheSpecOnce(t *testing.T) {
 	spec := &Spec{Source: Source{Generate: &Generate{Records: 5, Keys: 1}},
-		Stages: []Stage{{Name: "f", Op: OpProject, Tasks: 30, Fields: []string{"key"}}, {Name: "c", Op: OpCount, Tasks: 30, Key: "key"}}}
+		Stages: []Stage{{Name: "f", Op: OpProject, Tasks: 30, Fields: []string{"key"}, NoChain: true}, {Name: "c", Op: OpCount, Tasks: 30, Key: "key", NoChain: true}}}
 	pp, err := wire.Marshal(&PipelineParams{Spec: *spec, Blob: "ab"})
 	if err != nil {
 		t.Fatal(err)

@@ -43,9 +43,6 @@ const (
 	rsResendTicks = 20
 	rsInbox       = 4096 // messages queued for one task; more are dropped (resent later)
 	rsOutbox      = 8192
-	// rsLinger keeps a finished task answering resent batches with acks
-	// for a while, in case its last acks were lost.
-	rsLinger = time.Second
 )
 
 // errRSFenced ends a task that a newer incarnation replaced: CANCELLED,
@@ -923,9 +920,16 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			return err
 		}
 	}
+	chain, err := pipe.NewChain()
+	if err != nil {
+		return err
+	}
+	if chain != nil {
+		defer chain.Close()
+	}
 	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
 		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
-		FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks, File: d.file,
+		Chain: chain, FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks, File: d.file,
 	}, ckpt)
 	if err != nil {
 		return err
@@ -973,6 +977,12 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			src = rainstorm.ResumeReader(input, pos, ropts, header)
 		}
 	}
+	if rd, ok := src.(*rainstorm.Reader); ok {
+		rd.SetKeep(pipe.ReadKeep()) // only the columns the stages read
+		if chain.Streams() {
+			rd.ReuseFields() // the combiner keeps no record
+		}
+	}
 	segN := uint64(rainstorm.DefaultSegmentRecords)
 	gen := spec.Source.Generate
 	paced := gen != nil && gen.Paced()
@@ -995,7 +1005,12 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 					break
 				}
 			}
-			seg, err := rainstorm.ReadSegment(src, idx, int(segN))
+			var seg rainstorm.Segment
+			if chain.Streams() {
+				seg, err = rainstorm.ReadChainedSegment(src, idx, int(segN), chain)
+			} else {
+				seg, err = rainstorm.ReadSegment(src, idx, int(segN))
+			}
 			if err != nil {
 				return fmt.Errorf("source: read: %w", err)
 			}
@@ -1091,23 +1106,24 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 	}
 	tick := time.NewTicker(rsTick)
 	defer tick.Stop()
-	var finishedAt time.Time
 	for {
-		if done, err := d.apply(ctx, m.Ready()); err != nil {
+		done, err := d.apply(ctx, m.Ready())
+		if err != nil {
 			return err
-		} else if done && finishedAt.IsZero() {
-			d.log.Info("rainstorm task's final checkpoint is durable")
 		}
 		d.bad.Store(int64(m.Bad()))
 		in, out := m.Records()
 		d.t.records.Store(int64(in))
 		d.t.emitted.Store(int64(out))
+		if done {
+			d.log.Info("rainstorm task's final checkpoint is durable")
+		}
+		// Ends at once: an upstream task that missed its last acks
+		// resends, finds it gone and the routes showing it done, which
+		// counts as an ack of everything (routeLoop). Lingering to ack
+		// again kept every pipeline's end a second behind its output.
 		if m.Finished() {
-			if finishedAt.IsZero() {
-				finishedAt = d.env.Now()
-			} else if d.env.Now().Sub(finishedAt) >= rsLinger {
-				return nil
-			}
+			return nil
 		}
 		select {
 		case <-ctx.Done():

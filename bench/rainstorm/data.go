@@ -29,6 +29,9 @@ const (
 	idField     = "OBJECTID"
 )
 
+// projectFields are what the filter → project pipeline keeps.
+var projectFields = []string{idField, keyField}
+
 // srcRecord is one source record's bytes split around its OBJECTID value.
 type srcRecord struct {
 	before, after []byte // after runs to the end of the record's newline
@@ -117,6 +120,9 @@ type sequential struct {
 	Records   int
 	Multiline int // records with a newline inside a quoted field
 	Counts    map[string]int
+	// Projected is the filter → project pipeline's output: the kept
+	// records' OBJECTID and Category, in input order.
+	Projected [][]string
 }
 
 func sequentialPass(path string) (*sequential, error) {
@@ -156,6 +162,7 @@ func sequentialPass(path string) (*sequential, error) {
 		}
 		if rec[post] == filterValue {
 			s.Counts[rec[cat]]++
+			s.Projected = append(s.Projected, []string{rec[id], rec[cat]})
 		}
 		for _, f := range rec {
 			if strings.IndexByte(f, '\n') >= 0 {
@@ -217,6 +224,40 @@ func countRows(counts map[string]int) string {
 	}
 	w.Flush()
 	return b.String()
+}
+
+// projectRows renders the filter → project output as the pipeline's CSV:
+// the projected columns' header, then the rows in input order.
+func projectRows(rows [][]string) string {
+	var b bytes.Buffer
+	w := csv.NewWriter(&b)
+	_ = w.Write(projectFields)
+	_ = w.WriteAll(rows)
+	return b.String()
+}
+
+// projectExcess checks a filter → project output against the expected rows
+// allowing duplicates (at-least-once): every expected row there, in input
+// order once duplicates are dropped. It returns how many rows repeat.
+func projectExcess(out string, want [][]string) (int, error) {
+	rows, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		return 0, err
+	}
+	if len(rows) == 0 || !slices.Equal(rows[0], projectFields) {
+		return 0, fmt.Errorf("no %v header", projectFields)
+	}
+	rows = rows[1:]
+	uniq := slices.CompactFunc(slices.Clone(rows), slices.Equal)
+	if len(uniq) != len(want) {
+		return 0, fmt.Errorf("%d distinct rows, want %d: a record was lost or made up", len(uniq), len(want))
+	}
+	for i := range want {
+		if !slices.Equal(uniq[i], want[i]) {
+			return 0, fmt.Errorf("row %d is %q, want %q", i+1, uniq[i], want[i])
+		}
+	}
+	return len(rows) - len(uniq), nil
 }
 
 // overCount checks a pipeline's key,value CSV output against the expected

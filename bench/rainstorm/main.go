@@ -24,7 +24,7 @@
 //  4. with -profile, samples the nodes' CPU with perf during one more
 //     exactly-once run and sums it by component.
 //
-//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 3] [-profile] [-source path|file] [-trace]
+//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 3] [-profile] [-source path|file] [-chain=false] [-pipeline count|project] [-trace]
 //
 // Tables on stdout, progress on stderr. Everything it writes (the input,
 // the cluster, profiles) is under -dir, removed at the end unless -keep.
@@ -34,6 +34,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -63,6 +64,8 @@ type options struct {
 	profile, keep     bool
 	trace             bool
 	source            string
+	chain             bool
+	pipeline          string
 	poll              time.Duration
 	kinds             string
 	killAt            float64
@@ -88,6 +91,8 @@ func main() {
 	flag.StringVar(&o.swimProfile, "swim-profile", "test", "SWIM profile of every node (as tempest dev)")
 	flag.StringVar(&o.electProfile, "election-profile", "test", "election profile of every node")
 	flag.StringVar(&o.source, "source", "path", "how the pipelines read the input: path (read in place by the source's worker, as Miller reads it) or file (uploaded by tempest submit, inside the timed run)")
+	flag.BoolVar(&o.chain, "chain", true, "run the filter in the source task and pre-aggregate the count there (false: chain: false on both stages, each in tasks of its own)")
+	flag.StringVar(&o.pipeline, "pipeline", "count", "count: filter → count by Category; project: filter → project OBJECTID, Category (record output, in input order)")
 	flag.StringVar(&o.kinds, "kinds", "eo,alo,mlr,go", "what runs in each repetition, in this order")
 	flag.BoolVar(&o.profile, "profile", false, "perf-sample the nodes during one more exactly-once run")
 	flag.BoolVar(&o.keep, "keep", false, "keep -dir")
@@ -117,7 +122,13 @@ func run(o options) error {
 	if o.source != "path" && o.source != "file" {
 		return fmt.Errorf("-source %q: want path or file", o.source)
 	}
+	if o.pipeline != "count" && o.pipeline != "project" {
+		return fmt.Errorf("-pipeline %q: want count or project", o.pipeline)
+	}
 	kinds := strings.Split(o.kinds, ",")
+	if o.pipeline == "project" && slices.Contains(kinds, "go") {
+		return errors.New("-kinds: the go floor pass counts; leave it out with -pipeline project")
+	}
 	for _, k := range kinds {
 		if !slices.Contains([]string{"eo", "alo", "mlr", "go"}, k) {
 			return fmt.Errorf("-kinds: unknown %q (want eo, alo, mlr, go)", k)
@@ -163,7 +174,10 @@ func run(o options) error {
 		input, seq.Records, seq.Records, seq.Multiline, float64(st.Size())/1e6, time.Since(t0).Round(time.Millisecond))
 	fmt.Printf("expected output: %d records pass the filter, %d keys\n\n", kept, len(seq.Counts))
 
-	b := &bench{o: o, bin: bin, dir: dir, input: input, want: want, wantCounts: seq.Counts, records: o.records}
+	if o.pipeline == "project" {
+		want = projectRows(seq.Projected)
+	}
+	b := &bench{o: o, bin: bin, dir: dir, input: input, want: want, wantCounts: seq.Counts, wantRows: seq.Projected, records: o.records}
 	needCluster := o.kills > 0 || o.profile || slices.Contains(kinds, "eo") || slices.Contains(kinds, "alo")
 	if needCluster {
 		if err := b.startCluster(); err != nil {
@@ -233,8 +247,12 @@ func run(o options) error {
 func printHost(o options) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("bench/rainstorm  %s  load average at start: %s", time.Now().UTC().Format(time.RFC3339), load)
-	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage; source %s:\n",
-		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks, o.source)
+	chained := "filter chained into the source, count combined there"
+	if !o.chain {
+		chained = "every stage in tasks of its own (chain: false)"
+	}
+	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage, %s; source %s:\n",
+		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks, chained, o.source)
 }
 
 type bench struct {
@@ -244,6 +262,7 @@ type bench struct {
 	input      string
 	want       string
 	wantCounts map[string]int
+	wantRows   [][]string // -pipeline project
 	records    int
 	c          *devcluster.Cluster
 	client     *api.Client
@@ -326,6 +345,10 @@ func (b *bench) runKind(kind string) (*runResult, error) {
 		r, _, err := b.pipeline(kind == "eo", nil)
 		return r, err
 	case "mlr":
+		if b.o.pipeline == "project" {
+			return b.child("mlr", nil, "mlr", "--icsv", "--ocsv", "filter", `$`+filterField+` == "`+filterValue+`"`,
+				"then", "cut", "-o", "-f", strings.Join(projectFields, ","), b.input)
+		}
 		return b.child("mlr", parseMiller, "mlr", "--icsv", "--ojson", "filter", `$`+filterField+` == "`+filterValue+`"`,
 			"then", "count", "-g", keyField, b.input)
 	default:
@@ -348,12 +371,20 @@ func (b *bench) child(kind string, parse func([]byte) (map[string]int, error), n
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %s", name, err, tail(stderr.Bytes()))
 	}
-	counts, err := parse(stdout.Bytes())
-	if err != nil {
-		return nil, fmt.Errorf("%s output: %w", name, err)
-	}
-	if got := countRows(counts); got != b.want {
-		return nil, fmt.Errorf("%s output differs from the sequential pass:\n%s\nwant:\n%s", name, got, b.want)
+	if parse == nil {
+		// Records: compared as CSV rows, which a writer may quote
+		// differently from Go's.
+		if excess, err := projectExcess(stdout.String(), b.wantRows); err != nil || excess != 0 {
+			return nil, fmt.Errorf("%s output differs from the sequential pass (%d rows repeated): %v", name, excess, err)
+		}
+	} else {
+		counts, err := parse(stdout.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("%s output: %w", name, err)
+		}
+		if got := countRows(counts); got != b.want {
+			return nil, fmt.Errorf("%s output differs from the sequential pass:\n%s\nwant:\n%s", name, got, b.want)
+		}
 	}
 	ru, _ := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	return &runResult{kind: kind, records: b.records, wall: wall, cpu: map[string]time.Duration{kind: rusageCPU(ru)}}, nil
@@ -415,6 +446,14 @@ func (b *bench) jobFile(exactlyOnce bool) (string, error) {
 	if exactlyOnce {
 		name = fmt.Sprintf("bench-%d-eo", b.jobs)
 	}
+	chain := ""
+	if !b.o.chain {
+		chain = ", chain: false"
+	}
+	last := fmt.Sprintf("{name: count, op: count, tasks: %d, key: %s%s}", b.o.tasks, keyField, chain)
+	if b.o.pipeline == "project" {
+		last = fmt.Sprintf("{name: pick, op: project, tasks: %d, fields: [%s]%s}", b.o.tasks, strings.Join(projectFields, ", "), chain)
+	}
 	src := b.input
 	if b.o.source == "file" {
 		src = filepath.Base(b.input) // beside the job file
@@ -427,9 +466,9 @@ workflows:
     exactly_once: %t
     source: {%s: %q, format: csv, header: true}
     stages:
-      - {name: telespar, op: filter, tasks: %d, field: %s, equals: %q}
-      - {name: count, op: count, tasks: %d, key: %s}
-`, name, b.o.runTimeout, workflowName, exactlyOnce, b.o.source, src, b.o.tasks, filterField, filterValue, b.o.tasks, keyField)
+      - {name: telespar, op: filter, tasks: %d, field: %s, equals: %q%s}
+      - %s
+`, name, b.o.runTimeout, workflowName, exactlyOnce, b.o.source, src, b.o.tasks, filterField, filterValue, chain, last)
 	path := filepath.Join(b.dir, name+".yaml")
 	return path, os.WriteFile(path, []byte(job), 0o644)
 }
@@ -545,7 +584,12 @@ func (b *bench) pipeline(exactlyOnce bool, watch func(*api.PipelineOutput) error
 	var excess int
 	if csvOut != b.want {
 		// At-least-once may count a record more than once, never less.
-		if excess, err = overCount(csvOut, b.wantCounts); exactlyOnce || err != nil {
+		if b.o.pipeline == "project" {
+			excess, err = projectExcess(csvOut, b.wantRows)
+		} else {
+			excess, err = overCount(csvOut, b.wantCounts)
+		}
+		if exactlyOnce || err != nil {
 			return nil, nil, fmt.Errorf("job %s (%s): tempest results differs from the sequential pass (%v):\n%s\nwant:\n%s", id, kind, err, csvOut, b.want)
 		}
 	}

@@ -1,0 +1,70 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"tempest/internal/testutil"
+	"tempest/wire"
+)
+
+// A pipeline's output is complete once every last-stage task's final (done)
+// checkpoint is durable: its rows are all stored then. It does not wait for
+// the tasks' parts to end and their status to reach the job table, which
+// took a second and more after the last row was durable.
+func TestRainstormOutputCompleteFromDoneCheckpoints(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	job := submitPipeline(t, lead).JobID
+	task := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
+	inc := taskToken(t, lead, job, 1, 0)
+	caller := c.hub.Node("w1")
+	call := func(msg wire.Message) wire.Message {
+		t.Helper()
+		var resp wire.Message
+		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+			var err error
+			resp, err = caller.Call(context.Background(), lead.cfg.ID, msg)
+			var we *wire.Error
+			if errors.As(err, &we) && we.Code == wire.CodeUnavailable {
+				return err // still syncing
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		})
+		return resp
+	}
+	complete := func() bool {
+		t.Helper()
+		out, err := lead.PipelineOutput(context.Background(), job, "pipe", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Complete
+	}
+	call(&wire.RainstormOpen{Task: task, Incarnation: inc})
+	ckpt := &wire.RainstormCheckpoint{Task: task, Incarnation: inc, Version: 1,
+		Inputs: []wire.RainstormInput{{Next: 2, EOS: true}}, Rows: []wire.RainstormRecord{{Fields: []string{"k0", "5"}}}}
+	if a := call(ckpt).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("checkpoint refused: %s", a.Reason)
+	}
+	if complete() {
+		t.Fatal("complete before the last stage's final checkpoint")
+	}
+	ckpt = &wire.RainstormCheckpoint{Task: task, Incarnation: inc, Version: 2, Done: true,
+		Inputs: []wire.RainstormInput{{Next: 2, EOS: true}}, Rows: []wire.RainstormRecord{{Fields: []string{"k1", "5"}}}}
+	if a := call(ckpt).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("final checkpoint refused: %s", a.Reason)
+	}
+	if _, _, infos := lead.rsTasks(job, "pipe"); infos[1].status != wire.WorkflowRunning {
+		t.Fatalf("the task's part is %s, want still running", infos[1].status)
+	}
+	if !complete() {
+		t.Fatal("not complete with the last stage's final checkpoint durable")
+	}
+}
