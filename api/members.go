@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -36,6 +37,29 @@ type MemberView struct {
 	Addr  string `json:"addr"` // QUIC
 	Voter bool   `json:"voter"`
 	State string `json:"state"`
+}
+
+// NewGroupView describes a group for the API: members are the configured
+// voters and learners (ID, Addr and Voter set), leader the one this member
+// follows, and reachable whether the failure detector sees a member alive.
+// Each member gets its state; they come out sorted by id.
+func NewGroupView(name string, epoch uint64, quorum int, leader string, members []MemberView, reachable func(id string) bool) *GroupView {
+	v := &GroupView{Name: name, Epoch: epoch, Quorum: quorum, Members: members}
+	for i := range v.Members {
+		mv := &v.Members[i]
+		switch {
+		case mv.ID == leader:
+			mv.State = MemberLeader
+		case !reachable(mv.ID):
+			mv.State = MemberUnreachable
+		case !mv.Voter:
+			mv.State = MemberSyncing
+		default:
+			mv.State = MemberFollower
+		}
+	}
+	slices.SortFunc(v.Members, func(a, b MemberView) int { return strings.Compare(a.ID, b.ID) })
+	return v
 }
 
 // MemberChange names a member to add: its node id and QUIC address.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 
 	"tempest/api"
@@ -176,18 +174,7 @@ func (g *Gate) RemoveMember(ctx context.Context, id string) (*api.GroupView, err
 }
 
 func (g *Gate) changeError(err error) error {
-	switch {
-	case errors.Is(err, leadership.ErrNotLeader):
-		return g.notLeaderAPI()
-	case errors.Is(err, leadership.ErrAlreadyMember), errors.Is(err, leadership.ErrNoSuchMember),
-		errors.Is(err, leadership.ErrOneAtATime):
-		return wire.Errorf(wire.CodeRejected, "%v", err)
-	case errors.Is(err, leadership.ErrChangePending), errors.Is(err, leadership.ErrNotSettled):
-		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error() + "; retry once it is", RetryAfter: g.seat.ElectionTimeout()}
-	case errors.Is(err, leadership.ErrChangeUnstable), errors.Is(err, context.DeadlineExceeded):
-		return wire.Errorf(wire.CodeOutcomeUnknown, "%v; `tempest cluster` shows whether it took effect", err)
-	}
-	return err
+	return leadership.ChangeError(err, func() error { return g.notLeaderAPI() }, g.seat.ElectionTimeout())
 }
 
 // groupView is the gate group as this gate has it, each member with its
@@ -195,7 +182,9 @@ func (g *Gate) changeError(err error) error {
 func (g *Gate) groupView() *api.GroupView {
 	c := g.elector.Members()
 	lead, _ := g.elector.Leader()
-	v := &api.GroupView{Name: "gates", Epoch: c.Epoch, Quorum: c.Quorum()}
+	members := leadership.MemberViews(c, func(mem leadership.Member, voter bool) api.MemberView {
+		return api.MemberView{ID: mem.ID, Addr: mem.QUIC, Voter: voter}
+	})
 	reachable := func(id string) bool {
 		if id == g.cfg.ID || g.members == nil {
 			return true // without SWIM there is nothing to tell by
@@ -203,26 +192,5 @@ func (g *Gate) groupView() *api.GroupView {
 		info, ok := g.members.Member(id)
 		return ok && info.State == swim.StateAlive
 	}
-	add := func(mem leadership.Member, voter bool) {
-		mv := api.MemberView{ID: mem.ID, Addr: mem.QUIC, Voter: voter}
-		switch {
-		case mem.ID == lead:
-			mv.State = api.MemberLeader
-		case !reachable(mem.ID):
-			mv.State = api.MemberUnreachable
-		case !voter:
-			mv.State = api.MemberSyncing
-		default:
-			mv.State = api.MemberFollower
-		}
-		v.Members = append(v.Members, mv)
-	}
-	for _, mem := range c.Members {
-		add(mem, true)
-	}
-	for _, mem := range c.Learners {
-		add(mem, false)
-	}
-	slices.SortFunc(v.Members, func(a, b api.MemberView) int { return strings.Compare(a.ID, b.ID) })
-	return v
+	return api.NewGroupView("gates", c.Epoch, c.Quorum(), lead, members, reachable)
 }

@@ -1,10 +1,12 @@
 package leadership
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"tempest/wire"
 )
@@ -382,4 +384,34 @@ func (m *Machine) noteRefusal(from string, granted bool, epoch uint64, reason st
 		m.notice = fmt.Sprintf("%s refused this node: %s", from, reason)
 		m.noticeRemoved = notMember
 	}
+}
+
+// MemberViews lists c's voters, then its learners, as f makes each one.
+func MemberViews[T any](c *Configuration, f func(m Member, voter bool) T) []T {
+	out := make([]T, 0, len(c.Members)+len(c.Learners))
+	for _, m := range c.Members {
+		out = append(out, f(m, true))
+	}
+	for _, m := range c.Learners {
+		out = append(out, f(m, false))
+	}
+	return out
+}
+
+// ChangeError types an error of AddLearner or RemoveMember for a role's
+// client API: notLeader is the role's own not-leader answer (naming its
+// leader's API), retryAfter how long a change under way or not yet settled
+// should be waited for (about an election timeout).
+func ChangeError(err error, notLeader func() error, retryAfter time.Duration) error {
+	switch {
+	case errors.Is(err, ErrNotLeader):
+		return notLeader()
+	case errors.Is(err, ErrAlreadyMember), errors.Is(err, ErrNoSuchMember), errors.Is(err, ErrOneAtATime):
+		return wire.Errorf(wire.CodeRejected, "%v", err)
+	case errors.Is(err, ErrChangePending), errors.Is(err, ErrNotSettled):
+		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error() + "; retry once it is", RetryAfter: retryAfter}
+	case errors.Is(err, ErrChangeUnstable), errors.Is(err, context.DeadlineExceeded):
+		return wire.Errorf(wire.CodeOutcomeUnknown, "%v; `tempest cluster` shows whether it took effect", err)
+	}
+	return err
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 
 	"tempest/api"
@@ -286,18 +285,7 @@ func (m *Manager) RemoveMember(ctx context.Context, id string) (*api.GroupView, 
 
 // changeError types a refused or failed change for the API.
 func (m *Manager) changeError(err error) error {
-	switch {
-	case errors.Is(err, leadership.ErrNotLeader):
-		return m.notLeaderAPI()
-	case errors.Is(err, leadership.ErrAlreadyMember), errors.Is(err, leadership.ErrNoSuchMember),
-		errors.Is(err, leadership.ErrOneAtATime):
-		return wire.Errorf(wire.CodeRejected, "%v", err)
-	case errors.Is(err, leadership.ErrChangePending), errors.Is(err, leadership.ErrNotSettled):
-		return &wire.Error{Code: wire.CodeUnavailable, Message: err.Error() + "; retry once it is", RetryAfter: m.seat.ElectionTimeout()}
-	case errors.Is(err, leadership.ErrChangeUnstable), errors.Is(err, context.DeadlineExceeded):
-		return wire.Errorf(wire.CodeOutcomeUnknown, "%v; `tempest cluster` shows whether it took effect", err)
-	}
-	return err
+	return leadership.ChangeError(err, func() error { return m.notLeaderAPI() }, m.seat.ElectionTimeout())
 }
 
 // groupView is the manager group as this manager has it, each member with
@@ -306,7 +294,9 @@ func (m *Manager) changeError(err error) error {
 func (m *Manager) groupView() *api.GroupView {
 	c := m.elector.Members()
 	lead, _ := m.elector.Leader()
-	v := &api.GroupView{Name: "managers/" + m.cfg.Datacenter, Epoch: c.Epoch, Quorum: c.Quorum()}
+	members := leadership.MemberViews(c, func(mem leadership.Member, voter bool) api.MemberView {
+		return api.MemberView{ID: mem.ID, Addr: mem.QUIC, Voter: voter}
+	})
 	reachable := func(id string) bool {
 		if id == m.cfg.ID {
 			return true
@@ -322,34 +312,5 @@ func (m *Manager) groupView() *api.GroupView {
 		}
 		return false
 	}
-	add := func(mem leadership.Member, voter bool) {
-		mv := api.MemberView{ID: mem.ID, Addr: mem.QUIC, Voter: voter}
-		switch {
-		case mem.ID == lead:
-			mv.State = api.MemberLeader
-		case !reachable(mem.ID):
-			mv.State = api.MemberUnreachable
-		case !voter:
-			mv.State = api.MemberSyncing
-		default:
-			mv.State = api.MemberFollower
-		}
-		v.Members = append(v.Members, mv)
-	}
-	for _, mem := range c.Members {
-		add(mem, true)
-	}
-	for _, mem := range c.Learners {
-		add(mem, false)
-	}
-	slices.SortFunc(v.Members, func(a, b api.MemberView) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
-	return v
+	return api.NewGroupView("managers/"+m.cfg.Datacenter, c.Epoch, c.Quorum(), lead, members, reachable)
 }
