@@ -144,6 +144,21 @@ func dumpLogs(t *testing.T, c *devcluster.Cluster) {
 	}
 }
 
+// keepNodeLogs copies every node's whole log into dir: the failure dump
+// shows only their tails.
+func keepNodeLogs(t *testing.T, c *cluster, dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("keep logs: %v", err)
+		return
+	}
+	for _, n := range c.Nodes() {
+		if b, err := os.ReadFile(n.Log); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, n.Name+".log"), b, 0o644)
+		}
+	}
+	t.Logf("node logs kept in %s", dir)
+}
+
 // wireNode is a bare QUIC transport holding secret, for tests that speak to
 // nodes as another (deposed, or not rotated) cluster member would.
 func wireNode(t *testing.T, id, secret string) *transport.QUIC {

@@ -89,7 +89,7 @@ func startPartitioned(t *testing.T, opts devcluster.Options) *pcluster {
 	// Runs before the cluster's own cleanup removes its directory.
 	t.Cleanup(func() {
 		if dir := os.Getenv("PARTITION_KEEP_LOGS"); dir != "" && (t.Failed() || os.Getenv("PARTITION_KEEP_ALL") != "") {
-			p.keepLogs(filepath.Join(dir, t.Name()))
+			keepNodeLogs(t, p.cluster, filepath.Join(dir, t.Name()))
 		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -97,21 +97,6 @@ func startPartitioned(t *testing.T, opts devcluster.Options) *pcluster {
 	go p.observe(ctx)
 	t.Cleanup(p.stopObserving)
 	return p
-}
-
-// keepLogs copies every node's whole log into dir: the failure dump shows
-// only their tails.
-func (p *pcluster) keepLogs(dir string) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		p.t.Logf("keep logs: %v", err)
-		return
-	}
-	for _, n := range p.Nodes() {
-		if b, err := os.ReadFile(n.Log); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, n.Name+".log"), b, 0o644)
-		}
-	}
-	p.t.Logf("node logs kept in %s", dir)
 }
 
 func (p *pcluster) stopObserving() {

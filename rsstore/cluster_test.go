@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,6 +37,33 @@ type testNode struct {
 	term uint64
 	cut  map[string]bool // peers this node cannot reach
 	lose map[string]bool // peers whose answers to this node are lost
+	// lateEvery > 0 loses the answer to every lateEvery-th sync page this
+	// node asks of each peer (a page that outlasted its timeout).
+	lateEvery int
+	pageMu    sync.Mutex
+	pageCalls map[string]int
+}
+
+// late reports whether the answer to this sync page is to be lost, and
+// counts the page.
+func (n *testNode) late(id string) bool {
+	n.pageMu.Lock()
+	defer n.pageMu.Unlock()
+	if n.pageCalls == nil {
+		n.pageCalls = map[string]int{}
+	}
+	n.pageCalls[id]++
+	return n.pageCalls[id]%n.lateEvery == 0
+}
+
+func (n *testNode) pageCallsTotal() int {
+	n.pageMu.Lock()
+	defer n.pageMu.Unlock()
+	total := 0
+	for _, c := range n.pageCalls {
+		total += c
+	}
+	return total
 }
 
 func newTestGroup(t *testing.T) *testGroup {
@@ -124,6 +152,9 @@ func (n *testNode) Call(ctx context.Context, id string, msg wire.Message) (wire.
 		return nil, transport.ErrUnreachable
 	}
 	resp, err := n.tr.Call(ctx, id, msg)
+	if _, ok := msg.(*wire.RainstormSyncRequest); ok && n.lateEvery > 0 && n.late(id) {
+		return nil, fmt.Errorf("page from %s: %w", id, context.DeadlineExceeded)
+	}
 	if n.lose[id] {
 		return nil, fmt.Errorf("answer from %s lost", id)
 	}
@@ -321,5 +352,54 @@ func TestSpreadStateOverMessageCap(t *testing.T) {
 	}
 	if len(l.Opened) != 1 || l.Opened[0].Incarnation != 1 {
 		t.Fatalf("m2's lineage %+v, want incarnation 1's open", l.Opened)
+	}
+}
+
+// A new leader's sync of a store over several pages, where some page of
+// each peer is late in every attempt, still ends: an attempt goes on from
+// the page the last one stopped at. Read again from the first page every
+// attempt, it never ended, and the term answered no task.
+func TestSyncResumesAfterALatePage(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(1, 2)
+	g.open(lead, task, 1)
+	c := &wire.RainstormCheckpoint{Task: task, Incarnation: 1, Version: 1, Groups: bigState(12_000)}
+	if ckpt.Size(c) <= 2*syncPage {
+		t.Fatalf("the checkpoint's %d bytes fit two sync pages: the test's premise is three", ckpt.Size(c))
+	}
+	testutil.Eventually(t, 2*time.Minute, 10*time.Millisecond, func() error {
+		if !g.put(lead, c) {
+			return fmt.Errorf("version 1 not acknowledged")
+		}
+		return nil
+	})
+
+	// m0 leads; every second page it asks of a peer is late.
+	g.term++
+	for _, n := range g.nodes {
+		n.term = g.term
+	}
+	m0 := g.nodes[0]
+	m0.lateEvery = 2
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m0.st.Lead(ctx, g.term)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	testutil.Eventually(t, time.Minute, 10*time.Millisecond, func() error {
+		if !m0.st.Synced(g.term) {
+			return fmt.Errorf("m0 has not synced term %d after %d pages asked", g.term, m0.pageCallsTotal())
+		}
+		return nil
+	})
+	l := m0.st.Latest(task)
+	if l == nil || l.Version != 1 || !reflect.DeepEqual(l.Groups, c.Groups) {
+		t.Fatalf("m0 after its sync holds %+v, want version 1 and its state", l)
 	}
 }

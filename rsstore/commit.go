@@ -85,13 +85,16 @@ func (s *Store) Submit(ctx context.Context, r *Request) (wire.Message, error) {
 // Lead is the leader's part for one term: read a majority's stores, then
 // commit requests until ctx (the term) ends.
 func (s *Store) Lead(ctx context.Context, term uint64) {
+	start, reads := time.Now(), &syncReads{}
 	for attempt := 0; ; attempt++ {
-		err := s.Sync(ctx, term)
+		err := s.sync(ctx, term, reads)
 		if err == nil {
+			s.host.Logger().Info("rainstorm: store synced", "term", term, "attempts", attempt+1,
+				"pages", reads.pages, "bytes", reads.bytes, "took", time.Since(start))
 			break
 		}
 		if attempt%20 == 0 {
-			s.host.Logger().Warn("rainstorm: reading peers' checkpoints", "err", err)
+			s.host.Logger().Warn("rainstorm: reading peers' checkpoints", "term", term, "attempt", attempt+1, "err", err)
 		}
 		select {
 		case <-ctx.Done():

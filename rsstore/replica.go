@@ -144,10 +144,15 @@ func (s *Store) deposed(term uint64) {
 	}
 }
 
-// syncPage is about how many bytes of records one sync page carries: the
-// transport refuses a message over 10 MiB, and a store holds every
-// pipeline's state and output.
-const syncPage = 4 << 20
+// syncPage is about how many bytes of records one sync page carries (and
+// a part of a checkpoint split for a sync). Each page must be read and
+// answered within QuorumTimeout, and its cost is mostly encoding and
+// decoding its entries: a 4 MiB page of a count's state (some 200k
+// entries) outlasted the 2 s on a loaded host with the race detector, and
+// since a breaker's one trial call was always such a page, the bulk
+// breaker towards each peer stayed open and the new leader never synced.
+// Small pages cost a few more round trips; a sync keeps each page it read.
+const syncPage = 1 << 20
 
 // snapshot is one page of everything stored for jobs (all when empty):
 // each task's latest checkpoint and every version's rows, in key order
@@ -189,7 +194,7 @@ pages:
 		if after != nil && bytes.Compare(e.key, after) < 0 && !bytes.HasPrefix(after, e.key) {
 			continue
 		}
-		for n, p := range ckpt.Split(&e.c, ckpt.PageBytes) {
+		for n, p := range ckpt.Split(&e.c, syncPage) {
 			pk := binary.BigEndian.AppendUint32(slices.Clip(e.key), uint32(n))
 			if after != nil && bytes.Compare(pk, after) <= 0 {
 				continue

@@ -3,6 +3,7 @@ package rsstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -26,65 +27,132 @@ import (
 // lacks the rows of the versions it missed. So both go to every peer
 // before this leader answers anyone.
 func (s *Store) Sync(ctx context.Context, term uint64) error {
-	peers, quorum := s.host.Peers()
-	var wg sync.WaitGroup
-	// By peer, so the merge goes in one order whatever order the
-	// answers came in.
-	resps := make([]*wire.RainstormSyncResponse, len(peers))
-	for i, id := range peers {
-		wg.Go(func() {
-			all := &wire.RainstormSyncResponse{}
-			var after []byte
-			var parts ckpt.Joiner // a checkpoint larger than a page comes in parts
-			for {
-				cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout) // per page
-				resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: after})
-				cancel()
-				r, ok := resp.(*wire.RainstormSyncResponse)
-				if err != nil || !ok {
-					s.host.Logger().Debug("rainstorm: read a peer's checkpoints", "peer", id, "err", err)
-					return
-				}
-				for i := range r.Checkpoints {
-					c, err := parts.Add(&r.Checkpoints[i])
-					if err != nil {
-						s.host.Logger().Warn("rainstorm: a peer's checkpoints in parts do not join", "peer", id, "err", err)
-						return
-					}
-					if c != nil {
-						all.Checkpoints = append(all.Checkpoints, *c)
-					}
-				}
-				all.Headers = append(all.Headers, r.Headers...)
-				if !r.More {
-					break
-				}
-				after = r.Next
+	return s.sync(ctx, term, &syncReads{})
+}
+
+// syncReads is what one term's sync has read of each peer so far. Lead
+// keeps it across the term's attempts: a peer's answer stays true for the
+// term (having answered, the peer refuses older terms' groups, and this
+// leader writes nothing before its sync is done), so an attempt that
+// missed its majority because one page of one peer was late goes on from
+// that page instead of reading every store again from the start. Read
+// afresh every attempt, a store of a few pages on a loaded host never
+// finished within a term.
+type syncReads struct {
+	peers map[string]*peerRead
+	pages int // pages read over every attempt
+	bytes int // their estimated size
+}
+
+// peerRead is one peer's store read so far: the checkpoints joined, the
+// cursor of the next page, and a checkpoint whose parts are coming.
+type peerRead struct {
+	got    wire.RainstormSyncResponse
+	after  []byte
+	parts  ckpt.Joiner
+	done   bool
+	stored bool // got is in this store
+}
+
+func (r *syncReads) of(id string) *peerRead {
+	if r.peers == nil {
+		r.peers = map[string]*peerRead{}
+	}
+	p := r.peers[id]
+	if p == nil {
+		p = &peerRead{}
+		r.peers[id] = p
+	}
+	return p
+}
+
+// read goes on reading peer id's store from where the last attempt
+// stopped, page by page, each bounded by QuorumTimeout. It returns the
+// number of pages and bytes read, and the error that stopped it.
+func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) (pages, size int, err error) {
+	for !pr.done {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout) // per page
+		resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: pr.after})
+		cancel()
+		if err != nil {
+			return pages, size, err
+		}
+		r, ok := resp.(*wire.RainstormSyncResponse)
+		if !ok {
+			return pages, size, fmt.Errorf("answered %T", resp)
+		}
+		var cs []wire.RainstormCheckpoint
+		for i := range r.Checkpoints {
+			c, err := pr.parts.Add(&r.Checkpoints[i])
+			if err != nil {
+				// The peer's store changed under the cursor (it answered
+				// a newer leader): read it again from the start.
+				*pr = peerRead{}
+				return pages, size, fmt.Errorf("checkpoints in parts do not join: %w", err)
 			}
-			resps[i] = all
+			if c != nil {
+				cs = append(cs, *c)
+			}
+			size += ckpt.Size(&r.Checkpoints[i])
+		}
+		pages++
+		pr.got.Checkpoints = append(pr.got.Checkpoints, cs...)
+		pr.got.Headers = append(pr.got.Headers, r.Headers...)
+		pr.after, pr.done = r.Next, !r.More
+	}
+	return pages, size, nil
+}
+
+func (s *Store) sync(ctx context.Context, term uint64, reads *syncReads) error {
+	peers, quorum := s.host.Peers()
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	errs := make([]error, len(peers))
+	for i, id := range peers {
+		pr := reads.of(id)
+		if pr.done {
+			continue
+		}
+		wg.Go(func() {
+			pages, size, err := s.read(ctx, term, id, pr)
+			mu.Lock()
+			reads.pages += pages
+			reads.bytes += size
+			mu.Unlock()
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", id, err)
+			}
 		})
 	}
 	wg.Wait()
+	// By peer, so the merge goes in one order whatever order the
+	// answers came in.
 	var answered []string
-	for i, r := range resps {
-		if r != nil {
-			answered = append(answered, peers[i])
+	for _, id := range peers {
+		if reads.of(id).done {
+			answered = append(answered, id)
 		}
 	}
-	resps = slices.DeleteFunc(resps, func(r *wire.RainstormSyncResponse) bool { return r == nil })
-	if 1+len(resps) < quorum {
-		return fmt.Errorf("%d of %d managers answered, %d needed", 1+len(resps), len(peers)+1, quorum)
+	if 1+len(answered) < quorum {
+		return fmt.Errorf("%d of %d managers answered, %d needed: %w", 1+len(answered), len(peers)+1, quorum, errors.Join(errs...))
 	}
 	holders := []holding{s.holding()}
-	for _, r := range resps {
-		holders = append(holders, holdingOf(r.Checkpoints))
-		cs := make([]*wire.RainstormCheckpoint, len(r.Checkpoints))
-		for i := range r.Checkpoints {
-			cs[i] = &r.Checkpoints[i]
+	for _, id := range answered {
+		pr := reads.of(id)
+		holders = append(holders, holdingOf(pr.got.Checkpoints))
+		if pr.stored {
+			continue
 		}
-		if err := s.store(cs, r.Headers); err != nil {
+		cs := make([]*wire.RainstormCheckpoint, len(pr.got.Checkpoints))
+		for i := range pr.got.Checkpoints {
+			cs[i] = &pr.got.Checkpoints[i]
+		}
+		if err := s.store(cs, pr.got.Headers); err != nil {
 			return err
 		}
+		pr.stored = true
 	}
 	s.peerHave = nil // this term knows nothing of the peers' stores yet
 	if err := s.spread(ctx, term, answered, quorum, s.lacking(holders)); err != nil {
