@@ -174,7 +174,7 @@ func TestBadInputs(t *testing.T) {
 		want       string
 	}{
 		{"unknown key", "name: x\nworkflows:\n  - {name: a, type: sleep, duraton: 1s}\n", `unknown key "duraton"`},
-		{"unknown type", "name: x\nworkflows:\n  - {name: a, type: grpc}\n", `unknown workflow type "grpc"`},
+		{"unknown type", "name: x\nworkflows:\n  - {name: a, type: carrier-pigeon}\n", `unknown workflow type "carrier-pigeon"`},
 		{"not yaml", "name: [unclosed\n", "job.yaml"},
 	}
 	for _, tc := range cases {

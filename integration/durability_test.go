@@ -118,9 +118,17 @@ func TestLeaderKilledRightAfterAck(t *testing.T) {
 			if again.Status != wire.JobCompleted || reportedRequests(again) != reported {
 				t.Fatalf("after the old leader rejoined: %s with %d requests, was COMPLETED with %d", again.Status, reportedRequests(again), reported)
 			}
+			// The leader kill may have cost a shard a retry (a dispatch whose
+			// outcome was unknown is fenced and its counts kept), so the
+			// attempts are compared with those at the end, not with one: a run
+			// after the rejoin would add one.
+			attempts := map[string]int{}
+			for _, wf := range st.Workflows {
+				attempts[wf.Name] = wf.Attempts
+			}
 			for _, wf := range again.Workflows {
-				if wf.Status != wire.WorkflowCompleted || wf.Attempts != 1 {
-					t.Fatalf("workflow %s after the old leader rejoined: %s after %d attempts, want one per shard", wf.Name, wf.Status, wf.Attempts)
+				if wf.Status != wire.WorkflowCompleted || wf.Attempts != attempts[wf.Name] {
+					t.Fatalf("workflow %s after the old leader rejoined: %s after %d attempts, was COMPLETED after %d", wf.Name, wf.Status, wf.Attempts, attempts[wf.Name])
 				}
 			}
 			if seen := tgt.Stats().Requests; seen != reported {

@@ -96,7 +96,7 @@ func TestUnsyncedLeaderDoesNotAcknowledgeAnUnknownFinal(t *testing.T) {
 	})
 	t.Cleanup(func() { c.hub.SetHook(nil) })
 	var l *Manager
-	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+	testutil.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
 		for _, m := range c.running() {
 			if lt := m.leading(); lt != nil && !lt.Synced() {
 				if _, leading := m.elector.QuorumAge(); leading {

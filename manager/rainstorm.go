@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -156,7 +157,15 @@ func (m *Manager) rsSubmit(ctx context.Context, r *rsstore.Request) (wire.Messag
 	if _, err := m.rsReady(); err != nil {
 		return nil, err
 	}
-	return m.rs.Submit(ctx, r)
+	resp, err := m.rs.Submit(ctx, r)
+	if errors.Is(err, context.DeadlineExceeded) {
+		// The committer did not get to it in time (a round that waited on
+		// a slow majority): the task sends it again, as after any
+		// unavailable answer; "internal" made a caller take it for a bug.
+		return nil, &wire.Error{Code: wire.CodeUnavailable, RetryAfter: m.cfg.QuorumTimeout,
+			Message: "the pipeline store did not commit this in time; send it again"}
+	}
+	return resp, err
 }
 
 // rsTaskInfo is what the leader's job table says of a task now.

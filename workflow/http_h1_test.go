@@ -82,14 +82,7 @@ func TestH1AgainstRealServers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var mu sync.Mutex
-			conns := map[string]bool{}
-			tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				conns[r.RemoteAddr] = true
-				mu.Unlock()
-				tc.handler(w, r)
-			})
+			tg := newTarget(t, tc.handler)
 			st := step("a", tg.URL+"/a")
 			if tc.step != nil {
 				st = tc.step(tg.URL + "/a")
@@ -105,8 +98,8 @@ func TestH1AgainstRealServers(t *testing.T) {
 				t.Fatalf("completed %d failed %d errors %v, want %d, %d of class %s",
 					got.Completed, got.Failed, got.Errors, tc.completed, tc.failed, tc.class)
 			}
-			if len(conns) < tc.minConns || len(conns) > tc.maxConns {
-				t.Fatalf("server saw %d connections, want %d to %d", len(conns), tc.minConns, tc.maxConns)
+			if n := int(tg.conns.Load()); n < tc.minConns || n > tc.maxConns {
+				t.Fatalf("server saw %d connections, want %d to %d", n, tc.minConns, tc.maxConns)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -21,6 +22,7 @@ import (
 type target struct {
 	*httptest.Server
 	total  atomic.Int64
+	conns  atomic.Int64 // connections accepted
 	mu     sync.Mutex
 	byPath map[string]int64
 }
@@ -28,7 +30,7 @@ type target struct {
 func newTarget(t *testing.T, h http.HandlerFunc) *target {
 	t.Helper()
 	tg := &target{byPath: map[string]int64{}}
-	tg.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	tg.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tg.total.Add(1)
 		tg.mu.Lock()
 		tg.byPath[r.URL.Path]++
@@ -37,6 +39,15 @@ func newTarget(t *testing.T, h http.HandlerFunc) *target {
 			h(w, r)
 		}
 	}))
+	// Connections are counted as the server accepts them: their client
+	// addresses are no count, since a port freed by a connection the server
+	// closed can be taken again by the next.
+	tg.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			tg.conns.Add(1)
+		}
+	}
+	tg.Start()
 	t.Cleanup(tg.Close)
 	return tg
 }
