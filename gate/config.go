@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"tempest/internal/overload"
 	"time"
 
 	"tempest/api"
@@ -15,6 +16,10 @@ import (
 // APIs as their entry point when a deployment has them.
 type Config struct {
 	nodeconfig.Server `yaml:",inline"`
+
+	// Overload grades this gate's load (scheduler lag, Lifeguard's score);
+	// at CRITICAL it refuses new jobs with a retry-after (overload.go).
+	Overload overload.Thresholds `yaml:"overload"`
 
 	// LeaseTTL is how long a datacenter's lease on a job lasts without a
 	// progress report; when it runs out the datacenter is FAILED for the
@@ -43,6 +48,7 @@ func DefaultConfig() Config {
 		SyncTimeout:   5 * time.Second,
 		SyncPageBytes: 2 << 20,
 		TickInterval:  250 * time.Millisecond,
+		Overload:      overload.DefaultThresholds(),
 	}
 	// The gates' cluster spans datacenters: it keeps lan, which rides out
 	// seconds of silence, where a datacenter's nodes default to fastlan.

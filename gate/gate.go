@@ -47,6 +47,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"tempest/internal/overload"
 	"time"
 
 	"tempest/api"
@@ -88,6 +89,10 @@ type Gate struct {
 	log     *slog.Logger
 	now     func() time.Time
 	keyring *security.Keyring
+	// lag measures scheduler lag; loadLevel is the latest grading
+	// (overload.go).
+	lag       *overload.LagProbe
+	loadLevel atomic.Int32
 
 	seat     *leadership.Seat // the transport and the elector; life.Release closes it
 	tr       transport.Transport
@@ -136,6 +141,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		return nil, err
 	}
 	g := &Gate{
+		lag:      overload.NewLagProbe(0, 0),
 		cfg:      cfg,
 		log:      cfg.Logger,
 		now:      deps.Now,
@@ -251,6 +257,7 @@ func (g *Gate) Run(ctx context.Context) error {
 		}
 		g.spawn(g.seat.Run)
 		g.spawn(g.initialSync)
+		g.spawn(g.lag.Run)
 		g.spawn(g.healthLoop)
 		g.spawn(g.blobGCLoop)
 		g.spawn(g.retentionLoop)
@@ -396,8 +403,13 @@ func (g *Gate) joinLoop(ctx context.Context) {
 // is ready, so a degraded gate does not lead.
 func (g *Gate) healthLoop(ctx context.Context) {
 	lifecycle.Every(ctx, time.Second, func() {
+		lhm := 0
+		if g.members != nil {
+			lhm = g.members.LocalHealth()
+		}
+		g.gradeLoad(lhm)
 		if g.ready.Load() && g.members != nil {
-			g.elector.SetLHM(g.members.LocalHealth())
+			g.elector.SetLHM(lhm)
 		}
 	})
 }

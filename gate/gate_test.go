@@ -741,3 +741,27 @@ func TestCancelShowsCancellingUntilDatacentersAnswer(t *testing.T) {
 		t.Fatalf("status %s after every datacenter answered, want CANCELLED", st.Status)
 	}
 }
+
+// A CRITICAL gate refuses a new job before storing it, with a retry-after.
+// Here any scheduler lag at all is CRITICAL.
+func TestCriticalGateRefusesNewJobs(t *testing.T) {
+	hub := transport.NewHub()
+	hg := startHubGates(t, hub, []string{"g1"}, time.Minute, func(c *Config) { c.Overload.CriticalLag = time.Nanosecond })
+	east, west := newFakeDC(t, hub, "east"), newFakeDC(t, hub, "west")
+	seeDCs(hg, east, west)
+	g := hg.leader(10*time.Second, "g1")
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if g.loadLevel.Load() != 3 {
+			return fmt.Errorf("gate graded %d, want CRITICAL", g.loadLevel.Load())
+		}
+		return nil
+	})
+	_, err := g.Submit(context.Background(), sleepJob())
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeUnavailable || we.RetryAfter <= 0 {
+		t.Fatalf("submit to a CRITICAL gate: %v, want unavailable with a retry-after", err)
+	}
+	if jobs, _ := g.Jobs(context.Background()); len(jobs) != 0 {
+		t.Fatalf("the refused job was stored: %+v", jobs)
+	}
+}

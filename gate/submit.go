@@ -37,6 +37,9 @@ func (g *Gate) submit(ctx context.Context, sub *wire.JobSubmission) (*wire.JobAc
 	if ack, err := g.existing(ctx, s.JobID); ack != nil || err != nil {
 		return ack, err
 	}
+	if err := g.refuseIfCritical(); err != nil {
+		return nil, err
+	}
 
 	dcs, err := chooseDatacenters(g.dcs.health(g.cfg.HealthTimeout), s.Datacenters, s.DatacenterCount)
 	if wire.CodeOf(err) == wire.CodeUnavailable {
