@@ -89,10 +89,9 @@ type Gate struct {
 	log     *slog.Logger
 	now     func() time.Time
 	keyring *security.Keyring
-	// lag measures scheduler lag; loadLevel is the latest grading
-	// (overload.go).
-	lag       *overload.LagProbe
-	loadLevel atomic.Int32
+	// lag measures scheduler lag; loadRd is the latest grading (overload.go).
+	lag    *overload.LagProbe
+	loadRd atomic.Pointer[overload.Reading]
 
 	seat     *leadership.Seat // the transport and the elector; life.Release closes it
 	tr       transport.Transport

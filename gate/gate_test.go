@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"tempest/internal/overload"
 	"testing"
 	"time"
 
@@ -751,8 +752,8 @@ func TestCriticalGateRefusesNewJobs(t *testing.T) {
 	seeDCs(hg, east, west)
 	g := hg.leader(10*time.Second, "g1")
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if g.loadLevel.Load() != 3 {
-			return fmt.Errorf("gate graded %d, want CRITICAL", g.loadLevel.Load())
+		if r := g.loadRd.Load(); r == nil || r.Level != overload.Critical {
+			return fmt.Errorf("gate graded %v, want CRITICAL", r)
 		}
 		return nil
 	})

@@ -15,18 +15,22 @@ import (
 // gradeLoad records this gate's grading now and logs a change of level.
 func (g *Gate) gradeLoad(lhm int) {
 	r := overload.Classify(g.lag.Lag(), lhm, g.cfg.Overload)
-	prev := overload.Level(g.loadLevel.Swap(int32(r.Level)))
-	if r.Level != prev {
-		g.log.Info("load level changed", "from", prev, "to", r.Level, "reason", r.Reason, "lag", r.Lag.Round(time.Millisecond), "lhm", r.LHM)
+	prev := g.loadRd.Swap(&r)
+	if prev == nil || r.Level != prev.Level {
+		from := overload.Normal
+		if prev != nil {
+			from = prev.Level
+		}
+		g.log.Info("load level changed", "from", from, "to", r.Level, "reason", r.Reason, "lag", r.Lag.Round(time.Millisecond), "lhm", r.LHM)
 	}
 }
 
 // refuseIfCritical is intake's check: a CRITICAL gate takes no new job.
 func (g *Gate) refuseIfCritical() error {
-	if overload.Level(g.loadLevel.Load()) < overload.Critical {
+	r := g.loadRd.Load()
+	if r == nil || r.Level < overload.Critical {
 		return nil
 	}
-	r := overload.Classify(g.lag.Lag(), 0, g.cfg.Overload)
 	return &wire.Error{Code: wire.CodeUnavailable, RetryAfter: 2 * time.Second,
 		Message: "gate " + g.cfg.ID + " is overloaded (CRITICAL: " + r.Reason + "); the job was not stored: retry"}
 }

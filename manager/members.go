@@ -215,19 +215,7 @@ func (m *Manager) copyFromLeader(ctx context.Context, lead, addr string) (int, e
 			}
 		}
 		m.adoptEndedLocked(tx, ms)
-		for i := range ms.Commits {
-			m.applyCommitLocked(tx, &ms.Commits[i])
-		}
-		for jobID, jp := range ms.Jobs {
-			jp.JobID = jobID
-			m.mergeJobLocked(tx, &jp)
-		}
-		for wfID, c := range ms.Retries {
-			if w, ok := m.wfs[wfID]; ok && c > w.rec.Attempts {
-				w.rec.Attempts = c
-				tx.touchWorkflow(w, true)
-			}
-		}
+		m.mergeSnapshotLocked(tx, ms)
 		n = len(m.jobs)
 	})
 	if err != nil {

@@ -199,22 +199,29 @@ func (m *Manager) applyPeerSnapshots(lt *leadership.Term, snaps []*wire.ManagerS
 			m.adoptEndedLocked(tx, ms)
 		}
 		for _, ms := range snaps {
-			for i := range ms.Commits {
-				m.applyCommitLocked(tx, &ms.Commits[i])
-			}
-			for jobID, jp := range ms.Jobs {
-				jp.JobID = jobID
-				m.mergeJobLocked(tx, &jp)
-			}
-			for wfID, n := range ms.Retries {
-				if w, ok := m.wfs[wfID]; ok && n > w.rec.Attempts {
-					w.rec.Attempts = n
-					tx.touchWorkflow(w, true)
-				}
-			}
+			m.mergeSnapshotLocked(tx, ms)
 		}
 	})
 	m.cancelOnWorkers(lt.Context(), targets, "withdrawn: never stored on a majority of managers")
+}
+
+// mergeSnapshotLocked folds a peer's snapshot of jobs it holds into the job
+// table: its commits, its view of each job, and its attempt counts. A new
+// leader's sync and a learner's copy both take snapshots this way.
+func (m *Manager) mergeSnapshotLocked(tx *txn, ms *wire.ManagerStateSnapshot) {
+	for i := range ms.Commits {
+		m.applyCommitLocked(tx, &ms.Commits[i])
+	}
+	for jobID, jp := range ms.Jobs {
+		jp.JobID = jobID
+		m.mergeJobLocked(tx, &jp)
+	}
+	for wfID, n := range ms.Retries {
+		if w, ok := m.wfs[wfID]; ok && n > w.rec.Attempts {
+			w.rec.Attempts = n
+			tx.touchWorkflow(w, true)
+		}
+	}
 }
 
 // adoptEndedLocked records the ended jobs of a peer's snapshot that this
