@@ -58,16 +58,7 @@ func (GRPCType) ParseParams(f *Fields) []byte {
 	}
 	p.InsecureSkipVerify, _ = f.Bool("insecure_skip_verify")
 	p.TLS = parseTLS(f)
-	if d, ok := f.Duration("request_timeout"); ok {
-		if d <= 0 {
-			f.Errorf("request_timeout", "must be greater than 0, got %s", fmtDuration(d))
-		}
-		p.Timeout = d
-	}
-	p.Data = parseData(f)
-	f.Required("steps")
-	p.Setup = parseSteps(f, "setup", &p)
-	p.Steps = parseSteps(f, "steps", &p)
+	parseRequests(f, &p)
 	return f.Encode(&p)
 }
 

@@ -591,16 +591,7 @@ func (HTTPType) ParseParams(f *Fields) []byte {
 			p.Redirects = int(n)
 		}
 	}
-	if d, ok := f.Duration("request_timeout"); ok {
-		if d <= 0 {
-			f.Errorf("request_timeout", "must be greater than 0, got %s", fmtDuration(d))
-		}
-		p.Timeout = d
-	}
-	p.Data = parseData(f)
-	f.Required("steps")
-	p.Setup = parseSteps(f, "setup", &p)
-	p.Steps = parseSteps(f, "steps", &p)
+	parseRequests(f, &p)
 	return f.Encode(&p)
 }
 
@@ -700,6 +691,21 @@ func parseSteps(f *Fields, key string, p *HTTPParams) []HTTPStep {
 
 // parseData reads `data: {file: users.csv, mode: sequential}`; mode is
 // sequential (default), random or per_vu.
+// parseRequests reads what every request-driven type (http, grpc) shares
+// after its own keys: the per-request timeout, data rows, setup and steps.
+func parseRequests(f *Fields, p *HTTPParams) {
+	if d, ok := f.Duration("request_timeout"); ok {
+		if d <= 0 {
+			f.Errorf("request_timeout", "must be greater than 0, got %s", fmtDuration(d))
+		}
+		p.Timeout = d
+	}
+	p.Data = parseData(f)
+	f.Required("steps")
+	p.Setup = parseSteps(f, "setup", p)
+	p.Steps = parseSteps(f, "steps", p)
+}
+
 func parseData(f *Fields) *HTTPData {
 	df, ok := f.Object("data")
 	if !ok {
