@@ -271,9 +271,23 @@ func TestElectorHandoffWithoutTicks(t *testing.T) {
 		return nil
 	})
 	term := lead.Status().Term
+	// The handover picks by what the followers' heartbeat answers said
+	// (their priorities); a tick only sends the heartbeats, so wait until
+	// the leader has taken an answer from each, sent after this point.
+	sent := time.Now()
 	for range 2 * p.HeartbeatTicks {
 		clocks["n1"].c <- time.Time{}
 	}
+	testutil.Eventually(t, waitFor, pollGap, func() error {
+		lead.mu.Lock()
+		defer lead.mu.Unlock()
+		for _, id := range []string{"n2", "n3"} {
+			if at, ok := lead.lease.at[id]; !ok || at.Before(sent) {
+				return fmt.Errorf("no answer from %s to a heartbeat sent after %v", id, sent)
+			}
+		}
+		return nil
+	})
 	hctx, hcancel := context.WithTimeout(ctx, waitFor)
 	defer hcancel()
 	to, err := lead.Handoff(hctx)
