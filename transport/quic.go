@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -713,6 +714,9 @@ func (t *QUIC) writeReply(w *streamWriter, frame []byte) error {
 	err := w.write(t.ctx, time.Now().Add(t.cfg.ReplyTimeout), frame)
 	if err != nil && !errors.Is(err, errLeftInQueue) {
 		w.s.CancelWrite(codeReplyStalled)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.stats.repliesStalled.Add(1)
+		}
 	}
 	return err
 }

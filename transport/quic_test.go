@@ -1139,14 +1139,17 @@ func TestReplyToACallerThatStopsReadingIsBounded(t *testing.T) {
 	// write blocks once the window is full, and the raw caller reads nothing.
 	_, req := raw.sealFor(t, &wire.Ping{Seq: 1, Payload: make([]byte, 8<<20)})
 	raw.write(t, req)
-	testutil.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if got := b.Stats().MessagesIn; got < 1 {
-			return fmt.Errorf("the stalled request has not arrived (%d messages in)", got)
+	// The reply's write blocks once the window is full; after ReplyTimeout
+	// b gives up on it. Waited for by b's own count, since on a loaded
+	// machine the 8 MiB request alone may take seconds to arrive.
+	testutil.Eventually(t, 90*time.Second, 20*time.Millisecond, func() error {
+		if st := b.Stats(); st.RepliesStalled < 1 {
+			return fmt.Errorf("no reply stalled yet (stats %+v)", st)
 		}
 		return nil
 	})
 
-	// Another node's call needs the one handler slot the stalled reply holds.
+	// Another node's call needs the one handler slot the stalled reply held.
 	c := newNode(t, "c", nodeOpts{})
 	testutil.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -1160,6 +1163,6 @@ func TestReplyToACallerThatStopsReadingIsBounded(t *testing.T) {
 	_, err := io.Copy(io.Discard, raw.s)
 	var se *quic.StreamError
 	if !errors.As(err, &se) || se.ErrorCode != codeReplyStalled {
-		t.Fatalf("stalled caller's stream ended with %v, want a reset with code %d", err, codeReplyStalled)
+		t.Fatalf("stalled caller's stream ended with %v, want a reset with code %d (b's stats %+v)", err, codeReplyStalled, b.Stats())
 	}
 }

@@ -27,6 +27,10 @@ type Stats struct {
 	// waited behind another write on its stream: the caller got its error,
 	// and the frame still went out whole with its batch.
 	LeftWriteQueue uint64
+	// RepliesStalled counts replies not written within ReplyTimeout: the
+	// caller stopped reading, and its stream was reset to free the
+	// handler's slot.
+	RepliesStalled uint64
 	BreakerChanges uint64 // circuit breaker state transitions
 	// Breakers lists every breaker that is not closed, by peer and class.
 	Breakers []BreakerState
@@ -56,7 +60,7 @@ type counters struct {
 	rateLimited, malformed        atomic.Uint64
 	tooLarge, callErrors, breaker atomic.Uint64
 	connsRefused, helloTimeouts   atomic.Uint64
-	roleRefused                   atomic.Uint64
+	roleRefused, repliesStalled   atomic.Uint64
 
 	mu       sync.Mutex
 	breakers map[breakerKey]string
@@ -118,6 +122,7 @@ func (c *counters) snapshot() Stats {
 		TooLarge:       c.tooLarge.Load(),
 		CallErrors:     c.callErrors.Load(),
 		BreakerChanges: c.breaker.Load(),
+		RepliesStalled: c.repliesStalled.Load(),
 	}
 	for i := range c.io {
 		sh := &c.io[i]

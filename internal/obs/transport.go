@@ -26,6 +26,7 @@ var transportCounters = []struct {
 	{"tempest_transport_malformed_total", "Undecodable frames, envelopes or bodies.", func(s *transport.Stats) uint64 { return s.Malformed }},
 	{"tempest_transport_call_errors_total", "Calls that ended in an error.", func(s *transport.Stats) uint64 { return s.CallErrors }},
 	{"tempest_transport_left_write_queue_total", "Calls whose context ended while their frame waited behind another write on its stream (the frame still went out with its batch).", func(s *transport.Stats) uint64 { return s.LeftWriteQueue }},
+	{"tempest_transport_replies_stalled_total", "Replies not written within the reply timeout to a caller that stopped reading; its stream was reset.", func(s *transport.Stats) uint64 { return s.RepliesStalled }},
 	{"tempest_transport_breaker_changes_total", "Circuit breaker state transitions.", func(s *transport.Stats) uint64 { return s.BreakerChanges }},
 }
 
