@@ -689,10 +689,9 @@ func parseSteps(f *Fields, key string, p *HTTPParams) []HTTPStep {
 	return out
 }
 
-// parseData reads `data: {file: users.csv, mode: sequential}`; mode is
-// sequential (default), random or per_vu.
-// parseRequests reads what every request-driven type (http, grpc) shares
-// after its own keys: the per-request timeout, data rows, setup and steps.
+// parseRequests reads what every request-driven type (http, grpc,
+// websocket) shares after its own keys: the per-request timeout, data
+// rows, setup and steps.
 func parseRequests(f *Fields, p *HTTPParams) {
 	if d, ok := f.Duration("request_timeout"); ok {
 		if d <= 0 {
@@ -706,6 +705,8 @@ func parseRequests(f *Fields, p *HTTPParams) {
 	p.Steps = parseSteps(f, "steps", p)
 }
 
+// parseData reads `data: {file: users.csv, mode: sequential}`; mode is
+// sequential (default), random or per_vu.
 func parseData(f *Fields) *HTTPData {
 	df, ok := f.Object("data")
 	if !ok {

@@ -63,17 +63,15 @@ type WSExchange struct {
 }
 
 // ParseParams implements Type: the http type's load keys, data, setup,
-// TLS and request_timeout; each step has url (ws:// or wss://), send,
-// expect and hold instead of method, body and redirects.
+// TLS and request_timeout (which bounds a connection's opening handshake;
+// a step's expect.timeout bounds its replies); each step has url (ws://
+// or wss://), send, expect and hold instead of method, body and redirects.
 func (WSType) ParseParams(f *Fields) []byte {
 	p := parseLoad(f)
 	p.Protocol = ProtocolWebSocket
 	p.InsecureSkipVerify, _ = f.Bool("insecure_skip_verify")
 	p.TLS = parseTLS(f)
-	p.Data = parseData(f)
-	f.Required("steps")
-	p.Setup = parseSteps(f, "setup", &p)
-	p.Steps = parseSteps(f, "steps", &p)
+	parseRequests(f, &p)
 	return f.Encode(&p)
 }
 
@@ -154,7 +152,8 @@ type wsSender struct {
 	ex    []*WSExchange // per step (setup steps first, as the runner's)
 	match []*regexp.Regexp
 	tls   *tls.Config
-	conns []wsConn // per VU
+	dial  time.Duration // bounds the opening handshake (request_timeout)
+	conns []wsConn      // per VU
 }
 
 type wsConn struct {
@@ -171,7 +170,11 @@ func newWSSender(steps []preparedStep, vus int, p *HTTPParams) (sender, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &wsSender{steps: steps, ex: make([]*WSExchange, len(all)), match: make([]*regexp.Regexp, len(all)), tls: tlsCfg, conns: make([]wsConn, vus)}
+	dial := p.Timeout
+	if dial <= 0 {
+		dial = DefaultRequestTimeout
+	}
+	s := &wsSender{steps: steps, ex: make([]*WSExchange, len(all)), match: make([]*regexp.Regexp, len(all)), tls: tlsCfg, dial: dial, conns: make([]wsConn, vus)}
 	for i, st := range all {
 		ex := st.WS
 		if ex == nil {
@@ -205,7 +208,7 @@ func (s *wsSender) conn(ctx context.Context, vu int, u string, hdr http.Header) 
 		tr.TLSClientConfig = s.tls.Clone()
 	}
 	opts := &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: &http.Client{Transport: tr}}
-	dctx, cancel := context.WithTimeout(ctx, DefaultRequestTimeout)
+	dctx, cancel := context.WithTimeout(ctx, s.dial)
 	defer cancel()
 	c, resp, err := websocket.Dial(dctx, u, opts)
 	if resp != nil && resp.Body != nil {

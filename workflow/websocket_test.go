@@ -1,9 +1,11 @@
 package workflow
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,5 +117,69 @@ func TestWebSocketValidate(t *testing.T) {
 		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate() = %v, want %q", err, tc.want)
 		}
+	}
+}
+
+// request_timeout bounds a connection's opening handshake: against a
+// listener that accepts and never answers, each dial fails as a connect
+// error after it, so a 2 s run fails many times, not once at its end.
+func TestWebSocketRequestTimeoutBoundsTheHandshake(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Accepted connections are held open, unanswered, until the test ends.
+	var mu sync.Mutex
+	var held []net.Conn
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	str := func(v string) *Node { return &Node{Kind: ScalarNode, Line: 1, Value: v, Text: v} }
+	step := &Node{Kind: MapNode, Line: 2, Fields: []Field{
+		{Key: "name", Line: 2, Value: str("silent")},
+		{Key: "url", Line: 2, Value: str("ws://" + ln.Addr().String())},
+		{Key: "send", Line: 2, Value: str("ping")},
+	}}
+	f := NewFields("workflows[0]", &Node{Kind: MapNode, Line: 1, Fields: []Field{
+		{Key: "vus", Line: 1, Value: &Node{Kind: ScalarNode, Line: 1, Value: int64(1), Text: "1"}},
+		{Key: "duration", Line: 1, Value: str("2s")},
+		{Key: "request_timeout", Line: 1, Value: str("100ms")},
+		{Key: "steps", Line: 2, Value: &Node{Kind: ListNode, Line: 2, Items: []*Node{step}}},
+	}})
+	b := WSType{}.ParseParams(f)
+	if probs := f.Finish(); len(probs) > 0 {
+		t.Fatalf("parse: %v", probs)
+	}
+	pa, err := WSType{}.DecodeParams(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pa.(*HTTPParams)
+	if p.Timeout != 100*time.Millisecond {
+		t.Fatalf("request_timeout read as %v", p.Timeout)
+	}
+	res := runWS(t, p)
+	st := stepNamed(t, res, "silent")
+	if st.Errors[ErrorConnect] < 3 {
+		t.Fatalf("%d connect failures in a 2 s run with a 100 ms handshake bound (errors %v); want several", st.Errors[ErrorConnect], st.Errors)
 	}
 }
