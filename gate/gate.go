@@ -103,7 +103,7 @@ type Gate struct {
 	// group is the gate group as each quorum decision reads it, swapped
 	// when the configuration in effect changes (leadership.PeerView).
 	group *leadership.PeerView
-	ms    membership // members.go
+	ms    leadership.RoleMembership // members.go
 	ids   *wire.SnowflakeGenerator
 	dcs   *dcTable
 
@@ -211,6 +211,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.life.Opened(g.seat.Close)
 	g.tr, g.cfg.Peers, g.elector = g.seat.Tr, g.seat.Members, g.seat.Elector
 	g.group = leadership.NewPeerView(leadership.NewPeerSet(cfg.ID, g.elector.Members()))
+	g.ms = leadership.RoleMembership{ID: cfg.ID, Group: "gate group", Elector: g.elector,
+		View: g.group, Life: g.life, Log: g.log, Poll: cfg.TickInterval, Backoff: cfg.TickInterval, Copy: g.copyFromLeader}
 	// Until the first state sync, this gate must not lead: it may hold no
 	// jobs at all while the others hold many. A health score above the
 	// election's limit keeps it from campaigning and from being voted for.
@@ -246,12 +248,7 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 // and serves until ctx ends or Shutdown is called.
 func (g *Gate) Run(ctx context.Context) error {
 	if err := g.life.Serve(ctx, func() {
-		switch p := g.group.Load(); {
-		case p.SelfLearner:
-			g.startLearnerSync() // a learner restarted: copy again
-		case !p.SelfVoter:
-			// Its removal is stored in its data dir: it takes no part.
-			g.refusedAsRemoved(fmt.Sprintf("the group's configuration stored here (epoch %d: %s) does not name it", p.Epoch, g.elector.Members()), false)
+		if !g.ms.Start() {
 			return
 		}
 		g.spawn(g.seat.Run)
@@ -266,7 +263,7 @@ func (g *Gate) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
-	if err := g.exitError(); err != nil {
+	if err := g.ms.ExitError(); err != nil {
 		return fmt.Errorf("gate: %w", err)
 	}
 	return nil

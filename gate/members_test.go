@@ -108,7 +108,7 @@ func TestGateGroupGrowsAndShrinks(t *testing.T) {
 func waitGateRemoved(t *testing.T, g *Gate, why string) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if err := g.exitError(); err == nil || !strings.Contains(err.Error(), why) {
+		if err := g.ms.ExitError(); err == nil || !strings.Contains(err.Error(), why) {
 			return fmt.Errorf("%s has not stopped saying %q (exit error %v)", g.ID(), why, err)
 		}
 		return nil

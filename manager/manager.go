@@ -93,8 +93,8 @@ type Manager struct {
 	// group is the manager group as quorum decisions see it, swapped on
 	// every membership change (peerset.go, members.go).
 	group *leadership.PeerView
-	ms    membership
-	rs    *rsstore.Store // rainstorm.go
+	ms    leadership.RoleMembership // members.go
+	rs    *rsstore.Store            // rainstorm.go
 	// rsStale counts checkpoints refused because their task runs under a
 	// newer incarnation: a replaced task that went on (frozen, cut off)
 	// and was fenced, as /metrics shows.
@@ -258,6 +258,8 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.life.Opened(m.seat.Close)
 	m.tr, m.cfg.Peers, m.elector = m.seat.Tr, m.seat.Members, m.seat.Elector
 	m.group = leadership.NewPeerView(leadership.NewPeerSet(cfg.ID, m.elector.Members()))
+	m.ms = leadership.RoleMembership{ID: cfg.ID, Group: "manager group of " + cfg.Datacenter, Elector: m.elector,
+		View: m.group, Life: m.life, Log: m.log, Poll: cfg.HeartbeatInterval, Backoff: cfg.StateSyncBackoff, Copy: m.copyFromLeader}
 	// Within two election timeouts check-quorum, counted in ticks, is the
 	// judge (a leader whose ticks keep time steps down by then); the lease
 	// limit is for a leader whose ticks lag far behind that.
@@ -303,14 +305,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 // ends or Shutdown is called. It can run once.
 func (m *Manager) Run(ctx context.Context) error {
 	if err := m.life.Serve(ctx, func() {
-		switch p := m.group.Load(); {
-		case p.SelfLearner:
-			m.startLearnerSync() // a learner restarted: copy again
-		case !p.SelfVoter:
-			// It stored its removal before it stopped: the group's
-			// configuration in its data dir no longer names it. It
-			// takes no part in anything, elections included.
-			m.refusedAsRemoved(fmt.Sprintf("the group's configuration stored here (epoch %d: %s) does not name it", p.Epoch, m.elector.Members()), false)
+		if !m.ms.Start() {
 			return
 		}
 		m.spawn(m.seat.Run)
@@ -330,7 +325,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
-	if err := m.exitError(); err != nil {
+	if err := m.ms.ExitError(); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil

@@ -106,7 +106,7 @@ func TestAddedManagerCountsOnlyOnceSynced(t *testing.T) {
 func waitRemoved(t *testing.T, m *Manager, why string) {
 	t.Helper()
 	testutil.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if err := m.exitError(); err == nil || !strings.Contains(err.Error(), why) {
+		if err := m.ms.ExitError(); err == nil || !strings.Contains(err.Error(), why) {
 			return fmt.Errorf("%s has not stopped saying %q (exit error %v)", m.ID(), why, err)
 		}
 		return nil
