@@ -146,22 +146,27 @@ func existsIn(epochs []wire.RainstormEpoch, stage, index, lo, hi int) bool {
 // the scale loop once the source's durable checkpoint reaches an epoch the
 // task exists in; a new leader's loop clears it again within a round.
 func rsDormantLocked(w *workflowState) bool {
-	if !w.rsDormantKnown {
-		w.rsDormantKnown = true
-		w.rsDormant = false
-		if !isPipeline(w) {
-			return false
-		}
-		p, err := rainstorm.DecodeTaskParams(w.rec.Spec.Params)
-		if err != nil || p.Stage == 0 {
-			return false
-		}
-		first, err := rainstorm.DecodeTaskParams(groupMembersLocked(w)[0].rec.Spec.Params)
-		if err != nil || first.Ref || p.Stage > len(first.Spec.Stages) {
-			return false
-		}
-		w.rsDormant = p.Index >= first.Spec.Stages[p.Stage-1].TaskCount()
+	if w.rsDormantKnown {
+		return w.rsDormant
 	}
+	if !isPipeline(w) {
+		w.rsDormantKnown = true
+		return false
+	}
+	p, err := rainstorm.DecodeTaskParams(w.rec.Spec.Params)
+	if err != nil || p.Stage == 0 {
+		w.rsDormantKnown = true
+		return false
+	}
+	// Known only from the pipeline's first part: a part not (yet) seen in
+	// its job's group finds only itself, and a "not dormant" kept from
+	// that would let every later placement take a part no epoch has.
+	first, err := rainstorm.DecodeTaskParams(groupMembersLocked(w)[0].rec.Spec.Params)
+	if err != nil || first.Ref || p.Stage > len(first.Spec.Stages) {
+		return false // not kept: asked again next time
+	}
+	w.rsDormantKnown = true
+	w.rsDormant = p.Index >= first.Spec.Stages[p.Stage-1].TaskCount()
 	return w.rsDormant
 }
 
