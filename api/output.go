@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"tempest/wire"
 )
@@ -29,6 +30,21 @@ type PipelineOutput struct {
 	BadFirst []uint64       `json:"bad_first,omitempty"`
 	Restarts int            `json:"restarts"`
 	Tasks    []PipelineTask `json:"tasks"`
+	// StageTasks is each stage's size in the epoch the source sends in
+	// (source first, 1); Resizes the autoscaling decisions the manager
+	// leader took, oldest first (a new leader starts a new list).
+	StageTasks []int            `json:"stage_tasks,omitempty"`
+	Resizes    []PipelineResize `json:"resizes,omitempty"`
+}
+
+// PipelineResize is one autoscaling decision: at At, stage Stage went from
+// From tasks to To, for the reason and inputs Decision gives.
+type PipelineResize struct {
+	At       time.Time `json:"at"`
+	Stage    string    `json:"stage"`
+	From     int       `json:"from"`
+	To       int       `json:"to"`
+	Decision string    `json:"decision"`
 }
 
 // PipelineTask is one task of a pipeline: stage 0 is the source.
@@ -152,7 +168,10 @@ const outputPageBudget = wire.MaxMessageSize / 10
 func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
 	p := &wire.RainstormOutputPage{Status: out.Status, Complete: out.Complete, Header: out.Header,
 		BadRecords: out.BadRecords, BadFirst: out.BadFirst, Restarts: out.Restarts,
-		Total: uint64(len(out.Rows)), Offset: min(offset, uint64(len(out.Rows)))}
+		Total: uint64(len(out.Rows)), Offset: min(offset, uint64(len(out.Rows))), StageTasks: out.StageTasks}
+	for _, r := range out.Resizes {
+		p.Resizes = append(p.Resizes, wire.RainstormResize{At: r.At.UnixNano(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision})
+	}
 	for _, t := range out.Tasks {
 		p.Tasks = append(p.Tasks, wire.RainstormOutputTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
 			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, RecordsOut: t.RecordsOut, Bad: t.Bad, Waiting: t.Waiting})
@@ -176,7 +195,10 @@ func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
 // page's rows.
 func OutputFromPage(jobID, workflow string, p *wire.RainstormOutputPage) *PipelineOutput {
 	out := &PipelineOutput{JobID: jobID, Workflow: workflow, Status: p.Status, Complete: p.Complete, Header: p.Header,
-		BadRecords: p.BadRecords, BadFirst: p.BadFirst, Restarts: p.Restarts, Rows: p.Rows}
+		BadRecords: p.BadRecords, BadFirst: p.BadFirst, Restarts: p.Restarts, Rows: p.Rows, StageTasks: p.StageTasks}
+	for _, r := range p.Resizes {
+		out.Resizes = append(out.Resizes, PipelineResize{At: time.Unix(0, r.At).UTC(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision})
+	}
 	for _, t := range p.Tasks {
 		out.Tasks = append(out.Tasks, PipelineTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
 			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, RecordsOut: t.RecordsOut, Bad: t.Bad, Waiting: t.Waiting})

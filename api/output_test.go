@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"tempest/wire"
 )
@@ -13,7 +14,9 @@ import (
 // the pages put back together are the output.
 func TestOutputPages(t *testing.T) {
 	out := &PipelineOutput{JobID: "j", Workflow: "w", Complete: true, Header: []string{"a", "b"}, BadRecords: 2,
-		Tasks: []PipelineTask{{Stage: 1, Name: "count", Waiting: "no free core"}}}
+		Tasks:      []PipelineTask{{Stage: 1, Name: "count", Waiting: "no free core"}},
+		StageTasks: []int{1, 3},
+		Resizes:    []PipelineResize{{At: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Stage: "count", From: 2, To: 3, Decision: "2 → 3 tasks"}}}
 	for i := range 40000 {
 		out.Rows = append(out.Rows, []string{fmt.Sprint(i), strings.Repeat("x", 100)})
 	}
@@ -50,7 +53,10 @@ func TestOutputPages(t *testing.T) {
 		t.Fatalf("%d pages: the output should not fit in one", pages)
 	}
 	if !slices.EqualFunc(got.Rows, out.Rows, slices.Equal) || !slices.Equal(got.Header, out.Header) ||
-		got.BadRecords != 2 || !got.Complete || len(got.Tasks) != 1 || got.Tasks[0].Waiting != "no free core" {
+		got.BadRecords != 2 || !got.Complete || len(got.Tasks) != 1 || got.Tasks[0].Waiting != "no free core" ||
+		!slices.Equal(got.StageTasks, out.StageTasks) || !slices.EqualFunc(got.Resizes, out.Resizes, func(a, b PipelineResize) bool {
+		return a.At.Equal(b.At) && a.Stage == b.Stage && a.From == b.From && a.To == b.To && a.Decision == b.Decision
+	}) {
 		t.Fatalf("pages put back together differ from the output")
 	}
 }

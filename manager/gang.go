@@ -58,8 +58,12 @@ type gang struct{ name string }
 
 func isPipeline(w *workflowState) bool { return w.rec.Spec.Type == rainstorm.TypeName }
 
-// pendingFree reports whether w waits for a placement nobody is making.
-func pendingFree(w *workflowState) bool { return w.rec.Status == wire.WorkflowPending && !w.placing }
+// pendingFree reports whether w waits for a placement nobody is making (a
+// dormant task of an autoscaled stage waits for no placement:
+// rainstorm_scale.go).
+func pendingFree(w *workflowState) bool {
+	return w.rec.Status == wire.WorkflowPending && !w.placing && !rsDormantLocked(w)
+}
 
 // holdingLocked reports whether any of a pipeline's tasks holds or is
 // taking a core.

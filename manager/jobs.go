@@ -95,6 +95,9 @@ type workflowState struct {
 	// (confine.go), decoded from its params once: needsKnown.
 	needs      []rainstorm.Need
 	needsKnown bool
+	// rsDormant: a task of an autoscaled stage that no epoch the source
+	// reached has needed yet, once rsDormantKnown (rainstorm_scale.go).
+	rsDormant, rsDormantKnown bool
 	// slot is a pipeline task's slot (slots.go), once slotKnown.
 	slot      int
 	slotKnown bool

@@ -32,6 +32,7 @@ func (m *Manager) onBecomeLeader(term uint64) {
 		out := m.syncState(ctx, lt)
 		lt.MarkSynced()
 		lt.Go(m.repairBlobs)
+		lt.Go(func(ctx context.Context) { m.rsScaleLoop(ctx, lt) })
 		m.resume(ctx, lt, out)
 		m.scheduleLoop(ctx, lt)
 	})

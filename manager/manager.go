@@ -95,6 +95,8 @@ type Manager struct {
 	group *leadership.PeerView
 	ms    leadership.RoleMembership // members.go
 	rs    *rsstore.Store            // rainstorm.go
+	// rsScale is the leader's autoscaling of pipelines (rainstorm_scale.go).
+	rsScale rsScaleState
 	// rsStale counts checkpoints refused because their task runs under a
 	// newer incarnation: a replaced task that went on (frozen, cut off)
 	// and was fenced, as /metrics shows.

@@ -81,7 +81,9 @@ func (m *Manager) registerRainstorm() {
 		if r, ok := resp.(*wire.RainstormOpenReply); ok && err == nil {
 			// Routes after the open is durable: a replacement that
 			// opened shows in them.
-			r.Routes, _ = m.rsRoutesFor(from.NodeID, msg.Task.Job, msg.Task.Workflow)
+			var spec *rainstorm.Spec
+			r.Routes, spec, _ = m.rsRoutesFor(from.NodeID, msg.Task.Job, msg.Task.Workflow)
+			r.Epochs = m.rsEpochsFor(msg.Task.Job, msg.Task.Workflow, spec)
 		}
 		return resp, err
 	})
@@ -229,12 +231,13 @@ func (m *Manager) rsTaskInfo(t wire.RainstormTask) rsTaskInfo {
 }
 
 func (m *Manager) rsRoutes(job, wf string) []wire.RainstormRoute {
-	_, order, infos := m.rsTasks(job, wf)
-	return m.rsRoutesOf(order, infos)
+	spec, order, infos := m.rsTasks(job, wf)
+	return m.rsRoutesOf(spec, order, infos)
 }
 
-func (m *Manager) rsRoutesOf(order []wire.RainstormTask, infos []rsTaskInfo) []wire.RainstormRoute {
+func (m *Manager) rsRoutesOf(spec *rainstorm.Spec, order []wire.RainstormTask, infos []rsTaskInfo) []wire.RainstormRoute {
 	out := make([]wire.RainstormRoute, len(order))
+	var epochs []wire.RainstormEpoch // of a resizable pipeline, read once
 	for i, t := range order {
 		out[i] = wire.RainstormRoute{Stage: t.Stage, Index: t.Index}
 		in := infos[i]
@@ -243,6 +246,12 @@ func (m *Manager) rsRoutesOf(order []wire.RainstormTask, infos []rsTaskInfo) []w
 			// A finished task still acknowledges resent batches for a
 			// while: its upstream takes those acks from the node named.
 			out[i].Done, out[i].Node = true, in.worker
+			if spec != nil && spec.Resizable() {
+				if epochs == nil {
+					epochs, _, _ = rsEpochsOf(spec, m.rs.Latest(wire.RainstormTask{Job: t.Job, Workflow: t.Workflow}))
+				}
+				rsDoneRoute(&out[i], m.rs.Latest(t), epochs)
+			}
 		case wire.WorkflowAssigned, wire.WorkflowRunning:
 			if wv, ok := m.workers.get(in.worker); ok {
 				out[i].Addr, out[i].Incarnation, out[i].Node = wv.Addr, in.token, in.worker
@@ -258,25 +267,29 @@ func (m *Manager) handleRSRoutes(_ context.Context, from transport.Peer, msg *wi
 	if _, err := m.rsReady(); err != nil {
 		return nil, err
 	}
-	routes, ok := m.rsRoutesFor(from.NodeID, msg.Job, msg.Workflow)
+	routes, spec, ok := m.rsRoutesFor(from.NodeID, msg.Job, msg.Workflow)
 	if !ok {
 		m.unauthorized(wire.TypeRainstormRoutesRequest, from, msg.Job, msg.Workflow, "no task of the pipeline dispatched to the sender")
 		return nil, wire.Errorf(wire.CodeRejected, "no task of pipeline %s is dispatched to %s", msg.Workflow, from.NodeID)
 	}
-	return &wire.RainstormRoutes{Routes: routes}, nil
+	resp := &wire.RainstormRoutes{Routes: routes, Handovers: m.rsHandovers(msg.Job, msg.Workflow, spec, msg.Handovers)}
+	if lt := m.leading(); lt != nil && spec != nil && spec.Resizable() {
+		resp.Resize = m.rsScale.want(rsPipeKey{msg.Job, msg.Workflow}, lt.Number())
+	}
+	return resp, nil
 }
 
-// rsRoutesFor is what node may know of a pipeline's routes, and whether it
-// runs any of its tasks.
-func (m *Manager) rsRoutesFor(node, job, wf string) ([]wire.RainstormRoute, bool) {
-	_, order, infos := m.rsTasks(job, wf)
-	routes := m.rsRoutesOf(order, infos)
+// rsRoutesFor is what node may know of a pipeline's routes, the
+// pipeline's spec, and whether node runs any of its tasks.
+func (m *Manager) rsRoutesFor(node, job, wf string) ([]wire.RainstormRoute, *rainstorm.Spec, bool) {
+	spec, order, infos := m.rsTasks(job, wf)
+	routes := m.rsRoutesOf(spec, order, infos)
 	for _, in := range infos {
 		if in.found && in.worker == node && in.running() {
-			return rsVisibleRoutes(node, routes, infos), true
+			return rsVisibleRoutes(node, routes, infos), spec, true
 		}
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // rsStaleRefused counts and logs a refused checkpoint of an incarnation

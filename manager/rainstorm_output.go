@@ -32,6 +32,13 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 	}
 	last := len(spec.Stages)
 	var rows []wire.RainstormRecord
+	// A resizable pipeline's last stage is complete with the tasks of the
+	// epochs its source reached: a dormant task never ran.
+	epochs, cur, _ := rsEpochsOf(spec, m.rs.Latest(wire.RainstormTask{Job: jobID, Workflow: workflow}))
+	if spec.Resizable() {
+		out.StageTasks = append([]int{1}, epochs[cur].Tasks...)
+		out.Resizes = m.rsScale.resizes(rsPipeKey{jobID, workflow})
+	}
 	for i, t := range order {
 		name := "source"
 		if t.Stage > 0 {
@@ -76,6 +83,9 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 		// Complete once every last-stage task's final checkpoint is
 		// durable (its rows with it), not once its part has ended and its
 		// status reached the job table, which is later.
+		if latest == nil && spec.Resizable() && !existsIn(epochs, t.Stage, t.Index, 0, cur) {
+			continue
+		}
 		if latest == nil || !latest.Done {
 			out.Complete = false
 		}

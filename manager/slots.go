@@ -153,7 +153,9 @@ func (m *Manager) refuseUnfittable(sub *wire.JobSubmission) error {
 		}
 		widest, slots := 0, 1 // the source is one task
 		for i := range p.Spec.Stages {
-			if n := p.Spec.Stages[i].TaskCount(); n > slots {
+			// An autoscaled stage may grow to its maximum, and a
+			// resize whose tasks cannot be placed stalls the pipeline.
+			if n := p.Spec.Stages[i].PartCount(); n > slots {
 				widest, slots = i, n
 			}
 		}

@@ -28,6 +28,9 @@ import (
 // built-in record operator (an exec program is a process of its own and
 // runs in its own tasks) not switched off by `chain: false`.
 func chainable(st *Stage) bool {
+	if st.Autoscale != nil {
+		return false // a stage that resizes runs in tasks of its own
+	}
 	switch st.Op {
 	case OpFilter, OpProject, OpReplace:
 		return !st.NoChain

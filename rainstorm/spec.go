@@ -121,6 +121,30 @@ func (s *Stage) TaskCount() int {
 	return max(s.Tasks, 1)
 }
 
+// PartCount is how many dispatched parts the stage has: every task it
+// can ever run. An autoscaled stage has its maximum from submit on, so a
+// task added by a resize is a part the job always had, placed through the
+// normal provisioning once the source reaches an epoch it exists in; until
+// then it is dormant (never placed).
+func (s *Stage) PartCount() int {
+	if s.Autoscale != nil && s.Tasks == 0 {
+		return max(s.Autoscale.Max, s.TaskCount())
+	}
+	return s.TaskCount()
+}
+
+// Resizable reports whether the pipeline can change its stages' sizes
+// while it runs (a stage has autoscale): only then do its machines keep
+// epochs, which costs the source one checkpoint before its first read.
+func (s *Spec) Resizable() bool {
+	for i := range s.Stages {
+		if s.Stages[i].Autoscale != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // SourceFormat is Format with its default.
 func (s *Source) SourceFormat() Format {
 	if s.Format == 0 {

@@ -182,6 +182,16 @@ func StartEpochs(p *Pipeline) []wire.RainstormEpoch {
 	return []wire.RainstormEpoch{{Tasks: tasks}}
 }
 
+// SpecStartEpochs is StartEpochs of a spec as the managers store it
+// (chained): epoch 0 with each stage's starting size.
+func SpecStartEpochs(s *Spec) []wire.RainstormEpoch {
+	tasks := make([]int, len(s.Stages))
+	for i := range s.Stages {
+		tasks[i] = s.Stages[i].TaskCount()
+	}
+	return []wire.RainstormEpoch{{Tasks: tasks}}
+}
+
 // RouteBy returns the task of this stage that rec goes to under table:
 // by its key's group for a keyed stage, else by its input id's group.
 func (cs *CompiledStage) RouteBy(rec *Record, table GroupTable) int {

@@ -87,7 +87,7 @@ func (p *TaskParams) Validate() error {
 		return fmt.Errorf("stage %d out of range (the pipeline has %d)", p.Stage, len(p.Spec.Stages))
 	case p.Stage == 0 && p.Index != 0:
 		return fmt.Errorf("source index %d: the source is one task", p.Index)
-	case p.Stage > 0 && (p.Index < 0 || p.Index >= p.Spec.Stages[p.Stage-1].TaskCount()):
+	case p.Stage > 0 && (p.Index < 0 || p.Index >= p.Spec.Stages[p.Stage-1].PartCount()):
 		return fmt.Errorf("task %d of stage %d out of range", p.Index, p.Stage)
 	}
 	return nil
@@ -240,12 +240,13 @@ func Resolve(first, task []byte) ([]byte, error) {
 }
 
 // TaskOrder lists a pipeline's tasks (Job and Workflow empty) in the order
-// of their parts: the source, then each stage's tasks. Shard k of the
-// workflow is task k-1.
+// of their parts: the source, then each stage's tasks (an autoscaled
+// stage's up to its maximum, PartCount). Shard k of the workflow is task
+// k-1.
 func TaskOrder(s *Spec) []wire.RainstormTask {
 	out := []wire.RainstormTask{{Stage: 0}}
 	for i, st := range s.Stages {
-		for j := range st.TaskCount() {
+		for j := range st.PartCount() {
 			out = append(out, wire.RainstormTask{Stage: i + 1, Index: j})
 		}
 	}

@@ -32,6 +32,19 @@ type RainstormOutputPage struct {
 	Total      uint64                `cbor:"8,keyasint,omitempty"`
 	Offset     uint64                `cbor:"9,keyasint,omitempty"`
 	Rows       [][]string            `cbor:"10,keyasint,omitempty"`
+	// StageTasks and Resizes: see api.PipelineOutput.
+	StageTasks []int             `cbor:"11,keyasint,omitempty"`
+	Resizes    []RainstormResize `cbor:"12,keyasint,omitempty"`
+}
+
+// RainstormResize is one autoscaling decision (api.PipelineResize); At is
+// in Unix nanoseconds.
+type RainstormResize struct {
+	At       int64  `cbor:"1,keyasint,omitempty"`
+	Stage    string `cbor:"2,keyasint,omitempty"`
+	From     int    `cbor:"3,keyasint,omitempty"`
+	To       int    `cbor:"4,keyasint,omitempty"`
+	Decision string `cbor:"5,keyasint,omitempty"`
 }
 
 // RainstormOutputTask is one task of a pipeline as its manager leader sees

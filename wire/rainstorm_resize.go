@@ -11,3 +11,21 @@ type RainstormEpoch struct {
 	Segment uint64 `cbor:"2,keyasint,omitempty"`
 	Tasks   []int  `cbor:"3,keyasint"`
 }
+
+// RainstormHandoverWant asks for the key groups task (Stage, Index) handed
+// over when it closed epoch Epoch.
+type RainstormHandoverWant struct {
+	Stage int    `cbor:"1,keyasint,omitempty"`
+	Index int    `cbor:"2,keyasint,omitempty"`
+	Epoch uint64 `cbor:"3,keyasint,omitempty"`
+}
+
+// RainstormHandover is the answer to one RainstormHandoverWant, given only
+// once the old owner's closing checkpoint of Epoch is durable: its key
+// groups as the store holds them (the asking task takes the ones it gains).
+type RainstormHandover struct {
+	Stage  int                   `cbor:"1,keyasint,omitempty"`
+	Index  int                   `cbor:"2,keyasint,omitempty"`
+	Epoch  uint64                `cbor:"3,keyasint,omitempty"`
+	Groups []RainstormGroupState `cbor:"4,keyasint,omitempty"`
+}

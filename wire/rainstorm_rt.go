@@ -30,6 +30,11 @@ type RainstormOpenReply struct {
 	Header     []string             `cbor:"2,keyasint,omitempty"`
 	HasHeader  bool                 `cbor:"3,keyasint,omitempty"`
 	Routes     []RainstormRoute     `cbor:"4,keyasint,omitempty"`
+	// Epochs is the pipeline's resize epochs as the source's durable
+	// checkpoint records them (at least epoch 0), for a pipeline that can
+	// resize: a task with no checkpoint of its own starts in the first of
+	// them it exists in.
+	Epochs []RainstormEpoch `cbor:"50,keyasint,omitempty"`
 }
 
 // RainstormRoute is where one task of a pipeline runs now: its worker's QUIC
@@ -48,17 +53,30 @@ type RainstormRoute struct {
 	// its routes show hosting the sending task. Absent from leaders that
 	// predate it; the worker then compares Addr with the sender's address.
 	Node string `cbor:"6,keyasint,omitempty"`
+	// Epoch, for a Done task, is the epoch of its final checkpoint: its
+	// completion acknowledges every batch of that epoch's channel to it
+	// (a task retired by a resize is done after its last epoch).
+	Epoch uint64 `cbor:"50,keyasint,omitempty"`
 }
 
 // RainstormRoutesRequest asks the manager leader for a pipeline's routes.
 type RainstormRoutesRequest struct {
 	Job      string `cbor:"1,keyasint"`
 	Workflow string `cbor:"2,keyasint"`
+	// Handovers asks for the key groups tasks of the pipeline handed over
+	// when they closed an epoch (a task entering a resized epoch).
+	Handovers []RainstormHandoverWant `cbor:"50,keyasint,omitempty"`
 }
 
 // RainstormRoutes answers RainstormRoutesRequest.
 type RainstormRoutes struct {
 	Routes []RainstormRoute `cbor:"1,keyasint,omitempty"`
+	// Handovers answers the request's Handovers that are durable.
+	Handovers []RainstormHandover `cbor:"50,keyasint,omitempty"`
+	// Resize is the task counts per stage the leader wants the pipeline
+	// to run at, until the source's durable checkpoint records them: the
+	// source asks its machine to start an epoch with them.
+	Resize []int `cbor:"51,keyasint,omitempty"`
 }
 
 // RainstormReplicate carries checkpoints the leader accepted (one group

@@ -247,6 +247,7 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 		kick:    make(chan struct{}, 1),
 		ckptRes: make(chan *wire.RainstormCheckpointAck, 16),
 		reroute: make(chan int, 64),
+		rz:      newRSResize(),
 		start:   env.Now(),
 		log:     env.Logger.With("stage", r.task.Stage, "task", r.task.Index, "incarnation", r.inc),
 	}
@@ -432,6 +433,8 @@ type rsDriver struct {
 	wg  sync.WaitGroup
 	// file identifies a path: source's input as opened (nil otherwise).
 	file *wire.RainstormFileID
+	// rz is the driver's side of resizing (rainstorm_resize.go).
+	rz rsResize
 }
 
 // reportLoop reports progress every ReportInterval until the returned
@@ -517,6 +520,7 @@ func (d *rsDriver) run(ctx context.Context) error {
 		header = reply.Header
 	}
 	d.setRoutes(reply.Routes)
+	d.rz.epochs = d.rz.machineEpochs(spec, reply.Epochs)
 	pipe, err := rainstorm.Compile(spec, header)
 	if err != nil {
 		return fmt.Errorf("pipeline: %w", err)
@@ -755,8 +759,10 @@ func (d *rsDriver) hosts(from transport.Peer, stage, index int) bool {
 }
 
 // leaderRoutes fetches the pipeline's routes from the manager leader.
+// It carries the task's handover requests, and takes their answers and
+// the sizes the leader wants (rainstorm_resize.go).
 func (d *rsDriver) leaderRoutes(ctx context.Context) ([]wire.RainstormRoute, error) {
-	resp, err := d.w.callLeader(ctx, &wire.RainstormRoutesRequest{Job: d.task.Job, Workflow: d.task.Workflow})
+	resp, err := d.w.callLeader(ctx, &wire.RainstormRoutesRequest{Job: d.task.Job, Workflow: d.task.Workflow, Handovers: d.rz.pending()})
 	if err != nil {
 		return nil, err
 	}
@@ -764,6 +770,7 @@ func (d *rsDriver) leaderRoutes(ctx context.Context) ([]wire.RainstormRoute, err
 	if !ok {
 		return nil, fmt.Errorf("routes request answered with %T", resp)
 	}
+	d.rz.answered(d.task.Stage == 0, rr)
 	return rr.Routes, nil
 }
 
@@ -822,8 +829,10 @@ func (d *rsDriver) routeLoop(ctx context.Context) {
 		d.setRoutes(routes)
 		for _, r := range routes {
 			if r.Stage == d.task.Stage+1 && r.Done {
+				// Of the epoch the downstream task ended in: a task
+				// retired by a resize is done after its last epoch.
 				a := &wire.RainstormBatchAck{From: wire.RainstormTask{Job: d.task.Job, Workflow: d.task.Workflow, Stage: r.Stage, Index: r.Index},
-					To: d.task.Index, UpTo: math.MaxUint64}
+					To: d.task.Index, UpTo: math.MaxUint64, Epoch: r.Epoch}
 				select {
 				case d.t.in <- a:
 				default:
@@ -904,6 +913,9 @@ func (d *rsDriver) apply(ctx context.Context, r rainstorm.Ready) (done bool, err
 	if r.Checkpoint != nil {
 		d.checkpoint(ctx, r.Checkpoint)
 	}
+	if d.rz.want(r.Handovers) {
+		d.kickRoutes()
+	}
 	switch {
 	case r.Failed != nil:
 		return false, r.Failed
@@ -930,6 +942,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
 		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
 		Chain: chain, FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks, File: d.file,
+		Epochs: d.rz.epochs,
 	}, ckpt)
 	if err != nil {
 		return err
@@ -1035,6 +1048,8 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			m.CheckpointResult(a)
 		case i := <-d.reroute:
 			m.Rerouted(i)
+		case tasks := <-d.rz.resize:
+			m.Resize(tasks)
 		case <-tick.C:
 			m.Tick()
 		default:
@@ -1051,6 +1066,8 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 					m.CheckpointResult(a)
 				case i := <-d.reroute:
 					m.Rerouted(i)
+				case tasks := <-d.rz.resize:
+					m.Resize(tasks)
 				case <-tick.C:
 					m.Tick()
 				}
@@ -1071,6 +1088,7 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 	cfg := rainstorm.TaskConfig{
 		Task: d.task, Incarnation: d.inc, Stage: cs,
 		AtLeastOnce: spec.AtLeastOnce, FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks,
+		Epochs: d.rz.epochs,
 	}
 	if d.task.Stage == 1 {
 		cfg.Upstream = 1
@@ -1143,6 +1161,8 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 			m.CheckpointResult(a)
 		case i := <-d.reroute:
 			m.Rerouted(i)
+		case h := <-d.rz.handovers:
+			handover(m, d.task, h)
 		case <-tick.C:
 			m.Tick()
 		}

@@ -14,6 +14,10 @@ import (
 // pipelineEvery is how often watch asks for a pipeline's per-task view.
 const pipelineEvery = 500 * time.Millisecond
 
+// pipelineResizesShown is how many of an autoscaled pipeline's latest
+// resize decisions watch prints.
+const pipelineResizesShown = 3
+
 // pipelineView is the newest per-task view of one RainStorm workflow and the
 // per-stage rates derived from the views before it.
 type pipelineView struct {
@@ -69,7 +73,9 @@ func (d *display) pipelines(ctx context.Context, c *api.Client, st api.JobStatus
 // restarts and bad records; the source's backlog is what it passed on that
 // the first stage has not yet taken in durably (none once the pipeline has
 // finished). A task that waits for a placement gets a line saying why
-// ("task count/2 waiting: no free core").
+// ("task count/2 waiting: no free core"). An autoscaled pipeline shows each
+// stage's size in the epoch its source sends in (tasks running/size) and
+// its latest resize decisions, so the size is seen changing over time.
 func (d *display) pipelineLines(name, indent string) []string {
 	v := d.pipes[name]
 	if v == nil || v.out == nil {
@@ -110,6 +116,11 @@ func (d *display) pipelineLines(name, indent string) []string {
 		a.out += t.RecordsOut
 		a.bad += t.Bad
 	}
+	for s, n := range v.out.StageTasks {
+		if s < len(stages) {
+			stages[s].tasks = n // the parts beyond it are dormant or retired
+		}
+	}
 	var lines []string
 	for s, a := range stages {
 		line := fmt.Sprintf("%s%-10s tasks %d/%d  %s  records in %d out %d  restarts %d  bad %d", indent, a.name, a.running, a.tasks,
@@ -118,6 +129,10 @@ func (d *display) pipelineLines(name, indent string) []string {
 			line += fmt.Sprintf("  backlog %d", max(a.out-stages[1].in, 0))
 		}
 		lines = append(lines, strings.TrimRight(line, " "))
+	}
+	rs := v.out.Resizes
+	for _, r := range rs[max(len(rs)-pipelineResizesShown, 0):] {
+		lines = append(lines, fmt.Sprintf("%sresize at %s: %s %s", indent, r.At.Local().Format("15:04:05"), r.Stage, r.Decision))
 	}
 	for _, why := range reasons {
 		names := waiting[why]

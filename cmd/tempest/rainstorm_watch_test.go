@@ -75,3 +75,27 @@ func TestPipelineLinesShowRecordsInAndOut(t *testing.T) {
 		t.Fatalf("a finished pipeline shows a backlog:\n%s", lines)
 	}
 }
+
+// An autoscaled stage shows its size in the source's epoch, not its parts
+// (the dormant and retired ones are parts too), and the latest decisions.
+func TestPipelineLinesShowAutoscaledSize(t *testing.T) {
+	d := newDisplay(io.Discard, false, 120, time.Now)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	out := &api.PipelineOutput{Status: wire.JobRunning, StageTasks: []int{1, 2}, Tasks: []api.PipelineTask{
+		{Stage: 0, Name: "source", Status: wire.WorkflowRunning},
+		{Stage: 1, Index: 0, Name: "count", Status: wire.WorkflowRunning},
+		{Stage: 1, Index: 1, Name: "count", Status: wire.WorkflowRunning},
+		{Stage: 1, Index: 2, Name: "count", Status: wire.WorkflowCompleted},
+		{Stage: 1, Index: 3, Name: "count", Status: wire.WorkflowPending},
+	}, Resizes: []api.PipelineResize{
+		{At: at, Stage: "count", From: 1, To: 3, Decision: "1 → 3 tasks: over high"},
+		{At: at, Stage: "count", From: 3, To: 2, Decision: "3 → 2 tasks: under low"},
+	}}
+	d.pipes = map[string]*pipelineView{"p": {meters: map[int]*rateMeter{}, out: out}}
+	lines := strings.Join(d.pipelineLines("p", "  "), "\n")
+	for _, want := range []string{"count      tasks 2/2", "count 1 → 3 tasks: over high", "count 3 → 2 tasks: under low"} {
+		if !strings.Contains(lines, want) {
+			t.Fatalf("no %q in:\n%s", want, lines)
+		}
+	}
+}

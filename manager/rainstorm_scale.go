@@ -1,0 +1,461 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"tempest/api"
+	"tempest/leadership"
+	"tempest/rainstorm"
+	"tempest/wire"
+)
+
+// Autoscaling a running pipeline (docs/rainstorm.md, "Resizing a running
+// pipeline" and "Autoscaling policy"). The leader samples each autoscaled
+// stage's load from the store's durable checkpoints every rsScaleEvery and
+// feeds the stage's Scaler; a decision becomes the pipeline's wanted sizes,
+// which the source reads in its route answers (RainstormRoutes.Resize) and
+// records as an epoch in its checkpoint. Everything a new leader needs is
+// in that replicated checkpoint: the epochs the source recorded and the
+// one it sends in. From it the leader
+//
+//   - places the tasks of every epoch the source sends in or passed: an
+//     autoscaled stage has its maximum of parts from submit (PartCount);
+//     one the source has not reached is dormant, a PENDING part no
+//     placement takes, and becomes placeable like a replacement (by slot,
+//     through the normal quorum-confirmed provisioning) once it exists in
+//     an epoch the source reached;
+//   - puts a task that retired (its drained checkpoint Done, its part
+//     COMPLETED, its slot freed) back to PENDING when a later epoch the
+//     source reached has it again;
+//   - completes the dormant parts no epoch needed once the source's final
+//     checkpoint is durable, so the job can end;
+//   - answers handover requests from the old owner's durable state
+//     (rainstorm.HandoverOf), in route answers.
+//
+// What is lost with the leader is only what the policy held: its sample
+// window and a wanted size the source has not recorded. The new leader's
+// scalers start from the recorded size, as the simulation's leader model
+// does.
+
+// rsScaleEvery is how often the leader samples the autoscaled stages: the
+// scaler's rates are over this interval, and its windows are several of it.
+const rsScaleEvery = time.Second
+
+// rsResizeHistory bounds the decisions kept per pipeline for statuses.
+const rsResizeHistory = 64
+
+// rsPipeKey names a pipeline: its job and workflow name.
+type rsPipeKey struct{ job, wf string }
+
+// rsScaleState is what the leader's autoscaling keeps per pipeline. The
+// scalers and wanted sizes belong to one term (reset at its start); the
+// decisions are kept for statuses while the manager runs.
+type rsScaleState struct {
+	mu    sync.Mutex
+	pipes map[rsPipeKey]*rsPipeScale
+}
+
+type rsPipeScale struct {
+	term    uint64
+	scalers map[int]*rainstorm.Scaler // by stage, from 1
+	// want is the sizes asked of the source that its durable checkpoint
+	// does not record yet (nil: none).
+	want    []int
+	resizes []api.PipelineResize
+}
+
+// pipe returns key's state for term, its scalers and wanted sizes
+// forgotten when they are of an earlier term.
+func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
+	if s.pipes == nil {
+		s.pipes = map[rsPipeKey]*rsPipeScale{}
+	}
+	p := s.pipes[key]
+	if p == nil {
+		p = &rsPipeScale{}
+		s.pipes[key] = p
+	}
+	if p.term != term {
+		p.term, p.scalers, p.want = term, map[int]*rainstorm.Scaler{}, nil
+	}
+	return p
+}
+
+// want is the sizes the source of key should resize to, for a route answer.
+func (s *rsScaleState) want(key rsPipeKey, term uint64) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pipes[key]; p != nil && p.term == term {
+		return slices.Clone(p.want)
+	}
+	return nil
+}
+
+// resizes returns the decisions recorded for key, oldest first.
+func (s *rsScaleState) resizes(key rsPipeKey) []api.PipelineResize {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pipes[key]; p != nil {
+		return slices.Clone(p.resizes)
+	}
+	return nil
+}
+
+// forget drops the pipelines not in live.
+func (s *rsScaleState) forget(live map[rsPipeKey]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.pipes {
+		if !live[k] {
+			delete(s.pipes, k)
+		}
+	}
+}
+
+// rsEpochsOf is a pipeline's epochs as the source's durable checkpoint src
+// records them (the start's sizes when it records none), the epoch it
+// sends in, and whether its final checkpoint is durable.
+func rsEpochsOf(spec *rainstorm.Spec, src *wire.RainstormCheckpoint) (epochs []wire.RainstormEpoch, cur int, done bool) {
+	if src != nil && src.Source != nil && len(src.Source.Epochs) > 0 {
+		epochs, cur = src.Source.Epochs, int(src.Source.Epoch)
+	} else {
+		epochs = rainstorm.SpecStartEpochs(spec)
+	}
+	return epochs, min(cur, len(epochs)-1), src != nil && src.Done
+}
+
+// existsIn reports whether task (stage, index) exists in any of epochs
+// lo..hi.
+func existsIn(epochs []wire.RainstormEpoch, stage, index, lo, hi int) bool {
+	for e := max(lo, 0); e <= hi && e < len(epochs); e++ {
+		if stage == 0 || (stage <= len(epochs[e].Tasks) && index < epochs[e].Tasks[stage-1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// rsDormantLocked reports whether pipeline task w is a part no epoch the
+// source reached has needed yet: PENDING, and not to be placed. It starts
+// as "beyond the stage's starting size" for every part (so a submission
+// never places an autoscaled stage beyond its minimum) and is cleared by
+// the scale loop once the source's durable checkpoint reaches an epoch the
+// task exists in; a new leader's loop clears it again within a round.
+func rsDormantLocked(w *workflowState) bool {
+	if w.rsDormantKnown {
+		return w.rsDormant
+	}
+	if !isPipeline(w) {
+		w.rsDormantKnown = true
+		return false
+	}
+	p, err := rainstorm.DecodeTaskParams(w.rec.Spec.Params)
+	if err != nil || p.Stage == 0 {
+		w.rsDormantKnown = true
+		return false
+	}
+	if p.Index == 0 {
+		w.rsDormantKnown = true // every epoch has a stage's first task
+		return false
+	}
+	// Known only from the pipeline's first part, which holds the spec: a
+	// part not (yet) seen in its job's group finds only itself. Until the
+	// spec can be read the part waits (dormant, not kept), since placing a
+	// part no epoch has starts a task that can never finish.
+	first, err := rainstorm.DecodeTaskParams(groupMembersLocked(w)[0].rec.Spec.Params)
+	if err != nil || first.Ref || p.Stage > len(first.Spec.Stages) {
+		return true
+	}
+	w.rsDormantKnown = true
+	w.rsDormant = p.Index >= first.Spec.Stages[p.Stage-1].TaskCount()
+	return w.rsDormant
+}
+
+// rsScalePipe is one pipeline as the scale loop reads it.
+type rsScalePipe struct {
+	key   rsPipeKey
+	spec  *rainstorm.Spec
+	order []wire.RainstormTask
+}
+
+// rsResizablePipes lists the running pipelines that can resize.
+func (m *Manager) rsResizablePipes() []rsScalePipe {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []rsScalePipe
+	for _, j := range m.jobs {
+		if j.rec.Status.Terminal() {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, w := range j.wfs {
+			if !isPipeline(w) || seen[w.rec.Spec.Name] {
+				continue
+			}
+			seen[w.rec.Spec.Name] = true
+			p, err := rainstorm.DecodeTaskParams(groupMembersLocked(w)[0].rec.Spec.Params)
+			if err != nil || p.Ref || !p.Spec.Resizable() {
+				continue
+			}
+			order := rainstorm.TaskOrder(&p.Spec)
+			for i := range order {
+				order[i].Job, order[i].Workflow = j.rec.Submission.JobID, w.rec.Spec.Name
+			}
+			out = append(out, rsScalePipe{key: rsPipeKey{j.rec.Submission.JobID, w.rec.Spec.Name}, spec: &p.Spec, order: order})
+		}
+	}
+	return out
+}
+
+// rsScaleLoop is the leader's autoscaling, for the term's life.
+func (m *Manager) rsScaleLoop(ctx context.Context, lt *leadership.Term) {
+	t := time.NewTicker(rsScaleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := m.rsReady(); err != nil {
+			continue // not synced yet (or no longer leading)
+		}
+		pipes := m.rsResizablePipes()
+		live := make(map[rsPipeKey]bool, len(pipes))
+		for _, p := range pipes {
+			live[p.key] = true
+			m.rsScaleOne(lt, p, m.clock.Now())
+		}
+		m.rsScale.forget(live)
+	}
+}
+
+// rsScaleOne brings one pipeline's parts in line with the source's
+// durable epochs and runs its scalers.
+func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time) {
+	// The store is read before the job table's lock is taken: its
+	// committer asks the job table (rsAdmit) under the store's lock.
+	latest := make([]*wire.RainstormCheckpoint, len(p.order))
+	for i, t := range p.order {
+		latest[i] = m.rs.Latest(t)
+	}
+	epochs, cur, srcDone := rsEpochsOf(p.spec, latest[0])
+	m.update(func(tx *txn) { m.rsEpochPartsLocked(tx, p, latest, epochs, cur, srcDone) })
+	// What the first stage is offered: the records the source has read
+	// (its progress, ahead of anything durable downstream), so a stage
+	// that cannot keep up shows a growing backlog and not only the rate
+	// it manages. Behind chained stages or a combiner the first stage
+	// takes in other records than the source reads: then what the
+	// source sent, from its durable checkpoint.
+	_, _, infos := m.rsTasks(p.key.job, p.key.wf)
+	var read uint64
+	if len(infos) > 0 && infos[0].found && !p.spec.IsChained() {
+		read = uint64(max(infos[0].records, 0))
+	}
+	// Until every task of the epoch the source sends in runs, the
+	// pipeline is still taking a change (new tasks being placed) or
+	// recovering (a task replaced): its rates then say how fast it
+	// gets going, not its load — a source whose window waits on a task
+	// not placed yet reads nothing, which would read as a fall in load.
+	settling := len(infos) != len(p.order)
+	for i, t := range p.order {
+		if i < len(infos) && existsIn(epochs, t.Stage, t.Index, cur, cur) && infos[i].status != wire.WorkflowRunning {
+			settling = true
+		}
+	}
+	m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now)
+}
+
+// rsEpochPartsLocked places, brings back and completes parts as the
+// source's durable epochs say (see the top of this file).
+func (m *Manager) rsEpochPartsLocked(tx *txn, p rsScalePipe, latest []*wire.RainstormCheckpoint, epochs []wire.RainstormEpoch, cur int, srcDone bool) {
+	j := m.jobs[p.key.job]
+	if j == nil || j.rec.Status.Terminal() {
+		return
+	}
+	var parts []*workflowState
+	for _, w := range j.wfs {
+		if w.rec.Spec.Name == p.key.wf && isPipeline(w) {
+			parts = append(parts, w)
+		}
+	}
+	kick := false
+	for i, w := range parts {
+		if i == 0 || i >= len(p.order) {
+			continue
+		}
+		t := p.order[i]
+		log := m.log.With("job_id", t.Job, "workflow", t.Workflow, "workflow_id", w.rec.WorkflowID, "stage", t.Stage, "task", t.Index)
+		c := latest[i]
+		switch {
+		case w.rec.Status == wire.WorkflowPending && rsDormantLocked(w) && existsIn(epochs, t.Stage, t.Index, 0, cur):
+			w.rsDormant = false
+			w.waiting = ""
+			tx.touchWorkflow(w, false)
+			kick = true
+			log.Info("rainstorm: placing a task of a resized epoch", "epoch", cur)
+		case w.rec.Status == wire.WorkflowCompleted && c != nil && c.Retired && c.Done && existsIn(epochs, t.Stage, t.Index, int(c.Epoch)+1, cur):
+			// Retired by a shrink, needed again by a later grow: the
+			// same part runs again under a new dispatch and continues
+			// its chain of versions from its drained checkpoint.
+			w.rec.Status = wire.WorkflowPending
+			w.rec.Worker, w.rec.Cores, w.rec.Error = "", nil, ""
+			w.rsDormant, w.rsDormantKnown = false, true
+			tx.touchWorkflow(w, true)
+			kick = true
+			log.Info("rainstorm: placing a retired task again for a resized epoch", "retired_in", c.Epoch, "epoch", cur)
+		case srcDone && w.rec.Status == wire.WorkflowPending && rsDormantLocked(w) && c == nil && !existsIn(epochs, t.Stage, t.Index, 0, cur):
+			// The input ended without an epoch that needed it.
+			w.rec.Status = wire.WorkflowCompleted
+			w.rec.Error = ""
+			tx.touchWorkflow(w, true)
+			log.Info("rainstorm: a task no epoch needed ends with its pipeline's input")
+		case w.rec.Status == wire.WorkflowPending && rsDormantLocked(w):
+			why := fmt.Sprintf("not in the stage's current size (%d tasks): placed if autoscale grows it", rsTasksAt(epochs, cur, t.Stage))
+			if w.waiting != why {
+				setWaitingLocked(tx, w, why)
+			}
+		}
+	}
+	if kick {
+		tx.afterCommit(m.kick)
+	}
+}
+
+// rsTasksAt is stage's size in epoch e.
+func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
+	if stage == 0 {
+		return 1
+	}
+	return epochs[e].Tasks[stage-1]
+}
+
+// rsAutoscale samples each autoscaled stage and turns a decision into
+// the pipeline's wanted sizes.
+func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling bool,
+	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time) {
+	recorded := epochs[len(epochs)-1].Tasks
+	s := &m.rsScale
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := s.pipeLocked(p.key, lt.Number())
+	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
+		ps.want = nil // recorded (or moot): the source has it
+	}
+	if srcDone {
+		return
+	}
+	sum := func(stage int, out bool) uint64 {
+		var n uint64
+		for i, t := range p.order {
+			if t.Stage != stage || latest[i] == nil {
+				continue
+			}
+			if out {
+				n += latest[i].RecordsOut
+			} else {
+				n += latest[i].RecordsIn
+			}
+		}
+		return n
+	}
+	for st := 1; st <= len(p.spec.Stages); st++ {
+		pol := p.spec.Stages[st-1].Autoscale
+		if pol == nil {
+			continue
+		}
+		sc := ps.scalers[st]
+		if sc == nil {
+			sc = rainstorm.NewScaler(*pol, now)
+			ps.scalers[st] = sc
+		}
+		in, offered := sum(st, false), sum(st-1, true)
+		if st == 1 {
+			offered = max(offered, read)
+		}
+		x := rainstorm.ScaleSample{At: now, Tasks: recorded[st-1], In: in, Backlog: offered - min(offered, in),
+			Resizing: ps.want != nil || cur < len(epochs)-1 || settling}
+		d, ok := sc.Observe(x)
+		if !ok {
+			continue
+		}
+		next := slices.Clone(recorded)
+		next[st-1] = d.To
+		ps.want = next
+		name := p.spec.Stages[st-1].Name
+		m.log.Info("rainstorm: autoscale decision", "job_id", p.key.job, "workflow", p.key.wf, "stage", name,
+			"from", d.From, "to", d.To, "reason", d.Reason, "per_task", d.PerTask, "processed", d.Processed,
+			"backlog", d.Backlog, "backlog_growth", d.Growth, "epoch", len(epochs)-1)
+		ps.resizes = append(ps.resizes, api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String()})
+		if len(ps.resizes) > rsResizeHistory {
+			ps.resizes = slices.Delete(ps.resizes, 0, len(ps.resizes)-rsResizeHistory)
+		}
+		break // one change at a time: the next sample sees it resizing
+	}
+}
+
+// rsHandovers answers a task's handover requests from the store's durable
+// state: each old owner's groups it gave away at the close of the epoch,
+// once that closing checkpoint is durable (others are left out: the task
+// asks again).
+func (m *Manager) rsHandovers(job, wf string, spec *rainstorm.Spec, wants []wire.RainstormHandoverWant) []wire.RainstormHandover {
+	if len(wants) == 0 || spec == nil || !spec.Resizable() {
+		return nil
+	}
+	epochs, _, _ := rsEpochsOf(spec, m.rs.Latest(wire.RainstormTask{Job: job, Workflow: wf}))
+	tabs, err := rainstorm.NewTables(epochs)
+	if err != nil {
+		return nil
+	}
+	var out []wire.RainstormHandover
+	for _, h := range wants {
+		if h.Stage < 1 || h.Stage > len(spec.Stages) || int(h.Epoch)+1 >= tabs.Len() {
+			continue
+		}
+		groups, ok := rainstorm.HandoverOf(m.rs.Latest(wire.RainstormTask{Job: job, Workflow: wf, Stage: h.Stage, Index: h.Index}), h.Epoch)
+		if !ok {
+			continue
+		}
+		// Only what the old owner held in the epoch and gives away: its
+		// state may still hold groups it gave away earlier (stale, never
+		// read again).
+		was, next := tabs.Table(int(h.Epoch), h.Stage), tabs.Table(int(h.Epoch)+1, h.Stage)
+		var given []wire.RainstormGroupState
+		for _, g := range groups {
+			if g.Group >= 0 && g.Group < len(next) && was[g.Group] == h.Index && next[g.Group] != h.Index {
+				given = append(given, g)
+			}
+		}
+		out = append(out, wire.RainstormHandover{Stage: h.Stage, Index: h.Index, Epoch: h.Epoch, Groups: given})
+	}
+	return out
+}
+
+// rsEpochsFor is the epochs a resizable pipeline's task opens with (nil for
+// one that cannot resize).
+func (m *Manager) rsEpochsFor(job, wf string, spec *rainstorm.Spec) []wire.RainstormEpoch {
+	if spec == nil || !spec.Resizable() {
+		return nil
+	}
+	epochs, _, _ := rsEpochsOf(spec, m.rs.Latest(wire.RainstormTask{Job: job, Workflow: wf}))
+	return epochs
+}
+
+// rsDoneRoute fills in a completed task's route: the epoch its final
+// checkpoint closed, whose channel its completion acknowledges. A task
+// retired by a shrink that a later recorded epoch has again is not shown
+// done: its upstream would take that for an acknowledgement of the new
+// epoch's batches, which it has not taken in.
+func rsDoneRoute(r *wire.RainstormRoute, c *wire.RainstormCheckpoint, epochs []wire.RainstormEpoch) {
+	if c == nil {
+		return
+	}
+	r.Epoch = c.Epoch
+	if c.Retired && existsIn(epochs, r.Stage, r.Index, int(c.Epoch)+1, len(epochs)-1) {
+		r.Done, r.Node = false, ""
+	}
+}

@@ -1,0 +1,265 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"tempest/internal/testutil"
+	"tempest/rainstorm"
+	"tempest/wire"
+)
+
+// scaleJob is a generate source and a count stage autoscaled between 1
+// and 3 tasks: parts source, count/1, count/2, count/3.
+func scaleJob(t *testing.T, pol rainstorm.Autoscale) *wire.JobSubmission {
+	t.Helper()
+	return expandJob(t, "rs", "pipe", &rainstorm.PipelineParams{Spec: rainstorm.Spec{
+		Source: rainstorm.Source{Generate: &rainstorm.Generate{Records: 10, Keys: 2}},
+		Stages: []rainstorm.Stage{{Name: "count", Op: rainstorm.OpCount, Key: "key", NoChain: true, Autoscale: &pol}},
+	}})
+}
+
+// rsCaller calls the leader as worker node, waiting out a leader still
+// syncing.
+func rsCaller(t *testing.T, c *testCluster, node string, lead *Manager) func(wire.Message) wire.Message {
+	caller := c.hub.Node(node)
+	return func(msg wire.Message) wire.Message {
+		t.Helper()
+		var resp wire.Message
+		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+			var err error
+			resp, err = caller.Call(context.Background(), lead.cfg.ID, msg)
+			var we *wire.Error
+			if errors.As(err, &we) && we.Code == wire.CodeUnavailable {
+				return err
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		})
+		return resp
+	}
+}
+
+func taskState(lead *Manager, job string, k int) rsTaskInfo {
+	_, _, infos := lead.rsTasks(job, "pipe")
+	if k >= len(infos) {
+		return rsTaskInfo{}
+	}
+	return infos[k]
+}
+
+// An autoscaled stage has its maximum of parts from submit, and only its
+// starting size is placed. A task of a later epoch is placed once the
+// source's durable checkpoint shows the source sending in an epoch that
+// has it, the tasks no epoch needed end with the input, and a task's
+// handover is answered from its old owner's durable closing checkpoint.
+func TestRainstormAutoscalePartsFollowTheSourceEpochs(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack, err := lead.Submit(context.Background(), scaleJob(t, rainstorm.Autoscale{Min: 1, Max: 3, Low: 1, High: 1e9}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := ack.JobID
+	call := rsCaller(t, c, "w1", lead)
+	src := wire.RainstormTask{Job: job, Workflow: "pipe"}
+	srcInc := taskToken(t, lead, job, 0, 0)
+	c0 := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
+	c0Inc := taskToken(t, lead, job, 1, 0)
+	if n := len(rainstorm.TaskOrder(mustSpec(t, lead, job))); n != 4 {
+		t.Fatalf("the pipeline has %d parts, want 4 (the source and count's maximum of 3)", n)
+	}
+
+	// count/2 and count/3 wait, saying why, until an epoch needs them.
+	dormant := func(k int) error {
+		in := taskState(lead, job, k)
+		if in.status != wire.WorkflowPending || !strings.Contains(in.waiting, "current size") {
+			return fmt.Errorf("task %d is %s (%q), want PENDING outside the stage's size", k, in.status, in.waiting)
+		}
+		return nil
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error { return errors.Join(dormant(2), dormant(3)) })
+
+	// Epochs open with the source's: the start's sizes before it records
+	// any.
+	open := call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true}).(*wire.RainstormOpenReply)
+	if want := rainstorm.SpecStartEpochs(mustSpec(t, lead, job)); !slices.EqualFunc(open.Epochs, want, epochEqual) {
+		t.Fatalf("open answered epochs %v, want %v", open.Epochs, want)
+	}
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 4, Tasks: []int{2}}}
+	ckpt := func(v uint64, cur uint64, done bool) {
+		t.Helper()
+		a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: v, Done: done,
+			Source: &wire.RainstormSourcePos{Segment: 4, Epochs: epochs, Epoch: cur, Reserve: 6}}).(*wire.RainstormCheckpointAck)
+		if a.Refused {
+			t.Fatalf("source checkpoint %d refused: %s", v, a.Reason)
+		}
+	}
+	// Recorded, not yet sent in: nothing is placed.
+	ckpt(1, 0, false)
+	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	if err := errors.Join(dormant(2), dormant(3)); err != nil {
+		t.Fatal(err)
+	}
+	// count/1 closes epoch 0, giving away the groups count/2 owns in 1.
+	tabs, err := rainstorm.NewTables(epochs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var groups []wire.RainstormGroupState
+	for g := range rainstorm.KeyGroups {
+		groups = append(groups, wire.RainstormGroupState{Group: g, Entries: []wire.RainstormAggregate{{Key: fmt.Sprint("k", g), Count: 1}}})
+	}
+	want := wire.RainstormHandoverWant{Stage: 1, Index: 0, Epoch: 0}
+	routes := func() *wire.RainstormRoutes {
+		return call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe", Handovers: []wire.RainstormHandoverWant{want}}).(*wire.RainstormRoutes)
+	}
+	if r := routes(); len(r.Handovers) != 0 {
+		t.Fatalf("a handover answered before the old owner's closing checkpoint: %+v", r.Handovers)
+	}
+	if a := call(&wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: 1, Closing: true, Groups: groups,
+		Epochs: epochs, Inputs: []wire.RainstormInput{{Next: 2, EOS: true}}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("closing checkpoint refused: %s", a.Reason)
+	}
+	r := routes()
+	if len(r.Handovers) != 1 {
+		t.Fatalf("handovers %+v, want one", r.Handovers)
+	}
+	moved := tabs.Table(1, 1).Owned(1)
+	var got []int
+	for _, g := range r.Handovers[0].Groups {
+		got = append(got, g.Group)
+	}
+	if !slices.Equal(got, moved) {
+		t.Fatalf("the handover gives groups %v, want the %d that move to count/2: %v", got, len(moved), moved)
+	}
+
+	// The source sends in epoch 1: count/2 is placed, count/3 still waits.
+	ckpt(2, 1, false)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if in := taskState(lead, job, 2); in.status != wire.WorkflowRunning {
+			return fmt.Errorf("count/2 is %s (%q)", in.status, in.waiting)
+		}
+		return dormant(3)
+	})
+	// The input ends in epoch 1: count/3, which no epoch had, ends with it.
+	ckpt(3, 1, true)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if in := taskState(lead, job, 3); in.status != wire.WorkflowCompleted {
+			return fmt.Errorf("count/3 is %s", in.status)
+		}
+		return nil
+	})
+}
+
+func epochEqual(a, b wire.RainstormEpoch) bool {
+	return a.Epoch == b.Epoch && a.Segment == b.Segment && slices.Equal(a.Tasks, b.Tasks)
+}
+
+func mustSpec(t *testing.T, m *Manager, job string) *rainstorm.Spec {
+	t.Helper()
+	spec, _, _ := m.rsTasks(job, "pipe")
+	if spec == nil {
+		t.Fatalf("job %s has no pipeline", job)
+	}
+	return spec
+}
+
+// The leader samples an autoscaled stage's durable counters: a load over
+// its high mark through a window becomes a decision, logged and shown in
+// the pipeline's output, and the route answers ask the source for the new
+// size until its durable checkpoint records it.
+func TestRainstormAutoscaleDecisionAsksTheSource(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	ack, err := lead.Submit(context.Background(), scaleJob(t, rainstorm.Autoscale{Min: 1, Max: 3, Low: 10, High: 100,
+		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := ack.JobID
+	call := rsCaller(t, c, "w1", lead)
+	src := wire.RainstormTask{Job: job, Workflow: "pipe"}
+	srcInc := taskToken(t, lead, job, 0, 0)
+	c0 := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
+	c0Inc := taskToken(t, lead, job, 1, 0)
+	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
+	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+
+	// count/1 takes in 1,000 records every 50 ms: 20,000/s, far over
+	// 100 per task.
+	var resize []int
+	v := uint64(0)
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		v++
+		if a := call(&wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: v, Epochs: rainstorm.SpecStartEpochs(mustSpec(t, lead, job)),
+			RecordsIn: 1000 * v}).(*wire.RainstormCheckpointAck); a.Refused {
+			t.Fatalf("checkpoint refused: %s", a.Reason)
+		}
+		resize = call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize
+		if len(resize) == 0 {
+			return errors.New("no resize asked for")
+		}
+		return nil
+	})
+	if !slices.Equal(resize, []int{2}) {
+		t.Fatalf("the source is asked for sizes %v, want [2]", resize)
+	}
+	out, err := lead.PipelineOutput(context.Background(), job, "pipe", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Resizes) != 1 || out.Resizes[0].From != 1 || out.Resizes[0].To != 2 || !strings.Contains(out.Resizes[0].Decision, "records/s") {
+		t.Fatalf("the output shows decisions %+v, want 1 → 2 with its inputs", out.Resizes)
+	}
+	if !slices.Equal(out.StageTasks, []int{1, 1}) {
+		t.Fatalf("stage sizes %v before the source recorded the epoch, want [1 1]", out.StageTasks)
+	}
+	// Once the source records the epoch, nobody asks again.
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 2, Tasks: []int{2}}}
+	if a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: 1,
+		Source: &wire.RainstormSourcePos{Epochs: epochs, Reserve: 2}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("source checkpoint refused: %s", a.Reason)
+	}
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; len(r) > 0 {
+			return fmt.Errorf("still asked for %v", r)
+		}
+		return nil
+	})
+}
+
+// A completed task's route names the epoch its final checkpoint closed (its
+// completion acknowledges that epoch's channel only); a task retired by a
+// shrink that a later recorded epoch has again is not shown done, or its
+// upstream would take the new epoch's batches as acknowledged.
+func TestRainstormDoneRouteOfARetiredTask(t *testing.T) {
+	epochs := []wire.RainstormEpoch{{Tasks: []int{3}}, {Epoch: 1, Segment: 4, Tasks: []int{1}}}
+	retired := &wire.RainstormCheckpoint{Epoch: 0, Closing: true, Retired: true, Done: true}
+	r := wire.RainstormRoute{Stage: 1, Index: 2, Done: true, Node: "w1"}
+	rsDoneRoute(&r, retired, epochs)
+	if !r.Done || r.Epoch != 0 || r.Node != "w1" {
+		t.Fatalf("a task retired for good: route %+v, want done in epoch 0", r)
+	}
+	final := &wire.RainstormCheckpoint{Epoch: 1, Done: true}
+	r = wire.RainstormRoute{Stage: 1, Index: 0, Done: true, Node: "w1"}
+	rsDoneRoute(&r, final, epochs)
+	if !r.Done || r.Epoch != 1 {
+		t.Fatalf("a task done at the end: route %+v, want done in epoch 1", r)
+	}
+	back := append(slices.Clone(epochs), wire.RainstormEpoch{Epoch: 2, Segment: 9, Tasks: []int{3}})
+	r = wire.RainstormRoute{Stage: 1, Index: 2, Done: true, Node: "w1"}
+	rsDoneRoute(&r, retired, back)
+	if r.Done || r.Node != "" {
+		t.Fatalf("a retired task that epoch 2 has again: route %+v, want not done", r)
+	}
+}

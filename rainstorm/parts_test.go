@@ -1,0 +1,58 @@
+package rainstorm
+
+import (
+	"testing"
+
+	"tempest/wire"
+)
+
+// An autoscaled stage is dispatched as its maximum of parts, each a task
+// the runtime may place once an epoch has it; its starting epoch has the
+// minimum. A stage that resizes is never chained into the source (its
+// tasks would not run), and a pipeline with one keeps epochs.
+func TestAutoscaledStageParts(t *testing.T) {
+	pol := &Autoscale{Min: 1, Max: 4, Low: 10, High: 100}
+	spec := Spec{Source: Source{Generate: &Generate{Records: 10, Keys: 2}}, Stages: []Stage{
+		{Name: "odd", Op: OpFilter, Field: "value", Matches: "[13579]$", Autoscale: pol},
+		{Name: "count", Op: OpCount, Key: "key", Tasks: 2},
+	}}
+	b, err := wire.Marshal(&PipelineParams{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := Type{}.Expand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != 1+4+2 {
+		t.Fatalf("%d parts, want 7: the source, the filter's maximum of 4 and the count's 2", len(parts))
+	}
+	if err := (Type{}).CheckParts(parts); err != nil {
+		t.Fatal(err)
+	}
+	first, err := DecodeTaskParams(parts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first.Spec.Source.Chain) != 0 || len(first.Spec.Stages) != 2 {
+		t.Fatalf("the autoscaled filter was chained into the source: %d chained, %d stages", len(first.Spec.Source.Chain), len(first.Spec.Stages))
+	}
+	if !first.Spec.Resizable() {
+		t.Fatal("a pipeline with an autoscaled stage is not resizable")
+	}
+	whole, err := Resolve(parts[0], parts[4])
+	if err != nil {
+		t.Fatalf("the filter's fourth task: %v", err)
+	}
+	if p, _ := DecodeTaskParams(whole); p.Stage != 1 || p.Index != 3 {
+		t.Fatalf("part 5 is task %d.%d, want 1.3", p.Stage, p.Index)
+	}
+	start := SpecStartEpochs(&first.Spec)
+	if len(start) != 1 || start[0].Tasks[0] != 1 || start[0].Tasks[1] != 2 {
+		t.Fatalf("start epochs %+v, want the filter at its minimum (1) and the count at 2", start)
+	}
+	fixed := Spec{Source: spec.Source, Stages: []Stage{{Name: "count", Op: OpCount, Key: "key", Tasks: 2}}}
+	if fixed.Resizable() || fixed.Stages[0].PartCount() != 2 {
+		t.Fatal("a pipeline of fixed sizes resizes, or has other parts than its tasks")
+	}
+}
