@@ -575,6 +575,9 @@ func (m *TaskMachine) cut(final bool) {
 				b.EOS, o.eos = true, true
 				b.Next = m.ep.next
 			}
+			// Encoded once, here: the checkpoint below and every send
+			// and resend after it carry these bytes.
+			b.Freeze()
 			o.pending = append(o.pending, b)
 		}
 		o.open = nil
