@@ -79,3 +79,35 @@ func TestSourceBatchEncodedOnce(t *testing.T) {
 		t.Fatal("the resend encoded the source's batch again")
 	}
 }
+
+// An aggregate stores a copy of each new key: a received batch's fields
+// are cut from one string per batch, which a stored key would otherwise
+// keep whole for the task's life (every batch, over many keys).
+func TestAggregateKeyDoesNotHoldItsBatch(t *testing.T) {
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "c", Op: OpCount, Key: "1"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, err := p.Stages[0].NewAggregate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := viaWire(t, batch(1, false, "alpha", "beta", "alpha"))
+	agg.Add(b.Records, func(err error) { t.Fatal(err) })
+	held := map[*byte]string{}
+	for _, r := range b.Records {
+		held[unsafe.StringData(r.Fields[0])] = r.Fields[0]
+	}
+	n := 0
+	for g := range agg.groups {
+		for k := range agg.groups[g] {
+			n++
+			if s, ok := held[unsafe.StringData(k)]; ok {
+				t.Fatalf("the stored key %q is the batch's own string %q", k, s)
+			}
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d keys stored, want 2", n)
+	}
+}
