@@ -241,6 +241,9 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 				m.cfg.Task.Stage, m.cfg.Task.Index, b.To, len(m.out))
 		}
 		b.Incarnation = m.cfg.Incarnation
+		// Encoded again under this incarnation: bytes a store kept from
+		// the batch's first cut name the old one, which receivers refuse.
+		b.Freeze()
 		m.out[b.To].pending = append(m.out[b.To].pending, &b)
 	}
 	closing := c.Closing && !c.Done
