@@ -45,7 +45,9 @@ func (a *Aggregate) value(key string) (*aggValue, int) {
 	v := m[key]
 	if v == nil {
 		v = &aggValue{}
-		m[key] = v
+		// A copy: a received batch's fields share one string, which a
+		// key kept from it would hold whole for the task's life.
+		m[strings.Clone(key)] = v
 	}
 	return v, g
 }

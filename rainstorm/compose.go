@@ -14,7 +14,9 @@ func Compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint { retu
 
 // PackPending returns a copy of c whose Pending batches are encoded as
 // PendingBlobs: the runtime's form, which the managers keep without
-// decoding records. c is not changed (a machine resends it as it is).
+// decoding records. A batch its task froze when it cut it is not encoded
+// again: its blob is the bytes its sends carry. c is not changed (a
+// machine resends it as it is).
 func PackPending(c *wire.RainstormCheckpoint) (*wire.RainstormCheckpoint, error) {
 	if len(c.Pending) == 0 {
 		return c, nil
@@ -25,7 +27,7 @@ func PackPending(c *wire.RainstormCheckpoint) (*wire.RainstormCheckpoint, error)
 	out.PendingBlobs = append(out.PendingBlobs, c.PendingBlobs...)
 	for i := range c.Pending {
 		b := &c.Pending[i]
-		raw, err := wire.Marshal(b)
+		raw, err := b.MarshalCBOR()
 		if err != nil {
 			return nil, fmt.Errorf("encode batch %d to task %d: %w", b.Seq, b.To, err)
 		}

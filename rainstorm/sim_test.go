@@ -117,6 +117,20 @@ func (s *simRun) checkIdentical(in *simInst, b *wire.RainstormBatch) {
 	s.sent[k] = v
 }
 
+// viaWire is batch b as its receiver reads it: through the codec, in the
+// flat layout the transport carries.
+func viaWire(t testing.TB, b *wire.RainstormBatch) *wire.RainstormBatch {
+	raw, err := wire.Marshal(b)
+	if err != nil {
+		t.Fatalf("encode batch %d to %d: %v", b.Seq, b.To, err)
+	}
+	m, err := wire.Decode(wire.TypeRainstormBatch, raw)
+	if err != nil {
+		t.Fatalf("decode batch %d to %d: %v", b.Seq, b.To, err)
+	}
+	return m.(*wire.RainstormBatch)
+}
+
 type restart struct {
 	at int
 	id wire.RainstormTask
@@ -249,7 +263,7 @@ func (s *simRun) handle(in *simInst, rd Ready) {
 			s.resent++
 		}
 		s.sentBy[k] = true
-		s.send(simMsg{to: wire.RainstormTask{Stage: in.id.Stage + 1, Index: b.To}, batch: b})
+		s.send(simMsg{to: wire.RainstormTask{Stage: in.id.Stage + 1, Index: b.To}, batch: viaWire(s.t, b)})
 	}
 	for _, a := range rd.Acks {
 		s.send(simMsg{to: wire.RainstormTask{Stage: in.id.Stage - 1, Index: a.To}, ack: a})

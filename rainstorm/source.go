@@ -276,6 +276,11 @@ func (m *SourceMachine) Ready() Ready {
 // (malformed ones included), and how many of them were malformed.
 func (m *SourceMachine) Read() (records, bad uint64) { return m.readPos.Record, m.bad }
 
+// Sent returns the records sent downstream, from the input's start: after
+// the source's chain, so the first stage's records in, not the input's.
+// A restart counts on from its checkpoint, as Read does.
+func (m *SourceMachine) Sent() uint64 { return m.sent }
+
 // BadRecords is the count of malformed input records and the first few ids.
 func (m *SourceMachine) BadRecords() (uint64, []uint64) { return m.bad, m.badFirst }
 
@@ -340,6 +345,9 @@ func (m *SourceMachine) Segment(seg Segment) {
 	for i := range recs {
 		d := m.cfg.Next.RouteBy(&recs[i], table)
 		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(recs[i]))
+	}
+	for _, b := range s.batches {
+		b.Freeze() // encoded once for the send and every resend
 	}
 	m.segs = append(m.segs, s)
 	m.nextSeg++

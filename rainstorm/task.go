@@ -241,6 +241,9 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 				m.cfg.Task.Stage, m.cfg.Task.Index, b.To, len(m.out))
 		}
 		b.Incarnation = m.cfg.Incarnation
+		// Encoded again under this incarnation: bytes a store kept from
+		// the batch's first cut name the old one, which receivers refuse.
+		b.Freeze()
 		m.out[b.To].pending = append(m.out[b.To].pending, &b)
 	}
 	closing := c.Closing && !c.Done
@@ -575,6 +578,9 @@ func (m *TaskMachine) cut(final bool) {
 				b.EOS, o.eos = true, true
 				b.Next = m.ep.next
 			}
+			// Encoded once, here: the checkpoint below and every send
+			// and resend after it carry these bytes.
+			b.Freeze()
 			o.pending = append(o.pending, b)
 		}
 		o.open = nil

@@ -128,10 +128,10 @@ type stored struct {
 // rowsRecord is how a checkpoint's rows are kept. Inc is 0 in records
 // written before rows were kept by incarnation.
 type rowsRecord struct {
-	Task    wire.RainstormTask     `cbor:"1,keyasint"`
-	Version uint64                 `cbor:"2,keyasint"`
-	Rows    []wire.RainstormRecord `cbor:"3,keyasint,omitempty"`
-	Inc     uint64                 `cbor:"4,keyasint,omitempty"`
+	Task    wire.RainstormTask `cbor:"1,keyasint"`
+	Version uint64             `cbor:"2,keyasint"`
+	Rows    wire.RainstormRows `cbor:"3,keyasint,omitzero"` // flat; older stores wrote an array, still read
+	Inc     uint64             `cbor:"4,keyasint,omitempty"`
 }
 
 // rowsInc is the incarnation whose checkpoint published c's rows.

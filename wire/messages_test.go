@@ -133,7 +133,9 @@ func checkNonZero(tb testing.TB, path string, v reflect.Value) {
 	switch v.Kind() {
 	case reflect.Struct:
 		for i := range v.NumField() {
-			checkNonZero(tb, path+"."+v.Type().Field(i).Name, v.Field(i))
+			if v.Type().Field(i).IsExported() { // what does not travel need not be filled
+				checkNonZero(tb, path+"."+v.Type().Field(i).Name, v.Field(i))
+			}
 		}
 	case reflect.Pointer:
 		if v.IsNil() {
@@ -377,9 +379,15 @@ func TestWireTags(t *testing.T) {
 	allowed := map[string]bool{"keyasint": true, "omitempty": true, "omitzero": true}
 	for _, st := range wireStructTypes(t) {
 		keys := map[int]string{}
+		// A type with an encoding of its own (RainstormBatch's flat
+		// layout) may keep what it needs to write it in unexported fields.
+		selfEncoded := reflect.PointerTo(st).Implements(reflect.TypeFor[cbor.Marshaler]())
 		for i := range st.NumField() {
 			f := st.Field(i)
 			where := st.Name() + "." + f.Name
+			if !f.IsExported() && selfEncoded {
+				continue
+			}
 			if !f.IsExported() {
 				t.Errorf("%s is unexported and would silently not travel", where)
 				continue
@@ -500,6 +508,9 @@ func TestMarshalDeterministic(t *testing.T) {
 // treatment, so unknown fields are exercised at every level.
 func withExtraKeys(tb testing.TB, b []byte, extra map[int64]any, nested bool) []byte {
 	tb.Helper()
+	if len(b) > 0 && b[0]>>5 == 2 {
+		return b // a byte string: a type with a layout of its own, which has no keys (RainstormBatch)
+	}
 	var m map[int64]cbor.RawMessage
 	if err := cbor.Unmarshal(b, &m); err != nil {
 		tb.Fatalf("re-reading as a map: %v", err)

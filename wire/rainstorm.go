@@ -25,6 +25,9 @@ type RainstormRecord struct {
 // batches from 1; EOS marks the channel's last batch (end of stream), which
 // may hold records too. Incarnation is the sender's: a receiver refuses
 // batches from an incarnation older than one it has seen on the channel.
+// It is encoded in a flat layout of its own, not as the map its tags
+// describe (which older nodes sent, and which is still read): see
+// rainstorm_flat.go.
 type RainstormBatch struct {
 	From        RainstormTask     `cbor:"1,keyasint"`
 	To          int               `cbor:"2,keyasint,omitempty"` // index in the next stage
@@ -39,6 +42,10 @@ type RainstormBatch struct {
 	// than ending: the epoch marker, which every task forwards on its own
 	// last batches of the epoch.
 	Next *RainstormEpoch `cbor:"51,keyasint,omitempty"`
+
+	// flat is the batch's encoding as Freeze kept it (rainstorm_flat.go:
+	// a batch travels in a flat layout of its own, not as this map).
+	flat []byte
 }
 
 // RainstormBatchAck tells one sender that the receiver's durable state
@@ -136,7 +143,7 @@ type RainstormCheckpoint struct {
 	Outputs     []RainstormOutput    `cbor:"5,keyasint,omitempty"`
 	Pending     []RainstormBatch     `cbor:"6,keyasint,omitempty"` // cut since the previous checkpoint
 	State       []RainstormAggregate `cbor:"7,keyasint,omitempty"` // retired: see Groups
-	Rows        []RainstormRecord    `cbor:"8,keyasint,omitempty"`
+	Rows        RainstormRows        `cbor:"8,keyasint,omitzero"`  // flat: see RainstormRows
 	Source      *RainstormSourcePos  `cbor:"9,keyasint,omitempty"`
 	// Done: every input ended and every output (or final row) is in this
 	// checkpoint. A sink's Done checkpoint completes its part of the output.
@@ -213,7 +220,8 @@ type RainstormOpened struct {
 
 // RainstormBatchBlob is one unacknowledged batch, encoded: its channel and
 // sequence number in the clear (what the store needs to drop it once
-// acknowledged), the RainstormBatch itself as CBOR bytes.
+// acknowledged), the RainstormBatch itself as CBOR bytes: since the flat
+// layout, a byte string holding it, the very bytes the task sends.
 type RainstormBatchBlob struct {
 	From  RainstormTask `cbor:"1,keyasint"`
 	To    int           `cbor:"2,keyasint,omitempty"`

@@ -30,7 +30,7 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer) error {
 	latency := prometheus.NewDesc("tempest_worker_step_latency_seconds", "Response latency of a running workflow's steps on this worker (send to last body byte).", append(wf, "step"), nil)
 	task := []string{"job_id", "workflow", "stage", "task"}
 	rsIn := prometheus.NewDesc("tempest_worker_rainstorm_tuples_in_total", "Tuples a RainStorm task took in: input records a source read, records of the batches a stage processed (since its first checkpoint; resends and redone work not counted again).", task, nil)
-	rsOut := prometheus.NewDesc("tempest_worker_rainstorm_tuples_out_total", "Tuples a RainStorm task put out: well-formed records a source sent, records a stage emitted in batches or as output rows.", task, nil)
+	rsOut := prometheus.NewDesc("tempest_worker_rainstorm_tuples_out_total", "Tuples a RainStorm task put out: records a source sent (after its chained stages and combiner), records a stage emitted in batches or as output rows.", task, nil)
 	refused := prometheus.NewDesc("tempest_worker_unauthorized_total", "RainStorm batches and acks refused for their sender: the pipeline's routes show another node hosting the task that sent them.", []string{"type"}, nil)
 	bounds := obs.LatencyBuckets()
 

@@ -65,8 +65,8 @@ type rsTask struct {
 	inc uint64
 	in  chan wire.Message
 	// records counts tuples in, emitted tuples out, as the task's machine
-	// counts them, for snapshots and /metrics: for the source the input
-	// records read and the well-formed ones sent, from the input's start;
+	// counts them, for /metrics: for the source the input records read
+	// and the records it sent after its chain, from the input's start;
 	// for a stage the records of the batches it processed and the records
 	// it emitted, since its first checkpoint (a restart resumes both from
 	// the checkpoint, so resends and redone work are not counted twice).
@@ -430,7 +430,9 @@ type rsDriver struct {
 	start  time.Time
 
 	bad atomic.Int64
-	wg  sync.WaitGroup
+	// wellFormed is a source's well-formed records read, its progress.
+	wellFormed atomic.Int64
+	wg         sync.WaitGroup
 	// file identifies a path: source's input as opened (nil otherwise).
 	file *wire.RainstormFileID
 	// rz is the driver's side of resizing (rainstorm_resize.go).
@@ -468,7 +470,7 @@ func (d *rsDriver) snapshot() workflow.Snapshot {
 	// the well-formed records it read, a stage only its own bad records.
 	s := workflow.Snapshot{Elapsed: d.env.Now().Sub(d.start), Failed: d.bad.Load()}
 	if d.task.Stage == 0 {
-		s.Completed = d.t.emitted.Load()
+		s.Completed = d.wellFormed.Load()
 	}
 	return s
 }
@@ -948,10 +950,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 		return err
 	}
 	pos := m.Resume()
-	read, bad := m.Read() // a restart counts on from its checkpoint
-	d.t.records.Store(int64(read))
-	d.t.emitted.Store(int64(read - bad))
-	d.bad.Store(int64(bad))
+	d.sourceCounts(m) // a restart counts on from its checkpoint
 	var src rainstorm.RecordSource
 	if g := spec.Source.Generate; g != nil {
 		src = rainstorm.NewGenerator(g, pos.Record)
@@ -1028,10 +1027,7 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 				return fmt.Errorf("source: read: %w", err)
 			}
 			m.Segment(seg)
-			read, bad = m.Read()
-			d.t.records.Store(int64(read))
-			d.t.emitted.Store(int64(read - bad))
-			d.bad.Store(int64(bad))
+			d.sourceCounts(m)
 			if done, err = d.apply(ctx, m.Ready()); err != nil || done {
 				return err
 			}
@@ -1080,6 +1076,20 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 			return err
 		}
 	}
+}
+
+// sourceCounts publishes a source's counts: the records it read (its
+// tuples in), those it sent (its tuples out: after a chain, the records
+// the chained stages passed on or the combiner's partials, which is what
+// the first stage takes in), and the well-formed records read, its
+// progress, since a pipeline's completed count is its input records
+// whatever a chain passes on.
+func (d *rsDriver) sourceCounts(m *rainstorm.SourceMachine) {
+	read, bad := m.Read()
+	d.bad.Store(int64(bad))
+	d.wellFormed.Store(int64(read - bad))
+	d.t.records.Store(int64(read))
+	d.t.emitted.Store(int64(m.Sent()))
 }
 
 func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header []string, ckpt *wire.RainstormCheckpoint) error {
