@@ -39,7 +39,10 @@ func countManyKeys(t *testing.T, records, keys int64) {
 	})
 	start := time.Now()
 	id := c.submit(manyKeysJob(records, keys))
-	var victim string
+	var (
+		victim string
+		read   int64
+	)
 	testutil.Eventually(t, 5*time.Minute, 200*time.Millisecond, func() error {
 		out, err := c.output(id, "keys")
 		if err != nil {
@@ -51,9 +54,11 @@ func countManyKeys(t *testing.T, records, keys int64) {
 		if out.Tasks[0].Records < records/2 {
 			return fmt.Errorf("source read %d records", out.Tasks[0].Records)
 		}
-		victim = out.Tasks[1].Worker
+		victim, read = out.Tasks[1].Worker, out.Tasks[0].Records
 		return nil
 	})
+	took := time.Since(start)
+	t.Logf("the source read %d records in %v before the kill: %.0f records/s", read, took.Round(time.Second), float64(read)/took.Seconds())
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 			name = spec.Stages[t.Stage-1].Name
 		}
 		in := infos[i]
-		latest := m.rs.Latest(t)
+		latest := m.rs.Head(t) // counters only: not the whole aggregate state
 		task := api.PipelineTask{Stage: t.Stage, Index: t.Index, Name: name, Status: in.status,
 			Worker: in.worker, Attempts: in.attempts, Bad: in.bad, Waiting: in.waiting}
 		switch {

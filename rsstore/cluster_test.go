@@ -403,3 +403,81 @@ func TestSyncResumesAfterALatePage(t *testing.T) {
 		t.Fatalf("m0 after its sync holds %+v, want version 1 and its state", l)
 	}
 }
+
+// wholeSends records, per peer, how many whole states the leader sent it
+// in replicated groups (deltas are not counted).
+type wholeSends struct {
+	mu sync.Mutex
+	to map[string]int
+}
+
+func (w *wholeSends) watch(g *testGroup) {
+	w.to = map[string]int{}
+	g.hub.SetHook(func(_, to string, msg wire.Message) bool {
+		if r, ok := msg.(*wire.RainstormReplicate); ok && len(r.Checkpoints) > 0 {
+			w.mu.Lock()
+			w.to[to] += len(r.Checkpoints)
+			w.mu.Unlock()
+		}
+		return true
+	})
+	g.t.Cleanup(func() { g.hub.SetHook(nil) })
+}
+
+func (w *wholeSends) of(id string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.to[id]
+}
+
+// A replacement's open changes no entry of its task's state: it reaches
+// the peers as its head alone, and each peer ends up with the new
+// incarnation, its lineage and every key. And a peer whose answer to a
+// round came too late (it stored the group) gets the next checkpoint as a
+// delta. Both went whole: a million-key count shipped its whole state to
+// every peer on each open, and on every checkpoint after one late answer.
+func TestOpenAndLateAnswerReplicateAsDeltas(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	state := bigState(4_000)
+	if !g.put(lead, &wire.RainstormCheckpoint{Task: task, Incarnation: 1, Version: 1, Groups: state}) {
+		t.Fatal("version 1 not acknowledged")
+	}
+	var sends wholeSends
+	sends.watch(g)
+	g.open(lead, task, 2)
+	for _, n := range g.nodes {
+		l := n.st.Latest(task)
+		if l == nil || l.Incarnation != 2 || len(l.Opened) != 2 || l.Opened[1] != (wire.RainstormOpened{Incarnation: 2, Version: 1}) {
+			t.Fatalf("%s after the open holds %+v", n.id, l)
+		}
+		if !reflect.DeepEqual(l.Groups, state) {
+			t.Fatalf("%s after the open holds %d groups, want %d", n.id, len(l.Groups), len(state))
+		}
+	}
+	if n := sends.of("m1") + sends.of("m2"); n > 0 {
+		t.Fatalf("the open sent %d whole states to peers that held its base", n)
+	}
+
+	lead.lose = map[string]bool{"m1": true} // m1 stores version 2; its answer is lost
+	delta := []wire.RainstormGroupState{{Group: 3, Entries: []wire.RainstormAggregate{{Key: "a", Count: 1}}}}
+	if !g.put(lead, &wire.RainstormCheckpoint{Task: task, Incarnation: 2, Version: 2, Groups: delta}) {
+		t.Fatal("version 2 not acknowledged by m0 and m2")
+	}
+	lead.lose = nil
+	delta[0].Entries[0].Count = 2
+	if !g.put(lead, &wire.RainstormCheckpoint{Task: task, Incarnation: 2, Version: 3, Groups: delta}) {
+		t.Fatal("version 3 not acknowledged")
+	}
+	if n := sends.of("m1"); n > 0 {
+		t.Fatalf("m1, which stored version 2 but whose answer was lost, was sent %d whole states", n)
+	}
+	want := ckpt.ComposeGroups(state, delta)
+	for _, n := range g.nodes {
+		if l := n.st.Latest(task); l == nil || l.Version != 3 || !reflect.DeepEqual(l.Groups, want) {
+			t.Fatalf("%s holds %v", n.id, l != nil && reflect.DeepEqual(l.Groups, want))
+		}
+	}
+}

@@ -146,7 +146,7 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 		cs      []change
 		deltas  []*wire.RainstormCheckpoint // cs[i] as the task wrote it
 		hs      []wire.RainstormHeader
-		staged  = map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+		staged  = map[wire.RainstormTask]snap{}
 		answers = make([]Result, len(group))
 		admit   = make([]*Result, len(group))
 	)
@@ -167,7 +167,7 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 			continue
 		}
 		if o := r.Open; o != nil {
-			latest := s.latestLocked(o.Task, staged)
+			latest, state := s.latestLocked(o.Task, staged)
 			switch {
 			case latest != nil && latest.Incarnation > o.Incarnation:
 				answers[i] = Result{Err: wire.Errorf(wire.CodeStaleFence, "task %d.%d of %s: incarnation %d was replaced",
@@ -180,8 +180,8 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 				// it in a group that missed its majority then loses to
 				// it everywhere (newer), rows and all (Rows).
 				next := reopen(latest, o)
-				staged[o.Task] = next
-				cs = append(cs, change{prev: latest, next: next})
+				staged[o.Task] = snap{next, state}
+				cs = append(cs, change{prev: latest, next: next, prevState: state, nextState: state})
 				deltas = append(deltas, nil)
 			}
 			if o.Task.Stage == 0 && o.HasHeader {
@@ -197,7 +197,7 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 		// Current is the writer's own incarnation, or one past it when
 		// fenced: never another dispatch's token.
 		ack := &wire.RainstormCheckpointAck{Task: c.Task, Incarnation: c.Incarnation, Version: c.Version, Current: c.Incarnation}
-		latest := s.latestLocked(c.Task, staged)
+		latest, state := s.latestLocked(c.Task, staged)
 		var have uint64
 		if latest != nil {
 			have = latest.Version
@@ -230,12 +230,14 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 			ack.Reason = fmt.Sprintf("version %d does not follow the stored %d", c.Version, have)
 			answers[i] = Result{Msg: ack}
 		default:
-			// Pending is a delta. The stores keep whole states (a copy
-			// stands alone whatever group it missed), but write and send
-			// only what changed: see persist and replicate.
-			full := *compose(latest, c)
-			staged[c.Task] = &full
-			cs = append(cs, change{prev: latest, next: &full})
+			// Pending and Groups are deltas. The stores keep whole
+			// states (a copy stands alone whatever group it missed), but
+			// compose, write and send only what changed: see aggState,
+			// persist and replicate.
+			full := compose(latest, c)
+			fullState := state.with(c.Groups)
+			staged[c.Task] = snap{full, fullState}
+			cs = append(cs, change{prev: latest, next: full, prevState: state, nextState: fullState, delta: c.Groups})
 			deltas = append(deltas, c)
 			acc = append(acc, accepted{i, ack})
 		}
@@ -271,16 +273,16 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 	return answers
 }
 
-// latestLocked is task's state as a group sees it: staged by an earlier
-// request of the group, else stored. Under mu.
-func (s *Store) latestLocked(t wire.RainstormTask, staged map[wire.RainstormTask]*wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
+// latestLocked is task's head and aggregate state as a group sees them:
+// staged by an earlier request of the group, else stored. Under mu.
+func (s *Store) latestLocked(t wire.RainstormTask, staged map[wire.RainstormTask]snap) (*wire.RainstormCheckpoint, *aggState) {
 	if c, ok := staged[t]; ok {
-		return c
+		return c.head, c.state
 	}
 	if st := s.tasks[t]; st != nil {
-		return st.latest
+		return st.latest, st.state
 	}
-	return nil
+	return nil, nil
 }
 
 // reopen is latest (nil: no state yet) made the state of o's incarnation,
@@ -304,31 +306,35 @@ func reopen(latest *wire.RainstormCheckpoint, o *wire.RainstormOpen) *wire.Rains
 func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	reply := &wire.RainstormOpenReply{}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st := s.tasks[o.Task]; st != nil && st.latest != nil && st.latest.Version > 0 {
-		c := *st.latest
+	h, ok := s.headers[[2]string{o.Task.Job, o.Task.Workflow}]
+	s.mu.Unlock()
+	if ok {
+		reply.Header, reply.HasHeader = h.Header, h.HasHeader
+	}
+	// The state is immutable: it is made whole (once, then kept with it)
+	// outside mu, so the committer does not wait for it.
+	if head, state := s.head(o.Task); head != nil && head.Version > 0 {
+		c := *head
 		c.Opened = nil // the store's
+		c.Groups = state.whole()
 		if parts := ckpt.Split(&c, ckpt.PageBytes); o.Part >= 0 && o.Part < len(parts) {
 			reply.Checkpoint = parts[o.Part]
 		}
-	}
-	if h, ok := s.headers[[2]string{o.Task.Job, o.Task.Workflow}]; ok {
-		reply.Header, reply.HasHeader = h.Header, h.HasHeader
 	}
 	return reply
 }
 
 // replicate makes cs and hs durable here and on a majority, then applies
 // them. deltas[i] is cs[i] as its task wrote it (Pending cut since
-// cs[i].prev): a peer known to hold cs[i].prev gets the delta, another the
-// whole state, and a peer that answers that it lacks a delta's base gets
-// the whole state at once.
+// cs[i].prev; nil for an open): a peer gets deltas unless it is known to
+// hold another base (replicateTo), and one that answers that it lacks a
+// delta's base gets the whole state at once.
 func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	seen := map[wire.RainstormTask]bool{}
 	for _, c := range cs {
-		if !seen[c.next.Task] && verOf(s.Latest(c.next.Task)) != verOf(c.prev) {
+		if !seen[c.next.Task] && verOf(s.Head(c.next.Task)) != verOf(c.prev) {
 			// Another write (a sync) replaced the state this group was
 			// checked against: the tasks resend and are checked again.
 			return wire.Errorf(wire.CodeUnavailable, "task %d.%d: stored checkpoint changed while its group was checked", c.next.Task.Stage, c.next.Task.Index)
@@ -348,33 +354,39 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 			mu sync.Mutex
 			wg sync.WaitGroup
 		)
-		haves := make(map[string]map[wire.RainstormTask]ver, len(peers))
+		ok := make(map[string]bool, len(peers))
 		for _, id := range peers {
-			haves[id] = s.peerHave[id]
-			delete(s.peerHave, id) // known again only once this round succeeds
-		}
-		for _, id := range peers {
-			have := haves[id]
+			have := s.peerHave[id]
 			wg.Go(func() {
-				ok := s.replicateTo(ctx, term, id, have, cs, deltas, hs)
+				r := s.replicateTo(ctx, term, id, have, cs, deltas, hs)
 				mu.Lock()
 				defer mu.Unlock()
-				if !ok {
-					return
+				ok[id] = r
+				if r {
+					stored++
 				}
-				stored++
-				if have == nil {
-					have = map[wire.RainstormTask]ver{}
-				}
-				for _, c := range cs {
-					if newer(c.prev, c.next) {
-						have[c.next.Task] = verOf(c.next)
-					}
-				}
-				s.peerHave[id] = have
 			})
 		}
 		wg.Wait()
+		for _, id := range peers {
+			if !ok[id] && stored < quorum {
+				continue // undone below: the peer is taken to hold what it held
+			}
+			// It stored the group, or likely did (an answer that came too
+			// late): if not, it names the task missing next time and
+			// gets the whole state then. Forgetting it instead sent the
+			// whole state on every checkpoint to a slow or dead peer.
+			have := s.peerHave[id]
+			if have == nil {
+				have = map[wire.RainstormTask]ver{}
+				s.peerHave[id] = have
+			}
+			for _, c := range cs {
+				if newer(c.prev, c.next) {
+					have[c.next.Task] = verOf(c.next)
+				}
+			}
+		}
 	}
 	if stored < quorum {
 		if err := s.revert(cs); err != nil {
@@ -387,13 +399,17 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 }
 
 // replicateTo sends one group to peer id, whose stored versions are have
-// (as far as this leader knows), and reports whether the peer stored it
-// all. A change goes as a delta where the peer holds its base, else whole
-// (an open always: it has no delta form). The group goes in as many
-// messages as it needs under the transport's cap (ckpt.Paged), in
-// the group's order, so a task's delta never reaches the peer before the
-// whole state it follows; the peer stores a checkpoint sent in parts once
-// it has the last.
+// (as far as this leader can tell; have is not changed), and reports
+// whether the peer stored it all. A change goes as a delta unless the
+// peer is known to hold neither its base nor the change itself (a task
+// have does not name is taken to be at the leader's base: after a sync
+// every peer that answered holds what the leader holds); an open's delta
+// is its head alone, since it changes no entry and no batch. A peer that
+// lacks a delta's base names the task missing and gets the whole state in
+// the same round. The group goes in as many messages as it needs under
+// the transport's cap (ckpt.Paged), in the group's order, so a task's
+// delta never reaches the peer before the whole state it follows; the
+// peer stores a checkpoint sent in parts once it has the last.
 func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have map[wire.RainstormTask]ver,
 	cs []change, deltas []*wire.RainstormCheckpoint, hs []wire.RainstormHeader) bool {
 	// Runs of consecutive changes of one form, each paged on its own.
@@ -415,14 +431,26 @@ func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have ma
 		v    ver
 	}
 	bases := map[named]ver{}
+	sent := map[wire.RainstormTask]ver{} // a later change of a task in this group follows the one before
 	for i, c := range cs {
-		if v, ok := have[c.next.Task]; ok && v == verOf(c.prev) && deltas[i] != nil {
-			bases[named{c.next.Task, verOf(c.next)}] = verOf(c.prev)
-			add(true, deltas[i])
-			have[c.next.Task] = verOf(c.next) // a later change of the same task in this group follows it
+		v, known := sent[c.next.Task]
+		if !known {
+			v, known = have[c.next.Task]
+		}
+		if known && v != verOf(c.prev) && v != verOf(c.next) {
+			add(false, wholeOf(c))
+			sent[c.next.Task] = verOf(c.next)
 			continue
 		}
-		add(false, c.next)
+		d := deltas[i]
+		if d == nil { // an open: the new incarnation and lineage
+			h := *c.next
+			h.PendingBlobs = nil
+			d = &h
+		}
+		bases[named{c.next.Task, verOf(c.next)}] = verOf(c.prev)
+		add(true, d)
+		sent[c.next.Task] = verOf(c.next)
 	}
 	var msgs []*wire.RainstormReplicate
 	for _, r := range runs {
@@ -462,7 +490,7 @@ func (s *Store) replicateTo(ctx context.Context, term uint64, id string, have ma
 	var whole []*wire.RainstormCheckpoint
 	for _, c := range cs {
 		if slices.Contains(missing, c.next.Task) {
-			whole = append(whole, c.next)
+			whole = append(whole, wholeOf(c))
 		}
 	}
 	for _, page := range ckpt.Paged(whole, ckpt.PageBytes) {

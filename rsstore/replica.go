@@ -36,13 +36,7 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 	}
 	s.deposed(msg.Term)
 	changes := make([]change, 0, len(msg.Checkpoints)+len(msg.Deltas))
-	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
-	prevOf := func(t wire.RainstormTask) *wire.RainstormCheckpoint {
-		if c, ok := cur[t]; ok {
-			return c
-		}
-		return s.Latest(t)
-	}
+	cur := map[wire.RainstormTask]snap{}
 	for i := range msg.Checkpoints {
 		c, err := s.joinPart(&msg.Checkpoints[i])
 		if err != nil {
@@ -51,11 +45,7 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 		if c == nil {
 			continue // more parts follow
 		}
-		prev := prevOf(c.Task)
-		changes = append(changes, change{prev: prev, next: c})
-		if newer(prev, c) {
-			cur[c.Task] = c
-		}
+		changes = append(changes, s.wholeChange(cur, c))
 	}
 	for i := range msg.Deltas {
 		d := &msg.Deltas[i]
@@ -66,8 +56,11 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 		if c == nil {
 			continue // more parts follow
 		}
-		prev := prevOf(c.Task)
-		switch have := verOf(prev); {
+		prev, ok := cur[c.Task]
+		if !ok {
+			prev.head, prev.state = s.head(c.Task)
+		}
+		switch have := verOf(prev.head); {
 		case have == verOf(c):
 			stored++ // a repeat of what is stored
 			continue
@@ -75,8 +68,8 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 			missing = append(missing, c.Task)
 			continue
 		}
-		full := compose(prev, c)
-		changes = append(changes, change{prev: prev, next: full})
+		full := snap{compose(prev.head, c), prev.state.with(c.Groups)}
+		changes = append(changes, change{prev: prev.head, next: full.head, prevState: prev.state, nextState: full.state, delta: c.Groups})
 		cur[c.Task] = full
 	}
 	if err := s.persist(changes, msg.Headers); err != nil {
@@ -175,7 +168,9 @@ func (s *Store) snapshot(jobs []string, after []byte) *wire.RainstormSyncRespons
 		}
 		k := taskKey(t)
 		if st.latest != nil {
-			es = append(es, entry{append(slices.Clone(k), 0), *st.latest})
+			c := *st.latest
+			c.Groups = st.state.whole() // once per version: each page asks again
+			es = append(es, entry{append(slices.Clone(k), 0), c})
 		}
 		for v, rows := range st.rows {
 			ek := binary.BigEndian.AppendUint64(append(slices.Clone(k), 1), v.version)

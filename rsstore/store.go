@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/btree"
 	bolt "go.etcd.io/bbolt"
 
 	"tempest/rainstorm/ckpt"
@@ -62,8 +63,8 @@ type Store struct {
 	syncedCh chan struct{}
 
 	// peerHave is, per peer, the checkpoint (version, incarnation) of each
-	// task the leader knows the peer stores: such a peer gets deltas. Only
-	// the committer touches it; it starts empty every term.
+	// task the leader takes the peer to store (replicateTo). Only the
+	// committer touches it; it starts empty every term.
 	peerHave map[string]map[wire.RainstormTask]ver
 	// parts holds, per task, a checkpoint a leader is sending in parts
 	// (its group outgrew a message) until its last part. Under wmu.
@@ -108,20 +109,38 @@ func verOf(c *wire.RainstormCheckpoint) ver {
 }
 
 // change is one checkpoint to write: next replaces prev (nil: none) as
-// the task's whole state; rows are next's published rows.
+// the task's latest; rows are next's published rows. prev and next are
+// heads (no Groups): their aggregate states are prevState and nextState.
+// delta names the keys next changed (a task's checkpoint's Groups, or
+// what a whole state differs in: aggState.diff): the state bucket gets
+// nextState's value of each (a revert prevState's), or loses the key
+// where that has none, so a checkpoint's write costs its delta, not the
+// state. An open shares its state with prev and writes none of it.
 type change struct {
-	prev, next *wire.RainstormCheckpoint
-	task       wire.RainstormTask // set only where next may be nil (a revert)
+	prev, next           *wire.RainstormCheckpoint
+	prevState, nextState *aggState
+	delta                []wire.RainstormGroupState
+	task                 wire.RainstormTask // set only where next may be nil (a revert)
 }
 
-// stored is one task's records: its latest checkpoint (rows stripped)
-// and the output rows of every checkpoint that published some, by
+// snap is one task's state as a group of changes sees it: a head and its
+// aggregate state.
+type snap struct {
+	head  *wire.RainstormCheckpoint
+	state *aggState
+}
+
+// stored is one task's records: its latest checkpoint (rows and
+// aggregate state stripped), that state (an immutable aggState, so a
+// reader pages through it while newer versions are composed), and the
+// output rows of every checkpoint that published some, by
 // (version, incarnation): a version an incarnation wrote in a group that
 // missed its majority may be held here beside the same version of the
 // incarnation that replaced it, and only the task's lineage (Opened)
 // says which one the output holds.
 type stored struct {
 	latest *wire.RainstormCheckpoint
+	state  *aggState
 	rows   map[ver][]wire.RainstormRecord
 }
 
@@ -170,7 +189,7 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 			if err := wire.Unmarshal(v, c); err != nil {
 				return err
 			}
-			s.applyLocked(c)
+			s.applyLocked(c, nil)
 			return nil
 		}); err != nil {
 			return err
@@ -179,11 +198,11 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 			if st.latest == nil {
 				continue
 			}
-			groups, err := loadState(tx.Bucket(bucketState), taskKey(st.latest.Task))
+			state, err := loadState(tx.Bucket(bucketState), taskKey(st.latest.Task))
 			if err != nil {
 				return err
 			}
-			st.latest.Groups = groups
+			st.state = state
 		}
 		if err := tx.Bucket(bucketBatch).ForEach(func(_, v []byte) error {
 			var b wire.RainstormBatchBlob
@@ -202,7 +221,7 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 			if err := wire.Unmarshal(v, &r); err != nil {
 				return err
 			}
-			s.applyLocked(&wire.RainstormCheckpoint{Task: r.Task, Version: r.Version, RowsOf: r.Inc, Rows: r.Rows})
+			s.applyLocked(&wire.RainstormCheckpoint{Task: r.Task, Version: r.Version, RowsOf: r.Inc, Rows: r.Rows}, nil)
 			return nil
 		}); err != nil {
 			return err
@@ -226,10 +245,10 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 // Close closes the file. The committer (Lead) must have returned.
 func (s *Store) Close() error { return s.db.Close() }
 
-// applyLocked records c in memory: its rows under its version, and c as
-// the latest checkpoint when it is newer. A rows-only record (no
-// incarnation) never becomes the latest.
-func (s *Store) applyLocked(c *wire.RainstormCheckpoint) {
+// applyLocked records c in memory: its rows under its version, and c
+// (its head) with its aggregate state as the latest checkpoint when it is
+// newer. A rows-only record (no incarnation) never becomes the latest.
+func (s *Store) applyLocked(c *wire.RainstormCheckpoint, state *aggState) {
 	st := s.tasks[c.Task]
 	if st == nil {
 		st = &stored{rows: map[ver][]wire.RainstormRecord{}}
@@ -240,8 +259,8 @@ func (s *Store) applyLocked(c *wire.RainstormCheckpoint) {
 	}
 	if newer(st.latest, c) {
 		l := *c
-		l.Rows = nil
-		st.latest = &l
+		l.Rows, l.Groups = nil, nil
+		st.latest, st.state = &l, state
 	}
 }
 
@@ -267,18 +286,21 @@ func newer(latest, c *wire.RainstormCheckpoint) bool {
 }
 
 // compose folds checkpoint c, whose PendingBlobs are the batches cut
-// since prev and whose Groups are the keys changed since prev, into the
-// stored state prev (as rainstorm.Compose does with decoded batches):
-// prev's entries updated with c's, prev's batches c's acknowledged
-// positions do not cover, then c's. The result carries c's rows (the store publishes them
-// with it); c and prev are not changed.
+// since prev, into the stored head prev (as rainstorm.Compose does with
+// decoded batches): prev's batches c's acknowledged positions do not
+// cover, then c's. The result is a head, carrying c's rows (the store
+// publishes them with it); its aggregate state is prev's with c's Groups
+// (the keys changed since prev) put in, which the caller composes beside
+// it (aggState.with). c and prev are not changed.
 func compose(prev, c *wire.RainstormCheckpoint) *wire.RainstormCheckpoint {
 	out := *c
+	out.Groups = nil
 	if prev == nil {
 		return &out
 	}
-	out.Opened = prev.Opened // the store's, never the task's
-	out.Groups = ckpt.ComposeGroups(prev.Groups, c.Groups)
+	if c.Incarnation == prev.Incarnation {
+		out.Opened = prev.Opened // the store's, never the task's
+	} // else c is an open a leader replicated as a delta: its lineage is the store's
 	if len(prev.PendingBlobs) == 0 {
 		return &out
 	}
@@ -304,12 +326,15 @@ func (s *Store) persist(cs []change, hs []wire.RainstormHeader) error {
 
 // revert undoes a persist whose group did not reach a majority, so this
 // store holds no checkpoint the leader never acknowledged: whatever a task
-// writes next is compared with, and written over, the state before.
+// writes next is compared with, and written over, the state before. A
+// change made from a delta is undone key by key: each key the delta wrote
+// gets back its value before, or goes when it had none.
 func (s *Store) revert(cs []change) error {
 	back := make([]change, 0, len(cs))
 	for i := len(cs) - 1; i >= 0; i-- {
-		if newer(cs[i].prev, cs[i].next) {
-			back = append(back, change{prev: cs[i].next, next: cs[i].prev, task: cs[i].next.Task})
+		if c := cs[i]; newer(c.prev, c.next) {
+			back = append(back, change{prev: c.next, next: c.prev, prevState: c.nextState, nextState: c.prevState,
+				delta: c.delta, task: c.next.Task})
 		}
 	}
 	return s.write(back, nil, true)
@@ -326,7 +351,7 @@ func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
 				if err := ck.Delete(k); err != nil {
 					return err
 				}
-				if err := writeState(st, k, ch.prev.Groups, nil); err != nil {
+				if err := writeState(st, k, ch); err != nil {
 					return err
 				}
 				for i := range ch.prev.PendingBlobs {
@@ -370,11 +395,7 @@ func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
 			if err := ck.Put(k, v); err != nil {
 				return err
 			}
-			var stateHad []wire.RainstormGroupState
-			if ch.prev != nil {
-				stateHad = ch.prev.Groups
-			}
-			if err := writeState(st, k, stateHad, c.Groups); err != nil {
+			if err := writeState(st, k, ch); err != nil {
 				return err
 			}
 			type chSeq struct {
@@ -423,14 +444,34 @@ func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
 }
 
 // Latest returns task's stored latest checkpoint (nil when none), its
-// rows stripped. The caller must not change it.
+// rows stripped, with its whole aggregate state: that costs the state
+// once per checkpoint (Head does not). The caller must not change it.
 func (s *Store) Latest(t wire.RainstormTask) *wire.RainstormCheckpoint {
+	head, state := s.head(t)
+	if head == nil || state == nil {
+		return head
+	}
+	c := *head
+	c.Groups = state.whole()
+	return &c
+}
+
+// Head returns task's stored latest checkpoint (nil when none) without
+// its rows and its aggregate state: its positions, counters and batches.
+// The caller must not change it.
+func (s *Store) Head(t wire.RainstormTask) *wire.RainstormCheckpoint {
+	head, _ := s.head(t)
+	return head
+}
+
+// head returns task's latest head and aggregate state.
+func (s *Store) head(t wire.RainstormTask) (*wire.RainstormCheckpoint, *aggState) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st := s.tasks[t]; st != nil {
-		return st.latest
+		return st.latest, st.state
 	}
-	return nil
+	return nil, nil
 }
 
 // Rows returns the output rows of task's checkpoints up to its latest, in
@@ -479,7 +520,7 @@ func (s *Store) apply(cs []change, hs []wire.RainstormHeader) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ch := range cs {
-		s.applyLocked(ch.next)
+		s.applyLocked(ch.next, ch.nextState)
 	}
 	for _, h := range hs {
 		s.headers[[2]string{h.Job, h.Workflow}] = h
@@ -492,16 +533,9 @@ func (s *Store) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	changes := make([]change, 0, len(cs))
-	cur := map[wire.RainstormTask]*wire.RainstormCheckpoint{}
+	cur := map[wire.RainstormTask]snap{}
 	for _, c := range cs {
-		prev, ok := cur[c.Task]
-		if !ok {
-			prev = s.Latest(c.Task)
-		}
-		changes = append(changes, change{prev: prev, next: c})
-		if newer(prev, c) {
-			cur[c.Task] = c
-		}
+		changes = append(changes, s.wholeChange(cur, c))
 	}
 	if err := s.persist(changes, hs); err != nil {
 		return err
@@ -517,36 +551,84 @@ func stateKey(k []byte, g int, key string) []byte {
 	return append(out, key...)
 }
 
-// writeState writes what changed from the entries prev to next of task k.
-func writeState(b *bolt.Bucket, k []byte, prev, next []wire.RainstormGroupState) error {
-	return ckpt.DiffGroups(prev, next, func(g int, e *wire.RainstormAggregate) error {
-		v, err := wire.Marshal(&wire.RainstormAggregate{Count: e.Count, Sum: e.Sum})
-		if err != nil {
-			return err
-		}
-		return b.Put(stateKey(k, g, e.Key), v)
-	}, func(g int, key string) error {
-		return b.Delete(stateKey(k, g, key))
-	})
+// wholeChange is the change that makes c, a whole checkpoint (its Groups
+// every entry of its state), task's latest after cur (the changes before
+// it in the same write) or the stored state, and records it in cur when
+// it is newer. Under wmu.
+func (s *Store) wholeChange(cur map[wire.RainstormTask]snap, c *wire.RainstormCheckpoint) change {
+	prev, ok := cur[c.Task]
+	if !ok {
+		prev.head, prev.state = s.head(c.Task)
+	}
+	head := *c
+	head.Groups = nil
+	ch := change{prev: prev.head, next: &head, prevState: prev.state, nextState: prev.state}
+	if newer(prev.head, c) { // else only its rows are written
+		ch.nextState, ch.delta = prev.state.diff(c.Groups)
+		cur[c.Task] = snap{&head, ch.nextState}
+	}
+	return ch
 }
 
-// loadState reads task k's entries back, in group and key order (bbolt's
-// byte order is the entries' order).
-func loadState(b *bolt.Bucket, k []byte) ([]wire.RainstormGroupState, error) {
-	var out []wire.RainstormGroupState
+// wholeOf is ch's next checkpoint with its whole aggregate state: what a
+// peer that does not hold ch's base is sent.
+func wholeOf(ch change) *wire.RainstormCheckpoint {
+	if ch.nextState == nil {
+		return ch.next
+	}
+	c := *ch.next
+	c.Groups = ch.nextState.whole()
+	return &c
+}
+
+// writeState writes task k's entries that ch changes: each key of its
+// delta with its value in ch.nextState, or deleted where that has none (a
+// key a whole state dropped, or the revert of a key's first value).
+func writeState(b *bolt.Bucket, k []byte, ch change) error {
+	if ch.prevState == ch.nextState {
+		return nil // an open, or a checkpoint that changed no key
+	}
+	for _, gs := range ch.delta {
+		for i := range gs.Entries {
+			key := stateKey(k, gs.Group, gs.Entries[i].Key)
+			e, ok := ch.nextState.get(gs.Group, gs.Entries[i].Key)
+			if !ok {
+				if err := b.Delete(key); err != nil {
+					return err
+				}
+				continue
+			}
+			v, err := wire.Marshal(&wire.RainstormAggregate{Count: e.Count, Sum: e.Sum})
+			if err != nil {
+				return err
+			}
+			if err := b.Put(key, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loadState reads task k's entries back (bbolt's byte order is the
+// entries' order).
+func loadState(b *bolt.Bucket, k []byte) (*aggState, error) {
+	var t *btree.BTreeG[item]
 	c := b.Cursor()
 	for key, v := c.Seek(k); key != nil && bytes.HasPrefix(key, k) && len(key) > len(k); key, v = c.Next() {
-		g := int(key[len(k)])
+		g := key[len(k)]
 		var e wire.RainstormAggregate
 		if err := wire.Unmarshal(v, &e); err != nil {
 			return nil, fmt.Errorf("state entry of group %d: %w", g, err)
 		}
 		e.Key = string(key[len(k)+1:])
-		if n := len(out); n == 0 || out[n-1].Group != g {
-			out = append(out, wire.RainstormGroupState{Group: g})
+		if t == nil {
+			t = btree.NewG(stateDegree, itemLess)
 		}
-		last := &out[len(out)-1]
-		last.Entries = append(last.Entries, e)
+		t.ReplaceOrInsert(item{group: g, e: e})
 	}
-	return out, nil
+	if t == nil {
+		return nil, nil
+	}
+	return &aggState{t: t}, nil
 }

@@ -215,7 +215,9 @@ func (s *Store) lacking(holders []holding) []wire.RainstormCheckpoint {
 	}) {
 		st := s.tasks[t]
 		if st.latest != nil && slices.ContainsFunc(holders, func(h holding) bool { return h.latest[t] != verOf(st.latest) }) {
-			out = append(out, *st.latest)
+			c := *st.latest
+			c.Groups = st.state.whole()
+			out = append(out, c)
 		}
 		for _, v := range slices.SortedFunc(maps.Keys(st.rows), compareVer) {
 			if slices.ContainsFunc(holders, func(h holding) bool { return !h.rows[rowsID{t, v}] }) {

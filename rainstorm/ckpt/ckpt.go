@@ -1,6 +1,6 @@
 // Package ckpt is the layout of a RainStorm checkpoint as tasks, managers
 // and workers exchange it: an aggregate's state per key group, composed
-// from deltas and diffed entry by entry, and a checkpoint too large for one
+// from deltas, and a checkpoint too large for one
 // message split into parts and joined again. It depends on wire alone, so
 // the store (rsstore) uses it without the engine (rainstorm).
 package ckpt
@@ -220,79 +220,6 @@ func Paged(cs []*wire.RainstormCheckpoint, budget int) [][]*wire.RainstormCheckp
 	}
 	flush()
 	return pages
-}
-
-// DiffGroups calls put for every entry of next that prev does not hold
-// with the same value, and del for every key prev holds and next does not:
-// what a store that keeps entries one by one writes to go from prev to
-// next. Groups that next shares with prev (ComposeGroups keeps the groups
-// a delta did not touch) are skipped without a look at their entries.
-func DiffGroups(prev, next []wire.RainstormGroupState, put func(group int, e *wire.RainstormAggregate) error, del func(group int, key string) error) error {
-	i, j := 0, 0
-	for i < len(prev) || j < len(next) {
-		switch {
-		case j == len(next) || (i < len(prev) && prev[i].Group < next[j].Group):
-			for k := range prev[i].Entries {
-				if err := del(prev[i].Group, prev[i].Entries[k].Key); err != nil {
-					return err
-				}
-			}
-			i++
-		case i == len(prev) || next[j].Group < prev[i].Group:
-			for k := range next[j].Entries {
-				if err := put(next[j].Group, &next[j].Entries[k]); err != nil {
-					return err
-				}
-			}
-			j++
-		default:
-			if err := diffEntries(next[j].Group, prev[i].Entries, next[j].Entries, put, del); err != nil {
-				return err
-			}
-			i++
-			j++
-		}
-	}
-	return nil
-}
-
-func diffEntries(g int, a, b []wire.RainstormAggregate, put func(int, *wire.RainstormAggregate) error, del func(int, string) error) error {
-	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
-		return nil // shared: unchanged
-	}
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		var c int
-		switch {
-		case j == len(b):
-			c = -1
-		case i == len(a):
-			c = 1
-		default:
-			c = strings.Compare(a[i].Key, b[j].Key)
-		}
-		switch {
-		case c < 0:
-			if err := del(g, a[i].Key); err != nil {
-				return err
-			}
-			i++
-		case c > 0:
-			if err := put(g, &b[j]); err != nil {
-				return err
-			}
-			j++
-		default:
-			if a[i] != b[j] {
-				if err := put(g, &b[j]); err != nil {
-					return err
-				}
-			}
-			i++
-			j++
-		}
-	}
-	return nil
 }
 
 // ComposeGroups folds delta (changed entries per group) into state (every

@@ -2,7 +2,6 @@ package ckpt
 
 import (
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -164,64 +163,6 @@ func derefs(cs []*wire.RainstormCheckpoint) []wire.RainstormCheckpoint {
 		out[i] = *c
 	}
 	return out
-}
-
-// DiffGroups names exactly the entries that changed between two states,
-// so a store applying them to prev's entries holds next's.
-func TestDiffGroups(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	entries := func(n int) map[string]int64 {
-		m := map[string]int64{}
-		for range n {
-			m[fmt.Sprint("k", rng.IntN(3000))] = int64(rng.IntN(3))
-		}
-		return m
-	}
-	toGroups := func(m map[string]int64) []wire.RainstormGroupState {
-		var gs []wire.RainstormGroupState
-		for k, v := range m {
-			gs = ComposeGroups(gs, []wire.RainstormGroupState{{Group: groupOf(k), Entries: []wire.RainstormAggregate{{Key: k, Count: v}}}})
-		}
-		return gs
-	}
-	prev, next := entries(2000), entries(2000)
-	pg, ng := toGroups(prev), toGroups(next)
-	have := map[string]int64{}
-	for k, v := range prev {
-		have[k] = v
-	}
-	err := DiffGroups(pg, ng, func(g int, e *wire.RainstormAggregate) error {
-		if groupOf(e.Key) != g {
-			t.Fatalf("key %s put in group %d", e.Key, g)
-		}
-		if v, ok := have[e.Key]; ok && v == e.Count {
-			t.Fatalf("unchanged key %s put", e.Key)
-		}
-		have[e.Key] = e.Count
-		return nil
-	}, func(_ int, key string) error {
-		delete(have, key)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(have, next) {
-		t.Fatalf("after the diff: %d keys, want %d", len(have), len(next))
-	}
-	calls := 0
-	count := func(int, *wire.RainstormAggregate) error { calls++; return nil }
-	if err := DiffGroups(ng, ComposeGroups(ng, nil), count, func(int, string) error { calls++; return nil }); err != nil || calls != 0 {
-		t.Fatalf("a state against itself: %d calls", calls)
-	}
-}
-
-// groupOf spreads keys over the key groups (the engine's own routing is
-// not needed to test the layout).
-func groupOf(k string) int {
-	h := fnv.New32a()
-	h.Write([]byte(k))
-	return int(h.Sum32() % KeyGroups)
 }
 
 // A rows-only record (a sync page's, a new leader's spread) names the
