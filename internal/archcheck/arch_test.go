@@ -39,6 +39,7 @@ var modules = map[string]string{
 	"grpc":         "google.golang.org/grpc",
 	"protobuf":     "google.golang.org/protobuf",
 	"websocket":    "github.com/coder/websocket",
+	"google/btree": "github.com/google/btree",
 }
 
 const module = "tempest"
