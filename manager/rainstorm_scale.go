@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"tempest/api"
+	"tempest/internal/lifecycle"
 	"tempest/leadership"
 	"tempest/rainstorm"
 	"tempest/wire"
@@ -213,16 +214,9 @@ func (m *Manager) rsResizablePipes() []rsScalePipe {
 
 // rsScaleLoop is the leader's autoscaling, for the term's life.
 func (m *Manager) rsScaleLoop(ctx context.Context, lt *leadership.Term) {
-	t := time.NewTicker(rsScaleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	lifecycle.Every(ctx, rsScaleEvery, func() {
 		if _, err := m.rsReady(); err != nil {
-			continue // not synced yet (or no longer leading)
+			return // not synced yet (or no longer leading)
 		}
 		pipes := m.rsResizablePipes()
 		live := make(map[rsPipeKey]bool, len(pipes))
@@ -231,17 +225,19 @@ func (m *Manager) rsScaleLoop(ctx context.Context, lt *leadership.Term) {
 			m.rsScaleOne(lt, p, m.clock.Now())
 		}
 		m.rsScale.forget(live)
-	}
+	})
 }
 
 // rsScaleOne brings one pipeline's parts in line with the source's
 // durable epochs and runs its scalers.
 func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time) {
 	// The store is read before the job table's lock is taken: its
-	// committer asks the job table (rsAdmit) under the store's lock.
+	// committer asks the job table (rsAdmit) under the store's lock. Heads
+	// only (positions, counters, epochs): the aggregate state, which Latest
+	// would build whole every second, is not needed here.
 	latest := make([]*wire.RainstormCheckpoint, len(p.order))
 	for i, t := range p.order {
-		latest[i] = m.rs.Latest(t)
+		latest[i] = m.rs.Head(t)
 	}
 	epochs, cur, srcDone := rsEpochsOf(p.spec, latest[0])
 	m.update(func(tx *txn) { m.rsEpochPartsLocked(tx, p, latest, epochs, cur, srcDone) })
