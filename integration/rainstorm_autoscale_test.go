@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -220,14 +219,6 @@ func TestRainstormAutoscaleLeaderKillAfterDecision(t *testing.T) {
 // above are not exact by luck.
 func TestRainstormAutoscaleAtLeastOnceCanOverCount(t *testing.T) {
 	chaosGate(t)
-	total := func(rows [][]string) int {
-		n := 0
-		for _, r := range rows {
-			v, _ := strconv.Atoi(r[1])
-			n += v
-		}
-		return n
-	}
 	c := startCluster(t, 1, 4, 2)
 	for attempt := range 3 {
 		var victim string
@@ -246,7 +237,7 @@ func TestRainstormAutoscaleAtLeastOnceCanOverCount(t *testing.T) {
 			}
 			return false
 		})
-		got := total(out.Rows)
+		got := countTotal(out.Rows)
 		t.Logf("attempt %d: at-least-once counted %d records, exactly %d", attempt+1, got, autoscaleRecords)
 		if got > autoscaleRecords {
 			return

@@ -839,19 +839,22 @@ func TestRainstormFrozenWorkerExactlyOnce(t *testing.T) {
 	diffRows(t, "after SIGSTOP and SIGCONT", out.Rows, want)
 }
 
+// countTotal sums a count's output rows (key, count): the records it
+// counted, which an at-least-once run may exceed.
+func countTotal(rows [][]string) int {
+	n := 0
+	for _, r := range rows {
+		v, _ := strconv.Atoi(r[1])
+		n += v
+	}
+	return n
+}
+
 // At-least-once under the same fault may count some records twice; the
 // exactly-once tests are not exact by luck.
 func TestRainstormAtLeastOnceCanOverCount(t *testing.T) {
 	const records = 40000
 	want := generated(t, records, 17, keepLow)
-	total := func(rows [][]string) int {
-		n := 0
-		for _, r := range rows {
-			v, _ := strconv.Atoi(r[1])
-			n += v
-		}
-		return n
-	}
 	c := startCluster(t, 1, 4, 3)
 	for attempt := range 3 {
 		id := c.submit(pacedJob(records, 4000, false))
@@ -867,7 +870,7 @@ func TestRainstormAtLeastOnceCanOverCount(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, exact := total(out.Rows), total(want)
+		got, exact := countTotal(out.Rows), countTotal(want)
 		t.Logf("attempt %d: at-least-once counted %d records, exactly %d", attempt+1, got, exact)
 		if got > exact {
 			return
