@@ -2,11 +2,8 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"testing"
-	"time"
 
-	"tempest/internal/testutil"
 	"tempest/wire"
 )
 
@@ -21,24 +18,7 @@ func TestRainstormOutputCompleteFromDoneCheckpoints(t *testing.T) {
 	job := submitPipeline(t, lead).JobID
 	task := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
 	inc := taskToken(t, lead, job, 1, 0)
-	caller := c.hub.Node("w1")
-	call := func(msg wire.Message) wire.Message {
-		t.Helper()
-		var resp wire.Message
-		testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-			var err error
-			resp, err = caller.Call(context.Background(), lead.cfg.ID, msg)
-			var we *wire.Error
-			if errors.As(err, &we) && we.Code == wire.CodeUnavailable {
-				return err // still syncing
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			return nil
-		})
-		return resp
-	}
+	call := rsCaller(t, c, "w1", lead)
 	complete := func() bool {
 		t.Helper()
 		out, err := lead.PipelineOutput(context.Background(), job, "pipe", true)

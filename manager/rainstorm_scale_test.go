@@ -64,16 +64,8 @@ func TestRainstormAutoscalePartsFollowTheSourceEpochs(t *testing.T) {
 	c := newRainstormCluster(t, nil)
 	c.addWorker("w1", 4)
 	lead := c.leader()
-	ack, err := lead.Submit(context.Background(), scaleJob(t, rainstorm.Autoscale{Min: 1, Max: 3, Low: 1, High: 1e9}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := ack.JobID
-	call := rsCaller(t, c, "w1", lead)
-	src := wire.RainstormTask{Job: job, Workflow: "pipe"}
-	srcInc := taskToken(t, lead, job, 0, 0)
-	c0 := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
-	c0Inc := taskToken(t, lead, job, 1, 0)
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 1, High: 1e9})
+	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
 	if n := len(rainstorm.TaskOrder(mustSpec(t, lead, job))); n != 4 {
 		t.Fatalf("the pipeline has %d parts, want 4 (the source and count's maximum of 3)", n)
 	}
@@ -181,17 +173,9 @@ func TestRainstormAutoscaleDecisionAsksTheSource(t *testing.T) {
 	c := newRainstormCluster(t, nil)
 	c.addWorker("w1", 4)
 	lead := c.leader()
-	ack, err := lead.Submit(context.Background(), scaleJob(t, rainstorm.Autoscale{Min: 1, Max: 3, Low: 10, High: 100,
-		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := ack.JobID
-	call := rsCaller(t, c, "w1", lead)
-	src := wire.RainstormTask{Job: job, Workflow: "pipe"}
-	srcInc := taskToken(t, lead, job, 0, 0)
-	c0 := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
-	c0Inc := taskToken(t, lead, job, 1, 0)
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 10, High: 100,
+		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond})
+	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
 	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
 	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
 
@@ -261,5 +245,28 @@ func TestRainstormDoneRouteOfARetiredTask(t *testing.T) {
 	rsDoneRoute(&r, retired, back)
 	if r.Done || r.Node != "" {
 		t.Fatalf("a retired task that epoch 2 has again: route %+v, want not done", r)
+	}
+}
+
+// scaled is an autoscaled pipeline submitted to lead, with its source
+// and first count task as worker w1 speaks for them.
+type scaled struct {
+	job           string
+	call          func(wire.Message) wire.Message
+	src, c0       wire.RainstormTask
+	srcInc, c0Inc uint64
+}
+
+func submitScaled(t *testing.T, c *testCluster, lead *Manager, a rainstorm.Autoscale) scaled {
+	t.Helper()
+	ack, err := lead.Submit(context.Background(), scaleJob(t, a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := ack.JobID
+	return scaled{
+		job: job, call: rsCaller(t, c, "w1", lead),
+		src: wire.RainstormTask{Job: job, Workflow: "pipe"}, srcInc: taskToken(t, lead, job, 0, 0),
+		c0: wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}, c0Inc: taskToken(t, lead, job, 1, 0),
 	}
 }
