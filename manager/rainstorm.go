@@ -248,9 +248,9 @@ func (m *Manager) rsRoutesOf(spec *rainstorm.Spec, order []wire.RainstormTask, i
 			out[i].Done, out[i].Node = true, in.worker
 			if spec != nil && spec.Resizable() {
 				if epochs == nil {
-					epochs, _, _ = rsEpochsOf(spec, m.rs.Latest(wire.RainstormTask{Job: t.Job, Workflow: t.Workflow}))
+					epochs, _, _ = rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: t.Job, Workflow: t.Workflow}))
 				}
-				rsDoneRoute(&out[i], m.rs.Latest(t), epochs)
+				rsDoneRoute(&out[i], m.rs.Head(t), epochs)
 			}
 		case wire.WorkflowAssigned, wire.WorkflowRunning:
 			if wv, ok := m.workers.get(in.worker); ok {

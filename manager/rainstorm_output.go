@@ -34,7 +34,7 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 	var rows []wire.RainstormRecord
 	// A resizable pipeline's last stage is complete with the tasks of the
 	// epochs its source reached: a dormant task never ran.
-	epochs, cur, _ := rsEpochsOf(spec, m.rs.Latest(wire.RainstormTask{Job: jobID, Workflow: workflow}))
+	epochs, cur, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: jobID, Workflow: workflow}))
 	if spec.Resizable() {
 		out.StageTasks = append([]int{1}, epochs[cur].Tasks...)
 		out.Resizes = m.rsScale.resizes(rsPipeKey{jobID, workflow})

@@ -402,7 +402,7 @@ func (m *Manager) rsHandovers(job, wf string, spec *rainstorm.Spec, wants []wire
 	if len(wants) == 0 || spec == nil || !spec.Resizable() {
 		return nil
 	}
-	epochs, _, _ := rsEpochsOf(spec, m.rs.Latest(wire.RainstormTask{Job: job, Workflow: wf}))
+	epochs, _, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: job, Workflow: wf}))
 	tabs, err := rainstorm.NewTables(epochs)
 	if err != nil {
 		return nil
@@ -437,7 +437,7 @@ func (m *Manager) rsEpochsFor(job, wf string, spec *rainstorm.Spec) []wire.Rains
 	if spec == nil || !spec.Resizable() {
 		return nil
 	}
-	epochs, _, _ := rsEpochsOf(spec, m.rs.Latest(wire.RainstormTask{Job: job, Workflow: wf}))
+	epochs, _, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: job, Workflow: wf}))
 	return epochs
 }
 
