@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,15 +127,13 @@ func TestWebSocketRequestTimeoutBoundsTheHandshake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Accepted connections are held open, unanswered, until the test ends.
-	var mu sync.Mutex
+	// Accepted connections are held open, unanswered, until the test ends;
+	// only the accept loop touches held until it has returned.
 	var held []net.Conn
 	done := make(chan struct{})
 	t.Cleanup(func() {
 		ln.Close()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
 		for _, c := range held {
 			c.Close()
 		}
@@ -148,9 +145,7 @@ func TestWebSocketRequestTimeoutBoundsTheHandshake(t *testing.T) {
 			if err != nil {
 				return
 			}
-			mu.Lock()
 			held = append(held, c)
-			mu.Unlock()
 		}
 	}()
 	str := func(v string) *Node { return &Node{Kind: ScalarNode, Line: 1, Value: v, Text: v} }
