@@ -375,7 +375,7 @@ func (r *httpRunner) Run(ctx context.Context, env Env) (Result, error) {
 func (r *httpRunner) runLoad(ctx context.Context, xenv execEnv, rec *recorder, env Env, secOf func(time.Time) int64, log *slog.Logger) {
 	var logged sync.Map // (step, class) -> true: log each kind of failure once
 	r.exec.run(ctx, xenv, func(ctx context.Context, it iterInfo, stopping <-chan struct{}) {
-		r.iterate(ctx, it, stopping, rec.shard(it.vu), env.Now, secOf, func(step int, o outcome, err error) {
+		ran := r.iterate(ctx, it, stopping, rec.shard(it.vu), env.Now, secOf, func(step int, o outcome, err error) {
 			type key struct {
 				step  int
 				class ErrorClass
@@ -385,13 +385,18 @@ func (r *httpRunner) runLoad(ctx context.Context, xenv execEnv, rec *recorder, e
 					"step", r.steps[step].name, "class", o.class, "err", err)
 			}
 		})
-		if ctx.Err() == nil && !closed(stopping) {
+		// A pass whose last request completed counts even if the run was
+		// stopped a moment later: a resumed run subtracts the counted
+		// iterations, and an uncounted finished pass would be sent again.
+		if ran {
 			rec.iterations.Add(1)
 		}
 	})
 }
 
-// iterate runs one pass over the steps for it, recording each outcome.
+// iterate runs one pass over the steps for it, recording each outcome, and
+// reports whether the pass ran to its end: every step sent and none cut
+// off by the run's stop.
 //
 // Under the open model the iteration may start late: the scheduler found
 // every VU busy and it waited for one (executor_open.go). Each step's
@@ -400,7 +405,7 @@ func (r *httpRunner) runLoad(ctx context.Context, xenv execEnv, rec *recorder, e
 // first step that is exactly "from the intended start". Think time is not
 // in any latency.
 func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan struct{}, shard *recorderShard,
-	now func() time.Time, secOf func(time.Time) int64, failed func(step int, o outcome, err error)) {
+	now func() time.Time, secOf func(time.Time) int64, failed func(step int, o outcome, err error)) bool {
 	var lag time.Duration
 	if !it.intended.IsZero() {
 		lag = max(now().Sub(it.intended), 0)
@@ -413,7 +418,7 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 	rec := iterRecorder{shard: shard, lag: lag, secOf: secOf, now: now}
 	for i := r.nSetup; i < len(r.steps); i++ {
 		if ctx.Err() != nil {
-			return
+			return false
 		}
 		// An open-model iteration was due before the schedule ended (the
 		// executor hands over nothing after it), so it sends its first
@@ -422,7 +427,7 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 		if i > 0 || it.intended.IsZero() {
 			select {
 			case <-stopping:
-				return
+				return false
 			default:
 			}
 		}
@@ -439,11 +444,15 @@ func (r *httpRunner) iterate(ctx context.Context, it iterInfo, stopping <-chan s
 		rec.record(i, o)
 		if o.failed {
 			failed(i, o, err)
+			if o.class == ErrorCancelled {
+				return false
+			}
 		}
 		if st.thinkTime > 0 && !think(ctx, stopping, st.thinkTime) {
-			return
+			return false
 		}
 	}
+	return true
 }
 
 // iterRecorder records a step's outcomes for one iteration: the corrected
