@@ -285,3 +285,55 @@ func overCount(out string, want map[string]int) (int, error) {
 	}
 	return excess, nil
 }
+
+// upperProgram is the exec stage of -pipeline exec, written beside the job
+// file (tempest submit uploads it with the job).
+const upperProgram = "bench-upper.sh"
+
+// writeUpper writes the exec program: it upper-cases the key column of
+// every record it is sent. It names the column by the field names the
+// worker passes in RAINSTORM_FIELDS, so it does not depend on the input's
+// column order.
+func writeUpper(path string) error {
+	prog := `#!/bin/sh
+interactive=
+if awk -W version 2>&1 | grep -q mawk; then interactive='-W interactive'; fi
+exec awk $interactive -F '\t' -v OFS='\t' -v fields="$RAINSTORM_FIELDS" -v key='` + keyField + `' '
+BEGIN { n = split(fields, names, "\t"); for (i = 1; i <= n; i++) if (names[i] == key) col = i
+        if (!col) { print "no column " key " in RAINSTORM_FIELDS" > "/dev/stderr"; exit 1 } }
+{ $col = toupper($col); print "forward", $0; fflush() }'
+`
+	return os.WriteFile(path, []byte(prog), 0o755)
+}
+
+// upperKeys is counts with its keys upper-cased, as the exec pipeline and
+// Miller's toupper count them.
+func upperKeys(counts map[string]int) map[string]int {
+	out := make(map[string]int, len(counts))
+	for k, n := range counts {
+		out[strings.ToUpper(k)] += n
+	}
+	return out
+}
+
+// column is name's index in path's CSV header.
+func column(path, name string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	if bom, _ := br.Peek(3); bytes.Equal(bom, []byte("\xEF\xBB\xBF")) {
+		_, _ = br.Discard(3)
+	}
+	hdr, err := csv.NewReader(br).Read()
+	if err != nil {
+		return 0, fmt.Errorf("header of %s: %w", path, err)
+	}
+	i := slices.Index(hdr, name)
+	if i < 0 {
+		return 0, fmt.Errorf("no column %q in %s", name, path)
+	}
+	return i, nil
+}

@@ -33,8 +33,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,6 +44,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -92,7 +94,7 @@ func main() {
 	flag.StringVar(&o.electProfile, "election-profile", "test", "election profile of every node")
 	flag.StringVar(&o.source, "source", "path", "how the pipelines read the input: path (read in place by the source's worker, as Miller reads it) or file (uploaded by tempest submit, inside the timed run)")
 	flag.BoolVar(&o.chain, "chain", true, "run the filter in the source task and pre-aggregate the count there (false: chain: false on both stages, each in tasks of its own)")
-	flag.StringVar(&o.pipeline, "pipeline", "count", "count: filter → count by Category; project: filter → project OBJECTID, Category (record output, in input order)")
+	flag.StringVar(&o.pipeline, "pipeline", "count", "count: filter → count by Category; project: filter → project OBJECTID, Category (record output, in input order); exec: filter → an awk program upper-casing Category → count by it")
 	flag.StringVar(&o.kinds, "kinds", "eo,alo,mlr,go", "what runs in each repetition, in this order")
 	flag.BoolVar(&o.profile, "profile", false, "perf-sample the nodes during one more exactly-once run")
 	flag.BoolVar(&o.keep, "keep", false, "keep -dir")
@@ -122,12 +124,12 @@ func run(o options) error {
 	if o.source != "path" && o.source != "file" {
 		return fmt.Errorf("-source %q: want path or file", o.source)
 	}
-	if o.pipeline != "count" && o.pipeline != "project" {
-		return fmt.Errorf("-pipeline %q: want count or project", o.pipeline)
+	if !slices.Contains([]string{"count", "project", "exec"}, o.pipeline) {
+		return fmt.Errorf("-pipeline %q: want count, project or exec", o.pipeline)
 	}
 	kinds := strings.Split(o.kinds, ",")
-	if o.pipeline == "project" && slices.Contains(kinds, "go") {
-		return errors.New("-kinds: the go floor pass counts; leave it out with -pipeline project")
+	if o.pipeline != "count" && slices.Contains(kinds, "go") {
+		return fmt.Errorf("-kinds: the go floor pass counts by Category as read; leave it out with -pipeline %s", o.pipeline)
 	}
 	for _, k := range kinds {
 		if !slices.Contains([]string{"eo", "alo", "mlr", "go"}, k) {
@@ -174,10 +176,18 @@ func run(o options) error {
 		input, seq.Records, seq.Records, seq.Multiline, float64(st.Size())/1e6, time.Since(t0).Round(time.Millisecond))
 	fmt.Printf("expected output: %d records pass the filter, %d keys\n\n", kept, len(seq.Counts))
 
-	if o.pipeline == "project" {
+	wantCounts := seq.Counts
+	switch o.pipeline {
+	case "project":
 		want = projectRows(seq.Projected)
+	case "exec":
+		wantCounts = upperKeys(seq.Counts)
+		want = countRows(wantCounts)
+		if err := writeUpper(filepath.Join(dir, upperProgram)); err != nil {
+			return err
+		}
 	}
-	b := &bench{o: o, bin: bin, dir: dir, input: input, want: want, wantCounts: seq.Counts, wantRows: seq.Projected, records: o.records}
+	b := &bench{o: o, bin: bin, dir: dir, input: input, want: want, wantCounts: wantCounts, wantRows: seq.Projected, records: o.records}
 	needCluster := o.kills > 0 || o.profile || slices.Contains(kinds, "eo") || slices.Contains(kinds, "alo")
 	if needCluster {
 		if err := b.startCluster(); err != nil {
@@ -272,12 +282,27 @@ type bench struct {
 
 func (b *bench) startCluster() error {
 	ctx := context.Background()
+	// path: sources read the bench's copy of the input, in its folder.
+	wcfg := map[string]any{"source_dirs": []string{b.dir}}
+	if b.o.pipeline == "exec" {
+		// Workers run only the programs their config names: this one, by
+		// its digest (as tempest dev allows the README's example).
+		prog, err := os.ReadFile(filepath.Join(b.dir, upperProgram))
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(prog)
+		ecfg := map[string]any{"enabled": true, "program_sums": []string{hex.EncodeToString(sum[:])}}
+		if os.Geteuid() == 0 {
+			ecfg["user"] = "root" // a root worker refuses exec without naming its user
+		}
+		wcfg["exec"] = ecfg
+	}
 	c, err := devcluster.Start(ctx, devcluster.Options{
 		Dir: filepath.Join(b.dir, "cluster"), BinDir: b.bin, Managers: b.o.managers, Workers: b.o.workers,
 		CoresPerWorker: b.o.cores, SwimProfile: b.o.swimProfile, ElectionProfile: b.o.electProfile,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		// path: sources read the bench's copy of the input, in its folder.
-		WorkerConfig: map[string]any{"source_dirs": []string{b.dir}},
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WorkerConfig: wcfg,
 	})
 	if err != nil {
 		return err
@@ -348,6 +373,10 @@ func (b *bench) runKind(kind string) (*runResult, error) {
 		if b.o.pipeline == "project" {
 			return b.child("mlr", nil, "mlr", "--icsv", "--ocsv", "filter", `$`+filterField+` == "`+filterValue+`"`,
 				"then", "cut", "-o", "-f", strings.Join(projectFields, ","), b.input)
+		}
+		if b.o.pipeline == "exec" {
+			return b.child("mlr", parseMiller, "mlr", "--icsv", "--ojson", "filter", `$`+filterField+` == "`+filterValue+`"`,
+				"then", "put", `$`+keyField+` = toupper($`+keyField+`)`, "then", "count", "-g", keyField, b.input)
 		}
 		return b.child("mlr", parseMiller, "mlr", "--icsv", "--ojson", "filter", `$`+filterField+` == "`+filterValue+`"`,
 			"then", "count", "-g", keyField, b.input)
@@ -451,8 +480,17 @@ func (b *bench) jobFile(exactlyOnce bool) (string, error) {
 		chain = ", chain: false"
 	}
 	last := fmt.Sprintf("{name: count, op: count, tasks: %d, key: %s%s}", b.o.tasks, keyField, chain)
-	if b.o.pipeline == "project" {
+	switch b.o.pipeline {
+	case "project":
 		last = fmt.Sprintf("{name: pick, op: project, tasks: %d, fields: [%s]%s}", b.o.tasks, strings.Join(projectFields, ", "), chain)
+	case "exec":
+		// After an exec stage fields are named by column number.
+		col, err := column(b.input, keyField)
+		if err != nil {
+			return "", err
+		}
+		last = fmt.Sprintf("{name: upper, op: exec, tasks: %d, command: ./%s%s}\n      - {name: count, op: count, tasks: %d, key: %q%s}",
+			b.o.tasks, upperProgram, chain, b.o.tasks, strconv.Itoa(col+1), chain)
 	}
 	src := b.input
 	if b.o.source == "file" {

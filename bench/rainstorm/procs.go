@@ -20,22 +20,27 @@ func procCPU(pid int) (time.Duration, error) {
 		return 0, err
 	}
 	// The command name is in parentheses and may hold spaces: fields are
-	// counted after its closing one. utime and stime are fields 14 and 15,
-	// so the 12th and 13th after the name.
+	// counted after its closing one. utime, stime, cutime and cstime are
+	// fields 14 to 17, so the 12th to 15th after the name. The children's
+	// share is an exec stage's programs once the worker reaped them: the
+	// pipeline's CPU includes them, as Miller's includes its own work.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
 	f := bytes.Fields(b[i+1:])
-	if len(f) < 13 {
+	if len(f) < 15 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
-	ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
-	st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	var ticks int64
+	for _, field := range f[11:15] {
+		n, err := strconv.ParseInt(string(field), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: CPU field %q: %w", pid, field, err)
+		}
+		ticks += n
 	}
-	return time.Duration(ut+st) * time.Second / userHZ, nil
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }
 
 // rusageCPU is a finished child's user+system CPU time.
