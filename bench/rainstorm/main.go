@@ -24,7 +24,7 @@
 //  4. with -profile, samples the nodes' CPU with perf during one more
 //     exactly-once run and sums it by component.
 //
-//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 3] [-profile] [-source path|file] [-chain=false] [-pipeline count|project] [-trace]
+//     make build && go run ./bench/rainstorm -bin bin [-records 1000000] [-reps 3] [-kills 3] [-profile] [-source path|file] [-chain=false] [-pipeline count|project|exec] [-trace]
 //
 // Tables on stdout, progress on stderr. Everything it writes (the input,
 // the cluster, profiles) is under -dir, removed at the end unless -keep.
