@@ -18,6 +18,15 @@ const (
 	registerBackoffMax  = 10 * time.Second
 )
 
+// leaderlessRoundMax bounds the wait between rounds that each ended
+// accepted by a manager that knew no leader. Those rounds succeed, so the
+// failure backoff does not pace them; but while the group has no leader
+// every report is refused and asks for another round, and unpaced that
+// is a registration storm on the very managers trying to elect one. An
+// election takes about a second or two, so waiting longer than this
+// would only delay the worker's return to the new leader.
+const leaderlessRoundMax = 2 * time.Second
+
 // requestRegistration asks the registrar for a new round, trying avoid (a
 // manager that just failed) last. It never blocks: a round already pending
 // will do.
@@ -32,10 +41,16 @@ func (w *Worker) requestRegistration(avoid string) {
 // until a manager accepts each time.
 func (w *Worker) registerLoop(ctx context.Context) {
 	avoid := ""
+	leaderless := 0 // rounds in a row that learned no leader
 	for {
 		for attempt := 0; ; attempt++ {
-			err := w.registerRound(ctx, avoid)
+			led, err := w.registerRound(ctx, avoid)
 			if err == nil {
+				if led {
+					leaderless = 0
+				} else {
+					leaderless++
+				}
 				break
 			}
 			if ctx.Err() != nil {
@@ -46,13 +61,12 @@ func (w *Worker) registerLoop(ctx context.Context) {
 				level = w.log.Warn // keep reporting, without a line per retry
 			}
 			level("registration failed; retrying", "attempt", attempt+1, "err", err)
-			t := time.NewTimer(backoff(attempt, registerBackoffBase, registerBackoffMax))
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if sleepCtx(ctx, backoff(attempt, registerBackoffBase, registerBackoffMax)) != nil {
 				return
-			case <-t.C:
 			}
+		}
+		if leaderless > 0 && sleepCtx(ctx, backoff(leaderless-1, registerBackoffBase, leaderlessRoundMax)) != nil {
+			return
 		}
 		select {
 		case <-ctx.Done():
@@ -65,8 +79,9 @@ func (w *Worker) registerLoop(ctx context.Context) {
 // registerRound offers the registration to each manager in turn until one
 // accepts, following not-leader redirects, and then to the leader it names
 // (so the leader has this worker's active workflows even when another
-// manager took the registration).
-func (w *Worker) registerRound(ctx context.Context, avoid string) error {
+// manager took the registration). It reports whether the accepting
+// manager named a leader.
+func (w *Worker) registerRound(ctx context.Context, avoid string) (bool, error) {
 	reg := w.registration()
 	candidates := registrationOrder(append(slices.Clone(w.cfg.Managers), w.leader.knownAddrs()...), avoid)
 	var errs []error
@@ -84,10 +99,9 @@ func (w *Worker) registerRound(ctx context.Context, avoid string) error {
 			}
 			continue
 		}
-		w.adoptRegistration(ctx, addr, ack, reg)
-		return nil
+		return w.adoptRegistration(ctx, addr, ack, reg), nil
 	}
-	return fmt.Errorf("no manager accepted the registration: %w", errors.Join(errs...))
+	return false, fmt.Errorf("no manager accepted the registration: %w", errors.Join(errs...))
 }
 
 func (w *Worker) register(ctx context.Context, addr string, reg *wire.WorkerRegistration) (*wire.RegistrationAck, error) {
@@ -107,10 +121,11 @@ func (w *Worker) register(ctx context.Context, addr string, reg *wire.WorkerRegi
 	return ack, nil
 }
 
-// adoptRegistration takes the leader from an accepted registration. If the
-// manager names no reachable leader, the worker reports to that manager for
-// now: it will redirect, or it is the leader.
-func (w *Worker) adoptRegistration(ctx context.Context, addr string, ack *wire.RegistrationAck, reg *wire.WorkerRegistration) {
+// adoptRegistration takes the leader from an accepted registration and
+// reports whether there was one. If the manager names no reachable leader,
+// the worker reports to that manager for now: it will redirect, or it is
+// the leader.
+func (w *Worker) adoptRegistration(ctx context.Context, addr string, ack *wire.RegistrationAck, reg *wire.WorkerRegistration) bool {
 	w.leader.learnAddrs(ack.Managers)
 	leaderAddr := ack.LeaderAddr
 	if leaderAddr == "" && ack.Leader != "" {
@@ -131,6 +146,7 @@ func (w *Worker) adoptRegistration(ctx context.Context, addr string, ack *wire.R
 	}
 	id, lAddr := w.leader.current()
 	w.log.Info("registered", "manager", addr, "leader", id, "leader_addr", lAddr, "term", ack.Term, "active_workflows", len(reg.ActiveWorkflows))
+	return leaderAddr != ""
 }
 
 // registration describes this worker, with the latest progress of every

@@ -145,3 +145,41 @@ func TestRegistrationNamingNoLeader(t *testing.T) {
 		t.Fatalf("leader %q at %q, want m1", id, addr)
 	}
 }
+
+// While the group has no leader, a manager accepts a registration without
+// naming one and refuses every report, and each refusal asks for another
+// round. Those rounds succeed, so only the leaderless pacing spaces them:
+// without it the worker registered as fast as it was asked (hundreds of
+// rounds a second against the managers trying to elect a leader).
+func TestLeaderlessRegistrationRoundsArePaced(t *testing.T) {
+	h := startHarness(t, harnessOption{before: func(h *harness) {
+		h.m.setRegister(func(*wire.WorkerRegistration) (wire.Message, error) {
+			return &wire.RegistrationAck{Accepted: true}, nil
+		})
+	}})
+	h.waitRegistered(t, h.m)
+	// Ask for a round as fast as reports would: the bound holds however
+	// slow the machine is, since a slower worker registers less.
+	const window = time.Second
+	before := len(h.m.registrations())
+	for end := time.Now().Add(window); time.Now().Before(end); {
+		h.w.requestRegistration("m1")
+		time.Sleep(time.Millisecond)
+	}
+	// Leaderless rounds are at least registerBackoffBase/2 apart (the
+	// backoff's jitter floor), one more for a round already under way.
+	if n, most := len(h.m.registrations())-before, int(window/(registerBackoffBase/2))+1; n > most {
+		t.Fatalf("%d registration rounds in %v without a leader, want at most %d", n, window, most)
+	}
+	// A round that learns a leader ends the pacing.
+	h.m.setRegister(func(*wire.WorkerRegistration) (wire.Message, error) {
+		return &wire.RegistrationAck{Accepted: true, Leader: "m1", LeaderAddr: "m1"}, nil
+	})
+	testutil.Eventually(t, waitFor, pollStep, func() error {
+		h.w.requestRegistration("")
+		if id, _ := h.w.leader.current(); id != "m1" {
+			return fmt.Errorf("leader %q", id)
+		}
+		return nil
+	})
+}
