@@ -67,11 +67,30 @@ type rsPipeScale struct {
 	// does not record yet (nil: none).
 	want    []int
 	resizes []api.PipelineResize
+	// handovers is what the leader served of each resize's handovers,
+	// filled into its resizes entry for statuses.
+	handovers map[rsResizeKey]*rsHandoverStat
+}
+
+// rsResizeKey names one resize of a pipeline: its stage and the epoch it
+// starts.
+type rsResizeKey struct {
+	stage string
+	epoch uint64
 }
 
 // pipe returns key's state for term, its scalers and wanted sizes
 // forgotten when they are of an earlier term.
 func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
+	p := s.pipeNoTermLocked(key)
+	if p.term != term {
+		p.term, p.scalers, p.want = term, map[int]*rainstorm.Scaler{}, nil
+	}
+	return p
+}
+
+// pipeNoTermLocked returns key's state as it is, created if need be.
+func (s *rsScaleState) pipeNoTermLocked(key rsPipeKey) *rsPipeScale {
 	if s.pipes == nil {
 		s.pipes = map[rsPipeKey]*rsPipeScale{}
 	}
@@ -79,9 +98,6 @@ func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
 	if p == nil {
 		p = &rsPipeScale{}
 		s.pipes[key] = p
-	}
-	if p.term != term {
-		p.term, p.scalers, p.want = term, map[int]*rainstorm.Scaler{}, nil
 	}
 	return p
 }
@@ -96,14 +112,27 @@ func (s *rsScaleState) want(key rsPipeKey, term uint64) []int {
 	return nil
 }
 
-// resizes returns the decisions recorded for key, oldest first.
+// resizes returns the decisions recorded for key, oldest first, with
+// what their handovers moved.
 func (s *rsScaleState) resizes(key rsPipeKey) []api.PipelineResize {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p := s.pipes[key]; p != nil {
-		return slices.Clone(p.resizes)
+	p := s.pipes[key]
+	if p == nil {
+		return nil
 	}
-	return nil
+	out := slices.Clone(p.resizes)
+	for i := range out {
+		st := p.handovers[rsResizeKey{out[i].Stage, out[i].Epoch}]
+		if st == nil {
+			continue
+		}
+		out[i].KeysMoved, out[i].BytesMoved = st.keys, st.bytes
+		if !st.done.IsZero() {
+			out[i].Handover = st.done.Sub(st.asked)
+		}
+	}
+	return out
 }
 
 // forget drops the pipelines not in live.
@@ -339,6 +368,9 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps := s.pipeLocked(p.key, lt.Number())
+	if !settling {
+		m.rsResizesInForceLocked(p, ps, epochs, cur, now)
+	}
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
 		ps.want = nil // recorded (or moot): the source has it
 	}
@@ -386,7 +418,8 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		m.log.Info("rainstorm: autoscale decision", "job_id", p.key.job, "workflow", p.key.wf, "stage", name,
 			"from", d.From, "to", d.To, "reason", d.Reason, "per_task", d.PerTask, "processed", d.Processed,
 			"backlog", d.Backlog, "backlog_growth", d.Growth, "epoch", len(epochs)-1)
-		ps.resizes = append(ps.resizes, api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String()})
+		ps.resizes = append(ps.resizes, api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(),
+			Epoch: uint64(len(epochs))})
 		if len(ps.resizes) > rsResizeHistory {
 			ps.resizes = slices.Delete(ps.resizes, 0, len(ps.resizes)-rsResizeHistory)
 		}
@@ -394,41 +427,31 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	}
 }
 
-// rsHandovers answers a task's handover requests from the store's durable
-// state: each old owner's groups it gave away at the close of the epoch,
-// once that closing checkpoint is durable (others are left out: the task
-// asks again).
-func (m *Manager) rsHandovers(job, wf string, spec *rainstorm.Spec, wants []wire.RainstormHandoverWant) []wire.RainstormHandover {
-	if len(wants) == 0 || spec == nil || !spec.Resizable() {
-		return nil
-	}
-	epochs, _, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: job, Workflow: wf}))
-	tabs, err := rainstorm.NewTables(epochs)
-	if err != nil {
-		return nil
-	}
-	var out []wire.RainstormHandover
-	for _, h := range wants {
-		if h.Stage < 1 || h.Stage > len(spec.Stages) || int(h.Epoch)+1 >= tabs.Len() {
+// rsResizesInForceLocked marks the pipeline's resizes whose epoch the
+// source sends in, with every task of it running (the caller checked), as
+// in force: the time since the decision and the groups the stage moved.
+func (m *Manager) rsResizesInForceLocked(p rsScalePipe, ps *rsPipeScale, epochs []wire.RainstormEpoch, cur int, now time.Time) {
+	var tabs *rainstorm.Tables
+	for i := range ps.resizes {
+		r := &ps.resizes[i]
+		if r.InForce != 0 || r.Epoch == 0 || int(r.Epoch) > cur {
 			continue
 		}
-		groups, ok := rainstorm.HandoverOf(m.rs.Latest(wire.RainstormTask{Job: job, Workflow: wf, Stage: h.Stage, Index: h.Index}), h.Epoch)
-		if !ok {
-			continue
-		}
-		// Only what the old owner held in the epoch and gives away: its
-		// state may still hold groups it gave away earlier (stale, never
-		// read again).
-		was, next := tabs.Table(int(h.Epoch), h.Stage), tabs.Table(int(h.Epoch)+1, h.Stage)
-		var given []wire.RainstormGroupState
-		for _, g := range groups {
-			if g.Group >= 0 && g.Group < len(next) && was[g.Group] == h.Index && next[g.Group] != h.Index {
-				given = append(given, g)
+		r.InForce = max(now.Sub(r.At), time.Nanosecond)
+		if tabs == nil {
+			var err error
+			if tabs, err = rainstorm.NewTables(epochs); err != nil {
+				return
 			}
 		}
-		out = append(out, wire.RainstormHandover{Stage: h.Stage, Index: h.Index, Epoch: h.Epoch, Groups: given})
+		for st, s := range epochs[r.Epoch].Tasks {
+			if st < len(p.spec.Stages) && r.Stage == p.spec.Stages[st].Name && s == r.To {
+				r.GroupsMoved = rsMovedGroups(tabs.Table(int(r.Epoch)-1, st+1), tabs.Table(int(r.Epoch), st+1))
+			}
+		}
+		m.log.Info("rainstorm: resize in force", "job_id", p.key.job, "workflow", p.key.wf, "stage", r.Stage, "from", r.From, "to", r.To,
+			"epoch", r.Epoch, "in_force_after", r.InForce, "groups_moved", r.GroupsMoved)
 	}
-	return out
 }
 
 // rsEpochsFor is the epochs a resizable pipeline's task opens with (nil for

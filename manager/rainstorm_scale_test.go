@@ -121,17 +121,10 @@ func TestRainstormAutoscalePartsFollowTheSourceEpochs(t *testing.T) {
 		Epochs: epochs, Inputs: []wire.RainstormInput{{Next: 2, EOS: true}}}).(*wire.RainstormCheckpointAck); a.Refused {
 		t.Fatalf("closing checkpoint refused: %s", a.Reason)
 	}
-	r := routes()
-	if len(r.Handovers) != 1 {
-		t.Fatalf("handovers %+v, want one", r.Handovers)
-	}
-	moved := tabs.Table(1, 1).Owned(1)
-	var got []int
-	for _, g := range r.Handovers[0].Groups {
-		got = append(got, g.Group)
-	}
-	if !slices.Equal(got, moved) {
-		t.Fatalf("the handover gives groups %v, want the %d that move to count/2: %v", got, len(moved), moved)
+	// Durable now, but w1 runs no task that gains the groups (count/2 is
+	// not placed): a worker sees another task's state only to run it.
+	if r := routes(); len(r.Handovers) != 0 {
+		t.Fatalf("a handover answered to a worker that runs no task gaining its groups: %+v", r.Handovers)
 	}
 
 	// The source sends in epoch 1: count/2 is placed, count/3 still waits.
@@ -142,6 +135,19 @@ func TestRainstormAutoscalePartsFollowTheSourceEpochs(t *testing.T) {
 		}
 		return dormant(3)
 	})
+	// count/2's worker asks: it gets the groups count/2 gains.
+	r := routes()
+	if len(r.Handovers) != 1 || r.Handovers[0].More {
+		t.Fatalf("handovers %+v, want one, whole", r.Handovers)
+	}
+	moved := tabs.Table(1, 1).Owned(1)
+	var got []int
+	for _, g := range r.Handovers[0].Groups {
+		got = append(got, g.Group)
+	}
+	if !slices.Equal(got, moved) {
+		t.Fatalf("the handover gives groups %v, want the %d that move to count/2: %v", got, len(moved), moved)
+	}
 	// The input ends in epoch 1: count/3, which no epoch had, ends with it.
 	ckpt(3, 1, true)
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
@@ -268,5 +274,209 @@ func submitScaled(t *testing.T, c *testCluster, lead *Manager, a rainstorm.Autos
 		job: job, call: rsCaller(t, c, "w1", lead),
 		src: wire.RainstormTask{Job: job, Workflow: "pipe"}, srcInc: taskToken(t, lead, job, 0, 0),
 		c0: wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}, c0Inc: taskToken(t, lead, job, 1, 0),
+	}
+}
+
+// A handover larger than one message comes in pages, each under the
+// message cap, and together they are exactly the state the old owner gave
+// to the asking worker's task.
+func TestRainstormHandoverPagedPastAMessage(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 2, Low: 1, High: 1e9})
+	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
+	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
+	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 4, Tasks: []int{2}}}
+	if a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: 1,
+		Source: &wire.RainstormSourcePos{Segment: 4, Epochs: epochs, Epoch: 1, Reserve: 6}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("source checkpoint refused: %s", a.Reason)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if in := taskState(lead, job, 2); in.status != wire.WorkflowRunning {
+			return fmt.Errorf("count/2 is %s (%q)", in.status, in.waiting)
+		}
+		return nil
+	})
+
+	// count/1's state: over a message of keys in the groups count/2
+	// gains, written as a task would, in checkpoints under the cap.
+	tabs, err := rainstorm.NewTables(epochs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := tabs.Table(1, 1)
+	given := map[string]int64{}
+	pad := strings.Repeat("x", 1000) // few keys, many bytes: quick to commit
+	size, v := 0, uint64(0)
+	for i := 0; size <= wire.MaxMessageSize+wire.MaxMessageSize/10; {
+		byGroup := map[int][]wire.RainstormAggregate{}
+		for chunk := 0; chunk < wire.MaxMessageSize/8; i++ {
+			k := fmt.Sprintf("%s%d", pad, i)
+			g := rainstorm.KeyGroup(k)
+			if next[g] != 1 {
+				continue
+			}
+			e := wire.RainstormAggregate{Key: k, Count: int64(i)}
+			byGroup[g] = append(byGroup[g], e)
+			given[k] = e.Count
+			chunk += len(k) + 8
+			size += len(k) + 8
+		}
+		v++
+		ck := &wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: v, Epochs: epochs, Inputs: []wire.RainstormInput{{Next: v}}}
+		for g, es := range byGroup {
+			ck.Groups = append(ck.Groups, wire.RainstormGroupState{Group: g, Entries: es})
+		}
+		if a := call(ck).(*wire.RainstormCheckpointAck); a.Refused {
+			t.Fatalf("checkpoint %d refused: %s", v, a.Reason)
+		}
+	}
+	v++
+	if a := call(&wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: v, Closing: true, Epochs: epochs,
+		Inputs: []wire.RainstormInput{{Next: v}}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("closing checkpoint refused: %s", a.Reason)
+	}
+
+	want := wire.RainstormHandoverWant{Stage: 1, Index: 0, Epoch: 0}
+	got := map[string]int64{}
+	pages := 0
+	for {
+		r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe", Handovers: []wire.RainstormHandoverWant{want}}).(*wire.RainstormRoutes)
+		if len(r.Handovers) != 1 {
+			t.Fatalf("page %d: %d handovers, want 1", pages+1, len(r.Handovers))
+		}
+		b, err := wire.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > wire.MaxMessageSize {
+			t.Fatalf("page %d is %d bytes, over the %d-byte message cap", pages+1, len(b), wire.MaxMessageSize)
+		}
+		pages++
+		h := r.Handovers[0]
+		if h.FromGroup != want.FromGroup || h.FromEntry != want.FromEntry {
+			t.Fatalf("page %d starts at %d/%d, asked from %d/%d", pages, h.FromGroup, h.FromEntry, want.FromGroup, want.FromEntry)
+		}
+		for _, g := range h.Groups {
+			if next[g.Group] != 1 {
+				t.Fatalf("page %d has group %d, which count/2 does not gain", pages, g.Group)
+			}
+			for _, e := range g.Entries {
+				if _, dup := got[e.Key]; dup {
+					t.Fatalf("key %.20s… served twice", e.Key)
+				}
+				got[e.Key] = e.Count
+			}
+		}
+		if !h.More {
+			break
+		}
+		want.FromGroup, want.FromEntry = h.NextGroup, h.NextEntry
+	}
+	if pages < 2 {
+		t.Fatalf("a state of %d bytes came in %d page", size, pages)
+	}
+	if len(got) != len(given) {
+		t.Fatalf("the pages hold %d keys, want the %d given", len(got), len(given))
+	}
+	for k, n := range given {
+		if got[k] != n {
+			t.Fatalf("key %.20s… counts %d in the handover, want %d", k, got[k], n)
+		}
+	}
+	t.Logf("%d keys (%d bytes of keys) in %d pages", len(got), size, pages)
+}
+
+// partID is the workflow id of pipeline part k of job.
+func partID(t *testing.T, m *Manager, job string, k int) string {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var parts []string
+	if j := m.jobs[job]; j != nil {
+		for _, w := range j.wfs {
+			if w.rec.Spec.Name == "pipe" && isPipeline(w) {
+				parts = append(parts, w.rec.WorkflowID)
+			}
+		}
+	}
+	if k >= len(parts) {
+		t.Fatalf("job %s has %d parts", job, len(parts))
+	}
+	return parts[k]
+}
+
+// A ramp low → high → low → high: count/2, placed by the first grow and
+// retired by the shrink (its drained checkpoint done, its part completed),
+// is placed again by the second grow under a new fence token, opens from
+// its drained checkpoint and carries on its chain of versions in the new
+// epoch.
+func TestRainstormAutoscaleRetiredTaskPlacedAgain(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	w1 := c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 2, Low: 1, High: 1e9})
+	job, call, src, srcInc := sp.job, sp.call, sp.src, sp.srcInc
+	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 4, Tasks: []int{2}}}
+	srcV := uint64(0)
+	sendIn := func(cur uint64) {
+		t.Helper()
+		srcV++
+		seg := epochs[len(epochs)-1].Segment
+		if a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: srcV,
+			Source: &wire.RainstormSourcePos{Segment: seg, Epochs: slices.Clone(epochs), Epoch: cur, Reserve: seg + 2}}).(*wire.RainstormCheckpointAck); a.Refused {
+			t.Fatalf("source checkpoint %d refused: %s", srcV, a.Reason)
+		}
+	}
+	c1 := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1, Index: 1}
+
+	// High: epoch 1 has count/2.
+	sendIn(1)
+	tok1 := taskToken(t, lead, job, 2, 0)
+	call(&wire.RainstormOpen{Task: c1, Incarnation: tok1})
+
+	// Low: epoch 2 retires it. Its drained checkpoint is done; its
+	// worker reports the part finished.
+	epochs = append(epochs, wire.RainstormEpoch{Epoch: 2, Segment: 8, Tasks: []int{1}})
+	sendIn(2)
+	if a := call(&wire.RainstormCheckpoint{Task: c1, Incarnation: tok1, Version: 1, Epoch: 1, Closing: true, Retired: true, Done: true,
+		Epochs: slices.Clone(epochs), Inputs: []wire.RainstormInput{{Next: 2, EOS: true}}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("count/2's drained checkpoint refused: %s", a.Reason)
+	}
+	w1.complete(t, partID(t, lead, job, 2), nil)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if in := taskState(lead, job, 2); in.status != wire.WorkflowCompleted {
+			return fmt.Errorf("count/2 is %s after retiring", in.status)
+		}
+		return nil
+	})
+
+	// High again: epoch 3 has count/2 again; it is placed anew.
+	epochs = append(epochs, wire.RainstormEpoch{Epoch: 3, Segment: 12, Tasks: []int{2}})
+	sendIn(3)
+	tok2 := taskToken(t, lead, job, 2, tok1)
+	if tok2 <= tok1 {
+		t.Fatalf("count/2 placed again under token %d, not past %d", tok2, tok1)
+	}
+	open := call(&wire.RainstormOpen{Task: c1, Incarnation: tok2}).(*wire.RainstormOpenReply)
+	if open.Checkpoint == nil || open.Checkpoint.Version != 1 || !open.Checkpoint.Retired {
+		t.Fatalf("count/2 opens again from %+v, want its drained checkpoint (version 1)", open.Checkpoint)
+	}
+	if !slices.EqualFunc(open.Epochs, epochs, epochEqual) {
+		t.Fatalf("count/2 opens again with epochs %v, want %v", open.Epochs, epochs)
+	}
+	if a := call(&wire.RainstormCheckpoint{Task: c1, Incarnation: tok2, Version: 2, Epoch: 3, Epochs: slices.Clone(epochs),
+		Inputs: []wire.RainstormInput{{Next: 1}}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("count/2's first checkpoint in epoch 3 refused: %s", a.Reason)
+	}
+	// Its route is a running task's, not a done one's: the source's
+	// batches of epoch 3 are not taken as acknowledged.
+	for _, r := range call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Routes {
+		if r.Stage == 1 && r.Index == 1 && (r.Done || r.Addr == "") {
+			t.Fatalf("count/2's route %+v, want it running", r)
+		}
 	}
 }
