@@ -49,7 +49,7 @@ type PipelineResize struct {
 	Epoch uint64 `json:"epoch,omitempty"`
 	// InForce is the time from the decision to the new size in force:
 	// the source sending in Epoch and every task of it running, as the
-	// leader's once-a-second scale loop sees it (0: not yet seen).
+	// leader, which looks five times a second, sees it (0: not yet seen).
 	// GroupsMoved is the key groups of the stage that changed owner.
 	InForce     time.Duration `json:"in_force_ns,omitempty"`
 	GroupsMoved int           `json:"groups_moved,omitempty"`

@@ -46,6 +46,13 @@ import (
 // scaler's rates are over this interval, and its windows are several of it.
 const rsScaleEvery = time.Second
 
+// rsObserveEvery is how often the leader follows the pipelines' epochs
+// between samples: places an epoch's tasks once the source sends in it and
+// notes a resize in force. Finer than the sampling, so a resize does not
+// wait up to a whole sample interval to be placed, and its time to in force
+// is measured to within this.
+const rsObserveEvery = rsScaleEvery / 5
+
 // rsResizeHistory bounds the decisions kept per pipeline for statuses.
 const rsResizeHistory = 64
 
@@ -135,12 +142,13 @@ func (s *rsScaleState) resizes(key rsPipeKey) []api.PipelineResize {
 	return out
 }
 
-// forget drops the pipelines not in live.
-func (s *rsScaleState) forget(live map[rsPipeKey]bool) {
+// forget drops the pipelines of jobs not in known: a finished job's
+// decisions and figures stay for its status while the manager keeps it.
+func (s *rsScaleState) forget(known map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.pipes {
-		if !live[k] {
+		if !known[k.job] {
 			delete(s.pipes, k)
 		}
 	}
@@ -243,23 +251,38 @@ func (m *Manager) rsResizablePipes() []rsScalePipe {
 
 // rsScaleLoop is the leader's autoscaling, for the term's life.
 func (m *Manager) rsScaleLoop(ctx context.Context, lt *leadership.Term) {
-	lifecycle.Every(ctx, rsScaleEvery, func() {
+	const perSample = int(rsScaleEvery / rsObserveEvery)
+	tick := 0
+	lifecycle.Every(ctx, rsObserveEvery, func() {
 		if _, err := m.rsReady(); err != nil {
 			return // not synced yet (or no longer leading)
 		}
-		pipes := m.rsResizablePipes()
-		live := make(map[rsPipeKey]bool, len(pipes))
-		for _, p := range pipes {
-			live[p.key] = true
-			m.rsScaleOne(lt, p, m.clock.Now())
+		tick++
+		sample := tick%perSample == 0
+		for _, p := range m.rsResizablePipes() {
+			m.rsScaleOne(lt, p, m.clock.Now(), sample)
 		}
-		m.rsScale.forget(live)
+		if sample {
+			m.rsScale.forget(m.jobIDs())
+		}
 	})
 }
 
+// jobIDs is the jobs the job table holds.
+func (m *Manager) jobIDs() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := make(map[string]bool, len(m.jobs))
+	for id := range m.jobs {
+		ids[id] = true
+	}
+	return ids
+}
+
 // rsScaleOne brings one pipeline's parts in line with the source's
-// durable epochs and runs its scalers.
-func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time) {
+// durable epochs, notes its resizes in force and, when sample is set,
+// runs its scalers.
+func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time, sample bool) {
 	// The store is read before the job table's lock is taken: its
 	// committer asks the job table (rsAdmit) under the store's lock. Heads
 	// only (positions, counters, epochs): the aggregate state, which Latest
@@ -292,7 +315,7 @@ func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time) 
 			settling = true
 		}
 	}
-	m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now)
+	m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample)
 }
 
 // rsEpochPartsLocked places, brings back and completes parts as the
@@ -359,10 +382,11 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 	return epochs[e].Tasks[stage-1]
 }
 
-// rsAutoscale samples each autoscaled stage and turns a decision into
-// the pipeline's wanted sizes.
+// rsAutoscale notes the resizes in force and, when sample is set, samples
+// each autoscaled stage and turns a decision into the pipeline's wanted
+// sizes.
 func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling bool,
-	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time) {
+	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) {
 	recorded := epochs[len(epochs)-1].Tasks
 	s := &m.rsScale
 	s.mu.Lock()
@@ -374,7 +398,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
 		ps.want = nil // recorded (or moot): the source has it
 	}
-	if srcDone {
+	if srcDone || !sample {
 		return
 	}
 	sum := func(stage int, out bool) uint64 {

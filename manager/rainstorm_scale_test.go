@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"tempest/api"
 	"tempest/internal/testutil"
 	"tempest/rainstorm"
 	"tempest/wire"
@@ -478,5 +479,32 @@ func TestRainstormAutoscaleRetiredTaskPlacedAgain(t *testing.T) {
 		if r.Stage == 1 && r.Index == 1 && (r.Done || r.Addr == "") {
 			t.Fatalf("count/2's route %+v, want it running", r)
 		}
+	}
+}
+
+// A status shows every size change the source's durable epochs record:
+// this leader's decisions with their inputs, and one made from the epoch
+// for a change decided under an earlier leader, in epoch order.
+func TestRainstormRecordedResizesSurviveTheLeader(t *testing.T) {
+	spec := &rainstorm.Spec{Stages: []rainstorm.Stage{{Name: "work"}, {Name: "count"}}}
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1, 1}}, {Epoch: 1, Segment: 4, Tasks: []int{2, 1}},
+		{Epoch: 2, Segment: 9, Tasks: []int{2, 2}}}
+	mine := []api.PipelineResize{
+		{At: time.Unix(5, 0), Stage: "count", From: 1, To: 2, Epoch: 2, Decision: "1 → 2 tasks: above high"},
+		{At: time.Unix(9, 0), Stage: "work", From: 2, To: 3, Epoch: 3, Decision: "2 → 3 tasks: above high"},
+	}
+	got := rsRecordedResizes(spec, epochs, mine)
+	var sum []string
+	for _, r := range got {
+		sum = append(sum, fmt.Sprintf("%s %d→%d e%d", r.Stage, r.From, r.To, r.Epoch))
+	}
+	if want := []string{"work 1→2 e1", "count 1→2 e2", "work 2→3 e3"}; !slices.Equal(sum, want) {
+		t.Fatalf("resizes %v, want %v", sum, want)
+	}
+	if !got[0].At.IsZero() || !strings.Contains(got[0].Decision, "earlier leader") {
+		t.Fatalf("the earlier leader's resize shows %+v", got[0])
+	}
+	if got[1].Decision != mine[0].Decision {
+		t.Fatalf("this leader's decision shows %q, want its inputs", got[1].Decision)
 	}
 }

@@ -132,7 +132,11 @@ func (d *display) pipelineLines(name, indent string) []string {
 	}
 	rs := v.out.Resizes
 	for _, r := range rs[max(len(rs)-pipelineResizesShown, 0):] {
-		lines = append(lines, fmt.Sprintf("%sresize at %s: %s %s%s", indent, r.At.Local().Format("15:04:05"), r.Stage, r.Decision, resizeFigures(r)))
+		when := "at " + r.At.Local().Format("15:04:05")
+		if r.At.IsZero() { // recorded by the source under an earlier leader
+			when = fmt.Sprintf("in epoch %d", r.Epoch)
+		}
+		lines = append(lines, fmt.Sprintf("%sresize %s: %s %s%s", indent, when, r.Stage, r.Decision, resizeFigures(r)))
 	}
 	for _, why := range reasons {
 		names := waiting[why]
