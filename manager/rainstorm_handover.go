@@ -75,7 +75,15 @@ func (m *Manager) rsHandovers(node, job, wf string, spec *rainstorm.Spec, wants 
 		page, used := rsHandoverPage(h, groups, take, budget)
 		budget -= used
 		out = append(out, page)
-		m.rsScale.handedOver(key, stage, h.Epoch+1, rsMovedGroups(was, next), page, now, m.log)
+		var served []int // whole once the last page is out, keys or none
+		if !page.More {
+			for g := range len(next) {
+				if take(g) {
+					served = append(served, g)
+				}
+			}
+		}
+		m.rsScale.handedOver(key, stage, h.Epoch+1, rsMovedGroups(was, next), page, served, now, m.log)
 	}
 	return out
 }
@@ -183,9 +191,12 @@ func (s *rsScaleState) handoverAsked(key rsPipeKey, stage string, epoch uint64, 
 }
 
 // handedOver counts a page served for stage's resize into epoch, of which
-// moved groups change owner; once every one of them has been served whole
-// the handover is complete, and logged with its figures.
-func (s *rsScaleState) handedOver(key rsPipeKey, stage string, epoch uint64, moved int, page wire.RainstormHandover, now time.Time, log *slog.Logger) {
+// moved groups change owner; served is the groups the page's last entry
+// completed (those of its old owner going to the asking worker: an empty
+// group has no entries to show it). Once every moving group has been served
+// whole the handover is complete, and logged with its figures.
+func (s *rsScaleState) handedOver(key rsPipeKey, stage string, epoch uint64, moved int, page wire.RainstormHandover, served []int,
+	now time.Time, log *slog.Logger) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.pipeNoTermLocked(key).handoverStatLocked(stage, epoch)
@@ -201,9 +212,12 @@ func (s *rsScaleState) handedOver(key rsPipeKey, stage string, epoch uint64, mov
 				st.bytes += int64(len(b))
 			}
 		}
-		if !page.More || part.Group != page.NextGroup {
+		if page.More && part.Group != page.NextGroup {
 			st.complete[part.Group] = true
 		}
+	}
+	for _, g := range served {
+		st.complete[g] = true
 	}
 	if st.done.IsZero() && len(st.complete) >= moved {
 		st.done = now
