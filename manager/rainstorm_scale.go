@@ -74,6 +74,8 @@ type rsPipeScale struct {
 	// does not record yet (nil: none).
 	want    []int
 	resizes []api.PipelineResize
+	// held is why the scalers' samples are held back, as last logged.
+	held string
 	// handovers is what the leader served of each resize's handovers,
 	// filled into its resizes entry for statuses.
 	handovers map[rsResizeKey]*rsHandoverStat
@@ -91,7 +93,7 @@ type rsResizeKey struct {
 func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
 	p := s.pipeNoTermLocked(key)
 	if p.term != term {
-		p.term, p.scalers, p.want = term, map[int]*rainstorm.Scaler{}, nil
+		p.term, p.scalers, p.want, p.held = term, map[int]*rainstorm.Scaler{}, nil, ""
 	}
 	return p
 }
@@ -309,10 +311,13 @@ func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time, 
 	// recovering (a task replaced): its rates then say how fast it
 	// gets going, not its load — a source whose window waits on a task
 	// not placed yet reads nothing, which would read as a fall in load.
-	settling := len(infos) != len(p.order)
+	settling := ""
+	if len(infos) != len(p.order) {
+		settling = "the pipeline's tasks are not all known"
+	}
 	for i, t := range p.order {
-		if i < len(infos) && existsIn(epochs, t.Stage, t.Index, cur, cur) && infos[i].status != wire.WorkflowRunning {
-			settling = true
+		if settling == "" && i < len(infos) && existsIn(epochs, t.Stage, t.Index, cur, cur) && infos[i].status != wire.WorkflowRunning {
+			settling = fmt.Sprintf("task %d.%d of epoch %d is %s", t.Stage, t.Index, cur, infos[i].status)
 		}
 	}
 	m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample)
@@ -385,14 +390,14 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 // rsAutoscale notes the resizes in force and, when sample is set, samples
 // each autoscaled stage and turns a decision into the pipeline's wanted
 // sizes.
-func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling bool,
+func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling string,
 	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) {
 	recorded := epochs[len(epochs)-1].Tasks
 	s := &m.rsScale
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps := s.pipeLocked(p.key, lt.Number())
-	if !settling {
+	if settling == "" {
 		m.rsResizesInForceLocked(p, ps, epochs, cur, now)
 	}
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
@@ -400,6 +405,23 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	}
 	if srcDone || !sample {
 		return
+	}
+	// Why samples are not counted, logged when it changes: a stage that
+	// does not scale says so.
+	held := settling
+	switch {
+	case ps.want != nil:
+		held = fmt.Sprintf("sizes %v asked of the source, not recorded yet", ps.want)
+	case cur < len(epochs)-1:
+		held = fmt.Sprintf("the source records epoch %d and still sends in %d", len(epochs)-1, cur)
+	}
+	if held != ps.held {
+		ps.held = held
+		if held != "" {
+			m.log.Info("rainstorm: autoscale holds its samples", "job_id", p.key.job, "workflow", p.key.wf, "why", held)
+		} else {
+			m.log.Info("rainstorm: autoscale samples again", "job_id", p.key.job, "workflow", p.key.wf, "epoch", cur)
+		}
 	}
 	sum := func(stage int, out bool) uint64 {
 		var n uint64
@@ -430,7 +452,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 			offered = max(offered, read)
 		}
 		x := rainstorm.ScaleSample{At: now, Tasks: recorded[st-1], In: in, Backlog: offered - min(offered, in),
-			Resizing: ps.want != nil || cur < len(epochs)-1 || settling}
+			Resizing: ps.want != nil || cur < len(epochs)-1 || settling != ""}
 		d, ok := sc.Observe(x)
 		if !ok {
 			continue
