@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -318,6 +319,13 @@ func TestRainstormAutoscaleLeaderKillAfterDecision(t *testing.T) {
 	chaosGate(t)
 	want := wantAutoscale(t)
 	c := startCluster(t, 3, 3, 2)
+	// Registered after the cluster, so it runs before the cluster's cleanup
+	// removes the logs: a failure here is read from whole logs.
+	t.Cleanup(func() {
+		if dir := os.Getenv("TEMPEST_KEEP_LOGS"); dir != "" && t.Failed() {
+			keepNodeLogs(t, c, filepath.Join(dir, t.Name()))
+		}
+	})
 	out, w := runAutoscale(t, c, true, func(out *api.PipelineOutput, w *autoscaleWatch) bool {
 		if len(w.resizes) == 0 {
 			return false
