@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -520,5 +521,29 @@ func TestRainstormRecordedResizesSurviveTheLeader(t *testing.T) {
 	}
 	if got[1].Decision != mine[0].Decision {
 		t.Fatalf("this leader's decision shows %q, want its inputs", got[1].Decision)
+	}
+}
+
+// A handover is complete once every moving group was served whole, an
+// empty group included (it has no entries to show in a page), and a page
+// served twice counts once.
+func TestRainstormHandoverFiguresCountEachGroupOnce(t *testing.T) {
+	var s rsScaleState
+	key := rsPipeKey{"j", "pipe"}
+	log := slog.New(slog.DiscardHandler)
+	t0 := time.Unix(100, 0)
+	s.handoverAsked(key, "count", 1, t0)
+	s.handoverAsked(key, "count", 1, t0.Add(time.Second)) // asked again: the clock started at the first
+	agg := []wire.RainstormAggregate{{Key: "a", Count: 1}, {Key: "b", Count: 2}}
+	first := wire.RainstormHandover{Stage: 1, More: true, NextGroup: 5, NextEntry: 1,
+		Groups: []wire.RainstormGroupState{{Group: 4, Entries: agg}, {Group: 5, Entries: agg[:1]}}}
+	s.handedOver(key, "count", 1, 3, first, nil, t0.Add(2*time.Second), log)
+	s.handedOver(key, "count", 1, 3, first, nil, t0.Add(2*time.Second), log) // served twice
+	// The last page ends group 5; group 6 moves too, with no keys.
+	last := wire.RainstormHandover{Stage: 1, FromGroup: 5, FromEntry: 1, Groups: []wire.RainstormGroupState{{Group: 5, Entries: agg[1:]}}}
+	s.handedOver(key, "count", 1, 3, last, []int{4, 5, 6}, t0.Add(3*time.Second), log)
+	st := s.pipes[key].handovers[rsResizeKey{"count", 1}]
+	if st.keys != 4 || st.done.IsZero() || st.done.Sub(st.asked) != 3*time.Second {
+		t.Fatalf("figures: %d keys, done after %s; want 4 keys, done after 3s", st.keys, st.done.Sub(st.asked))
 	}
 }
