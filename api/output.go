@@ -45,6 +45,21 @@ type PipelineResize struct {
 	From     int       `json:"from"`
 	To       int       `json:"to"`
 	Decision string    `json:"decision"`
+	// Epoch is the epoch the resize starts (the source's count of them).
+	Epoch uint64 `json:"epoch,omitempty"`
+	// InForce is the time from the decision to the new size in force:
+	// the source sending in Epoch and every task of it running, as the
+	// leader, which looks five times a second, sees it (0: not yet seen).
+	// GroupsMoved is the key groups of the stage that changed owner.
+	InForce     time.Duration `json:"in_force_ns,omitempty"`
+	GroupsMoved int           `json:"groups_moved,omitempty"`
+	// KeysMoved and BytesMoved are the operator state the leader served
+	// to the tasks gaining groups (entries, and their encoded size);
+	// Handover the time from the first handover request to the last
+	// moving group served whole (0: not complete, or nothing asked).
+	KeysMoved  int           `json:"keys_moved,omitempty"`
+	BytesMoved int64         `json:"bytes_moved,omitempty"`
+	Handover   time.Duration `json:"handover_ns,omitempty"`
 }
 
 // PipelineTask is one task of a pipeline: stage 0 is the source.
@@ -170,7 +185,9 @@ func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
 		BadRecords: out.BadRecords, BadFirst: out.BadFirst, Restarts: out.Restarts,
 		Total: uint64(len(out.Rows)), Offset: min(offset, uint64(len(out.Rows))), StageTasks: out.StageTasks}
 	for _, r := range out.Resizes {
-		p.Resizes = append(p.Resizes, wire.RainstormResize{At: r.At.UnixNano(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision})
+		p.Resizes = append(p.Resizes, wire.RainstormResize{At: r.At.UnixNano(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision,
+			Epoch: r.Epoch, InForce: int64(r.InForce), GroupsMoved: r.GroupsMoved, KeysMoved: r.KeysMoved, BytesMoved: r.BytesMoved,
+			Handover: int64(r.Handover)})
 	}
 	for _, t := range out.Tasks {
 		p.Tasks = append(p.Tasks, wire.RainstormOutputTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
@@ -197,7 +214,9 @@ func OutputFromPage(jobID, workflow string, p *wire.RainstormOutputPage) *Pipeli
 	out := &PipelineOutput{JobID: jobID, Workflow: workflow, Status: p.Status, Complete: p.Complete, Header: p.Header,
 		BadRecords: p.BadRecords, BadFirst: p.BadFirst, Restarts: p.Restarts, Rows: p.Rows, StageTasks: p.StageTasks}
 	for _, r := range p.Resizes {
-		out.Resizes = append(out.Resizes, PipelineResize{At: time.Unix(0, r.At).UTC(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision})
+		out.Resizes = append(out.Resizes, PipelineResize{At: time.Unix(0, r.At).UTC(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision,
+			Epoch: r.Epoch, InForce: time.Duration(r.InForce), GroupsMoved: r.GroupsMoved, KeysMoved: r.KeysMoved, BytesMoved: r.BytesMoved,
+			Handover: time.Duration(r.Handover)})
 	}
 	for _, t := range p.Tasks {
 		out.Tasks = append(out.Tasks, PipelineTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,

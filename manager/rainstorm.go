@@ -272,7 +272,7 @@ func (m *Manager) handleRSRoutes(_ context.Context, from transport.Peer, msg *wi
 		m.unauthorized(wire.TypeRainstormRoutesRequest, from, msg.Job, msg.Workflow, "no task of the pipeline dispatched to the sender")
 		return nil, wire.Errorf(wire.CodeRejected, "no task of pipeline %s is dispatched to %s", msg.Workflow, from.NodeID)
 	}
-	resp := &wire.RainstormRoutes{Routes: routes, Handovers: m.rsHandovers(msg.Job, msg.Workflow, spec, msg.Handovers)}
+	resp := &wire.RainstormRoutes{Routes: routes, Handovers: m.rsHandovers(from.NodeID, msg.Job, msg.Workflow, spec, msg.Handovers, rsHandoverBudget)}
 	if lt := m.leading(); lt != nil && spec != nil && spec.Resizable() {
 		resp.Resize = m.rsScale.want(rsPipeKey{msg.Job, msg.Workflow}, lt.Number())
 	}

@@ -3,6 +3,8 @@ package manager
 import (
 	"cmp"
 	"context"
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -37,7 +39,7 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 	epochs, cur, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: jobID, Workflow: workflow}))
 	if spec.Resizable() {
 		out.StageTasks = append([]int{1}, epochs[cur].Tasks...)
-		out.Resizes = m.rsScale.resizes(rsPipeKey{jobID, workflow})
+		out.Resizes = rsRecordedResizes(spec, epochs, m.rsScale.resizes(rsPipeKey{jobID, workflow}))
 	}
 	for i, t := range order {
 		name := "source"
@@ -128,4 +130,45 @@ func (m *Manager) rsAwaitSynced(ctx context.Context) error {
 			return wire.Errorf(wire.CodeUnavailable, "leader is still reading the pipelines' state: %v", context.Cause(ctx))
 		}
 	}
+}
+
+// rsRecordedResizes is a pipeline's resizes for its status: the decisions
+// this leader took (with their inputs and figures), and, for every change
+// of a stage's size the source's durable epochs record that none of them
+// explains — one decided under an earlier leader — an entry made from the
+// epoch alone (no time, no inputs). The epochs are the durable history;
+// the decisions' inputs and figures are the leader's memory.
+func rsRecordedResizes(spec *rainstorm.Spec, epochs []wire.RainstormEpoch, decided []api.PipelineResize) []api.PipelineResize {
+	known := map[rsResizeKey]bool{}
+	for _, r := range decided {
+		known[rsResizeKey{r.Stage, r.Epoch}] = true
+	}
+	var out []api.PipelineResize
+	for e := 1; e < len(epochs); e++ {
+		for st := range min(len(epochs[e].Tasks), len(epochs[e-1].Tasks), len(spec.Stages)) {
+			from, to := epochs[e-1].Tasks[st], epochs[e].Tasks[st]
+			name := spec.Stages[st].Name
+			if from == to || known[rsResizeKey{name, uint64(e)}] {
+				continue
+			}
+			out = append(out, api.PipelineResize{Stage: name, From: from, To: to, Epoch: uint64(e),
+				Decision: fmt.Sprintf("%d → %d tasks: recorded by the source at segment %d (decided under an earlier leader)", from, to, epochs[e].Segment)})
+		}
+	}
+	if len(out) == 0 {
+		return decided
+	}
+	// In epoch order; this leader's decisions not yet recorded last.
+	out = append(out, decided...)
+	slices.SortStableFunc(out, func(a, b api.PipelineResize) int {
+		ea, eb := a.Epoch, b.Epoch
+		if ea == 0 {
+			ea = math.MaxUint64
+		}
+		if eb == 0 {
+			eb = math.MaxUint64
+		}
+		return cmp.Compare(ea, eb)
+	})
+	return out
 }

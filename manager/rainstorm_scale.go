@@ -46,6 +46,13 @@ import (
 // scaler's rates are over this interval, and its windows are several of it.
 const rsScaleEvery = time.Second
 
+// rsObserveEvery is how often the leader follows the pipelines' epochs
+// between samples: places an epoch's tasks once the source sends in it and
+// notes a resize in force. Finer than the sampling, so a resize does not
+// wait up to a whole sample interval to be placed, and its time to in force
+// is measured to within this.
+const rsObserveEvery = rsScaleEvery / 5
+
 // rsResizeHistory bounds the decisions kept per pipeline for statuses.
 const rsResizeHistory = 64
 
@@ -67,11 +74,32 @@ type rsPipeScale struct {
 	// does not record yet (nil: none).
 	want    []int
 	resizes []api.PipelineResize
+	// held is why the scalers' samples are held back, as last logged.
+	held string
+	// handovers is what the leader served of each resize's handovers,
+	// filled into its resizes entry for statuses.
+	handovers map[rsResizeKey]*rsHandoverStat
+}
+
+// rsResizeKey names one resize of a pipeline: its stage and the epoch it
+// starts.
+type rsResizeKey struct {
+	stage string
+	epoch uint64
 }
 
 // pipe returns key's state for term, its scalers and wanted sizes
 // forgotten when they are of an earlier term.
 func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
+	p := s.pipeNoTermLocked(key)
+	if p.term != term {
+		p.term, p.scalers, p.want, p.held = term, map[int]*rainstorm.Scaler{}, nil, ""
+	}
+	return p
+}
+
+// pipeNoTermLocked returns key's state as it is, created if need be.
+func (s *rsScaleState) pipeNoTermLocked(key rsPipeKey) *rsPipeScale {
 	if s.pipes == nil {
 		s.pipes = map[rsPipeKey]*rsPipeScale{}
 	}
@@ -79,9 +107,6 @@ func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
 	if p == nil {
 		p = &rsPipeScale{}
 		s.pipes[key] = p
-	}
-	if p.term != term {
-		p.term, p.scalers, p.want = term, map[int]*rainstorm.Scaler{}, nil
 	}
 	return p
 }
@@ -96,22 +121,36 @@ func (s *rsScaleState) want(key rsPipeKey, term uint64) []int {
 	return nil
 }
 
-// resizes returns the decisions recorded for key, oldest first.
+// resizes returns the decisions recorded for key, oldest first, with
+// what their handovers moved.
 func (s *rsScaleState) resizes(key rsPipeKey) []api.PipelineResize {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p := s.pipes[key]; p != nil {
-		return slices.Clone(p.resizes)
+	p := s.pipes[key]
+	if p == nil {
+		return nil
 	}
-	return nil
+	out := slices.Clone(p.resizes)
+	for i := range out {
+		st := p.handovers[rsResizeKey{out[i].Stage, out[i].Epoch}]
+		if st == nil {
+			continue
+		}
+		out[i].KeysMoved, out[i].BytesMoved = st.keys, st.bytes
+		if !st.done.IsZero() {
+			out[i].Handover = st.done.Sub(st.asked)
+		}
+	}
+	return out
 }
 
-// forget drops the pipelines not in live.
-func (s *rsScaleState) forget(live map[rsPipeKey]bool) {
+// forget drops the pipelines of jobs not in known: a finished job's
+// decisions and figures stay for its status while the manager keeps it.
+func (s *rsScaleState) forget(known map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for k := range s.pipes {
-		if !live[k] {
+		if !known[k.job] {
 			delete(s.pipes, k)
 		}
 	}
@@ -214,23 +253,38 @@ func (m *Manager) rsResizablePipes() []rsScalePipe {
 
 // rsScaleLoop is the leader's autoscaling, for the term's life.
 func (m *Manager) rsScaleLoop(ctx context.Context, lt *leadership.Term) {
-	lifecycle.Every(ctx, rsScaleEvery, func() {
+	const perSample = int(rsScaleEvery / rsObserveEvery)
+	tick := 0
+	lifecycle.Every(ctx, rsObserveEvery, func() {
 		if _, err := m.rsReady(); err != nil {
 			return // not synced yet (or no longer leading)
 		}
-		pipes := m.rsResizablePipes()
-		live := make(map[rsPipeKey]bool, len(pipes))
-		for _, p := range pipes {
-			live[p.key] = true
-			m.rsScaleOne(lt, p, m.clock.Now())
+		tick++
+		sample := tick%perSample == 0
+		for _, p := range m.rsResizablePipes() {
+			m.rsScaleOne(lt, p, m.clock.Now(), sample)
 		}
-		m.rsScale.forget(live)
+		if sample {
+			m.rsScale.forget(m.jobIDs())
+		}
 	})
 }
 
+// jobIDs is the jobs the job table holds.
+func (m *Manager) jobIDs() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ids := make(map[string]bool, len(m.jobs))
+	for id := range m.jobs {
+		ids[id] = true
+	}
+	return ids
+}
+
 // rsScaleOne brings one pipeline's parts in line with the source's
-// durable epochs and runs its scalers.
-func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time) {
+// durable epochs, notes its resizes in force and, when sample is set,
+// runs its scalers.
+func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time, sample bool) {
 	// The store is read before the job table's lock is taken: its
 	// committer asks the job table (rsAdmit) under the store's lock. Heads
 	// only (positions, counters, epochs): the aggregate state, which Latest
@@ -257,13 +311,16 @@ func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time) 
 	// recovering (a task replaced): its rates then say how fast it
 	// gets going, not its load — a source whose window waits on a task
 	// not placed yet reads nothing, which would read as a fall in load.
-	settling := len(infos) != len(p.order)
+	settling := ""
+	if len(infos) != len(p.order) {
+		settling = "the pipeline's tasks are not all known"
+	}
 	for i, t := range p.order {
-		if i < len(infos) && existsIn(epochs, t.Stage, t.Index, cur, cur) && infos[i].status != wire.WorkflowRunning {
-			settling = true
+		if settling == "" && i < len(infos) && existsIn(epochs, t.Stage, t.Index, cur, cur) && infos[i].status != wire.WorkflowRunning {
+			settling = fmt.Sprintf("task %d.%d of epoch %d is %s", t.Stage, t.Index, cur, infos[i].status)
 		}
 	}
-	m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now)
+	m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample)
 }
 
 // rsEpochPartsLocked places, brings back and completes parts as the
@@ -330,20 +387,41 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 	return epochs[e].Tasks[stage-1]
 }
 
-// rsAutoscale samples each autoscaled stage and turns a decision into
-// the pipeline's wanted sizes.
-func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling bool,
-	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time) {
+// rsAutoscale notes the resizes in force and, when sample is set, samples
+// each autoscaled stage and turns a decision into the pipeline's wanted
+// sizes.
+func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling string,
+	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) {
 	recorded := epochs[len(epochs)-1].Tasks
 	s := &m.rsScale
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps := s.pipeLocked(p.key, lt.Number())
+	if settling == "" {
+		m.rsResizesInForceLocked(p, ps, epochs, cur, now)
+	}
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
 		ps.want = nil // recorded (or moot): the source has it
 	}
-	if srcDone {
+	if srcDone || !sample {
 		return
+	}
+	// Why samples are not counted, logged when it changes: a stage that
+	// does not scale says so.
+	held := settling
+	switch {
+	case ps.want != nil:
+		held = fmt.Sprintf("sizes %v asked of the source, not recorded yet", ps.want)
+	case cur < len(epochs)-1:
+		held = fmt.Sprintf("the source records epoch %d and still sends in %d", len(epochs)-1, cur)
+	}
+	if held != ps.held {
+		ps.held = held
+		if held != "" {
+			m.log.Info("rainstorm: autoscale holds its samples", "job_id", p.key.job, "workflow", p.key.wf, "why", held)
+		} else {
+			m.log.Info("rainstorm: autoscale samples again", "job_id", p.key.job, "workflow", p.key.wf, "epoch", cur)
+		}
 	}
 	sum := func(stage int, out bool) uint64 {
 		var n uint64
@@ -374,7 +452,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 			offered = max(offered, read)
 		}
 		x := rainstorm.ScaleSample{At: now, Tasks: recorded[st-1], In: in, Backlog: offered - min(offered, in),
-			Resizing: ps.want != nil || cur < len(epochs)-1 || settling}
+			Resizing: ps.want != nil || cur < len(epochs)-1 || settling != ""}
 		d, ok := sc.Observe(x)
 		if !ok {
 			continue
@@ -386,7 +464,8 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		m.log.Info("rainstorm: autoscale decision", "job_id", p.key.job, "workflow", p.key.wf, "stage", name,
 			"from", d.From, "to", d.To, "reason", d.Reason, "per_task", d.PerTask, "processed", d.Processed,
 			"backlog", d.Backlog, "backlog_growth", d.Growth, "epoch", len(epochs)-1)
-		ps.resizes = append(ps.resizes, api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String()})
+		ps.resizes = append(ps.resizes, api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(),
+			Epoch: uint64(len(epochs))})
 		if len(ps.resizes) > rsResizeHistory {
 			ps.resizes = slices.Delete(ps.resizes, 0, len(ps.resizes)-rsResizeHistory)
 		}
@@ -394,41 +473,31 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	}
 }
 
-// rsHandovers answers a task's handover requests from the store's durable
-// state: each old owner's groups it gave away at the close of the epoch,
-// once that closing checkpoint is durable (others are left out: the task
-// asks again).
-func (m *Manager) rsHandovers(job, wf string, spec *rainstorm.Spec, wants []wire.RainstormHandoverWant) []wire.RainstormHandover {
-	if len(wants) == 0 || spec == nil || !spec.Resizable() {
-		return nil
-	}
-	epochs, _, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: job, Workflow: wf}))
-	tabs, err := rainstorm.NewTables(epochs)
-	if err != nil {
-		return nil
-	}
-	var out []wire.RainstormHandover
-	for _, h := range wants {
-		if h.Stage < 1 || h.Stage > len(spec.Stages) || int(h.Epoch)+1 >= tabs.Len() {
+// rsResizesInForceLocked marks the pipeline's resizes whose epoch the
+// source sends in, with every task of it running (the caller checked), as
+// in force: the time since the decision and the groups the stage moved.
+func (m *Manager) rsResizesInForceLocked(p rsScalePipe, ps *rsPipeScale, epochs []wire.RainstormEpoch, cur int, now time.Time) {
+	var tabs *rainstorm.Tables
+	for i := range ps.resizes {
+		r := &ps.resizes[i]
+		if r.InForce != 0 || r.Epoch == 0 || int(r.Epoch) > cur {
 			continue
 		}
-		groups, ok := rainstorm.HandoverOf(m.rs.Latest(wire.RainstormTask{Job: job, Workflow: wf, Stage: h.Stage, Index: h.Index}), h.Epoch)
-		if !ok {
-			continue
-		}
-		// Only what the old owner held in the epoch and gives away: its
-		// state may still hold groups it gave away earlier (stale, never
-		// read again).
-		was, next := tabs.Table(int(h.Epoch), h.Stage), tabs.Table(int(h.Epoch)+1, h.Stage)
-		var given []wire.RainstormGroupState
-		for _, g := range groups {
-			if g.Group >= 0 && g.Group < len(next) && was[g.Group] == h.Index && next[g.Group] != h.Index {
-				given = append(given, g)
+		r.InForce = max(now.Sub(r.At), time.Nanosecond)
+		if tabs == nil {
+			var err error
+			if tabs, err = rainstorm.NewTables(epochs); err != nil {
+				return
 			}
 		}
-		out = append(out, wire.RainstormHandover{Stage: h.Stage, Index: h.Index, Epoch: h.Epoch, Groups: given})
+		for st, s := range epochs[r.Epoch].Tasks {
+			if st < len(p.spec.Stages) && r.Stage == p.spec.Stages[st].Name && s == r.To {
+				r.GroupsMoved = rsMovedGroups(tabs.Table(int(r.Epoch)-1, st+1), tabs.Table(int(r.Epoch), st+1))
+			}
+		}
+		m.log.Info("rainstorm: resize in force", "job_id", p.key.job, "workflow", p.key.wf, "stage", r.Stage, "from", r.From, "to", r.To,
+			"epoch", r.Epoch, "in_force_after", r.InForce, "groups_moved", r.GroupsMoved)
 	}
-	return out
 }
 
 // rsEpochsFor is the epochs a resizable pipeline's task opens with (nil for

@@ -45,6 +45,14 @@ type RainstormResize struct {
 	From     int    `cbor:"3,keyasint,omitempty"`
 	To       int    `cbor:"4,keyasint,omitempty"`
 	Decision string `cbor:"5,keyasint,omitempty"`
+	// The resize's figures: see api.PipelineResize. Durations in
+	// nanoseconds.
+	Epoch       uint64 `cbor:"6,keyasint,omitempty"`
+	InForce     int64  `cbor:"7,keyasint,omitempty"`
+	GroupsMoved int    `cbor:"8,keyasint,omitempty"`
+	KeysMoved   int    `cbor:"9,keyasint,omitempty"`
+	BytesMoved  int64  `cbor:"10,keyasint,omitempty"`
+	Handover    int64  `cbor:"11,keyasint,omitempty"`
 }
 
 // RainstormOutputTask is one task of a pipeline as its manager leader sees

@@ -772,7 +772,9 @@ func (d *rsDriver) leaderRoutes(ctx context.Context) ([]wire.RainstormRoute, err
 	if !ok {
 		return nil, fmt.Errorf("routes request answered with %T", resp)
 	}
-	d.rz.answered(d.task.Stage == 0, rr)
+	if d.rz.answered(d.task.Stage == 0, rr) {
+		d.kickRoutes() // the next page of a handover
+	}
 	return rr.Routes, nil
 }
 

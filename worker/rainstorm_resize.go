@@ -30,7 +30,21 @@ type rsResize struct {
 	resize    chan []int
 
 	mu    sync.Mutex
-	wants map[wire.RainstormHandoverWant]bool // asked and not answered
+	wants map[rsWantKey]*rsPaging // asked and not answered whole
+}
+
+// rsWantKey names one handover a machine asked for: the old owner and the
+// epoch it closed.
+type rsWantKey struct {
+	stage, index int
+	epoch        uint64
+}
+
+// rsPaging is a handover being fetched in pages: where the next page
+// starts, and the groups of the pages so far.
+type rsPaging struct {
+	fromGroup, fromEntry int
+	groups               []wire.RainstormGroupState
 }
 
 func newRSResize() rsResize {
@@ -60,10 +74,12 @@ func (r *rsResize) want(hs []rainstorm.HandoverWant) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.wants == nil {
-		r.wants = map[wire.RainstormHandoverWant]bool{}
+		r.wants = map[rsWantKey]*rsPaging{}
 	}
 	for _, h := range hs {
-		r.wants[wire.RainstormHandoverWant{Stage: h.Task.Stage, Index: h.Task.Index, Epoch: h.Epoch}] = true
+		if k := (rsWantKey{h.Task.Stage, h.Task.Index, h.Epoch}); r.wants[k] == nil {
+			r.wants[k] = &rsPaging{} // asked again: carry on from the page reached
+		}
 	}
 	return true
 }
@@ -73,8 +89,8 @@ func (r *rsResize) pending() []wire.RainstormHandoverWant {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]wire.RainstormHandoverWant, 0, len(r.wants))
-	for h := range r.wants {
-		out = append(out, h)
+	for k, p := range r.wants {
+		out = append(out, wire.RainstormHandoverWant{Stage: k.stage, Index: k.index, Epoch: k.epoch, FromGroup: p.fromGroup, FromEntry: p.fromEntry})
 	}
 	slices.SortFunc(out, func(a, b wire.RainstormHandoverWant) int {
 		if a.Epoch != b.Epoch {
@@ -86,17 +102,17 @@ func (r *rsResize) pending() []wire.RainstormHandoverWant {
 }
 
 // answered takes a route answer's handovers and wanted sizes: each
-// handover asked for goes to the machine once; the sizes go to a source's.
-func (r *rsResize) answered(source bool, rr *wire.RainstormRoutes) {
+// handover asked for goes to the machine once, whole (its pages
+// gathered); the sizes go to a source's. It reports whether a handover
+// has more pages to fetch.
+func (r *rsResize) answered(source bool, rr *wire.RainstormRoutes) (more bool) {
 	for _, h := range rr.Handovers {
-		k := wire.RainstormHandoverWant{Stage: h.Stage, Index: h.Index, Epoch: h.Epoch}
-		r.mu.Lock()
-		asked := r.wants[k]
-		delete(r.wants, k)
-		r.mu.Unlock()
-		if !asked {
+		whole, ok := r.page(h)
+		if !ok {
+			more = more || h.More
 			continue
 		}
+		h.Groups = whole
 		select {
 		case r.handovers <- h:
 		default:
@@ -114,6 +130,34 @@ func (r *rsResize) answered(source bool, rr *wire.RainstormRoutes) {
 		default:
 		}
 	}
+	return more
+}
+
+// page takes one page of a handover: a page of one asked for, at the
+// position reached (a page answered twice, or one nobody asked for, is
+// dropped). It returns the handover's groups once the last page is in.
+func (r *rsResize) page(h wire.RainstormHandover) ([]wire.RainstormGroupState, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := rsWantKey{h.Stage, h.Index, h.Epoch}
+	p := r.wants[k]
+	if p == nil || h.FromGroup != p.fromGroup || h.FromEntry != p.fromEntry {
+		return nil, false
+	}
+	for _, g := range h.Groups {
+		if n := len(p.groups); n > 0 && p.groups[n-1].Group == g.Group {
+			// A group cut between two pages continues.
+			p.groups[n-1].Entries = append(p.groups[n-1].Entries, g.Entries...)
+			continue
+		}
+		p.groups = append(p.groups, g)
+	}
+	if h.More {
+		p.fromGroup, p.fromEntry = h.NextGroup, h.NextEntry
+		return nil, false
+	}
+	delete(r.wants, k)
+	return p.groups, true
 }
 
 // handover gives the machine an answer.

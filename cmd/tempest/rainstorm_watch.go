@@ -132,7 +132,11 @@ func (d *display) pipelineLines(name, indent string) []string {
 	}
 	rs := v.out.Resizes
 	for _, r := range rs[max(len(rs)-pipelineResizesShown, 0):] {
-		lines = append(lines, fmt.Sprintf("%sresize at %s: %s %s", indent, r.At.Local().Format("15:04:05"), r.Stage, r.Decision))
+		when := "at " + r.At.Local().Format("15:04:05")
+		if r.At.IsZero() { // recorded by the source under an earlier leader
+			when = fmt.Sprintf("in epoch %d", r.Epoch)
+		}
+		lines = append(lines, fmt.Sprintf("%sresize %s: %s %s%s", indent, when, r.Stage, r.Decision, resizeFigures(r)))
 	}
 	for _, why := range reasons {
 		names := waiting[why]
@@ -153,4 +157,24 @@ func (m *rateMeter) rateOrZero() float64 {
 		return 0
 	}
 	return m.rate
+}
+
+// resizeFigures is what a resize has shown so far: when its size was in
+// force, and what its handovers moved.
+func resizeFigures(r api.PipelineResize) string {
+	var parts []string
+	if r.InForce > 0 {
+		parts = append(parts, fmt.Sprintf("in force after %s, %d groups moved", r.InForce.Round(100*time.Millisecond), r.GroupsMoved))
+	}
+	if r.KeysMoved > 0 || r.Handover > 0 {
+		p := fmt.Sprintf("%d keys (%d bytes) handed over", r.KeysMoved, r.BytesMoved)
+		if r.Handover > 0 {
+			p += fmt.Sprintf(" in %s", r.Handover.Round(time.Millisecond))
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, ", ")
 }

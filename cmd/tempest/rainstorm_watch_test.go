@@ -88,14 +88,19 @@ func TestPipelineLinesShowAutoscaledSize(t *testing.T) {
 		{Stage: 1, Index: 2, Name: "count", Status: wire.WorkflowCompleted},
 		{Stage: 1, Index: 3, Name: "count", Status: wire.WorkflowPending},
 	}, Resizes: []api.PipelineResize{
-		{At: at, Stage: "count", From: 1, To: 3, Decision: "1 → 3 tasks: over high"},
-		{At: at, Stage: "count", From: 3, To: 2, Decision: "3 → 2 tasks: under low"},
+		{At: at, Stage: "count", From: 1, To: 3, Decision: "1 → 3 tasks: over high", Epoch: 1, InForce: 2300 * time.Millisecond,
+			GroupsMoved: 85, KeysMoved: 40, BytesMoved: 900, Handover: 420 * time.Millisecond},
+		{At: at, Stage: "count", From: 3, To: 2, Decision: "3 → 2 tasks: under low", Epoch: 2},
 	}}
 	d.pipes = map[string]*pipelineView{"p": {meters: map[int]*rateMeter{}, out: out}}
 	lines := strings.Join(d.pipelineLines("p", "  "), "\n")
-	for _, want := range []string{"count      tasks 2/2", "count 1 → 3 tasks: over high", "count 3 → 2 tasks: under low"} {
+	for _, want := range []string{"count      tasks 2/2", "count 1 → 3 tasks: over high; in force after 2.3s, 85 groups moved, 40 keys (900 bytes) handed over in 420ms",
+		"count 3 → 2 tasks: under low"} {
 		if !strings.Contains(lines, want) {
 			t.Fatalf("no %q in:\n%s", want, lines)
 		}
+	}
+	if strings.Contains(lines, "under low;") {
+		t.Fatalf("a resize not yet in force shows figures:\n%s", lines)
 	}
 }
