@@ -52,7 +52,7 @@ var ErrFenced = errors.New("replaced by a newer incarnation")
 type TaskConfig struct {
 	Task        wire.RainstormTask // Stage >= 1
 	Incarnation uint64
-	Upstream    int            // tasks of the stage before (1 for the source)
+	Upstream    int            // tasks of the stage before (for the first stage, the source's ranges)
 	Downstream  int            // tasks of the stage after; 0 for a sink
 	Stage       *CompiledStage // this stage
 	Next        *CompiledStage // the stage after (routes outputs); nil for a sink
