@@ -364,8 +364,9 @@ func (m *SourceMachine) Segment(seg Segment) {
 	m.sent += uint64(len(recs))
 	table := m.ep.tabs.Table(m.ep.cur, 1)
 	for i := range recs {
-		d := m.cfg.Next.RouteBy(&recs[i], table)
-		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(recs[i]))
+		rec := m.cfg.Next.Narrow(recs[i]) // routed as the next stage reads it
+		d := m.cfg.Next.RouteBy(&rec, table)
+		s.batches[d].Records = append(s.batches[d].Records, rec)
 	}
 	for _, b := range s.batches {
 		b.Freeze() // encoded once for the send and every resend

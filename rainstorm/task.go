@@ -447,8 +447,9 @@ func (m *TaskMachine) emit(recs []Record) {
 		return
 	}
 	for i := range recs {
-		d := m.cfg.Next.RouteBy(&recs[i], m.ep.outTable)
-		m.out[d].open = append(m.out[d].open, m.cfg.Next.Narrow(recs[i]))
+		rec := m.cfg.Next.Narrow(recs[i]) // routed as the next stage reads it
+		d := m.cfg.Next.RouteBy(&rec, m.ep.outTable)
+		m.out[d].open = append(m.out[d].open, rec)
 	}
 }
 
