@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"testing"
 
@@ -121,4 +122,38 @@ func TestSimSplitSourceEveryRangeSends(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkFindRange measures what the second of two ranges of the
+// 1,000,000-record file pays before its first record: the scan of the
+// file's first half for its start, against reading that half whole.
+func BenchmarkFindRange(b *testing.B) {
+	path := millionCSV(b, b.TempDir())
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opts := ReaderOptions{Format: FormatCSV, Header: true}
+	b.Run("scan", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := FindRange(bytes.NewReader(data), int64(len(data)), 1, 2, opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(data)/2)/1e6/(b.Elapsed().Seconds()/float64(b.N)), "MB/s")
+	})
+	b.Run("read", func(b *testing.B) {
+		for b.Loop() {
+			rd, err := NewReader(bytes.NewReader(data[:len(data)/2]), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for {
+				if _, err := rd.Next(); errors.Is(err, io.EOF) {
+					break
+				}
+			}
+		}
+		b.ReportMetric(float64(len(data)/2)/1e6/(b.Elapsed().Seconds()/float64(b.N)), "MB/s")
+	})
 }
