@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"tempest/internal/blobstore"
+	"tempest/rainstorm"
 	"tempest/security"
 	"tempest/transport"
 	"tempest/wire"
@@ -100,15 +101,31 @@ func rsVisibleRoutes(node string, routes []wire.RainstormRoute, infos []rsTaskIn
 // the table is a string comparison per workflow.
 func (m *Manager) blobDispatchedTo(node string, sum blobstore.Sum) bool {
 	var specs []wire.WorkflowSpec
+	var firsts [][]byte // per spec: its pipeline's first task's params, nil for other work
 	m.mu.Lock()
 	for _, w := range m.wfs {
 		if w.rec.Worker == node && (w.rec.Status == wire.WorkflowAssigned || w.rec.Status == wire.WorkflowRunning) {
 			specs = append(specs, w.rec.Spec)
+			var first []byte
+			if isPipeline(w) {
+				first = groupMembersLocked(w)[0].rec.Spec.Params
+			}
+			firsts = append(firsts, first)
 		}
 	}
 	m.mu.Unlock()
 	want := sum.String()
-	for _, spec := range specs {
+	for i, spec := range specs {
+		if firsts[i] != nil {
+			// A pipeline task's stored params may refer to its first
+			// task's for the spec and blob (a split source's later
+			// ranges read the same blob): judged whole, as dispatched.
+			params, err := rainstorm.Resolve(firsts[i], spec.Params)
+			if err != nil {
+				continue
+			}
+			spec.Params = params
+		}
 		if sums, err := m.reg.SpecBlobs(spec); err == nil && slices.Contains(sums, want) {
 			return true
 		}

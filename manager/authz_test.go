@@ -231,6 +231,35 @@ func TestBlobReadOnlyForDispatchedWork(t *testing.T) {
 	}
 }
 
+// A split `file:` source's later ranges are parts whose stored params
+// refer to the first task's for the blob: their workers read the blob all
+// the same (judged on the whole params, as dispatched).
+func TestBlobReadBySplitSourceRange(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	lead := c.leader()
+	sum, err := putBlob(t, lead, []byte("key\na\nb\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 1)
+	c.addWorker("w2", 1)
+	lead = waitCores(t, c, 2)
+	ack, err := lead.Submit(context.Background(), rsSpecJob(t, rainstorm.Source{File: "in.csv", Header: true, Split: 2}, sum))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskToken(t, lead, ack.JobID, 1, 0) // the second range's source
+	src := lead.rsTaskInfo(wire.RainstormTask{Job: ack.JobID, Workflow: "pipe", Index: 1}).worker
+	raw, err := hex.DecodeString(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := &wire.BlobChunkGet{Sum: raw, Length: 64}
+	if resp, err := callFrom(t, c.hub.Node(src), lead.cfg.ID, get); err != nil || string(resp.(*wire.BlobChunk).Data) != "key\na\nb\n" {
+		t.Fatalf("the second range's worker reads the pipeline's blob: %v, %v", resp, err)
+	}
+}
+
 // A worker-key holder cannot make itself a task's worker by reporting
 // progress for it under a made-up token of the leader's term: the leader
 // placed every attempt of its own term, so it ignores (and counts) such a

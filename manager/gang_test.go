@@ -520,3 +520,25 @@ func TestRainstormReplacementRejoinsItsSlotAfterAFailedDispatch(t *testing.T) {
 	completeGang(t, c, on)
 	waitJob(t, lead, a.job, wire.JobCompleted, 20*time.Second)
 }
+
+// A source split into more ranges than every stage has tasks needs a slot
+// per range: refused at submit on too few cores, naming source.split.
+func TestRainstormSplitSourceRefusedWhenItCanNeverFit(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	for i := range 2 {
+		c.addConfinedWorker(fmt.Sprintf("w%d", i+1), 2, &wire.Confinement{SourceDirs: []string{"/data"}})
+	}
+	lead := waitCores(t, c, 4)
+	split := &rainstorm.Spec{Source: rainstorm.Source{Path: "/data/in.csv", Split: 6}, Stages: []rainstorm.Stage{
+		{Name: "count", Op: rainstorm.OpCount, Tasks: 2, Key: "1"}}}
+	_, err := lead.Submit(context.Background(), expandJob(t, "split", "split", &rainstorm.PipelineParams{Spec: *split}))
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeRejected || we.Field != "workflows[0].source.split" ||
+		!strings.Contains(we.Message, "needs 6 cores, one per slot (its widest stage, the source, has 6 tasks)") {
+		t.Fatalf("a source in 6 ranges on 4 cores: %v, want rejected naming source.split", err)
+	}
+	split.Source.Split = 4
+	if _, err := lead.Submit(context.Background(), expandJob(t, "fits", "fits", &rainstorm.PipelineParams{Spec: *split})); err != nil {
+		t.Fatalf("a source in 4 ranges on 4 cores was refused: %v", err)
+	}
+}

@@ -151,7 +151,7 @@ func (m *Manager) refuseUnfittable(sub *wire.JobSubmission) error {
 		if err != nil {
 			continue // Validate has refused it already
 		}
-		widest, slots := 0, 1 // the source is one task
+		widest, slots := -1, p.Spec.Source.Splits() // the source: one task per range
 		for i := range p.Spec.Stages {
 			// An autoscaled stage may grow to its maximum, and a
 			// resize whose tasks cannot be placed stalls the pipeline.
@@ -163,13 +163,16 @@ func (m *Manager) refuseUnfittable(sub *wire.JobSubmission) error {
 		if need <= total {
 			continue
 		}
-		stage := p.Spec.Stages[widest]
 		// The job file lists the stages chained into the source first.
-		field := fmt.Sprintf("workflows[%d].stages[%d].tasks", g, widest+len(p.Spec.Source.Chain))
+		field, name := fmt.Sprintf("workflows[%d].source.split", g), "the source"
+		if widest >= 0 {
+			field = fmt.Sprintf("workflows[%d].stages[%d].tasks", g, widest+len(p.Spec.Source.Chain))
+			name = p.Spec.Stages[widest].Name
+		}
 		return &wire.Error{Code: wire.CodeRejected, Field: field,
 			Message: fmt.Sprintf("pipeline %q can never run in datacenter %s: it needs %d cores, one per slot "+
 				"(its widest stage, %s, has %d tasks), and the datacenter's live workers (%d) have %d cores in all",
-				spec.Name, m.cfg.Datacenter, need, stage.Name, slots, workers, total)}
+				spec.Name, m.cfg.Datacenter, need, name, slots, workers, total)}
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package rainstorm
 
-import "bytes"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
 // Reading only the columns a pipeline reads. Most lines of a CSV input
 // hold no quote: such a line's fields are the bytes between its commas,
@@ -60,6 +63,19 @@ func (r *Reader) nextFast() (rec Record, ok bool, err error) {
 	if r.fields != 0 && n != r.fields {
 		r.skip(nl + 1)
 		return Record{}, true, &BadRecordError{Record: id, Err: errFieldCount(n, r.fields)}
+	}
+	if !utf8.Valid(line) {
+		// As encoding/csv's path: the count is learnt first (the record
+		// parses), then the record is refused for its bytes.
+		r.skip(nl + 1)
+		if r.fields == 0 {
+			r.fields = n
+		}
+		k := 0
+		for k < n-1 && utf8.Valid(line[spans[k].start:spans[k].end]) {
+			k++
+		}
+		return Record{}, true, &BadRecordError{Record: id, Err: errInvalidUTF8(k)}
 	}
 	var fields []string
 	if r.csv.ReuseRecord && cap(r.fastFields) >= n {

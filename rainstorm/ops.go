@@ -41,6 +41,11 @@ type CompiledStage struct {
 	// of everything, a last stage that outputs records, a match over the
 	// whole record). See Narrow.
 	keep []bool
+	// from, for a stage whose tasks receive compact records (compact):
+	// the sender's positions of the columns the stage's input keeps, in
+	// order; the stage's own indexes are positions in that record. Nil:
+	// the stage receives its input's whole width.
+	from []int
 	// merge: the stage reads a combiner's partials (chain.go).
 	merge bool
 }
@@ -51,20 +56,29 @@ func Compile(spec *Spec, header []string) (*Pipeline, error) {
 	if err := spec.Check(header); err != nil {
 		return nil, err
 	}
+	p, err := compile(spec, header)
+	if err != nil {
+		return nil, err
+	}
 	if spec.IsChained() {
 		// Resolved as the job file wrote it, then split at the source.
-		flat := spec.Unchained()
-		p, err := Compile(&flat, header)
-		if err != nil {
-			return nil, err
-		}
 		n := len(spec.Source.Chain)
 		p.Spec, p.Chain, p.Stages = spec, p.Stages[:n:n], p.Stages[n:]
 		if spec.Stages[0].Combined {
 			p.Combiner = p.Stages[0]
 			p.Stages[0] = p.Combiner.merged()
 		}
-		return p, nil
+	}
+	p.compact()
+	return p, nil
+}
+
+// compile resolves a spec (chained ones as the job file wrote them) with
+// every stage reading whole-width records.
+func compile(spec *Spec, header []string) (*Pipeline, error) {
+	if spec.IsChained() {
+		flat := spec.Unchained()
+		spec = &flat
 	}
 	cols := header
 	if spec.Source.Generate != nil {
@@ -186,13 +200,83 @@ func (p *Pipeline) markKept() {
 	}
 }
 
-// Narrow returns rec as this stage's task should receive it: the columns
-// no later stage reads are emptied (the record keeps its length, so
-// column positions and the checks on them do not change). Records then
+// compact makes the stages that run in tasks of their own receive compact
+// records: only the columns their input keeps, in order, so that a batch
+// carries, and its receiver decodes into its field table, two fields of a
+// record where the stage and those after it read two of twenty (an empty
+// field still cost a length and a slot). Each such stage's indexes are
+// renumbered to positions in the compact record, and its Narrow picks the
+// columns from the sender's layout: the source's (and its chain's), a
+// project's or an exec's output is whole width; a compact filter's or
+// replace's output is its compact input. Stages chained into the source,
+// a combiner, and every stage after an exec (whose records may be short,
+// which the stage must still see to count them bad) read whole width.
+func (p *Pipeline) compact() {
+	var sender []int // the previous task stage's output columns by position; nil: whole width
+	exec := len(p.Chain) > 0 && slices.ContainsFunc(p.Chain, func(cs *CompiledStage) bool { return cs.Op == OpExec })
+	for _, cs := range p.Stages {
+		exec = exec || cs.Op == OpExec
+		if cs.merge || cs.keep == nil || exec {
+			sender = nil // such a stage follows a whole-width output (markKept)
+			continue
+		}
+		var in []int
+		for k, ok := range cs.keep {
+			if ok {
+				in = append(in, k)
+			}
+		}
+		at := func(k int) int { // k's position in the compact record, -1: not kept
+			if k < 0 {
+				return -1
+			}
+			i, found := slices.BinarySearch(in, k)
+			if !found {
+				return -1
+			}
+			return i
+		}
+		cs.from = make([]int, len(in))
+		for i, k := range in {
+			cs.from[i] = k
+			if sender != nil {
+				cs.from[i] = slices.Index(sender, k)
+			}
+		}
+		cs.keyIdx, cs.fieldIdx = at(cs.keyIdx), at(cs.fieldIdx)
+		for j, k := range cs.fields {
+			cs.fields[j] = at(k)
+		}
+		sender = nil
+		if cs.Op == OpFilter || cs.Op == OpReplace {
+			sender = in
+		}
+	}
+}
+
+// Narrow returns rec as this stage's task should receive it. For a compact
+// stage (compact), a record of just the columns its input keeps; else the
+// columns no later stage reads are emptied (the record keeps its length,
+// so column positions and the checks on them do not change). Records then
 // carry, store and replicate only what the rest of the pipeline uses —
 // for a filter before a count, the filter's field and the key. rec itself
 // is not changed: its fields may be shared with a batch that is stored.
 func (cs *CompiledStage) Narrow(rec Record) Record {
+	if cs.from != nil {
+		fields := make([]string, len(cs.from))
+		for i, k := range cs.from {
+			if k >= len(rec.Fields) {
+				// Too short for a column the stage reads: cut here, so
+				// the stage still finds the record short and counts it
+				// bad (never the case of a source's validated records).
+				fields = fields[:i]
+				break
+			}
+			fields[i] = rec.Fields[k]
+		}
+		rec.Fields = fields
+		return rec
+	}
 	if cs.keep == nil {
 		return rec
 	}
@@ -298,6 +382,9 @@ func (b *builtin) Apply(in []Record, out []Record, bad func(error)) ([]Record, e
 			fields := make([]string, len(cs.fields))
 			ok := true
 			for j, k := range cs.fields {
+				if k < 0 {
+					continue // a column no later stage reads: left empty, as narrowing leaves it
+				}
 				if k >= len(rec.Fields) {
 					bad(&FieldError{Stage: cs.Name, Record: rec.ID, Msg: fmt.Sprintf("has %d fields, no field %s", len(rec.Fields), cs.Fields[j])})
 					ok = false

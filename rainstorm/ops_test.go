@@ -2,6 +2,7 @@ package rainstorm
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -29,6 +30,10 @@ func apply(t *testing.T, cs *CompiledStage, in []Record) ([]Record, []error) {
 		t.Fatal(err)
 	}
 	var bad []error
+	in = slices.Clone(in)
+	for i := range in {
+		in[i] = cs.Narrow(in[i]) // as the stage's tasks receive them
+	}
 	out, err := tr.Apply(in, nil, func(e error) { bad = append(bad, e) })
 	if err != nil {
 		t.Fatal(err)
@@ -107,15 +112,21 @@ func TestSumExactInAnyOrder(t *testing.T) {
 func TestCountRows(t *testing.T) {
 	cs := compileStage(t, nil, Stage{Name: "c", Op: OpCount, Key: "2"})
 	a, _ := cs.NewAggregate()
-	a.Add(recs([]string{"x", "b"}, []string{"y", "a"}, []string{"z", "b"}, []string{"w"}), func(error) {})
+	in := recs([]string{"x", "b"}, []string{"y", "a"}, []string{"z", "b"}, []string{"w"})
+	for i := range in {
+		in[i] = cs.Narrow(in[i]) // the key alone, as the count's tasks receive it
+	}
+	a.Add(in, func(error) {})
 	got := a.Rows()
 	if len(got) != 2 || got[0].Fields[0] != "a" || got[0].Fields[1] != "1" || got[1].Fields[1] != "2" {
 		t.Fatalf("rows %v", got)
 	}
 }
 
-// Narrow empties exactly the columns no later stage reads, keeps every
-// column where a later stage may read any, and never changes its argument.
+// Narrow hands a stage exactly the columns it and later stages read, in a
+// compact record (whole width, the unread ones empty, after an exec and
+// where a later stage may read any), from its sender's layout, and never
+// changes its argument.
 func TestNarrowKeepsWhatLaterStagesRead(t *testing.T) {
 	h := []string{"a", "b", "c", "d"}
 	eq := "x"
@@ -135,26 +146,36 @@ func TestNarrowKeepsWhatLaterStagesRead(t *testing.T) {
 		want [][]string // per stage, the record as that stage receives it
 	}{
 		{"filter→count", compile(filter, Stage{Name: "c", Op: OpCount, Key: "d"}),
-			[][]string{{"", "2", "", "4"}, {"", "", "", "4"}}},
+			[][]string{{"2", "4"}, {"4"}}},
 		{"filter→sum", compile(filter, Stage{Name: "s", Op: OpSum, Key: "a", Field: "c"}),
-			[][]string{{"1", "2", "3", ""}, {"1", "", "3", ""}}},
+			[][]string{{"1", "2", "3"}, {"1", "3"}}},
+		{"filter→filter→count", compile(filter, Stage{Name: "g", Op: OpFilter, Field: "c", Equals: &eq}, Stage{Name: "c", Op: OpCount, Key: "a"}),
+			[][]string{{"1", "2", "3"}, {"1", "3"}, {"1"}}},
 		{"filter outputs records", compile(filter),
 			[][]string{{"1", "2", "3", "4"}}},
 		{"project→count", compile(Stage{Name: "p", Op: OpProject, Fields: []string{"c", "a"}}, Stage{Name: "c", Op: OpCount, Key: "a"}),
-			[][]string{{"1", "", "", ""}, {"", "1"}}},
+			[][]string{{"1"}, {"1"}}},
 		{"exec reads everything", compile(Stage{Name: "e", Op: OpExec, Command: []string{"cat"}}, Stage{Name: "c", Op: OpCount, Key: "1"}),
 			[][]string{{"1", "2", "3", "4"}, {"1", "", "", ""}}},
 		{"whole-record match", compile(Stage{Name: "f", Op: OpFilter, Matches: "x"}, Stage{Name: "c", Op: OpCount, Key: "d"}),
-			[][]string{{"1", "2", "3", "4"}, {"", "", "", "4"}}},
+			[][]string{{"1", "2", "3", "4"}, {"4"}}},
 	} {
+		// Each stage receives the stage before's output as its sender
+		// narrows it (a filter passes its record on, exec here too, a
+		// project its projection).
+		rec := in
 		for i, cs := range tc.p.Stages {
-			rec := in
-			if i == 1 && tc.p.Stages[0].Op == OpProject {
-				rec = Record{ID: 7, Fields: []string{"3", "1"}}
-			}
 			got := cs.Narrow(rec)
 			if !reflect.DeepEqual(got.Fields, tc.want[i]) || got.ID != 7 {
 				t.Errorf("%s: stage %d receives %q, want %q", tc.name, i, got.Fields, tc.want[i])
+			}
+			rec = got
+			if cs.Op == OpProject {
+				out, err := (&builtin{cs: cs}).Apply([]Record{got}, nil, func(err error) { t.Fatal(err) })
+				if err != nil || len(out) != 1 {
+					t.Fatalf("%s: project gave %v, %v", tc.name, out, err)
+				}
+				rec = out[0]
 			}
 		}
 		if !reflect.DeepEqual(in.Fields, []string{"1", "2", "3", "4"}) {

@@ -56,3 +56,46 @@ func TestAutoscaledStageParts(t *testing.T) {
 		t.Fatal("a pipeline of fixed sizes resizes, or has other parts than its tasks")
 	}
 }
+
+// A split source is dispatched as one part per range, first in task
+// order: the first carries the pipeline, the others refer to it like a
+// stage's tasks, and each resolves to its own range's index.
+func TestSplitSourceParts(t *testing.T) {
+	spec := Spec{Source: Source{Path: "/in.csv", Header: true, Split: 3}, Stages: []Stage{
+		{Name: "count", Op: OpCount, Key: "k", Tasks: 2},
+	}}
+	b, err := wire.Marshal(&PipelineParams{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := Type{}.Expand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != 3+2 {
+		t.Fatalf("%d parts, want 5: the 3 ranges' source tasks and the count's 2", len(parts))
+	}
+	if err := (Type{}).CheckParts(parts); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 3 {
+		whole, err := Resolve(parts[0], parts[k])
+		if err != nil {
+			t.Fatalf("part %d: %v", k, err)
+		}
+		p, err := DecodeTaskParams(whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Stage != 0 || p.Index != k || p.Spec.Source.Splits() != 3 {
+			t.Fatalf("part %d resolves to task %d.%d of a %d-way split", k, p.Stage, p.Index, p.Spec.Source.Splits())
+		}
+	}
+	bad, err := wire.Marshal(&TaskParams{Spec: spec, Stage: 0, Index: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeTaskParams(bad); err == nil {
+		t.Fatal("a fourth range of a 3-way split was accepted")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode/utf8"
 
 	"tempest/wire"
 )
@@ -114,6 +115,9 @@ func NewReader(r io.Reader, opts ReaderOptions) (*Reader, error) {
 		case err != nil:
 			return nil, fmt.Errorf("read header: %w", err)
 		}
+		if k := invalidField(h); k >= 0 {
+			return nil, fmt.Errorf("read header: %w", errInvalidUTF8(k))
+		}
 		rd.header = h
 		rd.fields = len(h)
 		rd.pos.Offset = rd.offset()
@@ -171,6 +175,25 @@ func (r *Reader) offset() int64 { return r.base + r.fastBytes + r.csv.InputOffse
 
 func errFieldCount(got, want int) error { return fmt.Errorf("has %d fields, want %d", got, want) }
 
+// Records must be UTF-8: every string a batch carries is checked by its
+// decoder (wire/rainstorm_flat.go), so a record that is not would have
+// its batch refused by the receiver and resent forever, stalling the
+// pipeline. The reader counts it as a bad record instead, whichever column
+// holds the byte and whether or not a stage reads that column, so the
+// count does not depend on the pipeline; replacing the bytes (with U+FFFD)
+// would put values in the output that are not in the input.
+func errInvalidUTF8(k int) error { return fmt.Errorf("field %d is not valid UTF-8", k+1) }
+
+// invalidField is the index of the first field that is not UTF-8, or -1.
+func invalidField(fields []string) int {
+	for k, f := range fields {
+		if !utf8.ValidString(f) {
+			return k
+		}
+	}
+	return -1
+}
+
 // Next returns the next record. At the end of input it returns io.EOF; a
 // malformed record returns a *BadRecordError and the reader stays usable.
 // Any other error is the input's and ends the read.
@@ -201,6 +224,9 @@ func (r *Reader) Next() (Record, error) {
 	} else if len(fields) != r.fields {
 		return Record{}, &BadRecordError{Record: id, Err: errFieldCount(len(fields), r.fields)}
 	}
+	if k := invalidField(fields); k >= 0 {
+		return Record{}, &BadRecordError{Record: id, Err: errInvalidUTF8(k)}
+	}
 	if r.keep != nil {
 		for k := range fields {
 			if k >= len(r.keep) || !r.keep[k] {
@@ -230,6 +256,9 @@ func (r *Reader) nextLine() (Record, error) {
 	r.pos = Position{Record: id + 1, Offset: r.pos.Offset + int64(len(line))}
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
+	if !utf8.Valid(line) {
+		return Record{}, &BadRecordError{Record: id, Err: errInvalidUTF8(0)}
+	}
 	return Record{ID: id, Fields: []string{string(line)}}, nil
 }
 

@@ -89,6 +89,9 @@ func Reference(p *Pipeline, src RecordSource, opts ExecOptions) (*Output, error)
 		}
 		recs := append(batch[:0], rec)
 		for i, cs := range stages {
+			for j := range recs {
+				recs[j] = cs.Narrow(recs[j]) // as the stage's tasks receive them
+			}
 			if cs.Op.Aggregate() {
 				agg.Add(recs, bad)
 				recs = nil

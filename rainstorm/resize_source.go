@@ -57,7 +57,12 @@ func (e *sourceEpochs) open(cfg *SourceConfig, ckpt *wire.RainstormCheckpoint) e
 	}
 	e.resizable = len(epochs) > 0
 	if len(epochs) == 0 {
-		epochs = []wire.RainstormEpoch{{Tasks: []int{cfg.Downstream}}}
+		// A range's batches are numbered from its first segment.
+		var first uint64
+		if cfg.Range != nil {
+			first = cfg.Range.Start.Record / uint64(cfg.SegmentRecords)
+		}
+		epochs = []wire.RainstormEpoch{{Segment: first, Tasks: []int{cfg.Downstream}}}
 	}
 	tabs, err := NewTables(epochs)
 	if err != nil {

@@ -67,6 +67,9 @@ func (e *taskEpochs) exists(m *TaskMachine, ep int) bool {
 func (e *taskEpochs) counts(m *TaskMachine, ep int) (in, out int) {
 	st := m.cfg.Task.Stage
 	in = e.tabs.Tasks(ep, st-1)
+	if st == 1 && e.static {
+		in = max(m.cfg.Upstream, 1) // a split source's ranges
+	}
 	if st < len(e.tabs.Epoch(ep).Tasks) {
 		out = e.tabs.Tasks(ep, st+1)
 	}

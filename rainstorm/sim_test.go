@@ -140,7 +140,7 @@ type restart struct {
 // recorded durably.
 func (s *simRun) tasksOf(stage int) int {
 	if stage == 0 {
-		return 1
+		return s.p.Spec.Source.Splits()
 	}
 	n := 0
 	for _, e := range s.epochs() {
@@ -173,14 +173,22 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 			s.t.Fatal(err)
 		}
 		in.chain = chain
-		in.src, err = NewSourceMachine(SourceConfig{Task: id, Incarnation: inc, Downstream: s.p.Stages[0].TaskCount(), Next: s.p.Stages[0],
-			Chain: chain, FailOnBadRecord: s.p.Spec.FailOnBadRecord, SegmentRecords: simSegmentRecords, Window: 8, ResendTicks: 12, Epochs: s.epochs()}, ckpt)
+		cfg := SourceConfig{Task: id, Incarnation: inc, Downstream: s.p.Stages[0].TaskCount(), Next: s.p.Stages[0],
+			Chain: chain, FailOnBadRecord: s.p.Spec.FailOnBadRecord, SegmentRecords: simSegmentRecords, Window: 8, ResendTicks: 12, Epochs: s.epochs()}
+		if s.split() {
+			// Each start finds its range again, as a worker does.
+			rng := s.findRange(id.Index)
+			cfg.Range, cfg.Epochs = &rng, nil
+		}
+		in.src, err = NewSourceMachine(cfg, ckpt)
 		if err != nil {
 			s.t.Fatal(err)
 		}
 		pos := in.src.Resume()
 		if g := s.p.Spec.Source.Generate; g != nil {
 			in.rd = NewGenerator(g, pos.Record)
+		} else if s.split() {
+			in.rd = &RangeSource{Src: ResumeReader(bytes.NewReader(s.data[pos.Offset:]), pos, s.ropts, s.header), End: cfg.Range.End}
 		} else if pos == (Position{}) {
 			in.rd, err = NewReader(bytes.NewReader(s.data), s.ropts)
 			if err != nil {
@@ -189,7 +197,11 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 		} else {
 			in.rd = ResumeReader(bytes.NewReader(s.data[pos.Offset:]), pos, s.ropts, s.header)
 		}
-		if rd, ok := in.rd.(*Reader); ok { // as the worker reads
+		rd, ok := in.rd.(*Reader)
+		if rs, split := in.rd.(*RangeSource); split {
+			rd, ok = rs.Src.(*Reader)
+		}
+		if ok { // as the worker reads
 			rd.SetKeep(s.p.ReadKeep())
 			if chain.Streams() {
 				rd.ReuseFields()
@@ -201,6 +213,14 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 			AtLeastOnce: s.p.Spec.AtLeastOnce, BatchRecords: 128, MaxPending: 16, ResendTicks: 12, Epochs: s.epochs()}
 		if id.Stage < nstages {
 			cfg.Next = s.p.Stages[id.Stage]
+		}
+		if s.split() {
+			// A split pipeline cannot resize: its tasks run on one epoch
+			// of fixed sizes, the first stage fed by every range.
+			cfg.Epochs, cfg.Upstream = nil, s.tasksOf(id.Stage-1)
+			if id.Stage < nstages {
+				cfg.Downstream = s.tasksOf(id.Stage + 1)
+			}
 		}
 		if !cs.Op.Aggregate() {
 			in.op, err = cs.Operator(s.exec)
@@ -219,6 +239,18 @@ func (s *simRun) start(id wire.RainstormTask) *simInst {
 	}
 	s.insts = append(s.insts, in)
 	return in
+}
+
+// split reports whether the pipeline's input is read in ranges.
+func (s *simRun) split() bool { return s.p.Spec.Source.Splits() > 1 }
+
+// findRange is source task k's range of the input.
+func (s *simRun) findRange(k int) Range {
+	rng, _, err := FindRange(bytes.NewReader(s.data), int64(len(s.data)), k, s.tasksOf(0), s.ropts)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return rng
 }
 
 func (s *simRun) remove(in *simInst) {
@@ -498,42 +530,52 @@ func (s *simRun) countsAgree(rows int) error {
 	// The source's final checkpoint need not be durable when the last
 	// stage finishes (it may crash after sending its last batch): count
 	// its well-formed records afresh.
-	var in RecordSource
-	if g := s.p.Spec.Source.Generate; g != nil {
-		in = NewGenerator(g, 0)
-	} else {
-		rd, err := NewReader(bytes.NewReader(s.data), s.ropts)
-		if err != nil {
-			return err
-		}
-		in = rd
-	}
 	// What the source passes on: its well-formed records, or for a chain
 	// what the chain makes of each segment (for a combiner, one partial
-	// per key and segment).
+	// per key and segment), range by range for a split input.
 	chain, err := s.p.NewChain()
 	if err != nil {
 		return err
 	}
 	var passed uint64
-	for idx := uint64(0); ; idx++ {
-		seg, err := ReadSegment(in, idx, simSegmentRecords)
-		if err != nil {
-			return err
-		}
-		recs := seg.Records
-		if chain != nil {
-			if recs, err = chain.Apply(recs, func(error) {}); err != nil {
+	for k := range s.tasksOf(0) {
+		var in RecordSource
+		first := uint64(0)
+		switch g := s.p.Spec.Source.Generate; {
+		case g != nil:
+			in = NewGenerator(g, 0)
+		case s.split():
+			rng := s.findRange(k)
+			in = &RangeSource{Src: ResumeReader(bytes.NewReader(s.data[rng.Start.Offset:]), rng.Start, s.ropts, s.header), End: rng.End}
+			first = rng.Start.Record / simSegmentRecords
+		default:
+			rd, err := NewReader(bytes.NewReader(s.data), s.ropts)
+			if err != nil {
 				return err
 			}
+			in = rd
 		}
-		passed += uint64(len(recs))
-		if seg.EOF {
-			break
+		var sent uint64
+		for idx := first; ; idx++ {
+			seg, err := ReadSegment(in, idx, simSegmentRecords)
+			if err != nil {
+				return err
+			}
+			recs := seg.Records
+			if chain != nil {
+				if recs, err = chain.Apply(recs, func(error) {}); err != nil {
+					return err
+				}
+			}
+			sent += uint64(len(recs))
+			if seg.EOF {
+				break
+			}
 		}
-	}
-	if c := s.store.Latest(wire.RainstormTask{}); c != nil && c.Done && c.RecordsOut != passed {
-		return fmt.Errorf("the source's final checkpoint says it sent %d records, it sent %d", c.RecordsOut, passed)
+		if c := s.store.Latest(wire.RainstormTask{Index: k}); c != nil && c.Done && c.RecordsOut != sent {
+			return fmt.Errorf("source %d's final checkpoint says it sent %d records, it sent %d", k, c.RecordsOut, sent)
+		}
+		passed += sent
 	}
 	for st := 1; st <= len(s.p.Stages); st++ {
 		var in, out uint64
@@ -788,6 +830,20 @@ func simCases(t testing.TB) []simCase {
 				t.Fatalf("%s: nothing chained", c.name)
 			}
 			return &s
+		}
+		cases = append(cases, c)
+	}
+	// Split inputs: the source in byte ranges, one task each, the first
+	// stage fed by every range (chained and not; headerless, where every
+	// range learns the field count from the input's first record).
+	for _, k := range []int{0, 1, 2, 5} {
+		c := cases[k]
+		whole := c.spec
+		c.name += "-split3"
+		c.spec = func(eo bool) *Spec {
+			s := whole(eo)
+			s.Source.Split = 3
+			return s
 		}
 		cases = append(cases, c)
 	}

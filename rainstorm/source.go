@@ -125,6 +125,12 @@ type SourceConfig struct {
 	// have been handed a checkpoint recording the same file (the driver
 	// checks, SameFile).
 	File *wire.RainstormFileID
+	// Range is the part of a split input this source reads (nil: all of
+	// it). Its segments are those of the whole input's grid (ids
+	// [j·n, (j+1)·n)) that its records fall in, the first and last
+	// possibly partial, numbered on its channels from 1; a split source
+	// cannot resize (no Epochs).
+	Range *Range
 	// Epochs is the pipeline's resize epochs as the driver knows them
 	// (at least epoch 0, the stages' task counts at submit); nil means one
 	// epoch of Downstream first-stage tasks, which cannot resize. A
@@ -192,6 +198,9 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 	if cfg.Downstream < 1 || cfg.Next == nil {
 		return nil, errors.New("rainstorm source: downstream and next stage must be set")
 	}
+	if cfg.Range != nil && len(cfg.Epochs) > 0 {
+		return nil, errors.New("rainstorm source: a split source cannot resize")
+	}
 	m := &SourceMachine{cfg: cfg}
 	if err := m.ep.open(&cfg, ckpt); err != nil {
 		return nil, err
@@ -215,6 +224,9 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 		// once, or its task would run, with nothing to do, forever.
 		m.done = ckpt.Done
 		m.ready.Done = m.done
+	} else if r := cfg.Range; r != nil {
+		m.resume = wire.RainstormSourcePos{Segment: m.firstSegment(), Record: r.Start.Record, Offset: r.Start.Offset, Fields: r.Start.Fields}
+		m.nextSeg, m.saved = m.resume.Segment, m.resume.Segment
 	}
 	m.readPos = m.Resume()
 	if cfg.File != nil && m.resume.File == nil && !m.done {
@@ -228,6 +240,15 @@ func NewSourceMachine(cfg SourceConfig, ckpt *wire.RainstormCheckpoint) (*Source
 	}
 	m.ep.marker(m)
 	return m, nil
+}
+
+// firstSegment is the index of the source's first segment: 0, or for a
+// range the segment of the whole input's grid its first record is in.
+func (m *SourceMachine) firstSegment() uint64 {
+	if r := m.cfg.Range; r != nil {
+		return r.Start.Record / uint64(m.cfg.SegmentRecords)
+	}
+	return 0
 }
 
 // cut starts a checkpoint of the current position.
@@ -343,8 +364,9 @@ func (m *SourceMachine) Segment(seg Segment) {
 	m.sent += uint64(len(recs))
 	table := m.ep.tabs.Table(m.ep.cur, 1)
 	for i := range recs {
-		d := m.cfg.Next.RouteBy(&recs[i], table)
-		s.batches[d].Records = append(s.batches[d].Records, m.cfg.Next.Narrow(recs[i]))
+		rec := m.cfg.Next.Narrow(recs[i]) // routed as the next stage reads it
+		d := m.cfg.Next.RouteBy(&rec, table)
+		s.batches[d].Records = append(s.batches[d].Records, rec)
 	}
 	for _, b := range s.batches {
 		b.Freeze() // encoded once for the send and every resend

@@ -71,7 +71,14 @@ type Source struct {
 	// Chain are the stateless stages Chained moved into the source task
 	// (chain.go): never written in a job file, set at submit.
 	Chain []Stage `cbor:"6,keyasint,omitempty"`
+	// Split is `split`: a file or path input read by this many source
+	// tasks, each a byte range of it (split.go); 0 means one.
+	Split int `cbor:"7,keyasint,omitempty"`
 }
+
+// Splits is how many source tasks read the input: Split with its default
+// of one.
+func (s *Source) Splits() int { return max(s.Split, 1) }
 
 // Generate makes Records synthetic records over Keys distinct keys at Rate
 // records/s (0: as fast as the pipeline takes them).
@@ -292,6 +299,13 @@ func readSource(f *workflow.Fields, src *Source) {
 	if v, ok := f.Bool("header"); ok {
 		src.Header = v
 	}
+	if v, ok := f.Int("split"); ok {
+		if v < 1 || v > MaxSplit {
+			f.Errorf("split", "must be between 1 and %d, got %d", MaxSplit, v)
+		} else {
+			src.Split = int(v)
+		}
+	}
 	if src.Format == FormatLines && src.Header {
 		f.Errorf("header", "applies to csv, not lines")
 	}
@@ -404,6 +418,12 @@ func (s *Spec) Check(columns []string) error {
 		add("source.file", "names a file beside the job file; use path: for an absolute path on the worker")
 	case src.Path != "" && !filepath.IsAbs(src.Path):
 		add("source.path", "must be an absolute path on the worker, got %q (use file: for a file beside the job file)", src.Path)
+	case src.Split < 0 || src.Split > MaxSplit:
+		add("source.split", "must be between 1 and %d, got %d", MaxSplit, src.Split)
+	case src.Split > 1 && src.Generate != nil:
+		add("source.split", "applies to a file or path input, not generate")
+	case src.Split > 1 && s.Resizable():
+		add("source.split", "a split source cannot be combined with autoscale (epochs start at one source task)")
 	case src.Generate != nil:
 		g := src.Generate
 		if g.Records < 1 || g.Records > MaxGenerateRecords {

@@ -155,6 +155,9 @@ func TestParseSpecProblems(t *testing.T) {
 		{"missing program", "    source: {path: /x}\n    stages:\n      - {name: a, op: exec, command: /no/such/program}\n", 7, `program "/no/such/program"`},
 		{"unreadable file", "    source: {file: nope.csv, header: true}\n    stages: [{name: a, op: count, key: \"1\"}]\n", 5, "source.file: cannot read"},
 		{"no stages", "    source: {path: /x}\n", 3, "stages: is required"},
+		{"split zero", "    source: {path: /x, split: 0}\n    stages: [{name: a, op: count, key: \"1\"}]\n", 5, "source.split: must be between 1 and 16, got 0"},
+		{"split generate", "    source: {generate: {records: 10}, split: 2}\n    stages: [{name: a, op: count, key: key}]\n", 5, "source.split: applies to a file or path input"},
+		{"split autoscale", "    source: {path: /x, split: 2}\n    stages: [{name: a, op: count, key: \"1\", autoscale: {min: 1, max: 2, low: 1, high: 2}}]\n", 5, "source.split: a split source cannot be combined with autoscale"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := ParseOptions{OpenFile: openShared(t), LookCommand: func(name string) error {

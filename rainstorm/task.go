@@ -52,7 +52,7 @@ var ErrFenced = errors.New("replaced by a newer incarnation")
 type TaskConfig struct {
 	Task        wire.RainstormTask // Stage >= 1
 	Incarnation uint64
-	Upstream    int            // tasks of the stage before (1 for the source)
+	Upstream    int            // tasks of the stage before (for the first stage, the source's ranges)
 	Downstream  int            // tasks of the stage after; 0 for a sink
 	Stage       *CompiledStage // this stage
 	Next        *CompiledStage // the stage after (routes outputs); nil for a sink
@@ -447,8 +447,9 @@ func (m *TaskMachine) emit(recs []Record) {
 		return
 	}
 	for i := range recs {
-		d := m.cfg.Next.RouteBy(&recs[i], m.ep.outTable)
-		m.out[d].open = append(m.out[d].open, m.cfg.Next.Narrow(recs[i]))
+		rec := m.cfg.Next.Narrow(recs[i]) // routed as the next stage reads it
+		d := m.cfg.Next.RouteBy(&rec, m.ep.outTable)
+		m.out[d].open = append(m.out[d].open, rec)
 	}
 }
 

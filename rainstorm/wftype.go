@@ -74,8 +74,8 @@ func (p *TaskParams) Validate() error {
 		switch {
 		case !reflect.ValueOf(p.Spec).IsZero() || p.Blob != "" || len(p.Programs) > 0 || len(p.ProgramData) > 0:
 			return errors.New("a task that refers to its pipeline's spec carries none of its own")
-		case p.Stage < 1 || p.Index < 0:
-			return fmt.Errorf("task %d of stage %d cannot refer to the source's spec", p.Index, p.Stage)
+		case p.Stage < 0 || p.Index < 0 || (p.Stage == 0 && p.Index == 0):
+			return fmt.Errorf("task %d of stage %d cannot refer to the first source task's spec", p.Index, p.Stage)
 		}
 		return nil
 	}
@@ -85,8 +85,8 @@ func (p *TaskParams) Validate() error {
 	switch {
 	case p.Stage < 0 || p.Stage > len(p.Spec.Stages):
 		return fmt.Errorf("stage %d out of range (the pipeline has %d)", p.Stage, len(p.Spec.Stages))
-	case p.Stage == 0 && p.Index != 0:
-		return fmt.Errorf("source index %d: the source is one task", p.Index)
+	case p.Stage == 0 && (p.Index < 0 || p.Index >= p.Spec.Source.Splits()):
+		return fmt.Errorf("source index %d: the source has %d tasks (split)", p.Index, p.Spec.Source.Splits())
 	case p.Stage > 0 && (p.Index < 0 || p.Index >= p.Spec.Stages[p.Stage-1].PartCount()):
 		return fmt.Errorf("task %d of stage %d out of range", p.Index, p.Stage)
 	}
@@ -240,11 +240,14 @@ func Resolve(first, task []byte) ([]byte, error) {
 }
 
 // TaskOrder lists a pipeline's tasks (Job and Workflow empty) in the order
-// of their parts: the source, then each stage's tasks (an autoscaled
-// stage's up to its maximum, PartCount). Shard k of the workflow is task
-// k-1.
+// of their parts: the source's (one per range of a split input), then each
+// stage's tasks (an autoscaled stage's up to its maximum, PartCount).
+// Shard k of the workflow is task k-1.
 func TaskOrder(s *Spec) []wire.RainstormTask {
-	out := []wire.RainstormTask{{Stage: 0}}
+	var out []wire.RainstormTask
+	for k := range s.Source.Splits() {
+		out = append(out, wire.RainstormTask{Stage: 0, Index: k})
+	}
 	for i, st := range s.Stages {
 		for j := range st.PartCount() {
 			out = append(out, wire.RainstormTask{Stage: i + 1, Index: j})

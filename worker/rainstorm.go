@@ -943,10 +943,19 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	if chain != nil {
 		defer chain.Close()
 	}
+	ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
+	var rng *rainstorm.Range
+	if n := spec.Source.Splits(); n > 1 && spec.Source.Generate == nil {
+		// Found again at every start, from the bytes alone: the same
+		// range an earlier incarnation read.
+		if rng, err = d.sourceRange(input, n, ropts); err != nil {
+			return err
+		}
+	}
 	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
 		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
 		Chain: chain, FailOnBadRecord: spec.FailOnBadRecord, ResendTicks: rsResendTicks, File: d.file,
-		Epochs: d.rz.epochs,
+		Epochs: d.rz.epochs, Range: rng,
 	}, ckpt)
 	if err != nil {
 		return err
@@ -957,7 +966,6 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	if g := spec.Source.Generate; g != nil {
 		src = rainstorm.NewGenerator(g, pos.Record)
 	} else {
-		ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
 		if pos.Offset == 0 && pos.Record == 0 {
 			var f io.Reader
 			if rs, ok := input.(io.ReadSeeker); ok && d.file != nil {
@@ -996,6 +1004,9 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 		if chain.Streams() {
 			rd.ReuseFields() // the combiner keeps no record
 		}
+	}
+	if rng != nil {
+		src = &rainstorm.RangeSource{Src: src, End: rng.End}
 	}
 	segN := uint64(rainstorm.DefaultSegmentRecords)
 	gen := spec.Source.Generate
@@ -1094,6 +1105,40 @@ func (d *rsDriver) sourceCounts(m *rainstorm.SourceMachine) {
 	d.t.emitted.Store(int64(m.Sent()))
 }
 
+// sourceRange finds this source task's range of a split input (the task's
+// index of n), reading input from its start up to the range's first
+// record; the caller seeks to where it reads from.
+func (d *rsDriver) sourceRange(input io.ReadCloser, n int, ropts rainstorm.ReaderOptions) (*rainstorm.Range, error) {
+	var size int64
+	switch f := input.(type) {
+	case *os.File:
+		st, err := f.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", d.sourceName(), err)
+		}
+		size = st.Size()
+	case *rsBlobReader:
+		n, err := f.Size()
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", d.sourceName(), err)
+		}
+		size = n
+	default:
+		return nil, fmt.Errorf("source %s: a split input must be a file or an uploaded blob", d.sourceName())
+	}
+	rs := input.(io.ReadSeeker)
+	if _, err := rs.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("source %s: rewind: %w", d.sourceName(), err)
+	}
+	rng, _, err := rainstorm.FindRange(rs, size, d.task.Index, n, ropts)
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", d.sourceName(), err)
+	}
+	d.log.Info("rainstorm source: reading a range of the input", "range", d.task.Index+1, "of", n,
+		"first_record", rng.Start.Record+1, "offset", rng.Start.Offset, "end", rng.End)
+	return &rng, nil
+}
+
 func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header []string, ckpt *wire.RainstormCheckpoint) error {
 	spec := &d.p.Spec
 	cs := pipe.Stages[d.task.Stage-1]
@@ -1103,7 +1148,7 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 		Epochs: d.rz.epochs,
 	}
 	if d.task.Stage == 1 {
-		cfg.Upstream = 1
+		cfg.Upstream = spec.Source.Splits()
 	} else {
 		cfg.Upstream = spec.Stages[d.task.Stage-2].TaskCount()
 	}

@@ -48,6 +48,17 @@ func (w *Worker) openBlob(ctx context.Context, s string) (*rsBlobReader, error) 
 	return &rsBlobReader{ctx: ctx, w: w, sum: sum, size: -1, giveUp: rsChunkGiveUp}, nil
 }
 
+// Size is the blob's size, known from the first chunk read (fetched now
+// if none was).
+func (r *rsBlobReader) Size() (int64, error) {
+	if r.size < 0 {
+		if err := r.fetch(); err != nil {
+			return 0, err
+		}
+	}
+	return r.size, nil
+}
+
 func (r *rsBlobReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil

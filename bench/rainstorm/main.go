@@ -67,6 +67,7 @@ type options struct {
 	trace             bool
 	source            string
 	chain             bool
+	split             int
 	pipeline          string
 	poll              time.Duration
 	kinds             string
@@ -94,6 +95,7 @@ func main() {
 	flag.StringVar(&o.electProfile, "election-profile", "test", "election profile of every node")
 	flag.StringVar(&o.source, "source", "path", "how the pipelines read the input: path (read in place by the source's worker, as Miller reads it) or file (uploaded by tempest submit, inside the timed run)")
 	flag.BoolVar(&o.chain, "chain", true, "run the filter in the source task and pre-aggregate the count there (false: chain: false on both stages, each in tasks of its own)")
+	flag.IntVar(&o.split, "split", 1, "source tasks reading the input, each a byte range of it (source.split; the kill trials watch the first range's progress)")
 	flag.StringVar(&o.pipeline, "pipeline", "count", "count: filter → count by Category; project: filter → project OBJECTID, Category (record output, in input order); exec: filter → an awk program upper-casing Category → count by it")
 	flag.StringVar(&o.kinds, "kinds", "eo,alo,mlr,go", "what runs in each repetition, in this order")
 	flag.BoolVar(&o.profile, "profile", false, "perf-sample the nodes during one more exactly-once run")
@@ -261,8 +263,8 @@ func printHost(o options) {
 	if !o.chain {
 		chained = "every stage in tasks of its own (chain: false)"
 	}
-	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage, %s; source %s:\n",
-		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks, chained, o.source)
+	fmt.Printf("cluster: %d managers, %d workers × %d cores, SWIM profile %q, election profile %q; %d tasks per stage, %s; source %s in %d range(s):\n",
+		o.managers, o.workers, o.cores, o.swimProfile, o.electProfile, o.tasks, chained, o.source, max(o.split, 1))
 }
 
 type bench struct {
@@ -502,11 +504,11 @@ workflows:
   - name: %s
     type: rainstorm
     exactly_once: %t
-    source: {%s: %q, format: csv, header: true}
+    source: {%s: %q, format: csv, header: true, split: %d}
     stages:
       - {name: telespar, op: filter, tasks: %d, field: %s, equals: %q%s}
       - %s
-`, name, b.o.runTimeout, workflowName, exactlyOnce, b.o.source, src, b.o.tasks, filterField, filterValue, chain, last)
+`, name, b.o.runTimeout, workflowName, exactlyOnce, b.o.source, src, max(b.o.split, 1), b.o.tasks, filterField, filterValue, chain, last)
 	path := filepath.Join(b.dir, name+".yaml")
 	return path, os.WriteFile(path, []byte(job), 0o644)
 }

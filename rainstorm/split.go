@@ -1,0 +1,101 @@
+package rainstorm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Splitting a file input into byte ranges, one source task each, so that
+// reading and parsing use more than one core.
+//
+// A boundary cannot be found by looking for a newline near a byte offset:
+// RFC 4180 lets a quoted field hold newlines, and whether an offset lies
+// inside one depends on every quote before it. So range k of n finds its
+// start by reading the input from its first byte with the source's own
+// Reader, keeping no column (the column-only reader then makes no string),
+// up to the first record boundary the Reader reports at or past byte
+// k·size/n. That costs range k a read of k/n of the input before its first
+// record (a scan that keeps nothing, cheaper than the read), but needs no
+// coordination: every range, and every restart of one, computes the same
+// boundaries from the bytes alone, and they are the Reader's own, so the
+// records of the ranges, read in turn, are the records of one whole read.
+//
+// A record belongs to the range its first byte lies in: range k reads until
+// its reader stands at or past byte (k+1)·size/n, which is where range k+1
+// starts. Its input ids are the Reader's, counted from the input's start
+// (the scan counts the records before the range), so a record's id does
+// not depend on how many ranges there are.
+
+// MaxSplit bounds `source.split`.
+const MaxSplit = 16
+
+// Range is one source task's part of a file input.
+type Range struct {
+	// Start is the range's first record boundary: the id its first
+	// record gets, its offset, and the field count learnt before it.
+	Start Position
+	// End is the offset at which the range stops reading (the next
+	// range's search offset); -1 reads to the end of input.
+	End int64
+}
+
+// FindRange returns range k (0-based) of n of an input of size bytes, read
+// from its first byte from r, and the input's header (nil without one).
+func FindRange(r io.Reader, size int64, k, n int, opts ReaderOptions) (Range, []string, error) {
+	if n < 1 || k < 0 || k >= n {
+		return Range{}, nil, fmt.Errorf("range %d of %d", k, n)
+	}
+	rd, err := NewReader(r, opts)
+	if err != nil {
+		return Range{}, nil, err
+	}
+	rng := Range{End: -1}
+	if k+1 < n {
+		rng.End = rangeOffset(size, k+1, n)
+	}
+	if k == 0 {
+		rng.Start = rd.Pos()
+		return rng, rd.Header(), nil
+	}
+	rd.SetKeep([]bool{}) // boundaries only: no field is made a string
+	rd.ReuseFields()
+	target := rangeOffset(size, k, n)
+	for rd.Pos().Offset < target {
+		_, err := rd.Next()
+		var bad *BadRecordError
+		switch {
+		case errors.Is(err, io.EOF):
+			rng.Start = rd.Pos() // an empty range: it ends at once
+			return rng, rd.Header(), nil
+		case err != nil && !errors.As(err, &bad):
+			return Range{}, nil, fmt.Errorf("find range %d of %d: %w", k+1, n, err)
+		}
+	}
+	rng.Start = rd.Pos()
+	return rng, rd.Header(), nil
+}
+
+// rangeOffset is the byte at which range k of n starts looking for its
+// first record.
+func rangeOffset(size int64, k, n int) int64 {
+	return size/int64(n)*int64(k) + size%int64(n)*int64(k)/int64(n)
+}
+
+// RangeSource reads src, which stands in a range, up to the range's end:
+// io.EOF once it stands at or past End (never, for End -1).
+type RangeSource struct {
+	Src RecordSource
+	End int64
+}
+
+// Next implements RecordSource.
+func (r *RangeSource) Next() (Record, error) {
+	if r.End >= 0 && r.Src.Pos().Offset >= r.End {
+		return Record{}, io.EOF
+	}
+	return r.Src.Next()
+}
+
+// Pos implements RecordSource.
+func (r *RangeSource) Pos() Position { return r.Src.Pos() }
