@@ -481,3 +481,42 @@ func TestOpenAndLateAnswerReplicateAsDeltas(t *testing.T) {
 		}
 	}
 }
+
+// A new leader's spread sends each peer what that peer lacks: the peer
+// that missed a state gets it, the one that holds it gets nothing. When
+// every peer got whatever any store lacked, a million-key state went to
+// every peer after each leader change, each message bounded by the quorum
+// timeout, and syncs missed their majority ("what the sync read is on 1
+// managers").
+func TestSpreadSendsEachPeerWhatItLacks(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	lead.cut = map[string]bool{"m2": true} // m2 misses the state
+	c := &wire.RainstormCheckpoint{Task: task, Incarnation: 1, Version: 1, Groups: bigState(10_000)}
+	testutil.Eventually(t, time.Minute, 10*time.Millisecond, func() error {
+		if !g.put(lead, c) {
+			return fmt.Errorf("version 1 not acknowledged by m0 and m1")
+		}
+		return nil
+	})
+	lead.cut = nil
+
+	var w wholeSends
+	w.watch(g)
+	g.term++
+	for _, n := range g.nodes {
+		n.term = g.term
+	}
+	testutil.Eventually(t, time.Minute, 10*time.Millisecond, func() error {
+		return g.nodes[1].st.Sync(context.Background(), g.term)
+	})
+	if l := g.nodes[2].st.Latest(task); l == nil || l.Version != 1 || !reflect.DeepEqual(l.Groups, c.Groups) {
+		t.Fatalf("m2 after the sync holds %+v, want version 1 and its state", l)
+	}
+	if w.of("m2") == 0 || w.of("m0") != 0 {
+		t.Fatalf("the new leader sent %d whole checkpoints to m2, which lacked the state, and %d to m0, which held it; want some and none",
+			w.of("m2"), w.of("m0"))
+	}
+}
