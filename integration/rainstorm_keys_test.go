@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func countManyKeys(t *testing.T, records, keys int64) {
 			keepNodeLogs(t, c, filepath.Join(dir, t.Name()))
 		}
 	})
+	t.Cleanup(func() { logLeaderTerms(t, c) })
 	start := time.Now()
 	id := c.submit(manyKeysJob(records, keys))
 	var (
@@ -62,8 +64,10 @@ func countManyKeys(t *testing.T, records, keys int64) {
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
 	}
+	killed := time.Now()
 	out := c.finish(id, "keys")
-	t.Logf("%d records over %d keys: completed in %v with a worker SIGKILL", records, keys, time.Since(start).Round(time.Second))
+	t.Logf("%d records over %d keys: completed in %v with a worker SIGKILL (%v after it)", records, keys,
+		time.Since(start).Round(time.Second), time.Since(killed).Round(time.Second))
 	if out.Restarts == 0 {
 		t.Fatalf("the kill restarted no task: %+v", out.Tasks)
 	}
@@ -89,4 +93,43 @@ func TestRainstormManyKeysWorkerKill(t *testing.T) {
 		t.Skip("the 200k-key run is part of make chaos (TEMPEST_MANY_KEYS set)")
 	}
 	countManyKeys(t, 400_000, 200_000)
+}
+
+// logLeaderTerms logs, per manager, the terms it was elected in and each
+// RainStorm sync it finished (term, pages, duration), from its log: how
+// often leadership moved during the run, and what each move cost.
+func logLeaderTerms(t *testing.T, c *cluster) {
+	for _, n := range c.Nodes() {
+		if n.Role != "manager" {
+			continue
+		}
+		b, err := os.ReadFile(n.Log)
+		if err != nil {
+			t.Logf("%s: %v", n.Name, err)
+			continue
+		}
+		var elected, synced []string
+		for _, line := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.Contains(line, `msg="became leader"`):
+				elected = append(elected, logField(line, "term"))
+			case strings.Contains(line, `msg="rainstorm: store synced"`):
+				synced = append(synced, fmt.Sprintf("term %s: %s pages in %s", logField(line, "term"), logField(line, "pages"), logField(line, "took")))
+			}
+		}
+		t.Logf("%s: elected in terms %v; RainStorm syncs %v", n.Name, elected, synced)
+	}
+}
+
+// logField is the value of key=value in a text log line ("" if none).
+func logField(line, key string) string {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := line[i+len(key)+2:]
+	if j := strings.IndexByte(v, ' '); j >= 0 {
+		v = v[:j]
+	}
+	return v
 }
