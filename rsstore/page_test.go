@@ -47,7 +47,7 @@ func TestPageCostIsItsPage(t *testing.T) {
 		lt := openLeaderTask(t, s)
 		build(lt.checkpoint, keys)
 		page = allocPer(lt, keys, runs, func() {
-			if p := s.snapshot(nil, nil); !p.More {
+			if p := s.snapshot(nil, nil, nil); !p.More {
 				t.Fatalf("one page holds a %d-key state", keys)
 			}
 		})
@@ -107,7 +107,7 @@ func TestPagesWhileCheckpointsLand(t *testing.T) {
 		pages  int
 	)
 	for {
-		page := s.snapshot(nil, after)
+		page := s.snapshot(nil, after, nil)
 		pages++
 		if b, err := wire.Marshal(page); err != nil || len(b) > wire.MaxMessageSize/4 {
 			t.Fatalf("page %d: %d bytes (%v)", pages, len(b), err)

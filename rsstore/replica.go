@@ -110,10 +110,10 @@ func (s *Store) joinPart(c *wire.RainstormCheckpoint) (*wire.RainstormCheckpoint
 // stored before. The sender must be a manager of the group (the caller
 // checks).
 func (s *Store) HandleSync(msg *wire.RainstormSyncRequest) *wire.RainstormSyncResponse {
-	return s.promise(msg.Term, msg.Jobs, msg.After)
+	return s.promise(msg.Term, msg.Jobs, msg.After, msg.Have)
 }
 
-func (s *Store) promise(term uint64, jobs []string, after []byte) *wire.RainstormSyncResponse {
+func (s *Store) promise(term uint64, jobs []string, after []byte, have []wire.RainstormHave) *wire.RainstormSyncResponse {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if term > s.promised {
@@ -121,7 +121,7 @@ func (s *Store) promise(term uint64, jobs []string, after []byte) *wire.Rainstor
 		s.parts = nil // an older leader's unfinished checkpoints never finish
 	}
 	s.deposed(term)
-	return s.snapshot(jobs, after)
+	return s.snapshot(jobs, after, have)
 }
 
 // deposed records that a leader of term wrote to or read this store: if
@@ -149,13 +149,20 @@ const syncPage = 1 << 20
 // snapshot is one page of everything stored for jobs (all when empty):
 // each task's latest checkpoint and every version's rows, in key order
 // from the cursor after (nil: the start; see syncCursor), up to about
-// syncPage bytes, and the headers with the first page. A record larger
+// syncPage bytes, and the headers with the first page. A latest
+// checkpoint of the version have names for its task (the reader holds
+// it) is named in Same instead: a (version, incarnation) is one state
+// wherever it is stored, as a replicated group's repeat takes it to be. A record larger
 // than what is left of the page goes in parts (nextPart), and the cursor
 // can stop between them. Only the records' references are taken under mu:
 // a state is an immutable snapshot, so the page is cut from it while the
 // committer goes on, and a page costs its own entries, not the state.
-func (s *Store) snapshot(jobs []string, after []byte) *wire.RainstormSyncResponse {
+func (s *Store) snapshot(jobs []string, after []byte, have []wire.RainstormHave) *wire.RainstormSyncResponse {
 	out := &wire.RainstormSyncResponse{}
+	held := make(map[wire.RainstormTask]ver, len(have))
+	for _, h := range have {
+		held[h.Task] = ver{h.Version, h.Incarnation}
+	}
 	var from *syncCursor
 	if after != nil {
 		c, err := decodeCursor(after)
@@ -189,6 +196,11 @@ func (s *Store) snapshot(jobs []string, after []byte) *wire.RainstormSyncRespons
 		if size > 0 && syncPage-size < syncPage/8 {
 			out.More, out.Next = true, cursor(at)
 			break
+		}
+		if v, ok := held[r.head.Task]; ok && !r.rows && at == (partCut{}) && v == r.v {
+			out.Same = append(out.Same, wire.RainstormHave{Task: r.head.Task, Version: v.version, Incarnation: v.inc})
+			size += 64
+			continue
 		}
 		p, next, more := nextPart(r.head, r.state, at, syncPage-size)
 		size += ckpt.Size(p)

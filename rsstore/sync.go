@@ -72,7 +72,7 @@ func (r *syncReads) of(id string) *peerRead {
 func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) (pages, size int, err error) {
 	for !pr.done {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout) // per page
-		resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: pr.after})
+		resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: pr.after, Have: s.have()})
 		cancel()
 		if err != nil {
 			return pages, size, err
@@ -98,6 +98,7 @@ func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) 
 		pages++
 		pr.got.Checkpoints = append(pr.got.Checkpoints, cs...)
 		pr.got.Headers = append(pr.got.Headers, r.Headers...)
+		pr.got.Same = append(pr.got.Same, r.Same...)
 		pr.after, pr.done = r.Next, !r.More
 	}
 	return pages, size, nil
@@ -172,11 +173,12 @@ type rowsID struct {
 	v    ver
 }
 
-// holdingOf is what a store's sync answer says it holds.
-func holdingOf(cs []wire.RainstormCheckpoint) holding {
+// holdingOf is what a store's sync answer says it holds: the checkpoints
+// it sent, and the versions it named the same as this store's.
+func holdingOf(r *wire.RainstormSyncResponse) holding {
 	h := holding{latest: map[wire.RainstormTask]ver{}, rows: map[rowsID]bool{}}
-	for i := range cs {
-		c := &cs[i]
+	for i := range r.Checkpoints {
+		c := &r.Checkpoints[i]
 		if len(c.Rows) > 0 {
 			h.rows[rowsID{c.Task, ver{c.Version, rowsInc(c)}}] = true
 		}
@@ -184,7 +186,25 @@ func holdingOf(cs []wire.RainstormCheckpoint) holding {
 			h.latest[c.Task] = verOf(c)
 		}
 	}
+	for _, same := range r.Same {
+		h.latest[same.Task] = ver{same.Version, same.Incarnation}
+	}
 	return h
+}
+
+// have names the version of each task's latest checkpoint this store
+// holds, for a sync's request: a peer holding the same sends its name
+// alone.
+func (s *Store) have() []wire.RainstormHave {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]wire.RainstormHave, 0, len(s.tasks))
+	for t, st := range s.tasks {
+		if st.latest != nil {
+			out = append(out, wire.RainstormHave{Task: t, Version: st.latest.Version, Incarnation: st.latest.Incarnation})
+		}
+	}
+	return out
 }
 
 // lacking is what this store holds that h does not: a task's latest
@@ -221,7 +241,7 @@ func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum 
 	var wg sync.WaitGroup
 	for i, id := range peers {
 		pr := reads.of(id)
-		cs := s.lacking(holdingOf(pr.got.Checkpoints))
+		cs := s.lacking(holdingOf(&pr.got))
 		if len(cs) == 0 {
 			stored[i] = true
 			continue
