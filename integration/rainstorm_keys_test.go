@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"tempest/api"
 	"tempest/internal/testutil"
+	"tempest/wire"
 )
 
 // manyKeysJob counts a generated source's records by key in one task, so
@@ -65,7 +69,29 @@ func countManyKeys(t *testing.T, records, keys int64) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	out := c.finish(id, "keys")
+	st := c.waitStatus(id, 8*time.Minute, terminal)
+	if st.Status != wire.JobCompleted {
+		t.Fatalf("job ended %s: %+v", st.Status, st.Workflows)
+	}
+	t.Logf("completed %v after the kill", time.Since(killed).Round(time.Second))
+	// A million rows through a gate of a loaded race-built cluster take
+	// longer than the 10 s c.output allows one call, and a leader change
+	// just after the end makes the gate wait for the new leader's sync:
+	// read until an answer comes.
+	var out *api.PipelineOutput
+	testutil.Eventually(t, 3*time.Minute, time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		b, err := c.client.Output(ctx, id, "keys", "json")
+		if err != nil {
+			return err
+		}
+		out = new(api.PipelineOutput)
+		return json.Unmarshal(b, out)
+	})
+	if !out.Complete {
+		t.Fatalf("job completed, output incomplete: %+v", out.Tasks)
+	}
 	t.Logf("%d records over %d keys: completed in %v with a worker SIGKILL (%v after it)", records, keys,
 		time.Since(start).Round(time.Second), time.Since(killed).Round(time.Second))
 	if out.Restarts == 0 {
