@@ -368,12 +368,14 @@ func TestSyncResumesAfterALatePage(t *testing.T) {
 	if ckpt.Size(c) <= 2*syncPage {
 		t.Fatalf("the checkpoint's %d bytes fit two sync pages: the test's premise is three", ckpt.Size(c))
 	}
+	lead.cut = map[string]bool{"m0": true} // m0 lacks the state: it reads every page
 	testutil.Eventually(t, 2*time.Minute, 10*time.Millisecond, func() error {
 		if !g.put(lead, c) {
 			return fmt.Errorf("version 1 not acknowledged")
 		}
 		return nil
 	})
+	lead.cut = nil
 
 	// m0 leads; every second page it asks of a peer is late.
 	g.term++
@@ -479,5 +481,84 @@ func TestOpenAndLateAnswerReplicateAsDeltas(t *testing.T) {
 		if l := n.st.Latest(task); l == nil || l.Version != 3 || !reflect.DeepEqual(l.Groups, want) {
 			t.Fatalf("%s holds %v", n.id, l != nil && reflect.DeepEqual(l.Groups, want))
 		}
+	}
+}
+
+// A new leader's spread sends each peer what that peer lacks: the peer
+// that missed a state gets it, the one that holds it gets nothing. When
+// every peer got whatever any store lacked, a million-key state went to
+// every peer after each leader change, each message bounded by the quorum
+// timeout, and syncs missed their majority ("what the sync read is on 1
+// managers").
+func TestSpreadSendsEachPeerWhatItLacks(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	lead.cut = map[string]bool{"m2": true} // m2 misses the state
+	c := &wire.RainstormCheckpoint{Task: task, Incarnation: 1, Version: 1, Groups: bigState(10_000)}
+	testutil.Eventually(t, time.Minute, 10*time.Millisecond, func() error {
+		if !g.put(lead, c) {
+			return fmt.Errorf("version 1 not acknowledged by m0 and m1")
+		}
+		return nil
+	})
+	lead.cut = nil
+
+	var w wholeSends
+	w.watch(g)
+	g.term++
+	for _, n := range g.nodes {
+		n.term = g.term
+	}
+	testutil.Eventually(t, time.Minute, 10*time.Millisecond, func() error {
+		return g.nodes[1].st.Sync(context.Background(), g.term)
+	})
+	if l := g.nodes[2].st.Latest(task); l == nil || l.Version != 1 || !reflect.DeepEqual(l.Groups, c.Groups) {
+		t.Fatalf("m2 after the sync holds %+v, want version 1 and its state", l)
+	}
+	if w.of("m2") == 0 || w.of("m0") != 0 {
+		t.Fatalf("the new leader sent %d whole checkpoints to m2, which lacked the state, and %d to m0, which held it; want some and none",
+			w.of("m2"), w.of("m0"))
+	}
+}
+
+// A new leader that holds a task's latest version reads no state of it
+// from a peer holding the same: the peer names it. Read in full from
+// every peer, a million-key state cost each leader change some 30 pages
+// per peer, each about a second on a loaded host, while no task could
+// checkpoint; and a peer holding another version still sends its state.
+func TestSyncReadsNoStateTheLeaderHolds(t *testing.T) {
+	g := newTestGroup(t)
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	lead := g.elect(0, 1, 2)
+	g.open(lead, task, 1)
+	c := &wire.RainstormCheckpoint{Task: task, Incarnation: 1, Version: 1, Groups: bigState(10_000)}
+	lead.cut = map[string]bool{"m2": true} // m2 holds only the open
+	testutil.Eventually(t, time.Minute, 10*time.Millisecond, func() error {
+		if !g.put(lead, c) {
+			return fmt.Errorf("version 1 not acknowledged")
+		}
+		return nil
+	})
+	lead.cut = nil
+	size := ckpt.Size(c)
+
+	g.term++
+	for _, n := range g.nodes {
+		n.term = g.term
+	}
+	reads := &syncReads{}
+	testutil.Eventually(t, time.Minute, 10*time.Millisecond, func() error {
+		return g.nodes[1].st.sync(context.Background(), g.term, reads)
+	})
+	if got := reads.of("m0").got; len(got.Checkpoints) != 0 || len(got.Same) != 1 || got.Same[0].Version != 1 {
+		t.Fatalf("m0, holding version 1 as the leader does, sent %d checkpoints and named %+v; want none and version 1", len(got.Checkpoints), got.Same)
+	}
+	if reads.bytes > size/4 {
+		t.Fatalf("the sync read %d bytes for a state of %d the leader holds", reads.bytes, size)
+	}
+	if l := g.nodes[2].st.Latest(task); l == nil || l.Version != 1 || !reflect.DeepEqual(l.Groups, c.Groups) {
+		t.Fatalf("m2 after the sync holds %+v, want version 1 and its state", l)
 	}
 }

@@ -300,9 +300,11 @@ func reopen(latest *wire.RainstormCheckpoint, o *wire.RainstormOpen) *wire.Rains
 
 // openReply is what an open is answered with: the task's latest
 // checkpoint (none before its first) and its pipeline's header. A
-// checkpoint too large for one message goes in parts (ckpt.Split),
-// o.Part the one asked for; one past the last is answered with none, and
-// the task reads again from part 0.
+// checkpoint too large for one message goes in parts of about
+// ckpt.PageBytes (nextPart), o.Part the one asked for; one past the last
+// is answered with none, and the task reads again from part 0. Where
+// each part starts is kept per version (openParts), so a task reading its
+// parts in order costs each part its own entries.
 func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	reply := &wire.RainstormOpenReply{}
 	s.mu.Lock()
@@ -311,17 +313,88 @@ func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	if ok {
 		reply.Header, reply.HasHeader = h.Header, h.HasHeader
 	}
-	// The state is immutable: it is made whole (once, then kept with it)
-	// outside mu, so the committer does not wait for it.
-	if head, state := s.head(o.Task); head != nil && head.Version > 0 {
-		c := *head
-		c.Opened = nil // the store's
-		c.Groups = state.whole()
-		if parts := ckpt.Split(&c, ckpt.PageBytes); o.Part >= 0 && o.Part < len(parts) {
-			reply.Checkpoint = parts[o.Part]
-		}
+	// The state is immutable: the part is cut outside mu, so the
+	// committer does not wait for it.
+	head, state := s.head(o.Task)
+	if head == nil || head.Version == 0 || o.Part < 0 {
+		return reply
 	}
+	c := *head
+	c.Opened = nil // the store's
+	v := verOf(head)
+	n, at, found := s.openParts.from(o.Task, v, o.Part)
+	for found && n < o.Part { // parts before o.Part not cut yet: walk to it
+		_, next, more := nextPart(&c, state, at, ckpt.PageBytes)
+		if !more {
+			s.openParts.last(o.Task, v, n+1)
+			return reply
+		}
+		n, at = n+1, next
+		s.openParts.add(o.Task, v, n, at)
+	}
+	if !found {
+		return reply // past the last part
+	}
+	p, next, more := nextPart(&c, state, at, ckpt.PageBytes)
+	if more {
+		s.openParts.add(o.Task, v, o.Part+1, next)
+	} else {
+		s.openParts.last(o.Task, v, o.Part+1)
+	}
+	reply.Checkpoint = p
 	return reply
+}
+
+// openParts keeps, per task, where each part of its latest checkpoint's
+// open reply starts, for the version last read: a task reads its parts
+// one after another, and each is cut from where the one before ended.
+type openParts struct {
+	mu    sync.Mutex
+	tasks map[wire.RainstormTask]*partStarts
+}
+
+type partStarts struct {
+	v      ver
+	starts []partCut // starts[n]: where part n starts
+	parts  int       // how many parts there are; 0 until the last was cut
+}
+
+// from returns the part nearest below n (n itself when known) whose start
+// is known, and that start; found is false when n is past the last part.
+func (o *openParts) from(t wire.RainstormTask, v ver, n int) (known int, at partCut, found bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ps := o.tasks[t]
+	if ps == nil || ps.v != v {
+		if o.tasks == nil {
+			o.tasks = map[wire.RainstormTask]*partStarts{}
+		}
+		ps = &partStarts{v: v, starts: []partCut{{}}}
+		o.tasks[t] = ps
+	}
+	if ps.parts > 0 && n >= ps.parts {
+		return 0, partCut{}, false
+	}
+	known = min(n, len(ps.starts)-1)
+	return known, ps.starts[known], true
+}
+
+// add records where part n of t's version v starts.
+func (o *openParts) add(t wire.RainstormTask, v ver, n int, at partCut) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ps := o.tasks[t]; ps != nil && ps.v == v && n == len(ps.starts) {
+		ps.starts = append(ps.starts, at)
+	}
+}
+
+// last records that t's version v has n parts.
+func (o *openParts) last(t wire.RainstormTask, v ver, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ps := o.tasks[t]; ps != nil && ps.v == v {
+		ps.parts = n
+	}
 }
 
 // replicate makes cs and hs durable here and on a majority, then applies

@@ -2,7 +2,6 @@ package rsstore
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -111,10 +110,10 @@ func (s *Store) joinPart(c *wire.RainstormCheckpoint) (*wire.RainstormCheckpoint
 // stored before. The sender must be a manager of the group (the caller
 // checks).
 func (s *Store) HandleSync(msg *wire.RainstormSyncRequest) *wire.RainstormSyncResponse {
-	return s.promise(msg.Term, msg.Jobs, msg.After)
+	return s.promise(msg.Term, msg.Jobs, msg.After, msg.Have)
 }
 
-func (s *Store) promise(term uint64, jobs []string, after []byte) *wire.RainstormSyncResponse {
+func (s *Store) promise(term uint64, jobs []string, after []byte, have []wire.RainstormHave) *wire.RainstormSyncResponse {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if term > s.promised {
@@ -122,7 +121,7 @@ func (s *Store) promise(term uint64, jobs []string, after []byte) *wire.Rainstor
 		s.parts = nil // an older leader's unfinished checkpoints never finish
 	}
 	s.deposed(term)
-	return s.snapshot(jobs, after)
+	return s.snapshot(jobs, after, have)
 }
 
 // deposed records that a leader of term wrote to or read this store: if
@@ -149,67 +148,117 @@ const syncPage = 1 << 20
 
 // snapshot is one page of everything stored for jobs (all when empty):
 // each task's latest checkpoint and every version's rows, in key order
-// from after (exclusive), up to about syncPage bytes, and the headers
-// with the first page. The keys are stable, so a page's cursor means the
-// same whatever is written between pages.
-func (s *Store) snapshot(jobs []string, after []byte) *wire.RainstormSyncResponse {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// from the cursor after (nil: the start; see syncCursor), up to about
+// syncPage bytes, and the headers with the first page. A latest
+// checkpoint of the version have names for its task (the reader holds
+// it) is named in Same instead: a (version, incarnation) is one state
+// wherever it is stored, as a replicated group's repeat takes it to be. A record larger
+// than what is left of the page goes in parts (nextPart), and the cursor
+// can stop between them. Only the records' references are taken under mu:
+// a state is an immutable snapshot, so the page is cut from it while the
+// committer goes on, and a page costs its own entries, not the state.
+func (s *Store) snapshot(jobs []string, after []byte, have []wire.RainstormHave) *wire.RainstormSyncResponse {
 	out := &wire.RainstormSyncResponse{}
-	want := func(job string) bool { return len(jobs) == 0 || slices.Contains(jobs, job) }
-	type entry struct {
-		key []byte
-		c   wire.RainstormCheckpoint
+	held := make(map[wire.RainstormTask]ver, len(have))
+	for _, h := range have {
+		held[h.Task] = ver{h.Version, h.Incarnation}
 	}
-	var es []entry
-	for t, st := range s.tasks {
-		if !want(t.Job) {
-			continue
+	var from *syncCursor
+	if after != nil {
+		c, err := decodeCursor(after)
+		if err != nil {
+			s.host.Logger().Warn("rainstorm: sync page asked from a cursor this store cannot read; answering from the start", "err", err)
 		}
-		k := taskKey(t)
-		if st.latest != nil {
-			c := *st.latest
-			c.Groups = st.state.whole() // once per version: each page asks again
-			es = append(es, entry{append(slices.Clone(k), 0), c})
-		}
-		for v, rows := range st.rows {
-			ek := binary.BigEndian.AppendUint64(append(slices.Clone(k), 1), v.version)
-			ek = binary.BigEndian.AppendUint64(ek, v.inc)
-			es = append(es, entry{ek, wire.RainstormCheckpoint{Task: t, Version: v.version, RowsOf: v.inc, Rows: rows}})
-		}
+		from = c
 	}
-	slices.SortFunc(es, func(a, b entry) int { return bytes.Compare(a.key, b.key) })
-	// A checkpoint larger than a page goes in parts (ckpt.Split),
-	// each under its entry's key and its part number, so the cursor can
-	// stop between parts.
+	var fromKey []byte
+	if from != nil {
+		fromKey = from.key()
+	}
+	recs := s.records(jobs, fromKey)
 	size := 0
-	var last []byte
-pages:
-	for _, e := range es {
-		if after != nil && bytes.Compare(e.key, after) < 0 && !bytes.HasPrefix(after, e.key) {
+	for _, r := range recs {
+		at := partCut{}
+		if from != nil {
+			switch c := bytes.Compare(r.key, fromKey); {
+			case c < 0:
+				continue
+			case c == 0 && from.Done:
+				continue
+			case c == 0 && r.v == (ver{from.Version, from.Inc}):
+				at = from.Cut
+			} // else a newer latest than the one being cut: from part 0
+		}
+		cursor := func(cut partCut) []byte {
+			c := syncCursor{Task: r.head.Task, Rows: r.rows, Version: r.v.version, Inc: r.v.inc, Cut: cut}
+			return c.encode()
+		}
+		if size > 0 && syncPage-size < syncPage/8 {
+			out.More, out.Next = true, cursor(at)
+			break
+		}
+		if v, ok := held[r.head.Task]; ok && !r.rows && at == (partCut{}) && v == r.v {
+			out.Same = append(out.Same, wire.RainstormHave{Task: r.head.Task, Version: v.version, Incarnation: v.inc})
+			size += 64
 			continue
 		}
-		for n, p := range ckpt.Split(&e.c, syncPage) {
-			pk := binary.BigEndian.AppendUint32(slices.Clip(e.key), uint32(n))
-			if after != nil && bytes.Compare(pk, after) <= 0 {
-				continue
-			}
-			sz := ckpt.Size(p)
-			if size > 0 && size+sz > syncPage {
-				out.More, out.Next = true, last
-				break pages
-			}
-			size += sz
-			out.Checkpoints = append(out.Checkpoints, *p)
-			last = pk
+		p, next, more := nextPart(r.head, r.state, at, syncPage-size)
+		size += ckpt.Size(p)
+		out.Checkpoints = append(out.Checkpoints, *p)
+		if more { // the part filled the page
+			out.More, out.Next = true, cursor(next)
+			break
 		}
 	}
-	if after == nil {
+	if from == nil {
+		s.mu.Lock()
 		for k, h := range s.headers {
-			if want(k[0]) {
+			if wantJob(jobs, k[0]) {
 				out.Headers = append(out.Headers, h)
 			}
 		}
+		s.mu.Unlock()
 	}
 	return out
+}
+
+func wantJob(jobs []string, job string) bool { return len(jobs) == 0 || slices.Contains(jobs, job) }
+
+// syncRecord is one record a sync reads: a task's latest checkpoint (its
+// head and state) or the rows of one of its versions (a rows-only head).
+type syncRecord struct {
+	key   []byte
+	head  *wire.RainstormCheckpoint
+	state *aggState
+	rows  bool
+	v     ver
+}
+
+// records is every record of jobs' tasks from the task of fromKey on, in
+// key order: references only (heads and states are immutable, a rows
+// slice is never changed once stored), taken under mu.
+func (s *Store) records(jobs []string, fromKey []byte) []syncRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var recs []syncRecord
+	for t, st := range s.tasks {
+		if !wantJob(jobs, t.Job) {
+			continue
+		}
+		k := taskKey(t)
+		if fromKey != nil && bytes.Compare(k, fromKey[:min(len(k), len(fromKey))]) < 0 {
+			continue
+		}
+		if st.latest != nil {
+			c := *st.latest
+			c.Groups = nil
+			recs = append(recs, syncRecord{key: recordKey(t, false, ver{}), head: &c, state: st.state, v: verOf(st.latest)})
+		}
+		for v, rows := range st.rows {
+			recs = append(recs, syncRecord{key: recordKey(t, true, v), rows: true, v: v,
+				head: &wire.RainstormCheckpoint{Task: t, Version: v.version, RowsOf: v.inc, Rows: rows}})
+		}
+	}
+	slices.SortFunc(recs, func(a, b syncRecord) int { return bytes.Compare(a.key, b.key) })
+	return recs
 }

@@ -69,6 +69,8 @@ type Store struct {
 	// parts holds, per task, a checkpoint a leader is sending in parts
 	// (its group outgrew a message) until its last part. Under wmu.
 	parts map[wire.RainstormTask]*ckpt.Joiner
+	// openParts is where the parts of each task's open reply start.
+	openParts openParts
 }
 
 // Config tunes a Store.

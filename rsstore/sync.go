@@ -72,7 +72,7 @@ func (r *syncReads) of(id string) *peerRead {
 func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) (pages, size int, err error) {
 	for !pr.done {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout) // per page
-		resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: pr.after})
+		resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: pr.after, Have: s.have()})
 		cancel()
 		if err != nil {
 			return pages, size, err
@@ -98,6 +98,7 @@ func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) 
 		pages++
 		pr.got.Checkpoints = append(pr.got.Checkpoints, cs...)
 		pr.got.Headers = append(pr.got.Headers, r.Headers...)
+		pr.got.Same = append(pr.got.Same, r.Same...)
 		pr.after, pr.done = r.Next, !r.More
 	}
 	return pages, size, nil
@@ -138,10 +139,8 @@ func (s *Store) sync(ctx context.Context, term uint64, reads *syncReads) error {
 	if 1+len(answered) < quorum {
 		return fmt.Errorf("%d of %d managers answered, %d needed: %w", 1+len(answered), len(peers)+1, quorum, errors.Join(errs...))
 	}
-	holders := []holding{s.holding()}
 	for _, id := range answered {
 		pr := reads.of(id)
-		holders = append(holders, holdingOf(pr.got.Checkpoints))
 		if pr.stored {
 			continue
 		}
@@ -155,7 +154,7 @@ func (s *Store) sync(ctx context.Context, term uint64, reads *syncReads) error {
 		pr.stored = true
 	}
 	s.peerHave = nil // this term knows nothing of the peers' stores yet
-	if err := s.spread(ctx, term, answered, quorum, s.lacking(holders)); err != nil {
+	if err := s.spread(ctx, term, answered, quorum, reads); err != nil {
 		return err
 	}
 	s.setSynced(term)
@@ -174,26 +173,12 @@ type rowsID struct {
 	v    ver
 }
 
-func (s *Store) holding() holding {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// holdingOf is what a store's sync answer says it holds: the checkpoints
+// it sent, and the versions it named the same as this store's.
+func holdingOf(r *wire.RainstormSyncResponse) holding {
 	h := holding{latest: map[wire.RainstormTask]ver{}, rows: map[rowsID]bool{}}
-	for t, st := range s.tasks {
-		if st.latest != nil {
-			h.latest[t] = verOf(st.latest)
-		}
-		for v := range st.rows {
-			h.rows[rowsID{t, v}] = true
-		}
-	}
-	return h
-}
-
-// holdingOf is what a store's sync answer says it holds.
-func holdingOf(cs []wire.RainstormCheckpoint) holding {
-	h := holding{latest: map[wire.RainstormTask]ver{}, rows: map[rowsID]bool{}}
-	for i := range cs {
-		c := &cs[i]
+	for i := range r.Checkpoints {
+		c := &r.Checkpoints[i]
 		if len(c.Rows) > 0 {
 			h.rows[rowsID{c.Task, ver{c.Version, rowsInc(c)}}] = true
 		}
@@ -201,12 +186,30 @@ func holdingOf(cs []wire.RainstormCheckpoint) holding {
 			h.latest[c.Task] = verOf(c)
 		}
 	}
+	for _, same := range r.Same {
+		h.latest[same.Task] = ver{same.Version, same.Incarnation}
+	}
 	return h
 }
 
-// lacking is what this store holds that one of holders does not: a task's
-// latest checkpoint (whole) or a rows record (rows only), in key order.
-func (s *Store) lacking(holders []holding) []wire.RainstormCheckpoint {
+// have names the version of each task's latest checkpoint this store
+// holds, for a sync's request: a peer holding the same sends its name
+// alone.
+func (s *Store) have() []wire.RainstormHave {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]wire.RainstormHave, 0, len(s.tasks))
+	for t, st := range s.tasks {
+		if st.latest != nil {
+			out = append(out, wire.RainstormHave{Task: t, Version: st.latest.Version, Incarnation: st.latest.Incarnation})
+		}
+	}
+	return out
+}
+
+// lacking is what this store holds that h does not: a task's latest
+// checkpoint (whole) or a rows record (rows only), in key order.
+func (s *Store) lacking(h holding) []wire.RainstormCheckpoint {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []wire.RainstormCheckpoint
@@ -214,13 +217,13 @@ func (s *Store) lacking(holders []holding) []wire.RainstormCheckpoint {
 		return bytes.Compare(taskKey(a), taskKey(b))
 	}) {
 		st := s.tasks[t]
-		if st.latest != nil && slices.ContainsFunc(holders, func(h holding) bool { return h.latest[t] != verOf(st.latest) }) {
+		if st.latest != nil && h.latest[t] != verOf(st.latest) {
 			c := *st.latest
 			c.Groups = st.state.whole()
 			out = append(out, c)
 		}
 		for _, v := range slices.SortedFunc(maps.Keys(st.rows), compareVer) {
-			if slices.ContainsFunc(holders, func(h holding) bool { return !h.rows[rowsID{t, v}] }) {
+			if !h.rows[rowsID{t, v}] {
 				out = append(out, wire.RainstormCheckpoint{Task: t, Version: v.version, RowsOf: v.inc, Rows: st.rows[v]})
 			}
 		}
@@ -228,26 +231,29 @@ func (s *Store) lacking(holders []holding) []wire.RainstormCheckpoint {
 	return out
 }
 
-// spread stores cs on a majority: here (they are) and on the peers that
-// answered the sync (with this store, a majority; a peer that did not is
-// likely down, and waiting for it would hold the term's first answer), in
-// messages of about syncPage bytes, in order.
-func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum int, cs []wire.RainstormCheckpoint) error {
-	if len(cs) == 0 {
-		return nil
-	}
-	ptrs := make([]*wire.RainstormCheckpoint, len(cs))
-	for i := range cs {
-		ptrs[i] = &cs[i]
-	}
-	// A whole state over a page goes in parts (ckpt.Split); the
-	// peer joins them before it stores the state.
-	pages := ckpt.Paged(ptrs, syncPage)
+// spread stores on a majority what this store holds: here (it is) and on
+// the peers that answered the sync (with this store, a majority; a peer
+// that did not is likely down, and waiting for it would hold the term's
+// first answer), each sent only what it lacks, in messages of about
+// syncPage bytes, in order. A peer that lacks nothing counts at once.
+func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum int, reads *syncReads) error {
 	stored := make([]bool, len(peers))
 	var wg sync.WaitGroup
 	for i, id := range peers {
+		pr := reads.of(id)
+		cs := s.lacking(holdingOf(&pr.got))
+		if len(cs) == 0 {
+			stored[i] = true
+			continue
+		}
 		wg.Go(func() {
-			for _, p := range pages {
+			ptrs := make([]*wire.RainstormCheckpoint, len(cs))
+			for i := range cs {
+				ptrs[i] = &cs[i]
+			}
+			// A whole state over a page goes in parts (ckpt.Split);
+			// the peer joins them before it stores the state.
+			for _, p := range ckpt.Paged(ptrs, syncPage) {
 				cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout)
 				resp, err := s.host.Call(cctx, id, &wire.RainstormReplicate{Term: term, Checkpoints: derefs(p)})
 				cancel()

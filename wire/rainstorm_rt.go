@@ -129,20 +129,37 @@ type RainstormReplicateAck struct {
 //
 // The answer comes in pages (a store outgrows one message): After is the
 // Next of the previous page, empty for the first.
+//
+// Have names the version of each task's latest checkpoint the leader holds:
+// a peer holding the same version answers that task in Same instead of
+// sending its state, which the leader has (a new leader after a clean
+// change holds what its peers hold, and a million-key state is 30 pages).
 type RainstormSyncRequest struct {
-	Jobs  []string `cbor:"1,keyasint,omitempty"`
-	Term  uint64   `cbor:"11,keyasint,omitempty"`
-	After []byte   `cbor:"12,keyasint,omitempty"`
+	Jobs  []string        `cbor:"1,keyasint,omitempty"`
+	Term  uint64          `cbor:"11,keyasint,omitempty"`
+	After []byte          `cbor:"12,keyasint,omitempty"`
+	Have  []RainstormHave `cbor:"13,keyasint,omitempty"`
+}
+
+// RainstormHave names a task's stored latest checkpoint by its version and
+// incarnation.
+type RainstormHave struct {
+	Task        RainstormTask `cbor:"1,keyasint"`
+	Version     uint64        `cbor:"2,keyasint,omitempty"`
+	Incarnation uint64        `cbor:"3,keyasint,omitempty"`
 }
 
 // RainstormSyncResponse holds, per task, every checkpoint version the peer
 // stores output rows for plus its latest checkpoint, and the headers.
 // More says another page follows, asked for with After: Next.
+// Same names the tasks whose latest checkpoint is the version the
+// request's Have named, in place of the checkpoint.
 type RainstormSyncResponse struct {
 	Checkpoints []RainstormCheckpoint `cbor:"1,keyasint,omitempty"`
 	Headers     []RainstormHeader     `cbor:"2,keyasint,omitempty"`
 	More        bool                  `cbor:"11,keyasint,omitempty"`
 	Next        []byte                `cbor:"12,keyasint,omitempty"`
+	Same        []RainstormHave       `cbor:"13,keyasint,omitempty"`
 }
 
 func (*RainstormOpen) Type() MsgType          { return TypeRainstormOpen }

@@ -31,27 +31,30 @@ func Size(c *wire.RainstormCheckpoint) int {
 	}
 	n += entriesSize(c.State)
 	for i := range c.PendingBlobs {
-		n += blobSize(&c.PendingBlobs[i])
+		n += BlobSize(&c.PendingBlobs[i])
 	}
 	for i := range c.Pending {
-		n += batchSize(&c.Pending[i])
+		n += BatchSize(&c.Pending[i])
 	}
 	return n + recordsSize(c.Rows)
 }
 
-func entrySize(e *wire.RainstormAggregate) int { return 16 + len(e.Key) + len(e.Sum) }
+// EntrySize estimates the encoded size of one aggregate entry.
+func EntrySize(e *wire.RainstormAggregate) int { return 16 + len(e.Key) + len(e.Sum) }
 
 func entriesSize(es []wire.RainstormAggregate) int {
 	n := 0
 	for i := range es {
-		n += entrySize(&es[i])
+		n += EntrySize(&es[i])
 	}
 	return n
 }
 
-func blobSize(b *wire.RainstormBatchBlob) int { return 48 + len(b.Batch) }
+// BlobSize estimates the encoded size of one encoded batch.
+func BlobSize(b *wire.RainstormBatchBlob) int { return 48 + len(b.Batch) }
 
-func batchSize(b *wire.RainstormBatch) int { return 64 + recordsSize(b.Records) }
+// BatchSize estimates the encoded size of one batch.
+func BatchSize(b *wire.RainstormBatch) int { return 64 + recordsSize(b.Records) }
 
 // RecordSize estimates the encoded size of one record.
 func RecordSize(r *wire.RainstormRecord) int {
@@ -103,10 +106,10 @@ func Split(c *wire.RainstormCheckpoint, budget int) []*wire.RainstormCheckpoint 
 			continue
 		}
 		for es := g.Entries; len(es) > 0; {
-			next(8 + entrySize(&es[0]))
+			next(8 + EntrySize(&es[0]))
 			k := 1 // and as many more as fit the rest of this part
-			for k < len(es) && used+entrySize(&es[k]) <= budget {
-				used += entrySize(&es[k])
+			for k < len(es) && used+EntrySize(&es[k]) <= budget {
+				used += EntrySize(&es[k])
 				k++
 			}
 			cur.Groups = append(cur.Groups, wire.RainstormGroupState{Group: g.Group, Entries: es[:k:k]})
@@ -114,15 +117,15 @@ func Split(c *wire.RainstormCheckpoint, budget int) []*wire.RainstormCheckpoint 
 		}
 	}
 	for i := range c.State {
-		next(entrySize(&c.State[i]))
+		next(EntrySize(&c.State[i]))
 		cur.State = append(cur.State, c.State[i])
 	}
 	for i := range c.PendingBlobs {
-		next(blobSize(&c.PendingBlobs[i]))
+		next(BlobSize(&c.PendingBlobs[i]))
 		cur.PendingBlobs = append(cur.PendingBlobs, c.PendingBlobs[i])
 	}
 	for i := range c.Pending {
-		next(batchSize(&c.Pending[i]))
+		next(BatchSize(&c.Pending[i]))
 		cur.Pending = append(cur.Pending, c.Pending[i])
 	}
 	for i := range c.Rows {

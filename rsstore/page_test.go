@@ -1,0 +1,216 @@
+package rsstore
+
+import (
+	"reflect"
+	"runtime"
+	"testing"
+
+	"tempest/rainstorm/ckpt"
+	"tempest/wire"
+)
+
+// allocPer is the bytes read allocates, averaged over runs, each run
+// after a checkpoint of 100 keys (not counted): a new leader's sync reads
+// stores their last leader just wrote, and a replacement opens at the
+// version its predecessor just cut.
+func allocPer(lt *leaderTask, keys, runs int, read func()) float64 {
+	var total uint64
+	for i := range runs {
+		lt.checkpoint(countDelta(spread(100, keys, i), int64(i+2)))
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		read()
+		runtime.ReadMemStats(&after)
+		total += after.TotalAlloc - before.TotalAlloc
+	}
+	return float64(total) / float64(runs)
+}
+
+// A sync page and an open's part cost what they carry, not the state they
+// are cut from: the first page of a 600k-key state allocates about what
+// it does on a 200k-key one, and so does part 0 of an open's reply (both
+// states are over a part). When each page made the task's whole state and
+// split all of it to find the page, a new leader's sync of a million-key
+// count outlasted its per-page timeout on every page, and no leader
+// finished its sync after a worker kill.
+func TestPageCostIsItsPage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 600k-key state")
+	}
+	const small, large, runs = 200_000, 600_000, 4
+	cost := func(keys int) (page, part float64) {
+		s, err := Open(t.TempDir(), soloHost{}, Config{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		lt := openLeaderTask(t, s)
+		build(lt.checkpoint, keys)
+		page = allocPer(lt, keys, runs, func() {
+			if p := s.snapshot(nil, nil, nil); !p.More {
+				t.Fatalf("one page holds a %d-key state", keys)
+			}
+		})
+		part = allocPer(lt, keys, runs, func() {
+			if r := s.openReply(&wire.RainstormOpen{Task: lt.task, Incarnation: 2}); r.Checkpoint == nil || !r.Checkpoint.More {
+				t.Fatalf("one part holds a %d-key state", keys)
+			}
+		})
+		return page, part
+	}
+	ps, os := cost(small)
+	pl, ol := cost(large)
+	t.Logf("bytes allocated: first sync page %.0f on %d keys, %.0f on %d; open's part 0 %.0f, %.0f", ps, small, pl, large, os, ol)
+	// The state grows 3×; a cost that follows it grows about that much.
+	if pl > 1.5*ps || ol > 1.5*os {
+		t.Fatalf("a page's cost grows with the state: sync page %.0f → %.0f bytes, open part %.0f → %.0f bytes on %d then %d keys",
+			ps, pl, os, ol, small, large)
+	}
+}
+
+// A state read in pages while checkpoints land between them joins to the
+// task's state at one version (a newer version than the one being cut is
+// sent from its part 0, which restarts the reader's join), every rows
+// record is read once, and each page is under the
+// message cap; so are an open's parts, read in order while the task's
+// version changes under them, and past the last part there is none.
+func TestPagesWhileCheckpointsLand(t *testing.T) {
+	s, err := Open(t.TempDir(), soloHost{}, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lt := openLeaderTask(t, s)
+	const keys = 150_000
+	build(lt.checkpoint, keys)
+	states := map[ver][]wire.RainstormGroupState{}
+	record := func() {
+		l := s.Latest(lt.task)
+		states[verOf(l)] = l.Groups
+	}
+	record()
+	rowsTask := wire.RainstormTask{Job: "j", Workflow: "count", Stage: 2}
+	for v := uint64(1); v <= 3; v++ {
+		rows := &wire.RainstormCheckpoint{Task: rowsTask, Version: v, RowsOf: 1}
+		for i := range 20_000 {
+			rows.Rows = append(rows.Rows, wire.RainstormRecord{ID: uint64(i), Fields: []string{"some-key", "1"}})
+		}
+		if err := s.store([]*wire.RainstormCheckpoint{rows}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var (
+		after  []byte
+		j      ckpt.Joiner
+		joined []*wire.RainstormCheckpoint
+		pages  int
+	)
+	for {
+		page := s.snapshot(nil, after, nil)
+		pages++
+		if b, err := wire.Marshal(page); err != nil || len(b) > wire.MaxMessageSize/4 {
+			t.Fatalf("page %d: %d bytes (%v)", pages, len(b), err)
+		}
+		for i := range page.Checkpoints {
+			c, err := j.Add(&page.Checkpoints[i])
+			if err != nil {
+				t.Fatalf("page %d: %v", pages, err)
+			}
+			if c != nil {
+				joined = append(joined, c)
+			}
+		}
+		if !page.More {
+			break
+		}
+		after = page.Next
+		if pages == 1 || pages == 3 { // checkpoints land while the state is read
+			lt.checkpoint(countDelta(spread(500, keys+1000, pages), int64(pages+10)))
+			record()
+		}
+	}
+	if pages < 7 {
+		t.Fatalf("%d pages: the test wants the state cut in many", pages)
+	}
+	var latest, rows int
+	for _, c := range joined {
+		switch c.Task {
+		case lt.task:
+			latest++
+			if want, ok := states[verOf(c)]; !ok || !reflect.DeepEqual(c.Groups, want) {
+				t.Fatalf("the state read as version %d is not that version's (%d groups read)", c.Version, len(c.Groups))
+			}
+		case rowsTask:
+			rows += len(c.Rows)
+		}
+	}
+	if latest != 1 || rows != 60_000 {
+		t.Fatalf("read %d latest checkpoints of the count and %d rows, want 1 and 60000", latest, rows)
+	}
+
+	// An open reads its parts in order; a checkpoint lands after part 0,
+	// and the parts after it are of the new version, so the join fails
+	// and the task reads again from part 0.
+	open := func(part int) *wire.RainstormCheckpoint {
+		return s.openReply(&wire.RainstormOpen{Task: lt.task, Incarnation: 2, Part: part}).Checkpoint
+	}
+	readAll := func(landAfter int) (*wire.RainstormCheckpoint, error) {
+		var j ckpt.Joiner
+		for n := 0; ; n++ {
+			p := open(n)
+			if p == nil {
+				t.Fatalf("part %d missing", n)
+			}
+			c, err := j.Add(p)
+			if err != nil || c != nil {
+				return c, err
+			}
+			if n == landAfter {
+				lt.checkpoint(countDelta(spread(500, keys, n), 99))
+				record()
+			}
+		}
+	}
+	if _, err := readAll(0); err == nil {
+		t.Fatal("parts of two versions joined")
+	}
+	c, err := readAll(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Groups, states[verOf(c)]) || verOf(c) != verOf(s.Head(lt.task)) {
+		t.Fatalf("the open read version %d, not the latest state", c.Version)
+	}
+	n := 0
+	for open(n) != nil {
+		n++
+	}
+	if n < 2 || open(n+1) != nil || open(0) == nil {
+		t.Fatalf("%d parts, then part %d: %v; want parts up to the last, none after", n, n+1, open(n+1))
+	}
+}
+
+// A cursor decodes to what was encoded, and any other bytes a peer sends
+// as one are an error, never a panic.
+func FuzzSyncCursor(f *testing.F) {
+	for _, c := range []syncCursor{
+		{},
+		{Task: wire.RainstormTask{Job: "j", Workflow: "w", Stage: 2, Index: 7}, Version: 9, Inc: 3,
+			Cut: partCut{Part: 4, Began: true, Group: 127, Key: "key-1", Lists: [4]int{1, 2, 3, 4}}},
+		{Task: wire.RainstormTask{Job: "job"}, Rows: true, Done: true, Version: 1 << 63},
+	} {
+		f.Add(c.encode())
+	}
+	f.Add([]byte{cursorFormat, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := decodeCursor(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeCursor(c.encode())
+		if err != nil || !reflect.DeepEqual(again, c) {
+			t.Fatalf("%+v encoded decodes to %+v, %v", c, again, err)
+		}
+	})
+}
