@@ -305,13 +305,18 @@ func (m *Manager) rsScaleOne(ctx context.Context, lt *leadership.Term, p rsScale
 	// What the first stage is offered: the records the source has read
 	// (its progress, ahead of anything durable downstream), so a stage
 	// that cannot keep up shows a growing backlog and not only the rate
-	// it manages. Behind chained stages or a combiner the first stage
-	// takes in other records than the source reads: then what the
-	// source sent, from its durable checkpoint.
+	// it manages; for a paced source, the records its schedule made due,
+	// read or not. A source's window fills when the stage falls behind
+	// (always so after a leader change, which stalls the pipeline a
+	// moment), and from then on it reads only what the stage takes: the
+	// backlog from its reads stops growing and the load reads as the
+	// stage's capacity, never above high. Behind chained stages or a
+	// combiner the first stage takes in other records than the source
+	// reads: then what the source sent, from its durable checkpoint.
 	_, _, infos := m.rsTasks(p.key.job, p.key.wf)
 	var read uint64
 	if len(infos) > 0 && infos[0].found && !p.spec.IsChained() {
-		read = uint64(max(infos[0].records, 0))
+		read = uint64(max(infos[0].records, infos[0].offered, 0))
 	}
 	// Until every task of the epoch the source sends in runs, the
 	// pipeline is still taking a change (new tasks being placed) or
