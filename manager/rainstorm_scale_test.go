@@ -608,3 +608,40 @@ func TestRainstormAutoscaleNewLeaderContinuesTheDecision(t *testing.T) {
 		return nil
 	})
 }
+
+// A paced source whose window is full reads only what the first stage
+// takes in, so a backlog counted from its reads stays flat and the load
+// reads as the stage's capacity. The records its schedule made due, which
+// it reports as Offered, show the load it is offered: the stage, taking in
+// far under high, grows because the schedule runs away from it.
+func TestRainstormAutoscaleCountsTheSourcesOfferedLoad(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 1, High: 100,
+		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond})
+	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
+	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
+	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	srcID := partID(t, lead, job, 0)
+	caller := c.hub.Node("w1")
+	v := uint64(0)
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		v++
+		// count/1 takes in 2 records a round (some 40/s, under high); the
+		// source has read a window's worth more than that, and its
+		// schedule has 1,000 more records due every round.
+		if a := call(&wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: v, Epochs: rainstorm.SpecStartEpochs(mustSpec(t, lead, job)),
+			RecordsIn: 2 * v}).(*wire.RainstormCheckpointAck); a.Refused {
+			t.Fatalf("checkpoint refused: %s", a.Reason)
+		}
+		if _, err := caller.Call(context.Background(), lead.cfg.ID, &wire.WorkflowProgress{JobID: job, WorkflowID: srcID, WorkerID: "w1",
+			FenceToken: srcInc, Status: wire.WorkflowRunning, CompletedCount: int64(2*v + 100), Offered: int64(1000 * v)}); err != nil {
+			t.Fatalf("source progress: %v", err)
+		}
+		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; !slices.Equal(r, []int{2}) {
+			return fmt.Errorf("the source is asked for %v, want [2]", r)
+		}
+		return nil
+	})
+}
