@@ -326,12 +326,14 @@ func TestRainstormAutoscaleLeaderKillAfterDecision(t *testing.T) {
 			keepNodeLogs(t, c, filepath.Join(dir, t.Name()))
 		}
 	})
+	var first api.PipelineResize
 	out, w := runAutoscale(t, c, true, func(out *api.PipelineOutput, w *autoscaleWatch) bool {
 		if len(w.resizes) == 0 {
 			return false
 		}
+		first = w.resizes[0]
 		leader := c.leader()
-		t.Logf("after the decision %q: SIGKILL the leader %s", w.resizes[0].Decision, leader)
+		t.Logf("after the decision %q: SIGKILL the leader %s", first.Decision, leader)
 		if err := c.Kill(leader); err != nil {
 			t.Fatal(err)
 		}
@@ -341,6 +343,15 @@ func TestRainstormAutoscaleLeaderKillAfterDecision(t *testing.T) {
 	countsAgree(t, out)
 	if slices.Max(append([]int{1}, w.stage(1)...)) < 2 {
 		t.Errorf("the work stage never resized: sizes %v", w.stage(1))
+	}
+	// A status shows a decision only once it is on a majority, so the dead
+	// leader's survives it, with its time and inputs.
+	kept := false
+	for _, r := range out.Resizes {
+		kept = kept || (r.Decision == first.Decision && r.At.Equal(first.At))
+	}
+	if !kept {
+		t.Errorf("the dead leader's decision %q (%s) is not in the final status: %+v", first.Decision, first.At, out.Resizes)
 	}
 }
 

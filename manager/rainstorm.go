@@ -175,6 +175,7 @@ type rsTaskInfo struct {
 	found    bool
 	attempts int
 	records  int64
+	offered  int64 // a paced source's records due (wire.WorkflowProgress.Offered)
 	bad      int64
 	token    uint64
 	status   wire.WorkflowStatus
@@ -211,7 +212,7 @@ func (m *Manager) rsTasks(job, wf string) (*rainstorm.Spec, []wire.RainstormTask
 		if i < len(parts) {
 			r := &parts[i].rec
 			infos[i] = rsTaskInfo{found: true, attempts: r.Attempts, token: r.FenceToken, status: r.Status, worker: r.Worker,
-				records: r.LastProgress.CompletedCount, bad: r.LastProgress.FailedCount}
+				records: r.LastProgress.CompletedCount, offered: r.LastProgress.Offered, bad: r.LastProgress.FailedCount}
 			if r.Status == wire.WorkflowPending {
 				infos[i].waiting = parts[i].waiting
 			}

@@ -39,7 +39,11 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 	epochs, cur, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: jobID, Workflow: workflow}))
 	if spec.Resizable() {
 		out.StageTasks = append([]int{1}, epochs[cur].Tasks...)
-		out.Resizes = rsRecordedResizes(spec, epochs, m.rsScale.resizes(rsPipeKey{jobID, workflow}))
+		decided := m.rsScale.resizes(rsPipeKey{jobID, workflow})
+		if len(decided) == 0 {
+			decided = m.rsStoredResizes(jobID, workflow)
+		}
+		out.Resizes = rsRecordedResizes(spec, epochs, decided)
 	}
 	for i, t := range order {
 		name := "source"

@@ -37,10 +37,12 @@ import (
 //   - answers handover requests from the old owner's durable state
 //     (rainstorm.HandoverOf), in route answers.
 //
-// What is lost with the leader is only what the policy held: its sample
-// window and a wanted size the source has not recorded. The new leader's
-// scalers start from the recorded size, as the simulation's leader model
-// does.
+// A decision is stored on a majority (the pipeline's record in the store,
+// rainstorm_decisions.go) before the source is asked for it, so a new
+// leader goes on asking for a size the source has not recorded, and keeps
+// the decisions' history. What is lost with the leader is only what the
+// policy held: its sample window. The new leader's scalers start from the
+// recorded size, as the simulation's leader model does.
 
 // rsScaleEvery is how often the leader samples the autoscaled stages: the
 // scaler's rates are over this interval, and its windows are several of it.
@@ -79,6 +81,10 @@ type rsPipeScale struct {
 	// handovers is what the leader served of each resize's handovers,
 	// filled into its resizes entry for statuses.
 	handovers map[rsResizeKey]*rsHandoverStat
+	// loaded says the term's state was read from the stored record
+	// (rsLoadScaleLocked); seq is the record's last write.
+	loaded bool
+	seq    uint64
 }
 
 // rsResizeKey names one resize of a pipeline: its stage and the epoch it
@@ -94,6 +100,7 @@ func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
 	p := s.pipeNoTermLocked(key)
 	if p.term != term {
 		p.term, p.scalers, p.want, p.held = term, map[int]*rainstorm.Scaler{}, nil, ""
+		p.loaded, p.seq = false, 0
 	}
 	return p
 }
@@ -262,7 +269,7 @@ func (m *Manager) rsScaleLoop(ctx context.Context, lt *leadership.Term) {
 		tick++
 		sample := tick%perSample == 0
 		for _, p := range m.rsResizablePipes() {
-			m.rsScaleOne(lt, p, m.clock.Now(), sample)
+			m.rsScaleOne(ctx, lt, p, m.clock.Now(), sample)
 		}
 		if sample {
 			m.rsScale.forget(m.jobIDs())
@@ -284,7 +291,7 @@ func (m *Manager) jobIDs() map[string]bool {
 // rsScaleOne brings one pipeline's parts in line with the source's
 // durable epochs, notes its resizes in force and, when sample is set,
 // runs its scalers.
-func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time, sample bool) {
+func (m *Manager) rsScaleOne(ctx context.Context, lt *leadership.Term, p rsScalePipe, now time.Time, sample bool) {
 	// The store is read before the job table's lock is taken: its
 	// committer asks the job table (rsAdmit) under the store's lock. Heads
 	// only (positions, counters, epochs): the aggregate state, which Latest
@@ -298,13 +305,18 @@ func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time, 
 	// What the first stage is offered: the records the source has read
 	// (its progress, ahead of anything durable downstream), so a stage
 	// that cannot keep up shows a growing backlog and not only the rate
-	// it manages. Behind chained stages or a combiner the first stage
-	// takes in other records than the source reads: then what the
-	// source sent, from its durable checkpoint.
+	// it manages; for a paced source, the records its schedule made due,
+	// read or not. A source's window fills when the stage falls behind
+	// (always so after a leader change, which stalls the pipeline a
+	// moment), and from then on it reads only what the stage takes: the
+	// backlog from its reads stops growing and the load reads as the
+	// stage's capacity, never above high. Behind chained stages or a
+	// combiner the first stage takes in other records than the source
+	// reads: then what the source sent, from its durable checkpoint.
 	_, _, infos := m.rsTasks(p.key.job, p.key.wf)
 	var read uint64
 	if len(infos) > 0 && infos[0].found && !p.spec.IsChained() {
-		read = uint64(max(infos[0].records, 0))
+		read = uint64(max(infos[0].records, infos[0].offered, 0))
 	}
 	// Until every task of the epoch the source sends in runs, the
 	// pipeline is still taking a change (new tasks being placed) or
@@ -320,7 +332,9 @@ func (m *Manager) rsScaleOne(lt *leadership.Term, p rsScalePipe, now time.Time, 
 			settling = fmt.Sprintf("task %d.%d of epoch %d is %s", t.Stage, t.Index, cur, infos[i].status)
 		}
 	}
-	m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample)
+	if rec, decided := m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample); rec != nil {
+		m.rsStoreScale(ctx, lt.Number(), p.key, rec, decided)
+	}
 }
 
 // rsEpochPartsLocked places, brings back and completes parts as the
@@ -388,23 +402,33 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 }
 
 // rsAutoscale notes the resizes in force and, when sample is set, samples
-// each autoscaled stage and turns a decision into the pipeline's wanted
-// sizes.
+// each autoscaled stage. It returns the pipeline's autoscaling record to
+// store on a majority when it changed: with decided set, a decision,
+// which becomes the pipeline's wanted sizes only once stored
+// (rsStoreScale).
 func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling string,
-	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) {
+	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (rec *wire.RainstormScale, decided *api.PipelineResize) {
 	recorded := epochs[len(epochs)-1].Tasks
+	stored := m.rs.Scale(p.key.job, p.key.wf) // read before s.mu: the store's lock is not taken under it
 	s := &m.rsScale
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps := s.pipeLocked(p.key, lt.Number())
-	if settling == "" {
-		m.rsResizesInForceLocked(p, ps, epochs, cur, now)
+	if !ps.loaded {
+		rsLoadScaleLocked(ps, stored, recorded)
+		if ps.want != nil {
+			m.log.Info("rainstorm: autoscale continues an earlier leader's decision", "job_id", p.key.job, "workflow", p.key.wf,
+				"want", ps.want, "recorded", recorded)
+		}
+	}
+	if settling == "" && m.rsResizesInForceLocked(p, ps, epochs, cur, now) {
+		rec = rsScaleRecordLocked(ps, lt.Number()) // the figures, durable with the decisions
 	}
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
 		ps.want = nil // recorded (or moot): the source has it
 	}
 	if srcDone || !sample {
-		return
+		return rec, nil
 	}
 	// Why samples are not counted, logged when it changes: a stage that
 	// does not scale says so.
@@ -459,24 +483,26 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		}
 		next := slices.Clone(recorded)
 		next[st-1] = d.To
-		ps.want = next
 		name := p.spec.Stages[st-1].Name
 		m.log.Info("rainstorm: autoscale decision", "job_id", p.key.job, "workflow", p.key.wf, "stage", name,
 			"from", d.From, "to", d.To, "reason", d.Reason, "per_task", d.PerTask, "processed", d.Processed,
 			"backlog", d.Backlog, "backlog_growth", d.Growth, "epoch", len(epochs)-1)
-		ps.resizes = append(ps.resizes, api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(),
-			Epoch: uint64(len(epochs))})
-		if len(ps.resizes) > rsResizeHistory {
-			ps.resizes = slices.Delete(ps.resizes, 0, len(ps.resizes)-rsResizeHistory)
+		decided = &api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(), Epoch: uint64(len(epochs))}
+		rec = rsScaleRecordLocked(ps, lt.Number())
+		rec.Want = next
+		rec.Resizes = append(rec.Resizes, rsResizeToWire(*decided))
+		if n := len(rec.Resizes); n > rsResizeHistory {
+			rec.Resizes = rec.Resizes[n-rsResizeHistory:]
 		}
 		break // one change at a time: the next sample sees it resizing
 	}
+	return rec, decided
 }
 
 // rsResizesInForceLocked marks the pipeline's resizes whose epoch the
 // source sends in, with every task of it running (the caller checked), as
 // in force: the time since the decision and the groups the stage moved.
-func (m *Manager) rsResizesInForceLocked(p rsScalePipe, ps *rsPipeScale, epochs []wire.RainstormEpoch, cur int, now time.Time) {
+func (m *Manager) rsResizesInForceLocked(p rsScalePipe, ps *rsPipeScale, epochs []wire.RainstormEpoch, cur int, now time.Time) (changed bool) {
 	var tabs *rainstorm.Tables
 	for i := range ps.resizes {
 		r := &ps.resizes[i]
@@ -484,10 +510,11 @@ func (m *Manager) rsResizesInForceLocked(p rsScalePipe, ps *rsPipeScale, epochs 
 			continue
 		}
 		r.InForce = max(now.Sub(r.At), time.Nanosecond)
+		changed = true
 		if tabs == nil {
 			var err error
 			if tabs, err = rainstorm.NewTables(epochs); err != nil {
-				return
+				return changed
 			}
 		}
 		for st, s := range epochs[r.Epoch].Tasks {
@@ -498,6 +525,7 @@ func (m *Manager) rsResizesInForceLocked(p rsScalePipe, ps *rsPipeScale, epochs 
 		m.log.Info("rainstorm: resize in force", "job_id", p.key.job, "workflow", p.key.wf, "stage", r.Stage, "from", r.From, "to", r.To,
 			"epoch", r.Epoch, "in_force_after", r.InForce, "groups_moved", r.GroupsMoved)
 	}
+	return changed
 }
 
 // rsEpochsFor is the epochs a resizable pipeline's task opens with (nil for

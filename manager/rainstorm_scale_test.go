@@ -547,3 +547,101 @@ func TestRainstormHandoverFiguresCountEachGroupOnce(t *testing.T) {
 		t.Fatalf("figures: %d keys, done after %s; want 4 keys, done after 3s", st.keys, st.done.Sub(st.asked))
 	}
 }
+
+// A decision is stored on a majority before the source hears of it, so a
+// leader that dies before the source records it does not take it along:
+// the next leader reads it with the store and goes on asking the source
+// for it, with no load of its own to decide from (the counters stand
+// still), shows it in the status with its inputs, and stops asking once
+// the source's checkpoint records it.
+func TestRainstormAutoscaleNewLeaderContinuesTheDecision(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 10, High: 100,
+		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond})
+	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
+	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
+	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	v := uint64(0)
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		v++
+		if a := call(&wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: v, Epochs: rainstorm.SpecStartEpochs(mustSpec(t, lead, job)),
+			RecordsIn: 1000 * v}).(*wire.RainstormCheckpointAck); a.Refused {
+			t.Fatalf("checkpoint refused: %s", a.Reason)
+		}
+		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; !slices.Equal(r, []int{2}) {
+			return fmt.Errorf("the source is asked for %v, want [2]", r)
+		}
+		return nil
+	})
+
+	// The leader dies before the source records the sizes.
+	c.stopManager(lead.cfg.ID)
+	next := c.leader()
+	call = rsCaller(t, c, "w1", next)
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; !slices.Equal(r, []int{2}) {
+			return fmt.Errorf("the new leader asks the source for %v, want [2]", r)
+		}
+		return nil
+	})
+	out, err := next.PipelineOutput(context.Background(), job, "pipe", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Resizes) != 1 || out.Resizes[0].From != 1 || out.Resizes[0].To != 2 || out.Resizes[0].At.IsZero() ||
+		!strings.Contains(out.Resizes[0].Decision, "records/s") {
+		t.Fatalf("the new leader's status shows decisions %+v, want the dead leader's 1 → 2 with its time and inputs", out.Resizes)
+	}
+
+	// Recorded by the source: nobody asks again.
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 2, Tasks: []int{2}}}
+	if a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: 1,
+		Source: &wire.RainstormSourcePos{Epochs: epochs, Reserve: 2}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("source checkpoint refused: %s", a.Reason)
+	}
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; len(r) > 0 {
+			return fmt.Errorf("still asked for %v", r)
+		}
+		return nil
+	})
+}
+
+// A paced source whose window is full reads only what the first stage
+// takes in, so a backlog counted from its reads stays flat and the load
+// reads as the stage's capacity. The records its schedule made due, which
+// it reports as Offered, show the load it is offered: the stage, taking in
+// far under high, grows because the schedule runs away from it.
+func TestRainstormAutoscaleCountsTheSourcesOfferedLoad(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 1, High: 100,
+		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond})
+	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
+	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
+	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	srcID := partID(t, lead, job, 0)
+	caller := c.hub.Node("w1")
+	v := uint64(0)
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		v++
+		// count/1 takes in 2 records a round (some 40/s, under high); the
+		// source has read a window's worth more than that, and its
+		// schedule has 1,000 more records due every round.
+		if a := call(&wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: v, Epochs: rainstorm.SpecStartEpochs(mustSpec(t, lead, job)),
+			RecordsIn: 2 * v}).(*wire.RainstormCheckpointAck); a.Refused {
+			t.Fatalf("checkpoint refused: %s", a.Reason)
+		}
+		if _, err := caller.Call(context.Background(), lead.cfg.ID, &wire.WorkflowProgress{JobID: job, WorkflowID: srcID, WorkerID: "w1",
+			FenceToken: srcInc, Status: wire.WorkflowRunning, CompletedCount: int64(2*v + 100), Offered: int64(1000 * v)}); err != nil {
+			t.Fatalf("source progress: %v", err)
+		}
+		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; !slices.Equal(r, []int{2}) {
+			return fmt.Errorf("the source is asked for %v, want [2]", r)
+		}
+		return nil
+	})
+}

@@ -2,6 +2,7 @@ package rainstorm
 
 import (
 	"math"
+	"sort"
 	"time"
 
 	"tempest/workflow"
@@ -84,4 +85,15 @@ func (g *Generate) DueAt(k uint64) time.Duration {
 		return at
 	}
 	return at + time.Duration((want-n)/from*float64(time.Second))
+}
+
+// DueBy returns how many records the schedule has due by t from the
+// source's start (DueAt's inverse), at most Records: what a paced source
+// is offered by then, whether or not its window let it read them.
+func (g *Generate) DueBy(t time.Duration) uint64 {
+	n := uint64(max(g.Records, 0))
+	if !g.Paced() {
+		return n
+	}
+	return uint64(sort.Search(int(n), func(k int) bool { return g.DueAt(uint64(k)) > t }))
 }

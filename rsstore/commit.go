@@ -186,7 +186,7 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 			}
 			if o.Task.Stage == 0 && o.HasHeader {
 				k := [2]string{o.Task.Job, o.Task.Workflow}
-				if h, ok := s.headers[k]; !ok || !slices.Equal(h.Header, o.Header) {
+				if h, ok := s.headers[k]; !ok || !h.HasHeader || !slices.Equal(h.Header, o.Header) {
 					hs = append(hs, wire.RainstormHeader{Job: o.Task.Job, Workflow: o.Task.Workflow, Header: o.Header, HasHeader: true})
 				}
 			}
@@ -414,6 +414,7 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 		}
 		seen[c.next.Task] = true
 	}
+	hs = s.newest(hs)
 	if err := s.persist(cs, hs); err != nil {
 		return wire.Errorf(wire.CodeUnavailable, "store checkpoints: %v", err)
 	}

@@ -71,10 +71,11 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 		changes = append(changes, change{prev: prev.head, next: full.head, prevState: prev.state, nextState: full.state, delta: c.Groups})
 		cur[c.Task] = full
 	}
-	if err := s.persist(changes, msg.Headers); err != nil {
+	hs := s.newest(msg.Headers)
+	if err := s.persist(changes, hs); err != nil {
 		return 0, nil, err
 	}
-	s.apply(changes, msg.Headers)
+	s.apply(changes, hs)
 	return stored + len(changes), missing, nil
 }
 

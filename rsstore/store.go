@@ -514,7 +514,7 @@ func (s *Store) Header(job, workflow string) ([]string, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h, ok := s.headers[[2]string{job, workflow}]
-	return h.Header, ok
+	return h.Header, ok && h.HasHeader
 }
 
 // apply records written changes and headers in memory.
@@ -539,6 +539,7 @@ func (s *Store) store(cs []*wire.RainstormCheckpoint, hs []wire.RainstormHeader)
 	for _, c := range cs {
 		changes = append(changes, s.wholeChange(cur, c))
 	}
+	hs = s.newest(hs)
 	if err := s.persist(changes, hs); err != nil {
 		return err
 	}

@@ -308,6 +308,11 @@ type WorkflowProgress struct {
 	// counts so it never names an iteration whose requests they lack. A
 	// retry runs what is left of an iterations budget from it.
 	Iterations int64 `cbor:"20,keyasint,omitempty"`
+	// Offered, from a paced RainStorm source, is the records its schedule
+	// has made due so far, read or not: a source held back by its window
+	// reads only what the pipeline takes, so its read count hides the load
+	// it is offered; the leader's autoscaling counts the backlog from this.
+	Offered int64 `cbor:"21,keyasint,omitempty"`
 	// Attempts, set only in a leader's status replication to its peers
 	// (which take it) and in its reports to gates (which show it), is the
 	// leader's count of the workflow's attempts.

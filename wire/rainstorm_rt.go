@@ -105,12 +105,43 @@ type RainstormDelta struct {
 	Checkpoint      RainstormCheckpoint `cbor:"3,keyasint"`
 }
 
-// RainstormHeader is one pipeline's input column names.
+// RainstormHeader is one pipeline's record in the store, beside its
+// tasks' checkpoints: its input column names (HasHeader: the source
+// recorded them) and its autoscaling as the leaders decided it.
 type RainstormHeader struct {
-	Job       string   `cbor:"1,keyasint"`
-	Workflow  string   `cbor:"2,keyasint"`
-	Header    []string `cbor:"3,keyasint,omitempty"`
-	HasHeader bool     `cbor:"4,keyasint,omitempty"`
+	Job       string          `cbor:"1,keyasint"`
+	Workflow  string          `cbor:"2,keyasint"`
+	Header    []string        `cbor:"3,keyasint,omitempty"`
+	HasHeader bool            `cbor:"4,keyasint,omitempty"`
+	Scale     *RainstormScale `cbor:"5,keyasint,omitempty"`
+}
+
+// RainstormScale is a pipeline's autoscaling as durable as its
+// checkpoints: a leader stores a decision on a majority before it asks the
+// source for it, so a new leader goes on asking. (Term, Seq) orders the
+// versions: a newer term wins, then the later write of one term.
+type RainstormScale struct {
+	Term uint64 `cbor:"1,keyasint,omitempty"`
+	Seq  uint64 `cbor:"2,keyasint,omitempty"`
+	// Want is the sizes per stage asked of the source and not yet
+	// recorded in its checkpoint (empty: none).
+	Want []int `cbor:"3,keyasint,omitempty"`
+	// Resizes is the decisions, oldest first, bounded by the leader.
+	Resizes []RainstormResize `cbor:"4,keyasint,omitempty"`
+}
+
+// Newer reports whether s is a later version than o (a nil one is the
+// oldest).
+func (s *RainstormScale) Newer(o *RainstormScale) bool {
+	switch {
+	case s == nil:
+		return false
+	case o == nil:
+		return true
+	case s.Term != o.Term:
+		return s.Term > o.Term
+	}
+	return s.Seq > o.Seq
 }
 
 // RainstormReplicateAck answers RainstormReplicate once stored.

@@ -66,6 +66,7 @@ func (w *Worker) progressLocked(e *execution, s workflow.Snapshot, status wire.W
 		FailedCount:       s.Failed,
 		DroppedIterations: s.DroppedIterations,
 		Iterations:        s.Iterations,
+		Offered:           s.Offered,
 		Elapsed:           s.Elapsed,
 		Timestamp:         w.now().UnixNano(),
 		AssignedCores:     slices.Clone(e.cores),

@@ -252,6 +252,7 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 		log:     env.Logger.With("stage", r.task.Stage, "task", r.task.Index, "incarnation", r.inc),
 	}
 	d.t.opened = d.downstreamOpened
+	d.paceFrom.Store(-1)
 	d.t.sentBy = d.sentBy
 	d.fetchRoutes = d.leaderRoutes
 	r.w.rs.add(d.t)
@@ -432,7 +433,11 @@ type rsDriver struct {
 	bad atomic.Int64
 	// wellFormed is a source's well-formed records read, its progress.
 	wellFormed atomic.Int64
-	wg         sync.WaitGroup
+	// paceFrom is, for a paced generate source once it runs, where its
+	// schedule starts (the due time of the record it resumed at, in
+	// nanoseconds); -1 otherwise.
+	paceFrom atomic.Int64
+	wg       sync.WaitGroup
 	// file identifies a path: source's input as opened (nil otherwise).
 	file *wire.RainstormFileID
 	// rz is the driver's side of resizing (rainstorm_resize.go).
@@ -471,6 +476,12 @@ func (d *rsDriver) snapshot() workflow.Snapshot {
 	s := workflow.Snapshot{Elapsed: d.env.Now().Sub(d.start), Failed: d.bad.Load()}
 	if d.task.Stage == 0 {
 		s.Completed = d.wellFormed.Load()
+		if at := d.paceFrom.Load(); at >= 0 {
+			// Due by now on the schedule the source paces itself by
+			// (from where it resumed), and never less than it read.
+			g := d.p.Spec.Source.Generate
+			s.Offered = max(int64(g.DueBy(time.Duration(at)+s.Elapsed)), s.Completed)
+		}
 	}
 	return s
 }
@@ -1012,6 +1023,9 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	gen := spec.Source.Generate
 	paced := gen != nil && gen.Paced()
 	resumed := pos.Record
+	if paced {
+		d.paceFrom.Store(int64(gen.DueAt(resumed)))
+	}
 	tick := time.NewTicker(rsTick)
 	defer tick.Stop()
 	var done bool

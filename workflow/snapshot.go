@@ -64,6 +64,9 @@ type Snapshot struct {
 	Iterations int64
 	// VUs is how many VUs were live when the snapshot was taken.
 	VUs int
+	// Offered is, for a paced RainStorm source, the records its schedule
+	// has made due so far (wire.WorkflowProgress.Offered); zero otherwise.
+	Offered int64
 	// Series is the run's per-second history, oldest first, at most
 	// MaxSeriesSeconds. While running, the last couple of seconds are not
 	// in it yet (they are still filling); the final snapshot has them all.
