@@ -125,6 +125,64 @@ func TestDuplicatesIgnoredAndReacked(t *testing.T) {
 	}
 }
 
+// TestAtLeastOnceRestartedSenderDropsHeldBatches: under at-least-once a
+// restarted sender re-cuts its batches, so one it numbers like a batch
+// its predecessor sent may hold other records and end the stream. The
+// receiver must not take the predecessor's batch held for reordering in
+// its place: that swallowed the new sender's end of stream and the
+// pipeline never finished.
+func TestAtLeastOnceRestartedSenderDropsHeldBatches(t *testing.T) {
+	store := NewMemStore()
+	m := sinkTask(t, store, 1, true)
+	m.Batch(batch(1, false, "a"))
+	m.Batch(batch(3, false, "c")) // incarnation 1's batch 3, held: 2 never came
+	b2 := batch(2, false, "b")
+	b2.Incarnation = 2 // the sender restarted before 2 and 3 were durable
+	m.Batch(b2)
+	end := batch(3, true, "c")
+	end.Incarnation = 2 // its batch 3 ends the stream
+	m.Batch(end)
+	m.Tick()
+	r := m.Ready()
+	if r.Checkpoint == nil || !r.Checkpoint.Done || !r.Checkpoint.Inputs[0].EOS {
+		t.Fatalf("the restarted sender's end of stream was lost: checkpoint %+v", r.Checkpoint)
+	}
+}
+
+// TestAtLeastOnceRecutEndCarriesMarker: a restarted sender that re-cuts
+// fewer batches ends its stream at a number the receiver has processed
+// already. Under at-least-once the receiver takes that batch again, and
+// the epoch marker on it with it: a task that took the end of an epoch
+// for the end of its part cut a final checkpoint and never entered the
+// next epoch.
+func TestAtLeastOnceRecutEndCarriesMarker(t *testing.T) {
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "c", Op: OpCount, Key: "1"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := NewMemStore()
+	id := wire.RainstormTask{Stage: 1}
+	if _, err := store.Fence(id, 1); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewTaskMachine(TaskConfig{Task: id, Incarnation: 1, Stage: p.Stages[0], AtLeastOnce: true, CheckpointTicks: 1,
+		Epochs: []wire.RainstormEpoch{{Tasks: []int{1}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Batch(batch(1, false, "a"))
+	m.Batch(batch(2, false, "b"))
+	end := batch(2, true, "b") // re-cut by incarnation 2: one batch fewer
+	end.Incarnation = 2
+	end.Next = &wire.RainstormEpoch{Epoch: 1, Segment: 1, Tasks: []int{1}}
+	m.Batch(end)
+	m.Tick()
+	r := m.Ready()
+	if r.Checkpoint == nil || !r.Checkpoint.Closing || r.Checkpoint.Done {
+		t.Fatalf("the end of epoch 0 was taken for the end of the task: checkpoint %+v", r.Checkpoint)
+	}
+}
+
 // TestReorderedBatchesProcessedInOrder: batch 2 before batch 1 waits.
 func TestReorderedBatchesProcessedInOrder(t *testing.T) {
 	store := NewMemStore()

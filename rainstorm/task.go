@@ -318,6 +318,15 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 		// A new sender incarnation may re-cut what the old one sent
 		// before it was durable: nothing below here counts as seen.
 		ch.procFrom = ch.next
+		if m.cfg.AtLeastOnce {
+			// Nor do the old one's batches held for reordering: under
+			// at-least-once a number names what one incarnation cut, not
+			// one durable batch, so the new sender's batch of the same
+			// number may hold other records or end the stream where the
+			// held one did not. Taking the held one in its place lost
+			// the new one's end of stream (and its epoch marker).
+			ch.reorder = nil
+		}
 	}
 	ch.inc = b.Incarnation
 	switch {
@@ -343,8 +352,15 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 			m.process(b)
 			m.dirty = true
 			// A batch re-cut after a restart may end the stream where the
-			// first one with this number did not.
-			ch.eos = ch.eos || b.EOS
+			// first one with this number did not, and then it carries the
+			// epoch marker too: without it the task would take the end of
+			// the epoch for the end of its part.
+			if b.EOS && !ch.eos {
+				ch.eos, ch.reorder = true, nil
+				if b.Next != nil {
+					m.ep.sawMarker(m, b.Next)
+				}
+			}
 		}
 		return
 	case b.Seq > ch.next:
