@@ -223,6 +223,31 @@ func TestAtLeastOnceRestartedSenderRenumbers(t *testing.T) {
 	}
 }
 
+// TestAtLeastOnceEndedStreamAcksSuccessor: a receiver that took a sender's
+// whole stream, durably, before the sender was replaced acknowledges the
+// successor's re-cut batches in its name and past their numbers (they hold
+// nothing the stream lacked), or the successor waits for acks forever and
+// a resize never closes its epoch.
+func TestAtLeastOnceEndedStreamAcksSuccessor(t *testing.T) {
+	store := NewMemStore()
+	m := sinkTask(t, store, 1, true)
+	m.Batch(batch(1, false, "a"))
+	m.Batch(batch(2, true, "b"))
+	m.Tick()
+	r := m.Ready()
+	m.CheckpointResult(store.Put(r.Checkpoint))
+	if !m.Ready().Done {
+		t.Fatal("not done")
+	}
+	again := batch(3, true, "b") // the successor cut one batch more
+	again.Incarnation, again.Base = 2, 2
+	m.Batch(again)
+	r = m.Ready()
+	if len(r.Acks) != 1 || r.Acks[0].Sender != 2 || r.Acks[0].UpTo < 3 {
+		t.Fatalf("acks %+v, want one naming incarnation 2 up to 3", r.Acks)
+	}
+}
+
 // TestAtLeastOnceAckOfPredecessorIgnored: an ack naming a predecessor
 // incarnation's batches does not acknowledge the batches a restarted
 // at-least-once sender cut under the same numbers, which the receiver

@@ -317,7 +317,16 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 	}
 	if m.stopped || m.final || b.From.Index < 0 || b.From.Index >= len(m.in) || b.From.Stage != m.cfg.Task.Stage-1 {
 		if m.final && !m.stopped && b.From.Index >= 0 && b.From.Index < len(m.in) && m.in[b.From.Index].durableNext > 1 {
-			m.ack(b.From.Index, m.in[b.From.Index].durableNext) // the sender missed an ack
+			ch := &m.in[b.From.Index]
+			if m.cfg.AtLeastOnce && b.Incarnation > ch.inc && ch.eos && ch.durableNext == ch.next {
+				// The predecessor's whole stream is durable here, so
+				// everything its successor cuts again is in it: an ack
+				// naming the successor, past whatever it numbered.
+				m.ready.Acks = append(m.ready.Acks, &wire.RainstormBatchAck{From: m.cfg.Task, To: b.From.Index, Incarnation: m.cfg.Incarnation,
+					UpTo: max(ch.durableNext-1, b.Seq), Epoch: uint64(m.ep.cur), Sender: b.Incarnation})
+				return
+			}
+			m.ack(b.From.Index, ch.durableNext) // the sender missed an ack
 		}
 		return
 	}
