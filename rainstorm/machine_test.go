@@ -125,6 +125,179 @@ func TestDuplicatesIgnoredAndReacked(t *testing.T) {
 	}
 }
 
+// TestAtLeastOnceRestartedSenderDropsHeldBatches: under at-least-once a
+// restarted sender re-cuts its batches, so one it numbers like a batch
+// its predecessor sent may hold other records and end the stream. The
+// receiver must not take the predecessor's batch held for reordering in
+// its place: that swallowed the new sender's end of stream and the
+// pipeline never finished.
+func TestAtLeastOnceRestartedSenderDropsHeldBatches(t *testing.T) {
+	store := NewMemStore()
+	m := sinkTask(t, store, 1, true)
+	m.Batch(batch(1, false, "a"))
+	m.Batch(batch(3, false, "c")) // incarnation 1's batch 3, held: 2 never came
+	b2 := batch(2, false, "b")
+	b2.Incarnation = 2 // the sender restarted before 2 and 3 were durable
+	m.Batch(b2)
+	end := batch(3, true, "c")
+	end.Incarnation = 2 // its batch 3 ends the stream
+	m.Batch(end)
+	m.Tick()
+	r := m.Ready()
+	if r.Checkpoint == nil || !r.Checkpoint.Done || !r.Checkpoint.Inputs[0].EOS {
+		t.Fatalf("the restarted sender's end of stream was lost: checkpoint %+v", r.Checkpoint)
+	}
+}
+
+// TestAtLeastOnceRecutEndCarriesMarker: a restarted sender that re-cuts
+// fewer batches ends its stream at a number the receiver has processed
+// already. Under at-least-once the receiver takes that batch again, and
+// the epoch marker on it with it: a task that took the end of an epoch
+// for the end of its part cut a final checkpoint and never entered the
+// next epoch.
+func TestAtLeastOnceRecutEndCarriesMarker(t *testing.T) {
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{{Name: "c", Op: OpCount, Key: "1"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := NewMemStore()
+	id := wire.RainstormTask{Stage: 1}
+	if _, err := store.Fence(id, 1); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewTaskMachine(TaskConfig{Task: id, Incarnation: 1, Stage: p.Stages[0], AtLeastOnce: true, CheckpointTicks: 1,
+		Epochs: []wire.RainstormEpoch{{Tasks: []int{1}}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Batch(batch(1, false, "a"))
+	m.Batch(batch(2, false, "b"))
+	end := batch(2, true, "b") // re-cut by incarnation 2: one batch fewer
+	end.Incarnation = 2
+	end.Next = &wire.RainstormEpoch{Epoch: 1, Segment: 1, Tasks: []int{1}}
+	m.Batch(end)
+	m.Tick()
+	r := m.Ready()
+	if r.Checkpoint == nil || !r.Checkpoint.Closing || r.Checkpoint.Done {
+		t.Fatalf("the end of epoch 0 was taken for the end of the task: checkpoint %+v", r.Checkpoint)
+	}
+}
+
+// TestAtLeastOnceRestartedSenderRenumbers: a restarted at-least-once
+// sender cuts again, from its checkpoint's numbers (its Base), batches its
+// predecessor sent before they were durable, and they may hold more
+// records. The receiver takes the new sender's batches from Base on even
+// where it passed those numbers, so neither the new records nor the order
+// of the end of stream are lost.
+func TestAtLeastOnceRestartedSenderRenumbers(t *testing.T) {
+	store := NewMemStore()
+	m := sinkTask(t, store, 1, true)
+	m.Batch(batch(1, false, "a"))
+	m.Batch(batch(2, false, "b")) // incarnation 1's batch 2, never durable there
+	end := batch(3, true)
+	end.Incarnation, end.Base = 2, 2
+	m.Batch(end) // incarnation 2's end arrives before its batch 2
+	m.Tick()
+	if r := m.Ready(); r.Checkpoint != nil {
+		if r.Checkpoint.Done {
+			t.Fatalf("the stream ended before the new sender's batch 2: %+v", r.Checkpoint)
+		}
+		m.CheckpointResult(store.Put(r.Checkpoint))
+	}
+	b2 := batch(2, false, "b", "c") // cut again, with a record more
+	b2.Incarnation, b2.Base = 2, 2
+	m.Batch(b2)
+	for range 3 {
+		m.Tick()
+		r := m.Ready()
+		if r.Checkpoint != nil {
+			m.CheckpointResult(store.Put(r.Checkpoint))
+		}
+	}
+	got := map[string]string{}
+	for _, r := range store.Output(wire.RainstormTask{Stage: 1}) {
+		got[r.Fields[0]] = r.Fields[1]
+	}
+	if got["a"] != "1" || got["b"] != "2" || got["c"] != "1" {
+		t.Fatalf("output %v, want a 1, b 2 (at least once), c 1", got)
+	}
+}
+
+// TestAtLeastOnceEndedStreamAcksSuccessor: a receiver that took a sender's
+// whole stream, durably, before the sender was replaced acknowledges the
+// successor's re-cut batches in its name and past their numbers (they hold
+// nothing the stream lacked), or the successor waits for acks forever and
+// a resize never closes its epoch.
+func TestAtLeastOnceEndedStreamAcksSuccessor(t *testing.T) {
+	store := NewMemStore()
+	m := sinkTask(t, store, 1, true)
+	m.Batch(batch(1, false, "a"))
+	m.Batch(batch(2, true, "b"))
+	m.Tick()
+	r := m.Ready()
+	m.CheckpointResult(store.Put(r.Checkpoint))
+	if !m.Ready().Done {
+		t.Fatal("not done")
+	}
+	again := batch(3, true, "b") // the successor cut one batch more
+	again.Incarnation, again.Base = 2, 2
+	m.Batch(again)
+	r = m.Ready()
+	if len(r.Acks) != 1 || r.Acks[0].Sender != 2 || r.Acks[0].UpTo < 3 {
+		t.Fatalf("acks %+v, want one naming incarnation 2 up to 3", r.Acks)
+	}
+}
+
+// TestAtLeastOnceAckOfPredecessorIgnored: an ack naming a predecessor
+// incarnation's batches does not acknowledge the batches a restarted
+// at-least-once sender cut under the same numbers, which the receiver
+// may never have had.
+func TestAtLeastOnceAckOfPredecessorIgnored(t *testing.T) {
+	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{
+		{Name: "f", Op: OpFilter, Matches: "."}, {Name: "c", Op: OpCount, Key: "1"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := NewMemStore()
+	id := wire.RainstormTask{Stage: 1}
+	open := func(inc uint64) *TaskMachine {
+		ckpt, err := store.Fence(id, inc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, _ := p.Stages[0].NewTransform()
+		m, err := NewTaskMachine(TaskConfig{Task: id, Incarnation: inc, Upstream: 1, Downstream: 1, Stage: p.Stages[0], Next: p.Stages[1],
+			Transform: tr, CheckpointTicks: 1, AtLeastOnce: true}, ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := open(1)
+	m.Batch(batch(1, false, "a"))
+	m.Tick()
+	r := m.Ready()
+	m.CheckpointResult(store.Put(r.Checkpoint)) // batch 1 durable
+	m.Batch(batch(2, false, "b"))
+	m.Tick() // batch 2 sent, never durable: incarnation 1 dies
+	m2 := open(2)
+	m2.Ready()
+	m2.Batch(batch(2, false, "b", "c"))
+	m2.Tick()
+	r = m2.Ready()
+	if len(r.Batches) != 1 || r.Batches[0].Seq != 2 || r.Batches[0].Base != 2 {
+		t.Fatalf("restarted sender sent %+v, want its batch 2 with base 2", r.Batches)
+	}
+	m2.Ack(&wire.RainstormBatchAck{From: wire.RainstormTask{Stage: 2}, Incarnation: 1, UpTo: 2, Sender: 1})
+	if p := m2.out[0].pending; len(p) == 0 || p[len(p)-1].Seq != 2 {
+		t.Fatalf("an ack of incarnation 1's batch 2 acknowledged incarnation 2's: pending %v", p)
+	}
+	m2.Ack(&wire.RainstormBatchAck{From: wire.RainstormTask{Stage: 2}, Incarnation: 1, UpTo: 2, Sender: 2})
+	if len(m2.out[0].pending) != 0 {
+		t.Fatalf("its own ack left %d batches pending", len(m2.out[0].pending))
+	}
+}
+
 // TestReorderedBatchesProcessedInOrder: batch 2 before batch 1 waits.
 func TestReorderedBatchesProcessedInOrder(t *testing.T) {
 	store := NewMemStore()

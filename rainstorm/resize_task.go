@@ -203,7 +203,7 @@ func (e *taskEpochs) enter(m *TaskMachine, ep int) {
 		m.in[i] = inChan{next: 1, durableNext: 1, ackedNext: 1}
 	}
 	for i := range m.out {
-		m.out[i] = outChan{next: 1}
+		m.out[i] = outChan{next: 1, base: 1}
 	}
 	m.final = false
 	e.setOutTable(m)
@@ -269,7 +269,7 @@ func (e *taskEpochs) batch(m *TaskMachine, b *wire.RainstormBatch) bool {
 		// The whole epoch is durable here (the task entered a later one
 		// only after its closing checkpoint was): the sender missed acks.
 		m.ready.Acks = append(m.ready.Acks, &wire.RainstormBatchAck{
-			From: m.cfg.Task, To: b.From.Index, Incarnation: m.cfg.Incarnation, UpTo: b.Seq, Epoch: b.Epoch})
+			From: m.cfg.Task, To: b.From.Index, Incarnation: m.cfg.Incarnation, UpTo: b.Seq, Epoch: b.Epoch, Sender: b.Incarnation})
 		return false
 	case b.Epoch == uint64(e.cur)+1 || (b.Epoch == uint64(e.cur) && e.entering):
 		e.hold(b)

@@ -106,7 +106,11 @@ type inChan struct {
 	// resend of one of those: the same batch, resent because the durable
 	// ack was slower than the sender's timer.
 	procFrom uint64
-	reorder  map[uint64]*wire.RainstormBatch
+	// rewinds counts the times a restarted at-least-once sender took
+	// numbers back (see Batch): a checkpoint cut before the latest one
+	// names positions in numbers that no longer mean the same batches.
+	rewinds int
+	reorder map[uint64]*wire.RainstormBatch
 }
 
 type outChan struct {
@@ -117,6 +121,9 @@ type outChan struct {
 	open    []Record
 	pending []*wire.RainstormBatch // unacknowledged, in sequence order
 	rt      resendTimer
+	// base, under at-least-once, is the first number this incarnation
+	// cut itself (wire.RainstormBatch.Base).
+	base uint64
 }
 
 // TaskMachine is one stage task's exactly-once state machine. Inputs:
@@ -139,6 +146,7 @@ type TaskMachine struct {
 
 	inflight    *wire.RainstormCheckpoint
 	inflightPos []uint64 // input positions in inflight
+	inflightRew []int    // per input, its rewinds when inflight was cut
 	inflightSeq []uint64 // per output, the highest seq in inflight
 	dirty       bool
 	final       bool // the final checkpoint has been cut
@@ -202,7 +210,7 @@ func NewTaskMachine(cfg TaskConfig, ckpt *wire.RainstormCheckpoint) (*TaskMachin
 		m.in[i] = inChan{next: 1, durableNext: 1, ackedNext: 1, procFrom: 1}
 	}
 	for i := range m.out {
-		m.out[i] = outChan{next: 1}
+		m.out[i] = outChan{next: 1, base: 1}
 	}
 	switch {
 	case born && ckpt != nil:
@@ -232,7 +240,7 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 		m.in[i] = inChan{next: p.Next, eos: p.EOS, inc: p.Incarnation, durableNext: p.Next, procFrom: p.Next}
 	}
 	for i, o := range c.Outputs {
-		m.out[i] = outChan{next: o.Next, acked: o.Acked, durable: o.Next - 1, eos: o.EOS}
+		m.out[i] = outChan{next: o.Next, acked: o.Acked, durable: o.Next - 1, eos: o.EOS, base: o.Next}
 	}
 	for i := range c.Pending {
 		b := c.Pending[i] // a copy: the checkpoint stays the store's
@@ -241,6 +249,9 @@ func (m *TaskMachine) restore(c *wire.RainstormCheckpoint) error {
 				m.cfg.Task.Stage, m.cfg.Task.Index, b.To, len(m.out))
 		}
 		b.Incarnation = m.cfg.Incarnation
+		if m.cfg.AtLeastOnce {
+			b.Base = m.out[b.To].base
+		}
 		// Encoded again under this incarnation: bytes a store kept from
 		// the batch's first cut name the old one, which receivers refuse.
 		b.Freeze()
@@ -306,7 +317,16 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 	}
 	if m.stopped || m.final || b.From.Index < 0 || b.From.Index >= len(m.in) || b.From.Stage != m.cfg.Task.Stage-1 {
 		if m.final && !m.stopped && b.From.Index >= 0 && b.From.Index < len(m.in) && m.in[b.From.Index].durableNext > 1 {
-			m.ack(b.From.Index, m.in[b.From.Index].durableNext) // the sender missed an ack
+			ch := &m.in[b.From.Index]
+			if m.cfg.AtLeastOnce && b.Incarnation > ch.inc && ch.eos && ch.durableNext == ch.next {
+				// The predecessor's whole stream is durable here, so
+				// everything its successor cuts again is in it: an ack
+				// naming the successor, past whatever it numbered.
+				m.ready.Acks = append(m.ready.Acks, &wire.RainstormBatchAck{From: m.cfg.Task, To: b.From.Index, Incarnation: m.cfg.Incarnation,
+					UpTo: max(ch.durableNext-1, b.Seq), Epoch: uint64(m.ep.cur), Sender: b.Incarnation})
+				return
+			}
+			m.ack(b.From.Index, ch.durableNext) // the sender missed an ack
 		}
 		return
 	}
@@ -318,6 +338,30 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 		// A new sender incarnation may re-cut what the old one sent
 		// before it was durable: nothing below here counts as seen.
 		ch.procFrom = ch.next
+		if m.cfg.AtLeastOnce && b.Base > 0 && b.Base < ch.next && !ch.eos {
+			// From Base on, the new sender's batches are its own cut,
+			// which may hold records the predecessor's batches of the same
+			// numbers did not: take them all, from Base (over-counting what
+			// both held, as at-least-once may). Counting the predecessor's
+			// numbers as the new one's lost those records, and an end of
+			// stream cut at a number already passed was taken before
+			// the batches below it. The durable position goes back too:
+			// an ack must not name the new sender's batches before they are
+			// processed and durable here.
+			ch.next, ch.procFrom = b.Base, b.Base
+			ch.durableNext = min(ch.durableNext, b.Base)
+			ch.ackedNext = min(ch.ackedNext, ch.durableNext)
+			ch.rewinds++
+		}
+		if m.cfg.AtLeastOnce {
+			// Nor do the old one's batches held for reordering: under
+			// at-least-once a number names what one incarnation cut, not
+			// one durable batch, so the new sender's batch of the same
+			// number may hold other records or end the stream where the
+			// held one did not. Taking the held one in its place lost
+			// the new one's end of stream (and its epoch marker).
+			ch.reorder = nil
+		}
 	}
 	ch.inc = b.Incarnation
 	switch {
@@ -343,8 +387,15 @@ func (m *TaskMachine) Batch(b *wire.RainstormBatch) {
 			m.process(b)
 			m.dirty = true
 			// A batch re-cut after a restart may end the stream where the
-			// first one with this number did not.
-			ch.eos = ch.eos || b.EOS
+			// first one with this number did not, and then it carries the
+			// epoch marker too: without it the task would take the end of
+			// the epoch for the end of its part.
+			if b.EOS && !ch.eos {
+				ch.eos, ch.reorder = true, nil
+				if b.Next != nil {
+					m.ep.sawMarker(m, b.Next)
+				}
+			}
 		}
 		return
 	case b.Seq > ch.next:
@@ -465,7 +516,10 @@ func (m *TaskMachine) Ack(a *wire.RainstormBatchAck) {
 	}
 	o := &m.out[a.From.Index]
 	restarted := a.Incarnation != 0 && o.rt.receiverRestarted(a.Incarnation)
-	if a.UpTo > o.acked {
+	// Under at-least-once an ack that names a predecessor's batches
+	// says nothing of this incarnation's numbers from its base on.
+	mine := !m.cfg.AtLeastOnce || a.Sender == 0 || a.Sender == m.cfg.Incarnation
+	if mine && a.UpTo > o.acked {
 		o.acked = a.UpTo
 		k := 0
 		for k < len(o.pending) && o.pending[k].Seq <= o.acked {
@@ -560,11 +614,12 @@ func (m *TaskMachine) cut(final bool) {
 		Inputs: make([]wire.RainstormInput, len(m.in)), Outputs: make([]wire.RainstormOutput, len(m.out)),
 		BadRecords: m.bad, Done: final && !closing, RecordsIn: m.recIn, RecordsOut: m.recOut, Flushed: m.flushed,
 	}
-	m.inflightPos = m.inflightPos[:0]
+	m.inflightPos, m.inflightRew = m.inflightPos[:0], m.inflightRew[:0]
 	for i := range m.in {
 		ch := &m.in[i]
 		c.Inputs[i] = wire.RainstormInput{From: i, Next: ch.next, EOS: ch.eos, Incarnation: ch.inc}
 		m.inflightPos = append(m.inflightPos, ch.next)
+		m.inflightRew = append(m.inflightRew, ch.rewinds)
 	}
 	m.inflightSeq = m.inflightSeq[:0]
 	for i := range m.out {
@@ -573,6 +628,9 @@ func (m *TaskMachine) cut(final bool) {
 		for len(o.open) > 0 || (final && !o.eos) {
 			n := min(len(o.open), m.cfg.BatchRecords)
 			b := &wire.RainstormBatch{From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, Seq: o.next, Records: o.open[:n:n], Epoch: uint64(m.ep.cur)}
+			if m.cfg.AtLeastOnce {
+				b.Base = o.base
+			}
 			o.open = o.open[n:]
 			o.next++
 			if final && len(o.open) == 0 {
@@ -668,7 +726,9 @@ func (m *TaskMachine) CheckpointResult(a *wire.RainstormCheckpointAck) {
 		}
 	}
 	for i := range m.in {
-		m.in[i].durableNext = m.inflightPos[i]
+		if m.in[i].rewinds == m.inflightRew[i] {
+			m.in[i].durableNext = m.inflightPos[i]
+		}
 	}
 	m.ackInputs(false)
 	if c.Done {
@@ -721,7 +781,7 @@ func (m *TaskMachine) ackInputs(all bool) {
 func (m *TaskMachine) ack(i int, durableNext uint64) {
 	m.in[i].ackedNext = max(m.in[i].ackedNext, durableNext)
 	m.ready.Acks = append(m.ready.Acks, &wire.RainstormBatchAck{
-		From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, UpTo: durableNext - 1, Epoch: uint64(m.ep.cur),
+		From: m.cfg.Task, To: i, Incarnation: m.cfg.Incarnation, UpTo: durableNext - 1, Epoch: uint64(m.ep.cur), Sender: m.in[i].inc,
 	})
 }
 

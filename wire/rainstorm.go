@@ -42,6 +42,13 @@ type RainstormBatch struct {
 	// than ending: the epoch marker, which every task forwards on its own
 	// last batches of the epoch.
 	Next *RainstormEpoch `cbor:"51,keyasint,omitempty"`
+	// Base, under at-least-once, is the channel's first number this
+	// sender incarnation cut itself: below it are its predecessors'
+	// durable batches, resent as they were; from it on, numbers a
+	// predecessor may have sent with other records before they were
+	// durable. Zero when numbers never change hands (exactly-once, the
+	// source).
+	Base uint64 `cbor:"52,keyasint,omitempty"`
 
 	// flat is the batch's encoding as Freeze kept it (rainstorm_flat.go:
 	// a batch travels in a flat layout of its own, not as this map).
@@ -58,6 +65,10 @@ type RainstormBatchAck struct {
 	Incarnation uint64        `cbor:"3,keyasint"`
 	UpTo        uint64        `cbor:"4,keyasint,omitempty"`
 	Epoch       uint64        `cbor:"50,keyasint,omitempty"` // the channel's epoch
+	// Sender is the sender incarnation whose batches the receiver took
+	// last: under at-least-once an incarnation's numbers from its Base on
+	// are its own, so an ack naming a predecessor says nothing of them.
+	Sender uint64 `cbor:"51,keyasint,omitempty"`
 }
 
 // RainstormInput is a task's position on one input channel: the next

@@ -29,12 +29,13 @@ import (
 // did), and str a uvarint byte count followed by that many bytes of UTF-8:
 //
 //	byte     layout version (1)
-//	uvarint  flags: 1 EOS, 2 Next follows
+//	uvarint  flags: 1 EOS, 2 Next follows, 4 Base follows
 //	str      From.Job
 //	str      From.Workflow
 //	int      From.Stage, From.Index, To
 //	uvarint  Incarnation, Seq, Epoch
 //	Next     (when flagged) uvarint Epoch, Segment, len(Tasks), then each task count an int
+//	uvarint  (when flagged) Base, never 0
 //	uvarint  records, then fields over all records
 //	records  each: uvarint ID, uvarint field count, each field a str
 //
@@ -45,6 +46,7 @@ const flatVersion = 1
 const (
 	flatEOS  = 1 << 0
 	flatNext = 1 << 1
+	flatBase = 1 << 2
 )
 
 // Freeze writes b's flat layout once and keeps it: every later encoding of
@@ -107,6 +109,9 @@ func (b *RainstormBatch) encode() []byte {
 	if b.Next != nil {
 		flags |= flatNext
 	}
+	if b.Base != 0 {
+		flags |= flatBase
+	}
 	dst = binary.AppendUvarint(dst, flags)
 	dst = appendFlatString(dst, b.From.Job)
 	dst = appendFlatString(dst, b.From.Workflow)
@@ -124,13 +129,16 @@ func (b *RainstormBatch) encode() []byte {
 			dst = binary.AppendUvarint(dst, zigzag(t))
 		}
 	}
+	if b.Base != 0 {
+		dst = binary.AppendUvarint(dst, b.Base)
+	}
 	return appendFlatRecords(dst, b.Records, fields)
 }
 
 // flatSize is the length of b's flat layout and its field count over all
 // records.
 func (b *RainstormBatch) flatSize() (n, fields int) {
-	n = 1 + uvarintLen(flatEOS|flatNext) + flatStringLen(b.From.Job) + flatStringLen(b.From.Workflow) +
+	n = 1 + uvarintLen(flatEOS|flatNext|flatBase) + flatStringLen(b.From.Job) + flatStringLen(b.From.Workflow) +
 		uvarintLen(zigzag(b.From.Stage)) + uvarintLen(zigzag(b.From.Index)) + uvarintLen(zigzag(b.To)) +
 		uvarintLen(b.Incarnation) + uvarintLen(b.Seq) + uvarintLen(b.Epoch)
 	if e := b.Next; e != nil {
@@ -138,6 +146,9 @@ func (b *RainstormBatch) flatSize() (n, fields int) {
 		for _, t := range e.Tasks {
 			n += uvarintLen(zigzag(t))
 		}
+	}
+	if b.Base != 0 {
+		n += uvarintLen(b.Base)
 	}
 	rn, fields := flatRecordsSize(b.Records)
 	return n + rn, fields
@@ -183,7 +194,7 @@ func (b *RainstormBatch) decodeFlat(p []byte) error {
 	}
 	r := flatReader{s: string(p), off: 1}
 	flags := r.uvarint()
-	if flags&^(flatEOS|flatNext) != 0 {
+	if flags&^(flatEOS|flatNext|flatBase) != 0 {
 		return errFlat(fmt.Sprintf("unknown flags %#x", flags))
 	}
 	b.EOS = flags&flatEOS != 0
@@ -206,6 +217,11 @@ func (b *RainstormBatch) decodeFlat(p []byte) error {
 			}
 		}
 		b.Next = e
+	}
+	if flags&flatBase != 0 {
+		if b.Base = r.uvarint(); b.Base == 0 {
+			return errFlat("base flagged but 0") // one encoding per batch
+		}
 	}
 	b.Records = r.records()
 	return r.end()

@@ -12,7 +12,7 @@ import (
 func flatTestBatch(records int) *RainstormBatch {
 	b := &RainstormBatch{
 		From: RainstormTask{Job: "job-7", Workflow: "pipé", Stage: 2, Index: 5}, To: 3,
-		Incarnation: 1<<40 + 3, Seq: 300, EOS: true, Epoch: 2,
+		Incarnation: 1<<40 + 3, Seq: 300, EOS: true, Epoch: 2, Base: 290,
 		Next: &RainstormEpoch{Epoch: 3, Segment: 1 << 20, Tasks: []int{3, 1, 4}},
 	}
 	for i := range records {
@@ -117,7 +117,7 @@ func TestRainstormBatchFlatCoversEveryField(t *testing.T) {
 		v    any
 		want int
 	}{
-		{RainstormBatch{}, 9}, {RainstormTask{}, 4}, {RainstormRecord{}, 2}, {RainstormEpoch{}, 3},
+		{RainstormBatch{}, 10}, {RainstormTask{}, 4}, {RainstormRecord{}, 2}, {RainstormEpoch{}, 3},
 	} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, the flat layout knows %d: give the new one a place in rainstorm_flat.go (and a new layout version)", c.v, n, c.want)
@@ -235,6 +235,7 @@ func FuzzRainstormBatchFlat(f *testing.F) {
 	f.Add(mustFlat(f, flatTestBatch(0)))
 	f.Add(mustFlat(f, flatTestBatch(3)))
 	f.Add(mustFlat(f, &RainstormBatch{}))
+	f.Add(mustFlat(f, &RainstormBatch{Seq: 7, Base: 5, EOS: true, Next: &RainstormEpoch{Epoch: 2, Segment: 9, Tasks: []int{3, 1}}}))
 	f.Add(mustFlat(f, &RainstormBatch{From: RainstormTask{Stage: -1}, Records: []RainstormRecord{{}, {Fields: []string{""}}}}))
 	f.Add([]byte{1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
