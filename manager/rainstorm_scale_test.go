@@ -190,20 +190,7 @@ func TestRainstormAutoscaleDecisionAsksTheSource(t *testing.T) {
 
 	// count/1 takes in 1,000 records every 50 ms: 20,000/s, far over
 	// 100 per task.
-	var resize []int
-	v := uint64(0)
-	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
-		v++
-		if a := call(&wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: v, Epochs: rainstorm.SpecStartEpochs(mustSpec(t, lead, job)),
-			RecordsIn: 1000 * v}).(*wire.RainstormCheckpointAck); a.Refused {
-			t.Fatalf("checkpoint refused: %s", a.Reason)
-		}
-		resize = call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize
-		if len(resize) == 0 {
-			return errors.New("no resize asked for")
-		}
-		return nil
-	})
+	resize := sp.loadUntilAsked(t, lead)
 	if !slices.Equal(resize, []int{2}) {
 		t.Fatalf("the source is asked for sizes %v, want [2]", resize)
 	}
@@ -218,17 +205,8 @@ func TestRainstormAutoscaleDecisionAsksTheSource(t *testing.T) {
 		t.Fatalf("stage sizes %v before the source recorded the epoch, want [1 1]", out.StageTasks)
 	}
 	// Once the source records the epoch, nobody asks again.
-	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 2, Tasks: []int{2}}}
-	if a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: 1,
-		Source: &wire.RainstormSourcePos{Epochs: epochs, Reserve: 2}}).(*wire.RainstormCheckpointAck); a.Refused {
-		t.Fatalf("source checkpoint refused: %s", a.Reason)
-	}
-	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; len(r) > 0 {
-			return fmt.Errorf("still asked for %v", r)
-		}
-		return nil
-	})
+	sp.call = call
+	sp.sourceRecordsTheResize(t)
 }
 
 // A completed task's route names the epoch its final checkpoint closed (its
@@ -264,6 +242,45 @@ type scaled struct {
 	call          func(wire.Message) wire.Message
 	src, c0       wire.RainstormTask
 	srcInc, c0Inc uint64
+}
+
+// loadUntilAsked reports count/1 taking in 1,000 records a checkpoint
+// (every 50 ms: 20,000/s, far over the test's high mark) until the route
+// answers ask the source for new sizes, and returns them.
+func (sp *scaled) loadUntilAsked(t *testing.T, lead *Manager) []int {
+	t.Helper()
+	var resize []int
+	v := uint64(0)
+	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		v++
+		if a := sp.call(&wire.RainstormCheckpoint{Task: sp.c0, Incarnation: sp.c0Inc, Version: v,
+			Epochs: rainstorm.SpecStartEpochs(mustSpec(t, lead, sp.job)), RecordsIn: 1000 * v}).(*wire.RainstormCheckpointAck); a.Refused {
+			t.Fatalf("checkpoint refused: %s", a.Reason)
+		}
+		resize = sp.call(&wire.RainstormRoutesRequest{Job: sp.job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize
+		if len(resize) == 0 {
+			return errors.New("no resize asked for")
+		}
+		return nil
+	})
+	return resize
+}
+
+// sourceRecordsTheResize checkpoints the source in the 1 → 2 epoch and
+// waits until the route answers no longer ask for it.
+func (sp *scaled) sourceRecordsTheResize(t *testing.T) {
+	t.Helper()
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 2, Tasks: []int{2}}}
+	if a := sp.call(&wire.RainstormCheckpoint{Task: sp.src, Incarnation: sp.srcInc, Version: 1,
+		Source: &wire.RainstormSourcePos{Epochs: epochs, Reserve: 2}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("source checkpoint refused: %s", a.Reason)
+	}
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if r := sp.call(&wire.RainstormRoutesRequest{Job: sp.job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; len(r) > 0 {
+			return fmt.Errorf("still asked for %v", r)
+		}
+		return nil
+	})
 }
 
 func submitScaled(t *testing.T, c *testCluster, lead *Manager, a rainstorm.Autoscale) scaled {
@@ -563,18 +580,9 @@ func TestRainstormAutoscaleNewLeaderContinuesTheDecision(t *testing.T) {
 	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
 	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
 	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
-	v := uint64(0)
-	testutil.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
-		v++
-		if a := call(&wire.RainstormCheckpoint{Task: c0, Incarnation: c0Inc, Version: v, Epochs: rainstorm.SpecStartEpochs(mustSpec(t, lead, job)),
-			RecordsIn: 1000 * v}).(*wire.RainstormCheckpointAck); a.Refused {
-			t.Fatalf("checkpoint refused: %s", a.Reason)
-		}
-		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; !slices.Equal(r, []int{2}) {
-			return fmt.Errorf("the source is asked for %v, want [2]", r)
-		}
-		return nil
-	})
+	if r := sp.loadUntilAsked(t, lead); !slices.Equal(r, []int{2}) {
+		t.Fatalf("the source is asked for %v, want [2]", r)
+	}
 
 	// The leader dies before the source records the sizes.
 	c.stopManager(lead.cfg.ID)
@@ -596,17 +604,8 @@ func TestRainstormAutoscaleNewLeaderContinuesTheDecision(t *testing.T) {
 	}
 
 	// Recorded by the source: nobody asks again.
-	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 2, Tasks: []int{2}}}
-	if a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: 1,
-		Source: &wire.RainstormSourcePos{Epochs: epochs, Reserve: 2}}).(*wire.RainstormCheckpointAck); a.Refused {
-		t.Fatalf("source checkpoint refused: %s", a.Reason)
-	}
-	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe"}).(*wire.RainstormRoutes).Resize; len(r) > 0 {
-			return fmt.Errorf("still asked for %v", r)
-		}
-		return nil
-	})
+	sp.call = call
+	sp.sourceRecordsTheResize(t)
 }
 
 // A paced source whose window is full reads only what the first stage
