@@ -252,7 +252,6 @@ func (r *rsRunner) Run(ctx context.Context, env workflow.Env) (workflow.Result, 
 		log:     env.Logger.With("stage", r.task.Stage, "task", r.task.Index, "incarnation", r.inc),
 	}
 	d.t.opened = d.downstreamOpened
-	d.paceFrom.Store(-1)
 	d.t.sentBy = d.sentBy
 	d.fetchRoutes = d.leaderRoutes
 	r.w.rs.add(d.t)
@@ -434,9 +433,9 @@ type rsDriver struct {
 	// wellFormed is a source's well-formed records read, its progress.
 	wellFormed atomic.Int64
 	// paceFrom is, for a paced generate source once it runs, where its
-	// schedule starts (the due time of the record it resumed at, in
-	// nanoseconds); -1 otherwise.
-	paceFrom atomic.Int64
+	// schedule starts (the due time of the record it resumed at); nil
+	// otherwise, the zero value.
+	paceFrom atomic.Pointer[time.Duration]
 	wg       sync.WaitGroup
 	// file identifies a path: source's input as opened (nil otherwise).
 	file *wire.RainstormFileID
@@ -476,11 +475,11 @@ func (d *rsDriver) snapshot() workflow.Snapshot {
 	s := workflow.Snapshot{Elapsed: d.env.Now().Sub(d.start), Failed: d.bad.Load()}
 	if d.task.Stage == 0 {
 		s.Completed = d.wellFormed.Load()
-		if at := d.paceFrom.Load(); at >= 0 {
+		if at := d.paceFrom.Load(); at != nil {
 			// Due by now on the schedule the source paces itself by
 			// (from where it resumed), and never less than it read.
 			g := d.p.Spec.Source.Generate
-			s.Offered = max(int64(g.DueBy(time.Duration(at)+s.Elapsed)), s.Completed)
+			s.Offered = max(int64(g.DueBy(*at+s.Elapsed)), s.Completed)
 		}
 	}
 	return s
@@ -1024,7 +1023,8 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	paced := gen != nil && gen.Paced()
 	resumed := pos.Record
 	if paced {
-		d.paceFrom.Store(int64(gen.DueAt(resumed)))
+		at := gen.DueAt(resumed)
+		d.paceFrom.Store(&at)
 	}
 	tick := time.NewTicker(rsTick)
 	defer tick.Stop()
