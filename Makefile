@@ -57,6 +57,7 @@ chaos: ## Longer soak: seeded election simulations, transport faults, CHAOS_DURA
 	TEMPEST_RS_SIM_SEEDS=200 $(GO) test -count=1 -timeout 60m -run '^TestSim' ./rainstorm/
 	TEMPEST_HOSTILE_SCALE=4 $(GO) test -race -count=1 -timeout 30m -run 'Hostile|Captured|APIAbuse' ./integration/
 	TEMPEST_MANY_KEYS=1 TEMPEST_MILLION_KEYS=1 $(GO) test -race -count=1 -timeout 40m -run '^TestRainstorm(Many|Million)KeysWorkerKill$$' ./integration/
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=5 -timeout 30m -run '^TestRainstormAutoscaleGrowsAndShrinks$$' ./integration/
 	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -timeout 30m -run '^TestRainstormAutoscale(WorkerKillMidResize|LeaderKillAfterDecision|AtLeastOnceCanOverCount)$$' ./integration/
 	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_TOPOLOGY=$(CHAOS_TOPOLOGY) \
 		$(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$' ./integration/
