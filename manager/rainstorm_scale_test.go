@@ -182,11 +182,9 @@ func TestRainstormAutoscaleDecisionAsksTheSource(t *testing.T) {
 	c := newRainstormCluster(t, nil)
 	c.addWorker("w1", 4)
 	lead := c.leader()
-	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 10, High: 100,
-		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond})
-	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
-	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
-	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	sp := submitScaled(t, c, lead, fastDecisions())
+	job, call := sp.job, sp.call
+	sp.openSourceAndCount()
 
 	// count/1 takes in 1,000 records every 50 ms: 20,000/s, far over
 	// 100 per task.
@@ -242,6 +240,18 @@ type scaled struct {
 	call          func(wire.Message) wire.Message
 	src, c0       wire.RainstormTask
 	srcInc, c0Inc uint64
+}
+
+// fastDecisions decides on the first window over 100 records/s a task,
+// with no cooldown: the unit tests' load is far over it.
+func fastDecisions() rainstorm.Autoscale {
+	return rainstorm.Autoscale{Min: 1, Max: 3, Low: 10, High: 100, Window: 1500 * time.Millisecond, Cooldown: time.Millisecond}
+}
+
+// openSourceAndCount opens the source and count/1 as their worker does.
+func (sp *scaled) openSourceAndCount() {
+	sp.call(&wire.RainstormOpen{Task: sp.src, Incarnation: sp.srcInc, HasHeader: true})
+	sp.call(&wire.RainstormOpen{Task: sp.c0, Incarnation: sp.c0Inc})
 }
 
 // loadUntilAsked reports count/1 taking in 1,000 records a checkpoint
@@ -312,8 +322,7 @@ func TestRainstormHandoverPagedPastAMessage(t *testing.T) {
 	lead := c.leader()
 	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 2, Low: 1, High: 1e9})
 	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
-	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
-	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	sp.openSourceAndCount()
 	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 4, Tasks: []int{2}}}
 	if a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: 1,
 		Source: &wire.RainstormSourcePos{Segment: 4, Epochs: epochs, Epoch: 1, Reserve: 6}}).(*wire.RainstormCheckpointAck); a.Refused {
@@ -575,11 +584,9 @@ func TestRainstormAutoscaleNewLeaderContinuesTheDecision(t *testing.T) {
 	c := newRainstormCluster(t, nil)
 	c.addWorker("w1", 4)
 	lead := c.leader()
-	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 10, High: 100,
-		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond})
-	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
-	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
-	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	sp := submitScaled(t, c, lead, fastDecisions())
+	job, call := sp.job, sp.call
+	sp.openSourceAndCount()
 	if r := sp.loadUntilAsked(t, lead); !slices.Equal(r, []int{2}) {
 		t.Fatalf("the source is asked for %v, want [2]", r)
 	}
@@ -619,9 +626,8 @@ func TestRainstormAutoscaleCountsTheSourcesOfferedLoad(t *testing.T) {
 	lead := c.leader()
 	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 1, High: 100,
 		Window: 1500 * time.Millisecond, Cooldown: time.Millisecond})
-	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
-	call(&wire.RainstormOpen{Task: src, Incarnation: srcInc, HasHeader: true})
-	call(&wire.RainstormOpen{Task: c0, Incarnation: c0Inc})
+	job, call, srcInc, c0, c0Inc := sp.job, sp.call, sp.srcInc, sp.c0, sp.c0Inc
+	sp.openSourceAndCount()
 	srcID := partID(t, lead, job, 0)
 	caller := c.hub.Node("w1")
 	v := uint64(0)
