@@ -39,13 +39,8 @@ func TestPageCostIsItsPage(t *testing.T) {
 	}
 	const small, large, runs = 200_000, 600_000, 4
 	cost := func(keys int) (page, part float64) {
-		s, err := Open(t.TempDir(), soloHost{}, Config{NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, lt := storeWithState(t, keys)
 		defer s.Close()
-		lt := openLeaderTask(t, s)
-		build(lt.checkpoint, keys)
 		page = allocPer(lt, keys, runs, func() {
 			if p := s.snapshot(nil, nil, nil); !p.More {
 				t.Fatalf("one page holds a %d-key state", keys)
@@ -75,14 +70,9 @@ func TestPageCostIsItsPage(t *testing.T) {
 // message cap; so are an open's parts, read in order while the task's
 // version changes under them, and past the last part there is none.
 func TestPagesWhileCheckpointsLand(t *testing.T) {
-	s, err := Open(t.TempDir(), soloHost{}, Config{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	lt := openLeaderTask(t, s)
 	const keys = 150_000
-	build(lt.checkpoint, keys)
+	s, lt := storeWithState(t, keys)
+	defer s.Close()
 	states := map[ver][]wire.RainstormGroupState{}
 	record := func() {
 		l := s.Latest(lt.task)

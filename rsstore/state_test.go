@@ -115,6 +115,19 @@ func (pt *peerTask) checkpoint(groups []wire.RainstormGroupState) {
 }
 
 // build gives a task a state of keys entries, in checkpoints of 25k keys.
+// storeWithState opens a store on its own (the caller closes it), a task
+// led there, and checkpoints it to hold keys entries.
+func storeWithState(t *testing.T, keys int) (*Store, *leaderTask) {
+	t.Helper()
+	s, err := Open(t.TempDir(), soloHost{}, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt := openLeaderTask(t, s)
+	build(lt.checkpoint, keys)
+	return s, lt
+}
+
 func build(checkpoint func([]wire.RainstormGroupState), keys int) {
 	for from := 0; from < keys; from += 25_000 {
 		checkpoint(countDelta(span(from, min(25_000, keys-from)), 1))
@@ -145,13 +158,8 @@ func TestCheckpointCostIsItsDelta(t *testing.T) {
 	}
 	const small, large, delta, runs = 25_000, 200_000, 100, 8
 	cost := func(keys int) (leader, peer float64) {
-		s, err := Open(t.TempDir(), soloHost{}, Config{NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, lt := storeWithState(t, keys)
 		defer s.Close()
-		lt := openLeaderTask(t, s)
-		build(lt.checkpoint, keys)
 		leader = heapPer(runs, func(i int) { lt.checkpoint(countDelta(spread(delta, keys, i), int64(i+2))) })
 
 		p, err := Open(t.TempDir(), soloHost{}, Config{NoSync: true})
