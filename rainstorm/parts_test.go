@@ -16,14 +16,7 @@ func TestAutoscaledStageParts(t *testing.T) {
 		{Name: "odd", Op: OpFilter, Field: "value", Matches: "[13579]$", Autoscale: pol},
 		{Name: "count", Op: OpCount, Key: "key", Tasks: 2},
 	}}
-	b, err := wire.Marshal(&PipelineParams{Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts, err := Type{}.Expand(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := expandSpec(t, spec)
 	if len(parts) != 1+4+2 {
 		t.Fatalf("%d parts, want 7: the source, the filter's maximum of 4 and the count's 2", len(parts))
 	}
@@ -64,14 +57,7 @@ func TestSplitSourceParts(t *testing.T) {
 	spec := Spec{Source: Source{Path: "/in.csv", Header: true, Split: 3}, Stages: []Stage{
 		{Name: "count", Op: OpCount, Key: "k", Tasks: 2},
 	}}
-	b, err := wire.Marshal(&PipelineParams{Spec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts, err := Type{}.Expand(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	parts := expandSpec(t, spec)
 	if len(parts) != 3+2 {
 		t.Fatalf("%d parts, want 5: the 3 ranges' source tasks and the count's 2", len(parts))
 	}
@@ -98,4 +84,18 @@ func TestSplitSourceParts(t *testing.T) {
 	if _, err := DecodeTaskParams(bad); err == nil {
 		t.Fatal("a fourth range of a 3-way split was accepted")
 	}
+}
+
+// expandSpec is spec's dispatched parts, as the manager expands them.
+func expandSpec(t *testing.T, spec Spec) [][]byte {
+	t.Helper()
+	b, err := wire.Marshal(&PipelineParams{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := Type{}.Expand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parts
 }
