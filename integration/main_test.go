@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,6 +143,29 @@ func dumpLogs(t *testing.T, c *devcluster.Cluster) {
 		}
 		t.Logf("==== %s (%s) last log lines:\n%s", n.Name, filepath.Base(n.Log), b)
 	}
+}
+
+// keepLogsOnFailure copies every node's whole log under $TEMPEST_KEEP_LOGS
+// when t fails. Call it right after starting the cluster: cleanups run last
+// first, so the copy is made before the cluster's cleanup removes the logs.
+func keepLogsOnFailure(t *testing.T, c *cluster) {
+	t.Cleanup(func() {
+		dir := os.Getenv("TEMPEST_KEEP_LOGS")
+		if dir == "" || !t.Failed() {
+			return
+		}
+		// A directory of its own per failure: runs with -count keep each.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Logf("keep logs: %v", err)
+			return
+		}
+		sub, err := os.MkdirTemp(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-")
+		if err != nil {
+			t.Logf("keep logs: %v", err)
+			return
+		}
+		keepNodeLogs(t, c, sub)
+	})
 }
 
 // keepNodeLogs copies every node's whole log into dir: the failure dump

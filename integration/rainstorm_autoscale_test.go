@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -247,6 +246,7 @@ func TestRainstormAutoscaleGrowsAndShrinks(t *testing.T) {
 	chaosGate(t)
 	want := wantAutoscale(t)
 	c := startCluster(t, 1, 3, 2)
+	keepLogsOnFailure(t, c)
 	out, w := runAutoscale(t, c, true, nil)
 	if !w.grewAndShrank(1, 3) {
 		t.Errorf("the work stage went through sizes %v: want 3, then 1", w.stage(1))
@@ -289,6 +289,7 @@ func TestRainstormAutoscaleWorkerKillMidResize(t *testing.T) {
 	chaosGate(t)
 	want := wantAutoscale(t)
 	c := startCluster(t, 1, 3, 2)
+	keepLogsOnFailure(t, c)
 	out, w := runAutoscale(t, c, true, func(out *api.PipelineOutput, w *autoscaleWatch) bool {
 		if len(w.resizes) == 0 {
 			return false
@@ -329,13 +330,7 @@ func TestRainstormAutoscaleLeaderKillAfterDecision(t *testing.T) {
 	chaosGate(t)
 	want := wantAutoscale(t)
 	c := startCluster(t, 3, 3, 2)
-	// Registered after the cluster, so it runs before the cluster's cleanup
-	// removes the logs: a failure here is read from whole logs.
-	t.Cleanup(func() {
-		if dir := os.Getenv("TEMPEST_KEEP_LOGS"); dir != "" && t.Failed() {
-			keepNodeLogs(t, c, filepath.Join(dir, t.Name()))
-		}
-	})
+	keepLogsOnFailure(t, c)
 	var first api.PipelineResize
 	out, w := runAutoscale(t, c, true, func(out *api.PipelineOutput, w *autoscaleWatch) bool {
 		if len(w.resizes) == 0 {

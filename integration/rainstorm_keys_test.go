@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,13 +34,7 @@ workflows:
 func countManyKeys(t *testing.T, records, keys int64) {
 	want := generated(t, records, keys, func(int) bool { return true })
 	c := startCluster(t, 3, 3, 2)
-	// Registered after the cluster, so it runs before the cluster's cleanup
-	// removes the logs: a failure here is read from whole logs, not tails.
-	t.Cleanup(func() {
-		if dir := os.Getenv("TEMPEST_KEEP_LOGS"); dir != "" && t.Failed() {
-			keepNodeLogs(t, c, filepath.Join(dir, t.Name()))
-		}
-	})
+	keepLogsOnFailure(t, c)
 	t.Cleanup(func() { logLeaderTerms(t, c) })
 	start := time.Now()
 	id := c.submit(manyKeysJob(records, keys))

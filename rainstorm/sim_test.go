@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/big"
 	"math/rand/v2"
 	"os"
@@ -439,6 +440,9 @@ func (s *simRun) step() bool {
 		s.resize.step(s)
 	}
 	s.faultStep()
+	if s.now%simRouteEvery == 0 {
+		s.acksForDone()
+	}
 	for _, in := range slices.Clone(s.insts) {
 		if in.frozen {
 			continue
@@ -472,6 +476,28 @@ func (s *simRun) step() bool {
 		s.handle(in, s.ready(in))
 	}
 	return s.finished()
+}
+
+// simRouteEvery is how often, in ticks, a task's driver reads the routes,
+// as the worker's does.
+const simRouteEvery = 5
+
+// acksForDone does what a worker's driver does when its routes show a
+// downstream task Done (its part complete: every batch it will ever take
+// is durable, and its last acks may have been lost with it): it
+// acknowledges the whole channel for it, in the epoch the task ended in.
+func (s *simRun) acksForDone() {
+	for _, in := range s.insts {
+		if in.frozen || in.id.Stage >= len(s.p.Stages) {
+			continue
+		}
+		for i := range s.tasksOf(in.id.Stage + 1) {
+			down := wire.RainstormTask{Stage: in.id.Stage + 1, Index: i}
+			if c := s.store.Latest(down); c != nil && c.Done {
+				s.send(simMsg{to: in.id, ack: &wire.RainstormBatchAck{From: down, To: in.id.Index, UpTo: math.MaxUint64, Epoch: c.Epoch}})
+			}
+		}
+	}
 }
 
 // finished reports whether every sink task's part is complete: each one

@@ -263,7 +263,9 @@ func (m *SourceMachine) cut(done bool) {
 		Source: &pos, Outputs: make([]wire.RainstormOutput, len(m.acked)), BadRecords: pos.BadRecords, Done: done,
 		RecordsOut: m.sentAt()}
 	for d, x := range m.acked {
-		c.Outputs[d] = wire.RainstormOutput{To: d, Next: x + 1, Acked: x}
+		// x is the largest number when a Done receiver acknowledged its
+		// whole channel: Next stays past every batch, not wrapped to 0.
+		c.Outputs[d] = wire.RainstormOutput{To: d, Next: max(x+1, x), Acked: x}
 	}
 	m.inflight = c
 	m.lastCut = m.tick
