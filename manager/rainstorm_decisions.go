@@ -49,8 +49,16 @@ func rsLoadScaleLocked(ps *rsPipeScale, sc *wire.RainstormScale, recorded []int)
 	ps.resizes = ps.resizes[:0]
 	for _, w := range sc.Resizes {
 		r := rsResizeFromWire(w)
-		if m, ok := mine[rsResizeKey{r.Stage, r.Epoch}]; ok && m.At.Equal(r.At) && r.InForce == 0 {
-			r.InForce, r.GroupsMoved = m.InForce, m.GroupsMoved
+		if m, ok := mine[rsResizeKey{r.Stage, r.Epoch}]; ok && m.At.Equal(r.At) {
+			// Figures this manager measured and the record lacks (its
+			// write was lost with a term): kept, and stored with the
+			// term's next write.
+			if r.InForce == 0 {
+				r.InForce, r.GroupsMoved = m.InForce, m.GroupsMoved
+			}
+			if r.Handover == 0 {
+				r.KeysMoved, r.BytesMoved, r.Handover = m.KeysMoved, m.BytesMoved, m.Handover
+			}
 		}
 		ps.resizes = append(ps.resizes, r)
 	}
@@ -60,7 +68,9 @@ func rsLoadScaleLocked(ps *rsPipeScale, sc *wire.RainstormScale, recorded []int)
 // leader's term still holds, makes it the pipeline's state: only then is
 // a wanted size asked of the source. A record that could not be stored is
 // dropped, decision and all: the scaler decides again after its cooldown.
-func (m *Manager) rsStoreScale(ctx context.Context, term uint64, key rsPipeKey, rec *wire.RainstormScale, decided *api.PipelineResize) bool {
+// figures is the pipeline's count of measured figures rec holds
+// (rsPipeScale.figures): once stored, no write is owed for them.
+func (m *Manager) rsStoreScale(ctx context.Context, term uint64, key rsPipeKey, rec *wire.RainstormScale, decided *api.PipelineResize, figures uint64) bool {
 	if err := m.rs.RecordScale(ctx, term, key.job, key.wf, rec); err != nil {
 		m.log.Warn("rainstorm: autoscale record not stored on a majority; dropped", "job_id", key.job, "workflow", key.wf, "err", err)
 		return false
@@ -73,6 +83,7 @@ func (m *Manager) rsStoreScale(ctx context.Context, term uint64, key rsPipeKey, 
 		return false
 	}
 	ps.seq = rec.Seq
+	ps.storedFigures = max(ps.storedFigures, figures)
 	if decided != nil {
 		ps.want = slices.Clone(rec.Want)
 		ps.resizes = append(ps.resizes, *decided)
@@ -85,12 +96,14 @@ func (m *Manager) rsStoreScale(ctx context.Context, term uint64, key rsPipeKey, 
 
 func rsResizeToWire(r api.PipelineResize) wire.RainstormResize {
 	return wire.RainstormResize{At: r.At.UnixNano(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision,
-		Epoch: r.Epoch, InForce: int64(r.InForce), GroupsMoved: r.GroupsMoved}
+		Epoch: r.Epoch, InForce: int64(r.InForce), GroupsMoved: r.GroupsMoved,
+		KeysMoved: r.KeysMoved, BytesMoved: r.BytesMoved, Handover: int64(r.Handover)}
 }
 
 func rsResizeFromWire(r wire.RainstormResize) api.PipelineResize {
 	return api.PipelineResize{At: time.Unix(0, r.At).UTC(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision,
-		Epoch: r.Epoch, InForce: time.Duration(r.InForce), GroupsMoved: r.GroupsMoved}
+		Epoch: r.Epoch, InForce: time.Duration(r.InForce), GroupsMoved: r.GroupsMoved,
+		KeysMoved: r.KeysMoved, BytesMoved: r.BytesMoved, Handover: time.Duration(r.Handover)}
 }
 
 // rsStoredResizes is the decisions the store holds for a pipeline, for the

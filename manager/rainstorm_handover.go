@@ -198,6 +198,15 @@ func (s *rsScaleState) handedOver(key rsPipeKey, stage string, epoch uint64, mov
 	}
 	if st.done.IsZero() && len(st.complete) >= moved {
 		st.done = now
+		p := s.pipes[key]
+		for i := range p.resizes {
+			if r := &p.resizes[i]; r.Stage == stage && r.Epoch == epoch && r.Handover == 0 {
+				// The resize's own figures, stored with its decision by
+				// the scale loop's next round (rsAutoscale).
+				r.KeysMoved, r.BytesMoved, r.Handover = st.keys, st.bytes, max(st.done.Sub(st.asked), time.Nanosecond)
+				p.figures++
+			}
+		}
 		log.Info("rainstorm: resize handover complete", "job_id", key.job, "workflow", key.wf, "stage", stage, "epoch", epoch,
 			"groups_moved", moved, "keys_moved", st.keys, "bytes_moved", st.bytes, "handover", st.done.Sub(st.asked))
 	}

@@ -9,7 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"tempest/internal/testutil"
 	"tempest/rainstorm"
 	"tempest/rsstore"
 	"tempest/wire"
@@ -189,4 +191,83 @@ func TestRainstormHandoverPagesJoinToTheMovedGroups(t *testing.T) {
 	if !slices.Equal(got, moved) {
 		t.Fatalf("the pages hold %d entries, want the %d moved, each once in order", len(got), len(moved))
 	}
+}
+
+// A resize's handover figures are on its durable decision: the leader
+// that served the handover stores them, and the next leader, which served
+// none of it, shows the keys and bytes moved and how long the handover
+// took. Held in the leader's memory alone, they read zero after it died.
+func TestRainstormHandoverFiguresSurviveTheLeader(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, fastDecisions())
+	job, call := sp.job, sp.call
+	sp.openSourceAndCount()
+	if r := sp.loadUntilAsked(t, lead); !slices.Equal(r, []int{2}) {
+		t.Fatalf("the source is asked for %v, want [2]", r)
+	}
+	// The source records the epoch and sends in it: count/2 is placed.
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 2, Tasks: []int{2}}}
+	if a := call(&wire.RainstormCheckpoint{Task: sp.src, Incarnation: sp.srcInc, Version: 1,
+		Source: &wire.RainstormSourcePos{Segment: 2, Epochs: epochs, Epoch: 1, Reserve: 4}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("source checkpoint refused: %s", a.Reason)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if in := taskState(lead, job, 2); in.status != wire.WorkflowRunning {
+			return fmt.Errorf("count/2 is %s (%q)", in.status, in.waiting)
+		}
+		return nil
+	})
+	// count/1 closes epoch 0 holding a key in every group.
+	var groups []wire.RainstormGroupState
+	for g := range rainstorm.KeyGroups {
+		groups = append(groups, wire.RainstormGroupState{Group: g, Entries: []wire.RainstormAggregate{{Key: fmt.Sprint("k", g), Count: 1}}})
+	}
+	if a := call(&wire.RainstormCheckpoint{Task: sp.c0, Incarnation: sp.c0Inc, Version: lead.rs.Head(sp.c0).Version + 1, Closing: true,
+		Groups: groups, Epochs: epochs}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("closing checkpoint refused: %s", a.Reason)
+	}
+	tabs, err := rainstorm.NewTables(epochs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := len(tabs.Table(1, 1).Owned(1))
+	r := call(&wire.RainstormRoutesRequest{Job: job, Workflow: "pipe",
+		Handovers: []wire.RainstormHandoverWant{{Stage: 1, Index: 0, Epoch: 0}}}).(*wire.RainstormRoutes)
+	if len(r.Handovers) != 1 || r.Handovers[0].More || len(r.Handovers[0].Groups) != moved {
+		t.Fatalf("handovers %+v, want one page of the %d groups that move", r.Handovers, moved)
+	}
+
+	// The figures reach a peer's store with the decision.
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for _, m := range c.running() {
+			if m == lead {
+				continue
+			}
+			if sc := m.rs.Scale(job, "pipe"); sc != nil && len(sc.Resizes) > 0 && sc.Resizes[0].Handover > 0 {
+				return nil
+			}
+		}
+		return errors.New("no peer stores the handover's figures")
+	})
+	c.stopManager(lead.cfg.ID)
+	next := c.leader()
+	testutil.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		out, err := next.PipelineOutput(context.Background(), job, "pipe", false)
+		if err != nil {
+			return err
+		}
+		for _, rz := range out.Resizes {
+			if rz.Epoch != 1 {
+				continue
+			}
+			if rz.KeysMoved != moved || rz.BytesMoved <= 0 || rz.Handover <= 0 {
+				return fmt.Errorf("the new leader shows the 1 → 2 resize with %d keys, %d bytes moved in %s; want %d keys, some bytes and time",
+					rz.KeysMoved, rz.BytesMoved, rz.Handover, moved)
+			}
+			return nil
+		}
+		return fmt.Errorf("the new leader shows no resize into epoch 1: %+v", out.Resizes)
+	})
 }

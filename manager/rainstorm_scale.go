@@ -85,6 +85,11 @@ type rsPipeScale struct {
 	// (rsLoadScaleLocked); seq is the record's last write.
 	loaded bool
 	seq    uint64
+	// figures counts the measured figures put in resizes (a handover
+	// complete); storedFigures is how many of them a stored record
+	// holds. While they differ the scale loop writes the record, so a
+	// new leader shows what this one measured.
+	figures, storedFigures uint64
 }
 
 // rsResizeKey names one resize of a pipeline: its stage and the epoch it
@@ -140,8 +145,8 @@ func (s *rsScaleState) resizes(key rsPipeKey) []api.PipelineResize {
 	out := slices.Clone(p.resizes)
 	for i := range out {
 		st := p.handovers[rsResizeKey{out[i].Stage, out[i].Epoch}]
-		if st == nil {
-			continue
+		if st == nil || out[i].Handover != 0 {
+			continue // none served here, or complete: the figures are the resize's own
 		}
 		out[i].KeysMoved, out[i].BytesMoved = st.keys, st.bytes
 		if !st.done.IsZero() {
@@ -332,8 +337,8 @@ func (m *Manager) rsScaleOne(ctx context.Context, lt *leadership.Term, p rsScale
 			settling = fmt.Sprintf("task %d.%d of epoch %d is %s", t.Stage, t.Index, cur, infos[i].status)
 		}
 	}
-	if rec, decided := m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample); rec != nil {
-		m.rsStoreScale(ctx, lt.Number(), p.key, rec, decided)
+	if rec, decided, figures := m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample); rec != nil {
+		m.rsStoreScale(ctx, lt.Number(), p.key, rec, decided, figures)
 	}
 }
 
@@ -405,9 +410,9 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 // each autoscaled stage. It returns the pipeline's autoscaling record to
 // store on a majority when it changed: with decided set, a decision,
 // which becomes the pipeline's wanted sizes only once stored
-// (rsStoreScale).
+// (rsStoreScale). figures is the count of measured figures rec holds.
 func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling string,
-	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (rec *wire.RainstormScale, decided *api.PipelineResize) {
+	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (rec *wire.RainstormScale, decided *api.PipelineResize, figures uint64) {
 	recorded := epochs[len(epochs)-1].Tasks
 	stored := m.rs.Scale(p.key.job, p.key.wf) // read before s.mu: the store's lock is not taken under it
 	s := &m.rsScale
@@ -421,14 +426,15 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 				"want", ps.want, "recorded", recorded)
 		}
 	}
-	if settling == "" && m.rsResizesInForceLocked(p, ps, epochs, cur, now) {
+	figures = ps.figures
+	if (settling == "" && m.rsResizesInForceLocked(p, ps, epochs, cur, now)) || ps.figures != ps.storedFigures {
 		rec = rsScaleRecordLocked(ps, lt.Number()) // the figures, durable with the decisions
 	}
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
 		ps.want = nil // recorded (or moot): the source has it
 	}
 	if srcDone || !sample {
-		return rec, nil
+		return rec, nil, figures
 	}
 	// Why samples are not counted, logged when it changes: a stage that
 	// does not scale says so.
@@ -496,7 +502,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		}
 		break // one change at a time: the next sample sees it resizing
 	}
-	return rec, decided
+	return rec, decided, figures
 }
 
 // rsResizesInForceLocked marks the pipeline's resizes whose epoch the
