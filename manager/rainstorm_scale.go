@@ -90,6 +90,15 @@ type rsPipeScale struct {
 	// holds. While they differ the scale loop writes the record, so a
 	// new leader shows what this one measured.
 	figures, storedFigures uint64
+	// inherit is the sizes an earlier leader's stored record asks of the
+	// source, as this term loaded them when the source recorded inheritAt
+	// epochs. They are asked for only once stored again in this term
+	// (rsStoreScale): a record read in a sync may be a copy of a write
+	// that never reached a majority, which its leader dropped, and a
+	// later leader that acted on it alone and died would leave its own
+	// successor not knowing what the source was asked.
+	inherit   []int
+	inheritAt int
 }
 
 // rsResizeKey names one resize of a pipeline: its stage and the epoch it
@@ -337,8 +346,8 @@ func (m *Manager) rsScaleOne(ctx context.Context, lt *leadership.Term, p rsScale
 			settling = fmt.Sprintf("task %d.%d of epoch %d is %s", t.Stage, t.Index, cur, infos[i].status)
 		}
 	}
-	if rec, decided, figures := m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample); rec != nil {
-		m.rsStoreScale(ctx, lt.Number(), p.key, rec, decided, figures)
+	if w := m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample); w.rec != nil {
+		m.rsStoreScale(ctx, lt.Number(), p.key, w)
 	}
 }
 
@@ -410,9 +419,9 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 // each autoscaled stage. It returns the pipeline's autoscaling record to
 // store on a majority when it changed: with decided set, a decision,
 // which becomes the pipeline's wanted sizes only once stored
-// (rsStoreScale). figures is the count of measured figures rec holds.
+// (rsStoreScale).
 func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling string,
-	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (rec *wire.RainstormScale, decided *api.PipelineResize, figures uint64) {
+	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (w rsScaleWrite) {
 	recorded := epochs[len(epochs)-1].Tasks
 	stored := m.rs.Scale(p.key.job, p.key.wf) // read before s.mu: the store's lock is not taken under it
 	s := &m.rsScale
@@ -420,26 +429,34 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	defer s.mu.Unlock()
 	ps := s.pipeLocked(p.key, lt.Number())
 	if !ps.loaded {
-		rsLoadScaleLocked(ps, stored, recorded)
-		if ps.want != nil {
-			m.log.Info("rainstorm: autoscale continues an earlier leader's decision", "job_id", p.key.job, "workflow", p.key.wf,
-				"want", ps.want, "recorded", recorded)
+		rsLoadScaleLocked(ps, stored, epochs)
+		if ps.inherit != nil {
+			m.log.Info("rainstorm: autoscale stores an earlier leader's decision again before asking the source", "job_id", p.key.job,
+				"workflow", p.key.wf, "want", ps.inherit, "recorded", recorded)
 		}
 	}
-	figures = ps.figures
-	if (settling == "" && m.rsResizesInForceLocked(p, ps, epochs, cur, now)) || ps.figures != ps.storedFigures {
-		rec = rsScaleRecordLocked(ps, lt.Number()) // the figures, durable with the decisions
+	if ps.inherit != nil && (ps.inheritAt != len(epochs) || srcDone) {
+		ps.inherit = nil // the source recorded an epoch since: the sizes are history
+	}
+	w.figures = ps.figures
+	if (settling == "" && m.rsResizesInForceLocked(p, ps, epochs, cur, now)) || ps.figures != ps.storedFigures || ps.inherit != nil {
+		w.rec = rsScaleRecordLocked(ps, lt.Number()) // the figures, durable with the decisions
+		if ps.inherit != nil {
+			w.rec.Want, w.inherited = slices.Clone(ps.inherit), true
+		}
 	}
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
 		ps.want = nil // recorded (or moot): the source has it
 	}
 	if srcDone || !sample {
-		return rec, nil, figures
+		return w
 	}
 	// Why samples are not counted, logged when it changes: a stage that
 	// does not scale says so.
 	held := settling
 	switch {
+	case ps.inherit != nil:
+		held = fmt.Sprintf("sizes %v an earlier leader asked for, not yet stored in this term", ps.inherit)
 	case ps.want != nil:
 		held = fmt.Sprintf("sizes %v asked of the source, not recorded yet", ps.want)
 	case cur < len(epochs)-1:
@@ -482,7 +499,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 			offered = max(offered, read)
 		}
 		x := rainstorm.ScaleSample{At: now, Tasks: recorded[st-1], In: in, Backlog: offered - min(offered, in),
-			Resizing: ps.want != nil || cur < len(epochs)-1 || settling != ""}
+			Resizing: ps.want != nil || ps.inherit != nil || cur < len(epochs)-1 || settling != ""}
 		d, ok := sc.Observe(x)
 		if !ok {
 			continue
@@ -493,16 +510,16 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		m.log.Info("rainstorm: autoscale decision", "job_id", p.key.job, "workflow", p.key.wf, "stage", name,
 			"from", d.From, "to", d.To, "reason", d.Reason, "per_task", d.PerTask, "processed", d.Processed,
 			"backlog", d.Backlog, "backlog_growth", d.Growth, "epoch", len(epochs)-1)
-		decided = &api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(), Epoch: uint64(len(epochs))}
-		rec = rsScaleRecordLocked(ps, lt.Number())
-		rec.Want = next
-		rec.Resizes = append(rec.Resizes, rsResizeToWire(*decided))
-		if n := len(rec.Resizes); n > rsResizeHistory {
-			rec.Resizes = rec.Resizes[n-rsResizeHistory:]
+		w.decided = &api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(), Epoch: uint64(len(epochs))}
+		w.rec = rsScaleRecordLocked(ps, lt.Number())
+		w.rec.Want = next
+		w.rec.Resizes = append(w.rec.Resizes, rsResizeToWire(*w.decided))
+		if n := len(w.rec.Resizes); n > rsResizeHistory {
+			w.rec.Resizes = w.rec.Resizes[n-rsResizeHistory:]
 		}
 		break // one change at a time: the next sample sees it resizing
 	}
-	return rec, decided, figures
+	return w
 }
 
 // rsResizesInForceLocked marks the pipeline's resizes whose epoch the

@@ -601,6 +601,15 @@ func TestRainstormAutoscaleNewLeaderContinuesTheDecision(t *testing.T) {
 		}
 		return nil
 	})
+	// What it asks for is stored in its own term on a majority (both
+	// managers left): the record it loaded may have been a copy only a
+	// minority held, and its successor must know what the source was
+	// asked.
+	for _, m := range c.running() {
+		if sc := m.rs.Scale(job, "pipe"); sc == nil || sc.Term != next.leading().Number() || !slices.Equal(sc.Want, []int{2}) {
+			t.Fatalf("%s holds %+v while the new leader (term %d) asks the source, want [2] stored in its term", m.ID(), sc, next.leading().Number())
+		}
+	}
 	out, err := next.PipelineOutput(context.Background(), job, "pipe", false)
 	if err != nil {
 		t.Fatal(err)
