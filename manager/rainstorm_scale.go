@@ -491,7 +491,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		}
 		sc := ps.scalers[st]
 		if sc == nil {
-			sc = rainstorm.NewScaler(*pol, now)
+			sc = rainstorm.NewScaler(*pol, rsLastChangeLocked(ps, p.spec.Stages[st-1].Name))
 			ps.scalers[st] = sc
 		}
 		in, offered := sum(st, false), sum(st-1, true)
@@ -520,6 +520,23 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		break // one change at a time: the next sample sees it resizing
 	}
 	return w
+}
+
+// rsLastChangeLocked is when stage last changed size as the pipeline's
+// decisions record it: its last resize in force (or decided, while its
+// time in force is unknown); the zero time when it never changed. A
+// scaler's cooldown counts from it, not from when this leader began to
+// sample: the cooldown spaces a stage's changes, and a leader that took
+// over must not wait it out again (under leader changes every few
+// seconds, a scaler whose cooldown restarted with each term never
+// decided).
+func rsLastChangeLocked(ps *rsPipeScale, stage string) time.Time {
+	for i := len(ps.resizes) - 1; i >= 0; i-- {
+		if r := ps.resizes[i]; r.Stage == stage {
+			return r.At.Add(r.InForce)
+		}
+	}
+	return time.Time{}
 }
 
 // rsResizesInForceLocked marks the pipeline's resizes whose epoch the

@@ -659,3 +659,30 @@ func TestRainstormAutoscaleCountsTheSourcesOfferedLoad(t *testing.T) {
 		return nil
 	})
 }
+
+// A stage's cooldown counts from its last change, not from when this
+// leader began sampling it: a stage that never changed grows after one
+// window of load over high, though its cooldown is an hour. A leader's
+// scaler that counted the cooldown from its own start waited it out in
+// every term, and under leader changes every few seconds (a loaded
+// `tempest dev`) the example's stage never grew.
+func TestRainstormAutoscaleCooldownCountsFromTheLastChange(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	pol := fastDecisions()
+	pol.Cooldown = time.Hour
+	sp := submitScaled(t, c, lead, pol)
+	sp.openSourceAndCount()
+	if r := sp.loadUntilAsked(t, lead); !slices.Equal(r, []int{2}) {
+		t.Fatalf("the source is asked for %v, want [2]", r)
+	}
+	// The decision is the stage's last change: the cooldown counts from
+	// it now.
+	lead.rsScale.mu.Lock()
+	last := rsLastChangeLocked(lead.rsScale.pipes[rsPipeKey{sp.job, "pipe"}], "count")
+	lead.rsScale.mu.Unlock()
+	if last.IsZero() || time.Since(last) > time.Minute {
+		t.Fatalf("the stage's last change reads %v after a decision", last)
+	}
+}
