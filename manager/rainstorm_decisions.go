@@ -34,7 +34,7 @@ func rsScaleRecordLocked(ps *rsPipeScale, term uint64) *wire.RainstormScale {
 // record, given the epochs the source's durable checkpoint records: the
 // decisions, with the figures this manager measured of them when it led
 // before, and the sizes an earlier leader asked for, to be stored again in
-// this term before the source is asked for them (rsInheritLocked).
+// this term before the source is asked for them (rsStoreScale).
 func rsLoadScaleLocked(ps *rsPipeScale, sc *wire.RainstormScale, epochs []wire.RainstormEpoch) {
 	ps.loaded = true
 	if sc == nil {
