@@ -2,10 +2,10 @@ package manager
 
 import (
 	"log/slog"
-	"slices"
 	"time"
 
 	"tempest/rainstorm"
+	"tempest/rsstore"
 	"tempest/wire"
 )
 
@@ -17,11 +17,12 @@ import (
 // the asking worker runs: as a task's own state is served only to the
 // worker it is dispatched to (its open), a handed-over group is served
 // only to the worker of the task that gains it. A stage's moving state
-// can outgrow a message, so an answer is a page (rsHandoverPage).
+// can outgrow a message, so an answer is a page (rsHandoverRead).
 
 // rsHandoverBudget bounds the state bytes the handovers of one route
 // answer carry: a quarter of the largest message, leaving room for the
-// routes and the encoding's overhead (rsEntrySize overestimates).
+// routes and the encoding's overhead (the store's entry sizes
+// overestimate).
 const rsHandoverBudget = wire.MaxMessageSize / 4
 
 // rsHandovers answers node's handover requests for pipeline (job, wf):
@@ -68,11 +69,10 @@ func (m *Manager) rsHandovers(node, job, wf string, spec *rainstorm.Spec, wants 
 		}
 		stage := spec.Stages[h.Stage-1].Name
 		m.rsScale.handoverAsked(key, stage, h.Epoch+1, now)
-		groups, ok := rainstorm.HandoverOf(m.rs.Latest(wire.RainstormTask{Job: job, Workflow: wf, Stage: h.Stage, Index: h.Index}), h.Epoch)
+		page, used, ok := rsHandoverRead(m.rs, wire.RainstormTask{Job: job, Workflow: wf, Stage: h.Stage, Index: h.Index}, h, take, budget)
 		if !ok {
 			continue
 		}
-		page, used := rsHandoverPage(h, groups, take, budget)
 		budget -= used
 		out = append(out, page)
 		var served []int // whole once the last page is out, keys or none
@@ -88,48 +88,25 @@ func (m *Manager) rsHandovers(node, job, wf string, spec *rainstorm.Spec, wants 
 	return out
 }
 
-// rsHandoverPage cuts the page of want h from an old owner's groups: the
-// groups take accepts, in group order, from the want's position on, as
-// many entries as fit budget bytes (at least one, so a huge entry still
-// moves). It returns the page and the bytes it counted.
-func rsHandoverPage(h wire.RainstormHandoverWant, groups []wire.RainstormGroupState, take func(int) bool, budget int) (wire.RainstormHandover, int) {
-	page := wire.RainstormHandover{Stage: h.Stage, Index: h.Index, Epoch: h.Epoch, FromGroup: h.FromGroup, FromEntry: h.FromEntry}
-	sorted := slices.Clone(groups)
-	slices.SortStableFunc(sorted, func(a, b wire.RainstormGroupState) int { return a.Group - b.Group })
-	used := 0
-	for _, g := range sorted {
-		if g.Group < h.FromGroup || !take(g.Group) {
-			continue
-		}
-		first := 0
-		if g.Group == h.FromGroup {
-			first = min(h.FromEntry, len(g.Entries))
-		}
-		part := wire.RainstormGroupState{Group: g.Group}
-		for i := first; i < len(g.Entries); i++ {
-			n := rsEntrySize(g.Entries[i])
-			if used > 0 && used+n > budget {
-				if len(part.Entries) > 0 {
-					page.Groups = append(page.Groups, part)
-				}
-				page.More, page.NextGroup, page.NextEntry = true, g.Group, i
-				return page, used
-			}
-			used += n
-			part.Entries = append(part.Entries, g.Entries[i])
-		}
-		page.Groups = append(page.Groups, part)
-		used += rsGroupOverhead
+// rsHandoverRead cuts the page of want h from old owner old's state in
+// rs: the groups take accepts, in group order, from the want's position
+// on, as many entries as fit budget bytes (at least one, so a huge entry
+// still moves). It returns the page and the bytes it counted, or false
+// while the old owner's closing checkpoint of the want's epoch is not
+// durable. The page is cut from the state's B-tree at the position, so it
+// costs its own entries, not the old owner's whole state.
+func rsHandoverRead(rs *rsstore.Store, old wire.RainstormTask, h wire.RainstormHandoverWant, take func(int) bool, budget int) (wire.RainstormHandover, int, bool) {
+	sp := rs.ReadState(old, rsstore.StatePos{Group: h.FromGroup, Entry: h.FromEntry}, take, budget)
+	if _, ok := rainstorm.HandoverOf(sp.Head, h.Epoch); !ok {
+		return wire.RainstormHandover{}, 0, false
 	}
-	return page, used
+	page := wire.RainstormHandover{Stage: h.Stage, Index: h.Index, Epoch: h.Epoch, FromGroup: h.FromGroup, FromEntry: h.FromEntry,
+		Groups: sp.Groups, More: sp.More}
+	if sp.More {
+		page.NextGroup, page.NextEntry = sp.Next.Group, sp.Next.Entry
+	}
+	return page, sp.Bytes, true
 }
-
-// rsGroupOverhead and rsEntrySize bound a group's and an entry's encoded
-// size from above: a CBOR map header and its keys, the group number or the
-// count as at most nine bytes, and each string's length prefix.
-const rsGroupOverhead = 16
-
-func rsEntrySize(e wire.RainstormAggregate) int { return len(e.Key) + len(e.Sum) + 24 }
 
 // rsAnyGroup reports whether take accepts any of groups 0..n-1.
 func rsAnyGroup(n int, take func(int) bool) bool {
@@ -221,6 +198,15 @@ func (s *rsScaleState) handedOver(key rsPipeKey, stage string, epoch uint64, mov
 	}
 	if st.done.IsZero() && len(st.complete) >= moved {
 		st.done = now
+		p := s.pipes[key]
+		for i := range p.resizes {
+			if r := &p.resizes[i]; r.Stage == stage && r.Epoch == epoch && r.Handover == 0 {
+				// The resize's own figures, stored with its decision by
+				// the scale loop's next round (rsAutoscale).
+				r.KeysMoved, r.BytesMoved, r.Handover = st.keys, st.bytes, max(st.done.Sub(st.asked), time.Nanosecond)
+				p.figures++
+			}
+		}
 		log.Info("rainstorm: resize handover complete", "job_id", key.job, "workflow", key.wf, "stage", stage, "epoch", epoch,
 			"groups_moved", moved, "keys_moved", st.keys, "bytes_moved", st.bytes, "handover", st.done.Sub(st.asked))
 	}

@@ -85,6 +85,20 @@ type rsPipeScale struct {
 	// (rsLoadScaleLocked); seq is the record's last write.
 	loaded bool
 	seq    uint64
+	// figures counts the measured figures put in resizes (a handover
+	// complete); storedFigures is how many of them a stored record
+	// holds. While they differ the scale loop writes the record, so a
+	// new leader shows what this one measured.
+	figures, storedFigures uint64
+	// inherit is the sizes an earlier leader's stored record asks of the
+	// source, as this term loaded them when the source recorded inheritAt
+	// epochs. They are asked for only once stored again in this term
+	// (rsStoreScale): a record read in a sync may be a copy of a write
+	// that never reached a majority, which its leader dropped, and a
+	// later leader that acted on it alone and died would leave its own
+	// successor not knowing what the source was asked.
+	inherit   []int
+	inheritAt int
 }
 
 // rsResizeKey names one resize of a pipeline: its stage and the epoch it
@@ -140,8 +154,8 @@ func (s *rsScaleState) resizes(key rsPipeKey) []api.PipelineResize {
 	out := slices.Clone(p.resizes)
 	for i := range out {
 		st := p.handovers[rsResizeKey{out[i].Stage, out[i].Epoch}]
-		if st == nil {
-			continue
+		if st == nil || out[i].Handover != 0 {
+			continue // none served here, or complete: the figures are the resize's own
 		}
 		out[i].KeysMoved, out[i].BytesMoved = st.keys, st.bytes
 		if !st.done.IsZero() {
@@ -332,8 +346,8 @@ func (m *Manager) rsScaleOne(ctx context.Context, lt *leadership.Term, p rsScale
 			settling = fmt.Sprintf("task %d.%d of epoch %d is %s", t.Stage, t.Index, cur, infos[i].status)
 		}
 	}
-	if rec, decided := m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample); rec != nil {
-		m.rsStoreScale(ctx, lt.Number(), p.key, rec, decided)
+	if w := m.rsAutoscale(lt, p, latest, read, settling, epochs, cur, srcDone, now, sample); w.rec != nil {
+		m.rsStoreScale(ctx, lt.Number(), p.key, w)
 	}
 }
 
@@ -407,7 +421,7 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 // which becomes the pipeline's wanted sizes only once stored
 // (rsStoreScale).
 func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling string,
-	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (rec *wire.RainstormScale, decided *api.PipelineResize) {
+	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (w rsScaleWrite) {
 	recorded := epochs[len(epochs)-1].Tasks
 	stored := m.rs.Scale(p.key.job, p.key.wf) // read before s.mu: the store's lock is not taken under it
 	s := &m.rsScale
@@ -415,25 +429,34 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	defer s.mu.Unlock()
 	ps := s.pipeLocked(p.key, lt.Number())
 	if !ps.loaded {
-		rsLoadScaleLocked(ps, stored, recorded)
-		if ps.want != nil {
-			m.log.Info("rainstorm: autoscale continues an earlier leader's decision", "job_id", p.key.job, "workflow", p.key.wf,
-				"want", ps.want, "recorded", recorded)
+		rsLoadScaleLocked(ps, stored, epochs)
+		if ps.inherit != nil {
+			m.log.Info("rainstorm: autoscale stores an earlier leader's decision again before asking the source", "job_id", p.key.job,
+				"workflow", p.key.wf, "want", ps.inherit, "recorded", recorded)
 		}
 	}
-	if settling == "" && m.rsResizesInForceLocked(p, ps, epochs, cur, now) {
-		rec = rsScaleRecordLocked(ps, lt.Number()) // the figures, durable with the decisions
+	if ps.inherit != nil && (ps.inheritAt != len(epochs) || srcDone) {
+		ps.inherit = nil // the source recorded an epoch since: the sizes are history
+	}
+	w.figures = ps.figures
+	if (settling == "" && m.rsResizesInForceLocked(p, ps, epochs, cur, now)) || ps.figures != ps.storedFigures || ps.inherit != nil {
+		w.rec = rsScaleRecordLocked(ps, lt.Number()) // the figures, durable with the decisions
+		if ps.inherit != nil {
+			w.rec.Want, w.inherited = slices.Clone(ps.inherit), true
+		}
 	}
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
 		ps.want = nil // recorded (or moot): the source has it
 	}
 	if srcDone || !sample {
-		return rec, nil
+		return w
 	}
 	// Why samples are not counted, logged when it changes: a stage that
 	// does not scale says so.
 	held := settling
 	switch {
+	case ps.inherit != nil:
+		held = fmt.Sprintf("sizes %v an earlier leader asked for, not yet stored in this term", ps.inherit)
 	case ps.want != nil:
 		held = fmt.Sprintf("sizes %v asked of the source, not recorded yet", ps.want)
 	case cur < len(epochs)-1:
@@ -468,7 +491,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		}
 		sc := ps.scalers[st]
 		if sc == nil {
-			sc = rainstorm.NewScaler(*pol, now)
+			sc = rainstorm.NewScaler(*pol, rsLastChangeLocked(ps, p.spec.Stages[st-1].Name))
 			ps.scalers[st] = sc
 		}
 		in, offered := sum(st, false), sum(st-1, true)
@@ -476,7 +499,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 			offered = max(offered, read)
 		}
 		x := rainstorm.ScaleSample{At: now, Tasks: recorded[st-1], In: in, Backlog: offered - min(offered, in),
-			Resizing: ps.want != nil || cur < len(epochs)-1 || settling != ""}
+			Resizing: ps.want != nil || ps.inherit != nil || cur < len(epochs)-1 || settling != ""}
 		d, ok := sc.Observe(x)
 		if !ok {
 			continue
@@ -487,16 +510,33 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		m.log.Info("rainstorm: autoscale decision", "job_id", p.key.job, "workflow", p.key.wf, "stage", name,
 			"from", d.From, "to", d.To, "reason", d.Reason, "per_task", d.PerTask, "processed", d.Processed,
 			"backlog", d.Backlog, "backlog_growth", d.Growth, "epoch", len(epochs)-1)
-		decided = &api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(), Epoch: uint64(len(epochs))}
-		rec = rsScaleRecordLocked(ps, lt.Number())
-		rec.Want = next
-		rec.Resizes = append(rec.Resizes, rsResizeToWire(*decided))
-		if n := len(rec.Resizes); n > rsResizeHistory {
-			rec.Resizes = rec.Resizes[n-rsResizeHistory:]
+		w.decided = &api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(), Epoch: uint64(len(epochs))}
+		w.rec = rsScaleRecordLocked(ps, lt.Number())
+		w.rec.Want = next
+		w.rec.Resizes = append(w.rec.Resizes, rsResizeToWire(*w.decided))
+		if n := len(w.rec.Resizes); n > rsResizeHistory {
+			w.rec.Resizes = w.rec.Resizes[n-rsResizeHistory:]
 		}
 		break // one change at a time: the next sample sees it resizing
 	}
-	return rec, decided
+	return w
+}
+
+// rsLastChangeLocked is when stage last changed size as the pipeline's
+// decisions record it: its last resize in force (or decided, while its
+// time in force is unknown); the zero time when it never changed. A
+// scaler's cooldown counts from it, not from when this leader began to
+// sample: the cooldown spaces a stage's changes, and a leader that took
+// over must not wait it out again (under leader changes every few
+// seconds, a scaler whose cooldown restarted with each term never
+// decided).
+func rsLastChangeLocked(ps *rsPipeScale, stage string) time.Time {
+	for i := len(ps.resizes) - 1; i >= 0; i-- {
+		if r := ps.resizes[i]; r.Stage == stage {
+			return r.At.Add(r.InForce)
+		}
+	}
+	return time.Time{}
 }
 
 // rsResizesInForceLocked marks the pipeline's resizes whose epoch the

@@ -601,6 +601,15 @@ func TestRainstormAutoscaleNewLeaderContinuesTheDecision(t *testing.T) {
 		}
 		return nil
 	})
+	// What it asks for is stored in its own term on a majority (both
+	// managers left): the record it loaded may have been a copy only a
+	// minority held, and its successor must know what the source was
+	// asked.
+	for _, m := range c.running() {
+		if sc := m.rs.Scale(job, "pipe"); sc == nil || sc.Term != next.leading().Number() || !slices.Equal(sc.Want, []int{2}) {
+			t.Fatalf("%s holds %+v while the new leader (term %d) asks the source, want [2] stored in its term", m.ID(), sc, next.leading().Number())
+		}
+	}
 	out, err := next.PipelineOutput(context.Background(), job, "pipe", false)
 	if err != nil {
 		t.Fatal(err)
@@ -649,4 +658,31 @@ func TestRainstormAutoscaleCountsTheSourcesOfferedLoad(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// A stage's cooldown counts from its last change, not from when this
+// leader began sampling it: a stage that never changed grows after one
+// window of load over high, though its cooldown is an hour. A leader's
+// scaler that counted the cooldown from its own start waited it out in
+// every term, and under leader changes every few seconds (a loaded
+// `tempest dev`) the example's stage never grew.
+func TestRainstormAutoscaleCooldownCountsFromTheLastChange(t *testing.T) {
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	pol := fastDecisions()
+	pol.Cooldown = time.Hour
+	sp := submitScaled(t, c, lead, pol)
+	sp.openSourceAndCount()
+	if r := sp.loadUntilAsked(t, lead); !slices.Equal(r, []int{2}) {
+		t.Fatalf("the source is asked for %v, want [2]", r)
+	}
+	// The decision is the stage's last change: the cooldown counts from
+	// it now.
+	lead.rsScale.mu.Lock()
+	last := rsLastChangeLocked(lead.rsScale.pipes[rsPipeKey{sp.job, "pipe"}], "count")
+	lead.rsScale.mu.Unlock()
+	if last.IsZero() || time.Since(last) > time.Minute {
+		t.Fatalf("the stage's last change reads %v after a decision", last)
+	}
 }

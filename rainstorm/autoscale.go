@@ -157,6 +157,21 @@ func NewScaler(a Autoscale, started time.Time) *Scaler {
 	return &Scaler{cfg: a, lastChange: started}
 }
 
+// drained reports whether x's backlog is at most a window's worth of the
+// stage's work at the low mark (Low per task for a whole window): a
+// stage with more than that waiting is not under low, whatever its
+// recent rates say, since draining what waits is above low by itself.
+// Right after a leader change the rates are the least trustworthy: the
+// pipeline stalled while the new leader synced, its backlog piled up,
+// and what the stage is offered is read from reports that have not all
+// reached the new leader yet, so a backlog draining fast against a flat
+// count of what was offered reads as no load at all. A run below low
+// starts only once the backlog is down to a window's worth, so a shrink
+// needs a whole window of samples after that.
+func (s *Scaler) drained(x ScaleSample) bool {
+	return float64(x.Backlog) <= s.cfg.Low*float64(x.Tasks)*s.cfg.window().Seconds()
+}
+
 // Observe takes a sample and returns a decision when the policy calls for
 // one.
 func (s *Scaler) Observe(x ScaleSample) (ScaleDecision, bool) {
@@ -182,7 +197,7 @@ func (s *Scaler) Observe(x ScaleSample) (ScaleDecision, bool) {
 			s.above, s.aboveSince = true, prev.At
 		}
 		s.below = false
-	case per < s.cfg.Low:
+	case per < s.cfg.Low && s.drained(x):
 		if !s.below {
 			s.below, s.belowSince = true, prev.At
 		}

@@ -165,3 +165,33 @@ func TestScalerCountsTheBacklog(t *testing.T) {
 		t.Fatal("a saturated stage with a growing backlog did not grow")
 	}
 }
+
+// TestScalerHoldsAShrinkOnABacklog: a new leader's scaler sees a stage of
+// 3 tasks that stalled through the leader change draining a 60,000-record
+// backlog at 3,000 records/s, while what it was offered reads flat (the
+// source's reports have not reached the new leader): its rates say no
+// load. It must not shrink while more than a window's worth at the low
+// mark waits (1,000/s per task for 5 s: 15,000 records), and shrinks only
+// after a whole window below low once the backlog is down to that.
+func TestScalerHoldsAShrinkOnABacklog(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	pol := Autoscale{Min: 1, Max: 4, Low: 1000, High: 5000, Window: 5 * time.Second, Cooldown: time.Second}
+	s := NewScaler(pol, t0)
+	const offered = 60_000
+	var in uint64
+	for sec := 0; sec <= 30; sec++ {
+		backlog := offered - min(in, offered)
+		d, ok := s.Observe(ScaleSample{At: t0.Add(time.Duration(sec) * time.Second), Tasks: 3, In: in, Backlog: backlog})
+		if ok {
+			// The backlog is 15,000 at 15 s; the window below low
+			// that starts with that sample (covering 14–15 s) ends at
+			// 19 s.
+			if sec < 19 || d.To != 2 {
+				t.Fatalf("at %ds, with %d records waiting: %s", sec, backlog, d)
+			}
+			return
+		}
+		in += 3000
+	}
+	t.Fatal("never shrank once the backlog was drained")
+}

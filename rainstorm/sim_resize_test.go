@@ -328,7 +328,7 @@ func (a *simAuto) step(s *simRun, z *simResize) {
 func TestSimAutoscaleFollowsARamp(t *testing.T) {
 	// Rates a tenth of a second's tick carries well under the source's
 	// window, so the source keeps to its schedule at the peak.
-	const records, keys = 10100, 23
+	const records, keys = 10500, 23
 	gen := &Generate{Records: records, Keys: keys, Stages: []workflow.Stage{
 		{Duration: 5 * time.Second, Target: 100}, {Duration: 5 * time.Second, Target: 400},
 		{Duration: 20 * time.Second, Target: 400}, {Duration: time.Second, Target: 10}}}

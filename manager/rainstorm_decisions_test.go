@@ -1,0 +1,102 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"tempest/api"
+	"tempest/internal/testutil"
+	"tempest/rainstorm"
+	"tempest/wire"
+)
+
+// A decision whose record missed its majority is dropped, but the record
+// may be on some managers: here a peer stored it and its answer was lost.
+// The term's next write must supersede that copy on every manager. Under
+// the same (term, write) number it tied with it, and the peer kept the
+// dropped decision, for a later leader's sync to bring back and carry out
+// though the source was never asked for it.
+func TestRainstormDroppedDecisionIsSupersededEverywhere(t *testing.T) {
+	loss := &lossControl{}
+	c := newLossyCluster(t, 3, func(cfg *Config) { cfg.QuorumTimeout = 500 * time.Millisecond }, loss)
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 0, High: 1e9}) // never decides itself
+	sp.openSourceAndCount()
+	key := rsPipeKey{sp.job, "pipe"}
+	term := lead.leading().Number()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		lead.rsScale.mu.Lock()
+		defer lead.rsScale.mu.Unlock()
+		if ps := lead.rsScale.pipes[key]; ps == nil || ps.term != term || !ps.loaded {
+			return errors.New("the scale loop has not loaded the pipeline in this term")
+		}
+		return nil
+	})
+	record := func() *wire.RainstormScale {
+		lead.rsScale.mu.Lock()
+		defer lead.rsScale.mu.Unlock()
+		return rsScaleRecordLocked(lead.rsScale.pipeNoTermLocked(key), term)
+	}
+
+	// A decision: one peer stores it, its answer lost; the other never
+	// gets it.
+	peers := others(c, lead.ID())
+	loss.set(wire.TypeRainstormReplicate, peers[0], lossReply)
+	loss.set(wire.TypeRainstormReplicate, peers[1], lossDrop)
+	dropped := api.PipelineResize{At: time.Now(), Stage: "count", From: 1, To: 2, Decision: "dropped", Epoch: 1}
+	rec := record()
+	rec.Want, rec.Resizes = []int{2}, append(rec.Resizes, rsResizeToWire(dropped))
+	if lead.rsStoreScale(context.Background(), term, key, rsScaleWrite{rec: rec, decided: &dropped}) {
+		t.Fatal("a record one manager of three acknowledged was taken as stored")
+	}
+	if sc := c.manager(peers[0]).rs.Scale(sp.job, "pipe"); sc == nil || len(sc.Want) == 0 {
+		t.Fatalf("the peer whose answer was lost holds %+v, want the dropped decision", sc)
+	}
+	loss.clear()
+
+	// The term's next write, with no decision.
+	next := record()
+	if !lead.rsStoreScale(context.Background(), term, key, rsScaleWrite{rec: next}) {
+		t.Fatal("the next record was not stored")
+	}
+	for _, m := range c.running() {
+		sc := m.rs.Scale(sp.job, "pipe")
+		if sc == nil || len(sc.Want) > 0 || len(sc.Resizes) > 0 {
+			t.Fatalf("%s holds %+v after the term's next write, want the record without the dropped decision", m.ID(), sc)
+		}
+	}
+}
+
+// A wanted size is the last decision's, for the epoch after those the
+// source recorded when it was taken: a new leader continues it only while
+// the source records no other epoch, and never before storing it again.
+func TestRainstormInheritedSizesFollowTheSourcesEpochs(t *testing.T) {
+	start := []wire.RainstormEpoch{{Tasks: []int{1}}}
+	grown := append(slices.Clone(start), wire.RainstormEpoch{Epoch: 1, Segment: 4, Tasks: []int{2}})
+	sc := &wire.RainstormScale{Term: 3, Seq: 2, Want: []int{2}, Resizes: []wire.RainstormResize{{Stage: "count", From: 1, To: 2, Epoch: 1}}}
+	for _, tc := range []struct {
+		name    string
+		sc      *wire.RainstormScale
+		epochs  []wire.RainstormEpoch
+		inherit []int
+	}{
+		{"not recorded yet", sc, start, []int{2}},
+		{"recorded", sc, grown, nil},
+		{"the source moved on", &wire.RainstormScale{Term: 3, Seq: 2, Want: []int{3},
+			Resizes: []wire.RainstormResize{{Stage: "count", From: 1, To: 3, Epoch: 1}}}, grown, nil},
+		{"no decision", &wire.RainstormScale{Term: 3, Seq: 2}, start, nil},
+	} {
+		ps := &rsPipeScale{}
+		rsLoadScaleLocked(ps, tc.sc, tc.epochs)
+		if !slices.Equal(ps.inherit, tc.inherit) || ps.want != nil {
+			t.Errorf("%s: inherits %v and wants %v, want to inherit %v and want nothing before it is stored", tc.name, ps.inherit, ps.want, tc.inherit)
+		}
+	}
+}
