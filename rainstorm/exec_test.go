@@ -189,20 +189,29 @@ func FuzzExecLineByByte(f *testing.F) {
 }
 
 // BenchmarkExecLine: one record of the traffic-signs file's width
-// encoded to a protocol line and an answer line decoded, as an exec stage
-// does per record (-benchmem: allocations per record).
+// encoded to a protocol line (encode) and an answer line decoded
+// (decode), as an exec stage does per record (-benchmem: allocations per
+// record).
 func BenchmarkExecLine(b *testing.B) {
 	fields := make([]string, 20)
 	for i := range fields {
 		fields[i] = fmt.Sprintf("field %d of a sign record", i)
 	}
 	fields[3] = "with\ta tab"
-	var buf []byte
-	b.ReportAllocs()
-	for b.Loop() {
-		buf = appendLine(buf[:0], fields)
-		if got := splitLine(trimEOL(buf)); len(got) != len(fields) {
-			b.Fatalf("%d fields", len(got))
+	line := appendLine(nil, fields)
+	b.Run("encode", func(b *testing.B) {
+		var buf []byte
+		b.ReportAllocs()
+		for b.Loop() {
+			buf = appendLine(buf[:0], fields)
 		}
-	}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if got := splitLine(trimEOL(line)); len(got) != len(fields) {
+				b.Fatalf("%d fields", len(got))
+			}
+		}
+	})
 }
