@@ -119,6 +119,7 @@ type Exec struct {
 	group  *cgroup // nil without one
 
 	restarts int
+	slab     []string // what is left of the slab fieldTable cuts answers' fields from
 	// w buffers the program's input; one per program, since a fresh
 	// 64 KiB buffer per batch was most of what a batch allocated.
 	w *bufio.Writer
@@ -400,7 +401,8 @@ func (e *Exec) round(in []Record, out []Record) ([]Record, int, error) {
 		case string(line) == "forward":
 			out = append(out, *rec)
 		case strings.HasPrefix(string(line), "forward\t"):
-			out = append(out, Record{ID: rec.ID, Fields: splitLine(line[len("forward\t"):])})
+			fields := line[len("forward\t"):]
+			out = append(out, Record{ID: rec.ID, Fields: appendFields(e.fieldTable(lineFields(fields)), fields)})
 		default:
 			err = fmt.Errorf("%w: answered %q to record %d; want forward or filter", errProtocol, truncate(string(line), 60), rec.ID+1)
 		}
@@ -486,7 +488,16 @@ func appendLine(b []byte, fields []string) []byte {
 // costs two allocations however many fields it has (a builder per field
 // cost one per field, twenty a record for a whole input record).
 func splitLine(line []byte) []string {
-	fields := make([]string, 0, 1+bytes.Count(line, []byte{'\t'}))
+	return appendFields(make([]string, 0, lineFields(line)), line)
+}
+
+// lineFields is how many fields a protocol line holds: one more than its
+// tabs (an escaped tab is a backslash and a t, never a tab byte).
+func lineFields(line []byte) int { return 1 + bytes.Count(line, []byte{'\t'}) }
+
+// appendFields appends line's fields, decoded as splitLine does, to
+// fields, which must have room for lineFields(line) of them.
+func appendFields(fields []string, line []byte) []string {
 	if bytes.IndexByte(line, '\\') < 0 {
 		s := string(line)
 		for {
@@ -557,4 +568,20 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
+}
+
+// execSlabRecords is how many answers' field tables one allocation holds.
+const execSlabRecords = 256
+
+// fieldTable returns an empty table with room for n fields of an answer,
+// cut from a slab (one allocation per 256 answers instead of one each),
+// capped at n so that an append by a later operator copies rather than
+// writing into the next answer's fields.
+func (e *Exec) fieldTable(n int) []string {
+	if len(e.slab) < n {
+		e.slab = make([]string, n*execSlabRecords)
+	}
+	t := e.slab[:0:n]
+	e.slab = e.slab[n:]
+	return t
 }
