@@ -212,10 +212,11 @@ func ReadChainedSegment(src RecordSource, index uint64, n int, c *Chain) (Segmen
 	}()
 	one := make([]Record, 1)
 	end := (index + 1) * uint64(n)
+	var br *BadRecordError // one for the segment, as in ReadSegment
 	for src.Pos().Record < end {
 		rec, err := src.Next()
-		var br *BadRecordError
 		switch {
+		case err == nil:
 		case errors.Is(err, io.EOF):
 			seg.EOF = true
 			seg.End = src.Pos()

@@ -2,6 +2,7 @@ package rainstorm
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +34,7 @@ const (
 	DefaultExecPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	stderrTail      = 2048
 	execReadBuffer  = 64 << 10
+	execWriteBuffer = 64 << 10
 	// execReapWait bounds the wait for a killed program's processes to be
 	// gone before its cgroup is removed.
 	execReapWait = 5 * time.Second
@@ -117,7 +119,10 @@ type Exec struct {
 	group  *cgroup // nil without one
 
 	restarts int
-	wbuf     []byte
+	slab     []string // what is left of the slab fieldTable cuts answers' fields from
+	// w buffers the program's input; one per program, since a fresh
+	// 64 KiB buffer per batch was most of what a batch allocated.
+	w *bufio.Writer
 }
 
 // NewExec returns the operator of an exec stage; the program starts on
@@ -265,6 +270,7 @@ func (e *Exec) start() error {
 	}
 	e.cmd, e.stdin, e.stdout = cmd, iw, pr
 	e.out = bufio.NewReaderSize(pr, execReadBuffer)
+	e.w = bufio.NewWriterSize(iw, execWriteBuffer)
 	e.waited = make(chan error, 1)
 	go func() { e.waited <- cmd.Wait() }() // owned: stop() always receives it
 	return nil
@@ -361,10 +367,11 @@ func (e *Exec) round(in []Record, out []Record) ([]Record, int, error) {
 	wg.Add(1)
 	go func() { // owned: joined below, ended by a kill closing the pipe
 		defer wg.Done()
-		w := bufio.NewWriterSize(e.stdin, 64<<10)
+		w := e.w
 		for i := range in {
-			e.wbuf = appendLine(e.wbuf[:0], in[i].Fields)
-			if _, err := w.Write(e.wbuf); err != nil {
+			// Encoded straight into the writer's free space; Write
+			// then copies nothing unless the line outgrows it.
+			if _, err := w.Write(appendLine(w.AvailableBuffer(), in[i].Fields)); err != nil {
 				return
 			}
 		}
@@ -394,7 +401,8 @@ func (e *Exec) round(in []Record, out []Record) ([]Record, int, error) {
 		case string(line) == "forward":
 			out = append(out, *rec)
 		case strings.HasPrefix(string(line), "forward\t"):
-			out = append(out, Record{ID: rec.ID, Fields: splitLine(line[len("forward\t"):])})
+			fields := line[len("forward\t"):]
+			out = append(out, Record{ID: rec.ID, Fields: appendFields(e.fieldTable(lineFields(fields)), fields)})
 		default:
 			err = fmt.Errorf("%w: answered %q to record %d; want forward or filter", errProtocol, truncate(string(line), 60), rec.ID+1)
 		}
@@ -440,14 +448,25 @@ func trimEOL(b []byte) []byte {
 	return b
 }
 
-// appendLine encodes fields as one protocol line.
+// lineSpecial is what a field's bytes must escape on a protocol line.
+const lineSpecial = "\\\t\n\r"
+
+// appendLine encodes fields as one protocol line. A field is copied in
+// runs between the bytes it escapes, so a field with none (nearly every
+// one) is one copy.
 func appendLine(b []byte, fields []string) []byte {
 	for i, f := range fields {
 		if i > 0 {
 			b = append(b, '\t')
 		}
-		for j := 0; j < len(f); j++ {
-			switch c := f[j]; c {
+		for {
+			j := strings.IndexAny(f, lineSpecial)
+			if j < 0 {
+				b = append(b, f...)
+				break
+			}
+			b = append(b, f[:j]...)
+			switch f[j] {
 			case '\\':
 				b = append(b, '\\', '\\')
 			case '\t':
@@ -456,9 +475,8 @@ func appendLine(b []byte, fields []string) []byte {
 				b = append(b, '\\', 'n')
 			case '\r':
 				b = append(b, '\\', 'r')
-			default:
-				b = append(b, c)
 			}
+			f = f[j+1:]
 		}
 	}
 	return append(b, '\n')
@@ -466,36 +484,65 @@ func appendLine(b []byte, fields []string) []byte {
 
 // splitLine decodes a protocol line's fields. An unknown escape is kept as
 // written, so a program that changed the case of an escape does not lose
-// the record.
+// the record. The fields are cut from one string per line, so a line
+// costs two allocations however many fields it has (a builder per field
+// cost one per field, twenty a record for a whole input record).
 func splitLine(line []byte) []string {
-	var fields []string
-	var cur strings.Builder
+	return appendFields(make([]string, 0, lineFields(line)), line)
+}
+
+// lineFields is how many fields a protocol line holds: one more than its
+// tabs (an escaped tab is a backslash and a t, never a tab byte).
+func lineFields(line []byte) int { return 1 + bytes.Count(line, []byte{'\t'}) }
+
+// appendFields appends line's fields, decoded as splitLine does, to
+// fields, which must have room for lineFields(line) of them.
+func appendFields(fields []string, line []byte) []string {
+	if bytes.IndexByte(line, '\\') < 0 {
+		s := string(line)
+		for {
+			i := strings.IndexByte(s, '\t')
+			if i < 0 {
+				return append(fields, s)
+			}
+			fields = append(fields, s[:i])
+			s = s[i+1:]
+		}
+	}
+	// Unescape into one buffer, noting where each field ends (an escaped
+	// tab is in a field, not between two), then cut the fields from it.
+	buf := make([]byte, 0, len(line))
+	ends := make([]int, 0, cap(fields))
 	for i := 0; i < len(line); i++ {
 		c := line[i]
 		switch {
 		case c == '\t':
-			fields = append(fields, cur.String())
-			cur.Reset()
+			ends = append(ends, len(buf))
 		case c == '\\' && i+1 < len(line):
 			i++
 			switch line[i] {
 			case '\\':
-				cur.WriteByte('\\')
+				buf = append(buf, '\\')
 			case 't':
-				cur.WriteByte('\t')
+				buf = append(buf, '\t')
 			case 'n':
-				cur.WriteByte('\n')
+				buf = append(buf, '\n')
 			case 'r':
-				cur.WriteByte('\r')
+				buf = append(buf, '\r')
 			default:
-				cur.WriteByte('\\')
-				cur.WriteByte(line[i])
+				buf = append(buf, '\\', line[i])
 			}
 		default:
-			cur.WriteByte(c)
+			buf = append(buf, c)
 		}
 	}
-	return append(fields, cur.String())
+	s := string(buf)
+	from := 0
+	for _, end := range ends {
+		fields = append(fields, s[from:end])
+		from = end
+	}
+	return append(fields, s[from:])
 }
 
 // tailBuffer keeps the last bytes a program wrote to stderr.
@@ -521,4 +568,20 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
+}
+
+// execSlabRecords is how many answers' field tables one allocation holds.
+const execSlabRecords = 256
+
+// fieldTable returns an empty table with room for n fields of an answer,
+// cut from a slab (one allocation per 256 answers instead of one each),
+// capped at n so that an append by a later operator copies rather than
+// writing into the next answer's fields.
+func (e *Exec) fieldTable(n int) []string {
+	if len(e.slab) < n {
+		e.slab = make([]string, n*execSlabRecords)
+	}
+	t := e.slab[:0:n]
+	e.slab = e.slab[n:]
+	return t
 }

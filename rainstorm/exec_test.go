@@ -2,6 +2,7 @@ package rainstorm
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -135,6 +136,84 @@ func FuzzExecLine(f *testing.F) {
 		enc := appendLine(nil, fields)
 		if got := splitLine(trimEOL(enc)); !reflect.DeepEqual(got, fields) {
 			t.Fatalf("%q -> %q -> %q", line, fields, got)
+		}
+	})
+}
+
+// splitLineByByte is the protocol's decoding written the plain way, a
+// byte at a time into a builder per field: what splitLine, which cuts
+// every field from one string, must agree with.
+func splitLineByByte(line []byte) []string {
+	var fields []string
+	var cur strings.Builder
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case c == '\t':
+			fields = append(fields, cur.String())
+			cur.Reset()
+		case c == '\\' && i+1 < len(line):
+			i++
+			switch line[i] {
+			case '\\':
+				cur.WriteByte('\\')
+			case 't':
+				cur.WriteByte('\t')
+			case 'n':
+				cur.WriteByte('\n')
+			case 'r':
+				cur.WriteByte('\r')
+			default:
+				cur.WriteByte('\\')
+				cur.WriteByte(line[i])
+			}
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	return append(fields, cur.String())
+}
+
+// FuzzExecLineByByte: splitLine decodes every line as the byte-at-a-time
+// decoding does, escaped tabs, unknown escapes, a trailing backslash and
+// empty fields included.
+func FuzzExecLineByByte(f *testing.F) {
+	for _, s := range []string{"", "\t", "a\tb", `a\tb` + "\tc", `x\`, `\\\t`, `A\NB` + "\t\t", "é\t\\r\\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if got, want := splitLine(line), splitLineByByte(line); !reflect.DeepEqual(got, want) {
+			t.Fatalf("splitLine(%q) = %q, want %q", line, got, want)
+		}
+	})
+}
+
+// BenchmarkExecLine: one record of the traffic-signs file's width
+// encoded to a protocol line (encode) and an answer line decoded
+// (decode), as an exec stage does per record (-benchmem: allocations per
+// record).
+func BenchmarkExecLine(b *testing.B) {
+	fields := make([]string, 20)
+	for i := range fields {
+		fields[i] = fmt.Sprintf("field %d of a sign record", i)
+	}
+	fields[3] = "with\ta tab"
+	line := appendLine(nil, fields)
+	b.Run("encode", func(b *testing.B) {
+		var buf []byte
+		b.ReportAllocs()
+		for b.Loop() {
+			buf = appendLine(buf[:0], fields)
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		var e Exec // as round decodes an answer: the fields cut from its slab
+		b.ReportAllocs()
+		for b.Loop() {
+			l := trimEOL(line)
+			if got := appendFields(e.fieldTable(lineFields(l)), l); len(got) != len(fields) {
+				b.Fatalf("%d fields", len(got))
+			}
 		}
 	})
 }

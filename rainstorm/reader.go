@@ -88,6 +88,7 @@ type Reader struct {
 	fastFields []string
 	fastBytes  int64
 	spans      []span
+	slab       []string // what is left of the slab fieldTable cuts kept records' tables from
 }
 
 // ReaderOptions says how to read an input.

@@ -251,6 +251,69 @@ func BenchmarkReader(b *testing.B) {
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
 }
 
+// BenchmarkReaderKept is BenchmarkReader reading three of the twenty
+// columns (OBJECTID, Sign_Post, Category: filter → project's) into
+// records it keeps, as a source keeps a segment's records (-benchmem: the
+// allocations a record costs).
+func BenchmarkReaderKept(b *testing.B) {
+	data := sharedData(b, fullCSV)
+	keep := make([]bool, 20)
+	keep[0], keep[5], keep[9] = true, true, true
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	var n int
+	kept := make([]Record, 0, 16_000)
+	for b.Loop() {
+		rd, err := NewReader(bytes.NewReader(data), ReaderOptions{Format: FormatCSV, Header: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rd.SetKeep(keep)
+		kept = kept[:0]
+		for {
+			rec, err := rd.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			kept = append(kept, rec)
+			n++
+		}
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkReadSegment: the traffic-signs file read in segments of
+// DefaultSegmentRecords as a record output's source reads it (three kept
+// columns), per segment (-benchmem).
+func BenchmarkReadSegment(b *testing.B) {
+	data := sharedData(b, fullCSV)
+	keep := make([]bool, 20)
+	keep[0], keep[5], keep[9] = true, true, true
+	b.ReportAllocs()
+	segs := 0
+	for b.Loop() {
+		rd, err := NewReader(bytes.NewReader(data), ReaderOptions{Format: FormatCSV, Header: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rd.SetKeep(keep)
+		for i := uint64(0); ; i++ {
+			seg, err := ReadSegment(rd, i, DefaultSegmentRecords)
+			if err != nil {
+				b.Fatal(err)
+			}
+			segs++
+			if seg.EOF {
+				break
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(segs), "ns/segment")
+}
+
 // readShared reads every record of a shared data file.
 func readShared(t testing.TB, path string, header bool) []Record {
 	t.Helper()

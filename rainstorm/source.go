@@ -53,22 +53,26 @@ type Segment struct {
 // record, with n records per segment. A malformed record still takes its
 // id, so segments do not depend on what could be parsed.
 func ReadSegment(src RecordSource, index uint64, n int) (Segment, error) {
-	seg := Segment{Index: index, Start: src.Pos()}
+	// Sized for a whole segment at once: grown record by record it was
+	// eleven allocations and copies of the records a segment.
+	seg := Segment{Index: index, Start: src.Pos(), Records: make([]Record, 0, n)}
 	end := (index + 1) * uint64(n)
+	// One for the segment: errors.As takes its address, which puts it on
+	// the heap, and declared in the loop that was an allocation a record.
+	var bad *BadRecordError
 	for src.Pos().Record < end {
 		rec, err := src.Next()
-		var bad *BadRecordError
 		switch {
+		case err == nil:
+			seg.Records = append(seg.Records, rec)
 		case errors.Is(err, io.EOF):
 			seg.EOF = true
 			seg.End = src.Pos()
 			return seg, nil
 		case errors.As(err, &bad):
 			seg.Bad = append(seg.Bad, bad.Record)
-		case err != nil:
-			return seg, err
 		default:
-			seg.Records = append(seg.Records, rec)
+			return seg, err
 		}
 	}
 	seg.End = src.Pos()

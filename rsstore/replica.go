@@ -203,7 +203,13 @@ func (s *Store) snapshot(jobs []string, after []byte, have []wire.RainstormHave)
 			size += 64
 			continue
 		}
-		p, next, more := nextPart(r.head, r.state, at, syncPage-size)
+		head := r.head
+		if r.rows {
+			h := *head
+			h.Rows = r.flat.records()
+			head = &h
+		}
+		p, next, more := nextPart(head, r.state, at, syncPage-size)
 		size += ckpt.Size(p)
 		out.Checkpoints = append(out.Checkpoints, *p)
 		if more { // the part filled the page
@@ -232,6 +238,7 @@ type syncRecord struct {
 	head  *wire.RainstormCheckpoint
 	state *aggState
 	rows  bool
+	flat  flatRows // a rows record's rows, decoded only for the page that holds them
 	v     ver
 }
 
@@ -256,8 +263,8 @@ func (s *Store) records(jobs []string, fromKey []byte) []syncRecord {
 			recs = append(recs, syncRecord{key: recordKey(t, false, ver{}), head: &c, state: st.state, v: verOf(st.latest)})
 		}
 		for v, rows := range st.rows {
-			recs = append(recs, syncRecord{key: recordKey(t, true, v), rows: true, v: v,
-				head: &wire.RainstormCheckpoint{Task: t, Version: v.version, RowsOf: v.inc, Rows: rows}})
+			recs = append(recs, syncRecord{key: recordKey(t, true, v), rows: true, v: v, flat: rows,
+				head: &wire.RainstormCheckpoint{Task: t, Version: v.version, RowsOf: v.inc}})
 		}
 	}
 	slices.SortFunc(recs, func(a, b syncRecord) int { return bytes.Compare(a.key, b.key) })

@@ -123,6 +123,9 @@ type change struct {
 	prevState, nextState *aggState
 	delta                []wire.RainstormGroupState
 	task                 wire.RainstormTask // set only where next may be nil (a revert)
+	// rows is next's rows flattened, by persist, for the disk and then
+	// for memory (apply): encoded once per store.
+	rows flatRows
 }
 
 // snap is one task's state as a group of changes sees it: a head and its
@@ -143,15 +146,60 @@ type snap struct {
 type stored struct {
 	latest *wire.RainstormCheckpoint
 	state  *aggState
-	rows   map[ver][]wire.RainstormRecord
+	rows   map[ver]flatRows
+}
+
+// flatRows is a checkpoint's rows as the store keeps them, in memory and
+// on disk: their flat layout in a CBOR byte string, as
+// wire.RainstormRows marshals them. A record output keeps every row of a
+// run on every manager; held as decoded records that was three pointers
+// a row for the collector to trace on every cycle (a record output's
+// managers spent a fifth of their CPU in GC), held flat it is none, and
+// the bytes written to bbolt are these, not a second encoding. Rows are
+// decoded only when read: the output, a sync page, a spread.
+type flatRows []byte
+
+// flatten encodes rows for the store.
+func flatten(rows wire.RainstormRows) flatRows {
+	if len(rows) == 0 {
+		return nil
+	}
+	b, _ := rows.MarshalCBOR() // cannot fail: the flat layout takes any record
+	return b
+}
+
+// MarshalCBOR implements cbor.Marshaler: f is a CBOR item already.
+func (f flatRows) MarshalCBOR() ([]byte, error) { return f, nil }
+
+// records decodes f. f was encoded by this store (flatten; at Open,
+// from rows decoded and checked), so it always decodes: an error is a
+// broken invariant, not bad input.
+func (f flatRows) records() wire.RainstormRows {
+	if len(f) == 0 {
+		return nil
+	}
+	var rows wire.RainstormRows
+	if err := rows.UnmarshalCBOR(f); err != nil {
+		panic(fmt.Sprintf("rsstore: rows this store encoded do not decode: %v", err))
+	}
+	return rows
 }
 
 // rowsRecord is how a checkpoint's rows are kept. Inc is 0 in records
-// written before rows were kept by incarnation.
+// written before rows were kept by incarnation. It is read with Rows
+// decoded (rows older stores wrote as an array of records included) and
+// written from flat rows as they are (rowsRecordOut): the same CBOR.
 type rowsRecord struct {
 	Task    wire.RainstormTask `cbor:"1,keyasint"`
 	Version uint64             `cbor:"2,keyasint"`
 	Rows    wire.RainstormRows `cbor:"3,keyasint,omitzero"` // flat; older stores wrote an array, still read
+	Inc     uint64             `cbor:"4,keyasint,omitempty"`
+}
+
+type rowsRecordOut struct {
+	Task    wire.RainstormTask `cbor:"1,keyasint"`
+	Version uint64             `cbor:"2,keyasint"`
+	Rows    flatRows           `cbor:"3,keyasint,omitempty"`
 	Inc     uint64             `cbor:"4,keyasint,omitempty"`
 }
 
@@ -191,7 +239,7 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 			if err := wire.Unmarshal(v, c); err != nil {
 				return err
 			}
-			s.applyLocked(c, nil)
+			s.applyLocked(c, nil, nil)
 			return nil
 		}); err != nil {
 			return err
@@ -223,7 +271,7 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 			if err := wire.Unmarshal(v, &r); err != nil {
 				return err
 			}
-			s.applyLocked(&wire.RainstormCheckpoint{Task: r.Task, Version: r.Version, RowsOf: r.Inc, Rows: r.Rows}, nil)
+			s.applyLocked(&wire.RainstormCheckpoint{Task: r.Task, Version: r.Version, RowsOf: r.Inc}, nil, flatten(r.Rows))
 			return nil
 		}); err != nil {
 			return err
@@ -247,17 +295,18 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 // Close closes the file. The committer (Lead) must have returned.
 func (s *Store) Close() error { return s.db.Close() }
 
-// applyLocked records c in memory: its rows under its version, and c
-// (its head) with its aggregate state as the latest checkpoint when it is
-// newer. A rows-only record (no incarnation) never becomes the latest.
-func (s *Store) applyLocked(c *wire.RainstormCheckpoint, state *aggState) {
+// applyLocked records c in memory: its rows (c's, flattened) under its
+// version, and c (its head) with its aggregate state as the latest
+// checkpoint when it is newer. A rows-only record (no incarnation) never
+// becomes the latest.
+func (s *Store) applyLocked(c *wire.RainstormCheckpoint, state *aggState, rows flatRows) {
 	st := s.tasks[c.Task]
 	if st == nil {
-		st = &stored{rows: map[ver][]wire.RainstormRecord{}}
+		st = &stored{rows: map[ver]flatRows{}}
 		s.tasks[c.Task] = st
 	}
-	if len(c.Rows) > 0 {
-		st.rows[ver{c.Version, rowsInc(c)}] = c.Rows
+	if len(rows) > 0 {
+		st.rows[ver{c.Version, rowsInc(c)}] = rows
 	}
 	if newer(st.latest, c) {
 		l := *c
@@ -322,7 +371,14 @@ func batchKey(task []byte, b *wire.RainstormBatchBlob) []byte {
 // the stored one; only the batches next holds and prev did not are
 // written, and those prev held and next does not are deleted, so a
 // checkpoint costs what it adds, not the whole unacknowledged output.
+// It flattens each change's rows into cs[i].rows, the bytes it writes
+// and the ones apply then keeps.
 func (s *Store) persist(cs []change, hs []wire.RainstormHeader) error {
+	for i := range cs {
+		if cs[i].rows == nil {
+			cs[i].rows = flatten(cs[i].next.Rows)
+		}
+	}
 	return s.write(cs, hs, false)
 }
 
@@ -375,9 +431,9 @@ func (s *Store) write(cs []change, hs []wire.RainstormHeader, undo bool) error {
 					return err
 				}
 			}
-			if len(c.Rows) > 0 && !undo {
+			if len(ch.rows) > 0 && !undo {
 				inc := rowsInc(c)
-				v, err := wire.Marshal(&rowsRecord{Task: c.Task, Version: c.Version, Inc: inc, Rows: c.Rows})
+				v, err := wire.Marshal(&rowsRecordOut{Task: c.Task, Version: c.Version, Inc: inc, Rows: ch.rows})
 				if err != nil {
 					return err
 				}
@@ -490,7 +546,7 @@ func (s *Store) Rows(t wire.RainstormTask) []wire.RainstormRecord {
 	var rows []wire.RainstormRecord
 	for _, k := range keys {
 		if w := writer(st.latest, k.version); k.version <= st.latest.Version && (k.inc == 0 || w == 0 || k.inc == w) {
-			rows = append(rows, st.rows[k]...)
+			rows = append(rows, st.rows[k].records()...)
 		}
 	}
 	return rows
@@ -522,7 +578,7 @@ func (s *Store) apply(cs []change, hs []wire.RainstormHeader) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ch := range cs {
-		s.applyLocked(ch.next, ch.nextState)
+		s.applyLocked(ch.next, ch.nextState, ch.rows)
 	}
 	for _, h := range hs {
 		s.headers[[2]string{h.Job, h.Workflow}] = h

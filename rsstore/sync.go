@@ -224,7 +224,7 @@ func (s *Store) lacking(h holding) []wire.RainstormCheckpoint {
 		}
 		for _, v := range slices.SortedFunc(maps.Keys(st.rows), compareVer) {
 			if !h.rows[rowsID{t, v}] {
-				out = append(out, wire.RainstormCheckpoint{Task: t, Version: v.version, RowsOf: v.inc, Rows: st.rows[v]})
+				out = append(out, wire.RainstormCheckpoint{Task: t, Version: v.version, RowsOf: v.inc, Rows: st.rows[v].records()})
 			}
 		}
 	}
