@@ -58,19 +58,10 @@ func FindRange(r io.Reader, size int64, k, n int, opts ReaderOptions) (Range, []
 		rng.Start = rd.Pos()
 		return rng, rd.Header(), nil
 	}
-	rd.SetKeep([]bool{}) // boundaries only: no field is made a string
-	rd.ReuseFields()
-	target := rangeOffset(size, k, n)
-	for rd.Pos().Offset < target {
-		_, err := rd.Next()
-		var bad *BadRecordError
-		switch {
-		case errors.Is(err, io.EOF):
-			rng.Start = rd.Pos() // an empty range: it ends at once
-			return rng, rd.Header(), nil
-		case err != nil && !errors.As(err, &bad):
-			return Range{}, nil, fmt.Errorf("find range %d of %d: %w", k+1, n, err)
-		}
+	switch err := rd.ScanTo(rangeOffset(size, k, n)); {
+	case errors.Is(err, io.EOF): // an empty range: it ends at once
+	case err != nil:
+		return Range{}, nil, fmt.Errorf("find range %d of %d: %w", k+1, n, err)
 	}
 	rng.Start = rd.Pos()
 	return rng, rd.Header(), nil
