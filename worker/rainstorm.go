@@ -509,9 +509,10 @@ func (d *rsDriver) run(ctx context.Context) error {
 		}
 		input = f
 		defer input.Close()
-		if file, ok := f.(*os.File); ok && spec.Source.Path != "" {
+		if file, ok := f.(*os.File); ok && spec.Source.Path != "" && spec.Source.Splits() == 1 {
 			// A file on this worker's disk can change under the pipeline,
-			// or differ on the worker a replacement lands on: identify it.
+			// or differ on the worker a replacement lands on: identify it
+			// (a range of a split one identifies its part, sourceRange).
 			if d.file, err = rainstorm.IdentifyFile(ctx, file); err != nil {
 				return fmt.Errorf("source %s: %w", d.sourceName(), err)
 			}
@@ -941,6 +942,18 @@ func (d *rsDriver) apply(ctx context.Context, r rainstorm.Ready) (done bool, err
 
 func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, input io.ReadCloser, header []string, ckpt *wire.RainstormCheckpoint) error {
 	spec := &d.p.Spec
+	ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
+	var (
+		rng *rainstorm.Range
+		err error
+	)
+	if n := spec.Source.Splits(); n > 1 && spec.Source.Generate == nil {
+		// Found again at every start, from the bytes alone: the same
+		// range an earlier incarnation read.
+		if rng, err = d.sourceRange(ctx, input, n, ropts, ckpt); err != nil {
+			return err
+		}
+	}
 	if ckpt != nil && ckpt.Source != nil && !ckpt.Done { // a finished source reads nothing more
 		if err := rainstorm.SameFile(d.sourceName(), ckpt.Source.File, d.file); err != nil {
 			return err
@@ -952,15 +965,6 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	}
 	if chain != nil {
 		defer chain.Close()
-	}
-	ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
-	var rng *rainstorm.Range
-	if n := spec.Source.Splits(); n > 1 && spec.Source.Generate == nil {
-		// Found again at every start, from the bytes alone: the same
-		// range an earlier incarnation read.
-		if rng, err = d.sourceRange(input, n, ropts); err != nil {
-			return err
-		}
 	}
 	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
 		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
@@ -1121,8 +1125,9 @@ func (d *rsDriver) sourceCounts(m *rainstorm.SourceMachine) {
 
 // sourceRange finds this source task's range of a split input (the task's
 // index of n), reading input from its start up to the range's first
-// record; the caller seeks to where it reads from.
-func (d *rsDriver) sourceRange(input io.ReadCloser, n int, ropts rainstorm.ReaderOptions) (*rainstorm.Range, error) {
+// record, and identifies a `path:` input's range (d.file); the caller
+// seeks to where it reads from.
+func (d *rsDriver) sourceRange(ctx context.Context, input io.ReadCloser, n int, ropts rainstorm.ReaderOptions, ckpt *wire.RainstormCheckpoint) (*rainstorm.Range, error) {
 	var size int64
 	switch f := input.(type) {
 	case *os.File:
@@ -1144,9 +1149,20 @@ func (d *rsDriver) sourceRange(input io.ReadCloser, n int, ropts rainstorm.Reade
 	if _, err := rs.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("source %s: rewind: %w", d.sourceName(), err)
 	}
-	rng, _, err := rainstorm.FindRange(rs, size, d.task.Index, n, ropts)
+	rng, header, err := rainstorm.FindRange(rs, size, d.task.Index, n, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", d.sourceName(), err)
+	}
+	if file, ok := input.(*os.File); ok && d.p.Spec.Source.Path != "" {
+		if ckpt != nil && ckpt.Source != nil && ckpt.Source.File != nil && ckpt.Source.File.Range == nil {
+			// Recorded by a worker that identified the whole file.
+			d.file, err = rainstorm.IdentifyFile(ctx, file)
+		} else {
+			d.file, err = rainstorm.IdentifyRange(ctx, file, size, rng, ropts, header)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", d.sourceName(), err)
+		}
 	}
 	d.log.Info("rainstorm source: reading a range of the input", "range", d.task.Index+1, "of", n,
 		"first_record", rng.Start.Record+1, "offset", rng.Start.Offset, "end", rng.End)
