@@ -17,14 +17,14 @@ import (
 // A boundary cannot be found by looking for a newline near a byte offset:
 // RFC 4180 lets a quoted field hold newlines, and whether an offset lies
 // inside one depends on every quote before it. So range k of n finds its
-// start by reading the input from its first byte with the source's own
-// Reader, keeping no column (the column-only reader then makes no string),
-// up to the first record boundary the Reader reports at or past byte
-// k·size/n. That costs range k a read of k/n of the input before its first
-// record (a scan that keeps nothing, cheaper than the read), but needs no
-// coordination: every range, and every restart of one, computes the same
-// boundaries from the bytes alone, and they are the Reader's own, so the
-// records of the ranges, read in turn, are the records of one whole read.
+// start by scanning the input from its first byte for where records end
+// (Reader.ScanTo, encoding/csv's rules on bytes, making no field), up to
+// the first record boundary at or past byte k·size/n. That costs range k
+// a scan of k/n of the input before its first record, several times
+// cheaper than reading it, but needs no coordination: every range, and
+// every restart of one, computes the same boundaries from the bytes alone,
+// and they are the Reader's own, so the records of the ranges, read in
+// turn, are the records of one whole read.
 //
 // A record belongs to the range its first byte lies in: range k reads until
 // its reader stands at or past byte (k+1)·size/n, which is where range k+1
