@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -222,5 +223,44 @@ func TestIdentifyRange(t *testing.T) {
 	whole := &wire.RainstormFileID{Size: was[0].Size, SHA256: was[0].SHA256}
 	if err := SameFile("/in", whole, was[0]); err == nil {
 		t.Fatal("a whole-file identity matched a range's")
+	}
+}
+
+// BenchmarkIdentify: what a `path:` source pays before its first record to
+// identify the 1,000,000-record file, whole (one source) against each of
+// two ranges (its part's hash, and the scan to its last record's end or,
+// for the second, to its start).
+func BenchmarkIdentify(b *testing.B) {
+	path := millionCSV(b, b.TempDir())
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	size := st.Size()
+	opts := ReaderOptions{Format: FormatCSV, Header: true}
+	b.Run("whole", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := IdentifyFile(context.Background(), f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for k := range 2 {
+		b.Run(fmt.Sprintf("range-%d-of-2", k+1), func(b *testing.B) {
+			for b.Loop() {
+				rng, header, err := FindRange(io.NewSectionReader(f, 0, size), size, k, 2, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := IdentifyRange(context.Background(), f, size, rng, opts, header); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -399,17 +399,20 @@ type rsOut struct {
 // rsDriver runs one task. Its machine is touched only by run's goroutine;
 // the sender, route refresher and checkpoint calls talk to it by channel.
 type rsDriver struct {
-	w       *Worker
-	p       *rainstorm.TaskParams
-	task    wire.RainstormTask
-	inc     uint64
-	env     workflow.Env
-	log     *slog.Logger
-	t       *rsTask
-	out     chan rsOut
-	kick    chan struct{}
-	ckptRes chan *wire.RainstormCheckpointAck
-	routes  atomic.Pointer[map[[2]int]wire.RainstormRoute]
+	w    *Worker
+	p    *rainstorm.TaskParams
+	task wire.RainstormTask
+	inc  uint64
+	env  workflow.Env
+	log  *slog.Logger
+	t    *rsTask
+	out  chan rsOut
+	// flush, once closed, has the send loop send what is queued and
+	// close flushed (flushSends).
+	flush, flushed chan struct{}
+	kick           chan struct{}
+	ckptRes        chan *wire.RainstormCheckpointAck
+	routes         atomic.Pointer[map[[2]int]wire.RainstormRoute]
 	// reroute carries the downstream tasks the route loop saw replaced,
 	// for the machine to resend to at once (dropped when full: the resend
 	// timer covers it).
@@ -538,7 +541,12 @@ func (d *rsDriver) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pipeline: %w", err)
 	}
-	if !d.w.spawn(&d.wg, func() { d.sendLoop(ctx) }) || !d.w.spawn(&d.wg, func() { d.routeLoop(ctx) }) {
+	d.flush, d.flushed = make(chan struct{}), make(chan struct{})
+	sendLoop := func() {
+		defer close(d.flushed)
+		d.sendLoop(ctx, d.flush)
+	}
+	if !d.w.spawn(&d.wg, sendLoop) || !d.w.spawn(&d.wg, func() { d.routeLoop(ctx) }) {
 		return errShutdown
 	}
 	if d.task.Stage == 0 {
@@ -859,30 +867,58 @@ func (d *rsDriver) routeLoop(ctx context.Context) {
 
 // sendLoop moves batches and acks to their tasks: to a task on this worker
 // directly, else over the transport.
-func (d *rsDriver) sendLoop(ctx context.Context) {
+//
+// Once flush is closed it sends what is still queued and returns: a
+// finished task's last acks are queued just before it ends, and dropped
+// with the loop they would leave its upstream to learn it is done from
+// its resend timer and the routes, which kept every pipeline's end most
+// of a second behind its output.
+func (d *rsDriver) sendLoop(ctx context.Context, flush <-chan struct{}) {
 	self := d.w.Addr()
 	for {
-		var o rsOut
 		select {
 		case <-ctx.Done():
 			return
-		case o = <-d.out:
+		case o := <-d.out:
+			d.send(ctx, self, o)
+		case <-flush:
+			for {
+				select {
+				case o := <-d.out:
+					d.send(ctx, self, o)
+				default:
+					return
+				}
+			}
 		}
-		r, ok := d.route(o.stage, o.index)
-		if !ok {
-			d.kickRoutes()
-			continue
-		}
-		if r.Addr == self && d.w.rs.deliver(rsKey{d.task.Job, d.task.Workflow, o.stage, o.index}, r.Incarnation, o.msg) {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := d.w.tr.Send(cctx, r.Addr, o.msg)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			d.log.Debug("rainstorm send failed", "to_stage", o.stage, "to_task", o.index, "err", err)
-			d.kickRoutes()
-		}
+	}
+}
+
+func (d *rsDriver) send(ctx context.Context, self string, o rsOut) {
+	r, ok := d.route(o.stage, o.index)
+	if !ok {
+		d.kickRoutes()
+		return
+	}
+	if r.Addr == self && d.w.rs.deliver(rsKey{d.task.Job, d.task.Workflow, o.stage, o.index}, r.Incarnation, o.msg) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := d.w.tr.Send(cctx, r.Addr, o.msg)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		d.log.Debug("rainstorm send failed", "to_stage", o.stage, "to_task", o.index, "err", err)
+		d.kickRoutes()
+	}
+}
+
+// flushSends has the send loop send what is queued and waits until it
+// has (or ctx ends): a finished task's last words.
+func (d *rsDriver) flushSends(ctx context.Context) {
+	close(d.flush)
+	select {
+	case <-d.flushed:
+	case <-ctx.Done():
 	}
 }
 
@@ -1223,11 +1259,12 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 		if done {
 			d.log.Info("rainstorm task's final checkpoint is durable")
 		}
-		// Ends at once: an upstream task that missed its last acks
-		// resends, finds it gone and the routes showing it done, which
-		// counts as an ack of everything (routeLoop). Lingering to ack
-		// again kept every pipeline's end a second behind its output.
+		// Ends once its last acks are sent: an upstream task that missed
+		// them resends, finds it gone and the routes showing it done,
+		// which counts as an ack of everything (routeLoop). Lingering to
+		// ack again kept every pipeline's end a second behind its output.
 		if m.Finished() {
+			d.flushSends(ctx)
 			return nil
 		}
 		select {
