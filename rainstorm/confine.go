@@ -364,12 +364,24 @@ func SameFile(path string, recorded, found *wire.RainstormFileID) error {
 	if recorded == nil || found == nil {
 		return nil
 	}
-	if recorded.Size == found.Size && string(recorded.SHA256) == string(found.SHA256) {
+	sameRange := (recorded.Range == nil) == (found.Range == nil) && (recorded.Range == nil || *recorded.Range == *found.Range)
+	if recorded.Size == found.Size && string(recorded.SHA256) == string(found.SHA256) && sameRange {
 		return nil
 	}
-	return fmt.Errorf("source %s is not the file the pipeline started on (then %d bytes, sha256 %x; now %d bytes, sha256 %x): "+
+	what := "file"
+	if found.Range != nil {
+		what = fmt.Sprintf("file's range (bytes %d-%d then, %d-%d now)", rangeOf(recorded).From, rangeOf(recorded).To, found.Range.From, found.Range.To)
+	}
+	return fmt.Errorf("source %s is not the file the pipeline started on (then %d bytes, sha256 %x; now %d bytes, sha256 %x of the %s): "+
 		"resuming would produce other records under the same ids, so the source fails", path,
-		recorded.Size, recorded.SHA256, found.Size, found.SHA256)
+		recorded.Size, recorded.SHA256, found.Size, found.SHA256, what)
+}
+
+func rangeOf(id *wire.RainstormFileID) wire.RainstormFileRange {
+	if id.Range == nil {
+		return wire.RainstormFileRange{}
+	}
+	return *id.Range
 }
 
 // CheckRunAs refuses exec on a worker running as root (euid 0) without

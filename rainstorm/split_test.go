@@ -2,7 +2,9 @@ package rainstorm
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -156,4 +158,109 @@ func BenchmarkFindRange(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(data)/2)/1e6/(b.Elapsed().Seconds()/float64(b.N)), "MB/s")
 	})
+}
+
+// TestIdentifyRange: a range's identity covers what its records depend on
+// and nothing else. A change in another range's records leaves it alone;
+// a change in its own records, in the tail of its last record past its
+// search end, in the header, or one that moves its start changes it, and
+// SameFile then refuses the resumed range.
+func TestIdentifyRange(t *testing.T) {
+	opts := ReaderOptions{Format: FormatCSV, Header: true}
+	base := []byte("h,v\n1,\"a\nb\"\n2,x\n3,y\n4,z\n5,w\n6,\"long\nlong\nlong\"\n7,u\n8,t\n9,s\n")
+	ids := func(data []byte) []*wire.RainstormFileID {
+		t.Helper()
+		var out []*wire.RainstormFileID
+		for k := range 2 {
+			rng, header, err := FindRange(bytes.NewReader(data), int64(len(data)), k, 2, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := IdentifyRange(context.Background(), bytes.NewReader(data), int64(len(data)), rng, opts, header)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, id)
+		}
+		return out
+	}
+	was := ids(base)
+	if was[0].Range.To != was[1].Range.From || was[1].Range.To != int64(len(base)) {
+		t.Fatalf("the ranges' bytes do not tile the input: %+v %+v", was[0].Range, was[1].Range)
+	}
+	// Range 0 of this input ends inside record 6's quoted field: its
+	// search end falls there and the record is range 0's.
+	end := rangeOffset(int64(len(base)), 1, 2)
+	if tail := bytes.Index(base, []byte("6,")); int64(tail) >= end || was[0].Range.To <= end {
+		t.Fatalf("test input: record 6 at %d, search end %d, range 0 to %d", tail, end, was[0].Range.To)
+	}
+	change := func(old, new string) []byte {
+		if !bytes.Contains(base, []byte(old)) {
+			t.Fatalf("%q not in the input", old)
+		}
+		return bytes.Replace(base, []byte(old), []byte(new), 1)
+	}
+	for _, c := range []struct {
+		name         string
+		data         []byte
+		same0, same1 bool
+	}{
+		{"a record of range 0", change("2,x", "2,X"), false, true},
+		{"a record of range 1", change("7,u", "7,U"), true, false},
+		{"range 0's last record past its search end", change("long\"", "lonG\""), false, true},
+		{"the header", change("h,v", "h,V"), false, false},
+		{"a record of range 0 one byte longer", change("2,x", "2,xx"), false, false},
+	} {
+		now := ids(c.data)
+		for k, same := range []bool{c.same0, c.same1} {
+			err := SameFile("/in", was[k], now[k])
+			if got := err == nil; got != same {
+				t.Errorf("%s: range %d same %v, want %v (%v)", c.name, k, got, same, err)
+			}
+		}
+	}
+	// An identity recorded for the whole file is not a range's.
+	whole := &wire.RainstormFileID{Size: was[0].Size, SHA256: was[0].SHA256}
+	if err := SameFile("/in", whole, was[0]); err == nil {
+		t.Fatal("a whole-file identity matched a range's")
+	}
+}
+
+// BenchmarkIdentify: what a `path:` source pays before its first record to
+// identify the 1,000,000-record file, whole (one source) against each of
+// two ranges (its part's hash, and the scan to its last record's end or,
+// for the second, to its start).
+func BenchmarkIdentify(b *testing.B) {
+	path := millionCSV(b, b.TempDir())
+	f, err := os.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		b.Fatal(err)
+	}
+	size := st.Size()
+	opts := ReaderOptions{Format: FormatCSV, Header: true}
+	b.Run("whole", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := IdentifyFile(context.Background(), f); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for k := range 2 {
+		b.Run(fmt.Sprintf("range-%d-of-2", k+1), func(b *testing.B) {
+			for b.Loop() {
+				rng, header, err := FindRange(io.NewSectionReader(f, 0, size), size, k, 2, opts)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := IdentifyRange(context.Background(), f, size, rng, opts, header); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

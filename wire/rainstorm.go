@@ -132,10 +132,22 @@ type RainstormSourcePos struct {
 	Reserve uint64 `cbor:"52,keyasint,omitempty"`
 }
 
-// RainstormFileID identifies a source's input file: its size and SHA-256.
+// RainstormFileID identifies a source's input file: its size and SHA-256,
+// for one range of a split input the SHA-256 of what that range reads.
 type RainstormFileID struct {
 	Size   int64  `cbor:"1,keyasint"`
 	SHA256 []byte `cbor:"2,keyasint"`
+	// Range: SHA256 covers one range of a split input (the bytes before
+	// the input's first record, and the range's records), not the whole
+	// file. Nil: the whole file.
+	Range *RainstormFileRange `cbor:"3,keyasint,omitempty"`
+}
+
+// RainstormFileRange is the bytes [From, To) of an input that one range
+// of it reads: from its first record's start to its last record's end.
+type RainstormFileRange struct {
+	From int64 `cbor:"1,keyasint"`
+	To   int64 `cbor:"2,keyasint"`
 }
 
 // RainstormCheckpoint is one task's durable state, written atomically with

@@ -399,17 +399,20 @@ type rsOut struct {
 // rsDriver runs one task. Its machine is touched only by run's goroutine;
 // the sender, route refresher and checkpoint calls talk to it by channel.
 type rsDriver struct {
-	w       *Worker
-	p       *rainstorm.TaskParams
-	task    wire.RainstormTask
-	inc     uint64
-	env     workflow.Env
-	log     *slog.Logger
-	t       *rsTask
-	out     chan rsOut
-	kick    chan struct{}
-	ckptRes chan *wire.RainstormCheckpointAck
-	routes  atomic.Pointer[map[[2]int]wire.RainstormRoute]
+	w    *Worker
+	p    *rainstorm.TaskParams
+	task wire.RainstormTask
+	inc  uint64
+	env  workflow.Env
+	log  *slog.Logger
+	t    *rsTask
+	out  chan rsOut
+	// flush, once closed, has the send loop send what is queued and
+	// close flushed (flushSends).
+	flush, flushed chan struct{}
+	kick           chan struct{}
+	ckptRes        chan *wire.RainstormCheckpointAck
+	routes         atomic.Pointer[map[[2]int]wire.RainstormRoute]
 	// reroute carries the downstream tasks the route loop saw replaced,
 	// for the machine to resend to at once (dropped when full: the resend
 	// timer covers it).
@@ -509,9 +512,10 @@ func (d *rsDriver) run(ctx context.Context) error {
 		}
 		input = f
 		defer input.Close()
-		if file, ok := f.(*os.File); ok && spec.Source.Path != "" {
+		if file, ok := f.(*os.File); ok && spec.Source.Path != "" && spec.Source.Splits() == 1 {
 			// A file on this worker's disk can change under the pipeline,
-			// or differ on the worker a replacement lands on: identify it.
+			// or differ on the worker a replacement lands on: identify it
+			// (a range of a split one identifies its part, sourceRange).
 			if d.file, err = rainstorm.IdentifyFile(ctx, file); err != nil {
 				return fmt.Errorf("source %s: %w", d.sourceName(), err)
 			}
@@ -537,7 +541,12 @@ func (d *rsDriver) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pipeline: %w", err)
 	}
-	if !d.w.spawn(&d.wg, func() { d.sendLoop(ctx) }) || !d.w.spawn(&d.wg, func() { d.routeLoop(ctx) }) {
+	d.flush, d.flushed = make(chan struct{}), make(chan struct{})
+	sendLoop := func() {
+		defer close(d.flushed)
+		d.sendLoop(ctx, d.flush)
+	}
+	if !d.w.spawn(&d.wg, sendLoop) || !d.w.spawn(&d.wg, func() { d.routeLoop(ctx) }) {
 		return errShutdown
 	}
 	if d.task.Stage == 0 {
@@ -858,30 +867,58 @@ func (d *rsDriver) routeLoop(ctx context.Context) {
 
 // sendLoop moves batches and acks to their tasks: to a task on this worker
 // directly, else over the transport.
-func (d *rsDriver) sendLoop(ctx context.Context) {
+//
+// Once flush is closed it sends what is still queued and returns: a
+// finished task's last acks are queued just before it ends, and dropped
+// with the loop they would leave its upstream to learn it is done from
+// its resend timer and the routes, which kept every pipeline's end most
+// of a second behind its output.
+func (d *rsDriver) sendLoop(ctx context.Context, flush <-chan struct{}) {
 	self := d.w.Addr()
 	for {
-		var o rsOut
 		select {
 		case <-ctx.Done():
 			return
-		case o = <-d.out:
+		case o := <-d.out:
+			d.send(ctx, self, o)
+		case <-flush:
+			for {
+				select {
+				case o := <-d.out:
+					d.send(ctx, self, o)
+				default:
+					return
+				}
+			}
 		}
-		r, ok := d.route(o.stage, o.index)
-		if !ok {
-			d.kickRoutes()
-			continue
-		}
-		if r.Addr == self && d.w.rs.deliver(rsKey{d.task.Job, d.task.Workflow, o.stage, o.index}, r.Incarnation, o.msg) {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := d.w.tr.Send(cctx, r.Addr, o.msg)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			d.log.Debug("rainstorm send failed", "to_stage", o.stage, "to_task", o.index, "err", err)
-			d.kickRoutes()
-		}
+	}
+}
+
+func (d *rsDriver) send(ctx context.Context, self string, o rsOut) {
+	r, ok := d.route(o.stage, o.index)
+	if !ok {
+		d.kickRoutes()
+		return
+	}
+	if r.Addr == self && d.w.rs.deliver(rsKey{d.task.Job, d.task.Workflow, o.stage, o.index}, r.Incarnation, o.msg) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := d.w.tr.Send(cctx, r.Addr, o.msg)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		d.log.Debug("rainstorm send failed", "to_stage", o.stage, "to_task", o.index, "err", err)
+		d.kickRoutes()
+	}
+}
+
+// flushSends has the send loop send what is queued and waits until it
+// has (or ctx ends): a finished task's last words.
+func (d *rsDriver) flushSends(ctx context.Context) {
+	close(d.flush)
+	select {
+	case <-d.flushed:
+	case <-ctx.Done():
 	}
 }
 
@@ -941,6 +978,18 @@ func (d *rsDriver) apply(ctx context.Context, r rainstorm.Ready) (done bool, err
 
 func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, input io.ReadCloser, header []string, ckpt *wire.RainstormCheckpoint) error {
 	spec := &d.p.Spec
+	ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
+	var (
+		rng *rainstorm.Range
+		err error
+	)
+	if n := spec.Source.Splits(); n > 1 && spec.Source.Generate == nil {
+		// Found again at every start, from the bytes alone: the same
+		// range an earlier incarnation read.
+		if rng, err = d.sourceRange(ctx, input, n, ropts, ckpt); err != nil {
+			return err
+		}
+	}
 	if ckpt != nil && ckpt.Source != nil && !ckpt.Done { // a finished source reads nothing more
 		if err := rainstorm.SameFile(d.sourceName(), ckpt.Source.File, d.file); err != nil {
 			return err
@@ -952,15 +1001,6 @@ func (d *rsDriver) runSource(ctx context.Context, pipe *rainstorm.Pipeline, inpu
 	}
 	if chain != nil {
 		defer chain.Close()
-	}
-	ropts := rainstorm.ReaderOptions{Format: spec.Source.SourceFormat(), Header: spec.Source.Header}
-	var rng *rainstorm.Range
-	if n := spec.Source.Splits(); n > 1 && spec.Source.Generate == nil {
-		// Found again at every start, from the bytes alone: the same
-		// range an earlier incarnation read.
-		if rng, err = d.sourceRange(input, n, ropts); err != nil {
-			return err
-		}
 	}
 	m, err := rainstorm.NewSourceMachine(rainstorm.SourceConfig{
 		Task: d.task, Incarnation: d.inc, Downstream: spec.Stages[0].TaskCount(), Next: pipe.Stages[0],
@@ -1121,8 +1161,9 @@ func (d *rsDriver) sourceCounts(m *rainstorm.SourceMachine) {
 
 // sourceRange finds this source task's range of a split input (the task's
 // index of n), reading input from its start up to the range's first
-// record; the caller seeks to where it reads from.
-func (d *rsDriver) sourceRange(input io.ReadCloser, n int, ropts rainstorm.ReaderOptions) (*rainstorm.Range, error) {
+// record, and identifies a `path:` input's range (d.file); the caller
+// seeks to where it reads from.
+func (d *rsDriver) sourceRange(ctx context.Context, input io.ReadCloser, n int, ropts rainstorm.ReaderOptions, ckpt *wire.RainstormCheckpoint) (*rainstorm.Range, error) {
 	var size int64
 	switch f := input.(type) {
 	case *os.File:
@@ -1144,9 +1185,20 @@ func (d *rsDriver) sourceRange(input io.ReadCloser, n int, ropts rainstorm.Reade
 	if _, err := rs.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("source %s: rewind: %w", d.sourceName(), err)
 	}
-	rng, _, err := rainstorm.FindRange(rs, size, d.task.Index, n, ropts)
+	rng, header, err := rainstorm.FindRange(rs, size, d.task.Index, n, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", d.sourceName(), err)
+	}
+	if file, ok := input.(*os.File); ok && d.p.Spec.Source.Path != "" {
+		if ckpt != nil && ckpt.Source != nil && ckpt.Source.File != nil && ckpt.Source.File.Range == nil {
+			// Recorded by a worker that identified the whole file.
+			d.file, err = rainstorm.IdentifyFile(ctx, file)
+		} else {
+			d.file, err = rainstorm.IdentifyRange(ctx, file, size, rng, ropts, header)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", d.sourceName(), err)
+		}
 	}
 	d.log.Info("rainstorm source: reading a range of the input", "range", d.task.Index+1, "of", n,
 		"first_record", rng.Start.Record+1, "offset", rng.Start.Offset, "end", rng.End)
@@ -1207,11 +1259,12 @@ func (d *rsDriver) runTask(ctx context.Context, pipe *rainstorm.Pipeline, header
 		if done {
 			d.log.Info("rainstorm task's final checkpoint is durable")
 		}
-		// Ends at once: an upstream task that missed its last acks
-		// resends, finds it gone and the routes showing it done, which
-		// counts as an ack of everything (routeLoop). Lingering to ack
-		// again kept every pipeline's end a second behind its output.
+		// Ends once its last acks are sent: an upstream task that missed
+		// them resends, finds it gone and the routes showing it done,
+		// which counts as an ack of everything (routeLoop). Lingering to
+		// ack again kept every pipeline's end a second behind its output.
 		if m.Finished() {
+			d.flushSends(ctx)
 			return nil
 		}
 		select {
