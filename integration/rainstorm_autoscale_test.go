@@ -19,8 +19,13 @@ import (
 // moving key groups with their state (the count's aggregates, both stages'
 // de-duplication positions), and the counts equal the sequential pass.
 
+// The tail at 500 records/s (the records past the peak's) lasts about
+// 30 s: a shrink waits for the peak's backlog to drain first, and on a
+// loaded host a resize can take 20 s to be in force when workers are
+// wrongly declared dead, so a shorter tail ended the input before the
+// stages were back down.
 const (
-	autoscaleRecords = 136000
+	autoscaleRecords = 141000
 	autoscaleKeys    = 1000
 )
 
