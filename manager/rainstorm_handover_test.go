@@ -198,15 +198,8 @@ func TestRainstormHandoverPagesJoinToTheMovedGroups(t *testing.T) {
 // none of it, shows the keys and bytes moved and how long the handover
 // took. Held in the leader's memory alone, they read zero after it died.
 func TestRainstormHandoverFiguresSurviveTheLeader(t *testing.T) {
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 4)
-	lead := c.leader()
-	sp := submitScaled(t, c, lead, fastDecisions())
+	c, lead, sp := scaledAskedToGrow(t)
 	job, call := sp.job, sp.call
-	sp.openSourceAndCount()
-	if r := sp.loadUntilAsked(t, lead); !slices.Equal(r, []int{2}) {
-		t.Fatalf("the source is asked for %v, want [2]", r)
-	}
 	// The source records the epoch and sends in it: count/2 is placed.
 	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 2, Tasks: []int{2}}}
 	if a := call(&wire.RainstormCheckpoint{Task: sp.src, Incarnation: sp.srcInc, Version: 1,

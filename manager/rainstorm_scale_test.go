@@ -293,6 +293,22 @@ func (sp *scaled) sourceRecordsTheResize(t *testing.T) {
 	})
 }
 
+// scaledAskedToGrow submits the scaled pipeline to a cluster with one
+// worker, opens its source and count/1, and loads the count until the
+// leader asks the source to grow it to 2 tasks.
+func scaledAskedToGrow(t *testing.T) (*testCluster, *Manager, scaled) {
+	t.Helper()
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, fastDecisions())
+	sp.openSourceAndCount()
+	if r := sp.loadUntilAsked(t, lead); !slices.Equal(r, []int{2}) {
+		t.Fatalf("the source is asked for %v, want [2]", r)
+	}
+	return c, lead, sp
+}
+
 func submitScaled(t *testing.T, c *testCluster, lead *Manager, a rainstorm.Autoscale) scaled {
 	t.Helper()
 	ack, err := lead.Submit(context.Background(), scaleJob(t, a))
@@ -581,15 +597,8 @@ func TestRainstormHandoverFiguresCountEachGroupOnce(t *testing.T) {
 // still), shows it in the status with its inputs, and stops asking once
 // the source's checkpoint records it.
 func TestRainstormAutoscaleNewLeaderContinuesTheDecision(t *testing.T) {
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 4)
-	lead := c.leader()
-	sp := submitScaled(t, c, lead, fastDecisions())
+	c, lead, sp := scaledAskedToGrow(t)
 	job, call := sp.job, sp.call
-	sp.openSourceAndCount()
-	if r := sp.loadUntilAsked(t, lead); !slices.Equal(r, []int{2}) {
-		t.Fatalf("the source is asked for %v, want [2]", r)
-	}
 
 	// The leader dies before the source records the sizes.
 	c.stopManager(lead.cfg.ID)

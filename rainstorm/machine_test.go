@@ -32,13 +32,20 @@ func sinkTask(t *testing.T, store *MemStore, inc uint64, alo bool) *TaskMachine 
 	return m
 }
 
-func filterTask(t *testing.T, store *MemStore, inc uint64) *TaskMachine {
+// filterThenCount compiles a filter passing every record, then a count.
+func filterThenCount(t *testing.T) *Pipeline {
 	t.Helper()
 	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{
 		{Name: "f", Op: OpFilter, Matches: "."}, {Name: "c", Op: OpCount, Key: "1"}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+func filterTask(t *testing.T, store *MemStore, inc uint64) *TaskMachine {
+	t.Helper()
+	p := filterThenCount(t)
 	id := wire.RainstormTask{Stage: 1}
 	ckpt, err := store.Fence(id, inc)
 	if err != nil {
@@ -254,11 +261,7 @@ func TestAtLeastOnceEndedStreamAcksSuccessor(t *testing.T) {
 // at-least-once sender cut under the same numbers, which the receiver
 // may never have had.
 func TestAtLeastOnceAckOfPredecessorIgnored(t *testing.T) {
-	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{
-		{Name: "f", Op: OpFilter, Matches: "."}, {Name: "c", Op: OpCount, Key: "1"}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := filterThenCount(t)
 	store := NewMemStore()
 	id := wire.RainstormTask{Stage: 1}
 	open := func(inc uint64) *TaskMachine {
@@ -903,11 +906,7 @@ func TestSourceRestoredFromItsFinalCheckpointIsDone(t *testing.T) {
 // 3.5 minutes on the real binaries), holding the next epoch's input and so
 // the source's next resize.
 func TestClosingTaskDrainsOnADoneReceiversAck(t *testing.T) {
-	p, err := Compile(&Spec{Source: Source{Path: "/in"}, Stages: []Stage{
-		{Name: "f", Op: OpFilter, Matches: "."}, {Name: "c", Op: OpCount, Key: "1"}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := filterThenCount(t)
 	store := NewMemStore()
 	id := wire.RainstormTask{Stage: 1}
 	if _, err := store.Fence(id, 1); err != nil {
