@@ -119,7 +119,7 @@ type Exec struct {
 	group  *cgroup // nil without one
 
 	restarts int
-	slab     []string // what is left of the slab fieldTable cuts answers' fields from
+	slab     fieldSlab // answers' field tables
 	// w buffers the program's input; one per program, since a fresh
 	// 64 KiB buffer per batch was most of what a batch allocated.
 	w *bufio.Writer
@@ -402,7 +402,7 @@ func (e *Exec) round(in []Record, out []Record) ([]Record, int, error) {
 			out = append(out, *rec)
 		case strings.HasPrefix(string(line), "forward\t"):
 			fields := line[len("forward\t"):]
-			out = append(out, Record{ID: rec.ID, Fields: appendFields(e.fieldTable(lineFields(fields)), fields)})
+			out = append(out, Record{ID: rec.ID, Fields: appendFields(e.slab.take(lineFields(fields)), fields)})
 		default:
 			err = fmt.Errorf("%w: answered %q to record %d; want forward or filter", errProtocol, truncate(string(line), 60), rec.ID+1)
 		}
@@ -568,20 +568,4 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
-}
-
-// execSlabRecords is how many answers' field tables one allocation holds.
-const execSlabRecords = 256
-
-// fieldTable returns an empty table with room for n fields of an answer,
-// cut from a slab (one allocation per 256 answers instead of one each),
-// capped at n so that an append by a later operator copies rather than
-// writing into the next answer's fields.
-func (e *Exec) fieldTable(n int) []string {
-	if len(e.slab) < n {
-		e.slab = make([]string, n*execSlabRecords)
-	}
-	t := e.slab[:0:n]
-	e.slab = e.slab[n:]
-	return t
 }

@@ -86,7 +86,7 @@ func (r *Reader) nextFast() (rec Record, ok bool, err error) {
 		fields = make([]string, n)
 		r.fastFields = fields
 	default:
-		fields = r.fieldTable(n)
+		fields = r.slab.take(n)[:n]
 	}
 	for k := range min(n, len(r.keep)) {
 		if !r.keep[k] {
@@ -171,23 +171,27 @@ func (r *Reader) skip(n int) {
 	r.pos = Position{Record: r.pos.Record + 1, Offset: r.offset()}
 }
 
-// slabRecords is how many records' field tables one allocation holds.
-const slabRecords = 256
+// fieldSlab hands out field tables for records their caller keeps (a
+// source keeps a segment's records until its chain has run; an exec stage
+// passes its answers on), cut from one allocation of fieldSlabRecords
+// tables, so a record output's source and an exec stage make one
+// allocation per 256 records instead of one a record (the source's
+// twenty-slot tables were a third of the reader's time). Each table's
+// capacity is its size, so an operator that appends to it copies rather
+// than writing into the next record's table. A slab lives as long as any
+// of its records; narrowing copies the kept fields out, so that is about
+// a segment's life.
+type fieldSlab struct{ free []string }
 
-// fieldTable returns an empty table of n fields for a record the caller
-// keeps (a source keeps a segment's records until its chain has run):
-// cut from a slab of slabRecords tables, so a record output's source
-// makes one allocation per 256 records instead of one a record (its
-// twenty-slot tables were a third of the reader's time). The table's
-// capacity is n, so an operator that appends to it copies rather than
-// writing into the next record's table. A slab lives as long as any of
-// its records; narrowing copies the kept fields out, so that is the
-// segment's life.
-func (r *Reader) fieldTable(n int) []string {
-	if len(r.slab) < n {
-		r.slab = make([]string, n*slabRecords)
+// fieldSlabRecords is how many records' field tables one allocation holds.
+const fieldSlabRecords = 256
+
+// take returns an empty table with room for n fields.
+func (s *fieldSlab) take(n int) []string {
+	if len(s.free) < n {
+		s.free = make([]string, n*fieldSlabRecords)
 	}
-	t := r.slab[:n:n]
-	r.slab = r.slab[n:]
+	t := s.free[:0:n]
+	s.free = s.free[n:]
 	return t
 }

@@ -88,7 +88,7 @@ type Reader struct {
 	fastFields []string
 	fastBytes  int64
 	spans      []span
-	slab       []string // what is left of the slab fieldTable cuts kept records' tables from
+	slab       fieldSlab // kept records' field tables
 }
 
 // ReaderOptions says how to read an input.
