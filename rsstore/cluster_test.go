@@ -484,13 +484,11 @@ func TestOpenAndLateAnswerReplicateAsDeltas(t *testing.T) {
 	}
 }
 
-// A new leader's spread sends each peer what that peer lacks: the peer
-// that missed a state gets it, the one that holds it gets nothing. When
-// every peer got whatever any store lacked, a million-key state went to
-// every peer after each leader change, each message bounded by the quorum
-// timeout, and syncs missed their majority ("what the sync read is on 1
-// managers").
-func TestSpreadSendsEachPeerWhatItLacks(t *testing.T) {
+// stateMissedByM2 is a group of three where m0 leads, a task opened on
+// all three and its version 1, a state of 10k keys, stored on m0 and m1
+// only: m2 holds only the open.
+func stateMissedByM2(t *testing.T) (*testGroup, wire.RainstormTask, *wire.RainstormCheckpoint) {
+	t.Helper()
 	g := newTestGroup(t)
 	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
 	lead := g.elect(0, 1, 2)
@@ -504,6 +502,17 @@ func TestSpreadSendsEachPeerWhatItLacks(t *testing.T) {
 		return nil
 	})
 	lead.cut = nil
+	return g, task, c
+}
+
+// A new leader's spread sends each peer what that peer lacks: the peer
+// that missed a state gets it, the one that holds it gets nothing. When
+// every peer got whatever any store lacked, a million-key state went to
+// every peer after each leader change, each message bounded by the quorum
+// timeout, and syncs missed their majority ("what the sync read is on 1
+// managers").
+func TestSpreadSendsEachPeerWhatItLacks(t *testing.T) {
+	g, task, c := stateMissedByM2(t)
 
 	var w wholeSends
 	w.watch(g)
@@ -529,19 +538,7 @@ func TestSpreadSendsEachPeerWhatItLacks(t *testing.T) {
 // per peer, each about a second on a loaded host, while no task could
 // checkpoint; and a peer holding another version still sends its state.
 func TestSyncReadsNoStateTheLeaderHolds(t *testing.T) {
-	g := newTestGroup(t)
-	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
-	lead := g.elect(0, 1, 2)
-	g.open(lead, task, 1)
-	c := &wire.RainstormCheckpoint{Task: task, Incarnation: 1, Version: 1, Groups: bigState(10_000)}
-	lead.cut = map[string]bool{"m2": true} // m2 holds only the open
-	testutil.Eventually(t, time.Minute, 10*time.Millisecond, func() error {
-		if !g.put(lead, c) {
-			return fmt.Errorf("version 1 not acknowledged")
-		}
-		return nil
-	})
-	lead.cut = nil
+	g, task, c := stateMissedByM2(t)
 	size := ckpt.Size(c)
 
 	g.term++

@@ -323,7 +323,10 @@ func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	c.Opened = nil // the store's
 	v := verOf(head)
 	n, at, found := s.openParts.from(o.Task, v, o.Part)
-	for found && n < o.Part { // parts before o.Part not cut yet: walk to it
+	if !found {
+		return reply // past the last part
+	}
+	for n < o.Part { // parts before o.Part not cut yet: walk to it
 		_, next, more := nextPart(&c, state, at, ckpt.PageBytes)
 		if !more {
 			s.openParts.last(o.Task, v, n+1)
@@ -331,9 +334,6 @@ func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 		}
 		n, at = n+1, next
 		s.openParts.add(o.Task, v, n, at)
-	}
-	if !found {
-		return reply // past the last part
 	}
 	p, next, more := nextPart(&c, state, at, ckpt.PageBytes)
 	if more {

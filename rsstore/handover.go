@@ -80,13 +80,7 @@ func (s *Store) ReadState(t wire.RainstormTask, from StatePos, take func(group i
 			return true
 		})
 	}
-	for k := range p.Groups {
-		end := len(flat)
-		if k+1 < len(starts) {
-			end = starts[k+1]
-		}
-		p.Groups[k].Entries = flat[starts[k]:end:end]
-	}
+	fillGroups(p.Groups, flat, starts)
 	return p
 }
 

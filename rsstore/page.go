@@ -75,13 +75,7 @@ func nextPart(head *wire.RainstormCheckpoint, st *aggState, at partCut, budget i
 				}
 				flat = append(flat, it.e)
 			})
-			for i := range p.Groups {
-				end := len(flat)
-				if i+1 < len(starts) {
-					end = starts[i+1]
-				}
-				p.Groups[i].Entries = flat[starts[i]:end:end]
-			}
+			fillGroups(p.Groups, flat, starts)
 			last := flat[len(flat)-1]
 			next.Began, next.Group, next.Key = true, p.Groups[len(p.Groups)-1].Group, last.Key
 		}
@@ -269,4 +263,17 @@ func (st *aggState) entriesFrom(at partCut, used int, fits func(used, need int) 
 		st.t.Ascend(visit)
 	}
 	return used, n, full
+}
+
+// fillGroups hands each of groups its run of flat, the entries of all of
+// them in order, group i's starting at starts[i]: one slice for a page's
+// entries, capped per group so none appends into the next.
+func fillGroups(groups []wire.RainstormGroupState, flat []wire.RainstormAggregate, starts []int) {
+	for i := range groups {
+		end := len(flat)
+		if i+1 < len(starts) {
+			end = starts[i+1]
+		}
+		groups[i].Entries = flat[starts[i]:end:end]
+	}
 }

@@ -114,7 +114,6 @@ func (pt *peerTask) checkpoint(groups []wire.RainstormGroupState) {
 	pt.v++
 }
 
-// build gives a task a state of keys entries, in checkpoints of 25k keys.
 // storeWithState opens a store on its own (the caller closes it), a task
 // led there, and checkpoints it to hold keys entries.
 func storeWithState(t *testing.T, keys int) (*Store, *leaderTask) {
@@ -128,6 +127,7 @@ func storeWithState(t *testing.T, keys int) (*Store, *leaderTask) {
 	return s, lt
 }
 
+// build gives a task a state of keys entries, in checkpoints of 25k keys.
 func build(checkpoint func([]wire.RainstormGroupState), keys int) {
 	for from := 0; from < keys; from += 25_000 {
 		checkpoint(countDelta(span(from, min(25_000, keys-from)), 1))

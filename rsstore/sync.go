@@ -248,8 +248,8 @@ func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum 
 		}
 		wg.Go(func() {
 			ptrs := make([]*wire.RainstormCheckpoint, len(cs))
-			for i := range cs {
-				ptrs[i] = &cs[i]
+			for j := range cs {
+				ptrs[j] = &cs[j]
 			}
 			// A whole state over a page goes in parts (ckpt.Split);
 			// the peer joins them before it stores the state.
