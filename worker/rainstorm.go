@@ -881,6 +881,8 @@ func (d *rsDriver) sendLoop(ctx context.Context) {
 		case <-d.flush:
 			for {
 				select {
+				case <-ctx.Done():
+					return
 				case o := <-d.out:
 					d.send(ctx, self, o)
 				default:
