@@ -176,7 +176,8 @@ func (s *rsScaleState) handedOver(key rsPipeKey, stage string, epoch uint64, mov
 	now time.Time, log *slog.Logger) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.pipeNoTermLocked(key).handoverStatLocked(stage, epoch)
+	p := s.pipeNoTermLocked(key)
+	st := p.handoverStatLocked(stage, epoch)
 	for _, part := range page.Groups {
 		first := 0
 		if part.Group == page.FromGroup {
@@ -198,7 +199,6 @@ func (s *rsScaleState) handedOver(key rsPipeKey, stage string, epoch uint64, mov
 	}
 	if st.done.IsZero() && len(st.complete) >= moved {
 		st.done = now
-		p := s.pipes[key]
 		for i := range p.resizes {
 			if r := &p.resizes[i]; r.Stage == stage && r.Epoch == epoch && r.Handover == 0 {
 				// The resize's own figures, stored with its decision by

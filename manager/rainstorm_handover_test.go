@@ -201,17 +201,7 @@ func TestRainstormHandoverFiguresSurviveTheLeader(t *testing.T) {
 	c, lead, sp := scaledAskedToGrow(t)
 	job, call := sp.job, sp.call
 	// The source records the epoch and sends in it: count/2 is placed.
-	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 2, Tasks: []int{2}}}
-	if a := call(&wire.RainstormCheckpoint{Task: sp.src, Incarnation: sp.srcInc, Version: 1,
-		Source: &wire.RainstormSourcePos{Segment: 2, Epochs: epochs, Epoch: 1, Reserve: 4}}).(*wire.RainstormCheckpointAck); a.Refused {
-		t.Fatalf("source checkpoint refused: %s", a.Reason)
-	}
-	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if in := taskState(lead, job, 2); in.status != wire.WorkflowRunning {
-			return fmt.Errorf("count/2 is %s (%q)", in.status, in.waiting)
-		}
-		return nil
-	})
+	epochs := sp.sendInTheGrow(t, lead, 2)
 	// count/1 closes epoch 0 holding a key in every group.
 	var groups []wire.RainstormGroupState
 	for g := range rainstorm.KeyGroups {

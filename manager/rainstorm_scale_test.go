@@ -293,6 +293,25 @@ func (sp *scaled) sourceRecordsTheResize(t *testing.T) {
 	})
 }
 
+// sendInTheGrow checkpoints the source (its first version) recording the
+// 1 → 2 epoch from segment seg and sending in it, waits until count/2 is
+// placed and runs, and returns the epochs.
+func (sp *scaled) sendInTheGrow(t *testing.T, lead *Manager, seg uint64) []wire.RainstormEpoch {
+	t.Helper()
+	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: seg, Tasks: []int{2}}}
+	if a := sp.call(&wire.RainstormCheckpoint{Task: sp.src, Incarnation: sp.srcInc, Version: 1,
+		Source: &wire.RainstormSourcePos{Segment: seg, Epochs: epochs, Epoch: 1, Reserve: seg + 2}}).(*wire.RainstormCheckpointAck); a.Refused {
+		t.Fatalf("source checkpoint refused: %s", a.Reason)
+	}
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if in := taskState(lead, sp.job, 2); in.status != wire.WorkflowRunning {
+			return fmt.Errorf("count/2 is %s (%q)", in.status, in.waiting)
+		}
+		return nil
+	})
+	return epochs
+}
+
 // scaledAskedToGrow submits the scaled pipeline to a cluster with one
 // worker, opens its source and count/1, and loads the count until the
 // leader asks the source to grow it to 2 tasks.
@@ -337,19 +356,9 @@ func TestRainstormHandoverPagedPastAMessage(t *testing.T) {
 	c.addWorker("w1", 4)
 	lead := c.leader()
 	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 2, Low: 1, High: 1e9})
-	job, call, src, srcInc, c0, c0Inc := sp.job, sp.call, sp.src, sp.srcInc, sp.c0, sp.c0Inc
+	job, call, c0, c0Inc := sp.job, sp.call, sp.c0, sp.c0Inc
 	sp.openSourceAndCount()
-	epochs := []wire.RainstormEpoch{{Tasks: []int{1}}, {Epoch: 1, Segment: 4, Tasks: []int{2}}}
-	if a := call(&wire.RainstormCheckpoint{Task: src, Incarnation: srcInc, Version: 1,
-		Source: &wire.RainstormSourcePos{Segment: 4, Epochs: epochs, Epoch: 1, Reserve: 6}}).(*wire.RainstormCheckpointAck); a.Refused {
-		t.Fatalf("source checkpoint refused: %s", a.Reason)
-	}
-	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if in := taskState(lead, job, 2); in.status != wire.WorkflowRunning {
-			return fmt.Errorf("count/2 is %s (%q)", in.status, in.waiting)
-		}
-		return nil
-	})
+	epochs := sp.sendInTheGrow(t, lead, 4)
 
 	// count/1's state: over a message of keys in the groups count/2
 	// gains, written as a task would, in checkpoints under the cap.

@@ -542,11 +542,7 @@ func (d *rsDriver) run(ctx context.Context) error {
 		return fmt.Errorf("pipeline: %w", err)
 	}
 	d.flush, d.flushed = make(chan struct{}), make(chan struct{})
-	sendLoop := func() {
-		defer close(d.flushed)
-		d.sendLoop(ctx, d.flush)
-	}
-	if !d.w.spawn(&d.wg, sendLoop) || !d.w.spawn(&d.wg, func() { d.routeLoop(ctx) }) {
+	if !d.w.spawn(&d.wg, func() { d.sendLoop(ctx) }) || !d.w.spawn(&d.wg, func() { d.routeLoop(ctx) }) {
 		return errShutdown
 	}
 	if d.task.Stage == 0 {
@@ -868,12 +864,13 @@ func (d *rsDriver) routeLoop(ctx context.Context) {
 // sendLoop moves batches and acks to their tasks: to a task on this worker
 // directly, else over the transport.
 //
-// Once flush is closed it sends what is still queued and returns: a
+// Once d.flush is closed it sends what is still queued and returns: a
 // finished task's last acks are queued just before it ends, and dropped
 // with the loop they would leave its upstream to learn it is done from
 // its resend timer and the routes, which kept every pipeline's end most
-// of a second behind its output.
-func (d *rsDriver) sendLoop(ctx context.Context, flush <-chan struct{}) {
+// of a second behind its output. It closes d.flushed as it returns.
+func (d *rsDriver) sendLoop(ctx context.Context) {
+	defer close(d.flushed)
 	self := d.w.Addr()
 	for {
 		select {
@@ -881,9 +878,11 @@ func (d *rsDriver) sendLoop(ctx context.Context, flush <-chan struct{}) {
 			return
 		case o := <-d.out:
 			d.send(ctx, self, o)
-		case <-flush:
+		case <-d.flush:
 			for {
 				select {
+				case <-ctx.Done():
+					return
 				case o := <-d.out:
 					d.send(ctx, self, o)
 				default:

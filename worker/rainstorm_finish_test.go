@@ -47,8 +47,7 @@ func TestFinishedTaskSendsItsLastAcks(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer close(d.flushed)
-		d.sendLoop(ctx, d.flush)
+		d.sendLoop(ctx)
 	}()
 	// How runTask ends once the machine has finished: flush, then its
 	// deferred cancel stops the loop.
