@@ -96,8 +96,13 @@ func (m *Manager) rsHandovers(node, job, wf string, spec *rainstorm.Spec, wants 
 // durable. The page is cut from the state's B-tree at the position, so it
 // costs its own entries, not the old owner's whole state.
 func rsHandoverRead(rs *rsstore.Store, old wire.RainstormTask, h wire.RainstormHandoverWant, take func(int) bool, budget int) (wire.RainstormHandover, int, bool) {
+	if _, ok := rainstorm.HandoverOf(rs.Head(old), h.Epoch); !ok {
+		// Not durable yet: asked again on every route refresh until it
+		// is, so no page is cut to be thrown away.
+		return wire.RainstormHandover{}, 0, false
+	}
 	sp := rs.ReadState(old, rsstore.StatePos{Group: h.FromGroup, Entry: h.FromEntry}, take, budget)
-	if _, ok := rainstorm.HandoverOf(sp.Head, h.Epoch); !ok {
+	if _, ok := rainstorm.HandoverOf(sp.Head, h.Epoch); !ok { // the head the page was cut from
 		return wire.RainstormHandover{}, 0, false
 	}
 	page := wire.RainstormHandover{Stage: h.Stage, Index: h.Index, Epoch: h.Epoch, FromGroup: h.FromGroup, FromEntry: h.FromEntry,
