@@ -212,6 +212,21 @@ func TestHostileNetworkWithoutTheSecret(t *testing.T) {
 		cpu := float64(cpuTicks(n.PID)-cpu0) / 100 / time.Since(t0).Seconds()
 		close(stop)
 		high := <-peak
+		// The attack goes on until the node has counted it: a fixed hold
+		// cannot promise that, since an attacker whose first dials meet the
+		// rate limit the previous attack drained opens its connections late
+		// (in CI a slow hello's connections had lived 4.6 s of the 5 s hello
+		// timeout when a 7 s hold ended, and nothing was counted).
+		testutil.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+			after, err := scrape(base)
+			if err != nil {
+				return err
+			}
+			if after[tc.counter] <= before[tc.counter] {
+				return fmt.Errorf("%s: %s stayed at %v", tc.name, tc.counter, after[tc.counter])
+			}
+			return nil
+		})
 		cancel()
 		wg.Wait()
 		var sent []string
@@ -223,16 +238,6 @@ func TestHostileNetworkWithoutTheSecret(t *testing.T) {
 		if high-idle > rssBound {
 			t.Errorf("%s: leader RSS rose %d MiB over idle, bound %d MiB", tc.name, (high-idle)>>20, rssBound>>20)
 		}
-		testutil.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
-			after, err := scrape(base)
-			if err != nil {
-				return err
-			}
-			if after[tc.counter] <= before[tc.counter] {
-				return fmt.Errorf("%s: %s stayed at %v", tc.name, tc.counter, after[tc.counter])
-			}
-			return nil
-		})
 	}
 }
 
