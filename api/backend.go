@@ -153,7 +153,7 @@ type NodeView struct {
 	// HeartbeatAgeMs (workers, on a manager) is how long ago the manager
 	// last had the worker's heartbeat, new or repeated: the age of its view.
 	HeartbeatAgeMs int64 `json:"heartbeat_age_ms,omitempty"`
-	// Load (managers) is the node's load level, NORMAL to CRITICAL, and
+	// Load (managers and gates) is the node's load level, NORMAL to CRITICAL, and
 	// LoadReason what put it there (the answering node's own only).
 	Load       string `json:"load,omitempty"`
 	LoadReason string `json:"load_reason,omitempty"`

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"tempest/api"
 	"tempest/internal/lifecycle"
+	"tempest/internal/overload"
 	"tempest/jobs"
 	"tempest/leadership"
 	"tempest/wire"
@@ -218,6 +220,8 @@ func (g *Gate) Cluster(ctx context.Context) (*api.ClusterView, error) {
 	if !g.ready.Load() {
 		self.State = "syncing"
 	}
+	load := g.loadLevel()
+	self.Load, self.LoadReason = load.Level.String(), load.Reason
 	if g.keyring != nil {
 		self.SendKey, self.AcceptKeys = api.KeyIDs(g.keyring.SendKeyID(), g.keyring.AcceptedKeyIDs())
 	}
@@ -232,6 +236,9 @@ func (g *Gate) Cluster(ctx context.Context) (*api.ClusterView, error) {
 				IsLeader: n.Name == leader, Addr: n.Meta.QUICAddr, API: n.Meta.Tags["api"], SendKey: n.Meta.Tags["send_key"]}
 			if a := n.Meta.Tags["accept_keys"]; a != "" {
 				nv.AcceptKeys = strings.Split(a, ",")
+			}
+			if lvl, err := strconv.Atoi(n.Meta.Tags[loadTag]); err == nil {
+				nv.Load = overload.Level(lvl).String()
 			}
 			view.Nodes = append(view.Nodes, nv)
 		}

@@ -44,6 +44,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,9 +90,12 @@ type Gate struct {
 	log     *slog.Logger
 	now     func() time.Time
 	keyring *security.Keyring
-	// lag measures scheduler lag; loadRd is the latest grading (overload.go).
+	// lag measures scheduler lag; loadRd is the latest grading, loads the
+	// other gates' levels and yield a HIGH leader's handoff (overload.go).
 	lag    *overload.LagProbe
 	loadRd atomic.Pointer[overload.Reading]
+	loads  gateLoads
+	yield  *overload.Yielder
 
 	seat     *leadership.Seat // the transport and the elector; life.Release closes it
 	tr       transport.Transport
@@ -211,6 +215,8 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 	g.life.Opened(g.seat.Close)
 	g.tr, g.cfg.Peers, g.elector = g.seat.Tr, g.seat.Members, g.seat.Elector
 	g.group = leadership.NewPeerView(leadership.NewPeerSet(cfg.ID, g.elector.Members()))
+	g.loads = gateLoads{self: cfg.ID, peers: map[string]peerLoad{}}
+	g.yield = &overload.Yielder{Elector: g.elector, Spawn: g.spawn, Log: g.log, Peer: "gate"}
 	g.ms = leadership.RoleMembership{ID: cfg.ID, Group: "gate group", Elector: g.elector,
 		View: g.group, Life: g.life, Log: g.log, Poll: cfg.TickInterval, Backoff: cfg.TickInterval, Copy: g.copyFromLeader}
 	// Until the first state sync, this gate must not lead: it may hold no
@@ -226,9 +232,9 @@ func New(cfg Config, deps Deps) (*Gate, error) {
 		scfg.Meta = g.nodeMeta()
 		scfg.Embedder = g
 		scfg.Events = swim.EventHandler{
-			OnJoin:   func(n swim.NodeInfo) { g.dcs.member(n, true) },
-			OnUpdate: func(n swim.NodeInfo) { g.dcs.member(n, true) },
-			OnDead:   func(n swim.NodeInfo) { g.dcs.member(n, false) },
+			OnJoin:   func(n swim.NodeInfo) { g.dcs.member(n, true); g.loads.member(n, true) },
+			OnUpdate: func(n swim.NodeInfo) { g.dcs.member(n, true); g.loads.member(n, true) },
+			OnDead:   func(n swim.NodeInfo) { g.dcs.member(n, false); g.loads.member(n, false) },
 		}
 		if g.members, err = swim.New(scfg); err != nil {
 			return nil, fmt.Errorf("gate swim: %w", err)
@@ -360,7 +366,9 @@ func (g *Gate) ReloadSecrets(current, previous string) error {
 // view shows how far a rotation pass has got on the others (managers put
 // theirs in heartbeats; gates send none).
 func (g *Gate) nodeMeta() swim.NodeMeta {
-	meta := swim.NodeMeta{Role: wire.RoleGate, QUICAddr: g.tr.Addr(), Tags: map[string]string{}}
+	meta := swim.NodeMeta{Role: wire.RoleGate, QUICAddr: g.tr.Addr(), Tags: map[string]string{
+		loadTag: strconv.Itoa(int(g.loadLevel().Level)),
+	}}
 	if u := g.apis.Self(); u != "" {
 		meta.Tags["api"] = u
 	}
@@ -395,17 +403,19 @@ func (g *Gate) joinLoop(ctx context.Context) {
 	g.members.KeepJoined(ctx, g.cfg.Join, 250*time.Millisecond, 15*time.Second, "swim cluster", g.log)
 }
 
-// healthLoop hands SWIM's local health score to the election once the gate
-// is ready, so a degraded gate does not lead.
+// healthLoop grades the gate's load and, once it is ready, hands SWIM's
+// local health score to the election (so a degraded gate does not lead) or
+// yields its leadership to a less degraded gate (overload.go).
 func (g *Gate) healthLoop(ctx context.Context) {
 	lifecycle.Every(ctx, time.Second, func() {
 		lhm := 0
 		if g.members != nil {
 			lhm = g.members.LocalHealth()
 		}
-		g.gradeLoad(lhm)
-		if g.ready.Load() && g.members != nil {
-			g.elector.SetLHM(lhm)
+		r, healthier := g.gradeLoad(lhm)
+		// Until its first sync the gate reports notReady (sync.go).
+		if g.ready.Load() {
+			g.yield.Apply(r, healthier, lhm, g.lead.Leading() != nil)
 		}
 	})
 }

@@ -4,15 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"tempest/internal/overload"
 	"testing"
 	"time"
 
+	"tempest/internal/overload"
 	"tempest/internal/testutil"
 	"tempest/leadership"
+	"tempest/swim"
 	"tempest/transport"
 	"tempest/wire"
 )
@@ -764,5 +766,42 @@ func TestCriticalGateRefusesNewJobs(t *testing.T) {
 	}
 	if jobs, _ := g.Jobs(context.Background()); len(jobs) != 0 {
 		t.Fatalf("the refused job was stored: %+v", jobs)
+	}
+}
+
+// A HIGH gate leader hands its leadership to a gate that published a lower
+// level, and does not stand again while one exists; while no gate is known
+// to be healthier it keeps leading. Here every gate grades itself HIGH on
+// any scheduler lag at all; the leader then learns (as SWIM's metadata
+// would tell it) that the others are NORMAL.
+func TestOverloadedGateLeaderHandsOverToAHealthierGate(t *testing.T) {
+	hub := transport.NewHub()
+	ids := []string{"g1", "g2", "g3"}
+	hg := startHubGates(t, hub, ids, time.Minute, func(c *Config) {
+		c.Overload.HighLag, c.Overload.CriticalLag = time.Nanosecond, time.Hour
+	})
+	l := hg.leader(10*time.Second, ids...)
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if r := l.loadLevel(); r.Level != overload.High {
+			return fmt.Errorf("leader graded %s, want HIGH", r.Level)
+		}
+		return nil
+	})
+	if !l.IsLeader() {
+		t.Fatal("leadership moved while no gate was known to be healthier than the leader")
+	}
+	for _, id := range ids {
+		l.loads.member(swim.NodeInfo{Name: id, Meta: swim.NodeMeta{Role: wire.RoleGate, Tags: map[string]string{loadTag: "0"}}}, true)
+	}
+	next := hg.leader(20*time.Second, slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return id == l.ID() })...)
+	if l.IsLeader() {
+		t.Fatalf("%s and %s both lead", l.ID(), next.ID())
+	}
+	view, err := l.Cluster(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self := view.Nodes[0]; self.Load != "HIGH" || self.LoadReason == "" {
+		t.Fatalf("the overloaded gate shows load %q (%q), want HIGH with its reason", self.Load, self.LoadReason)
 	}
 }

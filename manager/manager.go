@@ -149,10 +149,12 @@ type Manager struct {
 	// intakeCB refuses new submissions at once while intakes find no
 	// majority (intakebreaker.go).
 	intakeCB *intakeBreaker
-	// lag measures scheduler lag; load is the latest grading (overload.go).
+	// lag measures scheduler lag; loadRd is the latest grading and yield
+	// a HIGH leader's handoff (overload.go).
 	lag    *overload.LagProbe
 	loadMu sync.Mutex
-	loadSt loadState
+	loadRd overload.Reading
+	yield  *overload.Yielder
 
 	// life owns background goroutines and handlers in flight; its context
 	// ends at Shutdown and is the parent of all background work.
@@ -260,6 +262,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m.life.Opened(m.seat.Close)
 	m.tr, m.cfg.Peers, m.elector = m.seat.Tr, m.seat.Members, m.seat.Elector
 	m.group = leadership.NewPeerView(leadership.NewPeerSet(cfg.ID, m.elector.Members()))
+	m.yield = &overload.Yielder{Elector: m.elector, Spawn: m.spawn, Log: m.log, Peer: "manager"}
 	m.ms = leadership.RoleMembership{ID: cfg.ID, Group: "manager group of " + cfg.Datacenter, Elector: m.elector,
 		View: m.group, Life: m.life, Log: m.log, Poll: cfg.HeartbeatInterval, Backoff: cfg.StateSyncBackoff, Copy: m.copyFromLeader}
 	// Within two election timeouts check-quorum, counted in ticks, is the

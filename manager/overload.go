@@ -1,8 +1,6 @@
 package manager
 
 import (
-	"context"
-	"math"
 	"time"
 
 	"tempest/internal/overload"
@@ -26,35 +24,13 @@ import (
 //     score (Lifeguard), which is the gossip and probe relief a starved
 //     node can take without lying to its peers.
 
-// overloadStepDownLHM is the health score a HIGH manager reports to the
-// election while a healthier peer exists: past any profile's leader limit.
-const overloadStepDownLHM = math.MaxInt32
-
-// loadState is the latest grading, and where this HIGH episode's handoff
-// stands.
-type loadState struct {
-	reading overload.Reading
-	handoff handoffStage
-}
-
-type handoffStage int
-
-const (
-	handoffNone     handoffStage = iota
-	handoffUnderWay              // the leader is handing over; the election sees its true score meanwhile
-	handoffOver                  // done or failed: the election sees the worst score
-)
-
 // gradeLoad grades this manager now, logs a change of level and says
 // whether a peer is less degraded.
 func (m *Manager) gradeLoad(lhm int) (overload.Reading, bool) {
 	r := overload.Classify(m.lag.Lag(), lhm, m.cfg.Overload)
 	m.loadMu.Lock()
-	prev := m.loadSt.reading.Level
-	m.loadSt.reading = r
-	if r.Level < overload.High {
-		m.loadSt.handoff = handoffNone
-	}
+	prev := m.loadRd.Level
+	m.loadRd = r
 	m.loadMu.Unlock()
 	if r.Level != prev {
 		log := m.log.Info
@@ -79,51 +55,13 @@ func (m *Manager) gradeLoad(lhm int) (overload.Reading, bool) {
 func (m *Manager) loadReading() overload.Reading {
 	m.loadMu.Lock()
 	defer m.loadMu.Unlock()
-	return m.loadSt.reading
+	return m.loadRd
 }
 
 // applyLoad acts on a grading (see the top of this file): the health score
 // the election sees, and a leader's handoff once per HIGH episode.
 func (m *Manager) applyLoad(r overload.Reading, healthier bool, lhm int) {
-	yield := r.Level >= overload.High && healthier
-	if !yield {
-		m.elector.SetLHM(lhm)
-		return
-	}
-	m.loadMu.Lock()
-	stage := m.loadSt.handoff
-	start := stage == handoffNone && m.leading() != nil
-	if start {
-		m.loadSt.handoff = handoffUnderWay
-		stage = handoffUnderWay
-	}
-	m.loadMu.Unlock()
-	if stage == handoffUnderWay {
-		// A leader told its score is past the limit steps down at once,
-		// and its group is leaderless for an election timeout: the handoff
-		// exists to avoid that, so until it is through the election sees
-		// the true score.
-		m.elector.SetLHM(lhm)
-	} else {
-		m.elector.SetLHM(overloadStepDownLHM)
-	}
-	if !start {
-		return
-	}
-	m.spawn(func(ctx context.Context) {
-		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		to, err := m.elector.Handoff(hctx)
-		m.loadMu.Lock()
-		m.loadSt.handoff = handoffOver
-		m.loadMu.Unlock()
-		m.elector.SetLHM(overloadStepDownLHM)
-		if err != nil {
-			m.log.Warn("overloaded: leadership not handed over; stepping down", "level", r.Level, "reason", r.Reason, "err", err)
-			return
-		}
-		m.log.Warn("overloaded: handed leadership to a less degraded manager", "to", to, "level", r.Level, "reason", r.Reason)
-	})
+	m.yield.Apply(r, healthier, lhm, m.leading() != nil)
 }
 
 // refuseIfCritical is intake's check: a CRITICAL leader takes no new job.

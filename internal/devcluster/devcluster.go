@@ -67,6 +67,8 @@ type Options struct {
 	// ManagerConfig holds config-file keys added to every manager's file
 	// (benchmarks raise api_rate_limit this way).
 	ManagerConfig map[string]any
+	// GateConfig holds config-file keys added to every gate's file.
+	GateConfig map[string]any
 	// WorkerConfig holds config-file keys added to every worker's file:
 	// `exec` and `source_dirs`, which are off unless given (tempest dev
 	// allows the example exec program this way).
@@ -303,12 +305,14 @@ func (c *Cluster) writeGateConfig(n *Node, group []*Node) error {
 		seeds = append(seeds, g.Swim)
 		peers = append(peers, map[string]string{"id": g.Name, "quic": g.QUIC})
 	}
-	path, err := c.writeConfig(n, map[string]any{
+	cfg := map[string]any{
 		"id": n.Name, "quic_listen": n.QUIC, "swim_bind": n.Swim, "api_listen": n.API,
 		"data_dir": n.DataDir, "peers": peers, "join": seeds,
 		"swim_profile": c.opts.SwimProfile, "election_profile": c.opts.ElectionProfile,
 		"lease_ttl": c.opts.LeaseTTL.String(),
-	})
+	}
+	maps.Copy(cfg, c.opts.GateConfig)
+	path, err := c.writeConfig(n, cfg)
 	if err != nil {
 		return err
 	}
