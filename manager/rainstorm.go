@@ -144,6 +144,11 @@ func (m *Manager) registerRainstorm() {
 			if err := m.learnerSyncGate(ctx, from); err != nil {
 				return nil, err
 			}
+			if _, err := m.rsReady(); err != nil {
+				// A leader still reading its peers' stores lacks what they
+				// hold and it has not merged yet.
+				return nil, err
+			}
 			return m.rs.HandleCopy(msg)
 		}
 		return m.rs.HandleSync(msg), nil

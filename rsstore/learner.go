@@ -100,6 +100,12 @@ func (s *Store) HandleCopy(msg *wire.RainstormSyncRequest) (*wire.RainstormSyncR
 	if msg.Term != 0 {
 		return nil, wire.Errorf(wire.CodeMalformed, "a learner's copy names no term (got %d)", msg.Term)
 	}
+	if s.syncedTerm.Load() == 0 {
+		// Not a leader that read a majority's stores: a checkpoint on
+		// that majority may be missing here, and the learner would count
+		// without it.
+		return nil, wire.Errorf(wire.CodeUnavailable, "this manager has not read its peers' checkpoints as a leader")
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	return s.snapshot(msg.Jobs, msg.After, msg.Have), nil

@@ -283,3 +283,27 @@ func TestReplacedManagersKeepCheckpoint(t *testing.T) {
 		t.Fatalf("m2 holds rows %v, want %v", got, want)
 	}
 }
+
+// Only a leader that read a majority's stores answers a copy: a follower
+// (or a new leader before its sync) may lack a checkpoint that majority
+// holds, and the learner would count without it.
+func TestLearnerCopiesOnlyFromASyncedLeader(t *testing.T) {
+	g := newMemberGroup(t, []string{"m0", "m1", "m2", "m3"}, []string{"m0", "m1", "m2"})
+	lead := g.lead("m0", "m1", "m2")
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	g.open(lead.testNode, task, 1)
+	if !g.put(lead.testNode, countCkpt(task, 1)) {
+		t.Fatal("version 1 not acknowledged")
+	}
+	g.change([]string{"m0", "m1", "m2"}, []string{"m3"})
+	m3 := g.members["m3"]
+	if _, err := m3.st.CopyFrom(context.Background(), "m1"); err == nil {
+		t.Fatal("a follower answered a learner's copy")
+	}
+	if _, err := m3.st.CopyFrom(context.Background(), "m0"); err != nil {
+		t.Fatal(err)
+	}
+	if h := m3.st.Head(task); h == nil || h.Version != 1 {
+		t.Fatalf("m3 copied %v of the task", verOf(h))
+	}
+}
