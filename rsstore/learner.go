@@ -111,10 +111,11 @@ func (s *Store) HandleCopy(msg *wire.RainstormSyncRequest) (*wire.RainstormSyncR
 	return s.snapshot(msg.Jobs, msg.After, msg.Have), nil
 }
 
-// learnerQueue bounds the groups queued for one learner. A learner that
-// falls this far behind (unreachable for minutes) loses its queue and is
-// logged: it then lacks what the queue held until a later checkpoint of
-// each task reaches it.
+// learnerQueue bounds the groups queued for one learner (groups commit
+// back to back while pipelines run: this is tens of seconds of them at
+// least). A learner that falls this far behind loses its queue, logged: it
+// then lacks what the queue held until a later checkpoint of each task
+// reaches it, whole, since nothing is known any more of what it holds.
 const learnerQueue = 4096
 
 // learnerFeeds sends the leader's durable groups to the learners, one
