@@ -23,6 +23,14 @@ import (
 type memberNode struct {
 	*testNode
 	view *leadership.PeerView
+	down sync.Map // peer id -> true: calls to it fail (set while stores run)
+}
+
+func (n *memberNode) Call(ctx context.Context, id string, msg wire.Message) (wire.Message, error) {
+	if _, down := n.down.Load(id); down {
+		return nil, transport.ErrUnreachable
+	}
+	return n.testNode.Call(ctx, id, msg)
 }
 
 func (n *memberNode) Peers() ([]string, int) {
@@ -305,5 +313,41 @@ func TestLearnerCopiesOnlyFromASyncedLeader(t *testing.T) {
 	}
 	if h := m3.st.Head(task); h == nil || h.Version != 1 {
 		t.Fatalf("m3 copied %v of the task", verOf(h))
+	}
+}
+
+// A learner that cannot be reached fails no commit: the voters' majority
+// answers. Its feed keeps the groups and sends them, in order, once it can
+// be reached.
+func TestUnreachableLearnerFailsNoCommitAndCatchesUp(t *testing.T) {
+	g := newMemberGroup(t, []string{"m0", "m1", "m2", "m3"}, []string{"m0", "m1", "m2"})
+	lead := g.lead("m0", "m1", "m2")
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	g.open(lead.testNode, task, 1)
+	g.change([]string{"m0", "m1", "m2"}, []string{"m3"})
+	m3 := g.members["m3"]
+	if _, err := m3.st.CopyFrom(context.Background(), "m0"); err != nil {
+		t.Fatal(err)
+	}
+	lead.down.Store("m3", true)
+	for v := uint64(1); v <= 20; v++ {
+		if !g.put(lead.testNode, countCkpt(task, v)) {
+			t.Fatalf("version %d not acknowledged while the learner is unreachable", v)
+		}
+	}
+	if h := m3.st.Head(task); h != nil && h.Version > 0 {
+		t.Fatalf("the unreachable learner holds version %d", h.Version)
+	}
+	lead.down.Delete("m3")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := holdsAll(lead, m3, []wire.RainstormTask{task})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
