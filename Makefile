@@ -59,6 +59,7 @@ chaos: ## Longer soak: seeded election simulations, transport faults, CHAOS_DURA
 	TEMPEST_MANY_KEYS=1 TEMPEST_MILLION_KEYS=1 $(GO) test -race -count=1 -timeout 40m -run '^TestRainstorm(Many|Million)KeysWorkerKill$$' ./integration/
 	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=5 -timeout 30m -run '^TestRainstormAutoscaleGrowsAndShrinks$$' ./integration/
 	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -timeout 30m -run '^TestRainstormAutoscale(WorkerKillMidResize|LeaderKillAfterDecision|AtLeastOnceCanOverCount)$$' ./integration/
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -timeout 20m -run '^TestRainstormManagersReplacedExactlyOnce$$' ./integration/
 	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) CHAOS_TOPOLOGY=$(CHAOS_TOPOLOGY) \
 		$(GO) test -race -count=1 -v -timeout 120m -run '^TestChaos$$' ./integration/
 	CHAOS_DURATION=$(CHAOS_DURATION) CHAOS_SEED=$(CHAOS_SEED) \

@@ -22,10 +22,26 @@ func (m *Manager) onMembersChange(c *leadership.Configuration) { m.ms.OnMembersC
 // onRemoved is the elector's OnRemoved.
 func (m *Manager) onRemoved(reason string) { m.ms.OnRemoved(reason) }
 
-// copyFromLeader reads the leader's snapshot, page by page, and stores it
-// here as a follower stores what a leader replicates. It returns how many
-// jobs it holds afterwards.
+// copyFromLeader copies the leader's job table and then its RainStorm
+// checkpoint store; it returns how many jobs it holds afterwards. Both
+// are answered only once the leader's writes begun before this manager
+// was a learner are in them, and every later write is sent here too, so
+// once both are copied this manager holds what the voters hold.
 func (m *Manager) copyFromLeader(ctx context.Context, lead, addr string) (int, error) {
+	n, err := m.copyJobsFromLeader(ctx, lead, addr)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := m.rs.CopyFrom(ctx, lead); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// copyJobsFromLeader reads the leader's snapshot, page by page, and stores
+// it here as a follower stores what a leader replicates. It returns how
+// many jobs it holds afterwards.
+func (m *Manager) copyJobsFromLeader(ctx context.Context, lead, addr string) (int, error) {
 	page := wire.StateSyncRequest{RequesterID: m.cfg.ID, RequesterRole: wire.RoleManager}
 	var ms *wire.ManagerStateSnapshot
 	for pages := 0; ; pages++ {

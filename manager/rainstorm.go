@@ -32,11 +32,23 @@ func (m *Manager) openRainstorm() error {
 // rsHost is what the checkpoint store needs of this manager.
 type rsHost struct{ m *Manager }
 
+// The store replicates to learners too (rsstore.LearnerHost).
+var _ rsstore.LearnerHost = rsHost{}
+
 // Peers are the voters only: the checkpoint store counts every answer
 // toward its majority, and a learner's must not count.
 func (h rsHost) Peers() ([]string, int) {
 	p := h.m.group.Load()
 	return p.VoterIDs, p.Quorum
+}
+
+// HoldPeers is Peers for a commit, with the learners of the same set, held
+// in the group's view until the commit is applied and queued for them: a
+// learner's copy is answered once no commit holds an older set
+// (learnerSyncGate), as the job table's is.
+func (h rsHost) HoldPeers() ([]string, int, []string, func()) {
+	p, release := h.m.group.Hold()
+	return p.VoterIDs, p.Quorum, p.LearnerIDs, release
 }
 
 func (h rsHost) Call(ctx context.Context, id string, msg wire.Message) (wire.Message, error) {
@@ -118,9 +130,26 @@ func (m *Manager) registerRainstorm() {
 		}
 		return ack, nil
 	})
-	handle(m, wire.TypeRainstormSyncRequest, func(_ context.Context, from transport.Peer, msg *wire.RainstormSyncRequest) (wire.Message, error) {
+	handle(m, wire.TypeRainstormSyncRequest, func(ctx context.Context, from transport.Peer, msg *wire.RainstormSyncRequest) (wire.Message, error) {
 		if !m.isPeer(from.NodeID) {
 			return nil, wire.Errorf(wire.CodeRejected, "%s is not a manager of this datacenter", from.NodeID)
+		}
+		if msg.Term == 0 {
+			// A learner's copy (rsstore.Store.CopyFrom): answered by the
+			// leader only, once every commit begun before the sender was
+			// a learner here is applied.
+			if _, learner := m.group.Load().Learners[from.NodeID]; !learner {
+				return nil, wire.Errorf(wire.CodeRejected, "%s is not a learner of this datacenter's managers", from.NodeID)
+			}
+			if err := m.learnerSyncGate(ctx, from); err != nil {
+				return nil, err
+			}
+			if _, err := m.rsReady(); err != nil {
+				// A leader still reading its peers' stores lacks what they
+				// hold and it has not merged yet.
+				return nil, err
+			}
+			return m.rs.HandleCopy(msg)
 		}
 		return m.rs.HandleSync(msg), nil
 	})

@@ -419,7 +419,11 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 		return wire.Errorf(wire.CodeUnavailable, "store checkpoints: %v", err)
 	}
 	stored := 1
-	peers, quorum := s.host.Peers()
+	// The peer set is held until the group is applied here and queued
+	// for its learners: a learner's copy waits for every commit of a set
+	// that does not name it (LearnerHost).
+	peers, quorum, learners, release := s.peerSet()
+	defer release()
 	if len(peers) > 0 {
 		if s.peerHave == nil {
 			s.peerHave = map[string]map[wire.RainstormTask]ver{}
@@ -469,6 +473,10 @@ func (s *Store) replicate(ctx context.Context, term uint64, cs []change, deltas 
 		return wire.Errorf(wire.CodeNoQuorum, "checkpoints stored by %d managers, %d needed", stored, quorum)
 	}
 	s.apply(cs, hs)
+	if len(learners) > 0 || s.feeds.active() {
+		// Durable: the learners get it too, never waited for nor counted.
+		s.sendLearners(term, peers, learners, learnerGroup{cs: cs, deltas: deltas, hs: hs})
+	}
 	return nil
 }
 

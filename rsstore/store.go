@@ -71,6 +71,8 @@ type Store struct {
 	parts map[wire.RainstormTask]*ckpt.Joiner
 	// openParts is where the parts of each task's open reply start.
 	openParts openParts
+	// feeds send the leader's durable groups to the learners (learner.go).
+	feeds learnerFeeds
 }
 
 // Config tunes a Store.
@@ -292,8 +294,12 @@ func Open(dir string, host Host, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Close closes the file. The committer (Lead) must have returned.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the learners' feeds and closes the file. The committer
+// (Lead) must have returned.
+func (s *Store) Close() error {
+	s.feeds.close()
+	return s.db.Close()
+}
 
 // applyLocked records c in memory: its rows (c's, flattened) under its
 // version, and c (its head) with its aggregate state as the latest

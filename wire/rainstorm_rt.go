@@ -156,7 +156,9 @@ type RainstormReplicateAck struct {
 //
 // Term is the asking leader's: a peer that answered it stores no group of
 // an older term afterwards, so nothing a deposed leader still gets
-// acknowledged can be missing from what the new leader read.
+// acknowledged can be missing from what the new leader read. Term 0 is a
+// learner's copy of the leader's store (a learner leads no term): the
+// leader answers it only to a learner of its group, and promises nothing.
 //
 // The answer comes in pages (a store outgrows one message): After is the
 // Next of the previous page, empty for the first.
