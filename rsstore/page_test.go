@@ -42,7 +42,7 @@ func TestPageCostIsItsPage(t *testing.T) {
 		s, lt := storeWithState(t, keys)
 		defer s.Close()
 		page = allocPer(lt, keys, runs, func() {
-			if p := s.snapshot(nil, nil, nil); !p.More {
+			if p := s.snapshot(nil, nil, syncAsk{}); !p.More {
 				t.Fatalf("one page holds a %d-key state", keys)
 			}
 		})
@@ -97,7 +97,7 @@ func TestPagesWhileCheckpointsLand(t *testing.T) {
 		pages  int
 	)
 	for {
-		page := s.snapshot(nil, after, nil)
+		page := s.snapshot(nil, after, syncAsk{})
 		pages++
 		if b, err := wire.Marshal(page); err != nil || len(b) > wire.MaxMessageSize/4 {
 			t.Fatalf("page %d: %d bytes (%v)", pages, len(b), err)
@@ -188,7 +188,8 @@ func FuzzSyncCursor(f *testing.F) {
 		{},
 		{Task: wire.RainstormTask{Job: "j", Workflow: "w", Stage: 2, Index: 7}, Version: 9, Inc: 3,
 			Cut: partCut{Part: 4, Began: true, Group: 127, Key: "key-1", Lists: [4]int{1, 2, 3, 4}}},
-		{Task: wire.RainstormTask{Job: "job"}, Rows: true, Done: true, Version: 1 << 63},
+		{Task: wire.RainstormTask{Job: "job"}, Rows: true, Version: 1 << 63},
+		{Task: wire.RainstormTask{Job: "j", Stage: 1}, Version: 7, Inc: 2, Delta: true, Base: ver{4, 2}, Cut: partCut{Part: 2, Began: true, Key: "k"}},
 	} {
 		f.Add(c.encode())
 	}
