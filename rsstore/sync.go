@@ -40,9 +40,10 @@ func (s *Store) Sync(ctx context.Context, term uint64) error {
 // afresh every attempt, a store of a few pages on a loaded host never
 // finished within a term.
 type syncReads struct {
-	peers map[string]*peerRead
-	pages int // pages read over every attempt
-	bytes int // their estimated size
+	peers  map[string]*peerRead
+	pages  int // pages read over every attempt
+	bytes  int // their estimated size
+	deltas int // latest checkpoints read as deltas
 }
 
 // peerRead is one peer's store read so far: the checkpoints and deltas
@@ -71,18 +72,18 @@ func (r *syncReads) of(id string) *peerRead {
 
 // read goes on reading peer id's store from where the last attempt
 // stopped, page by page, each bounded by QuorumTimeout. It returns the
-// number of pages and bytes read, and the error that stopped it.
-func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) (pages, size int, err error) {
+// number of pages, bytes and deltas read, and the error that stopped it.
+func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) (pages, size, deltas int, err error) {
 	for !pr.done {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.QuorumTimeout) // per page
 		resp, err := s.host.Call(cctx, id, &wire.RainstormSyncRequest{Term: term, After: pr.after, Have: s.have(), Deltas: true})
 		cancel()
 		if err != nil {
-			return pages, size, err
+			return pages, size, deltas, err
 		}
 		r, ok := resp.(*wire.RainstormSyncResponse)
 		if !ok {
-			return pages, size, fmt.Errorf("answered %T", resp)
+			return pages, size, deltas, fmt.Errorf("answered %T", resp)
 		}
 		var cs []wire.RainstormCheckpoint
 		for i := range r.Checkpoints {
@@ -91,7 +92,7 @@ func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) 
 				// The peer's store changed under the cursor (it answered
 				// a newer leader): read it again from the start.
 				*pr = peerRead{}
-				return pages, size, fmt.Errorf("checkpoints in parts do not join: %w", err)
+				return pages, size, deltas, fmt.Errorf("checkpoints in parts do not join: %w", err)
 			}
 			if c != nil {
 				cs = append(cs, *c)
@@ -103,10 +104,11 @@ func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) 
 			c, err := pr.dparts.Add(&d.Checkpoint)
 			if err != nil {
 				*pr = peerRead{}
-				return pages, size, fmt.Errorf("deltas in parts do not join: %w", err)
+				return pages, size, deltas, fmt.Errorf("deltas in parts do not join: %w", err)
 			}
 			if c != nil {
 				pr.got.Deltas = append(pr.got.Deltas, wire.RainstormDelta{BaseVersion: d.BaseVersion, BaseIncarnation: d.BaseIncarnation, Checkpoint: *c})
+				deltas++
 			}
 			size += ckpt.Size(&d.Checkpoint)
 		}
@@ -117,7 +119,7 @@ func (s *Store) read(ctx context.Context, term uint64, id string, pr *peerRead) 
 		pr.got.Same = append(pr.got.Same, r.Same...)
 		pr.after, pr.done = r.Next, !r.More
 	}
-	return pages, size, nil
+	return pages, size, deltas, nil
 }
 
 func (s *Store) sync(ctx context.Context, term uint64, reads *syncReads) error {
@@ -133,10 +135,11 @@ func (s *Store) sync(ctx context.Context, term uint64, reads *syncReads) error {
 			continue
 		}
 		wg.Go(func() {
-			pages, size, err := s.read(ctx, term, id, pr)
+			pages, size, deltas, err := s.read(ctx, term, id, pr)
 			mu.Lock()
 			reads.pages += pages
 			reads.bytes += size
+			reads.deltas += deltas
 			mu.Unlock()
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: %w", id, err)
@@ -329,6 +332,20 @@ func (s *Store) have() []wire.RainstormHave {
 // cut from them outside it (sendRecords), so a spread neither holds the
 // store's lock while a state is made whole nor costs more than it sends.
 func (s *Store) lacking(h holding) []syncRecord {
+	out := s.lackingRefs(h)
+	for i := range out {
+		r := &out[i]
+		if v, holds := h.latest[r.head.Task]; holds && !r.rows {
+			if head, state, ok := deltaFrom(r.head, r.state, r.hist, v); ok {
+				r.head, r.state, r.delta, r.base = head, state, true, v
+			}
+		}
+	}
+	return out
+}
+
+// lackingRefs is lacking's records, every latest checkpoint whole.
+func (s *Store) lackingRefs(h holding) []syncRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []syncRecord
@@ -336,14 +353,8 @@ func (s *Store) lacking(h holding) []syncRecord {
 		return bytes.Compare(taskKey(a), taskKey(b))
 	}) {
 		st := s.tasks[t]
-		if st.latest != nil {
-			if v, holds := h.latest[t]; !holds || v != verOf(st.latest) {
-				r := wholeRecord(st)
-				if head, state, ok := deltaFrom(st.latest, st.state, st.hist, v); holds && ok {
-					r.head, r.state, r.delta, r.base = head, state, true, v
-				}
-				out = append(out, r)
-			}
+		if v, holds := h.latest[t]; st.latest != nil && (!holds || v != verOf(st.latest)) {
+			out = append(out, wholeRecord(st))
 		}
 		for _, v := range slices.SortedFunc(maps.Keys(st.rows), compareVer) {
 			if !h.rows[rowsID{t, v}] {
@@ -355,11 +366,12 @@ func (s *Store) lacking(h holding) []syncRecord {
 	return out
 }
 
-// wholeRecord is st's latest checkpoint to send whole. Under mu.
+// wholeRecord is st's latest checkpoint to send whole (its history kept
+// to cut a delta from). Under mu.
 func wholeRecord(st *stored) syncRecord {
 	head := *st.latest
 	head.Groups = nil
-	return syncRecord{head: &head, state: st.state, v: verOf(st.latest)}
+	return syncRecord{head: &head, state: st.state, v: verOf(st.latest), hist: st.hist}
 }
 
 // spread stores on a majority what this store holds: here (it is) and on
