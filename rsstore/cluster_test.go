@@ -37,6 +37,9 @@ type testNode struct {
 	term uint64
 	cut  map[string]bool // peers this node cannot reach
 	lose map[string]bool // peers whose answers to this node are lost
+	// old makes this node a store from before deltas: it answers a sync
+	// as if the request did not say it takes them (an unknown field).
+	old bool
 	// lateEvery > 0 loses the answer to every lateEvery-th sync page this
 	// node asks of each peer (a page that outlasted its timeout).
 	lateEvery int
@@ -87,7 +90,11 @@ func newTestGroup(t *testing.T) *testGroup {
 			return ack, nil
 		})
 		n.tr.Handle(wire.TypeRainstormSyncRequest, func(_ context.Context, _ transport.Peer, msg wire.Message) (wire.Message, error) {
-			return n.st.HandleSync(msg.(*wire.RainstormSyncRequest)), nil
+			req := *msg.(*wire.RainstormSyncRequest)
+			if n.old {
+				req.Deltas = false
+			}
+			return n.st.HandleSync(&req), nil
 		})
 		g.nodes = append(g.nodes, n)
 	}

@@ -404,3 +404,29 @@ func BenchmarkSyncOfAPeerAhead(b *testing.B) {
 		}
 	}
 }
+
+// A peer from before deltas ignores the request's new field: it sends the
+// whole state of a version ahead of the leader's and its own older one,
+// and the leader stores them as before (a leader from before deltas never
+// asks, and a peer answers it whole: syncFrom without deltas).
+func TestSyncWithAPeerFromBeforeDeltas(t *testing.T) {
+	const keys = 5_000
+	g := newCountGroup(t, true)
+	g.build(keys)
+	g.ahead(2, keys)
+	g.nodes[1].old, g.nodes[2].old = true, true
+	reads := g.syncAt(2, 1)
+	if got := reads.of("m1").got; len(got.Deltas) != 0 || latestSent(&got) != 1 {
+		t.Fatalf("m1, from before deltas, answered %d deltas and %d whole checkpoints; want the whole state", len(got.Deltas), latestSent(&got))
+	}
+	g.same(1, 2)
+	// m2 leads; m1 misses a version.
+	g.lead.cut = map[string]bool{"m1": true}
+	g.commit(countDelta(spread(100, keys, 5), 5))
+	g.lead.cut = nil
+	reads = g.syncAt(0, 1)
+	if got := reads.of("m1").got; len(got.Older) != 0 || latestSent(&got) != 1 {
+		t.Fatalf("m1, from before deltas and behind, named %d versions and sent %d whole checkpoints; want its state", len(got.Older), latestSent(&got))
+	}
+	g.same(0, 1, 2)
+}
