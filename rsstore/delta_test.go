@@ -430,3 +430,55 @@ func TestSyncWithAPeerFromBeforeDeltas(t *testing.T) {
 	}
 	g.same(0, 1, 2)
 }
+
+// A delta over a sync page goes in parts the leader joins, and ends with
+// the peer's checkpoint.
+func TestSyncDeltaOverPages(t *testing.T) {
+	const keys = 60_000
+	g := newCountGroup(t, true)
+	g.build(keys)
+	g.lead.cut = map[string]bool{"m2": true}
+	g.commit(countDelta(span(0, 30_000), 7))
+	g.commit(countDelta(span(20_000, 30_000), 8))
+	g.lead.cut = nil
+	reads := g.syncAt(2, 1)
+	got := reads.of("m1").got
+	if len(got.Deltas) != 1 || latestSent(&got) != 0 || reads.pages < 2 {
+		t.Fatalf("m1 answered %d deltas and %d whole checkpoints over %d pages; want one delta over pages", len(got.Deltas), latestSent(&got), reads.pages)
+	}
+	if n := entries(got.Deltas[0].Checkpoint.Groups); n != 50_000 {
+		t.Fatalf("the delta of two checkpoints changing 50k keys between them holds %d keys", n)
+	}
+	g.same(1, 2)
+}
+
+// A page resumed from a cursor that was cutting a delta on another base
+// than the reader's version now starts that delta again from part 0, on
+// the new base: the parts of a delta on one base are not the parts of one
+// on another.
+func TestSyncCursorOfADeltaOnAnotherBase(t *testing.T) {
+	s, lt := storeWithState(t, 60_000)
+	defer s.Close()
+	x := lt.v
+	lt.checkpoint(countDelta(span(0, 30_000), 7))
+	y := lt.v
+	lt.checkpoint(countDelta(span(30_000, 30_000), 8))
+	lt.checkpoint(countDelta(span(0, 30_000), 9))
+	ask := func(v uint64) syncAsk {
+		return syncAsk{deltas: true, have: []wire.RainstormHave{{Task: lt.task, Version: v, Incarnation: 1}}}
+	}
+	first := s.snapshot(nil, nil, ask(x))
+	if len(first.Deltas) != 1 || !first.More || first.Deltas[0].BaseVersion != x {
+		t.Fatalf("the first page holds %d deltas (more: %v); want part 0 of the delta on version %d", len(first.Deltas), first.More, x)
+	}
+	next := s.snapshot(nil, first.Next, ask(y))
+	if len(next.Deltas) == 0 {
+		t.Fatalf("the page after, asked on version %d, holds no delta", y)
+	}
+	if d := next.Deltas[0]; d.Checkpoint.Part != 0 || d.BaseVersion != y {
+		t.Fatalf("the page after, asked on version %d, goes on with part %d of a delta on version %d", y, d.Checkpoint.Part, d.BaseVersion)
+	}
+	if again := s.snapshot(nil, first.Next, ask(x)); len(again.Deltas) == 0 || again.Deltas[0].Checkpoint.Part != 1 {
+		t.Fatal("the page after, asked on the same version, does not go on with part 1")
+	}
+}
