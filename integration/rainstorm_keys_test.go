@@ -115,7 +115,7 @@ func TestRainstormManyKeysWorkerKill(t *testing.T) {
 }
 
 // logLeaderTerms logs, per manager, the terms it was elected in and each
-// RainStorm sync it finished (term, pages, duration), from its log: how
+// RainStorm sync it finished (term, pages, deltas, duration), from its log: how
 // often leadership moved during the run, and what each move cost.
 func logLeaderTerms(t *testing.T, c *cluster) {
 	for _, n := range c.Nodes() {
@@ -133,7 +133,8 @@ func logLeaderTerms(t *testing.T, c *cluster) {
 			case strings.Contains(line, `msg="became leader"`):
 				elected = append(elected, logField(line, "term"))
 			case strings.Contains(line, `msg="rainstorm: store synced"`):
-				synced = append(synced, fmt.Sprintf("term %s: %s pages in %s", logField(line, "term"), logField(line, "pages"), logField(line, "took")))
+				synced = append(synced, fmt.Sprintf("term %s: %s pages (%s deltas) in %s", logField(line, "term"), logField(line, "pages"),
+					logField(line, "deltas"), logField(line, "took")))
 			}
 		}
 		t.Logf("%s: elected in terms %v; RainStorm syncs %v", n.Name, elected, synced)
