@@ -90,7 +90,9 @@ func (s *Store) Lead(ctx context.Context, term uint64) {
 		err := s.sync(ctx, term, reads)
 		if err == nil {
 			s.host.Logger().Info("rainstorm: store synced", "term", term, "attempts", attempt+1,
-				"pages", reads.pages, "bytes", reads.bytes, "deltas", reads.deltas, "took", time.Since(start))
+				"pages", reads.pages, "bytes", reads.bytes, "deltas", reads.deltas,
+				"spread_whole", reads.spreadWhole, "spread_deltas", reads.spreadDeltas, "spread_took", reads.spreadTook,
+				"took", time.Since(start))
 			break
 		}
 		if attempt%20 == 0 {

@@ -217,6 +217,9 @@ func TestSpreadSendsAPeerBehindItsDelta(t *testing.T) {
 	if w.of("m2") != 0 || w.deltasOf("m2") != 1 {
 		t.Fatalf("the spread sent m2 %d whole checkpoints and %d deltas; want one delta", w.of("m2"), w.deltasOf("m2"))
 	}
+	if reads.spreadWhole != 0 || reads.spreadDeltas != 1 {
+		t.Fatalf("the sync counts %d whole checkpoints and %d deltas spread; want one delta", reads.spreadWhole, reads.spreadDeltas)
+	}
 	g.same(1, 2)
 }
 

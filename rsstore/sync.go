@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"tempest/rainstorm/ckpt"
 	"tempest/wire"
@@ -44,6 +45,11 @@ type syncReads struct {
 	pages  int // pages read over every attempt
 	bytes  int // their estimated size
 	deltas int // latest checkpoints read as deltas
+	// What the spreads sent: latest checkpoints whole and as deltas, and
+	// the time they took, over every attempt (a sync's duration is read
+	// and spread, and the log tells them apart).
+	spreadWhole, spreadDeltas int
+	spreadTook                time.Duration
 }
 
 // peerRead is one peer's store read so far: the checkpoints and deltas
@@ -162,7 +168,10 @@ func (s *Store) sync(ctx context.Context, term uint64, reads *syncReads) error {
 		return err
 	}
 	s.peerHave = nil // this term knows nothing of the peers' stores yet
-	if err := s.spread(ctx, term, answered, quorum, reads); err != nil {
+	start := time.Now()
+	err := s.spread(ctx, term, answered, quorum, reads)
+	reads.spreadTook += time.Since(start)
+	if err != nil {
 		return err
 	}
 	s.setSynced(term)
@@ -388,6 +397,14 @@ func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum 
 		if len(recs) == 0 {
 			stored[i] = true
 			continue
+		}
+		for _, r := range recs {
+			switch {
+			case r.delta:
+				reads.spreadDeltas++
+			case !r.rows:
+				reads.spreadWhole++
+			}
 		}
 		wg.Go(func() {
 			missing, err := s.sendRecords(ctx, term, id, recs)
