@@ -115,8 +115,9 @@ func TestRainstormManyKeysWorkerKill(t *testing.T) {
 }
 
 // logLeaderTerms logs, per manager, the terms it was elected in and each
-// RainStorm sync it finished (term, pages, duration), from its log: how
-// often leadership moved during the run, and what each move cost.
+// RainStorm sync it finished (its attempts, pages and deltas read, what it
+// spread, and how long it took), from its log: how often leadership moved
+// during the run, and what each move cost.
 func logLeaderTerms(t *testing.T, c *cluster) {
 	for _, n := range c.Nodes() {
 		if n.Role != "manager" {
@@ -133,7 +134,9 @@ func logLeaderTerms(t *testing.T, c *cluster) {
 			case strings.Contains(line, `msg="became leader"`):
 				elected = append(elected, logField(line, "term"))
 			case strings.Contains(line, `msg="rainstorm: store synced"`):
-				synced = append(synced, fmt.Sprintf("term %s: %s pages in %s", logField(line, "term"), logField(line, "pages"), logField(line, "took")))
+				synced = append(synced, fmt.Sprintf("term %s: %s attempts, %s pages (%s deltas) in %s; spread %s whole, %s deltas in %s",
+					logField(line, "term"), logField(line, "attempts"), logField(line, "pages"), logField(line, "deltas"), logField(line, "took"),
+					logField(line, "spread_whole"), logField(line, "spread_deltas"), logField(line, "spread_took")))
 			}
 		}
 		t.Logf("%s: elected in terms %v; RainStorm syncs %v", n.Name, elected, synced)

@@ -90,7 +90,9 @@ func (s *Store) Lead(ctx context.Context, term uint64) {
 		err := s.sync(ctx, term, reads)
 		if err == nil {
 			s.host.Logger().Info("rainstorm: store synced", "term", term, "attempts", attempt+1,
-				"pages", reads.pages, "bytes", reads.bytes, "took", time.Since(start))
+				"pages", reads.pages, "bytes", reads.bytes, "deltas", reads.deltas,
+				"spread_whole", reads.spreadWhole, "spread_deltas", reads.spreadDeltas, "spread_took", reads.spreadTook,
+				"took", time.Since(start))
 			break
 		}
 		if attempt%20 == 0 {
@@ -237,7 +239,7 @@ func (s *Store) Commit(ctx context.Context, term uint64, group []*Request) []Res
 			full := compose(latest, c)
 			fullState := state.with(c.Groups)
 			staged[c.Task] = snap{full, fullState}
-			cs = append(cs, change{prev: latest, next: full, prevState: state, nextState: fullState, delta: c.Groups})
+			cs = append(cs, change{prev: latest, next: full, prevState: state, nextState: fullState, delta: c.Groups, replay: c})
 			deltas = append(deltas, c)
 			acc = append(acc, accepted{i, ack})
 		}
@@ -322,15 +324,12 @@ func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	c := *head
 	c.Opened = nil // the store's
 	v := verOf(head)
-	n, at, found := s.openParts.from(o.Task, v, o.Part)
-	if !found {
-		return reply // past the last part
-	}
+	n, at := s.openParts.from(o.Task, v, o.Part)
 	for n < o.Part { // parts before o.Part not cut yet: walk to it
 		_, next, more := nextPart(&c, state, at, ckpt.PageBytes)
 		if !more {
-			s.openParts.last(o.Task, v, n+1)
-			return reply
+			s.openParts.drop(o.Task, v)
+			return reply // past the last part
 		}
 		n, at = n+1, next
 		s.openParts.add(o.Task, v, n, at)
@@ -339,15 +338,18 @@ func (s *Store) openReply(o *wire.RainstormOpen) *wire.RainstormOpenReply {
 	if more {
 		s.openParts.add(o.Task, v, o.Part+1, next)
 	} else {
-		s.openParts.last(o.Task, v, o.Part+1)
+		s.openParts.drop(o.Task, v)
 	}
 	reply.Checkpoint = p
 	return reply
 }
 
 // openParts keeps, per task, where each part of its latest checkpoint's
-// open reply starts, for the version last read: a task reads its parts
-// one after another, and each is cut from where the one before ended.
+// open reply starts, for the version being read: a task reads its parts
+// one after another, and each is cut from where the one before ended. A
+// task's entry goes once its last part is cut, or once its latest version
+// changes (Store.apply): kept for every task ever opened, a long-lived
+// manager's map only grew.
 type openParts struct {
 	mu    sync.Mutex
 	tasks map[wire.RainstormTask]*partStarts
@@ -356,12 +358,11 @@ type openParts struct {
 type partStarts struct {
 	v      ver
 	starts []partCut // starts[n]: where part n starts
-	parts  int       // how many parts there are; 0 until the last was cut
 }
 
 // from returns the part nearest below n (n itself when known) whose start
-// is known, and that start; found is false when n is past the last part.
-func (o *openParts) from(t wire.RainstormTask, v ver, n int) (known int, at partCut, found bool) {
+// is known, and that start.
+func (o *openParts) from(t wire.RainstormTask, v ver, n int) (known int, at partCut) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	ps := o.tasks[t]
@@ -372,11 +373,8 @@ func (o *openParts) from(t wire.RainstormTask, v ver, n int) (known int, at part
 		ps = &partStarts{v: v, starts: []partCut{{}}}
 		o.tasks[t] = ps
 	}
-	if ps.parts > 0 && n >= ps.parts {
-		return 0, partCut{}, false
-	}
 	known = min(n, len(ps.starts)-1)
-	return known, ps.starts[known], true
+	return known, ps.starts[known]
 }
 
 // add records where part n of t's version v starts.
@@ -388,13 +386,21 @@ func (o *openParts) add(t wire.RainstormTask, v ver, n int, at partCut) {
 	}
 }
 
-// last records that t's version v has n parts.
-func (o *openParts) last(t wire.RainstormTask, v ver, n int) {
+// drop forgets t's part starts of version v (those of another version
+// are a reader's of that one).
+func (o *openParts) drop(t wire.RainstormTask, v ver) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if ps := o.tasks[t]; ps != nil && ps.v == v {
-		ps.parts = n
+		delete(o.tasks, t)
 	}
+}
+
+// len is how many tasks' part starts are kept.
+func (o *openParts) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.tasks)
 }
 
 // replicate makes cs and hs durable here and on a majority, then applies

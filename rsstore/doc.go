@@ -12,7 +12,10 @@
 // majority is undone. A new leader reads a majority's stores (Sync) before
 // it answers any task, and a peer that answered that read refuses groups
 // of older terms, so nothing a deposed leader writes afterwards can be
-// taken for acknowledged.
+// taken for acknowledged. A store keeps each task's last few deltas
+// (history.go), so a store a few versions behind another, read by or
+// caught up from a new leader, moves the keys changed since, not the
+// whole state.
 //
 // The store knows nothing of jobs or workers: the manager that runs it
 // says through Host who its peers are, how to reach one, and whether a

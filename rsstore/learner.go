@@ -62,33 +62,26 @@ func (s *Store) peerSet() (voters []string, quorum int, learners []string, relea
 // from where the read stopped. It returns how many tasks this store holds
 // afterwards.
 func (s *Store) CopyFrom(ctx context.Context, leader string) (int, error) {
-	pr := &peerRead{}
-	var (
-		pages, size int
-		err         error
-	)
+	reads := &syncReads{}
+	var pages, size, deltas int
 	for attempt := 0; ; attempt++ {
-		var p, b int
-		p, b, err = s.read(ctx, 0, leader, pr)
-		pages, size = pages+p, size+b
+		p, b, d, err := s.read(ctx, 0, leader, reads.of(leader))
+		pages, size, deltas = pages+p, size+b, deltas+d
 		if err == nil {
-			break
+			// As a sync stores what it read: a delta only on the state it
+			// was cut from (one the feed changed meanwhile is read again).
+			if err = s.merge([]string{leader}, reads); err == nil {
+				break
+			}
 		}
 		if attempt == 4 || !lifecycle.Sleep(ctx, 100*time.Millisecond<<attempt) {
 			return 0, fmt.Errorf("copy the checkpoints of %s (page %d): %w", leader, pages, err)
 		}
 	}
-	cs := make([]*wire.RainstormCheckpoint, len(pr.got.Checkpoints))
-	for i := range pr.got.Checkpoints {
-		cs[i] = &pr.got.Checkpoints[i]
-	}
-	if err := s.store(cs, pr.got.Headers); err != nil {
-		return 0, fmt.Errorf("store the checkpoints copied from %s: %w", leader, err)
-	}
 	s.mu.Lock()
 	n := len(s.tasks)
 	s.mu.Unlock()
-	s.host.Logger().Info("rainstorm: copied the leader's checkpoints", "leader", leader, "pages", pages, "bytes", size, "tasks", n)
+	s.host.Logger().Info("rainstorm: copied the leader's checkpoints", "leader", leader, "pages", pages, "bytes", size, "deltas", deltas, "tasks", n)
 	return n, nil
 }
 
@@ -108,7 +101,7 @@ func (s *Store) HandleCopy(msg *wire.RainstormSyncRequest) (*wire.RainstormSyncR
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	return s.snapshot(msg.Jobs, msg.After, msg.Have), nil
+	return s.snapshot(msg.Jobs, msg.After, syncAsk{have: msg.Have, deltas: msg.Deltas}), nil
 }
 
 // learnerQueue bounds the groups queued for one learner (groups commit

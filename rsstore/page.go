@@ -126,15 +126,20 @@ func nextPart(head *wire.RainstormCheckpoint, st *aggState, at partCut, budget i
 // record's parts got. The record is named by its key, which a write never
 // changes, so a cursor means the same whatever is stored between pages;
 // a task's latest checkpoint replaced by a newer one between two of its
-// parts is sent again from part 0, which restarts the reader's join.
+// parts is sent again from part 0, which restarts the reader's join, and
+// so is one sent as a delta on another base than the one being cut (the
+// reader's version changed between attempts), since its parts hold other
+// keys.
 type syncCursor struct {
 	Task wire.RainstormTask
 	Rows bool // a rows record: Version and Inc name it
 	// Version and Inc name the record whose parts Cut counts (for a
 	// latest checkpoint, the version being cut).
 	Version, Inc uint64
-	Done         bool // the record was sent whole: the page goes on after it
-	Cut          partCut
+	// Delta: the latest checkpoint is being cut as a delta on Base.
+	Delta bool
+	Base  ver
+	Cut   partCut
 }
 
 // key is the cursor's record's place in the order pages follow.
@@ -151,7 +156,22 @@ func recordKey(t wire.RainstormTask, rows bool, v ver) []byte {
 	return binary.BigEndian.AppendUint64(k, v.inc)
 }
 
-const cursorFormat = 1
+// Cursor formats: 1 named no delta; 2 adds the base a delta is cut on.
+// A store reads both, so a leader's cursor survives its peer's upgrade
+// between two pages.
+const (
+	cursorFormat1 = 1
+	cursorFormat  = 2
+)
+
+// Flag bits of an encoded cursor. Bit 1 was a flag that format 1 defined
+// and no store ever set; it stays unused, so it never means something
+// else to a reader of either format.
+const (
+	flagRows  = 1 << 0
+	flagBegan = 1 << 2
+	flagDelta = 1 << 3
+)
 
 func (c *syncCursor) encode() []byte {
 	b := []byte{cursorFormat}
@@ -159,26 +179,30 @@ func (c *syncCursor) encode() []byte {
 	b = str(c.Task.Job)
 	b = str(c.Task.Workflow)
 	var flags byte
-	for i, f := range []bool{c.Rows, c.Done, c.Cut.Began} {
-		if f {
-			flags |= 1 << i
+	for _, f := range []struct {
+		bit byte
+		set bool
+	}{{flagRows, c.Rows}, {flagBegan, c.Cut.Began}, {flagDelta, c.Delta}} {
+		if f.set {
+			flags |= f.bit
 		}
 	}
 	b = append(b, flags)
 	for _, n := range []uint64{uint64(c.Task.Stage), uint64(c.Task.Index), c.Version, c.Inc, uint64(c.Cut.Part), uint64(c.Cut.Group),
-		uint64(c.Cut.Lists[0]), uint64(c.Cut.Lists[1]), uint64(c.Cut.Lists[2]), uint64(c.Cut.Lists[3])} {
+		uint64(c.Cut.Lists[0]), uint64(c.Cut.Lists[1]), uint64(c.Cut.Lists[2]), uint64(c.Cut.Lists[3]), c.Base.version, c.Base.inc} {
 		b = binary.AppendUvarint(b, n)
 	}
 	return str(c.Cut.Key)
 }
 
-// decodeCursor reads a cursor encode made. The bytes come from a peer
-// (the leader that was handed them), so anything else is an error, never
-// a panic; the page is then read from the start.
+// decodeCursor reads a cursor encode made, or one of format 1. The bytes
+// come from a peer (the leader that was handed them), so anything else is
+// an error, never a panic; the page is then read from the start.
 func decodeCursor(b []byte) (*syncCursor, error) {
-	if len(b) == 0 || b[0] != cursorFormat {
+	if len(b) == 0 || (b[0] != cursorFormat && b[0] != cursorFormat1) {
 		return nil, errors.New("sync cursor: unknown format")
 	}
+	format := b[0]
 	b = b[1:]
 	var err error
 	num := func(limit uint64) uint64 {
@@ -212,12 +236,18 @@ func decodeCursor(b []byte) (*syncCursor, error) {
 	}
 	flags := b[0]
 	b = b[1:]
-	c.Rows, c.Done, c.Cut.Began = flags&1 != 0, flags&2 != 0, flags&4 != 0
+	if format == cursorFormat1 {
+		flags &^= flagDelta // not a flag of format 1
+	}
+	c.Rows, c.Cut.Began, c.Delta = flags&flagRows != 0, flags&flagBegan != 0, flags&flagDelta != 0
 	c.Task.Stage, c.Task.Index = int(num(math.MaxUint32)), int(num(math.MaxUint32))
 	c.Version, c.Inc = num(math.MaxUint64), num(math.MaxUint64)
 	c.Cut.Part, c.Cut.Group = int(num(math.MaxInt32)), int(num(ckpt.KeyGroups-1))
 	for i := range c.Cut.Lists {
 		c.Cut.Lists[i] = int(num(math.MaxInt32))
+	}
+	if format == cursorFormat {
+		c.Base.version, c.Base.inc = num(math.MaxUint64), num(math.MaxUint64)
 	}
 	c.Cut.Key = str()
 	if err == nil && len(b) > 0 {

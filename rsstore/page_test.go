@@ -1,6 +1,7 @@
 package rsstore
 
 import (
+	"encoding/binary"
 	"reflect"
 	"runtime"
 	"testing"
@@ -42,7 +43,7 @@ func TestPageCostIsItsPage(t *testing.T) {
 		s, lt := storeWithState(t, keys)
 		defer s.Close()
 		page = allocPer(lt, keys, runs, func() {
-			if p := s.snapshot(nil, nil, nil); !p.More {
+			if p := s.snapshot(nil, nil, syncAsk{}); !p.More {
 				t.Fatalf("one page holds a %d-key state", keys)
 			}
 		})
@@ -97,7 +98,7 @@ func TestPagesWhileCheckpointsLand(t *testing.T) {
 		pages  int
 	)
 	for {
-		page := s.snapshot(nil, after, nil)
+		page := s.snapshot(nil, after, syncAsk{})
 		pages++
 		if b, err := wire.Marshal(page); err != nil || len(b) > wire.MaxMessageSize/4 {
 			t.Fatalf("page %d: %d bytes (%v)", pages, len(b), err)
@@ -188,11 +189,14 @@ func FuzzSyncCursor(f *testing.F) {
 		{},
 		{Task: wire.RainstormTask{Job: "j", Workflow: "w", Stage: 2, Index: 7}, Version: 9, Inc: 3,
 			Cut: partCut{Part: 4, Began: true, Group: 127, Key: "key-1", Lists: [4]int{1, 2, 3, 4}}},
-		{Task: wire.RainstormTask{Job: "job"}, Rows: true, Done: true, Version: 1 << 63},
+		{Task: wire.RainstormTask{Job: "job"}, Rows: true, Version: 1 << 63},
+		{Task: wire.RainstormTask{Job: "j", Stage: 1}, Version: 7, Inc: 2, Delta: true, Base: ver{4, 2}, Cut: partCut{Part: 2, Began: true, Key: "k"}},
 	} {
 		f.Add(c.encode())
 	}
+	f.Add(encodeFormat1(&syncCursor{Task: wire.RainstormTask{Job: "j"}, Version: 3, Inc: 1, Cut: partCut{Part: 1, Began: true, Key: "k"}}))
 	f.Add([]byte{cursorFormat, 0xff})
+	f.Add([]byte{cursorFormat1, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := decodeCursor(b)
 		if err != nil {
@@ -203,4 +207,114 @@ func FuzzSyncCursor(f *testing.F) {
 			t.Fatalf("%+v encoded decodes to %+v, %v", c, again, err)
 		}
 	})
+}
+
+// encodeFormat1 is a cursor as stores before deltas encoded it (format 1:
+// no base, and a Done flag in bit 1 that no store set).
+func encodeFormat1(c *syncCursor) []byte {
+	b := []byte{cursorFormat1}
+	str := func(s string) []byte { return append(binary.AppendUvarint(b, uint64(len(s))), s...) }
+	b = str(c.Task.Job)
+	b = str(c.Task.Workflow)
+	var flags byte
+	if c.Rows {
+		flags |= 1
+	}
+	if c.Cut.Began {
+		flags |= 4
+	}
+	b = append(b, flags)
+	for _, n := range []uint64{uint64(c.Task.Stage), uint64(c.Task.Index), c.Version, c.Inc, uint64(c.Cut.Part), uint64(c.Cut.Group),
+		uint64(c.Cut.Lists[0]), uint64(c.Cut.Lists[1]), uint64(c.Cut.Lists[2]), uint64(c.Cut.Lists[3])} {
+		b = binary.AppendUvarint(b, n)
+	}
+	return str(c.Cut.Key)
+}
+
+// A leader's cursor from a store of the format before deltas still reads
+// on a store that now writes format 2 (a peer upgraded between two pages
+// goes on from the cursor instead of from the start).
+func TestCursorOfFormat1Decodes(t *testing.T) {
+	want := &syncCursor{Task: wire.RainstormTask{Job: "j", Workflow: "w", Stage: 2, Index: 7}, Rows: true, Version: 9, Inc: 3,
+		Cut: partCut{Part: 4, Began: true, Group: 127, Key: "key-1", Lists: [4]int{1, 2, 3, 4}}}
+	got, err := decodeCursor(encodeFormat1(want))
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("a format 1 cursor decodes to %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// A task's open part starts are forgotten once its last part is cut, and
+// once its version changes: kept for every task ever opened, a long-lived
+// manager's map only grew.
+func TestOpenPartStartsPruned(t *testing.T) {
+	s, lt := storeWithState(t, 150_000)
+	defer s.Close()
+	read := func(part int) *wire.RainstormCheckpoint {
+		return s.openReply(&wire.RainstormOpen{Task: lt.task, Incarnation: 1, Part: part}).Checkpoint
+	}
+	for n := 0; ; n++ {
+		p := read(n)
+		if p == nil {
+			t.Fatalf("part %d missing", n)
+		}
+		if !p.More {
+			break
+		}
+	}
+	if n := s.openParts.len(); n != 0 {
+		t.Fatalf("%d tasks' part starts kept after the last part was read", n)
+	}
+	if p := read(0); p == nil || !p.More || s.openParts.len() != 1 {
+		t.Fatal("part 0 of a many-part state did not keep where part 1 starts")
+	}
+	lt.checkpoint(countDelta(span(0, 10), 5))
+	if n := s.openParts.len(); n != 0 {
+		t.Fatalf("%d tasks' part starts kept after the version read was replaced", n)
+	}
+}
+
+// A rows record over several sync pages is decoded once, not once per
+// page: the pages of a record of 60k rows allocate about what decoding it
+// once and encoding it do.
+func TestRowsRecordDecodedOncePerSync(t *testing.T) {
+	s, err := Open(t.TempDir(), soloHost{}, Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	task := wire.RainstormTask{Job: "j", Workflow: "w", Stage: 2}
+	rows := &wire.RainstormCheckpoint{Task: task, Version: 1, RowsOf: 1}
+	for i := range 60_000 {
+		rows.Rows = append(rows.Rows, wire.RainstormRecord{ID: uint64(i), Fields: []string{"some-longer-key-of-a-row", "1"}})
+	}
+	if err := s.store([]*wire.RainstormCheckpoint{rows}, nil); err != nil {
+		t.Fatal(err)
+	}
+	flat := s.tasks[task].rows[ver{1, 1}]
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_ = flat.records()
+	runtime.ReadMemStats(&after)
+	decode := after.TotalAlloc - before.TotalAlloc
+
+	var after2 []byte
+	pages := 0
+	runtime.ReadMemStats(&before)
+	for {
+		p := s.snapshot(nil, after2, syncAsk{})
+		pages++
+		if !p.More {
+			break
+		}
+		after2 = p.Next
+	}
+	runtime.ReadMemStats(&after)
+	total := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d pages allocated %d bytes; one decode of the record %d", pages, total, decode)
+	if pages < 3 {
+		t.Fatalf("%d pages: the test wants the record over several", pages)
+	}
+	if total > 2*decode {
+		t.Fatalf("the %d pages of one rows record allocated %d bytes, %.1f decodes of it", pages, total, float64(total)/float64(decode))
+	}
 }

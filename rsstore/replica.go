@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"sync"
 
 	"tempest/rainstorm/ckpt"
 	"tempest/wire"
@@ -67,9 +68,9 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 			missing = append(missing, c.Task)
 			continue
 		}
-		full := snap{compose(prev.head, c), prev.state.with(c.Groups)}
-		changes = append(changes, change{prev: prev.head, next: full.head, prevState: prev.state, nextState: full.state, delta: c.Groups})
-		cur[c.Task] = full
+		ch := deltaChange(prev, c)
+		changes = append(changes, ch)
+		cur[c.Task] = snap{ch.next, ch.nextState}
 	}
 	hs := s.newest(msg.Headers)
 	if err := s.persist(changes, hs); err != nil {
@@ -77,6 +78,13 @@ func (s *Store) storeReplicated(msg *wire.RainstormReplicate, stale func() strin
 	}
 	s.apply(changes, hs)
 	return stored + len(changes), missing, nil
+}
+
+// deltaChange is the change that makes c, a delta on prev, its task's
+// latest: c's batches composed with prev's, its keys put in prev's state.
+func deltaChange(prev snap, c *wire.RainstormCheckpoint) change {
+	return change{prev: prev.head, next: compose(prev.head, c), prevState: prev.state, nextState: prev.state.with(c.Groups),
+		delta: c.Groups, replay: c}
 }
 
 // joinPart returns c when it is a whole checkpoint, else adds it to its
@@ -111,10 +119,17 @@ func (s *Store) joinPart(c *wire.RainstormCheckpoint) (*wire.RainstormCheckpoint
 // stored before. The sender must be a manager of the group (the caller
 // checks).
 func (s *Store) HandleSync(msg *wire.RainstormSyncRequest) *wire.RainstormSyncResponse {
-	return s.promise(msg.Term, msg.Jobs, msg.After, msg.Have)
+	return s.promise(msg.Term, msg.Jobs, msg.After, syncAsk{have: msg.Have, deltas: msg.Deltas})
 }
 
-func (s *Store) promise(term uint64, jobs []string, after []byte, have []wire.RainstormHave) *wire.RainstormSyncResponse {
+// syncAsk is what a sync page's reader holds and takes: the version of
+// each task's latest checkpoint it holds, and whether it takes deltas.
+type syncAsk struct {
+	have   []wire.RainstormHave
+	deltas bool
+}
+
+func (s *Store) promise(term uint64, jobs []string, after []byte, ask syncAsk) *wire.RainstormSyncResponse {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if term > s.promised {
@@ -122,7 +137,7 @@ func (s *Store) promise(term uint64, jobs []string, after []byte, have []wire.Ra
 		s.parts = nil // an older leader's unfinished checkpoints never finish
 	}
 	s.deposed(term)
-	return s.snapshot(jobs, after, have)
+	return s.snapshot(jobs, after, ask)
 }
 
 // deposed records that a leader of term wrote to or read this store: if
@@ -151,17 +166,21 @@ const syncPage = 1 << 20
 // each task's latest checkpoint and every version's rows, in key order
 // from the cursor after (nil: the start; see syncCursor), up to about
 // syncPage bytes, and the headers with the first page. A latest
-// checkpoint of the version have names for its task (the reader holds
-// it) is named in Same instead: a (version, incarnation) is one state
-// wherever it is stored, as a replicated group's repeat takes it to be. A record larger
-// than what is left of the page goes in parts (nextPart), and the cursor
-// can stop between them. Only the records' references are taken under mu:
-// a state is an immutable snapshot, so the page is cut from it while the
-// committer goes on, and a page costs its own entries, not the state.
-func (s *Store) snapshot(jobs []string, after []byte, have []wire.RainstormHave) *wire.RainstormSyncResponse {
+// checkpoint of the version the reader holds (ask.have) is named in Same
+// instead: a (version, incarnation) is one state wherever it is stored,
+// as a replicated group's repeat takes it to be. A reader that takes
+// deltas gets a latest checkpoint newer than its own as a delta on its
+// own where this store's history reaches back to it (deltaFrom), and one
+// older than its own named in Older (it holds the newer: the merge would
+// drop this one). A record larger than what is left of the page goes in
+// parts (nextPart), and the cursor can stop between them. Only the
+// records' references are taken under mu: a state is an immutable
+// snapshot, so the page is cut from it while the committer goes on, and a
+// page costs its own entries, not the state.
+func (s *Store) snapshot(jobs []string, after []byte, ask syncAsk) *wire.RainstormSyncResponse {
 	out := &wire.RainstormSyncResponse{}
-	held := make(map[wire.RainstormTask]ver, len(have))
-	for _, h := range have {
+	held := make(map[wire.RainstormTask]ver, len(ask.have))
+	for _, h := range ask.have {
 		held[h.Task] = ver{h.Version, h.Incarnation}
 	}
 	var from *syncCursor
@@ -179,39 +198,55 @@ func (s *Store) snapshot(jobs []string, after []byte, have []wire.RainstormHave)
 	recs := s.records(jobs, fromKey)
 	size := 0
 	for _, r := range recs {
-		at := partCut{}
-		if from != nil {
-			switch c := bytes.Compare(r.key, fromKey); {
-			case c < 0:
-				continue
-			case c == 0 && from.Done:
-				continue
-			case c == 0 && r.v == (ver{from.Version, from.Inc}):
-				at = from.Cut
-			} // else a newer latest than the one being cut: from part 0
+		if from != nil && bytes.Compare(r.key, fromKey) < 0 {
+			continue
 		}
+		v, holds := held[r.head.Task]
+		if !r.rows && holds {
+			switch {
+			case v == r.v:
+				out.Same = append(out.Same, wire.RainstormHave{Task: r.head.Task, Version: v.version, Incarnation: v.inc})
+				size += 64
+				continue
+			case ask.deltas && newer(r.head, &wire.RainstormCheckpoint{Version: v.version, Incarnation: v.inc}):
+				out.Older = append(out.Older, wire.RainstormHave{Task: r.head.Task, Version: r.v.version, Incarnation: r.v.inc})
+				size += 64
+				continue
+			case ask.deltas:
+				if head, state, ok := deltaFrom(r.head, r.state, r.hist, v); ok {
+					r.head, r.state, r.delta, r.base = head, state, true, v
+				}
+			}
+		}
+		at := partCut{}
+		if from != nil && bytes.Equal(r.key, fromKey) && r.v == (ver{from.Version, from.Inc}) && r.delta == from.Delta && r.base == from.Base {
+			at = from.Cut
+		} // else a newer latest than the one being cut, or one cut on another base: from part 0
 		cursor := func(cut partCut) []byte {
-			c := syncCursor{Task: r.head.Task, Rows: r.rows, Version: r.v.version, Inc: r.v.inc, Cut: cut}
+			c := syncCursor{Task: r.head.Task, Rows: r.rows, Version: r.v.version, Inc: r.v.inc, Delta: r.delta, Base: r.base, Cut: cut}
 			return c.encode()
 		}
 		if size > 0 && syncPage-size < syncPage/8 {
 			out.More, out.Next = true, cursor(at)
 			break
 		}
-		if v, ok := held[r.head.Task]; ok && !r.rows && at == (partCut{}) && v == r.v {
-			out.Same = append(out.Same, wire.RainstormHave{Task: r.head.Task, Version: v.version, Incarnation: v.inc})
-			size += 64
-			continue
-		}
 		head := r.head
+		id := rowsID{r.head.Task, r.v}
 		if r.rows {
 			h := *head
-			h.Rows = r.flat.records()
+			h.Rows = s.cutRows.take(id, r.flat)
 			head = &h
 		}
 		p, next, more := nextPart(head, r.state, at, syncPage-size)
 		size += ckpt.Size(p)
-		out.Checkpoints = append(out.Checkpoints, *p)
+		if r.rows && !more {
+			s.cutRows.forget(id)
+		}
+		if r.delta {
+			out.Deltas = append(out.Deltas, wire.RainstormDelta{BaseVersion: r.base.version, BaseIncarnation: r.base.inc, Checkpoint: *p})
+		} else {
+			out.Checkpoints = append(out.Checkpoints, *p)
+		}
 		if more { // the part filled the page
 			out.More, out.Next = true, cursor(next)
 			break
@@ -240,6 +275,11 @@ type syncRecord struct {
 	rows  bool
 	flat  flatRows // a rows record's rows, decoded only for the page that holds them
 	v     ver
+	hist  []histDelta // a latest checkpoint's history, to cut a delta from
+	// delta: head and state are the latest checkpoint as a delta on base
+	// (deltaFrom), sent as a RainstormDelta.
+	delta bool
+	base  ver
 }
 
 // records is every record of jobs' tasks from the task of fromKey on, in
@@ -260,7 +300,7 @@ func (s *Store) records(jobs []string, fromKey []byte) []syncRecord {
 		if st.latest != nil {
 			c := *st.latest
 			c.Groups = nil
-			recs = append(recs, syncRecord{key: recordKey(t, false, ver{}), head: &c, state: st.state, v: verOf(st.latest)})
+			recs = append(recs, syncRecord{key: recordKey(t, false, ver{}), head: &c, state: st.state, v: verOf(st.latest), hist: st.hist})
 		}
 		for v, rows := range st.rows {
 			recs = append(recs, syncRecord{key: recordKey(t, true, v), rows: true, v: v, flat: rows,
@@ -269,4 +309,34 @@ func (s *Store) records(jobs []string, fromKey []byte) []syncRecord {
 	}
 	slices.SortFunc(recs, func(a, b syncRecord) int { return bytes.Compare(a.key, b.key) })
 	return recs
+}
+
+// cutRows is the rows record a sync is cutting into parts, decoded: the
+// pages after the first take it from here. Decoded for each page, a rows
+// record of n pages cost n decodes of all of it. It is kept until its
+// last part is cut, or another record's rows are cut (a reader that went
+// away leaves one record's rows here until then).
+type cutRows struct {
+	mu   sync.Mutex
+	id   rowsID
+	rows wire.RainstormRows
+}
+
+// take returns flat, the rows of record id, decoded.
+func (c *cutRows) take(id rowsID, flat flatRows) wire.RainstormRows {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rows == nil || c.id != id {
+		c.id, c.rows = id, flat.records()
+	}
+	return c.rows
+}
+
+// forget drops record id's rows: its last part is cut.
+func (c *cutRows) forget(id rowsID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.id == id {
+		c.id, c.rows = rowsID{}, nil
+	}
 }

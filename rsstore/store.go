@@ -73,6 +73,8 @@ type Store struct {
 	openParts openParts
 	// feeds send the leader's durable groups to the learners (learner.go).
 	feeds learnerFeeds
+	// cutRows is the rows record a sync page is cutting, decoded.
+	cutRows cutRows
 }
 
 // Config tunes a Store.
@@ -125,6 +127,10 @@ type change struct {
 	prevState, nextState *aggState
 	delta                []wire.RainstormGroupState
 	task                 wire.RainstormTask // set only where next may be nil (a revert)
+	// replay is next as a delta on prev of its incarnation, put-only (a
+	// task's checkpoint, a replicated or synced delta): the store's
+	// history keeps it (stored.note). nil for a whole state or an open.
+	replay *wire.RainstormCheckpoint
 	// rows is next's rows flattened, by persist, for the disk and then
 	// for memory (apply): encoded once per store.
 	rows flatRows
@@ -149,6 +155,11 @@ type stored struct {
 	latest *wire.RainstormCheckpoint
 	state  *aggState
 	rows   map[ver]flatRows
+	// hist is the deltas of the latest versions of latest's incarnation,
+	// oldest first, the last one ending at latest (history.go); histSize
+	// their estimated bytes.
+	hist     []histDelta
+	histSize int
 }
 
 // flatRows is a checkpoint's rows as the store keeps them, in memory and
@@ -584,6 +595,13 @@ func (s *Store) apply(cs []change, hs []wire.RainstormHeader) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ch := range cs {
+		if st := s.tasks[ch.next.Task]; st != nil {
+			if newer(st.latest, ch.next) {
+				// An open's parts of the version replaced are never cut again.
+				s.openParts.drop(ch.next.Task, verOf(st.latest))
+			}
+			st.note(ch)
+		}
 		s.applyLocked(ch.next, ch.nextState, ch.rows)
 	}
 	for _, h := range hs {

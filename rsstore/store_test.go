@@ -115,7 +115,7 @@ func TestStoreDeltas(t *testing.T) {
 	// Once a leader of term 6 read this store, a deposed leader's group
 	// (term 5) is refused: it could be acknowledged on a majority the new
 	// leader did not see.
-	s.promise(6, nil, nil, nil)
+	s.promise(6, nil, nil, syncAsk{})
 	if _, _, err := s.storeReplicated(&wire.RainstormReplicate{Term: 5, Deltas: []wire.RainstormDelta{{BaseVersion: 4, BaseIncarnation: 5, Checkpoint: ckpt(5, 5, 4, 6)}}},
 		func() string { return "" }); !errors.Is(err, wire.ErrStaleFence) {
 		t.Fatalf("a group of a term older than a sync answered: %v, want a stale fence", err)
@@ -176,7 +176,7 @@ func TestSyncPages(t *testing.T) {
 	var after []byte
 	latest, rows, pages := map[int]int{}, map[int]int{}, 0
 	for {
-		page := s.snapshot(nil, after, nil)
+		page := s.snapshot(nil, after, syncAsk{})
 		pages++
 		b, err := wire.Marshal(page)
 		if err != nil {

@@ -167,11 +167,18 @@ type RainstormReplicateAck struct {
 // a peer holding the same version answers that task in Same instead of
 // sending its state, which the leader has (a new leader after a clean
 // change holds what its peers hold, and a million-key state is 30 pages).
+//
+// Deltas says the reader takes a task's latest checkpoint as a delta on
+// the version Have names (the peer answers in the response's Deltas when
+// it kept the deltas from that version on), and names in Older the tasks
+// whose latest checkpoint the reader holds newer. A peer that does not
+// know the field sends whole states, as before.
 type RainstormSyncRequest struct {
-	Jobs  []string        `cbor:"1,keyasint,omitempty"`
-	Term  uint64          `cbor:"11,keyasint,omitempty"`
-	After []byte          `cbor:"12,keyasint,omitempty"`
-	Have  []RainstormHave `cbor:"13,keyasint,omitempty"`
+	Jobs   []string        `cbor:"1,keyasint,omitempty"`
+	Term   uint64          `cbor:"11,keyasint,omitempty"`
+	After  []byte          `cbor:"12,keyasint,omitempty"`
+	Have   []RainstormHave `cbor:"13,keyasint,omitempty"`
+	Deltas bool            `cbor:"14,keyasint,omitempty"`
 }
 
 // RainstormHave names a task's stored latest checkpoint by its version and
@@ -186,13 +193,21 @@ type RainstormHave struct {
 // stores output rows for plus its latest checkpoint, and the headers.
 // More says another page follows, asked for with After: Next.
 // Same names the tasks whose latest checkpoint is the version the
-// request's Have named, in place of the checkpoint.
+// request's Have named, in place of the checkpoint. Only when the request
+// asked for them (Deltas): Deltas holds a task's latest checkpoint as a
+// delta on the version Have named (a RainstormReplicate delta: its Groups
+// every key changed since, with its latest value; its PendingBlobs the
+// batches cut since), in parts like a checkpoint; Older names the tasks
+// whose latest checkpoint is older than the one Have named, with the
+// version the peer holds, in place of the checkpoint.
 type RainstormSyncResponse struct {
 	Checkpoints []RainstormCheckpoint `cbor:"1,keyasint,omitempty"`
 	Headers     []RainstormHeader     `cbor:"2,keyasint,omitempty"`
 	More        bool                  `cbor:"11,keyasint,omitempty"`
 	Next        []byte                `cbor:"12,keyasint,omitempty"`
 	Same        []RainstormHave       `cbor:"13,keyasint,omitempty"`
+	Deltas      []RainstormDelta      `cbor:"14,keyasint,omitempty"`
+	Older       []RainstormHave       `cbor:"15,keyasint,omitempty"`
 }
 
 func (*RainstormOpen) Type() MsgType          { return TypeRainstormOpen }
