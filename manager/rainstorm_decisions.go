@@ -37,11 +37,14 @@ func rsScaleRecordLocked(ps *rsPipeScale, term uint64) *wire.RainstormScale {
 // this term before the source is asked for them (rsStoreScale).
 func rsLoadScaleLocked(ps *rsPipeScale, sc *wire.RainstormScale, epochs []wire.RainstormEpoch) {
 	ps.loaded = true
+	// Whatever an earlier load inherited is dropped first: with no record
+	// stored, nobody asks the source for anything, and sizes kept from
+	// an earlier term would be asked for on that term's word alone.
+	ps.inherit, ps.inheritAt = nil, 0
 	if sc == nil {
 		return
 	}
 	ps.seq = sc.Seq
-	ps.inherit, ps.inheritAt = nil, 0
 	if n := len(sc.Resizes); len(sc.Want) > 0 && n > 0 && sc.Resizes[n-1].Epoch == uint64(len(epochs)) {
 		// The wanted sizes are the last decision's, taken when the
 		// source recorded the epochs it records now: still the next

@@ -100,3 +100,36 @@ func TestRainstormInheritedSizesFollowTheSourcesEpochs(t *testing.T) {
 		}
 	}
 }
+
+// A leader that inherited sizes in one term and leads again in a later one
+// reads the store afresh: when it holds no record for the pipeline (a sync
+// met none on a majority), nothing is inherited. Kept from the earlier
+// term, the sizes would be stored again and asked of the source on the
+// word of a record that no longer exists.
+func TestRainstormInheritedSizesDoNotOutliveTheirTerm(t *testing.T) {
+	start := []wire.RainstormEpoch{{Tasks: []int{1}}}
+	sc := &wire.RainstormScale{Term: 3, Seq: 2, Want: []int{2}, Resizes: []wire.RainstormResize{{Stage: "count", From: 1, To: 2, Epoch: 1}}}
+	var s rsScaleState
+	key := rsPipeKey{"job", "pipe"}
+	ps := s.pipeLocked(key, 4)
+	rsLoadScaleLocked(ps, sc, start)
+	if !slices.Equal(ps.inherit, []int{2}) {
+		t.Fatalf("term 4 inherits %v, want [2]", ps.inherit)
+	}
+	ps = s.pipeLocked(key, 6)
+	if ps.loaded {
+		t.Fatal("a new term starts loaded")
+	}
+	rsLoadScaleLocked(ps, nil, start)
+	if ps.inherit != nil || ps.inheritAt != 0 {
+		t.Fatalf("term 6, with no stored record, inherits %v at %d epochs, want nothing", ps.inherit, ps.inheritAt)
+	}
+
+	// A load over state that inherited, without a term change between
+	// (the record gone from the store), drops it too.
+	ps.inherit, ps.inheritAt = []int{2}, 1
+	rsLoadScaleLocked(ps, nil, start)
+	if ps.inherit != nil {
+		t.Fatalf("a load with no stored record keeps %v", ps.inherit)
+	}
+}

@@ -115,6 +115,9 @@ func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
 	if p.term != term {
 		p.term, p.scalers, p.want, p.held = term, map[int]*rainstorm.Scaler{}, nil, ""
 		p.loaded, p.seq = false, 0
+		// Sizes inherited in an earlier term are that term's reading of
+		// the store: this one reads it again (rsLoadScaleLocked).
+		p.inherit, p.inheritAt = nil, 0
 	}
 	return p
 }
