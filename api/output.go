@@ -35,6 +35,10 @@ type PipelineOutput struct {
 	// leader took, oldest first (a new leader starts a new list).
 	StageTasks []int            `json:"stage_tasks,omitempty"`
 	Resizes    []PipelineResize `json:"resizes,omitempty"`
+	// AutoscaleHeld is why the leader's autoscaling takes no decision
+	// now (empty when it samples): a resize under way, or its record
+	// not stored on a majority.
+	AutoscaleHeld string `json:"autoscale_held,omitempty"`
 }
 
 // PipelineResize is one autoscaling decision: at At, stage Stage went from

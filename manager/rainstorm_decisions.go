@@ -83,6 +83,7 @@ type rsScaleWrite struct {
 	decided   *api.PipelineResize
 	inherited bool
 	figures   uint64
+	at        time.Time // the scale round that asked for it
 }
 
 // rsStoreScale stores w's record for pipeline key on a majority, then, if
@@ -106,9 +107,12 @@ func (m *Manager) rsStoreScale(ctx context.Context, term uint64, key rsPipeKey, 
 	}
 	if err != nil {
 		ps.seq = max(ps.seq, rec.Seq)
-		m.log.Warn("rainstorm: autoscale record not stored on a majority; dropped", "job_id", key.job, "workflow", key.wf, "err", err)
+		wait := ps.retry.failed(w.at, err)
+		m.log.Warn("rainstorm: autoscale record not stored on a majority; dropped", "job_id", key.job, "workflow", key.wf,
+			"err", err, "failures", ps.retry.failures, "next_write_in", wait)
 		return false
 	}
+	ps.retry = rsRetry{}
 	if rec.Seq <= ps.seq {
 		return false
 	}

@@ -44,6 +44,9 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 			decided = m.rsStoredResizes(jobID, workflow)
 		}
 		out.Resizes = rsRecordedResizes(spec, epochs, decided)
+		if lt := m.leading(); lt != nil {
+			out.AutoscaleHeld = m.rsScale.held(rsPipeKey{jobID, workflow}, lt.Number())
+		}
 	}
 	for i, t := range order {
 		name := "source"
