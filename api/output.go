@@ -58,7 +58,8 @@ type PipelineResize struct {
 	InForce     time.Duration `json:"in_force_ns,omitempty"`
 	GroupsMoved int           `json:"groups_moved,omitempty"`
 	// KeysMoved and BytesMoved are the operator state the leader served
-	// to the tasks gaining groups (entries, and their encoded size);
+	// to the tasks gaining groups (entries, and their encoded size as the
+	// store estimates it);
 	// Handover the time from the first handover request to the last
 	// moving group served whole (0: not complete, or nothing asked).
 	KeysMoved  int           `json:"keys_moved,omitempty"`

@@ -124,10 +124,7 @@ func (m *Manager) rsStoreScale(ctx context.Context, term uint64, key rsPipeKey, 
 	}
 	if decided := w.decided; decided != nil {
 		ps.want = slices.Clone(rec.Want)
-		ps.resizes = append(ps.resizes, *decided)
-		if len(ps.resizes) > rsResizeHistory {
-			ps.resizes = slices.Delete(ps.resizes, 0, len(ps.resizes)-rsResizeHistory)
-		}
+		ps.resizes = rsKeepHistory(append(ps.resizes, *decided))
 	}
 	return true
 }

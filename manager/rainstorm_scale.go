@@ -187,6 +187,23 @@ func (s *rsScaleState) want(key rsPipeKey, term uint64) []int {
 	return nil
 }
 
+// loaded reports whether key's state was loaded from the store in term.
+func (s *rsScaleState) loaded(key rsPipeKey, term uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pipes[key]
+	return p != nil && p.term == term && p.loaded
+}
+
+// rsKeepHistory is rs without the decisions older than the last
+// rsResizeHistory, for the record and the leader's state alike.
+func rsKeepHistory[T any](rs []T) []T {
+	if n := len(rs); n > rsResizeHistory {
+		return slices.Delete(rs, 0, n-rsResizeHistory)
+	}
+	return rs
+}
+
 // held is why key's scalers hold their samples in term, as last logged.
 func (s *rsScaleState) held(key rsPipeKey, term uint64) string {
 	s.mu.Lock()
@@ -478,8 +495,15 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling string,
 	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (w rsScaleWrite) {
 	recorded := epochs[len(epochs)-1].Tasks
-	stored := m.rs.Scale(p.key.job, p.key.wf) // read before s.mu: the store's lock is not taken under it
 	s := &m.rsScale
+	// The stored record is read once a term, when the pipeline's state
+	// is loaded: in the term only this leader writes it, and its writes
+	// are in ps already. Read before s.mu: the store's lock is not taken
+	// under it.
+	var stored *wire.RainstormScale
+	if !s.loaded(p.key, lt.Number()) {
+		stored = m.rs.Scale(p.key.job, p.key.wf)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps := s.pipeLocked(p.key, lt.Number())
@@ -576,10 +600,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		w.decided = &api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(), Epoch: uint64(len(epochs))}
 		w.rec = rsScaleRecordLocked(ps, lt.Number())
 		w.rec.Want = next
-		w.rec.Resizes = append(w.rec.Resizes, rsResizeToWire(*w.decided))
-		if n := len(w.rec.Resizes); n > rsResizeHistory {
-			w.rec.Resizes = w.rec.Resizes[n-rsResizeHistory:]
-		}
+		w.rec.Resizes = rsKeepHistory(append(w.rec.Resizes, rsResizeToWire(*w.decided)))
 		break // one change at a time: the next sample sees it resizing
 	}
 	return w
