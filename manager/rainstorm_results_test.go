@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +110,25 @@ func TestRainstormResultsReadHoldsAPageNotTheOutput(t *testing.T) {
 	}
 	if rest, _ := io.ReadAll(br); len(rest) > 0 {
 		t.Fatalf("%d bytes after the last row", len(rest))
+	}
+	// The HTML report shows the head of the same stream and counts it.
+	req, err = http.NewRequestWithContext(context.Background(), http.MethodGet, srv.URL+"/v1/jobs/"+job+"/results?format=html", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer client-secret")
+	hresp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := io.ReadAll(hresp.Body)
+	hresp.Body.Close()
+	if err != nil || hresp.StatusCode != http.StatusOK {
+		t.Fatalf("report: %s, %v", hresp.Status, err)
+	}
+	if want := fmt.Sprintf("%d rows, the first 50 shown", pages*perPage); !strings.Contains(string(page), want) ||
+		!strings.Contains(string(page), "key-00000049") || strings.Contains(string(page), "key-00000050") {
+		t.Fatalf("the report does not show the output's first 50 of %d rows", pages*perPage)
 	}
 	t.Logf("the leader held %d kB more half-way through a read of %d rows", held>>10, pages*perPage)
 	if held > 2<<20 {
