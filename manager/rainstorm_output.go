@@ -133,7 +133,7 @@ func (m *Manager) pipelineOutput(ctx context.Context, jobID, workflow string, wi
 	if !withRows {
 		return out, nil, nil
 	}
-	merged := rsMergeRows(cursors, rsCompareRows(spec.Stages[last-1].Op.Aggregate()))
+	merged := rsMergeRows(cursors, spec.Stages[last-1].Op.Aggregate())
 	return out, func(yield func([]string) bool) {
 		for r := range merged {
 			if !yield(r.Fields) {

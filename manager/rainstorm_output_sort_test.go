@@ -24,6 +24,14 @@ func (c *sliceCursor) Next() (wire.RainstormRecord, bool) {
 	return c.rows[c.i-1], true
 }
 
+func (c *sliceCursor) Skip() (uint64, []byte, bool) {
+	r, ok := c.Next()
+	if !ok || len(r.Fields) == 0 {
+		return r.ID, nil, ok
+	}
+	return r.ID, []byte(r.Fields[0]), true
+}
+
 // outputTasks is rows as a record output's tasks gather them: ids dealt
 // round-robin over the tasks, each task's in id order unless interleave
 // (a task fed by several senders) cuts them into runs of that many, and
@@ -69,7 +77,7 @@ func TestMergedRowsAreAStableSort(t *testing.T) {
 			want = append(want, t.rows...)
 		}
 		slices.SortStableFunc(want, func(a, b wire.RainstormRecord) int { return cmp.Compare(a.ID, b.ID) })
-		got := slices.Collect(rsMergeRows(tasks, rsCompareRows(false)))
+		got := slices.Collect(rsMergeRows(tasks, false))
 		if len(got) != len(want) {
 			t.Fatalf("%+v: %d rows merged, want %d", c, len(got), len(want))
 		}
@@ -89,7 +97,7 @@ func TestMergedRowsAreAStableSort(t *testing.T) {
 	}
 	slices.Sort(want)
 	var got []string
-	for rec := range rsMergeRows(tasks, rsCompareRows(true)) {
+	for rec := range rsMergeRows(tasks, true) {
 		got = append(got, rec.Fields[0])
 	}
 	if !slices.Equal(got, want) {
@@ -97,7 +105,7 @@ func TestMergedRowsAreAStableSort(t *testing.T) {
 	}
 	// A range stopped early stops reading.
 	n := 0
-	for range rsMergeRows(tasks, rsCompareRows(true)) {
+	for range rsMergeRows(tasks, true) {
 		if n++; n == 10 {
 			break
 		}
@@ -113,7 +121,7 @@ func BenchmarkMergeRows(b *testing.B) {
 	tasks := outputTasks(524_214, 3, 0, 0, rand.New(rand.NewPCG(1, 2)))
 	b.ReportAllocs()
 	for b.Loop() {
-		for range rsMergeRows(tasks, rsCompareRows(false)) {
+		for range rsMergeRows(tasks, false) {
 		}
 	}
 }

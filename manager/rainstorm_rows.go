@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"bytes"
 	"cmp"
 	"container/heap"
 	"iter"
@@ -17,15 +18,19 @@ import (
 // task, each task's as a few ascending runs (one for a task fed by a
 // single source; one per batch of another sender where its inputs
 // interleave), and a k-way merge of the runs needs only each run's
-// current row. One pass over the rows finds where the runs start, a
-// second merges them: each row is decoded twice, and what the read holds
-// is a cursor and a row per run, not a row per row.
+// current row. One pass over the rows finds where the runs start, stepping
+// over each without making it (only its id or first field is looked at, in
+// the store's page), a second merges them: what the read holds is a cursor
+// and a row per run, not a row per row.
 
 // rsRowsCursor is a cursor over one task's rows that copies as a value:
-// rsstore.RowsCursor, or a test's.
+// rsstore.RowsCursor, or a test's. Skip steps over a row as Next reads it,
+// giving only what orders it (its id and first field), without making it:
+// the pass that finds the runs makes no row.
 type rsRowsCursor[C any] interface {
 	*C
 	Next() (wire.RainstormRecord, bool)
+	Skip() (id uint64, first []byte, ok bool)
 }
 
 // rsRun is an ascending run of rows: a cursor at its next row, the rows
@@ -40,33 +45,43 @@ type rsRun[C any] struct {
 // first field) for an aggregate, else by input id.
 func rsCompareRows(aggregate bool) func(a, b *wire.RainstormRecord) int {
 	if aggregate {
-		return func(a, b *wire.RainstormRecord) int { return strings.Compare(a.Fields[0], b.Fields[0]) }
+		return func(a, b *wire.RainstormRecord) int { return strings.Compare(rsFirst(a), rsFirst(b)) }
 	}
 	return func(a, b *wire.RainstormRecord) int { return cmp.Compare(a.ID, b.ID) }
 }
 
+// rsFirst is r's first field, "" when it has none.
+func rsFirst(r *wire.RainstormRecord) string {
+	if len(r.Fields) == 0 {
+		return ""
+	}
+	return r.Fields[0]
+}
+
 // rsMergeRows returns the rows of srcs (each a task's, in the order
-// gathered) in the order compare gives, rows it finds equal in the order
+// gathered) in output order (rsCompareRows), rows equal in it in the order
 // gathered: what a stable sort of all of them, concatenated, gives. The
 // cursors are read from where they stand when the sequence is ranged
 // over; each range reads them afresh.
-func rsMergeRows[C any, P rsRowsCursor[C]](srcs []C, compare func(a, b *wire.RainstormRecord) int) iter.Seq[wire.RainstormRecord] {
+func rsMergeRows[C any, P rsRowsCursor[C]](srcs []C, aggregate bool) iter.Seq[wire.RainstormRecord] {
+	compare := rsCompareRows(aggregate)
 	return func(yield func(wire.RainstormRecord) bool) {
 		var runs []rsRun[C]
 		for _, c := range srcs {
 			start, n := c, 0
-			var prev wire.RainstormRecord
+			var prevID uint64
+			var prevFirst []byte
 			for {
 				before := c
-				rec, ok := P(&c).Next()
+				id, first, ok := P(&c).Skip()
 				if !ok {
 					break
 				}
-				if n > 0 && compare(&rec, &prev) < 0 {
+				if n > 0 && (aggregate && bytes.Compare(first, prevFirst) < 0 || !aggregate && id < prevID) {
 					runs = append(runs, rsRun[C]{cur: start, left: n})
 					start, n = before, 0
 				}
-				prev = rec
+				prevID, prevFirst = id, first
 				n++
 			}
 			if n > 0 {

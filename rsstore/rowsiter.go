@@ -48,19 +48,42 @@ func (c *RowsCursor) Next() (wire.RainstormRecord, bool) {
 		if rec, ok := c.r.Next(); ok {
 			return rec, true
 		}
-		if err := c.r.Err(); err != nil {
-			// The store encoded every page itself (flatten), so this is a
-			// broken invariant, as flatRows.records says.
-			panic("rsstore: rows this store encoded do not read: " + err.Error())
-		}
-		if c.page >= len(c.pages) {
+		if !c.open() {
 			return wire.RainstormRecord{}, false
 		}
-		r, err := wire.NewRowsReader(c.pages[c.page])
-		if err != nil {
-			panic("rsstore: rows this store encoded do not read: " + err.Error())
-		}
-		c.r = r
-		c.page++
 	}
+}
+
+// Skip steps over the next row without making it: its id and its first
+// field (nil when it has none), a view of the store's page that stays
+// valid, as pages never change. False after the last row.
+func (c *RowsCursor) Skip() (id uint64, first []byte, ok bool) {
+	for {
+		if id, first, ok := c.r.Skip(); ok {
+			return id, first, true
+		}
+		if !c.open() {
+			return 0, nil, false
+		}
+	}
+}
+
+// open moves to the next page once the current one is read; false when
+// none is left.
+func (c *RowsCursor) open() bool {
+	if err := c.r.Err(); err != nil {
+		// The store encoded every page itself (flatten), so this is a
+		// broken invariant, as flatRows.records says.
+		panic("rsstore: rows this store encoded do not read: " + err.Error())
+	}
+	if c.page >= len(c.pages) {
+		return false
+	}
+	r, err := wire.NewRowsReader(c.pages[c.page])
+	if err != nil {
+		panic("rsstore: rows this store encoded do not read: " + err.Error())
+	}
+	c.r = r
+	c.page++
+	return true
 }

@@ -52,6 +52,17 @@ func TestRowsCursorReadsWhatRowsReturns(t *testing.T) {
 	if got := cursorRows(s.RowsCursor(task)); !sameRows(got, want) {
 		t.Fatalf("a new cursor read %d rows, want the 600 Rows returns", len(got))
 	}
+	// Skip steps over the same rows, with their ids and first fields.
+	skip := s.RowsCursor(task)
+	for i := range want {
+		id, first, ok := skip.Skip()
+		if !ok || id != want[i].ID || string(first) != want[i].Fields[0] {
+			t.Fatalf("skip %d: %d %q %v, want %+v", i, id, first, ok, want[i])
+		}
+	}
+	if _, _, ok := skip.Skip(); ok {
+		t.Fatal("skipped past the last row")
+	}
 	if got := cursorRows(s.RowsCursor(wire.RainstormTask{Job: "none"})); got != nil {
 		t.Fatalf("a task the store lacks has rows %v", got)
 	}

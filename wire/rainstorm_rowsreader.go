@@ -64,28 +64,14 @@ func (r *RowsReader) Err() error {
 // Next returns the next record, or false when there is none left or the
 // layout is broken (Err says which).
 func (r *RowsReader) Next() (RainstormRecord, bool) {
-	if r.err != nil || r.recs == 0 {
+	id, k, start, _, ok := r.step()
+	if !ok {
 		return RainstormRecord{}, false
 	}
-	var rec RainstormRecord
-	rec.ID = r.uvarint()
-	k := r.count(1)
-	if r.err == nil && k > r.fields {
-		r.fail(fmt.Sprintf("a record has %d fields, more than the %d left", k, r.fields))
-	}
-	if r.err != nil {
-		return RainstormRecord{}, false
-	}
+	rec := RainstormRecord{ID: id}
 	if k > 0 {
-		// Walk the fields once to check them and find where they end,
-		// then cut all of them from one string of that span.
-		start := r.off
-		for range k {
-			r.str()
-		}
-		if r.err != nil {
-			return RainstormRecord{}, false
-		}
+		// The fields were checked and stepped over: cut all of them from
+		// one string of their span.
 		span := string(r.p[start:r.off])
 		rec.Fields = make([]string, k)
 		for i, off := 0, start; i < k; i++ {
@@ -94,6 +80,39 @@ func (r *RowsReader) Next() (RainstormRecord, bool) {
 			rec.Fields[i] = span[off-start : off-start+int(n)]
 			off += int(n)
 		}
+	}
+	return rec, true
+}
+
+// Skip steps over the next record, checking it as Next does, without
+// making it: its id and its first field (nil when it has none) as a view
+// of the input, for a caller that only orders records. False as Next.
+func (r *RowsReader) Skip() (id uint64, first []byte, ok bool) {
+	id, _, _, first, ok = r.step()
+	return id, first, ok
+}
+
+// step reads the next record's id and field count and steps over its
+// fields, checking them: they start at start and end at r.off, the first
+// at first.
+func (r *RowsReader) step() (id uint64, k, start int, first []byte, ok bool) {
+	if r.err != nil || r.recs == 0 {
+		return 0, 0, 0, nil, false
+	}
+	id = r.uvarint()
+	k = r.count(1)
+	if r.err == nil && k > r.fields {
+		r.fail(fmt.Sprintf("a record has %d fields, more than the %d left", k, r.fields))
+	}
+	start = r.off
+	for i := 0; i < k && r.err == nil; i++ {
+		f := r.str()
+		if i == 0 {
+			first = f
+		}
+	}
+	if r.err != nil {
+		return 0, 0, 0, nil, false
 	}
 	r.recs--
 	r.fields -= k
@@ -104,9 +123,9 @@ func (r *RowsReader) Next() (RainstormRecord, bool) {
 		r.end()
 	}
 	if r.err != nil {
-		return RainstormRecord{}, false
+		return 0, 0, 0, nil, false
 	}
-	return rec, true
+	return id, k, start, first, true
 }
 
 // end checks that nothing follows the last record, once none is left.
@@ -154,19 +173,22 @@ func (r *RowsReader) count(min int) int {
 	return int(v)
 }
 
-// str checks a length-prefixed UTF-8 string and steps over it.
-func (r *RowsReader) str() {
+// str checks a length-prefixed UTF-8 string, steps over it and returns
+// its bytes (a view of the input).
+func (r *RowsReader) str() []byte {
 	n := r.uvarint()
 	if r.err != nil {
-		return
+		return nil
 	}
 	if n > uint64(len(r.p)-r.off) {
 		r.fail(fmt.Sprintf("string of %d bytes past the end", n))
-		return
+		return nil
 	}
-	if !utf8.Valid(r.p[r.off : r.off+int(n)]) {
+	b := r.p[r.off : r.off+int(n) : r.off+int(n)]
+	if !utf8.Valid(b) {
 		r.fail("string is not valid UTF-8")
-		return
+		return nil
 	}
 	r.off += int(n)
+	return b
 }

@@ -63,6 +63,20 @@ func FuzzRowsReader(f *testing.F) {
 		var want RainstormRows
 		werr := want.UnmarshalCBOR(data)
 		got, gerr := readAll(data)
+		// Skip steps over the same records, with their ids and first fields.
+		if r, err := NewRowsReader(data); err == nil {
+			i := 0
+			for id, first, ok := r.Skip(); ok; id, first, ok = r.Skip() {
+				if i >= len(got) || id != got[i].ID || (len(got[i].Fields) > 0) != (first != nil) ||
+					(first != nil && string(first) != got[i].Fields[0]) {
+					t.Fatalf("skip %d: id %d, first %q; read %+v", i, id, first, got)
+				}
+				i++
+			}
+			if i != len(got) || (r.Err() == nil) != (gerr == nil) {
+				t.Fatalf("skipped %d records (%v), read %d (%v)", i, r.Err(), len(got), gerr)
+			}
+		}
 		switch {
 		case werr != nil && gerr == nil:
 			t.Fatalf("read %+v from what UnmarshalCBOR refuses (%v)", got, werr)
