@@ -127,7 +127,7 @@ func TestReportPipeline(t *testing.T) {
 			{Stage: 1, Index: 0, Name: "count", Attempts: 2, Records: 4, RecordsOut: 2},
 			{Stage: 1, Index: 1, Name: "count", Attempts: 1, Records: 5, RecordsOut: 1},
 		}}
-	stages, o := reportPipeline(out, 2)
+	stages, o := reportPipeline(&reportedOutput{PipelineOutput: out, total: len(out.Rows)}, 2)
 	want := []report.Stage{{Name: "source", Tasks: 1, Records: 10, RecordsOut: 9, Bad: 1},
 		{Name: "count", Tasks: 2, Records: 9, RecordsOut: 3, Restarts: 1}}
 	if !reflect.DeepEqual(stages, want) {

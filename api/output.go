@@ -1,13 +1,17 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
+	"iter"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,6 +39,10 @@ type PipelineOutput struct {
 	// leader took, oldest first (a new leader starts a new list).
 	StageTasks []int            `json:"stage_tasks,omitempty"`
 	Resizes    []PipelineResize `json:"resizes,omitempty"`
+	// AutoscaleHeld is why the leader's autoscaling takes no decision
+	// now (empty when it samples): a resize under way, or its record
+	// not stored on a majority.
+	AutoscaleHeld string `json:"autoscale_held,omitempty"`
 }
 
 // PipelineResize is one autoscaling decision: at At, stage Stage went from
@@ -54,7 +62,8 @@ type PipelineResize struct {
 	InForce     time.Duration `json:"in_force_ns,omitempty"`
 	GroupsMoved int           `json:"groups_moved,omitempty"`
 	// KeysMoved and BytesMoved are the operator state the leader served
-	// to the tasks gaining groups (entries, and their encoded size);
+	// to the tasks gaining groups (entries, and their encoded size as the
+	// store estimates it);
 	// Handover the time from the first handover request to the last
 	// moving group served whole (0: not complete, or nothing asked).
 	KeysMoved  int           `json:"keys_moved,omitempty"`
@@ -93,6 +102,16 @@ type OutputBackend interface {
 	PipelineOutput(ctx context.Context, jobID, workflow string, rows bool) (*PipelineOutput, error)
 }
 
+// OutputStreamer is implemented by backends that hand a pipeline's rows
+// over as they read them (a manager, from its store) rather than in one
+// PipelineOutput: the API writes each row as it comes, so neither side
+// holds the whole output and its first bytes leave at once. The summary
+// is the one PipelineOutput gives without rows; the rows are in output
+// order, and the sequence may be ranged over once.
+type OutputStreamer interface {
+	PipelineOutputRows(ctx context.Context, jobID, workflow string) (*PipelineOutput, iter.Seq[[]string], error)
+}
+
 // pipelineOutput serves GET /v1/jobs/{id}/results?workflow=NAME.
 func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, workflow, format string) {
 	ob, ok := s.backend.(OutputBackend)
@@ -103,6 +122,18 @@ func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, work
 	ctx, cancel := s.callContext(r)
 	defer cancel()
 	summary := r.URL.Query().Get("summary") == "true"
+	if st, ok := s.backend.(OutputStreamer); ok && !summary {
+		out, rows, err := st.PipelineOutputRows(ctx, id, workflow)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("output of %s in job %s: %w", workflow, id, err))
+			return
+		}
+		// The rows are written at the client's pace, not within the
+		// call's timeout: they are read from memory, and a million of
+		// them took longer than the timeout to write.
+		s.streamOutput(w, r, out, rows, format)
+		return
+	}
 	out, err := ob.PipelineOutput(ctx, id, workflow, !summary)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("output of %s in job %s: %w", workflow, id, err))
@@ -129,16 +160,116 @@ func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, work
 // names) and one line per row.
 func OutputCSV(out *PipelineOutput) ([]byte, error) {
 	var buf bytes.Buffer
-	cw := csv.NewWriter(&buf)
-	if len(out.Header) > 0 {
-		if err := cw.Write(out.Header); err != nil {
-			return nil, err
-		}
-	}
-	if err := cw.WriteAll(out.Rows); err != nil {
-		return nil, fmt.Errorf("output as CSV: %w", err)
+	if err := writeOutputCSV(&buf, out, slices.Values(out.Rows)); err != nil {
+		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// writeOutputCSV writes what OutputCSV renders, the rows as they come.
+func writeOutputCSV(w io.Writer, out *PipelineOutput, rows iter.Seq[[]string]) error {
+	cw := csv.NewWriter(w)
+	if len(out.Header) > 0 {
+		if err := cw.Write(out.Header); err != nil {
+			return fmt.Errorf("output as CSV: %w", err)
+		}
+		cw.Flush() // the header leaves with the summary, before the rows are read
+	}
+	for row := range rows {
+		if err := cw.Write(row); err != nil {
+			return fmt.Errorf("output as CSV: %w", err)
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return fmt.Errorf("output as CSV: %w", err)
+	}
+	return nil
+}
+
+// rowsKey is where writeOutputJSON cuts a summary's JSON to put the rows
+// in. Inside a JSON string every quote is escaped, so `,"` never occurs
+// in one: the first match is the field itself.
+var rowsKey = []byte(`,"rows":[]`)
+
+// writeOutputJSON writes the JSON the API's encoder writes for out with
+// rows as its Rows, byte for byte, the rows as they come: the summary is
+// encoded with no rows and cut where they go.
+func writeOutputJSON(w io.Writer, out *PipelineOutput, rows iter.Seq[[]string]) error {
+	o := *out
+	o.Rows = [][]string{}
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(&o); err != nil {
+		return fmt.Errorf("output as JSON: %w", err)
+	}
+	b := buf.Bytes()
+	cut := bytes.Index(b, rowsKey)
+	if cut < 0 {
+		return fmt.Errorf("output as JSON: no rows field in %.80s", b)
+	}
+	cut += len(rowsKey) - 1 // after the '['
+	if _, err := w.Write(b[:cut]); err != nil {
+		return err
+	}
+	first := true
+	for row := range rows {
+		rb, err := json.Marshal(row)
+		if err != nil {
+			return fmt.Errorf("output as JSON: %w", err)
+		}
+		if !first {
+			rb = append([]byte{','}, rb...)
+		}
+		first = false
+		if _, err := w.Write(rb); err != nil {
+			return err
+		}
+	}
+	_, err := w.Write(b[cut:])
+	return err
+}
+
+// streamOutput writes out and its rows as pipelineOutput's format asks,
+// row by row through a buffer, flushing what is written at once (the
+// summary) so the client sees the answer start before the rows are all
+// read.
+func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, out *PipelineOutput, rows iter.Seq[[]string], format string) {
+	h := w.Header()
+	if format == "csv" {
+		h.Set("Content-Type", "text/csv; charset=utf-8")
+	} else {
+		h.Set("Content-Type", "application/json")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
+	}
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	gone := r.Context()
+	sent := func(yield func([]string) bool) {
+		// The head is out before the first row is read.
+		if bw.Flush() != nil || rc.Flush() != nil {
+			return
+		}
+		for row := range rows {
+			if gone.Err() != nil || !yield(row) {
+				return // the client left: stop reading the store
+			}
+		}
+	}
+	var err error
+	if format == "csv" {
+		err = writeOutputCSV(bw, out, sent)
+	} else {
+		err = writeOutputJSON(bw, out, sent)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err != nil {
+		// The status is out: the client sees a body cut short.
+		s.log.Debug("pipeline output written in part", "job_id", out.JobID, "workflow", out.Workflow, "err", err)
+	}
 }
 
 // Output downloads a pipeline workflow's output as "json" or "csv".
@@ -181,9 +312,15 @@ const outputPageBudget = wire.MaxMessageSize / 10
 // and as many rows as fit the page budget (at least one, so a huge row
 // still moves).
 func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
+	return OutputPageOf(out, slices.Values(out.Rows), offset)
+}
+
+// OutputPageOf is OutputPage with out's rows given as they are read: the
+// rows before offset and after the page are counted and dropped, so the
+// page's memory is the page's.
+func OutputPageOf(out *PipelineOutput, rows iter.Seq[[]string], offset uint64) *wire.RainstormOutputPage {
 	p := &wire.RainstormOutputPage{Status: out.Status, Complete: out.Complete, Header: out.Header,
-		BadRecords: out.BadRecords, BadFirst: out.BadFirst, Restarts: out.Restarts,
-		Total: uint64(len(out.Rows)), Offset: min(offset, uint64(len(out.Rows))), StageTasks: out.StageTasks}
+		BadRecords: out.BadRecords, BadFirst: out.BadFirst, Restarts: out.Restarts, StageTasks: out.StageTasks}
 	for _, r := range out.Resizes {
 		p.Resizes = append(p.Resizes, wire.RainstormResize{At: r.At.UnixNano(), Stage: r.Stage, From: r.From, To: r.To, Decision: r.Decision,
 			Epoch: r.Epoch, InForce: int64(r.InForce), GroupsMoved: r.GroupsMoved, KeysMoved: r.KeysMoved, BytesMoved: r.BytesMoved,
@@ -193,18 +330,24 @@ func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
 		p.Tasks = append(p.Tasks, wire.RainstormOutputTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
 			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, RecordsOut: t.RecordsOut, Bad: t.Bad, Waiting: t.Waiting})
 	}
-	size := 0
-	for _, row := range out.Rows[p.Offset:] {
+	size, full := 0, false
+	for row := range rows {
+		p.Total++
+		if p.Total <= offset || full {
+			continue
+		}
 		n := 8
 		for _, f := range row {
 			n += len(f) + 8
 		}
 		if len(p.Rows) > 0 && size+n > outputPageBudget {
-			break
+			full = true
+			continue
 		}
 		size += n
 		p.Rows = append(p.Rows, row)
 	}
+	p.Offset = min(offset, p.Total)
 	return p
 }
 

@@ -1,7 +1,11 @@
 package api
 
 import (
+	"bytes"
+	"encoding/csv"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -59,4 +63,48 @@ func TestOutputPages(t *testing.T) {
 	}) {
 		t.Fatalf("pages put back together differ from the output")
 	}
+}
+
+// The output written row by row is byte for byte what the API wrote for
+// the whole output at once: JSON as its encoder writes the struct, CSV as
+// a csv.Writer writes every row. Rows with characters JSON and CSV escape,
+// a row of no fields (JSON null), no header, and no rows at all.
+func TestStreamedOutputIsTheWholeOutput(t *testing.T) {
+	tricky := [][]string{{"a", "1"}, {`q"uote`, "<b>&amp;</b>"}, nil, {}, {"comma,here", "new\nline"}, {"ünï", "\u2028", ",\"rows\":[]"}, {"=1+2", " lead"}}
+	for _, out := range []*PipelineOutput{
+		{JobID: "j", Workflow: "w", Complete: true, Header: []string{"key", "value"}, Rows: tricky, BadRecords: 3, BadFirst: []uint64{4},
+			Tasks: []PipelineTask{{Name: "source"}}, StageTasks: []int{1, 2}, AutoscaleHeld: "why",
+			Resizes: []PipelineResize{{At: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Stage: "count", From: 1, To: 2}}},
+		{JobID: "j", Workflow: `w,"rows":[]`, Rows: tricky},
+		{JobID: "j", Workflow: "w", Rows: [][]string{}},
+	} {
+		var want, got bytes.Buffer
+		writeJSON(httptestRecorder(&want), http.StatusOK, out)
+		if err := writeOutputJSON(&got, out, slices.Values(out.Rows)); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Fatalf("streamed JSON\n%s\nwant\n%s", got.String(), want.String())
+		}
+		want.Reset()
+		got.Reset()
+		cw := csv.NewWriter(&want)
+		if len(out.Header) > 0 {
+			_ = cw.Write(out.Header)
+		}
+		_ = cw.WriteAll(out.Rows)
+		if err := writeOutputCSV(&got, out, slices.Values(out.Rows)); err != nil {
+			t.Fatal(err)
+		}
+		if got.String() != want.String() {
+			t.Fatalf("streamed CSV\n%q\nwant\n%q", got.String(), want.String())
+		}
+	}
+}
+
+// httptestRecorder is a ResponseWriter writing its body to b.
+func httptestRecorder(b *bytes.Buffer) http.ResponseWriter {
+	rec := httptest.NewRecorder()
+	rec.Body = b
+	return rec
 }

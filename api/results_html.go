@@ -57,7 +57,7 @@ func (s *Server) addPipelines(ctx context.Context, j *report.Job, res *Results) 
 		if ws.Type != "rainstorm" {
 			continue
 		}
-		out, err := ob.PipelineOutput(ctx, res.JobID, ws.Name, true)
+		out, err := reportOutput(ctx, ob, res.JobID, ws.Name)
 		if err != nil {
 			s.log.Debug("pipeline output for the HTML report", "job_id", res.JobID, "workflow", ws.Name, "err", err)
 			continue
@@ -66,9 +66,43 @@ func (s *Server) addPipelines(ctx context.Context, j *report.Job, res *Results) 
 	}
 }
 
+// reportOutput is a pipeline's output for the report: from a backend that
+// streams its rows, the first reportRows of them and the count of the rest
+// (the report shows no more), else the whole output.
+func reportOutput(ctx context.Context, ob OutputBackend, jobID, workflow string) (*reportedOutput, error) {
+	st, ok := ob.(OutputStreamer)
+	if !ok {
+		out, err := ob.PipelineOutput(ctx, jobID, workflow, true)
+		if err != nil {
+			return nil, err
+		}
+		return &reportedOutput{PipelineOutput: out, total: len(out.Rows)}, nil
+	}
+	out, rows, err := st.PipelineOutputRows(ctx, jobID, workflow)
+	if err != nil {
+		return nil, err
+	}
+	r := &reportedOutput{PipelineOutput: out}
+	out.Rows = nil
+	for row := range rows {
+		if r.total < reportRows {
+			out.Rows = append(out.Rows, row)
+		}
+		r.total++
+	}
+	return r, nil
+}
+
+// reportedOutput is a pipeline's output as the report reads it: its rows
+// may be only the first of total.
+type reportedOutput struct {
+	*PipelineOutput
+	total int
+}
+
 // reportPipeline sums a pipeline's tasks by stage and keeps the first rows
 // of its output.
-func reportPipeline(out *PipelineOutput, rows int) ([]report.Stage, *report.Output) {
+func reportPipeline(out *reportedOutput, rows int) ([]report.Stage, *report.Output) {
 	var stages []report.Stage
 	for _, t := range out.Tasks {
 		for len(stages) <= t.Stage {
@@ -83,7 +117,7 @@ func reportPipeline(out *PipelineOutput, rows int) ([]report.Stage, *report.Outp
 		st.Restarts += max(t.Attempts-1, 0)
 	}
 	return stages, &report.Output{Header: out.Header, Rows: out.Rows[:min(rows, len(out.Rows))],
-		Total: len(out.Rows), Complete: out.Complete}
+		Total: out.total, Complete: out.Complete}
 }
 
 // ReportJob converts results (and the job's status, if known; st may be

@@ -37,11 +37,14 @@ func rsScaleRecordLocked(ps *rsPipeScale, term uint64) *wire.RainstormScale {
 // this term before the source is asked for them (rsStoreScale).
 func rsLoadScaleLocked(ps *rsPipeScale, sc *wire.RainstormScale, epochs []wire.RainstormEpoch) {
 	ps.loaded = true
+	// Whatever an earlier load inherited is dropped first: with no record
+	// stored, nobody asks the source for anything, and sizes kept from
+	// an earlier term would be asked for on that term's word alone.
+	ps.inherit, ps.inheritAt = nil, 0
 	if sc == nil {
 		return
 	}
 	ps.seq = sc.Seq
-	ps.inherit, ps.inheritAt = nil, 0
 	if n := len(sc.Resizes); len(sc.Want) > 0 && n > 0 && sc.Resizes[n-1].Epoch == uint64(len(epochs)) {
 		// The wanted sizes are the last decision's, taken when the
 		// source recorded the epochs it records now: still the next
@@ -80,6 +83,7 @@ type rsScaleWrite struct {
 	decided   *api.PipelineResize
 	inherited bool
 	figures   uint64
+	at        time.Time // the scale round that asked for it
 }
 
 // rsStoreScale stores w's record for pipeline key on a majority, then, if
@@ -103,9 +107,12 @@ func (m *Manager) rsStoreScale(ctx context.Context, term uint64, key rsPipeKey, 
 	}
 	if err != nil {
 		ps.seq = max(ps.seq, rec.Seq)
-		m.log.Warn("rainstorm: autoscale record not stored on a majority; dropped", "job_id", key.job, "workflow", key.wf, "err", err)
+		wait := ps.retry.failed(w.at, err)
+		m.log.Warn("rainstorm: autoscale record not stored on a majority; dropped", "job_id", key.job, "workflow", key.wf,
+			"err", err, "failures", ps.retry.failures, "next_write_in", wait)
 		return false
 	}
+	ps.retry = rsRetry{}
 	if rec.Seq <= ps.seq {
 		return false
 	}
@@ -117,10 +124,7 @@ func (m *Manager) rsStoreScale(ctx context.Context, term uint64, key rsPipeKey, 
 	}
 	if decided := w.decided; decided != nil {
 		ps.want = slices.Clone(rec.Want)
-		ps.resizes = append(ps.resizes, *decided)
-		if len(ps.resizes) > rsResizeHistory {
-			ps.resizes = slices.Delete(ps.resizes, 0, len(ps.resizes)-rsResizeHistory)
-		}
+		ps.resizes = rsKeepHistory(append(ps.resizes, *decided))
 	}
 	return true
 }

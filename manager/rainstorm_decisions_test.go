@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +99,127 @@ func TestRainstormInheritedSizesFollowTheSourcesEpochs(t *testing.T) {
 		if !slices.Equal(ps.inherit, tc.inherit) || ps.want != nil {
 			t.Errorf("%s: inherits %v and wants %v, want to inherit %v and want nothing before it is stored", tc.name, ps.inherit, ps.want, tc.inherit)
 		}
+	}
+}
+
+// A leader that inherited sizes in one term and leads again in a later one
+// reads the store afresh: when it holds no record for the pipeline (a sync
+// met none on a majority), nothing is inherited. Kept from the earlier
+// term, the sizes would be stored again and asked of the source on the
+// word of a record that no longer exists.
+func TestRainstormInheritedSizesDoNotOutliveTheirTerm(t *testing.T) {
+	start := []wire.RainstormEpoch{{Tasks: []int{1}}}
+	sc := &wire.RainstormScale{Term: 3, Seq: 2, Want: []int{2}, Resizes: []wire.RainstormResize{{Stage: "count", From: 1, To: 2, Epoch: 1}}}
+	var s rsScaleState
+	key := rsPipeKey{"job", "pipe"}
+	ps := s.pipeLocked(key, 4)
+	rsLoadScaleLocked(ps, sc, start)
+	if !slices.Equal(ps.inherit, []int{2}) {
+		t.Fatalf("term 4 inherits %v, want [2]", ps.inherit)
+	}
+	ps = s.pipeLocked(key, 6)
+	if ps.loaded {
+		t.Fatal("a new term starts loaded")
+	}
+	rsLoadScaleLocked(ps, nil, start)
+	if ps.inherit != nil || ps.inheritAt != 0 {
+		t.Fatalf("term 6, with no stored record, inherits %v at %d epochs, want nothing", ps.inherit, ps.inheritAt)
+	}
+
+	// A load over state that inherited, without a term change between
+	// (the record gone from the store), drops it too.
+	ps.inherit, ps.inheritAt = []int{2}, 1
+	rsLoadScaleLocked(ps, nil, start)
+	if ps.inherit != nil {
+		t.Fatalf("a load with no stored record keeps %v", ps.inherit)
+	}
+}
+
+// While a majority of the managers cannot be reached, the autoscaling
+// record is not written every scale round: each write that misses a
+// majority doubles the wait before the next, and the status says why the
+// pipeline's autoscaling waits. Rounds are driven here with their own
+// clock, five a second, so the count does not depend on the machine's
+// speed; the background loop, on the real clock, finds the backoff set
+// in its future and stays quiet.
+func TestRainstormAutoscaleRecordWritesBackOffWithoutAMajority(t *testing.T) {
+	loss := &lossControl{}
+	c := newLossyCluster(t, 3, func(cfg *Config) { cfg.QuorumTimeout = 200 * time.Millisecond }, loss)
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 0, High: 1e9}) // never decides itself
+	sp.openSourceAndCount()
+	key := rsPipeKey{sp.job, "pipe"}
+	lt := lead.leading()
+	term := lt.Number()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		lead.rsScale.mu.Lock()
+		defer lead.rsScale.mu.Unlock()
+		if ps := lead.rsScale.pipes[key]; ps == nil || ps.term != term || !ps.loaded {
+			return errors.New("the scale loop has not loaded the pipeline in this term")
+		}
+		return nil
+	})
+	var p rsScalePipe
+	for _, q := range lead.rsResizablePipes() {
+		if q.key == key {
+			p = q
+		}
+	}
+	if p.spec == nil {
+		t.Fatal("the pipeline is not resizable")
+	}
+	latest := make([]*wire.RainstormCheckpoint, len(p.order))
+	for i, task := range p.order {
+		latest[i] = lead.rs.Head(task)
+	}
+	epochs, cur, _ := rsEpochsOf(p.spec, latest[0])
+
+	for _, id := range others(c, lead.ID()) {
+		loss.set(wire.TypeRainstormReplicate, id, lossDrop)
+	}
+	// A measured figure not stored yet: every round has a write to make.
+	lead.rsScale.mu.Lock()
+	lead.rsScale.pipes[key].figures++
+	lead.rsScale.mu.Unlock()
+
+	const rounds = 50 // ten seconds of scale rounds
+	start := time.Now().Add(time.Minute)
+	writes := 0
+	for i := range rounds {
+		at := start.Add(time.Duration(i) * rsObserveEvery)
+		w := lead.rsAutoscale(lt, p, latest, 0, "", epochs, cur, false, at, i%5 == 4)
+		if w.rec == nil {
+			continue
+		}
+		writes++
+		if lead.rsStoreScale(context.Background(), term, key, w) {
+			t.Fatal("a record no peer stored was taken as stored")
+		}
+	}
+	// Waits of 0.5-1 s, 1-2 s, 2-4 s, 4-8 s: at most five writes in ten
+	// seconds.
+	if writes == 0 || writes > 5 {
+		t.Fatalf("%d writes of the record in %d rounds with no majority, want 1 to 5", writes, rounds)
+	}
+	if held := lead.rsScale.held(key, term); !strings.Contains(held, "missed a majority") {
+		t.Fatalf("the autoscaling holds with %q, want the missed majority named", held)
+	}
+
+	// The majority back, the first round after the wait stores the figure
+	// and writes at will again.
+	loss.clear()
+	at := start.Add(10 * time.Minute)
+	w := lead.rsAutoscale(lt, p, latest, 0, "", epochs, cur, false, at, true)
+	if w.rec == nil || !lead.rsStoreScale(context.Background(), term, key, w) {
+		t.Fatal("the record was not stored once the majority was back")
+	}
+	lead.rsScale.mu.Lock()
+	defer lead.rsScale.mu.Unlock()
+	if ps := lead.rsScale.pipes[key]; ps.retry != (rsRetry{}) || ps.storedFigures != ps.figures {
+		t.Fatalf("after a stored write the retry is %+v and %d of %d figures stored", ps.retry, ps.storedFigures, ps.figures)
 	}
 }

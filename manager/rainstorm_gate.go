@@ -28,11 +28,20 @@ func (m *Manager) registerRainstormOutput() {
 		if _, err := m.rsReady(); err != nil {
 			return nil, err
 		}
-		out, err := m.PipelineOutput(ctx, msg.Job, msg.Workflow, msg.Rows)
+		if !msg.Rows {
+			out, err := m.PipelineOutput(ctx, msg.Job, msg.Workflow, false)
+			if err != nil {
+				return nil, err
+			}
+			return api.OutputPage(out, msg.Offset), nil
+		}
+		// The rows are read through to count them, the page's kept: a
+		// page costs its own rows, not the output's.
+		out, rows, err := m.PipelineOutputRows(ctx, msg.Job, msg.Workflow)
 		if err != nil {
 			return nil, err
 		}
-		return api.OutputPage(out, msg.Offset), nil
+		return api.OutputPageOf(out, rows, msg.Offset), nil
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"tempest/rainstorm"
+	"tempest/rainstorm/ckpt"
 	"tempest/rsstore"
 	"tempest/wire"
 )
@@ -191,8 +192,12 @@ func (s *rsScaleState) handedOver(key rsPipeKey, stage string, epoch uint64, mov
 		if pk := [2]int{part.Group, first}; !st.parts[pk] {
 			st.parts[pk] = true
 			st.keys += len(part.Entries)
-			if b, err := wire.Marshal(part); err == nil {
-				st.bytes += int64(len(b))
+			// The store's estimate of the entries' encoded size, as the
+			// page's budget counted them: encoding the page again only to
+			// measure it cost a second pass over up to a message's worth
+			// of state under the scale lock.
+			for i := range part.Entries {
+				st.bytes += int64(ckpt.EntrySize(&part.Entries[i]))
 			}
 		}
 		if page.More && part.Group != page.NextGroup {

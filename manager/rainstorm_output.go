@@ -4,12 +4,13 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"math"
 	"slices"
-	"strings"
 
 	"tempest/api"
 	"tempest/rainstorm"
+	"tempest/rsstore"
 	"tempest/wire"
 )
 
@@ -21,19 +22,44 @@ import (
 // may lack groups a majority holds, and would show rows missing); a
 // follower answers NotLeader, which the API server forwards.
 func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, withRows bool) (*api.PipelineOutput, error) {
-	if err := m.rsAwaitSynced(ctx); err != nil {
+	out, rows, err := m.pipelineOutput(ctx, jobID, workflow, withRows)
+	if err != nil {
 		return nil, err
+	}
+	if withRows {
+		out.Rows = [][]string{}
+		for r := range rows {
+			out.Rows = append(out.Rows, r)
+		}
+	}
+	return out, nil
+}
+
+// PipelineOutputRows implements api.OutputStreamer: the output's summary,
+// as PipelineOutput gives it without rows, and its rows in output order,
+// read from the store as the sequence is ranged over (rainstorm_rows.go),
+// so a read of the output holds a row per run of it rather than every
+// row. The rows are those of the checkpoints durable when it was called.
+func (m *Manager) PipelineOutputRows(ctx context.Context, jobID, workflow string) (*api.PipelineOutput, iter.Seq[[]string], error) {
+	return m.pipelineOutput(ctx, jobID, workflow, true)
+}
+
+// pipelineOutput is the summary of a pipeline's output and, with
+// withRows, its rows as a sequence.
+func (m *Manager) pipelineOutput(ctx context.Context, jobID, workflow string, withRows bool) (*api.PipelineOutput, iter.Seq[[]string], error) {
+	if err := m.rsAwaitSynced(ctx); err != nil {
+		return nil, nil, err
 	}
 	spec, order, infos := m.rsTasks(jobID, workflow)
 	if spec == nil {
-		return nil, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
+		return nil, nil, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
 	}
 	out := &api.PipelineOutput{JobID: jobID, Workflow: workflow, Complete: true}
 	if v, ok := m.viewJob(jobID); ok {
 		out.Status = m.jobStatus(v, false).Status
 	}
 	last := len(spec.Stages)
-	var rows []wire.RainstormRecord
+	var cursors []rsstore.RowsCursor
 	// A resizable pipeline's last stage is complete with the tasks of the
 	// epochs its source reached: a dormant task never ran.
 	epochs, cur, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: jobID, Workflow: workflow}))
@@ -44,6 +70,9 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 			decided = m.rsStoredResizes(jobID, workflow)
 		}
 		out.Resizes = rsRecordedResizes(spec, epochs, decided)
+		if lt := m.leading(); lt != nil {
+			out.AutoscaleHeld = m.rsScale.held(rsPipeKey{jobID, workflow}, lt.Number())
+		}
 	}
 	for i, t := range order {
 		name := "source"
@@ -96,21 +125,22 @@ func (m *Manager) PipelineOutput(ctx context.Context, jobID, workflow string, wi
 			out.Complete = false
 		}
 		if withRows {
-			rows = append(rows, m.rs.Rows(t)...)
+			cursors = append(cursors, m.rs.RowsCursor(t))
 		}
 	}
 	header, _ := m.rs.Header(jobID, workflow)
-	if spec.Stages[last-1].Op.Aggregate() {
-		slices.SortFunc(rows, func(a, b wire.RainstormRecord) int { return strings.Compare(a.Fields[0], b.Fields[0]) })
-	} else {
-		sortByInput(rows)
-	}
 	out.Header = rainstorm.Columns(spec, header, last)
-	out.Rows = make([][]string, len(rows))
-	for i, r := range rows {
-		out.Rows[i] = r.Fields
+	if !withRows {
+		return out, nil, nil
 	}
-	return out, nil
+	merged := rsMergeRows(cursors, spec.Stages[last-1].Op.Aggregate())
+	return out, func(yield func([]string) bool) {
+		for r := range merged {
+			if !yield(r.Fields) {
+				return
+			}
+		}
+	}, nil
 }
 
 // rsAwaitSynced waits until this manager leads and has read, in this term,
@@ -175,61 +205,4 @@ func rsRecordedResizes(spec *rainstorm.Spec, epochs []wire.RainstormEpoch, decid
 		return cmp.Compare(ea, eb)
 	})
 	return out
-}
-
-// sortByInput puts a record output's rows in input order, rows of one
-// input record (an at-least-once run may publish one twice) in the order
-// gathered: a stable sort by id. Rows come task by task, each task's in
-// id order unless its inputs interleave, so the output is a few ascending
-// runs: a natural merge sort merges them pairwise through one buffer, in
-// log2(runs) passes (two for three tasks), where SortStableFunc's
-// insertion sort and in-place merges rotated half a million rows.
-func sortByInput(rows []wire.RainstormRecord) {
-	// Where each ascending run starts, and len(rows).
-	bounds := []int{0}
-	for i := 1; i < len(rows); i++ {
-		if rows[i].ID < rows[i-1].ID {
-			bounds = append(bounds, i)
-		}
-	}
-	bounds = append(bounds, len(rows))
-	if len(bounds) <= 2 {
-		return // one run: sorted
-	}
-	src, dst := rows, make([]wire.RainstormRecord, len(rows))
-	for len(bounds) > 2 {
-		merged := []int{0}
-		for k := 0; k+1 < len(bounds); k += 2 {
-			lo, mid := bounds[k], bounds[k+1]
-			hi := mid
-			if k+2 < len(bounds) {
-				hi = bounds[k+2]
-			}
-			mergeByID(dst[lo:hi], src[lo:mid], src[mid:hi])
-			merged = append(merged, hi)
-		}
-		bounds = merged
-		src, dst = dst, src
-	}
-	if &src[0] != &rows[0] {
-		copy(rows, src)
-	}
-}
-
-// mergeByID merges runs a and b, each in id order, into dst; of equal
-// ids a's come first, so the merge is stable.
-func mergeByID(dst, a, b []wire.RainstormRecord) {
-	i, j, k := 0, 0, 0
-	for i < len(a) && j < len(b) {
-		if b[j].ID < a[i].ID {
-			dst[k] = b[j]
-			j++
-		} else {
-			dst[k] = a[i]
-			i++
-		}
-		k++
-	}
-	k += copy(dst[k:], a[i:])
-	copy(dst[k:], b[j:])
 }

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -99,6 +100,46 @@ type rsPipeScale struct {
 	// successor not knowing what the source was asked.
 	inherit   []int
 	inheritAt int
+	// retry is when the next write of the record may be tried after
+	// writes that missed a majority (rsStoreScale): until then the
+	// pipeline neither writes nor decides.
+	retry rsRetry
+}
+
+// rsRetry spaces the writes of a pipeline's autoscaling record while a
+// majority of the managers cannot be reached: each write that misses one
+// doubles the wait before the next (jittered, so the pipelines of a
+// leader do not try together), up to rsRetryMax. Without it every scale
+// round, five a second, wrote the record again, waited out a quorum
+// round and logged the failure.
+type rsRetry struct {
+	failures int
+	at       time.Time // zero: write at will
+	err      string    // the last failure, for the status
+}
+
+const (
+	rsRetryBase = rsScaleEvery
+	rsRetryMax  = 30 * time.Second
+)
+
+// failed notes a write that missed a majority at now.
+func (r *rsRetry) failed(now time.Time, err error) time.Duration {
+	d := rsRetryBase << min(r.failures, 16)
+	d = min(d, rsRetryMax)
+	d = d/2 + rand.N(d/2+1)
+	r.failures++
+	r.at, r.err = now.Add(d), err.Error()
+	return d
+}
+
+// waits reports why a write may not be tried at now ("" when it may).
+func (r *rsRetry) waits(now time.Time) string {
+	if r.at.IsZero() || !now.Before(r.at) {
+		return ""
+	}
+	return fmt.Sprintf("the autoscaling record missed a majority of the managers %d times in a row (%s): next write in %s",
+		r.failures, r.err, r.at.Sub(now).Round(100*time.Millisecond))
 }
 
 // rsResizeKey names one resize of a pipeline: its stage and the epoch it
@@ -115,6 +156,10 @@ func (s *rsScaleState) pipeLocked(key rsPipeKey, term uint64) *rsPipeScale {
 	if p.term != term {
 		p.term, p.scalers, p.want, p.held = term, map[int]*rainstorm.Scaler{}, nil, ""
 		p.loaded, p.seq = false, 0
+		// Sizes inherited in an earlier term are that term's reading of
+		// the store: this one reads it again (rsLoadScaleLocked).
+		p.inherit, p.inheritAt = nil, 0
+		p.retry = rsRetry{}
 	}
 	return p
 }
@@ -140,6 +185,33 @@ func (s *rsScaleState) want(key rsPipeKey, term uint64) []int {
 		return slices.Clone(p.want)
 	}
 	return nil
+}
+
+// loaded reports whether key's state was loaded from the store in term.
+func (s *rsScaleState) loaded(key rsPipeKey, term uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pipes[key]
+	return p != nil && p.term == term && p.loaded
+}
+
+// rsKeepHistory is rs without the decisions older than the last
+// rsResizeHistory, for the record and the leader's state alike.
+func rsKeepHistory[T any](rs []T) []T {
+	if n := len(rs); n > rsResizeHistory {
+		return slices.Delete(rs, 0, n-rsResizeHistory)
+	}
+	return rs
+}
+
+// held is why key's scalers hold their samples in term, as last logged.
+func (s *rsScaleState) held(key rsPipeKey, term uint64) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pipes[key]; p != nil && p.term == term {
+		return p.held
+	}
+	return ""
 }
 
 // resizes returns the decisions recorded for key, oldest first, with
@@ -423,8 +495,15 @@ func rsTasksAt(epochs []wire.RainstormEpoch, e, stage int) int {
 func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire.RainstormCheckpoint, read uint64, settling string,
 	epochs []wire.RainstormEpoch, cur int, srcDone bool, now time.Time, sample bool) (w rsScaleWrite) {
 	recorded := epochs[len(epochs)-1].Tasks
-	stored := m.rs.Scale(p.key.job, p.key.wf) // read before s.mu: the store's lock is not taken under it
 	s := &m.rsScale
+	// The stored record is read once a term, when the pipeline's state
+	// is loaded: in the term only this leader writes it, and its writes
+	// are in ps already. Read before s.mu: the store's lock is not taken
+	// under it.
+	var stored *wire.RainstormScale
+	if !s.loaded(p.key, lt.Number()) {
+		stored = m.rs.Scale(p.key.job, p.key.wf)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ps := s.pipeLocked(p.key, lt.Number())
@@ -438,12 +517,16 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	if ps.inherit != nil && (ps.inheritAt != len(epochs) || srcDone) {
 		ps.inherit = nil // the source recorded an epoch since: the sizes are history
 	}
-	w.figures = ps.figures
+	w.figures, w.at = ps.figures, now
+	backoff := ps.retry.waits(now)
 	if (settling == "" && m.rsResizesInForceLocked(p, ps, epochs, cur, now)) || ps.figures != ps.storedFigures || ps.inherit != nil {
 		w.rec = rsScaleRecordLocked(ps, lt.Number()) // the figures, durable with the decisions
 		if ps.inherit != nil {
 			w.rec.Want, w.inherited = slices.Clone(ps.inherit), true
 		}
+	}
+	if backoff != "" {
+		w.rec = nil // what it would write stays in ps: the write after the wait carries it
 	}
 	if ps.want != nil && (slices.Equal(ps.want, recorded) || srcDone) {
 		ps.want = nil // recorded (or moot): the source has it
@@ -455,6 +538,10 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 	// does not scale says so.
 	held := settling
 	switch {
+	case backoff != "":
+		// A decision now could not be stored either: the scalers wait
+		// with the write.
+		held = backoff
 	case ps.inherit != nil:
 		held = fmt.Sprintf("sizes %v an earlier leader asked for, not yet stored in this term", ps.inherit)
 	case ps.want != nil:
@@ -499,7 +586,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 			offered = max(offered, read)
 		}
 		x := rainstorm.ScaleSample{At: now, Tasks: recorded[st-1], In: in, Backlog: offered - min(offered, in),
-			Resizing: ps.want != nil || ps.inherit != nil || cur < len(epochs)-1 || settling != ""}
+			Resizing: ps.want != nil || ps.inherit != nil || cur < len(epochs)-1 || settling != "" || backoff != ""}
 		d, ok := sc.Observe(x)
 		if !ok {
 			continue
@@ -513,10 +600,7 @@ func (m *Manager) rsAutoscale(lt *leadership.Term, p rsScalePipe, latest []*wire
 		w.decided = &api.PipelineResize{At: d.At, Stage: name, From: d.From, To: d.To, Decision: d.String(), Epoch: uint64(len(epochs))}
 		w.rec = rsScaleRecordLocked(ps, lt.Number())
 		w.rec.Want = next
-		w.rec.Resizes = append(w.rec.Resizes, rsResizeToWire(*w.decided))
-		if n := len(w.rec.Resizes); n > rsResizeHistory {
-			w.rec.Resizes = w.rec.Resizes[n-rsResizeHistory:]
-		}
+		w.rec.Resizes = rsKeepHistory(append(w.rec.Resizes, rsResizeToWire(*w.decided)))
 		break // one change at a time: the next sample sees it resizing
 	}
 	return w

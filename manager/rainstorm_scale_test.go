@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -596,6 +597,39 @@ func TestRainstormHandoverFiguresCountEachGroupOnce(t *testing.T) {
 	st := s.pipes[key].handovers[rsResizeKey{"count", 1}]
 	if st.keys != 4 || st.done.IsZero() || st.done.Sub(st.asked) != 3*time.Second {
 		t.Fatalf("figures: %d keys, done after %s; want 4 keys, done after 3s", st.keys, st.done.Sub(st.asked))
+	}
+}
+
+// Counting a served page's bytes costs what the page's bookkeeping does,
+// not a second encoding of its entries: the count is the store's estimate,
+// the one the page's budget was cut by. A page of 8,000 entries
+// (about 300 kB encoded) allocated its size again under the scale lock.
+func TestRainstormHandoverFiguresDoNotEncodeThePage(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	page := wire.RainstormHandover{Stage: 1, FromGroup: 0}
+	want := int64(0)
+	for g := range 4 {
+		part := wire.RainstormGroupState{Group: g}
+		for i := range 2000 {
+			e := wire.RainstormAggregate{Key: fmt.Sprintf("key-%03d-%08d", g, i), Count: int64(i)}
+			want += int64(16 + len(e.Key))
+			part.Entries = append(part.Entries, e)
+		}
+		page.Groups = append(page.Groups, part)
+	}
+	var before, after runtime.MemStats
+	var s rsScaleState
+	key := rsPipeKey{"j", "pipe"}
+	s.handoverAsked(key, "count", 1, time.Unix(100, 0))
+	runtime.ReadMemStats(&before)
+	s.handedOver(key, "count", 1, 4, page, []int{0, 1, 2, 3}, time.Unix(101, 0), log)
+	runtime.ReadMemStats(&after)
+	st := s.pipes[key].handovers[rsResizeKey{"count", 1}]
+	if st.keys != 8000 || st.bytes != want {
+		t.Fatalf("figures: %d keys, %d bytes; want 8000 keys, %d bytes", st.keys, st.bytes, want)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Fatalf("counting a page of %d bytes allocated %d bytes", want, n)
 	}
 }
 

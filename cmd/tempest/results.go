@@ -29,12 +29,15 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return reportError(stderr, err)
 	}
 	defer c.Close()
-	var body []byte
 	if *wf != "" {
-		body, err = c.Output(ctx, args[0], *wf, *format)
-	} else {
-		body, err = c.Results(ctx, args[0], *format)
+		// A pipeline's output may be millions of rows: written as it
+		// arrives, not held first.
+		if err := c.OutputTo(ctx, args[0], *wf, *format, stdout); err != nil {
+			return reportError(stderr, err)
+		}
+		return exitOK
 	}
+	body, err := c.Results(ctx, args[0], *format)
 	if err != nil {
 		return reportError(stderr, err)
 	}
