@@ -12,12 +12,8 @@ import (
 // the tasks' parts to end and their status to reach the job table, which
 // took a second and more after the last row was durable.
 func TestRainstormOutputCompleteFromDoneCheckpoints(t *testing.T) {
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 4)
-	lead := c.leader()
-	job := submitPipeline(t, lead).JobID
-	task := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
-	inc := taskToken(t, lead, job, 1, 0)
+	p := newOnePipeline(t)
+	c, lead, job, task, inc := p.c, p.lead, p.job, p.task, p.inc
 	call := rsCaller(t, c, "w1", lead)
 	complete := func() bool {
 		t.Helper()

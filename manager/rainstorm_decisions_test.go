@@ -22,24 +22,8 @@ import (
 // though the source was never asked for it.
 func TestRainstormDroppedDecisionIsSupersededEverywhere(t *testing.T) {
 	loss := &lossControl{}
-	c := newLossyCluster(t, 3, func(cfg *Config) { cfg.QuorumTimeout = 500 * time.Millisecond }, loss)
-	if err := c.reg.Register(idleRainstorm{}); err != nil {
-		t.Fatal(err)
-	}
-	c.addWorker("w1", 4)
-	lead := c.leader()
-	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 0, High: 1e9}) // never decides itself
-	sp.openSourceAndCount()
-	key := rsPipeKey{sp.job, "pipe"}
-	term := lead.leading().Number()
-	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		lead.rsScale.mu.Lock()
-		defer lead.rsScale.mu.Unlock()
-		if ps := lead.rsScale.pipes[key]; ps == nil || ps.term != term || !ps.loaded {
-			return errors.New("the scale loop has not loaded the pipeline in this term")
-		}
-		return nil
-	})
+	c, lead, sp := lossyScaled(t, 500*time.Millisecond, loss)
+	key, term := rsPipeKey{sp.job, "pipe"}, lead.leading().Number()
 	record := func() *wire.RainstormScale {
 		lead.rsScale.mu.Lock()
 		defer lead.rsScale.mu.Unlock()
@@ -144,25 +128,9 @@ func TestRainstormInheritedSizesDoNotOutliveTheirTerm(t *testing.T) {
 // in its future and stays quiet.
 func TestRainstormAutoscaleRecordWritesBackOffWithoutAMajority(t *testing.T) {
 	loss := &lossControl{}
-	c := newLossyCluster(t, 3, func(cfg *Config) { cfg.QuorumTimeout = 200 * time.Millisecond }, loss)
-	if err := c.reg.Register(idleRainstorm{}); err != nil {
-		t.Fatal(err)
-	}
-	c.addWorker("w1", 4)
-	lead := c.leader()
-	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 0, High: 1e9}) // never decides itself
-	sp.openSourceAndCount()
-	key := rsPipeKey{sp.job, "pipe"}
-	lt := lead.leading()
+	c, lead, sp := lossyScaled(t, 200*time.Millisecond, loss)
+	key, lt := rsPipeKey{sp.job, "pipe"}, lead.leading()
 	term := lt.Number()
-	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		lead.rsScale.mu.Lock()
-		defer lead.rsScale.mu.Unlock()
-		if ps := lead.rsScale.pipes[key]; ps == nil || ps.term != term || !ps.loaded {
-			return errors.New("the scale loop has not loaded the pipeline in this term")
-		}
-		return nil
-	})
 	var p rsScalePipe
 	for _, q := range lead.rsResizablePipes() {
 		if q.key == key {
@@ -222,4 +190,29 @@ func TestRainstormAutoscaleRecordWritesBackOffWithoutAMajority(t *testing.T) {
 	if ps := lead.rsScale.pipes[key]; ps.retry != (rsRetry{}) || ps.storedFigures != ps.figures {
 		t.Fatalf("after a stored write the retry is %+v and %d of %d figures stored", ps.retry, ps.storedFigures, ps.figures)
 	}
+}
+
+// lossyScaled is a cluster of three managers with loss between them and a
+// quorum timeout of qt, running an autoscaled pipeline that never decides
+// by itself, opened, and loaded by the leader's scale loop in its term.
+func lossyScaled(t *testing.T, qt time.Duration, loss *lossControl) (*testCluster, *Manager, scaled) {
+	t.Helper()
+	c := newLossyCluster(t, 3, func(cfg *Config) { cfg.QuorumTimeout = qt }, loss)
+	if err := c.reg.Register(idleRainstorm{}); err != nil {
+		t.Fatal(err)
+	}
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	sp := submitScaled(t, c, lead, rainstorm.Autoscale{Min: 1, Max: 3, Low: 0, High: 1e9})
+	sp.openSourceAndCount()
+	key, term := rsPipeKey{sp.job, "pipe"}, lead.leading().Number()
+	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		lead.rsScale.mu.Lock()
+		defer lead.rsScale.mu.Unlock()
+		if ps := lead.rsScale.pipes[key]; ps == nil || ps.term != term || !ps.loaded {
+			return errors.New("the scale loop has not loaded the pipeline in this term")
+		}
+		return nil
+	})
+	return c, lead, sp
 }

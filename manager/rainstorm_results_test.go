@@ -34,12 +34,8 @@ func liveHeap() uint64 {
 // million-row read ran past the request timeout once).
 func TestRainstormResultsReadHoldsAPageNotTheOutput(t *testing.T) {
 	const pages, perPage = 30, 10_000
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 4)
-	lead := c.leader()
-	job := submitPipeline(t, lead).JobID
-	task := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
-	inc := taskToken(t, lead, job, 1, 0)
+	p := newOnePipeline(t)
+	c, lead, job, task, inc := p.c, p.lead, p.job, p.task, p.inc
 	call := rsCaller(t, c, "w1", lead)
 	call(&wire.RainstormOpen{Task: task, Incarnation: inc})
 	for v := range pages {

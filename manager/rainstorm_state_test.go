@@ -40,12 +40,8 @@ func stateDelta(from, n int) []wire.RainstormGroupState {
 // state in parts, a new leader reads its peers' stores in parts, and a
 // replacement's open reads the state in parts and gets every key.
 func TestRainstormStateOverMessageCap(t *testing.T) {
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 4)
-	lead := c.leader()
-	job := submitPipeline(t, lead).JobID
-	task := wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}
-	inc := taskToken(t, lead, job, 1, 0)
+	p := newOnePipeline(t)
+	c, lead, task, inc := p.c, p.lead, p.task, p.inc
 	caller := c.hub.Node("w1")
 	call := func(m *Manager, msg wire.Message) (wire.Message, error) {
 		var resp wire.Message

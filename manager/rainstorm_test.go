@@ -90,6 +90,26 @@ func newRainstormCluster(t *testing.T, tune func(*Config)) *testCluster {
 }
 
 // submitPipeline submits rsJob to the leader.
+// onePipeline is a RainStorm cluster with one worker, w1, running the test
+// pipeline: its leader, the job, its first stage's task and the
+// incarnation dispatched for it.
+type onePipeline struct {
+	c    *testCluster
+	lead *Manager
+	job  string
+	task wire.RainstormTask
+	inc  uint64
+}
+
+func newOnePipeline(t *testing.T) onePipeline {
+	t.Helper()
+	c := newRainstormCluster(t, nil)
+	c.addWorker("w1", 4)
+	lead := c.leader()
+	job := submitPipeline(t, lead).JobID
+	return onePipeline{c: c, lead: lead, job: job, task: wire.RainstormTask{Job: job, Workflow: "pipe", Stage: 1}, inc: taskToken(t, lead, job, 1, 0)}
+}
+
 func submitPipeline(t *testing.T, lead *Manager) *wire.JobAck {
 	t.Helper()
 	ack, err := lead.Submit(context.Background(), rsJob(t))
@@ -429,11 +449,8 @@ func TestRainstormFailedTaskEndsJobAtNextLeader(t *testing.T) {
 // answer, possibly `complete`, with rows missing. A follower points at the
 // leader.
 func TestRainstormOutputWaitsForLeaderSync(t *testing.T) {
-	c := newRainstormCluster(t, nil)
-	c.addWorker("w1", 4)
-	lead := c.leader()
-	job := submitPipeline(t, lead).JobID
-	taskToken(t, lead, job, 1, 0)
+	p := newOnePipeline(t)
+	c, lead, job := p.c, p.lead, p.job
 	if _, err := lead.PipelineOutput(context.Background(), job, "pipe", true); err != nil {
 		t.Fatalf("the synced leader does not serve the output: %v", err)
 	}

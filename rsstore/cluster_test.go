@@ -232,6 +232,10 @@ func TestReplacedIncarnationRowsNotJoined(t *testing.T) {
 		if got := fields(n.st.Rows(task)); !slices.Equal(got, []string{"a"}) {
 			t.Fatalf("m%d elected shows rows %v, want [a]: a replaced incarnation's rows joined", i, got)
 		}
+		// A cursor follows the lineage as Rows does (rowsiter.go).
+		if got := fields(cursorRows(n.st.RowsCursor(task))); !slices.Equal(got, []string{"a"}) {
+			t.Fatalf("m%d's cursor reads rows %v, want [a]", i, got)
+		}
 	}
 }
 

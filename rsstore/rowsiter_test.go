@@ -68,29 +68,3 @@ func TestRowsCursorReadsWhatRowsReturns(t *testing.T) {
 	}
 }
 
-// A cursor follows the task's lineage as Rows does: a replaced
-// incarnation's rows of a version its successor wrote again are not read.
-func TestRowsCursorFollowsTheLineage(t *testing.T) {
-	g := newTestGroup(t)
-	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 2}
-	lead := g.elect(0, 1, 2)
-	g.open(lead, task, 1)
-	if !g.put(lead, rowsCkpt(task, 1, 1, "a")) {
-		t.Fatal("version 1 not acknowledged")
-	}
-	lead.cut, lead.lose = map[string]bool{"m2": true}, map[string]bool{"m1": true}
-	if g.put(lead, rowsCkpt(task, 1, 2, "b")) {
-		t.Fatal("a group on one peer whose answer was lost was acknowledged")
-	}
-	lead.cut, lead.lose = nil, nil
-	g.open(lead, task, 2)
-	if !g.put(lead, rowsCkpt(task, 2, 2)) {
-		t.Fatal("the replacement's version 2 not acknowledged")
-	}
-	for i := range 3 {
-		n := g.elect(i, (i+1)%3)
-		if got := fields(cursorRows(n.st.RowsCursor(task))); !slices.Equal(got, []string{"a"}) {
-			t.Fatalf("m%d's cursor reads rows %v, want [a]", i+1, got)
-		}
-	}
-}
