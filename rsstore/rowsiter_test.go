@@ -67,4 +67,3 @@ func TestRowsCursorReadsWhatRowsReturns(t *testing.T) {
 		t.Fatalf("a task the store lacks has rows %v", got)
 	}
 }
-
