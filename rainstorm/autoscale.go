@@ -185,6 +185,18 @@ func (s *Scaler) Observe(x ScaleSample) (ScaleDecision, bool) {
 		s.above, s.below = false, false
 		return ScaleDecision{}, false
 	}
+	if s.above && x.In+x.Backlog == prev.In+prev.Backlog && x.At.Sub(prev.At) < s.cfg.window() {
+		// In a run above high, nothing more sent to the stage since
+		// prev: its counters move with durable checkpoints, which a
+		// loaded pipeline makes less often than it is sampled, so such a
+		// sample says "no news", not "nothing offered" (read as a rate
+		// of 0 it broke the run, and a stage fed in bursts of
+		// checkpoints never grew). prev stays the base, so the next rate
+		// spans both intervals; past a window of no news the rate is
+		// read, and the run ends if the load has gone.
+		s.last = prev
+		return ScaleDecision{}, false
+	}
 	dt := x.At.Sub(prev.At).Seconds()
 	proc := float64(x.In-min(prev.In, x.In)) / dt
 	growth := (float64(x.Backlog) - float64(prev.Backlog)) / dt

@@ -195,3 +195,42 @@ func TestScalerHoldsAShrinkOnABacklog(t *testing.T) {
 	}
 	t.Fatal("never shrank once the backlog was drained")
 }
+
+// TestScalerReadsBurstsOfCheckpoints: a stage's counters move with durable
+// checkpoints; on a loaded machine those come every 2 s while the leader
+// samples every second, so the samples alternate "twice the rate" and
+// "nothing". A stage offered 3,000 records/s per task (high 1,000) must
+// still grow, and an idle one (counters still) must still shrink.
+func TestScalerReadsBurstsOfCheckpoints(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	pol := Autoscale{Min: 1, Max: 4, Low: 100, High: 1000, Window: 3 * time.Second, Cooldown: time.Second}
+	s := NewScaler(pol, t0)
+	var sent uint64
+	grewAt := -1
+	for sec := 0; sec <= 20; sec++ {
+		if sec%2 == 0 {
+			sent += 2 * 3000 // two seconds' worth, at once
+		}
+		if d, ok := s.Observe(ScaleSample{At: t0.Add(time.Duration(sec) * time.Second), Tasks: 1, In: sent}); ok {
+			if d.To != 2 {
+				t.Fatalf("at %ds: %s, want a grow", sec, d)
+			}
+			grewAt = sec
+			break
+		}
+	}
+	if grewAt < 0 {
+		t.Fatal("a stage offered 3x its high in bursts of checkpoints never grew")
+	}
+
+	s = NewScaler(pol, t0)
+	for sec := 0; sec <= 20; sec++ {
+		if d, ok := s.Observe(ScaleSample{At: t0.Add(time.Duration(sec) * time.Second), Tasks: 2, In: 5000}); ok {
+			if d.To != 1 {
+				t.Fatalf("at %ds: %s, want a shrink", sec, d)
+			}
+			return
+		}
+	}
+	t.Fatal("an idle stage (counters still) never shrank")
+}
