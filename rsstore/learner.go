@@ -387,7 +387,12 @@ func (s *Store) catchUp(ctx context.Context, term uint64, id string) error {
 	if _, _, _, err := s.read(ctx, term, id, pr); err != nil {
 		return fmt.Errorf("read learner %s: %w", id, err)
 	}
-	return s.fill(ctx, term, id, s.lacking(holdingOf(&pr.got)))
+	recs := s.lacking(holdingOf(&pr.got))
+	if err := s.fill(ctx, term, id, recs); err != nil {
+		return fmt.Errorf("send learner %s what it lacks: %w", id, err)
+	}
+	s.host.Logger().Info("rainstorm: caught up a learner", "learner", id, "term", term, "records", len(recs))
+	return nil
 }
 
 // Fed waits until no feed of the members ids (the voters a removal
