@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"tempest/api"
 	"tempest/leadership"
@@ -116,12 +117,41 @@ func (m *Manager) AddMember(ctx context.Context, mc api.MemberChange) (*api.Grou
 	return m.groupView(), nil
 }
 
-// RemoveMember implements api.MembersBackend.
+// RemoveMember implements api.MembersBackend. On the leader, a removal
+// first waits until the voters it leaves hold every RainStorm checkpoint
+// committed while one of them was a learner (removalFed).
 func (m *Manager) RemoveMember(ctx context.Context, id string) (*api.GroupView, error) {
+	if err := m.removalFed(ctx, id); err != nil {
+		return nil, err
+	}
 	if _, err := m.elector.RemoveMember(ctx, id); err != nil {
 		return nil, m.changeError(err)
 	}
 	return m.groupView(), nil
+}
+
+// removalFed waits until every voter but id has been sent the checkpoints
+// committed while it was a learner. A learner is promoted once it has
+// copied the leader's store, while the leader's last groups may still be
+// on their way to it; that alone loses nothing, but a removal counts it
+// as a full copy, and a checkpoint held by the removed member and by
+// fewer than half the others would sit on a minority of the voters left.
+// On a follower there is nothing to wait for: the elector refuses the
+// change, and a later leader's sync reads a majority that includes such a
+// voter's older holders.
+func (m *Manager) removalFed(ctx context.Context, id string) error {
+	if m.leading() == nil {
+		return nil
+	}
+	p, err := m.group.Settled(ctx)
+	if err == nil {
+		err = m.rs.Fed(ctx, slices.DeleteFunc(slices.Clone(p.VoterIDs), func(v string) bool { return v == id }))
+	}
+	if err != nil {
+		return &wire.Error{Code: wire.CodeUnavailable, RetryAfter: m.seat.ElectionTimeout(),
+			Message: fmt.Sprintf("remove %s: the voters that would remain do not yet hold every checkpoint: %v; retry", id, err)}
+	}
+	return nil
 }
 
 // changeError types a refused or failed change for the API.

@@ -33,6 +33,20 @@ import (
 // names the task missing and is sent the whole state, as a voter that
 // missed a group is. The copy and the feed only ever keep the newer of
 // two states (wholeChange), so their order does not matter.
+//
+// Two more steps make the feed as good as a voter's replication:
+//
+//   - a new leader's feed starts with a catch-up (catchUpLearners): the
+//     learner's store is read and sent what it lacks, as a sync's spread
+//     does for a voter, never counted. A deposed leader's feed may have
+//     left groups unsent, and the new leader's commits alone would never
+//     send them;
+//   - a removal waits until every voter's feed from its learner days is
+//     delivered (Fed). Promoting a learner alone loses nothing (a
+//     majority of the grown set meets every majority of the old one), but
+//     a removal after it counts the promoted member as a full copy: a
+//     group still queued for it would then be on fewer than a majority of
+//     the voters that remain.
 
 // LearnerHost is a Host whose group has learners. A Host that is not one
 // has none: commits go to Peers alone.
@@ -106,9 +120,9 @@ func (s *Store) HandleCopy(msg *wire.RainstormSyncRequest) (*wire.RainstormSyncR
 
 // learnerQueue bounds the groups queued for one learner (groups commit
 // back to back while pipelines run: this is tens of seconds of them at
-// least). A learner that falls this far behind loses its queue, logged: it
-// then lacks what the queue held until a later checkpoint of each task
-// reaches it, whole, since nothing is known any more of what it holds.
+// least). A learner that falls this far behind loses its queue, logged,
+// and is caught up in its place (catchUp): its store is read and sent what
+// it lacks.
 const learnerQueue = 4096
 
 // learnerFeeds sends the leader's durable groups to the learners, one
@@ -124,6 +138,9 @@ type learnerFeeds struct {
 	feeds  map[string]*learnerFeed
 	wg     sync.WaitGroup
 	closed bool
+	// sent is closed and replaced whenever a feed sends a group or stops
+	// (Fed waits on it).
+	sent chan struct{}
 }
 
 // learnerFeed is one learner's queue.
@@ -144,11 +161,13 @@ type learnerFeed struct {
 	haveGen uint64
 }
 
-// learnerGroup is one durable group as replicate sent it to the voters.
+// learnerGroup is one durable group as replicate sent it to the voters,
+// or a catch-up (catchUpLearners).
 type learnerGroup struct {
-	cs     []change
-	deltas []*wire.RainstormCheckpoint
-	hs     []wire.RainstormHeader
+	cs      []change
+	deltas  []*wire.RainstormCheckpoint
+	hs      []wire.RainstormHeader
+	catchUp bool
 }
 
 // sendLearners queues a durable group of term for learners, and stops
@@ -160,14 +179,8 @@ func (s *Store) sendLearners(term uint64, voters, learners []string, g learnerGr
 	f := &s.feeds
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
+	if !f.atTerm(term) {
 		return
-	}
-	if f.term != term {
-		for _, lf := range f.feeds {
-			lf.cancel()
-		}
-		f.feeds, f.term = nil, term
 	}
 	for id, lf := range f.feeds {
 		switch {
@@ -180,29 +193,83 @@ func (s *Store) sendLearners(term uint64, voters, learners []string, g learnerGr
 		}
 	}
 	for _, id := range learners {
-		lf := f.feeds[id]
-		if lf == nil {
-			if f.feeds == nil {
-				f.feeds = map[string]*learnerFeed{}
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			lf = &learnerFeed{id: id, term: term, cancel: cancel, wake: make(chan struct{}, 1), have: map[wire.RainstormTask]ver{}}
-			f.feeds[id] = lf
-			f.wg.Go(func() { s.feed(ctx, lf) })
-		}
-		lf.push(g, s.host.Logger())
+		s.feedOf(term, id).push(g, s.host.Logger())
 	}
 }
 
-// push queues g. A full queue is dropped first: the learner then lacks
-// what it held until its tasks' next checkpoints reach it, sent whole
-// since nothing is known of what it holds.
+// catchUpLearners starts a feed with a catch-up for each member of the
+// current peer set that the sync of term did not count as a voter (read
+// lists those it did): its store is read and sent what it lacks of this
+// one. A leader calls it once its sync is done, so a learner gets what a
+// deposed leader's feed left unsent before any promotion of its may be
+// followed by a removal (Fed). A learner promoted while the sync ran is a
+// voter by now, yet the sync's spread put what it merged on a majority of
+// the voters without it: it is caught up the same way.
+func (s *Store) catchUpLearners(term uint64, read []string) {
+	voters, _, learners, release := s.peerSet()
+	release()
+	var ids []string
+	for _, id := range slices.Concat(voters, learners) {
+		if !slices.Contains(read, id) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	f := &s.feeds
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.atTerm(term) {
+		return
+	}
+	for _, id := range ids {
+		s.feedOf(term, id).push(learnerGroup{catchUp: true}, s.host.Logger())
+	}
+}
+
+// atTerm makes the feeds term's, stopping those of an older term (what a
+// learner holds is then unknown), and reports whether feeds may start.
+// Under f.mu.
+func (f *learnerFeeds) atTerm(term uint64) bool {
+	if f.closed {
+		return false
+	}
+	if f.term != term {
+		for _, lf := range f.feeds {
+			lf.cancel()
+		}
+		f.feeds, f.term = nil, term
+	}
+	return true
+}
+
+// feedOf is learner id's feed in term, started if it has none. Under
+// s.feeds.mu, after atTerm(term).
+func (s *Store) feedOf(term uint64, id string) *learnerFeed {
+	f := &s.feeds
+	if lf := f.feeds[id]; lf != nil {
+		return lf
+	}
+	if f.feeds == nil {
+		f.feeds = map[string]*learnerFeed{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	lf := &learnerFeed{id: id, term: term, cancel: cancel, wake: make(chan struct{}, 1), have: map[wire.RainstormTask]ver{}}
+	f.feeds[id] = lf
+	f.wg.Go(func() { s.feed(ctx, lf) })
+	return lf
+}
+
+// push queues g. A full queue is replaced by a catch-up first, which
+// sends the learner whatever the dropped groups held.
 func (lf *learnerFeed) push(g learnerGroup, log *slog.Logger) {
 	lf.mu.Lock()
 	if len(lf.queue) >= learnerQueue {
-		log.Warn("rainstorm: a learner fell too far behind; dropped the checkpoints queued for it",
+		log.Warn("rainstorm: a learner fell too far behind; dropped the checkpoints queued for it, and catches up instead",
 			"learner", lf.id, "term", lf.term, "dropped", len(lf.queue))
-		lf.queue = nil
+		// A catch-up sends it whatever the dropped groups held.
+		lf.queue = []learnerGroup{{catchUp: true}}
 		lf.gen++
 	}
 	lf.queue = append(lf.queue, g)
@@ -281,13 +348,25 @@ func (s *Store) feed(ctx context.Context, lf *learnerFeed) {
 				log.Debug("rainstorm: no longer leading; a learner's feed stops")
 				return
 			}
-			if s.replicateTo(ctx, lf.term, lf.id, lf.have, g.cs, g.deltas, g.hs) {
+			var ok bool
+			if g.catchUp {
+				ok = s.catchUp(ctx, lf.term, lf.id) == nil
+			} else {
+				ok = s.replicateTo(ctx, lf.term, lf.id, lf.have, g.cs, g.deltas, g.hs)
+			}
+			if ok {
+				if g.catchUp {
+					// It holds this store's latest of every task now, or
+					// newer: a task have does not name goes as a delta.
+					clear(lf.have)
+				}
 				for _, c := range g.cs {
 					if newer(c.prev, c.next) {
 						lf.have[c.next.Task] = verOf(c.next)
 					}
 				}
 				lf.pop(gen)
+				s.feeds.signal()
 				break
 			}
 			if attempt%20 == 0 {
@@ -297,6 +376,72 @@ func (s *Store) feed(ctx context.Context, lf *learnerFeed) {
 				return
 			}
 		}
+	}
+}
+
+// catchUp reads learner id's store as the leader of term (the learner
+// then refuses older terms' groups, as a voter does after a sync) and
+// sends it what it lacks of this store, as a sync's spread does.
+func (s *Store) catchUp(ctx context.Context, term uint64, id string) error {
+	pr := &peerRead{}
+	if _, _, _, err := s.read(ctx, term, id, pr); err != nil {
+		return fmt.Errorf("read learner %s: %w", id, err)
+	}
+	recs := s.lacking(holdingOf(&pr.got))
+	if err := s.fill(ctx, term, id, recs); err != nil {
+		return fmt.Errorf("send learner %s what it lacks: %w", id, err)
+	}
+	s.host.Logger().Info("rainstorm: caught up a learner", "learner", id, "term", term, "records", len(recs))
+	return nil
+}
+
+// Fed waits until no feed of the members ids (the voters a removal
+// leaves) holds a group it has not delivered, or ctx ends. A member's feed
+// is its learner days': once it is a voter, its commits count it and
+// its feed only drains. The caller first waits until no commit holds a
+// peer set older than the current one (leadership.PeerView.Settled), so
+// every group committed while a voter was a learner is queued by then.
+func (s *Store) Fed(ctx context.Context, ids []string) error {
+	f := &s.feeds
+	for {
+		f.mu.Lock()
+		var behind string
+		for _, id := range ids {
+			if lf := f.feeds[id]; lf != nil && lf.queued() > 0 {
+				behind = id
+				break
+			}
+		}
+		if f.sent == nil {
+			f.sent = make(chan struct{})
+		}
+		sent := f.sent
+		f.mu.Unlock()
+		if behind == "" {
+			return nil
+		}
+		select {
+		case <-sent:
+		case <-ctx.Done():
+			return fmt.Errorf("%s has not been sent every checkpoint committed while it was a learner: %w", behind, ctx.Err())
+		}
+	}
+}
+
+// queued is how many groups lf has not delivered.
+func (lf *learnerFeed) queued() int {
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	return len(lf.queue)
+}
+
+// signal wakes Fed's waiters: a feed sent a group or stopped.
+func (f *learnerFeeds) signal() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sent != nil {
+		close(f.sent)
+		f.sent = nil
 	}
 }
 
@@ -323,10 +468,11 @@ func (f *learnerFeeds) retire(lf *learnerFeed) bool {
 func (f *learnerFeeds) done(lf *learnerFeed) {
 	lf.cancel()
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.feeds[lf.id] == lf {
 		delete(f.feeds, lf.id)
 	}
+	f.mu.Unlock()
+	f.signal()
 }
 
 // close stops every feed and waits for their goroutines.

@@ -24,6 +24,8 @@ type memberNode struct {
 	*testNode
 	view *leadership.PeerView
 	down sync.Map // peer id -> true: calls to it fail (set while stores run)
+	// onSync, if set, runs as this node answers a leader's sync page.
+	onSync func()
 }
 
 func (n *memberNode) Call(ctx context.Context, id string, msg wire.Message) (wire.Message, error) {
@@ -76,6 +78,9 @@ func newMemberGroup(t *testing.T, ids []string, voters []string) *memberGroup {
 		n.tr.Handle(wire.TypeRainstormSyncRequest, func(ctx context.Context, from transport.Peer, msg wire.Message) (wire.Message, error) {
 			req := msg.(*wire.RainstormSyncRequest)
 			if req.Term != 0 {
+				if n.onSync != nil {
+					n.onSync()
+				}
 				return n.st.HandleSync(req), nil
 			}
 			if _, ok := n.view.Load().Learners[from.NodeID]; !ok {
@@ -349,5 +354,145 @@ func TestUnreachableLearnerFailsNoCommitAndCatchesUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// removalGate is what the manager's leader does before a removal of id:
+// wait until no commit holds an older peer set, then until the voters the
+// removal leaves have been sent their learner days' groups.
+func removalGate(ctx context.Context, lead *memberNode, id string) error {
+	p, err := lead.view.Settled(ctx)
+	if err != nil {
+		return err
+	}
+	return lead.st.Fed(ctx, slices.DeleteFunc(slices.Clone(p.VoterIDs), func(v string) bool { return v == id }))
+}
+
+// A learner promoted while its feed still holds a group: a removal must
+// wait for the group to reach it, or the checkpoint sits on one of the
+// three voters left ({m1}: m2 was cut off when it committed).
+func TestRemovalWaitsForAPromotedLearnersFeed(t *testing.T) {
+	g := newMemberGroup(t, []string{"m0", "m1", "m2", "m3"}, []string{"m0", "m1", "m2"})
+	lead := g.lead("m0", "m1", "m2")
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	g.open(lead.testNode, task, 1)
+	g.change([]string{"m0", "m1", "m2"}, []string{"m3"})
+	m3 := g.members["m3"]
+	if _, err := m3.st.CopyFrom(context.Background(), "m0"); err != nil {
+		t.Fatal(err)
+	}
+	lead.cut = map[string]bool{"m2": true}
+	lead.down.Store("m3", true)
+	if !g.put(lead.testNode, countCkpt(task, 1)) {
+		t.Fatal("version 1 not acknowledged")
+	}
+	g.change([]string{"m0", "m1", "m2", "m3"}, nil) // m3 promoted, version 1 still queued for it
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := removalGate(ctx, lead, "m0")
+	cancel()
+	if err == nil {
+		t.Fatalf("a removal of m0 may go ahead while m3 holds %v of the task, not the acknowledged version 1", verOf(m3.st.Head(task)))
+	}
+	lead.down.Delete("m3")
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := removalGate(ctx, lead, "m0"); err != nil {
+		t.Fatal(err)
+	}
+	g.change([]string{"m1", "m2", "m3"}, nil) // m0 removed
+	n := g.lead("m2", "m3")                   // m1 lost
+	if h := n.st.Latest(task); h == nil || h.Version != 1 {
+		t.Fatalf("m2, synced from {m2, m3}, holds %v of the task; version 1 was acknowledged", verOf(h))
+	}
+}
+
+// learnerMissedByLeader is m0 leading {m0, m1, m2} with the learner m3,
+// which copied m0's store and then missed versions 2..4 of two tasks: m0's
+// feed can no longer reach it.
+func learnerMissedByLeader(t *testing.T) (*memberGroup, []wire.RainstormTask) {
+	g := newMemberGroup(t, []string{"m0", "m1", "m2", "m3"}, []string{"m0", "m1", "m2"})
+	lead := g.lead("m0", "m1", "m2")
+	tasks := []wire.RainstormTask{{Job: "j", Workflow: "p", Stage: 1}, {Job: "j", Workflow: "q", Stage: 1}}
+	for _, task := range tasks {
+		g.open(lead.testNode, task, 1)
+		if !g.put(lead.testNode, countCkpt(task, 1)) {
+			t.Fatal("version 1 not acknowledged")
+		}
+	}
+	g.change([]string{"m0", "m1", "m2"}, []string{"m3"})
+	if _, err := g.members["m3"].st.CopyFrom(context.Background(), "m0"); err != nil {
+		t.Fatal(err)
+	}
+	lead.down.Store("m3", true)
+	for _, task := range tasks {
+		for v := uint64(2); v <= 4; v++ {
+			if !g.put(lead.testNode, countCkpt(task, v)) {
+				t.Fatalf("version %d not acknowledged", v)
+			}
+		}
+	}
+	return g, tasks
+}
+
+// waitHoldsAll waits until n holds what lead holds of every task.
+func waitHoldsAll(t *testing.T, lead, n *memberNode, tasks []wire.RainstormTask) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := holdsAll(lead, n, tasks)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A leader deposed before its feed sent a learner its last groups: the
+// next leader's feed starts by reading the learner's store and sending it
+// what it lacks, so the learner ends holding them without any new commit.
+func TestNewLeaderCatchesUpItsLearners(t *testing.T) {
+	g, tasks := learnerMissedByLeader(t)
+	m1, m3 := g.members["m1"], g.members["m3"]
+	m1.down.Store("m3", true) // m3 unreachable through m1's sync too: the catch-up retries
+	g.lead("m1", "m2")
+	m1.down.Delete("m3")
+	waitHoldsAll(t, m1, m3, tasks)
+	if h := m3.st.Head(tasks[0]); h.Version != 4 {
+		t.Fatalf("m3 holds version %d, 4 was acknowledged", h.Version)
+	}
+}
+
+// A learner promoted while the next leader's sync runs: the sync read the
+// voters without it and spread what it merged on a majority of those, so
+// the promoted voter is caught up as a learner would be, and a removal
+// waits for that.
+func TestNewLeaderCatchesUpAVoterPromotedDuringItsSync(t *testing.T) {
+	g, tasks := learnerMissedByLeader(t)
+	m1, m2, m3 := g.members["m1"], g.members["m2"], g.members["m3"]
+	var once sync.Once
+	m2.onSync = func() {
+		once.Do(func() { g.change([]string{"m0", "m1", "m2", "m3"}, nil) }) // m3 promoted
+	}
+	m1.down.Store("m3", true)
+	g.lead("m1", "m2")
+	if p := m1.view.Load(); !slices.Contains(p.VoterIDs, "m3") {
+		t.Fatalf("m3 not promoted during the sync: voters %v", p.VoterIDs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := removalGate(ctx, m1, "m0")
+	cancel()
+	if err == nil {
+		t.Fatalf("a removal of m0 may go ahead while m3 holds %v, not the acknowledged version 4", verOf(m3.st.Head(tasks[0])))
+	}
+	m1.down.Delete("m3")
+	waitHoldsAll(t, m1, m3, tasks)
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := removalGate(ctx, m1, "m0"); err != nil {
+		t.Fatal(err)
 	}
 }

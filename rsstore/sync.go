@@ -175,6 +175,10 @@ func (s *Store) sync(ctx context.Context, term uint64, reads *syncReads) error {
 		return err
 	}
 	s.setSynced(term)
+	// The learners (and a voter promoted since peers was read) are read
+	// and sent what they lack too, in their feeds: never waited for,
+	// never counted.
+	s.catchUpLearners(term, peers)
 	return nil
 }
 
@@ -407,22 +411,7 @@ func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum 
 			}
 		}
 		wg.Go(func() {
-			missing, err := s.sendRecords(ctx, term, id, recs)
-			if err == nil && len(missing) > 0 {
-				// The peer does not hold the base its sync answer named
-				// (it cannot have changed since: it refuses older terms
-				// and this leader wrote nothing yet); whole states, then.
-				s.mu.Lock()
-				var whole []syncRecord
-				for _, t := range missing {
-					if st := s.tasks[t]; st != nil && st.latest != nil {
-						whole = append(whole, wholeRecord(st))
-					}
-				}
-				s.mu.Unlock()
-				_, err = s.sendRecords(ctx, term, id, whole)
-			}
-			if err != nil {
+			if err := s.fill(ctx, term, id, recs); err != nil {
 				s.host.Logger().Debug("rainstorm: store what a peer lacks", "peer", id, "err", err)
 				return
 			}
@@ -434,6 +423,27 @@ func (s *Store) spread(ctx context.Context, term uint64, peers []string, quorum 
 		return fmt.Errorf("what the sync read is on %d managers, %d needed", n, quorum)
 	}
 	return nil
+}
+
+// fill sends peer id recs, what it lacks of this store (lacking), and the
+// whole state of each task whose delta base it names missing: it does not
+// hold the base its sync answer named (a delta it could not apply), so it
+// gets what needs no base.
+func (s *Store) fill(ctx context.Context, term uint64, id string, recs []syncRecord) error {
+	missing, err := s.sendRecords(ctx, term, id, recs)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	s.mu.Lock()
+	var whole []syncRecord
+	for _, t := range missing {
+		if st := s.tasks[t]; st != nil && st.latest != nil {
+			whole = append(whole, wholeRecord(st))
+		}
+	}
+	s.mu.Unlock()
+	_, err = s.sendRecords(ctx, term, id, whole)
+	return err
 }
 
 // sendRecords sends recs to peer id in RainstormReplicate messages of
