@@ -303,10 +303,19 @@ func (c *Client) OutputSummary(ctx context.Context, id, workflow string) (*Pipel
 	return &out, nil
 }
 
-// outputPageBudget bounds the row bytes of one output page between a gate
-// and a manager: a tenth of the largest message, leaving room for the
-// summary and the encoding's overhead.
-const outputPageBudget = wire.MaxMessageSize / 10
+// OutputPageBudget bounds the row bytes of one output page between a gate
+// and a manager (as OutputRowSize counts them): a tenth of the largest
+// message, leaving room for the summary and the encoding's overhead.
+const OutputPageBudget = wire.MaxMessageSize / 10
+
+// OutputRowSize is what a row counts against OutputPageBudget.
+func OutputRowSize(row []string) int {
+	n := 8
+	for _, f := range row {
+		n += len(f) + 8
+	}
+	return n
+}
 
 // OutputPage cuts the page of out that starts at row offset: the summary
 // and as many rows as fit the page budget (at least one, so a huge row
@@ -319,6 +328,27 @@ func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
 // rows before offset and after the page are counted and dropped, so the
 // page's memory is the page's.
 func OutputPageOf(out *PipelineOutput, rows iter.Seq[[]string], offset uint64) *wire.RainstormOutputPage {
+	p := OutputPageHead(out)
+	size, full := 0, false
+	for row := range rows {
+		p.Total++
+		if p.Total <= offset || full {
+			continue
+		}
+		n := OutputRowSize(row)
+		if len(p.Rows) > 0 && size+n > OutputPageBudget {
+			full = true
+			continue
+		}
+		size += n
+		p.Rows = append(p.Rows, row)
+	}
+	p.Offset = min(offset, p.Total)
+	return p
+}
+
+// OutputPageHead is a page of out with its summary and no rows.
+func OutputPageHead(out *PipelineOutput) *wire.RainstormOutputPage {
 	p := &wire.RainstormOutputPage{Status: out.Status, Complete: out.Complete, Header: out.Header,
 		BadRecords: out.BadRecords, BadFirst: out.BadFirst, Restarts: out.Restarts, StageTasks: out.StageTasks}
 	for _, r := range out.Resizes {
@@ -330,24 +360,6 @@ func OutputPageOf(out *PipelineOutput, rows iter.Seq[[]string], offset uint64) *
 		p.Tasks = append(p.Tasks, wire.RainstormOutputTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
 			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, RecordsOut: t.RecordsOut, Bad: t.Bad, Waiting: t.Waiting})
 	}
-	size, full := 0, false
-	for row := range rows {
-		p.Total++
-		if p.Total <= offset || full {
-			continue
-		}
-		n := 8
-		for _, f := range row {
-			n += len(f) + 8
-		}
-		if len(p.Rows) > 0 && size+n > outputPageBudget {
-			full = true
-			continue
-		}
-		size += n
-		p.Rows = append(p.Rows, row)
-	}
-	p.Offset = min(offset, p.Total)
 	return p
 }
 
