@@ -112,6 +112,16 @@ type OutputStreamer interface {
 	PipelineOutputRows(ctx context.Context, jobID, workflow string) (*PipelineOutput, iter.Seq[[]string], error)
 }
 
+// OutputPageStreamer is implemented by backends that get a pipeline's rows
+// a page at a time from elsewhere (a gate, from the datacenter's manager
+// leader): the API writes each page as it arrives and flushes it to the
+// client before the next is waited for, so the client sees rows while
+// later pages are still being read. The pages, in order, are the rows
+// PipelineOutput gives; the sequence may be ranged over once.
+type OutputPageStreamer interface {
+	PipelineOutputPages(ctx context.Context, jobID, workflow string) (*PipelineOutput, iter.Seq[[][]string], error)
+}
+
 // pipelineOutput serves GET /v1/jobs/{id}/results?workflow=NAME.
 func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, workflow, format string) {
 	ob, ok := s.backend.(OutputBackend)
@@ -122,6 +132,21 @@ func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, work
 	ctx, cancel := s.callContext(r)
 	defer cancel()
 	summary := r.URL.Query().Get("summary") == "true"
+	if ps, ok := s.backend.(OutputPageStreamer); ok && !summary {
+		out, pages, err := ps.PipelineOutputPages(ctx, id, workflow)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("output of %s in job %s: %w", workflow, id, err))
+			return
+		}
+		s.streamOutput(w, r, out, func(yield func(iter.Seq[[]string]) bool) {
+			for p := range pages {
+				if !yield(slices.Values(p)) {
+					return
+				}
+			}
+		}, format)
+		return
+	}
 	if st, ok := s.backend.(OutputStreamer); ok && !summary {
 		out, rows, err := st.PipelineOutputRows(ctx, id, workflow)
 		if err != nil {
@@ -131,7 +156,7 @@ func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, work
 		// The rows are written at the client's pace, not within the
 		// call's timeout: they are read from memory, and a million of
 		// them took longer than the timeout to write.
-		s.streamOutput(w, r, out, rows, format)
+		s.streamOutput(w, r, out, func(yield func(iter.Seq[[]string]) bool) { yield(rows) }, format)
 		return
 	}
 	out, err := ob.PipelineOutput(ctx, id, workflow, !summary)
@@ -229,11 +254,12 @@ func writeOutputJSON(w io.Writer, out *PipelineOutput, rows iter.Seq[[]string]) 
 	return err
 }
 
-// streamOutput writes out and its rows as pipelineOutput's format asks,
-// row by row through a buffer, flushing what is written at once (the
-// summary) so the client sees the answer start before the rows are all
-// read.
-func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, out *PipelineOutput, rows iter.Seq[[]string], format string) {
+// streamOutput writes out and its rows, given in pages, as
+// pipelineOutput's format asks, row by row through a buffer, flushing what
+// is written at once (the summary) and after each page, so the client sees
+// the answer start before the rows are all read, and each page's rows
+// before the next page is waited for.
+func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, out *PipelineOutput, pages iter.Seq[iter.Seq[[]string]], format string) {
 	h := w.Header()
 	if format == "csv" {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
@@ -251,9 +277,14 @@ func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, out *Pipel
 		if bw.Flush() != nil || rc.Flush() != nil {
 			return
 		}
-		for row := range rows {
-			if gone.Err() != nil || !yield(row) {
-				return // the client left: stop reading the store
+		for rows := range pages {
+			for row := range rows {
+				if gone.Err() != nil || !yield(row) {
+					return // the client left: stop reading the store
+				}
+			}
+			if bw.Flush() != nil || rc.Flush() != nil {
+				return
 			}
 		}
 	}
