@@ -24,6 +24,13 @@ import (
 // refused.
 const rsCursorFormat = 1
 
+// Bounds on a cursor from the network: a stage has far fewer tasks, a task
+// far fewer rows.
+const (
+	rsCursorMaxTasks = 1 << 16
+	rsCursorMaxRows  = 1 << 40
+)
+
 // rsPageCursor is where a paged read stands: the shape of each task's rows
 // it reads (pinned), the runs with rows still to give, and the rows given.
 type rsPageCursor struct {
@@ -68,12 +75,19 @@ func rsDecodePageCursor(b []byte) (*rsPageCursor, error) {
 	if c.Format != rsCursorFormat {
 		return nil, rsStaleCursor("format %d, not %d", c.Format, rsCursorFormat)
 	}
+	// Bounds far past any real output keep the sums below from wrapping.
+	if len(c.Tasks) > rsCursorMaxTasks {
+		return nil, rsStaleCursor("%d tasks", len(c.Tasks))
+	}
 	var total uint64
 	for _, t := range c.Tasks {
-		if t.Pages < 0 || t.Rows > 1<<62 {
+		if t.Pages < 0 || t.Rows > rsCursorMaxRows {
 			return nil, rsStaleCursor("a task of %d pages and %d rows", t.Pages, t.Rows)
 		}
 		total += t.Rows
+	}
+	if c.Offset > total {
+		return nil, rsStaleCursor("%d rows given of %d", c.Offset, total)
 	}
 	left := c.Offset
 	for _, r := range c.Runs {
