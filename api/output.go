@@ -112,6 +112,16 @@ type OutputStreamer interface {
 	PipelineOutputRows(ctx context.Context, jobID, workflow string) (*PipelineOutput, iter.Seq[[]string], error)
 }
 
+// OutputPageStreamer is implemented by backends that get a pipeline's rows
+// a page at a time from elsewhere (a gate, from the datacenter's manager
+// leader): the API writes each page as it arrives and flushes it to the
+// client before the next is waited for, so the client sees rows while
+// later pages are still being read. The pages, in order, are the rows
+// PipelineOutput gives; the sequence may be ranged over once.
+type OutputPageStreamer interface {
+	PipelineOutputPages(ctx context.Context, jobID, workflow string) (*PipelineOutput, iter.Seq[[][]string], error)
+}
+
 // pipelineOutput serves GET /v1/jobs/{id}/results?workflow=NAME.
 func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, workflow, format string) {
 	ob, ok := s.backend.(OutputBackend)
@@ -122,6 +132,21 @@ func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, work
 	ctx, cancel := s.callContext(r)
 	defer cancel()
 	summary := r.URL.Query().Get("summary") == "true"
+	if ps, ok := s.backend.(OutputPageStreamer); ok && !summary {
+		out, pages, err := ps.PipelineOutputPages(ctx, id, workflow)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("output of %s in job %s: %w", workflow, id, err))
+			return
+		}
+		s.streamOutput(w, r, out, func(yield func(iter.Seq[[]string]) bool) {
+			for p := range pages {
+				if !yield(slices.Values(p)) {
+					return
+				}
+			}
+		}, format)
+		return
+	}
 	if st, ok := s.backend.(OutputStreamer); ok && !summary {
 		out, rows, err := st.PipelineOutputRows(ctx, id, workflow)
 		if err != nil {
@@ -131,7 +156,7 @@ func (s *Server) pipelineOutput(w http.ResponseWriter, r *http.Request, id, work
 		// The rows are written at the client's pace, not within the
 		// call's timeout: they are read from memory, and a million of
 		// them took longer than the timeout to write.
-		s.streamOutput(w, r, out, rows, format)
+		s.streamOutput(w, r, out, func(yield func(iter.Seq[[]string]) bool) { yield(rows) }, format)
 		return
 	}
 	out, err := ob.PipelineOutput(ctx, id, workflow, !summary)
@@ -229,11 +254,12 @@ func writeOutputJSON(w io.Writer, out *PipelineOutput, rows iter.Seq[[]string]) 
 	return err
 }
 
-// streamOutput writes out and its rows as pipelineOutput's format asks,
-// row by row through a buffer, flushing what is written at once (the
-// summary) so the client sees the answer start before the rows are all
-// read.
-func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, out *PipelineOutput, rows iter.Seq[[]string], format string) {
+// streamOutput writes out and its rows, given in pages, as
+// pipelineOutput's format asks, row by row through a buffer, flushing what
+// is written at once (the summary) and after each page, so the client sees
+// the answer start before the rows are all read, and each page's rows
+// before the next page is waited for.
+func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, out *PipelineOutput, pages iter.Seq[iter.Seq[[]string]], format string) {
 	h := w.Header()
 	if format == "csv" {
 		h.Set("Content-Type", "text/csv; charset=utf-8")
@@ -251,9 +277,14 @@ func (s *Server) streamOutput(w http.ResponseWriter, r *http.Request, out *Pipel
 		if bw.Flush() != nil || rc.Flush() != nil {
 			return
 		}
-		for row := range rows {
-			if gone.Err() != nil || !yield(row) {
-				return // the client left: stop reading the store
+		for rows := range pages {
+			for row := range rows {
+				if gone.Err() != nil || !yield(row) {
+					return // the client left: stop reading the store
+				}
+			}
+			if bw.Flush() != nil || rc.Flush() != nil {
+				return
 			}
 		}
 	}
@@ -303,10 +334,19 @@ func (c *Client) OutputSummary(ctx context.Context, id, workflow string) (*Pipel
 	return &out, nil
 }
 
-// outputPageBudget bounds the row bytes of one output page between a gate
-// and a manager: a tenth of the largest message, leaving room for the
-// summary and the encoding's overhead.
-const outputPageBudget = wire.MaxMessageSize / 10
+// OutputPageBudget bounds the row bytes of one output page between a gate
+// and a manager (as OutputRowSize counts them): a tenth of the largest
+// message, leaving room for the summary and the encoding's overhead.
+const OutputPageBudget = wire.MaxMessageSize / 10
+
+// OutputRowSize is what a row counts against OutputPageBudget.
+func OutputRowSize(row []string) int {
+	n := 8
+	for _, f := range row {
+		n += len(f) + 8
+	}
+	return n
+}
 
 // OutputPage cuts the page of out that starts at row offset: the summary
 // and as many rows as fit the page budget (at least one, so a huge row
@@ -319,6 +359,27 @@ func OutputPage(out *PipelineOutput, offset uint64) *wire.RainstormOutputPage {
 // rows before offset and after the page are counted and dropped, so the
 // page's memory is the page's.
 func OutputPageOf(out *PipelineOutput, rows iter.Seq[[]string], offset uint64) *wire.RainstormOutputPage {
+	p := OutputPageHead(out)
+	size, full := 0, false
+	for row := range rows {
+		p.Total++
+		if p.Total <= offset || full {
+			continue
+		}
+		n := OutputRowSize(row)
+		if len(p.Rows) > 0 && size+n > OutputPageBudget {
+			full = true
+			continue
+		}
+		size += n
+		p.Rows = append(p.Rows, row)
+	}
+	p.Offset = min(offset, p.Total)
+	return p
+}
+
+// OutputPageHead is a page of out with its summary and no rows.
+func OutputPageHead(out *PipelineOutput) *wire.RainstormOutputPage {
 	p := &wire.RainstormOutputPage{Status: out.Status, Complete: out.Complete, Header: out.Header,
 		BadRecords: out.BadRecords, BadFirst: out.BadFirst, Restarts: out.Restarts, StageTasks: out.StageTasks}
 	for _, r := range out.Resizes {
@@ -330,24 +391,6 @@ func OutputPageOf(out *PipelineOutput, rows iter.Seq[[]string], offset uint64) *
 		p.Tasks = append(p.Tasks, wire.RainstormOutputTask{Stage: t.Stage, Index: t.Index, Name: t.Name, Status: t.Status,
 			Worker: t.Worker, Attempts: t.Attempts, Records: t.Records, RecordsOut: t.RecordsOut, Bad: t.Bad, Waiting: t.Waiting})
 	}
-	size, full := 0, false
-	for row := range rows {
-		p.Total++
-		if p.Total <= offset || full {
-			continue
-		}
-		n := 8
-		for _, f := range row {
-			n += len(f) + 8
-		}
-		if len(p.Rows) > 0 && size+n > outputPageBudget {
-			full = true
-			continue
-		}
-		size += n
-		p.Rows = append(p.Rows, row)
-	}
-	p.Offset = min(offset, p.Total)
 	return p
 }
 

@@ -24,7 +24,7 @@ func TestOutputPages(t *testing.T) {
 	for i := range 40000 {
 		out.Rows = append(out.Rows, []string{fmt.Sprint(i), strings.Repeat("x", 100)})
 	}
-	out.Rows = append(out.Rows, []string{"huge", strings.Repeat("y", outputPageBudget+1)}) // alone in its page
+	out.Rows = append(out.Rows, []string{"huge", strings.Repeat("y", OutputPageBudget+1)}) // alone in its page
 	var got *PipelineOutput
 	pages := 0
 	for got == nil || len(got.Rows) < len(out.Rows) {
@@ -43,7 +43,7 @@ func TestOutputPages(t *testing.T) {
 		if len(p.Rows) == 0 || p.Total != uint64(len(out.Rows)) || p.Offset != uint64(offset) {
 			t.Fatalf("page at %d: %d rows, total %d, offset %d", offset, len(p.Rows), p.Total, p.Offset)
 		}
-		if len(p.Rows) > 1 && len(b) > 2*outputPageBudget {
+		if len(p.Rows) > 1 && len(b) > 2*OutputPageBudget {
 			t.Fatalf("page %d of %d rows is %d bytes, over the budget", pages, len(p.Rows), len(b))
 		}
 		pages++

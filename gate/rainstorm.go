@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 
 	"tempest/api"
@@ -45,20 +46,14 @@ func checkPipelineDatacenters(sub *wire.JobSubmission) error {
 
 // PipelineOutput implements api.OutputBackend: the output of a pipeline as
 // the leader of the datacenter that runs it holds it, read page by page.
-// The status is the gate's own view of the job.
+// The status is the gate's own view of the job. The API streams rows
+// through PipelineOutputRows; this is the summary, and the rows whole for
+// callers that want them so.
 func (g *Gate) PipelineOutput(ctx context.Context, jobID, workflow string, rows bool) (*api.PipelineOutput, error) {
-	rec, _, ok := g.record(jobID)
-	if !ok {
-		return nil, wire.Errorf(wire.CodeNotFound, "job %s not found", jobID)
+	rec, dc, err := g.pipelineDC(jobID, workflow)
+	if err != nil {
+		return nil, err
 	}
-	if !hasPipeline(rec.Submission.Workflows, workflow) {
-		return nil, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
-	}
-	if len(rec.Leases) == 0 {
-		return nil, wire.Errorf(wire.CodeUnavailable, "job %s is not placed in a datacenter yet", jobID)
-	}
-	dc := rec.Leases[0].Datacenter
-	var err error
 	for range outputRestarts {
 		var out *api.PipelineOutput
 		out, err = g.readOutput(ctx, dc, jobID, workflow, rows)
@@ -74,38 +69,150 @@ func (g *Gate) PipelineOutput(ctx context.Context, jobID, workflow string, rows 
 	return nil, wire.Errorf(wire.CodeUnavailable, "output of %s from %s: %v %d times in a row; ask again", workflow, dc, err, outputRestarts)
 }
 
-// readOutput reads every page of a pipeline's output from dc's leader; all
-// pages must be cut from one output (the same Total).
-func (g *Gate) readOutput(ctx context.Context, dc, jobID, workflow string, rows bool) (*api.PipelineOutput, error) {
-	var out *api.PipelineOutput
-	var total uint64
-	for {
-		req := &wire.RainstormOutputRequest{Job: jobID, Workflow: workflow, Rows: rows}
-		if out != nil {
-			req.Offset = uint64(len(out.Rows))
+// PipelineOutputRows implements api.OutputStreamer (the HTML report reads
+// the rows so): PipelineOutputPages' rows one by one.
+func (g *Gate) PipelineOutputRows(ctx context.Context, jobID, workflow string) (*api.PipelineOutput, iter.Seq[[]string], error) {
+	out, pages, err := g.PipelineOutputPages(ctx, jobID, workflow)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, func(yield func([]string) bool) {
+		for p := range pages {
+			for _, row := range p {
+				if !yield(row) {
+					return
+				}
+			}
 		}
-		reply, err := g.callDCReply(ctx, dc, req)
-		if err != nil {
+	}, nil
+}
+
+// PipelineOutputPages implements api.OutputPageStreamer: the summary, from
+// the output's first page, and its rows page by page as the leader sends
+// them, so the gate holds a page, not the output, and its client sees the
+// first rows before the last are read. Once rows are out a failure can
+// only end them early (the manager's API does the same); it is logged.
+func (g *Gate) PipelineOutputPages(ctx context.Context, jobID, workflow string) (*api.PipelineOutput, iter.Seq[[][]string], error) {
+	rec, dc, err := g.pipelineDC(jobID, workflow)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &outputReader{g: g, dc: dc, job: jobID, workflow: workflow}
+	first, err := r.page(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("output of %s from %s: %w", workflow, dc, err)
+	}
+	out := api.OutputFromPage(jobID, workflow, first)
+	out.Rows = nil
+	out.Status = g.jobStatus(&rec, false).Status
+	// The pages after the first are read at the client's pace, past the
+	// call's timeout (the API writes the rows outside it, as a manager's
+	// does): each page is bounded by the dispatch timeout instead, and the
+	// API stops ranging when the client leaves.
+	pageCtx := context.WithoutCancel(ctx)
+	return out, func(yield func([][]string) bool) {
+		p := first
+		for {
+			if len(p.Rows) > 0 && !yield(p.Rows) {
+				return
+			}
+			if r.done {
+				return
+			}
+			if p, err = r.page(pageCtx); err != nil {
+				g.log.Warn("pipeline output through the gate ended early", "job_id", jobID, "workflow", workflow,
+					"datacenter", dc, "rows", r.given, "total", r.total, "err", err)
+				return
+			}
+		}
+	}, nil
+}
+
+// pipelineDC is the job's record and the datacenter that runs its
+// pipeline workflow.
+func (g *Gate) pipelineDC(jobID, workflow string) (wire.GateJobRecord, string, error) {
+	rec, _, ok := g.record(jobID)
+	if !ok {
+		return rec, "", wire.Errorf(wire.CodeNotFound, "job %s not found", jobID)
+	}
+	if !hasPipeline(rec.Submission.Workflows, workflow) {
+		return rec, "", wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
+	}
+	if len(rec.Leases) == 0 {
+		return rec, "", wire.Errorf(wire.CodeUnavailable, "job %s is not placed in a datacenter yet", jobID)
+	}
+	return rec, rec.Leases[0].Datacenter, nil
+}
+
+// readOutput reads every page of a pipeline's output from dc's leader (the
+// summary alone without rows).
+func (g *Gate) readOutput(ctx context.Context, dc, jobID, workflow string, rows bool) (*api.PipelineOutput, error) {
+	r := &outputReader{g: g, dc: dc, job: jobID, workflow: workflow, summary: !rows}
+	p, err := r.page(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := api.OutputFromPage(jobID, workflow, p)
+	out.Rows = slices.Clip(out.Rows)
+	for !r.done {
+		if p, err = r.page(ctx); err != nil {
 			return nil, err
 		}
-		p, ok := reply.(*wire.RainstormOutputPage)
-		if !ok {
-			return nil, fmt.Errorf("%s answered an output request with %T", dc, reply)
-		}
-		if out == nil {
-			out, total = api.OutputFromPage(jobID, workflow, p), p.Total
-			out.Rows = slices.Clip(out.Rows)
-		} else {
-			if p.Total != total || p.Offset != req.Offset {
-				return nil, errOutputMoved
-			}
-			out.Rows = append(out.Rows, p.Rows...)
-		}
-		switch {
-		case !rows || uint64(len(out.Rows)) >= total:
-			return out, nil
-		case len(p.Rows) == 0:
-			return nil, fmt.Errorf("%s sent an empty page at row %d of %d", dc, len(out.Rows), total)
-		}
+		out.Rows = append(out.Rows, p.Rows...)
 	}
+	return out, nil
+}
+
+// outputReader reads a pipeline's output from a datacenter's leader page
+// by page. It asks for a resume cursor and hands each page's to the next
+// request, so the leader continues its merge where it stopped rather than
+// reading the output through to the page's offset. A manager that gives
+// no cursor (an older one) is read by offset; a cursor refused (a new
+// leader holding other rows under it) is dropped and the page asked for by
+// offset. By offset, every page must be cut from one output: the same
+// Total, starting where the rows given end.
+type outputReader struct {
+	g                 *Gate
+	dc, job, workflow string
+	summary           bool
+
+	started bool
+	total   uint64 // rows in the output, as the first page counted them
+	given   uint64 // rows in the pages read
+	cursor  []byte // where the next page starts, when the leader gave one
+	done    bool
+}
+
+// page reads the next page.
+func (r *outputReader) page(ctx context.Context) (*wire.RainstormOutputPage, error) {
+	req := &wire.RainstormOutputRequest{Job: r.job, Workflow: r.workflow, Rows: !r.summary, Resume: !r.summary,
+		Offset: r.given, Cursor: r.cursor}
+	reply, err := r.g.callDCReply(ctx, r.dc, req)
+	if len(req.Cursor) > 0 && wire.CodeOf(err) == wire.CodeStaleFence {
+		r.g.log.Info("output cursor refused; reading on by offset", "job_id", r.job, "workflow", r.workflow,
+			"datacenter", r.dc, "rows", r.given, "err", err)
+		req.Cursor = nil
+		reply, err = r.g.callDCReply(ctx, r.dc, req)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p, ok := reply.(*wire.RainstormOutputPage)
+	if !ok {
+		return nil, fmt.Errorf("%s answered an output request with %T", r.dc, reply)
+	}
+	if !r.started {
+		r.started, r.total = true, p.Total
+	} else if p.Total != r.total || p.Offset != r.given {
+		return nil, errOutputMoved
+	}
+	r.given += uint64(len(p.Rows))
+	r.cursor = p.Cursor
+	switch {
+	case r.summary || r.given >= r.total && len(p.Cursor) == 0:
+		r.done = true
+	case len(p.Rows) == 0:
+		return nil, fmt.Errorf("%s sent an empty page at row %d of %d", r.dc, r.given, r.total)
+	}
+	return p, nil
 }

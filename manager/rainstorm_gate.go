@@ -35,8 +35,11 @@ func (m *Manager) registerRainstormOutput() {
 			}
 			return api.OutputPage(out, msg.Offset), nil
 		}
-		// The rows are read through to count them, the page's kept: a
-		// page costs its own rows, not the output's.
+		if msg.Resume || len(msg.Cursor) > 0 {
+			return m.rsOutputPage(ctx, msg)
+		}
+		// A reader without cursors: the rows are read through to count
+		// them, the page's kept, so a page holds its own rows only.
 		out, rows, err := m.PipelineOutputRows(ctx, msg.Job, msg.Workflow)
 		if err != nil {
 			return nil, err

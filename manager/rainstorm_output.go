@@ -47,19 +47,49 @@ func (m *Manager) PipelineOutputRows(ctx context.Context, jobID, workflow string
 // pipelineOutput is the summary of a pipeline's output and, with
 // withRows, its rows as a sequence.
 func (m *Manager) pipelineOutput(ctx context.Context, jobID, workflow string, withRows bool) (*api.PipelineOutput, iter.Seq[[]string], error) {
+	out, src, err := m.pipelineSummary(ctx, jobID, workflow)
+	if err != nil || !withRows {
+		return out, nil, err
+	}
+	cursors := make([]rsstore.RowsCursor, len(src.tasks))
+	for i, t := range src.tasks {
+		cursors[i] = m.rs.RowsCursor(t)
+	}
+	merged := rsMergeRows(cursors, src.aggregate)
+	return out, func(yield func([]string) bool) {
+		for r := range merged {
+			if !yield(r.Fields) {
+				return
+			}
+		}
+	}, nil
+}
+
+// rsOutputSource is where a pipeline's output rows are: the last stage's
+// tasks that hold a part of it, and whether that stage aggregates (which
+// orders the rows by key rather than by input id).
+type rsOutputSource struct {
+	tasks     []wire.RainstormTask
+	aggregate bool
+}
+
+// pipelineSummary is the summary of a pipeline's output, and where its
+// rows are.
+func (m *Manager) pipelineSummary(ctx context.Context, jobID, workflow string) (*api.PipelineOutput, rsOutputSource, error) {
+	var src rsOutputSource
 	if err := m.rsAwaitSynced(ctx); err != nil {
-		return nil, nil, err
+		return nil, src, err
 	}
 	spec, order, infos := m.rsTasks(jobID, workflow)
 	if spec == nil {
-		return nil, nil, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
+		return nil, src, wire.Errorf(wire.CodeNotFound, "job %s has no rainstorm workflow %q", jobID, workflow)
 	}
 	out := &api.PipelineOutput{JobID: jobID, Workflow: workflow, Complete: true}
 	if v, ok := m.viewJob(jobID); ok {
 		out.Status = m.jobStatus(v, false).Status
 	}
 	last := len(spec.Stages)
-	var cursors []rsstore.RowsCursor
+	src.aggregate = spec.Stages[last-1].Op.Aggregate()
 	// A resizable pipeline's last stage is complete with the tasks of the
 	// epochs its source reached: a dormant task never ran.
 	epochs, cur, _ := rsEpochsOf(spec, m.rs.Head(wire.RainstormTask{Job: jobID, Workflow: workflow}))
@@ -124,23 +154,11 @@ func (m *Manager) pipelineOutput(ctx context.Context, jobID, workflow string, wi
 		if latest == nil || !latest.Done {
 			out.Complete = false
 		}
-		if withRows {
-			cursors = append(cursors, m.rs.RowsCursor(t))
-		}
+		src.tasks = append(src.tasks, t)
 	}
 	header, _ := m.rs.Header(jobID, workflow)
 	out.Header = rainstorm.Columns(spec, header, last)
-	if !withRows {
-		return out, nil, nil
-	}
-	merged := rsMergeRows(cursors, spec.Stages[last-1].Op.Aggregate())
-	return out, func(yield func([]string) bool) {
-		for r := range merged {
-			if !yield(r.Fields) {
-				return
-			}
-		}
-	}, nil
+	return out, src, nil
 }
 
 // rsAwaitSynced waits until this manager leads and has read, in this term,

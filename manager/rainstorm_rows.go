@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"container/heap"
 	"iter"
+	"slices"
 	"strings"
 
 	"tempest/wire"
@@ -33,10 +34,14 @@ type rsRowsCursor[C any] interface {
 	Skip() (id uint64, first []byte, ok bool)
 }
 
-// rsRun is an ascending run of rows: a cursor at its next row, the rows
-// left in it and the row it is on.
+// rsRun is an ascending run of rows of one task (its index among the
+// merged ones): a cursor at its next row, the rows left in it after the
+// row it is on, that row, and the cursor where that row was read (what a
+// paged read's resume position names).
 type rsRun[C any] struct {
+	task int
 	cur  C
+	at   C
 	left int
 	rec  wire.RainstormRecord
 }
@@ -64,53 +69,117 @@ func rsFirst(r *wire.RainstormRecord) string {
 // cursors are read from where they stand when the sequence is ranged
 // over; each range reads them afresh.
 func rsMergeRows[C any, P rsRowsCursor[C]](srcs []C, aggregate bool) iter.Seq[wire.RainstormRecord] {
-	compare := rsCompareRows(aggregate)
 	return func(yield func(wire.RainstormRecord) bool) {
-		var runs []rsRun[C]
-		for _, c := range srcs {
-			start, n := c, 0
-			var prevID uint64
-			var prevFirst []byte
-			for {
-				before := c
-				id, first, ok := P(&c).Skip()
-				if !ok {
-					break
-				}
-				if n > 0 && (aggregate && bytes.Compare(first, prevFirst) < 0 || !aggregate && id < prevID) {
-					runs = append(runs, rsRun[C]{cur: start, left: n})
-					start, n = before, 0
-				}
-				prevID, prevFirst = id, first
-				n++
-			}
-			if n > 0 {
-				runs = append(runs, rsRun[C]{cur: start, left: n})
-			}
-		}
-		h := &rsRunHeap[C]{runs: runs, compare: compare}
-		for i := range runs {
-			r := &runs[i]
-			r.rec, _ = P(&r.cur).Next()
-			r.left--
-			h.idx = append(h.idx, i)
-		}
-		heap.Init(h)
-		for len(h.idx) > 0 {
-			r := &runs[h.idx[0]]
-			if !yield(r.rec) {
+		m := rsNewMerge[C, P](rsFindRuns[C, P](srcs, aggregate), aggregate)
+		for {
+			rec, ok := m.next()
+			if !ok || !yield(rec) {
 				return
 			}
-			if r.left == 0 {
-				r.rec = wire.RainstormRecord{}
-				heap.Pop(h)
-				continue
-			}
-			r.rec, _ = P(&r.cur).Next()
-			r.left--
-			heap.Fix(h, 0)
 		}
 	}
+}
+
+// rsFindRuns steps over the rows of srcs, making none, and returns their
+// ascending runs in the order gathered (task by task), each at its first
+// row.
+func rsFindRuns[C any, P rsRowsCursor[C]](srcs []C, aggregate bool) []rsRun[C] {
+	var runs []rsRun[C]
+	for t, c := range srcs {
+		start, n := c, 0
+		var prevID uint64
+		var prevFirst []byte
+		for {
+			before := c
+			id, first, ok := P(&c).Skip()
+			if !ok {
+				break
+			}
+			if n > 0 && (aggregate && bytes.Compare(first, prevFirst) < 0 || !aggregate && id < prevID) {
+				runs = append(runs, rsRun[C]{task: t, cur: start, left: n})
+				start, n = before, 0
+			}
+			prevID, prevFirst = id, first
+			n++
+		}
+		if n > 0 {
+			runs = append(runs, rsRun[C]{task: t, cur: start, left: n})
+		}
+	}
+	return runs
+}
+
+// rsMerge is a k-way merge of runs (each at its first row still to give,
+// left counting that row): next gives their rows in output order, equal
+// rows in the order of the runs; pending says where the runs not yet
+// given through stand.
+type rsMerge[C any, P rsRowsCursor[C]] struct {
+	h *rsRunHeap[C]
+}
+
+func rsNewMerge[C any, P rsRowsCursor[C]](runs []rsRun[C], aggregate bool) *rsMerge[C, P] {
+	h := &rsRunHeap[C]{runs: runs, compare: rsCompareRows(aggregate)}
+	for i := range runs {
+		r := &runs[i]
+		if r.left <= 0 {
+			continue
+		}
+		if !rsRead[C, P](r) {
+			continue // fewer rows than counted: the run ends there
+		}
+		h.idx = append(h.idx, i)
+	}
+	heap.Init(h)
+	return &rsMerge[C, P]{h: h}
+}
+
+// peek is the row next gives, without giving it.
+func (m *rsMerge[C, P]) peek() (wire.RainstormRecord, bool) {
+	if len(m.h.idx) == 0 {
+		return wire.RainstormRecord{}, false
+	}
+	return m.h.runs[m.h.idx[0]].rec, true
+}
+
+// next is the next row in output order, false after the last.
+func (m *rsMerge[C, P]) next() (wire.RainstormRecord, bool) {
+	h := m.h
+	if len(h.idx) == 0 {
+		return wire.RainstormRecord{}, false
+	}
+	r := &h.runs[h.idx[0]]
+	rec := r.rec
+	if r.left == 0 || !rsRead[C, P](r) {
+		r.rec = wire.RainstormRecord{}
+		heap.Pop(h)
+	} else {
+		heap.Fix(h, 0)
+	}
+	return rec, true
+}
+
+// rsRead moves r to its next row; false when its cursor has none.
+func rsRead[C any, P rsRowsCursor[C]](r *rsRun[C]) bool {
+	r.at = r.cur
+	rec, ok := P(&r.cur).Next()
+	if !ok {
+		return false
+	}
+	r.rec = rec
+	r.left--
+	return true
+}
+
+// pending is the runs with rows not yet given, in the order of the runs,
+// each at the row it is on (at) with left counting that row.
+func (m *rsMerge[C, P]) pending() []rsRun[C] {
+	idx := slices.Sorted(slices.Values(m.h.idx))
+	out := make([]rsRun[C], 0, len(idx))
+	for _, i := range idx {
+		r := m.h.runs[i]
+		out = append(out, rsRun[C]{task: r.task, cur: r.at, left: r.left + 1})
+	}
+	return out
 }
 
 // rsRunHeap orders runs by their current rows, then by where they start in

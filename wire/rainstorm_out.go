@@ -15,6 +15,16 @@ type RainstormOutputRequest struct {
 	Workflow string `cbor:"2,keyasint"`
 	Offset   uint64 `cbor:"3,keyasint,omitempty"`
 	Rows     bool   `cbor:"4,keyasint,omitempty"`
+	// Resume asks the manager to return, with a page that is not the
+	// last, a Cursor to continue from; Cursor, from the page before,
+	// continues the read there instead of at Offset, so a page costs its
+	// own rows rather than every row before it. A manager that does not
+	// know these fields answers by Offset, as it always did; one that
+	// cannot honour the cursor (the rows it names are not the ones it
+	// holds) refuses it with CodeStaleFence, and the reader asks again by
+	// Offset.
+	Resume bool   `cbor:"5,keyasint,omitempty"`
+	Cursor []byte `cbor:"6,keyasint,omitempty"`
 }
 
 // RainstormOutputPage is one page of a pipeline's output: the summary, and
@@ -35,6 +45,9 @@ type RainstormOutputPage struct {
 	// StageTasks and Resizes: see api.PipelineOutput.
 	StageTasks []int             `cbor:"11,keyasint,omitempty"`
 	Resizes    []RainstormResize `cbor:"12,keyasint,omitempty"`
+	// Cursor is where the next page starts, opaque to the reader; empty
+	// on the last page, and from a manager that does not know it.
+	Cursor []byte `cbor:"13,keyasint,omitempty"`
 }
 
 // RainstormResize is one autoscaling decision (api.PipelineResize); At is
