@@ -241,18 +241,7 @@ func TestLearnerHoldsEveryCheckpoint(t *testing.T) {
 	wg.Wait()
 
 	// The last groups may still be on their way to m3: wait for them.
-	m3 := g.members["m3"]
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := holdsAll(lead, m3, tasks)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitHoldsAll(t, lead, g.members["m3"], tasks)
 }
 
 // The hole the learner path closes: a checkpoint durable on {m0, m1}
@@ -344,17 +333,7 @@ func TestUnreachableLearnerFailsNoCommitAndCatchesUp(t *testing.T) {
 		t.Fatalf("the unreachable learner holds version %d", h.Version)
 	}
 	lead.down.Delete("m3")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := holdsAll(lead, m3, []wire.RainstormTask{task})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitHoldsAll(t, lead, m3, []wire.RainstormTask{task})
 }
 
 // removalGate is what the manager's leader does before a removal of id:
