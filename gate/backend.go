@@ -220,7 +220,7 @@ func (g *Gate) Cluster(ctx context.Context) (*api.ClusterView, error) {
 	if !g.ready.Load() {
 		self.State = "syncing"
 	}
-	load := g.loadLevel()
+	load := g.loadReading()
 	self.Load, self.LoadReason = load.Level.String(), load.Reason
 	if g.keyring != nil {
 		self.SendKey, self.AcceptKeys = api.KeyIDs(g.keyring.SendKeyID(), g.keyring.AcceptedKeyIDs())

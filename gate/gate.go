@@ -367,7 +367,7 @@ func (g *Gate) ReloadSecrets(current, previous string) error {
 // theirs in heartbeats; gates send none).
 func (g *Gate) nodeMeta() swim.NodeMeta {
 	meta := swim.NodeMeta{Role: wire.RoleGate, QUICAddr: g.tr.Addr(), Tags: map[string]string{
-		loadTag: strconv.Itoa(int(g.loadLevel().Level)),
+		loadTag: strconv.Itoa(int(g.loadReading().Level)),
 	}}
 	if u := g.apis.Self(); u != "" {
 		meta.Tags["api"] = u

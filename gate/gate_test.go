@@ -782,7 +782,7 @@ func TestOverloadedGateLeaderHandsOverToAHealthierGate(t *testing.T) {
 	})
 	l := hg.leader(10*time.Second, ids...)
 	testutil.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if r := l.loadLevel(); r.Level != overload.High {
+		if r := l.loadReading(); r.Level != overload.High {
 			return fmt.Errorf("leader graded %s, want HIGH", r.Level)
 		}
 		return nil

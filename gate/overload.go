@@ -91,8 +91,8 @@ func (g *Gate) gradeLoad(lhm int) (overload.Reading, bool) {
 	return r, g.loads.below(g.group.Load().VoterIDs, r.Level)
 }
 
-// loadLevel is the latest grading's level (NORMAL before the first).
-func (g *Gate) loadLevel() overload.Reading {
+// loadReading is the latest grading's level (NORMAL before the first).
+func (g *Gate) loadReading() overload.Reading {
 	if r := g.loadRd.Load(); r != nil {
 		return *r
 	}
@@ -101,7 +101,7 @@ func (g *Gate) loadLevel() overload.Reading {
 
 // refuseIfCritical is intake's check: a CRITICAL gate takes no new job.
 func (g *Gate) refuseIfCritical() error {
-	r := g.loadLevel()
+	r := g.loadReading()
 	if r.Level < overload.Critical {
 		return nil
 	}

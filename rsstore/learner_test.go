@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"tempest/internal/testutil"
 	"tempest/leadership"
 	"tempest/transport"
 	"tempest/wire"
@@ -314,15 +315,7 @@ func TestLearnerCopiesOnlyFromASyncedLeader(t *testing.T) {
 // answers. Its feed keeps the groups and sends them, in order, once it can
 // be reached.
 func TestUnreachableLearnerFailsNoCommitAndCatchesUp(t *testing.T) {
-	g := newMemberGroup(t, []string{"m0", "m1", "m2", "m3"}, []string{"m0", "m1", "m2"})
-	lead := g.lead("m0", "m1", "m2")
-	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
-	g.open(lead.testNode, task, 1)
-	g.change([]string{"m0", "m1", "m2"}, []string{"m3"})
-	m3 := g.members["m3"]
-	if _, err := m3.st.CopyFrom(context.Background(), "m0"); err != nil {
-		t.Fatal(err)
-	}
+	g, lead, m3, task := learnerCopied(t)
 	lead.down.Store("m3", true)
 	for v := uint64(1); v <= 20; v++ {
 		if !g.put(lead.testNode, countCkpt(task, v)) {
@@ -351,15 +344,7 @@ func removalGate(ctx context.Context, lead *memberNode, id string) error {
 // wait for the group to reach it, or the checkpoint sits on one of the
 // three voters left ({m1}: m2 was cut off when it committed).
 func TestRemovalWaitsForAPromotedLearnersFeed(t *testing.T) {
-	g := newMemberGroup(t, []string{"m0", "m1", "m2", "m3"}, []string{"m0", "m1", "m2"})
-	lead := g.lead("m0", "m1", "m2")
-	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
-	g.open(lead.testNode, task, 1)
-	g.change([]string{"m0", "m1", "m2"}, []string{"m3"})
-	m3 := g.members["m3"]
-	if _, err := m3.st.CopyFrom(context.Background(), "m0"); err != nil {
-		t.Fatal(err)
-	}
+	g, lead, m3, task := learnerCopied(t)
 	lead.cut = map[string]bool{"m2": true}
 	lead.down.Store("m3", true)
 	if !g.put(lead.testNode, countCkpt(task, 1)) {
@@ -417,17 +402,7 @@ func learnerMissedByLeader(t *testing.T) (*memberGroup, []wire.RainstormTask) {
 // waitHoldsAll waits until n holds what lead holds of every task.
 func waitHoldsAll(t *testing.T, lead, n *memberNode, tasks []wire.RainstormTask) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := holdsAll(lead, n, tasks)
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error { return holdsAll(lead, n, tasks) })
 }
 
 // A leader deposed before its feed sent a learner its last groups: the
@@ -474,4 +449,20 @@ func TestNewLeaderCatchesUpAVoterPromotedDuringItsSync(t *testing.T) {
 	if err := removalGate(ctx, m1, "m0"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// learnerCopied is voters m0 (leading), m1 and m2 with one task opened,
+// and m3 added as a learner that has copied m0's store.
+func learnerCopied(t *testing.T) (*memberGroup, *memberNode, *memberNode, wire.RainstormTask) {
+	t.Helper()
+	g := newMemberGroup(t, []string{"m0", "m1", "m2", "m3"}, []string{"m0", "m1", "m2"})
+	lead := g.lead("m0", "m1", "m2")
+	task := wire.RainstormTask{Job: "j", Workflow: "p", Stage: 1}
+	g.open(lead.testNode, task, 1)
+	g.change([]string{"m0", "m1", "m2"}, []string{"m3"})
+	m3 := g.members["m3"]
+	if _, err := m3.st.CopyFrom(context.Background(), "m0"); err != nil {
+		t.Fatal(err)
+	}
+	return g, lead, m3, task
 }
