@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"tempest/api"
 	"tempest/leadership"
@@ -143,15 +142,21 @@ func (m *Manager) removalFed(ctx context.Context, id string) error {
 	if m.leading() == nil {
 		return nil
 	}
-	p, err := m.group.Settled(ctx)
-	if err == nil {
-		err = m.rs.Fed(ctx, slices.DeleteFunc(slices.Clone(p.VoterIDs), func(v string) bool { return v == id }))
-	}
-	if err != nil {
+	if err := m.rs.RemovalFed(ctx, m.settledVoters, id); err != nil {
 		return &wire.Error{Code: wire.CodeUnavailable, RetryAfter: m.seat.ElectionTimeout(),
 			Message: fmt.Sprintf("remove %s: the voters that would remain do not yet hold every checkpoint: %v; retry", id, err)}
 	}
 	return nil
+}
+
+// settledVoters is the group's voters once no decision holds an older
+// peer set.
+func (m *Manager) settledVoters(ctx context.Context) ([]string, error) {
+	p, err := m.group.Settled(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return p.VoterIDs, nil
 }
 
 // changeError types a refused or failed change for the API.

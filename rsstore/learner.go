@@ -395,6 +395,19 @@ func (s *Store) catchUp(ctx context.Context, term uint64, id string) error {
 	return nil
 }
 
+// RemovalFed is a leader's wait before it removes id from the group:
+// settled waits until no commit holds a peer set older than the current
+// one and returns that set's voters (leadership.PeerView.Settled), so
+// every group committed while a voter was a learner is queued; then Fed
+// waits for the feeds of the voters the removal leaves.
+func (s *Store) RemovalFed(ctx context.Context, settled func(context.Context) ([]string, error), id string) error {
+	voters, err := settled(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Fed(ctx, slices.DeleteFunc(slices.Clone(voters), func(v string) bool { return v == id }))
+}
+
 // Fed waits until no feed of the members ids (the voters a removal
 // leaves) holds a group it has not delivered, or ctx ends. A member's feed
 // is its learner days': once it is a voter, its commits count it and

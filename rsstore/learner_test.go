@@ -329,15 +329,15 @@ func TestUnreachableLearnerFailsNoCommitAndCatchesUp(t *testing.T) {
 	waitHoldsAll(t, lead, m3, []wire.RainstormTask{task})
 }
 
-// removalGate is what the manager's leader does before a removal of id:
-// wait until no commit holds an older peer set, then until the voters the
-// removal leaves have been sent their learner days' groups.
+// removalGate is the manager's wait before a removal of id, on lead.
 func removalGate(ctx context.Context, lead *memberNode, id string) error {
-	p, err := lead.view.Settled(ctx)
-	if err != nil {
-		return err
-	}
-	return lead.st.Fed(ctx, slices.DeleteFunc(slices.Clone(p.VoterIDs), func(v string) bool { return v == id }))
+	return lead.st.RemovalFed(ctx, func(ctx context.Context) ([]string, error) {
+		p, err := lead.view.Settled(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return p.VoterIDs, nil
+	}, id)
 }
 
 // A learner promoted while its feed still holds a group: a removal must
